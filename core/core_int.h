@@ -1,0 +1,119 @@
+/* sluice core — the module interface shared by every folder of the library.
+ * Not installed; code outside libsluice uses include/sluice/ only. */
+#ifndef SLUICE_CORE_INT_H
+#define SLUICE_CORE_INT_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <sluice/core.h>
+
+#if defined(__GNUC__)
+#define SL__PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define SL__PRINTF(f, a)
+#endif
+
+/* ---- errors ------------------------------------------------------------ */
+
+/* Records a formatted message as the thread's last error and returns st, so
+ * failures read `return sl__fail(SL_EINVAL, "shape '%s': ...", s);`. */
+sl_status sl__fail(sl_status st, const char *fmt, ...) SL__PRINTF(2, 3);
+
+/* Prefixes the thread's current error message with context ("op 'mm': ").
+ * Returns st unchanged. */
+sl_status sl__fail_context(sl_status st, const char *fmt, ...) SL__PRINTF(2, 3);
+
+/* One cleanup label per function (NCCL's NCCLCHECKGOTO). */
+#define SL_CHECK_GOTO(call, st, label)                                         \
+  do {                                                                         \
+    (st) = (call);                                                             \
+    if ((st) != SL_OK) goto label;                                             \
+  } while (0)
+
+#define SL_CHECK(call)                                                         \
+  do {                                                                         \
+    sl_status sl__st = (call);                                                 \
+    if (sl__st != SL_OK) return sl__st;                                        \
+  } while (0)
+
+/* For true invariants only: a failure is a bug in sluice, never bad input. */
+void sl__assert_fail(const char *expr, const char *file, int line);
+#define SL_ASSERT(e) ((e) ? (void)0 : sl__assert_fail(#e, __FILE__, __LINE__))
+
+/* ---- logging ----------------------------------------------------------- */
+
+void sl__log(sl_log_level level, const char *file, int line, const char *fmt,
+             ...) SL__PRINTF(4, 5);
+#define SL_LOG(level, ...)                                                     \
+  do {                                                                         \
+    if ((level) >= sl_log_get_level())                                         \
+      sl__log((level), __FILE__, __LINE__, __VA_ARGS__);                       \
+  } while (0)
+#define SL_DEBUG(...) SL_LOG(SL_LOG_DEBUG, __VA_ARGS__)
+#define SL_INFO(...) SL_LOG(SL_LOG_INFO, __VA_ARGS__)
+#define SL_WARN(...) SL_LOG(SL_LOG_WARN, __VA_ARGS__)
+#define SL_ERROR(...) SL_LOG(SL_LOG_ERROR, __VA_ARGS__)
+
+/* ---- allocation -------------------------------------------------------- */
+
+/* malloc/calloc/realloc that record SL_ENOMEM with the size on failure and
+ * return NULL; callers return SL_ENOMEM. sl__free(NULL) is a no-op. Sizes are
+ * checked for overflow (n * size). */
+void *sl__malloc(size_t size);
+void *sl__calloc(size_t n, size_t size);
+void *sl__realloc(void *p, size_t size);
+void *sl__reallocarray(void *p, size_t n, size_t size);
+void sl__free(void *p);
+char *sl__strdup(const char *s);
+
+/* Allocates a zeroed T into *ptr, returning SL_ENOMEM on failure. */
+#define SL_NEW(ptr) (((ptr) = sl__calloc(1, sizeof *(ptr))) ? SL_OK : SL_ENOMEM)
+
+/* ---- arenas ------------------------------------------------------------ */
+
+/* A bump allocator for objects that live and die together (a graph, a plan).
+ * Allocations are 16-byte aligned and zeroed; everything is freed at once by
+ * sl__arena_destroy. */
+typedef struct sl_arena sl_arena;
+
+sl_status sl__arena_create(size_t block_size, sl_arena **out);
+void sl__arena_destroy(sl_arena *a);
+void *sl__arena_alloc(sl_arena *a, size_t size);
+void *sl__arena_calloc(sl_arena *a, size_t n, size_t size);
+char *sl__arena_strdup(sl_arena *a, const char *s);
+size_t sl__arena_bytes_used(const sl_arena *a);
+
+/* ---- small utilities --------------------------------------------------- */
+
+/* Monotonic time in nanoseconds. */
+uint64_t sl__now_ns(void);
+
+/* SplitMix64: the counter-based mixer behind every seeded random stream. */
+static inline uint64_t sl__mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/* A small sequential generator for tests and planners (not for ops: ops key
+ * their randomness by (seed, global index) with sl__mix64). */
+typedef struct sl_rng {
+  uint64_t state;
+} sl_rng;
+static inline uint64_t sl__rng_next(sl_rng *r) {
+  r->state += 0x9e3779b97f4a7c15ull;
+  return sl__mix64(r->state);
+}
+/* Uniform in [0, n); n > 0. */
+static inline uint64_t sl__rng_below(sl_rng *r, uint64_t n) {
+  return sl__rng_next(r) % n;
+}
+
+#define SL_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define SL_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define SL_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#endif

@@ -1,0 +1,39 @@
+/* sluice info: version, build features and visible devices. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+bool sl_cli_wants_help(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+      return true;
+  return false;
+}
+
+int sl_cli_info(int argc, char **argv) {
+  if (sl_cli_wants_help(argc, argv)) {
+    printf("usage: sluice info\n\n"
+           "Prints the sluice version, the features this build has (CUDA,\n"
+           "NCCL, BLAS) and the devices this process can see.\n");
+    return 0;
+  }
+  if (argc > 1) {
+    fprintf(stderr, "sluice info: unexpected argument '%s'\n", argv[1]);
+    return 2;
+  }
+  const char *rt = sl_build_cuda_runtime_version();
+  const char *drv = sl_build_cuda_driver_version();
+  const char *nccl = sl_build_nccl_version();
+  printf("sluice %s\n", sl_version());
+  printf("features:\n");
+  printf("  cuda: %s", sl_build_has_cuda() ? "yes" : "no");
+  if (rt) printf(" (runtime %s, driver %s)", rt, drv ? drv : "not found");
+  printf("\n  nccl: %s", sl_build_has_nccl() ? "yes" : "no");
+  if (nccl) printf(" (%s)", nccl);
+  printf("\n  blas: %s\n", sl_build_blas());
+  printf("devices:\n");
+  printf("  cpu: %d\n", sl_device_count(SL_DEVICE_CPU));
+  printf("  cuda: %d\n", sl_device_count(SL_DEVICE_CUDA));
+  return 0;
+}

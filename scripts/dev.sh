@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Set-up, build, demo and test in one place, for a fresh Debian 12 machine.
+#   scripts/dev.sh demo   install what is missing, build, run the demo
+#   scripts/dev.sh test   install what is missing, build, run every test
+# Environment: BUILD_DIR (default build), JOBS (default nproc),
+# SLUICE_SKIP_INSTALL=1 to skip apt-get, SLUICE_FUZZ_SECONDS (default 10).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build_dir=${BUILD_DIR:-build}
+jobs=${JOBS:-$(nproc)}
+
+packages=(build-essential cmake ninja-build pkg-config libcmocka-dev
+          libopenblas-dev libuv1-dev libprotobuf-c-dev protobuf-c-compiler
+          libssl-dev clang libclang-rt-14-dev)
+
+install_missing() {
+  [ "${SLUICE_SKIP_INSTALL:-0}" = 1 ] && return 0
+  local missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' \
+      || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "== installing: ${missing[*]}"
+  if [ "$(id -u)" != 0 ]; then
+    echo "need root to apt-get install: ${missing[*]}" >&2
+    exit 1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+build() { # build DIR [cmake args...]
+  local dir=$1; shift
+  cmake -S . -B "$dir" -G Ninja -DSLUICE_WERROR=ON "$@" >/dev/null
+  cmake --build "$dir" -j "$jobs"
+}
+
+demo() {
+  install_missing
+  build "$build_dir"
+  local sluice="$build_dir/python-free-cli/sluice"
+  "$sluice" info
+  echo
+  echo "== sluice boxing: a 2x2 mesh, (S(0),P) -> (B,B)"
+  "$sluice" boxing --shape 8,6 --dtype f32 --from-placement 'cpu:0-3[2,2]' \
+    --from '(S(0),P)' --to '(B,B)' --verify
+  echo
+  echo "== sluice boxing: moving S(0) on 4 devices to S(1) on 3 others"
+  "$sluice" boxing --shape 10,7 --dtype f32 --from-placement 'cpu:0-3' \
+    --from 'S(0)' --to-placement 'cpu:4-6' --to 'S(1)' --verify
+}
+
+fuzz_smoke() {
+  local dir="$build_dir-fuzz" secs=${SLUICE_FUZZ_SECONDS:-10}
+  CC=clang build "$dir" -DSLUICE_FUZZ=ON -DSLUICE_CUDA=OFF \
+    -DSLUICE_BUILD_TESTS=ON -DSLUICE_BUILD_BENCH=OFF
+  for f in "$dir"/tests/fuzz/fuzz_*; do
+    [ -x "$f" ] || continue
+    echo "== $(basename "$f") for ${secs}s"
+    "$f" -max_total_time="$secs" -print_final_stats=0 \
+      "tests/fuzz/corpus/$(basename "$f" | sed 's/^fuzz_//')" >/dev/null 2>"$dir/$(basename "$f").log" \
+      || { tail -40 "$dir/$(basename "$f").log"; exit 1; }
+  done
+}
+
+test_all() {
+  install_missing
+  build "$build_dir"
+  (cd "$build_dir" && ctest --output-on-failure -j "$jobs")
+  fuzz_smoke
+}
+
+case "${1:-}" in
+  demo) demo ;;
+  test) test_all ;;
+  *) echo "usage: scripts/dev.sh demo|test" >&2; exit 2 ;;
+esac
