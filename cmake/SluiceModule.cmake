@@ -38,8 +38,11 @@ function(sluice_link_library)
     target_include_directories(${t} INTERFACE
       $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
       $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
-    target_link_libraries(${t} PUBLIC Threads::Threads m ${libs})
   endforeach()
+  # Users of the shared library need none of its dependencies on their link
+  # line; users of the static one need all of them.
+  target_link_libraries(sluice_shared PRIVATE Threads::Threads m ${libs})
+  target_link_libraries(sluice_static PUBLIC Threads::Threads m ${libs})
   set_target_properties(sluice_shared PROPERTIES VERSION ${PROJECT_VERSION}
     SOVERSION ${PROJECT_VERSION_MAJOR})
   add_library(sluice::sluice ALIAS sluice_shared)
@@ -79,7 +82,13 @@ function(sluice_install)
   get_property(libs GLOBAL PROPERTY SLUICE_LINK_LIBS)
   set(SLUICE_PC_LIBS_PRIVATE "-lpthread -lm")
   foreach(l ${libs})
-    if(NOT l MATCHES "::")
+    if(l STREQUAL "CUDA::cudart")
+      string(APPEND SLUICE_PC_LIBS_PRIVATE " -L${CUDAToolkit_LIBRARY_DIR} -lcudart")
+    elseif(l MATCHES "::")
+      message(FATAL_ERROR "sluice.pc: no pkg-config spelling for ${l}")
+    elseif(IS_ABSOLUTE "${l}")
+      string(APPEND SLUICE_PC_LIBS_PRIVATE " ${l}")
+    else()
       string(APPEND SLUICE_PC_LIBS_PRIVATE " -l${l}")
     endif()
   endforeach()
