@@ -2,6 +2,7 @@
 # Set-up, build, demo and test in one place, for a fresh Debian 12 machine.
 #   scripts/dev.sh demo   install what is missing, build, run the demo
 #   scripts/dev.sh test   install what is missing, build, run every test
+#   scripts/dev.sh sanitize   the suite under ASan+UBSan and under TSan
 # Environment: BUILD_DIR (default build), JOBS (default nproc),
 # SLUICE_SKIP_INSTALL=1 to skip apt-get, SLUICE_FUZZ_SECONDS (default 10).
 set -euo pipefail
@@ -72,8 +73,23 @@ test_all() {
   fuzz_smoke
 }
 
+# The suite under AddressSanitizer+UBSan, then ThreadSanitizer (clang, whose
+# TSan runtime handles this kernel's address-space layout).
+sanitize() {
+  install_missing
+  local san dir
+  for san in address,undefined thread; do
+    dir="$build_dir-${san%%,*}"
+    echo "== sanitizer build: $san"
+    CC=clang build "$dir" -DSLUICE_SANITIZE="$san" -DSLUICE_CUDA=OFF \
+      -DSLUICE_BUILD_BENCH=OFF
+    (cd "$dir" && ctest --output-on-failure -j "$jobs")
+  done
+}
+
 case "${1:-}" in
   demo) demo ;;
   test) test_all ;;
-  *) echo "usage: scripts/dev.sh demo|test" >&2; exit 2 ;;
+  sanitize) sanitize ;;
+  *) echo "usage: scripts/dev.sh demo|test|sanitize" >&2; exit 2 ;;
 esac
