@@ -94,6 +94,22 @@ SL_API const int64_t *sl_boxing_step_bytes_sent(const sl_boxing_plan *plan,
 SL_API double sl_boxing_step_predicted_us(const sl_boxing_plan *plan,
                                           int step);
 
+/* The point-to-point pieces of a send_recv or copy step (0 for other
+ * steps). Piece i moves the part *slice (global coordinates) of plan rank
+ * *src's shard to plan rank *dst, which reduces it into its buffer with the
+ * step's reduce op when *reduce is true (partial sources) and stores it
+ * otherwise. Out-parameters may be NULL. SL_EINVAL for an index out of
+ * range. */
+SL_API int sl_boxing_step_piece_count(const sl_boxing_plan *plan, int step);
+SL_API sl_status sl_boxing_step_piece(const sl_boxing_plan *plan, int step,
+                                      int piece, int *src, int *dst,
+                                      sl_slice *slice, bool *reduce);
+/* Whether a send_recv step first fills plan rank's target buffer with the
+ * identity of *op (receivers of partial pieces, and the members of a
+ * partial target that receive nothing); false otherwise. */
+SL_API bool sl_boxing_step_fill(const sl_boxing_plan *plan, int step,
+                                int rank, sl_reduce_op *op);
+
 /* Reference executor: runs the plan on in-memory shards. src_shards[r] is
  * source rank r's local shard (shape from sl_local_slice), dst_shards[r] a
  * caller-allocated buffer of target rank r's shard size, which it fills.

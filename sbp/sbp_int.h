@@ -1,0 +1,136 @@
+/* sluice sbp — module interface: shard geometry helpers, the plan's body,
+ * the cost model and typed element operations shared by the planner, the
+ * reference executor and the verifier. */
+#ifndef SLUICE_SBP_INT_H
+#define SLUICE_SBP_INT_H
+
+#include <sluice/boxing.h>
+#include <sluice/sbp.h>
+
+#include "core_int.h"
+
+/* ---- geometry (shard.c) ------------------------------------------------ */
+
+/* The part of a balanced split of len in n parts that holds element x
+ * (0 <= x < len). */
+int sl__split_part_of(int64_t len, int n, int64_t x);
+
+/* Bit m set when mesh axis m of s has the given kind. */
+unsigned sl__nd_sbp_mask(const sl_nd_sbp *s, sl_sbp_kind kind);
+
+/* The reduce op of s's partial entries; false when it has none. */
+bool sl__nd_sbp_partial_op(const sl_nd_sbp *s, sl_reduce_op *op);
+
+/* The ranks whose mesh coordinates equal rank's on every axis not in
+ * free_mask, enumerated row-major over the free axes (so the first one has
+ * rank's coordinates with 0 on every free axis). out holds the product of
+ * the free axes' extents; returns that count. */
+int sl__mesh_ranks(const sl_placement *p, int rank, unsigned free_mask,
+                   int *out);
+
+/* Row-major stride of mesh axis m (the product of the later extents). */
+int sl__mesh_stride(const sl_placement *p, int axis);
+
+/* sl_local_slice without argument checks (s must fit p and shape). */
+void sl__local_slice(const sl_shape *global, const sl_placement *p,
+                     const sl_nd_sbp *s, int rank, sl_slice *out);
+
+/* ---- cost model (cost.c) ----------------------------------------------- */
+
+/* One message of b bytes over an intra- or inter-node link, in µs. */
+double sl__cost_message(const sl_boxing_cost *c, bool inter, int64_t bytes);
+/* A ring collective of `steps` rounds whose busiest rank sends max_bytes:
+ * steps * α + max_bytes / β. 0 when steps is 0 (a local operation). */
+double sl__cost_ring(const sl_boxing_cost *c, bool inter, int steps,
+                     int64_t max_bytes);
+/* SL_EINVAL when a figure is negative, not finite or a bandwidth is 0. */
+sl_status sl__cost_check(const sl_boxing_cost *c);
+
+/* ---- plans (plan.c, search.c, sendrecv.c) ------------------------------ */
+
+/* One piece of a send_recv or copy step: the part `slice` (global
+ * coordinates) of plan rank src's shard goes to plan rank dst. */
+typedef struct sl__piece {
+  int src, dst;
+  sl_slice slice;
+} sl__piece;
+
+#define SL__FILL_NONE (-1)
+
+typedef struct sl__step {
+  sl_boxing_op op;
+  bool has_reduce;
+  sl_reduce_op reduce;
+  int mesh_axis;         /* -1 for send_recv and copy */
+  int from_side, to_side; /* 0: the source placement, 1: the target one */
+  sl_nd_sbp from, to;
+  int group_count;
+  int *group_off; /* group_count + 1 offsets into group_ranks */
+  int *group_ranks;
+  int64_t *bytes_sent; /* rank_count */
+  double predicted_us;
+  /* send_recv and copy only */
+  int piece_count;
+  sl__piece *pieces;
+  bool piece_reduce; /* pieces are reduced into dst with `reduce` */
+  /* per plan rank: SL__FILL_NONE, or the sl_reduce_op whose identity fills
+   * the rank's target buffer before pieces arrive; NULL when all NONE */
+  int8_t *fill;
+} sl__step;
+
+struct sl_boxing_plan {
+  sl_arena *arena;
+  sl_shape shape;
+  sl_dtype dtype;
+  sl_placement *place[2]; /* source, target (owned copies) */
+  sl_nd_sbp sbp[2];       /* source, target */
+  sl_boxing_cost cost;
+  int rank_count;
+  int *rank_node, *rank_device; /* per plan rank */
+  int *plan_rank[2]; /* placement rank -> plan rank, per side */
+  int step_count, step_cap;
+  sl__step *steps;
+  int64_t *bytes_sent;
+  double predicted_us;
+};
+
+/* Appends a zeroed step with rank_count bytes and no groups. NULL on
+ * SL_ENOMEM. */
+sl__step *sl__plan_add_step(sl_boxing_plan *plan);
+
+/* Plans a conversion on one placement (plan ranks = placement ranks) by a
+ * search over per-mesh-axis conversions; falls back to send_recv. */
+sl_status sl__plan_same_placement(sl_boxing_plan *plan);
+
+/* Appends one send_recv step from side 0's layout to side 1's (both sides
+ * may be the same placement). */
+sl_status sl__plan_send_recv(sl_boxing_plan *plan);
+
+/* Appends one copy step: rank i of the source to rank i of the target
+ * (same mesh and nd-SBP on both sides). */
+sl_status sl__plan_copy(sl_boxing_plan *plan);
+
+/* Whether the ranks of a list span more than one node. */
+bool sl__plan_ranks_inter(const sl_boxing_plan *plan, int n, const int *ranks);
+
+/* ---- typed elements (elem.c) ------------------------------------------- */
+
+/* Fills n elements with the identity of op: 0 for sum, the lowest value
+ * (-inf for floats) for max, the highest (+inf) for min. Bool: sum and max
+ * are logical or (identity 0), min is logical and (identity 1). */
+void sl__elem_fill_identity(sl_dtype dt, sl_reduce_op op, void *dst,
+                            int64_t n);
+/* dst[k] = op(dst[k], src[k]) for n elements, computed in the dtype
+ * (integers wrap, f16/bf16 through float). */
+void sl__elem_reduce(sl_dtype dt, sl_reduce_op op, void *dst, const void *src,
+                     int64_t n);
+
+/* Moves the box `ext` at src_off of a row-major src of shape src_dims into
+ * dst of shape dst_dims at dst_off: a plain copy when reduce is false,
+ * dst = op(dst, src) otherwise. All arrays have ndim entries. */
+void sl__box_move(sl_dtype dt, int ndim, void *dst, const int64_t *dst_dims,
+                  const int64_t *dst_off, const void *src,
+                  const int64_t *src_dims, const int64_t *src_off,
+                  const int64_t *ext, bool reduce, sl_reduce_op op);
+
+#endif
