@@ -163,7 +163,8 @@ static sl_status parse_one(parser *ps, sl_sbp *out) {
     *out = sl_sbp_partial(op);
     return SL_OK;
   }
-  if (!c) return parse_fail(ps, "an SBP (S(axis), B, P, P(max) or P(min))");
+  if (!word_char(c))
+    return parse_fail(ps, "an SBP (S(axis), B, P, P(max) or P(min))");
   char tok[48];
   return sl__fail(SL_EINVAL, "%s '%.80s': unknown SBP %s (expected S(axis), B, "
                   "P, P(max) or P(min))", ps->what, ps->text,
