@@ -1,0 +1,348 @@
+/* The BLAS behind CPU matmul: OpenBLAS, opened with dlopen on first use so
+ * that sluice picks its kernel set before OpenBLAS's load-time CPU probe
+ * runs, or sluice's C sgemm when no OpenBLAS can be opened.
+ *
+ * Why not link OpenBLAS: a DYNAMIC_ARCH OpenBLAS reads OPENBLAS_CORETYPE
+ * once, in its constructor. Linked, it loads before any sluice code runs;
+ * opened here, sluice can set the variable first. */
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cpu/blas.h"
+
+/* CBLAS enum values, fixed by the CBLAS standard (cblas.h), so sluice needs
+ * no BLAS header at build time. */
+enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
+
+/* OpenBLAS's LP64 interface (Debian's libopenblas0): int sizes. */
+typedef void (*cblas_sgemm_fn)(int order, int trans_a, int trans_b, int m,
+                               int n, int k, float alpha, const float *a,
+                               int lda, const float *b, int ldb, float beta,
+                               float *c, int ldc);
+
+/* Tried in order when SLUICE_BLAS_LIBRARY is not set. The first is
+ * whichever variant the system's alternatives point at; then Debian's
+ * variants by path (pthread first: it is the one libopenblas-dev pulls in),
+ * then other distributions' names (Fedora: p = pthread, o = OpenMP). */
+static const char *const default_libraries[] = {
+    "libopenblas.so.0",
+    SLUICE_MULTIARCH_LIBDIR "/openblas-pthread/libopenblas.so.0",
+    SLUICE_MULTIARCH_LIBDIR "/openblas-serial/libopenblas.so.0",
+    SLUICE_MULTIARCH_LIBDIR "/openblas-openmp/libopenblas.so.0",
+    "libopenblasp.so.0",
+    "libopenblaso.so.0",
+    "libopenblas.so",
+};
+
+static struct {
+  void *handle;
+  cblas_sgemm_fn sgemm;
+  void (*set_threads)(int);
+  char *(*get_corename)(void);
+  char *(*get_config)(void);
+  const char *name;        /* "openblas" or "c" */
+  char coretype[64];       /* as OpenBLAS names it; "" for the C sgemm */
+  char reason[1024];       /* why the C sgemm runs */
+  char describe[1536];
+  atomic_int threads;
+} g;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+/* Appends to a fixed buffer, truncating: the reason is a diagnostic. */
+static void append(char *buf, size_t size, const char *fmt, ...)
+    SL__PRINTF(3, 4);
+static void append(char *buf, size_t size, const char *fmt, ...) {
+  size_t used = strlen(buf);
+  if (used + 1 >= size) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf + used, size - used, fmt, ap);
+  va_end(ap);
+}
+
+static const char *env_nonempty(const char *name) {
+  const char *v = getenv(name);
+  return v && *v ? v : NULL;
+}
+
+/* Resolves the symbols sluice uses; false (reason appended) when the
+ * library is not an OpenBLAS with CBLAS. */
+static bool resolve(void *handle, const char *libname) {
+  void *sym[2];
+  static const char *const names[2] = {"cblas_sgemm",
+                                       "openblas_set_num_threads"};
+  for (int i = 0; i < 2; i++) {
+    dlerror();
+    sym[i] = dlsym(handle, names[i]);
+    if (!sym[i]) {
+      const char *err = dlerror();
+      append(g.reason, sizeof g.reason, "%s%s: %s", g.reason[0] ? "; " : "",
+             libname, err ? err : names[i]);
+      return false;
+    }
+  }
+  cblas_sgemm_fn sgemm = (cblas_sgemm_fn)sym[0];
+  void (*set_threads)(int) = (void (*)(int))sym[1];
+  g.handle = handle;
+  g.sgemm = sgemm;
+  g.set_threads = set_threads;
+  /* Optional: only for reporting. */
+  g.get_corename = (char *(*)(void))dlsym(handle, "openblas_get_corename");
+  g.get_config = (char *(*)(void))dlsym(handle, "openblas_get_config");
+  return true;
+}
+
+/* An OpenBLAS the program already has: linked by the host program (its
+ * symbols are global) or opened by someone under one of the usual names.
+ * Its kernel set was fixed when it loaded; sluice uses it as it is. */
+static void *find_loaded(const char *const *names, size_t count, char *path,
+                         size_t path_size) {
+  Dl_info info;
+  void *sym = dlsym(RTLD_DEFAULT, "openblas_get_config");
+  if (sym && dladdr(sym, &info) && info.dli_fname) {
+    void *h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+    if (h) {
+      snprintf(path, path_size, "%s", info.dli_fname);
+      return h;
+    }
+  }
+  for (size_t i = 0; i < count; i++) {
+    void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    if (h) {
+      snprintf(path, path_size, "%s", names[i]);
+      return h;
+    }
+  }
+  dlerror(); /* the misses are expected, not errors */
+  return NULL;
+}
+
+/* The real file a handle's cblas_sgemm lives in, for the report. */
+static void library_path(char *out, size_t size, const char *fallback) {
+  Dl_info info;
+  if (g.sgemm && dladdr((void *)g.sgemm, &info) && info.dli_fname)
+    snprintf(out, size, "%s", info.dli_fname);
+  else
+    snprintf(out, size, "%s", fallback);
+}
+
+static void finish_openblas(const char *how, const char *asked) {
+  char path[512];
+  library_path(path, sizeof path, "?");
+  const char *core = g.get_corename ? g.get_corename() : NULL;
+  snprintf(g.coretype, sizeof g.coretype, "%s", core ? core : "unknown");
+  const char *config = g.get_config ? g.get_config() : "OpenBLAS";
+  snprintf(g.describe, sizeof g.describe, "openblas: %s, %s, kernels %s (%s)",
+           config, path, g.coretype, how);
+  /* OpenBLAS falls back to its own probe when it does not know the name
+   * (a build without that kernel set); say so rather than claim it. */
+  if (asked && strcasecmp(asked, g.coretype) != 0)
+    append(g.describe, sizeof g.describe,
+           "; asked for %s, OpenBLAS chose otherwise", asked);
+  /* The user's (or host program's) kernel set is kept, but a narrower one
+   * than the CPU runs halves sgemm on AVX-512 machines; say so once. */
+  const char *best = sl__blas_coretype_choose(sl__cpu_features_get());
+  if (best && sl__blas_coretype_rank(g.coretype) < sl__blas_coretype_rank(best)) {
+    append(g.describe, sizeof g.describe,
+           "; this CPU can run %s kernels, which sluice chooses when neither "
+           "OPENBLAS_CORETYPE nor SLUICE_BLAS_CORETYPE is set", best);
+    SL_WARN("BLAS: OpenBLAS runs %s kernels (%s); this CPU can run the faster "
+            "%s ones, which sluice picks when OPENBLAS_CORETYPE is unset",
+            g.coretype, how, best);
+  }
+  g.name = "openblas";
+  /* sluice runs one thread per CPU device: BLAS threads on top would
+   * oversubscribe the cores. */
+  g.set_threads(1);
+  atomic_store(&g.threads, 1);
+}
+
+static void blas_init(void) {
+  const char *const *names = default_libraries;
+  size_t count = SL_ARRAY_LEN(default_libraries);
+  const char *user_lib = env_nonempty("SLUICE_BLAS_LIBRARY");
+  g.reason[0] = '\0';
+  if (user_lib && strcmp(user_lib, "none") == 0) {
+    snprintf(g.reason, sizeof g.reason, "SLUICE_BLAS_LIBRARY=none");
+    goto fallback;
+  }
+  if (user_lib) {
+    names = &user_lib;
+    count = 1;
+  }
+
+  char path[512];
+  void *loaded = find_loaded(names, count, path, sizeof path);
+  if (loaded) {
+    if (resolve(loaded, path)) {
+      finish_openblas("already loaded by the program; sluice did not choose",
+                      NULL);
+      return;
+    }
+    dlclose(loaded);
+  }
+
+  /* Which kernel set to ask for. A user's OPENBLAS_CORETYPE wins; then
+   * SLUICE_BLAS_CORETYPE (a name, or auto-off to let OpenBLAS probe). */
+  const char *user_core = env_nonempty("OPENBLAS_CORETYPE");
+  const char *sluice_core = env_nonempty("SLUICE_BLAS_CORETYPE");
+  const char *asked = NULL;
+  char how[256];
+  if (user_core) {
+    asked = user_core;
+    snprintf(how, sizeof how, "set by the user: OPENBLAS_CORETYPE=%s", user_core);
+  } else if (sluice_core && strcmp(sluice_core, "auto-off") == 0) {
+    snprintf(how, sizeof how,
+             "OpenBLAS's own probe: SLUICE_BLAS_CORETYPE=auto-off");
+  } else if (sluice_core) {
+    asked = sluice_core;
+    snprintf(how, sizeof how, "SLUICE_BLAS_CORETYPE=%s", sluice_core);
+  } else {
+    const sl__cpu_features *f = sl__cpu_features_get();
+    asked = sl__blas_coretype_choose(f);
+    if (asked)
+      snprintf(how, sizeof how, "chosen by sluice from cpuid: %s",
+               f->avx512 ? "AVX-512 F/BW/DQ/VL" : "AVX2+FMA");
+    else
+      snprintf(how, sizeof how, "OpenBLAS's own probe: no choice from cpuid");
+  }
+
+  /* The variable is set only around dlopen and then restored, so child
+   * processes and later loads see the user's environment. setenv is not
+   * safe against another thread's getenv at that instant; this happens
+   * once, on the first matmul, and is skipped when the user set it. */
+  bool set_env = asked && !user_core;
+  if (set_env && setenv("OPENBLAS_CORETYPE", asked, 1) != 0) {
+    append(g.reason, sizeof g.reason, "setenv OPENBLAS_CORETYPE failed; ");
+    set_env = false;
+    asked = NULL;
+    snprintf(how, sizeof how, "OpenBLAS's own probe: setenv failed");
+  }
+  bool ok = false;
+  for (size_t i = 0; i < count && !ok; i++) {
+    void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+      const char *err = dlerror();
+      append(g.reason, sizeof g.reason, "%s%s", g.reason[0] ? "; " : "",
+             err ? err : names[i]);
+      continue;
+    }
+    ok = resolve(h, names[i]);
+    if (!ok) dlclose(h);
+  }
+  if (set_env) unsetenv("OPENBLAS_CORETYPE");
+  if (ok) {
+    finish_openblas(how, asked);
+    return;
+  }
+
+fallback:
+  g.name = "c";
+  g.coretype[0] = '\0';
+  atomic_store(&g.threads, 1);
+  snprintf(g.describe, sizeof g.describe,
+           "c: sluice's C sgemm (%s kernel, 1 thread); no OpenBLAS: %s",
+           sl__sgemm_c_kernel_best()->name, g.reason);
+  SL_WARN("BLAS: no OpenBLAS could be loaded (%s); CPU matmul runs sluice's "
+          "C sgemm", g.reason);
+}
+
+sl_status sl__blas_load(void) {
+  pthread_once(&g_once, blas_init);
+  if (g.sgemm) return SL_OK;
+  return sl__fail(SL_ENOTFOUND, "no OpenBLAS loaded, using the C sgemm: %s",
+                  g.reason);
+}
+
+const char *sl__blas_name(void) {
+  pthread_once(&g_once, blas_init);
+  return g.name;
+}
+
+const char *sl__blas_describe(void) {
+  pthread_once(&g_once, blas_init);
+  return g.describe;
+}
+
+const char *sl__blas_coretype(void) {
+  pthread_once(&g_once, blas_init);
+  return g.sgemm ? g.coretype : NULL;
+}
+
+sl_status sl__blas_set_threads(int n) {
+  if (n < 1 || n > 1024)
+    return sl__fail(SL_EINVAL, "BLAS threads: %d is not in 1..1024", n);
+  pthread_once(&g_once, blas_init);
+  /* The C sgemm is single-threaded: parallelism comes from devices. */
+  if (!g.sgemm) return SL_OK;
+  g.set_threads(n);
+  atomic_store(&g.threads, n);
+  return SL_OK;
+}
+
+int sl__blas_get_threads(void) {
+  pthread_once(&g_once, blas_init);
+  return atomic_load(&g.threads);
+}
+
+sl_status sl__blas_sgemm_chunked(bool trans_a, bool trans_b, int64_t m,
+                                 int64_t n, int64_t k, float alpha,
+                                 const float *a, int64_t lda, const float *b,
+                                 int64_t ldb, float beta, float *c, int64_t ldc,
+                                 int64_t limit) {
+  SL_CHECK(sl__sgemm_check(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc));
+  if (limit < 1)
+    return sl__fail(SL_EINVAL, "sgemm: chunk limit %lld < 1", (long long)limit);
+  pthread_once(&g_once, blas_init);
+  /* Zero sizes are done here, not left to the BLAS, so every backend gives
+   * BLAS semantics: nothing for an empty C, C = beta * C for an empty sum. */
+  if (m == 0 || n == 0) return SL_OK;
+  if (k == 0 || alpha == 0.0f) {
+    sl__sgemm_scale_c(m, n, beta, c, ldc);
+    return SL_OK;
+  }
+  /* cblas takes int strides, which cannot be split; such matrices (a row
+   * stride over 2^31 elements) take the C sgemm. */
+  bool cblas = g.sgemm && lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX;
+  if (cblas) limit = SL_MIN(limit, (int64_t)INT_MAX);
+
+  /* Split m, n and k into pieces of at most limit; sums over k pieces
+   * accumulate, so beta applies to the first piece only. */
+  for (int64_t i0 = 0; i0 < m; i0 += limit) {
+    int64_t mi = SL_MIN(limit, m - i0);
+    for (int64_t j0 = 0; j0 < n; j0 += limit) {
+      int64_t nj = SL_MIN(limit, n - j0);
+      for (int64_t p0 = 0; p0 < k; p0 += limit) {
+        int64_t kp = SL_MIN(limit, k - p0);
+        const float *ap = trans_a ? a + p0 * lda + i0 : a + i0 * lda + p0;
+        const float *bp = trans_b ? b + j0 * ldb + p0 : b + p0 * ldb + j0;
+        float *cp = c + i0 * ldc + j0;
+        float bt = p0 == 0 ? beta : 1.0f;
+        if (cblas) {
+          g.sgemm(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS,
+                  trans_b ? CBLAS_TRANS : CBLAS_NO_TRANS, (int)mi, (int)nj,
+                  (int)kp, alpha, ap, (int)lda, bp, (int)ldb, bt, cp,
+                  (int)ldc);
+        } else {
+          SL_CHECK(sl__sgemm_c(trans_a, trans_b, mi, nj, kp, alpha, ap, lda,
+                               bp, ldb, bt, cp, ldc));
+        }
+      }
+    }
+  }
+  return SL_OK;
+}
+
+sl_status sl__blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n,
+                         int64_t k, float alpha, const float *a, int64_t lda,
+                         const float *b, int64_t ldb, float beta, float *c,
+                         int64_t ldc) {
+  return sl__blas_sgemm_chunked(trans_a, trans_b, m, n, k, alpha, a, lda, b,
+                                ldb, beta, c, ldc, INT64_MAX);
+}
