@@ -12,6 +12,7 @@ typedef struct sl_cli_command {
 } sl_cli_command;
 
 int sl_cli_info(int argc, char **argv);
+int sl_cli_boxing(int argc, char **argv);
 
 /* True when argv[1..] asks for help ("--help" or "-h" anywhere). */
 bool sl_cli_wants_help(int argc, char **argv);

@@ -8,6 +8,8 @@
 
 static const sl_cli_command commands[] = {
     {"info", "version, build features and visible devices", sl_cli_info},
+    {"boxing", "explain and verify a conversion between layouts",
+     sl_cli_boxing},
 };
 
 static void usage(FILE *f) {

@@ -54,15 +54,22 @@ demo() {
 }
 
 fuzz_smoke() {
-  local dir="$build_dir-fuzz" secs=${SLUICE_FUZZ_SECONDS:-10}
+  local dir="$build_dir-fuzz" secs=${SLUICE_FUZZ_SECONDS:-10} f name
   CC=clang build "$dir" -DSLUICE_FUZZ=ON -DSLUICE_CUDA=OFF \
     -DSLUICE_BUILD_TESTS=ON -DSLUICE_BUILD_BENCH=OFF
   for f in "$dir"/tests/fuzz/fuzz_*; do
     [ -x "$f" ] || continue
-    echo "== $(basename "$f") for ${secs}s"
+    name=$(basename "$f")
+    # libFuzzer writes new inputs into its first corpus directory and crash
+    # reproducers into the artifact prefix: both go to the build directory
+    # so the checked-in seeds (read-only here) stay as they are.
+    mkdir -p "$dir/corpus/$name"
+    echo "== $name for ${secs}s"
     "$f" -max_total_time="$secs" -print_final_stats=0 \
-      "tests/fuzz/corpus/$(basename "$f" | sed 's/^fuzz_//')" >/dev/null 2>"$dir/$(basename "$f").log" \
-      || { tail -40 "$dir/$(basename "$f").log"; exit 1; }
+      -artifact_prefix="$dir/$name-" \
+      "$dir/corpus/$name" "tests/fuzz/corpus/${name#fuzz_}" \
+      >/dev/null 2>"$dir/$name.log" \
+      || { tail -40 "$dir/$name.log"; exit 1; }
   done
 }
 
