@@ -1,0 +1,249 @@
+/* Plans: actors, register descriptors and edges, as the compiler emits them. */
+#include <stdio.h>
+#include <string.h>
+
+#include "actor_int.h"
+
+/* ---- a small map from uint64 to int32 ------------------------------------- */
+
+#define MAP_EMPTY UINT64_MAX
+
+static size_t map_slot(const sl__u64map *m, uint64_t key) {
+  size_t i = (size_t)sl__mix64(key) & (m->cap - 1);
+  while (m->keys[i] != MAP_EMPTY && m->keys[i] != key) i = (i + 1) & (m->cap - 1);
+  return i;
+}
+
+static int32_t map_get(const sl__u64map *m, uint64_t key) {
+  if (m->cap == 0) return -1;
+  size_t i = map_slot(m, key);
+  return m->keys[i] == key ? m->vals[i] : -1;
+}
+
+/* Makes room for one more key, so the next map_set cannot fail. */
+static sl_status map_reserve(sl__u64map *m) {
+  if ((m->n + 1) * 2 > m->cap) {
+    sl__u64map g = {0};
+    g.cap = m->cap ? m->cap * 2 : 64;
+    g.keys = sl__reallocarray(NULL, g.cap, sizeof *g.keys);
+    g.vals = sl__reallocarray(NULL, g.cap, sizeof *g.vals);
+    if (!g.keys || !g.vals) {
+      sl__free(g.keys);
+      sl__free(g.vals);
+      return SL_ENOMEM;
+    }
+    for (size_t i = 0; i < g.cap; i++) g.keys[i] = MAP_EMPTY;
+    for (size_t i = 0; i < m->cap; i++) {
+      if (m->keys[i] == MAP_EMPTY) continue;
+      size_t j = map_slot(&g, m->keys[i]);
+      g.keys[j] = m->keys[i];
+      g.vals[j] = m->vals[i];
+      g.n++;
+    }
+    sl__free(m->keys);
+    sl__free(m->vals);
+    *m = g;
+  }
+  return SL_OK;
+}
+
+static void map_set(sl__u64map *m, uint64_t key, int32_t val) {
+  size_t i = map_slot(m, key);
+  if (m->keys[i] != key) m->n++;
+  m->keys[i] = key;
+  m->vals[i] = val;
+}
+
+static void map_free(sl__u64map *m) {
+  sl__free(m->keys);
+  sl__free(m->vals);
+}
+
+/* ---- plans ---------------------------------------------------------------- */
+
+sl_status sl_plan_create(sl_plan **out) {
+  *out = NULL;
+  sl_plan *p;
+  if (SL_NEW(p) != SL_OK) return SL_ENOMEM;
+  if (sl__arena_create(0, &p->arena) != SL_OK) {
+    sl__free(p);
+    return SL_ENOMEM;
+  }
+  atomic_init(&p->frozen, 0);
+  *out = p;
+  return SL_OK;
+}
+
+void sl_plan_destroy(sl_plan *p) {
+  if (!p) return;
+  for (int32_t i = 0; i < p->n_actors; i++) {
+    sl__free(p->actors[i].in);
+    sl__free(p->actors[i].out);
+  }
+  for (int32_t i = 0; i < p->n_regsts; i++) sl__free(p->regsts[i].cons);
+  sl__free(p->actors);
+  sl__free(p->regsts);
+  map_free(&p->by_id);
+  map_free(&p->next_index);
+  sl__arena_destroy(p->arena);
+  sl__free(p);
+}
+
+int32_t sl__plan_find(const sl_plan *p, sl_actor_id id) {
+  return map_get(&p->by_id, id);
+}
+
+int32_t sl_plan_actor_count(const sl_plan *p) { return p->n_actors; }
+int32_t sl_plan_regst_count(const sl_plan *p) { return p->n_regsts; }
+
+const char *sl_plan_actor_name(const sl_plan *p, sl_actor_id id) {
+  int32_t i = sl__plan_find(p, id);
+  return i < 0 ? NULL : p->actors[i].d.name;
+}
+
+/* Grows *arr (of *cap elements of size sz) to hold n + 1. */
+static sl_status grow(void **arr, int32_t *cap, int32_t n, size_t sz) {
+  if (n < *cap) return SL_OK;
+  int32_t c = *cap ? *cap * 2 : 4;
+  void *q = sl__reallocarray(*arr, (size_t)c, sz);
+  if (!q) return SL_ENOMEM;
+  *arr = q;
+  *cap = c;
+  return SL_OK;
+}
+
+static sl_status check_frozen(const sl_plan *p) {
+  if (atomic_load(&p->frozen))
+    return sl__fail(SL_ESTATE,
+                    "plan: cannot change a plan once a job was created from it");
+  return SL_OK;
+}
+
+static const char *kind_name(sl_actor_kind k) {
+  switch (k) {
+  case SL_ACTOR_KERNEL: return "kernel";
+  case SL_ACTOR_SOURCE: return "source";
+  case SL_ACTOR_SINK: return "sink";
+  case SL_ACTOR_REPEAT: return "repeat";
+  case SL_ACTOR_ACCUMULATE: return "accumulate";
+  case SL_ACTOR_PACK: return "pack";
+  case SL_ACTOR_UNPACK: return "unpack";
+  }
+  return NULL;
+}
+
+sl_status sl_plan_add_actor(sl_plan *p, const sl_actor_desc *d,
+                            sl_actor_id *out) {
+  *out = 0;
+  SL_CHECK(check_frozen(p));
+  if (!d->name || !d->name[0])
+    return sl__fail(SL_EINVAL, "plan: an actor needs a name");
+  if (!kind_name(d->kind))
+    return sl__fail(SL_EINVAL, "actor '%s': unknown kind %d", d->name,
+                    (int)d->kind);
+  if (d->node >= SL_ACTOR_MAX_NODES || d->device >= SL_ACTOR_MAX_DEVICES ||
+      d->stream >= SL_ACTOR_MAX_STREAMS)
+    return sl__fail(SL_EINVAL,
+                    "actor '%s': node %u, device %u or stream %u out of range "
+                    "(at most %u, %u, %u)",
+                    d->name, d->node, d->device, d->stream,
+                    SL_ACTOR_MAX_NODES - 1, SL_ACTOR_MAX_DEVICES - 1,
+                    SL_ACTOR_MAX_STREAMS - 1);
+  uint64_t skey = sl_actor_id_make(d->node, d->device, d->stream, 0);
+  int32_t index = map_get(&p->next_index, skey);
+  if (index < 0) index = 0;
+  if ((uint32_t)index >= SL_ACTOR_MAX_INDEX - 1)
+    return sl__fail(SL_EINVAL, "actor '%s': stream %u of device %u on node %u "
+                    "already has %u actors", d->name, d->stream, d->device,
+                    d->node, SL_ACTOR_MAX_INDEX - 1);
+  if (p->n_actors == INT32_MAX)
+    return sl__fail(SL_EINVAL, "plan: too many actors");
+  SL_CHECK(grow((void **)&p->actors, &p->cap_actors, p->n_actors,
+                sizeof *p->actors));
+  char *name = sl__arena_strdup(p->arena, d->name);
+  if (!name) return SL_ENOMEM;
+  sl_actor_id id = sl_actor_id_make(d->node, d->device, d->stream,
+                                    (uint32_t)index);
+  SL_CHECK(map_reserve(&p->next_index));
+  SL_CHECK(map_reserve(&p->by_id));
+  map_set(&p->next_index, skey, index + 1);
+  map_set(&p->by_id, id, p->n_actors);
+  plan_actor *a = &p->actors[p->n_actors++];
+  memset(a, 0, sizeof *a);
+  a->d = *d;
+  a->d.name = name;
+  a->id = id;
+  if (d->node + 1 > p->n_nodes) p->n_nodes = d->node + 1;
+  *out = id;
+  return SL_OK;
+}
+
+sl_status sl_plan_add_output(sl_plan *p, sl_actor_id producer,
+                             const sl_regst_desc *d, int32_t *out) {
+  *out = -1;
+  SL_CHECK(check_frozen(p));
+  int32_t ai = sl__plan_find(p, producer);
+  if (ai < 0)
+    return sl__fail(SL_ENOTFOUND, "plan: no actor with id 0x%llx",
+                    (unsigned long long)producer);
+  plan_actor *a = &p->actors[ai];
+  if (d->count < 1)
+    return sl__fail(SL_EINVAL,
+                    "actor '%s': an output needs at least 1 register, not %d",
+                    a->d.name, (int)d->count);
+  if (d->initial < 0 || d->initial > d->count)
+    return sl__fail(SL_EINVAL,
+                    "actor '%s': %d initial registers of an output with %d",
+                    a->d.name, (int)d->initial, (int)d->count);
+  if (a->n_out >= UINT16_MAX)
+    return sl__fail(SL_EINVAL, "actor '%s': too many outputs", a->d.name);
+  if (p->n_regsts == INT32_MAX)
+    return sl__fail(SL_EINVAL, "plan: too many register descriptors");
+  SL_CHECK(grow((void **)&p->regsts, &p->cap_regsts, p->n_regsts,
+                sizeof *p->regsts));
+  SL_CHECK(grow((void **)&a->out, &a->cap_out, a->n_out, sizeof *a->out));
+  char namebuf[256];
+  const char *name = d->name;
+  if (!name || !name[0]) {
+    snprintf(namebuf, sizeof namebuf, "%s.out%d", a->d.name, (int)a->n_out);
+    name = namebuf;
+  }
+  char *dup = sl__arena_strdup(p->arena, name);
+  if (!dup) return SL_ENOMEM;
+  int32_t ri = p->n_regsts++;
+  plan_regst *r = &p->regsts[ri];
+  memset(r, 0, sizeof *r);
+  r->d = *d;
+  r->d.name = dup;
+  if (r->d.device < 0) r->d.device = (int32_t)a->d.device;
+  r->producer = ai;
+  r->out_slot = a->n_out;
+  a->out[a->n_out++] = ri;
+  *out = ri;
+  return SL_OK;
+}
+
+sl_status sl_plan_connect(sl_plan *p, int32_t desc, sl_actor_id consumer) {
+  SL_CHECK(check_frozen(p));
+  if (desc < 0 || desc >= p->n_regsts)
+    return sl__fail(SL_ENOTFOUND, "plan: no register descriptor %d",
+                    (int)desc);
+  int32_t ci = sl__plan_find(p, consumer);
+  if (ci < 0)
+    return sl__fail(SL_ENOTFOUND, "plan: no actor with id 0x%llx",
+                    (unsigned long long)consumer);
+  plan_regst *r = &p->regsts[desc];
+  plan_actor *c = &p->actors[ci];
+  for (int32_t i = 0; i < c->n_in; i++)
+    if (c->in[i] == desc)
+      return sl__fail(SL_EINVAL, "actor '%s': already reads '%s'", c->d.name,
+                      r->d.name);
+  if (c->n_in >= UINT16_MAX || r->n_cons >= UINT16_MAX)
+    return sl__fail(SL_EINVAL, "actor '%s': too many inputs or readers",
+                    c->d.name);
+  SL_CHECK(grow((void **)&c->in, &c->cap_in, c->n_in, sizeof *c->in));
+  SL_CHECK(grow((void **)&r->cons, &r->cap_cons, r->n_cons, sizeof *r->cons));
+  r->cons[r->n_cons++] = (plan_consumer){ci, c->n_in};
+  c->in[c->n_in++] = desc;
+  return SL_OK;
+}
