@@ -46,6 +46,7 @@ static struct {
   void (*set_threads)(int);
   char *(*get_corename)(void);
   char *(*get_config)(void);
+  int (*get_threads)(void);
   const char *name;        /* "openblas" or "c" */
   char coretype[64];       /* as OpenBLAS names it; "" for the C sgemm */
   char reason[1024];       /* why the C sgemm runs */
@@ -95,6 +96,7 @@ static bool resolve(void *handle, const char *libname) {
   /* Optional: only for reporting. */
   g.get_corename = (char *(*)(void))dlsym(handle, "openblas_get_corename");
   g.get_config = (char *(*)(void))dlsym(handle, "openblas_get_config");
+  g.get_threads = (int (*)(void))dlsym(handle, "openblas_get_num_threads");
   return true;
 }
 
@@ -132,21 +134,34 @@ static void library_path(char *out, size_t size, const char *fallback) {
     snprintf(out, size, "%s", fallback);
 }
 
-static void finish_openblas(const char *how, const char *asked) {
+/* Records what runs. `ours` is false for a library the program loaded
+ * before sluice: its kernel set and thread count are the program's, and a
+ * library does not reconfigure its host's BLAS behind its back. */
+static void finish_openblas(const char *how, const char *asked, bool ours) {
   char path[512];
   library_path(path, sizeof path, "?");
   const char *core = g.get_corename ? g.get_corename() : NULL;
   snprintf(g.coretype, sizeof g.coretype, "%s", core ? core : "unknown");
   const char *config = g.get_config ? g.get_config() : "OpenBLAS";
-  snprintf(g.describe, sizeof g.describe, "openblas: %s, %s, kernels %s (%s)",
-           config, path, g.coretype, how);
+  if (ours) {
+    /* sluice runs one thread per CPU device: BLAS threads on top of those
+     * would oversubscribe the cores. */
+    g.set_threads(1);
+    atomic_store(&g.threads, 1);
+  } else {
+    atomic_store(&g.threads, g.get_threads ? g.get_threads() : 1);
+  }
+  snprintf(g.describe, sizeof g.describe,
+           "openblas: %s, %s, kernels %s (%s), %d thread%s per call", config,
+           path, g.coretype, how, atomic_load(&g.threads),
+           atomic_load(&g.threads) == 1 ? "" : "s");
   /* OpenBLAS falls back to its own probe when it does not know the name
    * (a build without that kernel set); say so rather than claim it. */
   if (asked && strcasecmp(asked, g.coretype) != 0)
     append(g.describe, sizeof g.describe,
            "; asked for %s, OpenBLAS chose otherwise", asked);
-  /* The user's (or host program's) kernel set is kept, but a narrower one
-   * than the CPU runs halves sgemm on AVX-512 machines; say so once. */
+  /* A kernel set narrower than the CPU runs halves sgemm on AVX-512
+   * machines; the user's or host's choice is kept, but said once. */
   const char *best = sl__blas_coretype_choose(sl__cpu_features_get());
   if (best && sl__blas_coretype_rank(g.coretype) < sl__blas_coretype_rank(best)) {
     append(g.describe, sizeof g.describe,
@@ -157,10 +172,6 @@ static void finish_openblas(const char *how, const char *asked) {
             g.coretype, how, best);
   }
   g.name = "openblas";
-  /* sluice runs one thread per CPU device: BLAS threads on top would
-   * oversubscribe the cores. */
-  g.set_threads(1);
-  atomic_store(&g.threads, 1);
 }
 
 static void blas_init(void) {
@@ -182,7 +193,7 @@ static void blas_init(void) {
   if (loaded) {
     if (resolve(loaded, path)) {
       finish_openblas("already loaded by the program; sluice did not choose",
-                      NULL);
+                      NULL, false);
       return;
     }
     dlclose(loaded);
@@ -196,7 +207,7 @@ static void blas_init(void) {
   char how[256];
   if (user_core) {
     asked = user_core;
-    snprintf(how, sizeof how, "set by the user: OPENBLAS_CORETYPE=%s", user_core);
+    snprintf(how, sizeof how, "set in the environment: OPENBLAS_CORETYPE=%s", user_core);
   } else if (sluice_core && strcmp(sluice_core, "auto-off") == 0) {
     snprintf(how, sizeof how,
              "OpenBLAS's own probe: SLUICE_BLAS_CORETYPE=auto-off");
@@ -218,6 +229,8 @@ static void blas_init(void) {
    * safe against another thread's getenv at that instant; this happens
    * once, on the first matmul, and is skipped when the user set it. */
   bool set_env = asked && !user_core;
+  /* An empty OPENBLAS_CORETYPE counts as unset but is put back as it was. */
+  bool was_set_empty = getenv("OPENBLAS_CORETYPE") != NULL;
   if (set_env && setenv("OPENBLAS_CORETYPE", asked, 1) != 0) {
     append(g.reason, sizeof g.reason, "setenv OPENBLAS_CORETYPE failed; ");
     set_env = false;
@@ -236,9 +249,12 @@ static void blas_init(void) {
     ok = resolve(h, names[i]);
     if (!ok) dlclose(h);
   }
-  if (set_env) unsetenv("OPENBLAS_CORETYPE");
+  if (set_env && was_set_empty)
+    setenv("OPENBLAS_CORETYPE", "", 1);
+  else if (set_env)
+    unsetenv("OPENBLAS_CORETYPE");
   if (ok) {
-    finish_openblas(how, asked);
+    finish_openblas(how, asked, true);
     return;
   }
 

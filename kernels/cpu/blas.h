@@ -89,9 +89,12 @@ const char *sl__blas_describe(void);
 /* The kernel set OpenBLAS runs ("SkylakeX", "Haswell"), NULL for the C sgemm. */
 const char *sl__blas_coretype(void);
 
-/* Threads each BLAS call may use. sluice runs one thread per CPU device, so
- * the default is 1 (set when the library is loaded). It is process-wide
- * (OpenBLAS has no per-call setting). SL_EINVAL unless 1 <= n <= 1024. */
+/* Threads each BLAS call may use, process-wide (OpenBLAS has no per-call
+ * setting). sluice runs one thread per CPU device, so an OpenBLAS sluice
+ * loads starts at 1; one the program had loaded keeps the program's count.
+ * Call it before device threads run matmuls: OpenBLAS does not allow a
+ * change while calls are in flight. The C sgemm is single-threaded and
+ * ignores it. SL_EINVAL unless 1 <= n <= 1024. */
 sl_status sl__blas_set_threads(int n);
 int sl__blas_get_threads(void);
 

@@ -14,6 +14,7 @@
 
 /* OpenBLAS's own API; declared here so the link really needs the library. */
 char *openblas_get_corename(void);
+int openblas_get_num_threads(void);
 
 static void test_linked(void **state) {
   const char *host_core = openblas_get_corename();
@@ -24,6 +25,8 @@ static void test_linked(void **state) {
   assert_string_equal(sl__blas_coretype(), host_core);
   assert_string_equal(sl__blas_coretype(), "Haswell");
   assert_non_null(strstr(sl__blas_describe(), "already loaded by the program"));
+  /* The host's thread count is the host's: sluice reports, not resets it. */
+  assert_int_equal(sl__blas_get_threads(), openblas_get_num_threads());
   float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, c[4];
   assert_int_equal(sl__blas_sgemm(false, false, 2, 2, 2, 1, a, 2, b, 2, 0, c, 2),
                    SL_OK);

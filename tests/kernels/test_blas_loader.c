@@ -45,13 +45,14 @@ static void load_or_skip(void) {
     skip();
   }
   assert_string_equal(sl__blas_name(), "openblas");
-  assert_int_equal(sl__blas_get_threads(), 1);
 }
 
 /* Nothing set: sluice picks the kernel set from cpuid, and the process
  * environment is left as it was. */
 static void test_auto(void **state) {
   load_or_skip();
+  assert_int_equal(sl__blas_get_threads(), 1); /* one per device */
+  assert_contains(sl__blas_describe(), "1 thread per call");
   const char *want = sl__blas_coretype_choose(sl__cpu_features_get());
   if (want) {
     assert_contains(sl__blas_describe(), "chosen by sluice from cpuid");
@@ -66,12 +67,26 @@ static void test_auto(void **state) {
   product_ok();
 }
 
+/* An empty OPENBLAS_CORETYPE counts as unset, and is left empty. */
+static void test_empty_coretype(void **state) {
+  setenv("OPENBLAS_CORETYPE", "", 1);
+  load_or_skip();
+  const char *want = sl__blas_coretype_choose(sl__cpu_features_get());
+  if (want) {
+    assert_contains(sl__blas_describe(), "chosen by sluice from cpuid");
+    assert_int_equal(strcasecmp(sl__blas_coretype(), want), 0);
+  }
+  assert_non_null(getenv("OPENBLAS_CORETYPE"));
+  assert_string_equal(getenv("OPENBLAS_CORETYPE"), "");
+  product_ok();
+}
+
 /* The user's OPENBLAS_CORETYPE wins over sluice's choice and stays set. */
 static void test_user_coretype(void **state) {
   setenv("OPENBLAS_CORETYPE", "HASWELL", 1);
   load_or_skip();
   assert_string_equal(sl__blas_coretype(), "Haswell");
-  assert_contains(sl__blas_describe(), "set by the user: OPENBLAS_CORETYPE=HASWELL");
+  assert_contains(sl__blas_describe(), "set in the environment: OPENBLAS_CORETYPE=HASWELL");
   assert_string_equal(getenv("OPENBLAS_CORETYPE"), "HASWELL");
   /* On a CPU with wider kernels than Haswell, the description says so. */
   const char *best = sl__blas_coretype_choose(sl__cpu_features_get());
@@ -151,8 +166,15 @@ static void preloaded(int flags) {
     skip();
   }
   char *(*corename)(void) = (char *(*)(void))dlsym(h, "openblas_get_corename");
+  int (*threads)(void) = (int (*)(void))dlsym(h, "openblas_get_num_threads");
+  void (*set_threads)(int) = (void (*)(int))dlsym(h, "openblas_set_num_threads");
   assert_non_null(corename);
+  assert_non_null(threads);
+  assert_non_null(set_threads);
+  set_threads(3); /* the program's own setting, which sluice must keep */
   load_or_skip();
+  assert_int_equal(threads(), 3);
+  assert_int_equal(sl__blas_get_threads(), 3);
   assert_string_equal(sl__blas_coretype(), corename());
   assert_string_equal(sl__blas_coretype(), "Haswell");
   assert_contains(sl__blas_describe(), "already loaded by the program");
@@ -166,6 +188,7 @@ static void test_preloaded_global(void **state) { preloaded(RTLD_GLOBAL); }
 int main(int argc, char **argv) {
   static const struct CMUnitTest all[] = {
       cmocka_unit_test(test_auto),
+      cmocka_unit_test(test_empty_coretype),
       cmocka_unit_test(test_user_coretype),
       cmocka_unit_test(test_auto_off),
       cmocka_unit_test(test_named_coretype),
