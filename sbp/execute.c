@@ -93,6 +93,47 @@ static sl_status copy_to_all(exec *x, int n, const int *g, const buf *b) {
   return SL_OK;
 }
 
+static bool split_in(sl_sbp e, int ndim) {
+  return e.kind == SL_SBP_SPLIT && e.axis >= 0 && e.axis < ndim;
+}
+
+/* A group step's layouts must be the ones its op converts between, so that
+ * a broken plan fails cleanly instead of moving memory it does not have. */
+static sl_status check_group_step(exec *x, const sl__step *s) {
+  int m = s->mesh_axis;
+  bool ok = m >= 0 && m < s->from.ndim && s->from.ndim == s->to.ndim &&
+            s->group_count > 0;
+  sl_sbp a = ok ? s->from.sbp[m] : sl_sbp_broadcast();
+  sl_sbp b = ok ? s->to.sbp[m] : sl_sbp_broadcast();
+  int nd = x->ndim;
+  switch (ok ? s->op : (sl_boxing_op)-1) {
+  case SL_BOXING_ALL_REDUCE:
+    ok = a.kind == SL_SBP_PARTIAL && b.kind == SL_SBP_BROADCAST;
+    break;
+  case SL_BOXING_REDUCE_SCATTER:
+    ok = a.kind == SL_SBP_PARTIAL && split_in(b, nd);
+    break;
+  case SL_BOXING_ALL_GATHER:
+    ok = split_in(a, nd) && b.kind == SL_SBP_BROADCAST;
+    break;
+  case SL_BOXING_ALL_TO_ALL:
+    ok = split_in(a, nd) && split_in(b, nd) && a.axis != b.axis;
+    break;
+  case SL_BOXING_SLICE:
+    ok = a.kind == SL_SBP_BROADCAST && split_in(b, nd);
+    break;
+  case SL_BOXING_ZERO:
+    ok = (a.kind == SL_SBP_BROADCAST || split_in(a, nd)) &&
+         b.kind == SL_SBP_PARTIAL;
+    break;
+  default: ok = false; break;
+  }
+  for (int i = 0; ok && i < s->group_off[s->group_count]; i++)
+    ok = s->group_ranks[i] >= 0 && s->group_ranks[i] < x->plan->rank_count;
+  if (!ok) return bad(x, "the step's layouts do not fit its op", -1);
+  return SL_OK;
+}
+
 static sl_status run_group(exec *x, const sl__step *s, int n, const int *g) {
   sl_dtype dt = x->plan->dtype;
   int m = s->mesh_axis;
@@ -227,7 +268,9 @@ static sl_status run_p2p(exec *x, const sl__step *s) {
   }
   for (int i = 0; i < s->piece_count; i++) {
     const sl__piece *pc = &s->pieces[i];
-    int fr = from_rank[pc->src], tr = to_rank[pc->dst];
+    bool in = pc->src >= 0 && pc->src < plan->rank_count && pc->dst >= 0 &&
+              pc->dst < plan->rank_count && pc->slice.ndim == x->ndim;
+    int fr = in ? from_rank[pc->src] : -1, tr = in ? to_rank[pc->dst] : -1;
     if (fr < 0 || tr < 0 || !x->cur[pc->src].data) {
       st = bad(x, "piece between ranks outside the layouts", pc->src);
       goto out;
@@ -310,9 +353,17 @@ sl_status sl_boxing_execute(const sl_boxing_plan *plan,
   }
   for (x.step = 0; x.step < plan->step_count; x.step++) {
     const sl__step *s = &plan->steps[x.step];
+    if (s->from_side < 0 || s->from_side > 1 || s->to_side < 0 ||
+        s->to_side > 1 ||
+        sl_nd_sbp_check(&s->from, plan->place[s->from_side], &plan->shape) ||
+        sl_nd_sbp_check(&s->to, plan->place[s->to_side], &plan->shape)) {
+      st = bad(&x, "the step's layouts do not fit its placements", -1);
+      goto out;
+    }
     if (s->op == SL_BOXING_SEND_RECV || s->op == SL_BOXING_COPY) {
       SL_CHECK_GOTO(run_p2p(&x, s), st, out);
     } else {
+      SL_CHECK_GOTO(check_group_step(&x, s), st, out);
       for (int gi = 0; gi < s->group_count; gi++)
         SL_CHECK_GOTO(run_group(&x, s, s->group_off[gi + 1] - s->group_off[gi],
                                 s->group_ranks + s->group_off[gi]),

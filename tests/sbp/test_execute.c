@@ -328,6 +328,28 @@ static void test_wrong_plans_give_wrong_shards(void **state) {
   p = mk("6,4", SL_DTYPE_F32, "cpu:0-1", "S(0)", "cpu:0-1", "S(1)");
   p->steps[0].to.sbp[0] = sl_sbp_split(0);
   assert_int_equal(sl_boxing_verify(p, 1, NULL), SL_EINTERNAL);
+  assert_non_null(strstr(sl_last_error(), "do not fit its op"));
+  sl_boxing_plan_destroy(p);
+
+  /* Out-of-range indices fail cleanly. */
+  p = mk("6,4", SL_DTYPE_F32, "cpu:0-1", "S(0)", "cpu:0-1", "B");
+  p->steps[0].mesh_axis = 3;
+  assert_int_equal(sl_boxing_verify(p, 1, NULL), SL_EINTERNAL);
+  p->steps[0].mesh_axis = 0;
+  p->steps[0].group_ranks[1] = 9;
+  assert_int_equal(sl_boxing_verify(p, 1, NULL), SL_EINTERNAL);
+  p->steps[0].group_ranks[1] = 1;
+  p->steps[0].to.sbp[0] = sl_sbp_split(5);
+  assert_int_equal(sl_boxing_verify(p, 1, NULL), SL_EINTERNAL);
+  assert_non_null(strstr(sl_last_error(), "do not fit its placements"));
+  sl_boxing_plan_destroy(p);
+  p = mk("8", SL_DTYPE_F32, "cpu:0-3", "S(0)", "cpu:0-1", "S(0)");
+  p->steps[0].pieces[1].src = -2;
+  assert_int_equal(sl_boxing_verify(p, 1, NULL), SL_EINTERNAL);
+  p->steps[0].pieces[1].src = 1;
+  p->steps[0].pieces[1].slice.start[0] = 7;
+  assert_int_equal(sl_boxing_verify(p, 1, NULL), SL_EINTERNAL);
+  assert_non_null(strstr(sl_last_error(), "piece outside"));
   sl_boxing_plan_destroy(p);
 }
 

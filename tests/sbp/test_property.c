@@ -127,6 +127,67 @@ static void describe(const tcase *c, char *buf, size_t size) {
            ss, dp, ds);
 }
 
+/* b is a, or a with B where b has P(max)/P(min): the relabelling that
+ * moves no data and emits no step. */
+static bool same_or_relabel(const sl_nd_sbp *a, const sl_nd_sbp *b) {
+  if (a->ndim != b->ndim) return false;
+  for (int k = 0; k < a->ndim; k++) {
+    if (sl_sbp_equal(a->sbp[k], b->sbp[k])) continue;
+    if (a->sbp[k].kind == SL_SBP_BROADCAST &&
+        b->sbp[k].kind == SL_SBP_PARTIAL && b->sbp[k].reduce != SL_REDUCE_SUM)
+      continue;
+    return false;
+  }
+  return true;
+}
+
+/* The table's ops for a 1-D conversion on one placement. */
+static const char *table_ops(sl_sbp a, sl_sbp b) {
+  if (sl_sbp_equal(a, b)) return "";
+  switch (a.kind) {
+  case SL_SBP_PARTIAL:
+    if (b.kind == SL_SBP_BROADCAST) return "all_reduce";
+    if (b.kind == SL_SBP_SPLIT) return "reduce_scatter";
+    return b.reduce == SL_REDUCE_SUM ? "all_reduce,zero" : "all_reduce";
+  case SL_SBP_SPLIT:
+    if (b.kind == SL_SBP_BROADCAST) return "all_gather";
+    if (b.kind == SL_SBP_SPLIT) return "all_to_all";
+    return "zero";
+  case SL_SBP_BROADCAST:
+    if (b.kind == SL_SBP_SPLIT) return "slice";
+    return b.reduce == SL_REDUCE_SUM ? "zero" : "";
+  }
+  return "?";
+}
+
+/* Same-placement plans: collectives only, one mesh axis per step, layouts
+ * chaining from the source to the target; 1-D plans are the table's. */
+static void check_chain(const sl_boxing_plan *plan, const tcase *c,
+                        const char *what) {
+  sl_nd_sbp cur = c->ssbp;
+  char ops[128] = "";
+  for (int i = 0; i < sl_boxing_plan_step_count(plan); i++) {
+    sl_nd_sbp f, t;
+    sl_boxing_step_layout(plan, i, &f, &t);
+    int m = sl_boxing_step_mesh_axis(plan, i);
+    if (m < 0) fail_msg("%s: step %d is not a collective", what, i);
+    if (!same_or_relabel(&cur, &f))
+      fail_msg("%s: step %d does not start where the last ended", what, i);
+    for (int k = 0; k < f.ndim; k++)
+      if ((k == m) == sl_sbp_equal(f.sbp[k], t.sbp[k]))
+        fail_msg("%s: step %d changes more than mesh axis %d", what, i, m);
+    cur = t;
+    if (i) strcat(ops, ",");
+    strcat(ops, sl_boxing_op_name(sl_boxing_step_op(plan, i)));
+  }
+  if (!same_or_relabel(&cur, &c->dsbp))
+    fail_msg("%s: the last step does not reach the target", what);
+  if (c->ssbp.ndim == 1 && strcmp(ops, table_ops(c->ssbp.sbp[0],
+                                                 c->dsbp.sbp[0])) != 0)
+    fail_msg("%s: 1-D plan '%s', table says '%s'", what, ops,
+             table_ops(c->ssbp.sbp[0], c->dsbp.sbp[0]));
+}
+
 /* Structural invariants every plan keeps. */
 static void check_plan(const sl_boxing_plan *plan, const tcase *c,
                        const char *what) {
@@ -157,6 +218,7 @@ static void check_plan(const sl_boxing_plan *plan, const tcase *c,
   }
   for (int r = 0; r < n; r++)
     if (sum[r] != total[r]) fail_msg("%s: totals differ from the steps", what);
+  if (same) check_chain(plan, c, what);
   if (fabs(us - sl_boxing_plan_predicted_us(plan)) > 1e-9 * (1 + us))
     fail_msg("%s: predicted time differs from the steps", what);
 }
