@@ -33,7 +33,8 @@ static double transfer_us(double gbps, int64_t bytes) {
 }
 
 double sl__cost_message(const sl_boxing_cost *c, bool inter, int64_t bytes) {
-  if (inter) return c->inter_latency_us + transfer_us(c->inter_bandwidth_gbps, bytes);
+  if (inter)
+    return c->inter_latency_us + transfer_us(c->inter_bandwidth_gbps, bytes);
   return c->intra_latency_us + transfer_us(c->intra_bandwidth_gbps, bytes);
 }
 

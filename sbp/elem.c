@@ -36,7 +36,8 @@ void sl__elem_fill_identity(sl_dtype dt, sl_reduce_op op, void *dst,
   case SL_DTYPE_BOOL: v.u8 = hi ? 1 : 0; break;
   }
   unsigned char *d = dst;
-  for (int64_t k = 0; k < n; k++) memcpy(d + (size_t)k * es, &v, es);
+  for (int64_t k = 0; k < n; k++)
+    memcpy(d + (size_t)k * es, &v, es);
 }
 
 #define REDUCE_LOOP(T, SUM)                                                    \
@@ -45,13 +46,16 @@ void sl__elem_fill_identity(sl_dtype dt, sl_reduce_op op, void *dst,
     const T *s = src;                                                          \
     switch (op) {                                                              \
     case SL_REDUCE_SUM:                                                        \
-      for (int64_t k = 0; k < n; k++) d[k] = SUM(d[k], s[k]);                  \
+      for (int64_t k = 0; k < n; k++)                                          \
+        d[k] = SUM(d[k], s[k]);                                                \
       break;                                                                   \
     case SL_REDUCE_MAX:                                                        \
-      for (int64_t k = 0; k < n; k++) d[k] = s[k] > d[k] ? s[k] : d[k];        \
+      for (int64_t k = 0; k < n; k++)                                          \
+        d[k] = s[k] > d[k] ? s[k] : d[k];                                      \
       break;                                                                   \
     case SL_REDUCE_MIN:                                                        \
-      for (int64_t k = 0; k < n; k++) d[k] = s[k] < d[k] ? s[k] : d[k];        \
+      for (int64_t k = 0; k < n; k++)                                          \
+        d[k] = s[k] < d[k] ? s[k] : d[k];                                      \
       break;                                                                   \
     }                                                                          \
   } while (0)
@@ -69,7 +73,7 @@ static void reduce_half(bool bf16, sl_reduce_op op, uint16_t *d,
   for (int64_t k = 0; k < n; k++) {
     float a = bf16 ? sl_bf16_to_f32(d[k]) : sl_f16_to_f32(d[k]);
     float b = bf16 ? sl_bf16_to_f32(s[k]) : sl_f16_to_f32(s[k]);
-    float r = op == SL_REDUCE_SUM ? a + b
+    float r = op == SL_REDUCE_SUM   ? a + b
               : op == SL_REDUCE_MAX ? (b > a ? b : a)
                                     : (b < a ? b : a);
     d[k] = bf16 ? sl_f32_to_bf16(r) : sl_f32_to_f16(r);
@@ -110,8 +114,10 @@ void sl__box_move(sl_dtype dt, int ndim, void *dst, const int64_t *dst_dims,
     }
     unsigned char *dp = (unsigned char *)dst + (size_t)dof * es;
     const unsigned char *sp = (const unsigned char *)src + (size_t)so * es;
-    if (reduce) sl__elem_reduce(dt, op, dp, sp, run);
-    else memcpy(dp, sp, (size_t)run * es);
+    if (reduce)
+      sl__elem_reduce(dt, op, dp, sp, run);
+    else
+      memcpy(dp, sp, (size_t)run * es);
     /* Odometer over every dim but the last. */
     int d = ndim - 2;
     for (; d >= 0; d--) {

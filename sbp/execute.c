@@ -24,7 +24,8 @@ typedef struct exec {
 
 static int64_t numel_of(int ndim, const int64_t *dims) {
   int64_t n = 1;
-  for (int d = 0; d < ndim; d++) n *= dims[d];
+  for (int d = 0; d < ndim; d++)
+    n *= dims[d];
   return n;
 }
 
@@ -37,13 +38,16 @@ static sl_status alloc_buf(exec *x, buf *b, const int64_t *dims) {
 
 static void free_bufs(buf *b, int n) {
   if (!b) return;
-  for (int i = 0; i < n; i++) sl__free(b[i].data);
+  for (int i = 0; i < n; i++)
+    sl__free(b[i].data);
 }
 
 static sl_status bad(exec *x, const char *why, int rank) {
-  return sl__fail(SL_EINTERNAL, "boxing execute: step %d (%s): plan rank %d: "
-                  "%s", x->step,
-                  sl_boxing_op_name(x->plan->steps[x->step].op), rank, why);
+  return sl__fail(SL_EINTERNAL,
+                  "boxing execute: step %d (%s): plan rank %d: "
+                  "%s",
+                  x->step, sl_boxing_op_name(x->plan->steps[x->step].op), rank,
+                  why);
 }
 
 /* Members agree on every dim but `except` (-1: on every dim). */
@@ -158,7 +162,8 @@ static sl_status run_group(exec *x, const sl__step *s, int n, const int *g) {
     int64_t dims[SL_MAX_DIMS], off[SL_MAX_DIMS] = {0};
     memcpy(dims, x->cur[g[0]].dims, sizeof dims);
     dims[a.axis] = 0;
-    for (int k = 0; k < n; k++) dims[a.axis] += x->cur[g[k]].dims[a.axis];
+    for (int k = 0; k < n; k++)
+      dims[a.axis] += x->cur[g[k]].dims[a.axis];
     SL_CHECK_GOTO(alloc_buf(x, &tmp, dims), st, out);
     for (int k = 0; k < n; k++) {
       const buf *mb = &x->cur[g[k]];
@@ -175,12 +180,14 @@ static sl_status run_group(exec *x, const sl__step *s, int n, const int *g) {
     SL_CHECK_GOTO(check_members(x, n, g, a.axis), st, out);
     for (int k = 0; k < n; k++) {
       int64_t dims[SL_MAX_DIMS], doff[SL_MAX_DIMS] = {0},
-              soff[SL_MAX_DIMS] = {0}, ext[SL_MAX_DIMS], pst, pext;
+                                 soff[SL_MAX_DIMS] = {0}, ext[SL_MAX_DIMS], pst,
+                                 pext;
       memcpy(dims, x->cur[g[0]].dims, sizeof dims);
       sl_split_range(dims[b.axis], n, k, &pst, &pext);
       dims[b.axis] = pext;
       dims[a.axis] = 0;
-      for (int r = 0; r < n; r++) dims[a.axis] += x->cur[g[r]].dims[a.axis];
+      for (int r = 0; r < n; r++)
+        dims[a.axis] += x->cur[g[r]].dims[a.axis];
       SL_CHECK_GOTO(alloc_buf(x, &x->next[g[k]], dims), st, out);
       soff[b.axis] = pst;
       for (int r = 0; r < n; r++) {
@@ -207,15 +214,17 @@ static sl_status run_group(exec *x, const sl__step *s, int n, const int *g) {
         /* Member 0 keeps the value, the others become the identity. */
         SL_CHECK_GOTO(alloc_buf(x, &x->next[g[k]], mb->dims), st, out);
         int64_t cnt = numel_of(x->ndim, mb->dims);
-        if (k == 0) memcpy(x->next[g[k]].data, mb->data, (size_t)cnt * x->es);
-        else sl__elem_fill_identity(dt, s->reduce, x->next[g[k]].data, cnt);
+        if (k == 0)
+          memcpy(x->next[g[k]].data, mb->data, (size_t)cnt * x->es);
+        else
+          sl__elem_fill_identity(dt, s->reduce, x->next[g[k]].data, cnt);
         continue;
       }
       /* Zero-pad in place: the shard goes to its offset in the group's
        * block (whose shape the plan's target layout gives). */
       sl_slice want;
-      sl__local_slice(&x->plan->shape, x->plan->place[s->to_side], &s->to,
-                      g[k], &want);
+      sl__local_slice(&x->plan->shape, x->plan->place[s->to_side], &s->to, g[k],
+                      &want);
       int64_t off[SL_MAX_DIMS] = {0}, pst, pext;
       sl_split_range(want.extent[a.axis], n, k, &pst, &pext);
       off[a.axis] = pst;
@@ -226,8 +235,8 @@ static sl_status run_group(exec *x, const sl__step *s, int n, const int *g) {
       SL_CHECK_GOTO(alloc_buf(x, &x->next[g[k]], want.extent), st, out);
       sl__elem_fill_identity(dt, s->reduce, x->next[g[k]].data,
                              sl_slice_numel(&want));
-      sl__box_move(dt, x->ndim, x->next[g[k]].data, want.extent, off,
-                   mb->data, mb->dims, zero, mb->dims, false, SL_REDUCE_SUM);
+      sl__box_move(dt, x->ndim, x->next[g[k]].data, want.extent, off, mb->data,
+                   mb->dims, zero, mb->dims, false, SL_REDUCE_SUM);
     }
     break;
   default: st = bad(x, "not a group operation", g[0]); break;
@@ -242,8 +251,10 @@ static sl_status side_ranks(const sl_boxing_plan *plan, int side, int **out) {
   int n = sl_placement_size(plan->place[side]);
   int *inv = sl__malloc((size_t)plan->rank_count * sizeof(int));
   if (!inv) return SL_ENOMEM;
-  for (int r = 0; r < plan->rank_count; r++) inv[r] = -1;
-  for (int r = 0; r < n; r++) inv[plan->plan_rank[side][r]] = r;
+  for (int r = 0; r < plan->rank_count; r++)
+    inv[r] = -1;
+  for (int r = 0; r < n; r++)
+    inv[plan->plan_rank[side][r]] = r;
   *out = inv;
   return SL_OK;
 }
@@ -264,7 +275,8 @@ static sl_status run_p2p(exec *x, const sl__step *s) {
     if (s->fill && s->fill[p] != SL__FILL_NONE)
       sl__elem_fill_identity(plan->dtype, (sl_reduce_op)s->fill[p],
                              x->next[p].data, cnt);
-    else memset(x->next[p].data, 0, (size_t)cnt * x->es);
+    else
+      memset(x->next[p].data, 0, (size_t)cnt * x->es);
   }
   for (int i = 0; i < s->piece_count; i++) {
     const sl__piece *pc = &s->pieces[i];
@@ -289,9 +301,9 @@ static sl_status run_p2p(exec *x, const sl__step *s) {
         goto out;
       }
     }
-    sl__box_move(plan->dtype, x->ndim, x->next[pc->dst].data, want.extent,
-                 doff, x->cur[pc->src].data, have.extent, soff,
-                 pc->slice.extent, s->piece_reduce, s->reduce);
+    sl__box_move(plan->dtype, x->ndim, x->next[pc->dst].data, want.extent, doff,
+                 x->cur[pc->src].data, have.extent, soff, pc->slice.extent,
+                 s->piece_reduce, s->reduce);
   }
   st = SL_OK;
 out:
@@ -306,7 +318,8 @@ static sl_status check_layout(exec *x, const sl__step *s) {
   const sl_boxing_plan *plan = x->plan;
   const sl_placement *tp = plan->place[s->to_side];
   int held = 0;
-  for (int r = 0; r < plan->rank_count; r++) held += x->next[r].data != NULL;
+  for (int r = 0; r < plan->rank_count; r++)
+    held += x->next[r].data != NULL;
   if (held != sl_placement_size(tp))
     return bad(x, "wrong number of shards after the step", 0);
   for (int t = 0; t < sl_placement_size(tp); t++) {
@@ -381,10 +394,13 @@ sl_status sl_boxing_execute(const sl_boxing_plan *plan,
     sl__local_slice(&plan->shape, tp, &plan->sbp[1], t, &sl);
     const buf *b = &x.cur[plan->plan_rank[1][t]];
     bool ok = b->data != NULL;
-    for (int d = 0; ok && d < x.ndim; d++) ok = b->dims[d] == sl.extent[d];
+    for (int d = 0; ok && d < x.ndim; d++)
+      ok = b->dims[d] == sl.extent[d];
     if (!ok) {
-      st = sl__fail(SL_EINTERNAL, "boxing execute: target rank %d: the plan "
-                    "leaves no shard of the target's shape", t);
+      st = sl__fail(SL_EINTERNAL,
+                    "boxing execute: target rank %d: the plan "
+                    "leaves no shard of the target's shape",
+                    t);
       goto out;
     }
     size_t bytes = (size_t)sl_slice_numel(&sl) * x.es;

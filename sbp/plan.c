@@ -104,20 +104,19 @@ static sl_status check_args(const sl_shape *shape, sl_dtype dt,
   st = sl_nd_sbp_check(dst_sbp, dst, shape);
   if (st != SL_OK) return sl__fail_context(st, "boxing target: ");
   if (sl_placement_device_type(src) != sl_placement_device_type(dst))
-    return sl__fail(SL_EINVAL, "boxing plan: source devices are %s but target "
+    return sl__fail(SL_EINVAL,
+                    "boxing plan: source devices are %s but target "
                     "devices are %s",
                     sl_device_type_name(sl_placement_device_type(src)),
                     sl_device_type_name(sl_placement_device_type(dst)));
   return SL_OK;
 }
 
-sl_status sl_boxing_plan_create(const sl_shape *shape, sl_dtype dt,
-                                const sl_placement *src,
-                                const sl_nd_sbp *src_sbp,
-                                const sl_placement *dst,
-                                const sl_nd_sbp *dst_sbp,
-                                const sl_boxing_cost *cost,
-                                sl_boxing_plan **out) {
+sl_status
+sl_boxing_plan_create(const sl_shape *shape, sl_dtype dt,
+                      const sl_placement *src, const sl_nd_sbp *src_sbp,
+                      const sl_placement *dst, const sl_nd_sbp *dst_sbp,
+                      const sl_boxing_cost *cost, sl_boxing_plan **out) {
   if (!out) return sl__fail(SL_EINVAL, "boxing plan: NULL out");
   *out = NULL;
   SL_CHECK(check_args(shape, dt, src, src_sbp, dst, dst_sbp));
@@ -147,8 +146,8 @@ sl_status sl_boxing_plan_create(const sl_shape *shape, sl_dtype dt,
     SL_CHECK_GOTO(sl__plan_send_recv(plan), st, fail);
   }
 
-  plan->bytes_sent = sl__arena_calloc(plan->arena, (size_t)plan->rank_count,
-                                      sizeof(int64_t));
+  plan->bytes_sent =
+      sl__arena_calloc(plan->arena, (size_t)plan->rank_count, sizeof(int64_t));
   if (!plan->bytes_sent) {
     st = SL_ENOMEM;
     goto fail;
@@ -180,8 +179,8 @@ int sl_boxing_plan_rank_count(const sl_boxing_plan *plan) {
   return plan->rank_count;
 }
 
-void sl_boxing_plan_rank_device(const sl_boxing_plan *plan, int rank,
-                                int *node, int *device) {
+void sl_boxing_plan_rank_device(const sl_boxing_plan *plan, int rank, int *node,
+                                int *device) {
   bool ok = rank >= 0 && rank < plan->rank_count;
   if (node) *node = ok ? plan->rank_node[rank] : -1;
   if (device) *device = ok ? plan->rank_device[rank] : -1;
@@ -246,8 +245,7 @@ int sl_boxing_step_group(const sl_boxing_plan *plan, int step, int group,
   return s->group_off[group + 1] - s->group_off[group];
 }
 
-const int64_t *sl_boxing_step_bytes_sent(const sl_boxing_plan *plan,
-                                         int step) {
+const int64_t *sl_boxing_step_bytes_sent(const sl_boxing_plan *plan, int step) {
   const sl__step *s = get_step(plan, step);
   return s ? s->bytes_sent : NULL;
 }

@@ -58,7 +58,8 @@ typedef struct parser {
 } parser;
 
 static void skip_space(parser *ps) {
-  while (*ps->p && isspace((unsigned char)*ps->p)) ps->p++;
+  while (*ps->p && isspace((unsigned char)*ps->p))
+    ps->p++;
 }
 
 static bool word_char(char c) {
@@ -71,7 +72,8 @@ static const char *token_at(const char *p, char *buf, size_t size) {
   if (!*p) return "end of text";
   int n = 1;
   if (word_char(*p))
-    while (word_char(p[n]) && n < 32) n++;
+    while (word_char(p[n]) && n < 32)
+      n++;
   snprintf(buf, size, "'%.*s'", n, p);
   return buf;
 }
@@ -109,8 +111,10 @@ static sl_status parse_axis(parser *ps, int *axis) {
     return parse_fail(ps, "a split axis (a non-negative integer)");
   }
   if (v >= SL_MAX_DIMS)
-    return sl__fail(SL_EINVAL, "%s '%.80s': split axis '%.*s' out of range "
-                    "[0, %d]", ps->what, ps->text, (int)(ps->p - start), start,
+    return sl__fail(SL_EINVAL,
+                    "%s '%.80s': split axis '%.*s' out of range "
+                    "[0, %d]",
+                    ps->what, ps->text, (int)(ps->p - start), start,
                     SL_MAX_DIMS - 1);
   *axis = (int)v;
   return SL_OK;
@@ -121,10 +125,11 @@ static sl_status parse_reduce(parser *ps, sl_reduce_op *op) {
   static const struct {
     const char *name;
     sl_reduce_op op;
-  } ops[] = {{"sum", SL_REDUCE_SUM}, {"max", SL_REDUCE_MAX},
-             {"min", SL_REDUCE_MIN}};
+  } ops[] = {
+      {"sum", SL_REDUCE_SUM}, {"max", SL_REDUCE_MAX}, {"min", SL_REDUCE_MIN}};
   int n = 0;
-  while (word_char(ps->p[n])) n++;
+  while (word_char(ps->p[n]))
+    n++;
   for (size_t i = 0; i < SL_ARRAY_LEN(ops); i++)
     if (n == (int)strlen(ops[i].name) && strncmp(ps->p, ops[i].name, n) == 0) {
       ps->p += n;
@@ -132,9 +137,10 @@ static sl_status parse_reduce(parser *ps, sl_reduce_op *op) {
       return SL_OK;
     }
   if (n == 0) return parse_fail(ps, "a reduce op (sum, max or min)");
-  return sl__fail(SL_EINVAL, "%s '%.80s': unknown reduce op '%.*s' (expected "
-                  "sum, max or min)", ps->what, ps->text, n > 32 ? 32 : n,
-                  ps->p);
+  return sl__fail(SL_EINVAL,
+                  "%s '%.80s': unknown reduce op '%.*s' (expected "
+                  "sum, max or min)",
+                  ps->what, ps->text, n > 32 ? 32 : n, ps->p);
 }
 
 static sl_status parse_one(parser *ps, sl_sbp *out) {
@@ -166,9 +172,10 @@ static sl_status parse_one(parser *ps, sl_sbp *out) {
   if (!word_char(c))
     return parse_fail(ps, "an SBP (S(axis), B, P, P(max) or P(min))");
   char tok[48];
-  return sl__fail(SL_EINVAL, "%s '%.80s': unknown SBP %s (expected S(axis), B, "
-                  "P, P(max) or P(min))", ps->what, ps->text,
-                  token_at(ps->p, tok, sizeof tok));
+  return sl__fail(SL_EINVAL,
+                  "%s '%.80s': unknown SBP %s (expected S(axis), B, "
+                  "P, P(max) or P(min))",
+                  ps->what, ps->text, token_at(ps->p, tok, sizeof tok));
 }
 
 static sl_status parse_end(parser *ps) {
@@ -207,8 +214,10 @@ sl_status sl_nd_sbp_parse(const char *text, sl_nd_sbp *out) {
       return sl__fail(SL_EINVAL, "nd-SBP '%.80s': no entries", text);
     do {
       if (s.ndim == SL_MAX_MESH_AXES)
-        return sl__fail(SL_EINVAL, "nd-SBP '%.80s': more than %d entries (one "
-                        "per mesh axis)", text, SL_MAX_MESH_AXES);
+        return sl__fail(SL_EINVAL,
+                        "nd-SBP '%.80s': more than %d entries (one "
+                        "per mesh axis)",
+                        text, SL_MAX_MESH_AXES);
       SL_CHECK(parse_one(&ps, &s.sbp[s.ndim]));
       s.ndim++;
     } while (accept(&ps, ','));
@@ -263,9 +272,11 @@ sl_status sl_nd_sbp_check(const sl_nd_sbp *s, const sl_placement *p,
   int mesh_ndim = sl_placement_mesh_ndim(p);
   if (s->ndim != mesh_ndim) {
     sl_placement_print(p, ptext, sizeof ptext);
-    return sl__fail(SL_EINVAL, "nd-SBP '%s' has %d %s but placement '%s' has "
-                    "a %d-axis mesh", text, s->ndim,
-                    s->ndim == 1 ? "entry" : "entries", ptext, mesh_ndim);
+    return sl__fail(SL_EINVAL,
+                    "nd-SBP '%s' has %d %s but placement '%s' has "
+                    "a %d-axis mesh",
+                    text, s->ndim, s->ndim == 1 ? "entry" : "entries", ptext,
+                    mesh_ndim);
   }
   bool have_partial = false;
   sl_reduce_op partial = SL_REDUCE_SUM;
@@ -276,19 +287,23 @@ sl_status sl_nd_sbp_check(const sl_nd_sbp *s, const sl_placement *p,
     case SL_SBP_SPLIT:
       if (e.axis < 0 || e.axis >= shape->ndim) {
         sl_shape_print(shape, stext, sizeof stext);
-        return sl__fail(SL_EINVAL, "nd-SBP '%s': split axis %d out of range "
-                        "for the %d-dim shape %s", text, e.axis, shape->ndim,
-                        stext);
+        return sl__fail(SL_EINVAL,
+                        "nd-SBP '%s': split axis %d out of range "
+                        "for the %d-dim shape %s",
+                        text, e.axis, shape->ndim, stext);
       }
       break;
     case SL_SBP_PARTIAL:
       if (!valid_reduce(e.reduce))
-        return sl__fail(SL_EINVAL, "nd-SBP '%s': entry %d has unknown reduce "
-                        "op %d", text, i, (int)e.reduce);
+        return sl__fail(SL_EINVAL,
+                        "nd-SBP '%s': entry %d has unknown reduce "
+                        "op %d",
+                        text, i, (int)e.reduce);
       if (have_partial && e.reduce != partial)
-        return sl__fail(SL_EINVAL, "nd-SBP '%s' mixes partial %s and partial "
-                        "%s: a mix has no single logical value", text,
-                        sl_reduce_op_name(partial),
+        return sl__fail(SL_EINVAL,
+                        "nd-SBP '%s' mixes partial %s and partial "
+                        "%s: a mix has no single logical value",
+                        text, sl_reduce_op_name(partial),
                         sl_reduce_op_name(e.reduce));
       have_partial = true;
       partial = e.reduce;

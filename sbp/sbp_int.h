@@ -61,7 +61,7 @@ typedef struct sl__step {
   sl_boxing_op op;
   bool has_reduce;
   sl_reduce_op reduce;
-  int mesh_axis;         /* -1 for send_recv and copy */
+  int mesh_axis;          /* -1 for send_recv and copy */
   int from_side, to_side; /* 0: the source placement, 1: the target one */
   sl_nd_sbp from, to;
   int group_count;
@@ -87,7 +87,7 @@ struct sl_boxing_plan {
   sl_boxing_cost cost;
   int rank_count;
   int *rank_node, *rank_device; /* per plan rank */
-  int *plan_rank[2]; /* placement rank -> plan rank, per side */
+  int *plan_rank[2];            /* placement rank -> plan rank, per side */
   int step_count, step_cap;
   sl__step *steps;
   int64_t *bytes_sent;
@@ -118,8 +118,7 @@ bool sl__plan_ranks_inter(const sl_boxing_plan *plan, int n, const int *ranks);
 /* Fills n elements with the identity of op: 0 for sum, the lowest value
  * (-inf for floats) for max, the highest (+inf) for min. Bool: sum and max
  * are logical or (identity 0), min is logical and (identity 1). */
-void sl__elem_fill_identity(sl_dtype dt, sl_reduce_op op, void *dst,
-                            int64_t n);
+void sl__elem_fill_identity(sl_dtype dt, sl_reduce_op op, void *dst, int64_t n);
 /* dst[k] = op(dst[k], src[k]) for n elements, computed in the dtype
  * (integers wrap, f16/bf16 through float). */
 void sl__elem_reduce(sl_dtype dt, sl_reduce_op op, void *dst, const void *src,

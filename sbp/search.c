@@ -161,7 +161,8 @@ static int encode(const search *se, const sl_nd_sbp *s) {
   int id = 0;
   for (int m = se->ndim - 1; m >= 0; m--) {
     int c = 0;
-    while (c < se->ncand[m] && !sl_sbp_equal(se->cand[m][c], s->sbp[m])) c++;
+    while (c < se->ncand[m] && !sl_sbp_equal(se->cand[m][c], s->sbp[m]))
+      c++;
     id = id * MAX_CAND + c;
   }
   return id;
@@ -205,7 +206,8 @@ static sl_status emit_step(search *se, const sl_nd_sbp *s, int m, sl_sbp b,
   for (int r = 0; r < size; r++) {
     if ((r / stride) % n != 0) continue;
     st->group_off[g] = g * n;
-    for (int k = 0; k < n; k++) st->group_ranks[g * n + k] = r + k * stride;
+    for (int k = 0; k < n; k++)
+      st->group_ranks[g * n + k] = r + k * stride;
     g++;
   }
   st->group_off[g] = g * n;
@@ -229,7 +231,8 @@ sl_status sl__plan_same_placement(sl_boxing_plan *plan) {
   }
 
   int nstates = 1;
-  for (int m = 0; m < se.ndim; m++) nstates *= MAX_CAND;
+  for (int m = 0; m < se.ndim; m++)
+    nstates *= MAX_CAND;
   double dist[MAX_STATES];
   int nsteps[MAX_STATES], prev[MAX_STATES], prev_axis[MAX_STATES];
   bool done[MAX_STATES];
@@ -278,7 +281,8 @@ sl_status sl__plan_same_placement(sl_boxing_plan *plan) {
   if (!isfinite(dist[goal])) return sl__plan_send_recv(plan);
 
   int path[MAX_STATES], len = 0;
-  for (int v = goal; v != start; v = prev[v]) path[len++] = v;
+  for (int v = goal; v != start; v = prev[v])
+    path[len++] = v;
   sl_nd_sbp s = plan->sbp[0];
   for (int i = len - 1; i >= 0; i--) {
     sl_nd_sbp t;

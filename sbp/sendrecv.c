@@ -63,7 +63,8 @@ static sl_status finish(sl_boxing_plan *plan, sl__step *st, pieces *ps) {
     recv[p->dst] += t;
   }
   double worst = 0.0;
-  for (int r = 0; r < n; r++) worst = fmax(worst, fmax(send[r], recv[r]));
+  for (int r = 0; r < n; r++)
+    worst = fmax(worst, fmax(send[r], recv[r]));
   sl__free(send);
   st->predicted_us = worst;
 
@@ -75,7 +76,8 @@ static sl_status finish(sl_boxing_plan *plan, sl__step *st, pieces *ps) {
                                 sizeof(sl__piece));
   if (!st->group_off || !st->group_ranks || !st->pieces) return SL_ENOMEM;
   st->group_off[1] = n;
-  for (int r = 0; r < n; r++) st->group_ranks[r] = r;
+  for (int r = 0; r < n; r++)
+    st->group_ranks[r] = r;
   if (ps->n) memcpy(st->pieces, ps->v, (size_t)ps->n * sizeof(sl__piece));
   st->piece_count = ps->n;
   return SL_OK;
@@ -110,9 +112,9 @@ typedef struct walk {
   const sl_placement *src;
   const sl_nd_sbp *sbp;
   unsigned pmask, bmask;
-  int dst_plan;     /* receiving plan rank */
-  int same_src;     /* source rank on the receiver's device, or -1 */
-  int64_t *load;    /* bytes assigned per source rank */
+  int dst_plan;        /* receiving plan rank */
+  int same_src;        /* source rank on the receiver's device, or -1 */
+  int64_t *load;       /* bytes assigned per source rank */
   int *parts, *copies; /* scratch lists of source ranks */
   pieces *ps;
 } walk;
@@ -167,8 +169,9 @@ static sl_status descend(walk *w, int k, int *coord, const sl_slice *block,
   }
   int a = w->sbp->sbp[k].axis, n = sl_placement_mesh_dim(w->src, k);
   int64_t lo = SL_MAX(block->start[a], d->start[a]) - block->start[a];
-  int64_t hi = SL_MIN(block->start[a] + block->extent[a],
-                      d->start[a] + d->extent[a]) - block->start[a];
+  int64_t hi =
+      SL_MIN(block->start[a] + block->extent[a], d->start[a] + d->extent[a]) -
+      block->start[a];
   if (hi <= lo) return SL_OK;
   int first = sl__split_part_of(block->extent[a], n, lo);
   int last = sl__split_part_of(block->extent[a], n, hi - 1);
@@ -224,7 +227,8 @@ sl_status sl__plan_send_recv(sl_boxing_plan *plan) {
   sl_slice whole;
   memset(&whole, 0, sizeof whole);
   whole.ndim = plan->shape.ndim;
-  for (int d = 0; d < whole.ndim; d++) whole.extent[d] = plan->shape.dims[d];
+  for (int d = 0; d < whole.ndim; d++)
+    whole.extent[d] = plan->shape.dims[d];
 
   for (int t = 0; t < nt && s == SL_OK; t++) {
     sl_slice d;

@@ -65,7 +65,8 @@ int sl__mesh_ranks(const sl_placement *p, int rank, unsigned free_mask,
   int idx[SL_MAX_MESH_AXES] = {0};
   for (int n = 0; n < count; n++) {
     int r = base;
-    for (int k = 0; k < ndim; k++) r += idx[k] * stride[k];
+    for (int k = 0; k < ndim; k++)
+      r += idx[k] * stride[k];
     out[n] = r;
     for (int k = ndim - 1; k >= 0; k--) {
       if (!(free_mask & (1u << k))) continue;
@@ -80,7 +81,8 @@ void sl__local_slice(const sl_shape *global, const sl_placement *p,
                      const sl_nd_sbp *s, int rank, sl_slice *out) {
   memset(out, 0, sizeof *out);
   out->ndim = global->ndim;
-  for (int d = 0; d < global->ndim; d++) out->extent[d] = global->dims[d];
+  for (int d = 0; d < global->ndim; d++)
+    out->extent[d] = global->dims[d];
   int coord[SL_MAX_MESH_AXES];
   sl_placement_rank_coord(p, rank, coord);
   /* Mesh axis by mesh axis: each split divides the current part. */
@@ -106,20 +108,25 @@ sl_status sl_local_slice(const sl_shape *global, const sl_placement *p,
   if (global->ndim < 0 || global->ndim > SL_MAX_DIMS)
     return sl__fail(SL_EINVAL, "local slice: shape has %d dims", global->ndim);
   if (s->ndim != sl_placement_mesh_ndim(p))
-    return sl__fail(SL_EINVAL, "local slice: nd-SBP has %d entries for a "
-                    "%d-axis mesh", s->ndim, sl_placement_mesh_ndim(p));
+    return sl__fail(SL_EINVAL,
+                    "local slice: nd-SBP has %d entries for a "
+                    "%d-axis mesh",
+                    s->ndim, sl_placement_mesh_ndim(p));
   for (int k = 0; k < s->ndim; k++)
     if (s->sbp[k].kind == SL_SBP_SPLIT &&
         (s->sbp[k].axis < 0 || s->sbp[k].axis >= global->ndim))
-      return sl__fail(SL_EINVAL, "local slice: split axis %d out of range for "
-                      "a %d-dim shape", s->sbp[k].axis, global->ndim);
+      return sl__fail(SL_EINVAL,
+                      "local slice: split axis %d out of range for "
+                      "a %d-dim shape",
+                      s->sbp[k].axis, global->ndim);
   sl__local_slice(global, p, s, rank, out);
   return SL_OK;
 }
 
 int64_t sl_slice_numel(const sl_slice *s) {
   int64_t n = 1;
-  for (int d = 0; d < s->ndim; d++) n *= s->extent[d];
+  for (int d = 0; d < s->ndim; d++)
+    n *= s->extent[d];
   return n;
 }
 

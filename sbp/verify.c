@@ -57,13 +57,16 @@ static void random_parts(vctx *v, sl_reduce_op op, double value, int n,
     break;
   case SL_REDUCE_MAX:
     for (int k = 0; k < n; k++) {
-      double below = boolean ? (value ? rnd(v, 0, 1) : 0) : value - rnd(v, 0, 3);
-      parts[k] = k == holder ? value : (below < 0 && is_unsigned(v->dt) ? 0 : below);
+      double below =
+          boolean ? (value ? rnd(v, 0, 1) : 0) : value - rnd(v, 0, 3);
+      parts[k] =
+          k == holder ? value : (below < 0 && is_unsigned(v->dt) ? 0 : below);
     }
     break;
   case SL_REDUCE_MIN:
     for (int k = 0; k < n; k++) {
-      double above = boolean ? (value ? 1 : rnd(v, 0, 1)) : value + rnd(v, 0, 3);
+      double above =
+          boolean ? (value ? 1 : rnd(v, 0, 1)) : value + rnd(v, 0, 3);
       parts[k] = k == holder ? value : above;
     }
     break;
@@ -113,8 +116,10 @@ static sl_status build_sources(vctx *v, void **shards) {
     int64_t cnt = sl_slice_numel(&sl);
     for (int64_t i = 0; i < cnt; i++) {
       double value = v->logical[global_index(v, &sl, i)];
-      if (pmask) random_parts(v, op, value, k, parts);
-      else parts[0] = value;
+      if (pmask)
+        random_parts(v, op, value, k, parts);
+      else
+        parts[0] = value;
       for (int j = 0; j < k; j++) {
         int nc = sl__mesh_ranks(p, members[j], bmask, copies);
         for (int c = 0; c < nc; c++)
@@ -139,8 +144,7 @@ static double reduce2(sl_dtype dt, sl_reduce_op op, double a, double b) {
 
 /* Every target element, reduced over the ranks that differ from its rank
  * only on partial axes, must be the logical value. */
-static sl_status check_targets(vctx *v, void **shards,
-                               sl_boxing_mismatch *mm) {
+static sl_status check_targets(vctx *v, void **shards, sl_boxing_mismatch *mm) {
   const sl_placement *p = v->plan->place[1];
   const sl_nd_sbp *s = &v->plan->sbp[1];
   int n = sl_placement_size(p);
@@ -168,8 +172,10 @@ static sl_status check_targets(vctx *v, void **shards,
           mm->expected = want;
           mm->got = got;
         }
-        st = sl__fail(SL_EMISMATCH, "boxing verify: target rank %d, element "
-                      "%lld: expected %g, got %g", r, (long long)i, want, got);
+        st = sl__fail(SL_EMISMATCH,
+                      "boxing verify: target rank %d, element "
+                      "%lld: expected %g, got %g",
+                      r, (long long)i, want, got);
         break;
       }
     }
@@ -199,7 +205,8 @@ sl_status sl_boxing_verify(const sl_boxing_plan *plan, uint64_t seed,
     st = SL_ENOMEM;
     goto out;
   }
-  for (int64_t i = 0; i < numel; i++) v.logical[i] = random_value(&v);
+  for (int64_t i = 0; i < numel; i++)
+    v.logical[i] = random_value(&v);
   SL_CHECK_GOTO(build_sources(&v, src), st, out);
   for (int t = 0; t < nt; t++) {
     sl_slice sl;
@@ -215,8 +222,10 @@ sl_status sl_boxing_verify(const sl_boxing_plan *plan, uint64_t seed,
                 out);
   st = check_targets(&v, dst, mismatch);
 out:
-  for (int r = 0; src && r < ns; r++) sl__free(src[r]);
-  for (int t = 0; dst && t < nt; t++) sl__free(dst[t]);
+  for (int r = 0; src && r < ns; r++)
+    sl__free(src[r]);
+  for (int t = 0; dst && t < nt; t++)
+    sl__free(dst[t]);
   sl__free(src);
   sl__free(dst);
   sl__free(v.logical);

@@ -143,7 +143,8 @@ static void test_totals(void **state) {
                          "cpu:0-1/0-1[2,2]", "(B,S(0))", NULL);
   assert_int_equal(sl_boxing_plan_step_count(p), 3);
   double sum = 0;
-  for (int i = 0; i < 3; i++) sum += sl_boxing_step_predicted_us(p, i);
+  for (int i = 0; i < 3; i++)
+    sum += sl_boxing_step_predicted_us(p, i);
   assert_us(sl_boxing_plan_predicted_us(p), sum);
   assert_true(sum > 30.0); /* axis 0 crosses nodes */
   sl_boxing_plan_destroy(p);

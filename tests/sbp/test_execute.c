@@ -38,10 +38,12 @@ static void run(sl_boxing_plan *plan, sl_dtype dt, int ns, int nsv,
   const void *inp[8];
   void *outp[8];
   for (int r = 0; r < ns; r++) {
-    for (int i = 0; i < nsv; i++) sl_store_element(dt, in[r], i, src[r][i]);
+    for (int i = 0; i < nsv; i++)
+      sl_store_element(dt, in[r], i, src[r][i]);
     inp[r] = in[r];
   }
-  for (int t = 0; t < nt; t++) outp[t] = out[t];
+  for (int t = 0; t < nt; t++)
+    outp[t] = out[t];
   if (sl_boxing_execute(plan, inp, outp) != SL_OK)
     fail_msg("execute: %s", sl_last_error());
   for (int t = 0; t < nt; t++)
@@ -62,8 +64,9 @@ static void test_collectives_on_data(void **state) {
   sl_boxing_plan_destroy(p);
   /* reduce_scatter: member k keeps chunk k of the sum. */
   p = mk("4", SL_DTYPE_F32, "cpu:0-1", "P", "cpu:0-1", "S(0)");
-  run(p, SL_DTYPE_F32, 2, 4, (const double[][MAXV]){{1, 2, 3, 4}, {10, 20, 30, 40}},
-      2, 2, (const double[][MAXV]){{11, 22}, {33, 44}});
+  run(p, SL_DTYPE_F32, 2, 4,
+      (const double[][MAXV]){{1, 2, 3, 4}, {10, 20, 30, 40}}, 2, 2,
+      (const double[][MAXV]){{11, 22}, {33, 44}});
   sl_boxing_plan_destroy(p);
   /* all_reduce(max) in i8 with negative values. */
   p = mk("2", SL_DTYPE_I8, "cpu:0-1", "P(max)", "cpu:0-1", "B");
@@ -77,8 +80,9 @@ static void test_collectives_on_data(void **state) {
   sl_boxing_plan_destroy(p);
   /* slice: [5] in 2 is 3,2. */
   p = mk("5", SL_DTYPE_F64, "cpu:0-1", "B", "cpu:0-1", "S(0)");
-  run(p, SL_DTYPE_F64, 2, 5, (const double[][MAXV]){{1, 2, 3, 4, 5}, {1, 2, 3, 4, 5}},
-      2, 3, (const double[][MAXV]){{1, 2, 3}, {4, 5, NAN}});
+  run(p, SL_DTYPE_F64, 2, 5,
+      (const double[][MAXV]){{1, 2, 3, 4, 5}, {1, 2, 3, 4, 5}}, 2, 3,
+      (const double[][MAXV]){{1, 2, 3}, {4, 5, NAN}});
   sl_boxing_plan_destroy(p);
 }
 
@@ -233,7 +237,8 @@ static void test_elem_reduce(void **state) {
 
 static void test_box_move(void **state) {
   int32_t src[12], dst[16] = {0};
-  for (int i = 0; i < 12; i++) src[i] = i; /* 3x4 */
+  for (int i = 0; i < 12; i++)
+    src[i] = i; /* 3x4 */
   /* src[1:3, 1:3] -> dst (4x4) at [2, 0]. */
   sl__box_move(SL_DTYPE_I32, 2, dst, (int64_t[]){4, 4}, (int64_t[]){2, 0}, src,
                (int64_t[]){3, 4}, (int64_t[]){1, 1}, (int64_t[]){2, 2}, false,
@@ -274,7 +279,8 @@ static void assert_caught(sl_boxing_plan *p, const char *what) {
 
 static void test_wrong_plans_give_wrong_shards(void **state) {
   /* all_gather in the wrong member order. */
-  sl_boxing_plan *p = mk("6,2", SL_DTYPE_F32, "cpu:0-2", "S(0)", "cpu:0-2", "B");
+  sl_boxing_plan *p =
+      mk("6,2", SL_DTYPE_F32, "cpu:0-2", "S(0)", "cpu:0-2", "B");
   assert_int_equal(sl_boxing_verify(p, 1, NULL), SL_OK);
   int t = p->steps[0].group_ranks[0];
   p->steps[0].group_ranks[0] = p->steps[0].group_ranks[1];

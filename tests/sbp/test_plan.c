@@ -80,7 +80,8 @@ static void assert_bytes(const sl_boxing_plan *plan, int step, int n,
 static void assert_reduce(const sl_boxing_plan *plan, int step, int want) {
   sl_reduce_op op;
   bool has = sl_boxing_step_reduce(plan, step, &op);
-  if (want < 0) assert_false(has);
+  if (want < 0)
+    assert_false(has);
   else {
     assert_true(has);
     assert_int_equal(op, want);
@@ -101,7 +102,8 @@ static void row(const char *shape, const char *from, const char *to,
     assert_int_equal(sl_boxing_step_group_count(p, 0), 1);
     const int *g;
     assert_int_equal(sl_boxing_step_group(p, 0, 0, &g), 4);
-    for (int i = 0; i < 4; i++) assert_int_equal(g[i], i);
+    for (int i = 0; i < 4; i++)
+      assert_int_equal(g[i], i);
   }
   assert_bytes(p, -1, 4, bytes);
   sl_boxing_plan_destroy(p);
@@ -191,8 +193,8 @@ static void test_partial_max_min(void **state) {
       BYTES(176, 180, 184, 180));
   row("6,5", "P(min)", "P(max)", "all_reduce", SL_REDUCE_MIN,
       BYTES(176, 180, 184, 180));
-  sl_boxing_plan *p = mk("6,5", SL_DTYPE_I32, "cpu:0-3", "P(max)", "cpu:0-3",
-                         "P");
+  sl_boxing_plan *p =
+      mk("6,5", SL_DTYPE_I32, "cpu:0-3", "P(max)", "cpu:0-3", "P");
   assert_ops(p, "all_reduce,zero");
   assert_reduce(p, 0, SL_REDUCE_MAX);
   assert_reduce(p, 1, SL_REDUCE_SUM);
@@ -254,8 +256,8 @@ static void test_nd_same_axis_split_twice(void **state) {
 
 static void test_nd_groups_and_bytes(void **state) {
   /* Axis 0 of [2,3] runs on columns, axis 1 on rows. */
-  sl_boxing_plan *p = mk("6,6", SL_DTYPE_F32, "cpu:0-5[2,3]", "(P,B)",
-                         "cpu:0-5[2,3]", "(B,B)");
+  sl_boxing_plan *p =
+      mk("6,6", SL_DTYPE_F32, "cpu:0-5[2,3]", "(P,B)", "cpu:0-5[2,3]", "(B,B)");
   assert_ops(p, "all_reduce@0");
   assert_int_equal(sl_boxing_step_group_count(p, 0), 3);
   const int *g;
@@ -287,8 +289,7 @@ static void test_nd_groups_and_bytes(void **state) {
   sl_boxing_plan_destroy(p);
 
   /* Both axes partial: two all_reduces, one per axis. */
-  p = mk("4,4", SL_DTYPE_F32, "cpu:0-3[2,2]", "(P,P)", "cpu:0-3[2,2]",
-         "(B,B)");
+  p = mk("4,4", SL_DTYPE_F32, "cpu:0-3[2,2]", "(P,P)", "cpu:0-3[2,2]", "(B,B)");
   assert_int_equal(sl_boxing_plan_step_count(p), 2);
   assert_int_equal(sl_boxing_step_op(p, 0), SL_BOXING_ALL_REDUCE);
   assert_int_equal(sl_boxing_step_op(p, 1), SL_BOXING_ALL_REDUCE);
@@ -311,8 +312,8 @@ static void test_nd_partial_kinds(void **state) {
   assert_ops(p, "all_reduce@0");
   assert_reduce(p, 0, SL_REDUCE_SUM);
   sl_boxing_plan_destroy(p);
-  p = mk("4,3", SL_DTYPE_F32, "cpu:0-3[2,2]", "(P(min),P(min))",
-         "cpu:0-3[2,2]", "(P,S(1))");
+  p = mk("4,3", SL_DTYPE_F32, "cpu:0-3[2,2]", "(P(min),P(min))", "cpu:0-3[2,2]",
+         "(P,S(1))");
   for (int i = 0; i < sl_boxing_plan_step_count(p); i++) {
     sl_nd_sbp f, t;
     sl_boxing_step_layout(p, i, &f, &t);
@@ -334,8 +335,8 @@ static void test_nd_partial_kinds(void **state) {
 }
 
 static void test_copy(void **state) {
-  sl_boxing_plan *p = mk("8", SL_DTYPE_F32, "cpu:0-3", "S(0)", "cpu:4-7",
-                         "S(0)");
+  sl_boxing_plan *p =
+      mk("8", SL_DTYPE_F32, "cpu:0-3", "S(0)", "cpu:4-7", "S(0)");
   assert_ops(p, "copy");
   assert_bytes(p, 0, 8, BYTES(8, 8, 8, 8, 0, 0, 0, 0));
   assert_int_equal(sl_boxing_step_mesh_axis(p, 0), -1);
@@ -372,8 +373,8 @@ static void test_copy(void **state) {
 
 static void test_send_recv(void **state) {
   /* Fewer ranks: target 0 (device 0) keeps its own half. */
-  sl_boxing_plan *p = mk("8", SL_DTYPE_F32, "cpu:0-3", "S(0)", "cpu:0-1",
-                         "S(0)");
+  sl_boxing_plan *p =
+      mk("8", SL_DTYPE_F32, "cpu:0-3", "S(0)", "cpu:0-1", "S(0)");
   assert_ops(p, "send_recv");
   assert_bytes(p, 0, 4, BYTES(0, 8, 8, 8));
   assert_int_equal(sl_boxing_step_piece_count(p, 0), 4);
@@ -428,8 +429,7 @@ static void test_send_recv(void **state) {
   sl_boxing_plan_destroy(p);
 
   /* Other nodes and a different rank count. */
-  p = mk("4,9", SL_DTYPE_F16, "cpu:0-1/0-1", "(S(1))", "cpu:1-2/1,5,6",
-         "S(0)");
+  p = mk("4,9", SL_DTYPE_F16, "cpu:0-1/0-1", "(S(1))", "cpu:1-2/1,5,6", "S(0)");
   assert_ops(p, "send_recv");
   /* Sources: (0,0) (0,1) (1,0) (1,1); new: (1,5) (1,6) (2,1) (2,5) (2,6). */
   assert_int_equal(sl_boxing_plan_rank_count(p), 9);
@@ -450,39 +450,39 @@ static void test_send_recv(void **state) {
 
 static void test_errors(void **state) {
   sl_boxing_plan *p = (sl_boxing_plan *)1;
-  assert_int_equal(try_plan("4", SL_DTYPE_F32, "cpu:0-1", "S(0)", "cuda:0-1",
-                            "S(0)", &p),
-                   SL_EINVAL);
+  assert_int_equal(
+      try_plan("4", SL_DTYPE_F32, "cpu:0-1", "S(0)", "cuda:0-1", "S(0)", &p),
+      SL_EINVAL);
   assert_null(p);
   assert_non_null(strstr(sl_last_error(), "cpu"));
   assert_non_null(strstr(sl_last_error(), "cuda"));
-  assert_int_equal(try_plan("4", SL_DTYPE_F32, "cpu:0-1", "S(1)", "cpu:0-1",
-                            "B", &p),
-                   SL_EINVAL);
+  assert_int_equal(
+      try_plan("4", SL_DTYPE_F32, "cpu:0-1", "S(1)", "cpu:0-1", "B", &p),
+      SL_EINVAL);
   assert_non_null(strstr(sl_last_error(), "boxing source: "));
-  assert_int_equal(try_plan("4", SL_DTYPE_F32, "cpu:0-1", "B", "cpu:0-3[2,2]",
-                            "B", &p),
-                   SL_EINVAL);
+  assert_int_equal(
+      try_plan("4", SL_DTYPE_F32, "cpu:0-1", "B", "cpu:0-3[2,2]", "B", &p),
+      SL_EINVAL);
   assert_non_null(strstr(sl_last_error(), "boxing target: "));
-  assert_int_equal(try_plan("4", (sl_dtype)42, "cpu:0-1", "B", "cpu:0-1", "B",
-                            &p),
-                   SL_EINVAL);
+  assert_int_equal(
+      try_plan("4", (sl_dtype)42, "cpu:0-1", "B", "cpu:0-1", "B", &p),
+      SL_EINVAL);
   sl_shape sh = {1, {4}};
   sl_nd_sbp b = {1, {{SL_SBP_BROADCAST, 0, SL_REDUCE_SUM}}};
   sl_placement *pl = place("cpu:0-1");
-  assert_int_equal(sl_boxing_plan_create(NULL, SL_DTYPE_F32, pl, &b, pl, &b,
-                                         NULL, &p),
-                   SL_EINVAL);
-  assert_int_equal(sl_boxing_plan_create(&sh, SL_DTYPE_F32, pl, &b, NULL, &b,
-                                         NULL, &p),
-                   SL_EINVAL);
-  assert_int_equal(sl_boxing_plan_create(&sh, SL_DTYPE_F32, pl, &b, pl, &b,
-                                         NULL, NULL),
-                   SL_EINVAL);
+  assert_int_equal(
+      sl_boxing_plan_create(NULL, SL_DTYPE_F32, pl, &b, pl, &b, NULL, &p),
+      SL_EINVAL);
+  assert_int_equal(
+      sl_boxing_plan_create(&sh, SL_DTYPE_F32, pl, &b, NULL, &b, NULL, &p),
+      SL_EINVAL);
+  assert_int_equal(
+      sl_boxing_plan_create(&sh, SL_DTYPE_F32, pl, &b, pl, &b, NULL, NULL),
+      SL_EINVAL);
   sh.dims[0] = -1;
-  assert_int_equal(sl_boxing_plan_create(&sh, SL_DTYPE_F32, pl, &b, pl, &b,
-                                         NULL, &p),
-                   SL_EINVAL);
+  assert_int_equal(
+      sl_boxing_plan_create(&sh, SL_DTYPE_F32, pl, &b, pl, &b, NULL, &p),
+      SL_EINVAL);
   sl_placement_destroy(pl);
   sl_boxing_plan_destroy(NULL);
 }
@@ -518,9 +518,9 @@ static void test_accessors_out_of_range(void **state) {
 static void test_large_placements(void **state) {
   uint64_t t0 = sl__now_ns();
   sl_boxing_plan *p = NULL;
-  assert_int_equal(try_plan("65536,2", SL_DTYPE_F32, "cuda:0-255/0-255[256,256]",
-                            "(S(0),P)", "cuda:0-255/0-255[256,256]",
-                            "(S(1),S(0))", &p),
+  assert_int_equal(try_plan("65536,2", SL_DTYPE_F32,
+                            "cuda:0-255/0-255[256,256]", "(S(0),P)",
+                            "cuda:0-255/0-255[256,256]", "(S(1),S(0))", &p),
                    SL_OK);
   for (int i = 0; i < sl_boxing_plan_step_count(p); i++)
     assert_int_not_equal(sl_boxing_step_op(p, i), SL_BOXING_SEND_RECV);
@@ -530,9 +530,9 @@ static void test_large_placements(void **state) {
                    SL_OK);
   assert_int_equal(sl_boxing_step_piece_count(p, 0), 65536);
   sl_boxing_plan_destroy(p);
-  assert_int_equal(try_plan("8", SL_DTYPE_F32, "cpu:0-4095", "P",
-                            "cpu:4096-8191", "B", &p),
-                   SL_EUNSUPPORTED);
+  assert_int_equal(
+      try_plan("8", SL_DTYPE_F32, "cpu:0-4095", "P", "cpu:4096-8191", "B", &p),
+      SL_EUNSUPPORTED);
   assert_non_null(strstr(sl_last_error(), "pieces"));
   double secs = (double)(sl__now_ns() - t0) / 1e9;
   if (secs > 20) fail_msg("large plans took %.1f s", secs);

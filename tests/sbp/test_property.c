@@ -24,12 +24,15 @@ typedef struct tcase {
   sl_nd_sbp ssbp, dsbp;
 } tcase;
 
-static int below(sl_rng *r, int n) { return (int)sl__rng_below(r, (uint64_t)n); }
+static int below(sl_rng *r, int n) {
+  return (int)sl__rng_below(r, (uint64_t)n);
+}
 
 /* n distinct ids from [0, range), in random order. */
 static void pick_ids(sl_rng *r, int n, int range, int *ids) {
   int pool[16];
-  for (int i = 0; i < range; i++) pool[i] = i;
+  for (int i = 0; i < range; i++)
+    pool[i] = i;
   for (int i = 0; i < n; i++) {
     int j = i + below(r, range - i);
     int t = pool[i];
@@ -93,9 +96,12 @@ static sl_nd_sbp make_sbp(sl_rng *r, const sl_placement *p, int ndim) {
   sl_reduce_op op = (sl_reduce_op)below(r, 3);
   for (int k = 0; k < s.ndim; k++) {
     int kind = below(r, ndim ? 3 : 2);
-    if (kind == 0) s.sbp[k] = sl_sbp_broadcast();
-    else if (kind == 1) s.sbp[k] = sl_sbp_partial(op);
-    else s.sbp[k] = sl_sbp_split(below(r, ndim));
+    if (kind == 0)
+      s.sbp[k] = sl_sbp_broadcast();
+    else if (kind == 1)
+      s.sbp[k] = sl_sbp_partial(op);
+    else
+      s.sbp[k] = sl_sbp_split(below(r, ndim));
   }
   return s;
 }
@@ -109,9 +115,12 @@ static void make_case(uint64_t seed, tcase *c) {
   sl_device_type type = below(&r, 2) ? SL_DEVICE_CPU : SL_DEVICE_CUDA;
   c->src = make_placement(&r, type);
   int how = below(&r, 10);
-  if (how < 5) sl_placement_copy(c->src, &c->dst);
-  else if (how < 7) c->dst = reshuffle(&r, c->src);
-  else c->dst = make_placement(&r, type);
+  if (how < 5)
+    sl_placement_copy(c->src, &c->dst);
+  else if (how < 7)
+    c->dst = reshuffle(&r, c->src);
+  else
+    c->dst = make_placement(&r, type);
   c->ssbp = make_sbp(&r, c->src, c->shape.ndim);
   c->dsbp = make_sbp(&r, c->dst, c->shape.ndim);
 }
@@ -123,8 +132,8 @@ static void describe(const tcase *c, char *buf, size_t size) {
   sl_placement_print(c->dst, dp, sizeof dp);
   sl_nd_sbp_print(&c->ssbp, ss, sizeof ss);
   sl_nd_sbp_print(&c->dsbp, ds, sizeof ds);
-  snprintf(buf, size, "%s %s: %s %s -> %s %s", sl_dtype_name(c->dt), sh, sp,
-           ss, dp, ds);
+  snprintf(buf, size, "%s %s: %s %s -> %s %s", sl_dtype_name(c->dt), sh, sp, ss,
+           dp, ds);
 }
 
 /* b is a, or a with B where b has P(max)/P(min): the relabelling that
@@ -182,8 +191,8 @@ static void check_chain(const sl_boxing_plan *plan, const tcase *c,
   }
   if (!same_or_relabel(&cur, &c->dsbp))
     fail_msg("%s: the last step does not reach the target", what);
-  if (c->ssbp.ndim == 1 && strcmp(ops, table_ops(c->ssbp.sbp[0],
-                                                 c->dsbp.sbp[0])) != 0)
+  if (c->ssbp.ndim == 1 &&
+      strcmp(ops, table_ops(c->ssbp.sbp[0], c->dsbp.sbp[0])) != 0)
     fail_msg("%s: 1-D plan '%s', table says '%s'", what, ops,
              table_ops(c->ssbp.sbp[0], c->dsbp.sbp[0]));
 }
@@ -191,7 +200,8 @@ static void check_chain(const sl_boxing_plan *plan, const tcase *c,
 /* Structural invariants every plan keeps. */
 static void check_plan(const sl_boxing_plan *plan, const tcase *c,
                        const char *what) {
-  int n = sl_boxing_plan_rank_count(plan), steps = sl_boxing_plan_step_count(plan);
+  int n = sl_boxing_plan_rank_count(plan),
+      steps = sl_boxing_plan_step_count(plan);
   const int64_t *total = sl_boxing_plan_bytes_sent(plan);
   double us = 0;
   int64_t sum[16] = {0};
@@ -238,7 +248,8 @@ static void test_random_conversions(void **state) {
     make_case(cs, &c);
     char what[512], desc[400];
     describe(&c, desc, sizeof desc);
-    snprintf(what, sizeof what, "case %d (seed %" PRIu64 "): %s", i, seed, desc);
+    snprintf(what, sizeof what, "case %d (seed %" PRIu64 "): %s", i, seed,
+             desc);
     sl_boxing_plan *plan = NULL;
     if (sl_boxing_plan_create(&c.shape, c.dt, c.src, &c.ssbp, c.dst, &c.dsbp,
                               NULL, &plan) != SL_OK)
@@ -262,7 +273,8 @@ static void test_random_conversions(void **state) {
     int steps = sl_boxing_plan_step_count(plan);
     if (steps == 0) empty++;
     if (steps > 1) multi++;
-    for (int s = 0; s < steps; s++) per_op[sl_boxing_step_op(plan, s)]++;
+    for (int s = 0; s < steps; s++)
+      per_op[sl_boxing_step_op(plan, s)]++;
     sl_boxing_plan_destroy(plan);
     sl_placement_destroy(c.src);
     sl_placement_destroy(c.dst);

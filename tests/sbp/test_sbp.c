@@ -218,9 +218,9 @@ static void test_names(void **state) {
   assert_string_equal(sl_reduce_op_name(SL_REDUCE_MAX), "max");
   assert_string_equal(sl_reduce_op_name(SL_REDUCE_MIN), "min");
   assert_string_equal(sl_reduce_op_name((sl_reduce_op)5), "?");
-  const char *ops[] = {"all_reduce", "reduce_scatter", "all_gather",
-                       "all_to_all", "slice",          "zero",
-                       "send_recv",  "copy"};
+  const char *ops[] = {
+      "all_reduce", "reduce_scatter", "all_gather", "all_to_all",
+      "slice",      "zero",           "send_recv",  "copy"};
   for (int i = 0; i < 8; i++)
     assert_string_equal(sl_boxing_op_name((sl_boxing_op)i), ops[i]);
   assert_string_equal(sl_boxing_op_name((sl_boxing_op)8), "?");

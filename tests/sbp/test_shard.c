@@ -37,12 +37,13 @@ static void assert_range(int64_t len, int n, int i, int64_t start,
   sl_split_range(len, n, i, &s, &e);
   if (s != start || e != extent)
     fail_msg("split %lld in %d, part %d: [%lld +%lld], want [%lld +%lld]",
-             (long long)len, n, i, (long long)s, (long long)e,
-             (long long)start, (long long)extent);
+             (long long)len, n, i, (long long)s, (long long)e, (long long)start,
+             (long long)extent);
 }
 
 static void test_split_range(void **state) {
-  for (int i = 0; i < 4; i++) assert_range(8, 4, i, 2 * i, 2);
+  for (int i = 0; i < 4; i++)
+    assert_range(8, 4, i, 2 * i, 2);
   /* Uneven: the first len % n parts get one more. */
   assert_range(10, 4, 0, 0, 3);
   assert_range(10, 4, 1, 3, 3);
@@ -235,7 +236,8 @@ static void test_mesh_walks(void **state) {
   assert_int_equal(out[0], 1);
   assert_int_equal(out[1], 4);
   assert_int_equal(sl__mesh_ranks(p, 4, 3u, out), 6);
-  for (int i = 0; i < 6; i++) assert_int_equal(out[i], i);
+  for (int i = 0; i < 6; i++)
+    assert_int_equal(out[i], i);
   assert_int_equal(sl__mesh_ranks(p, 4, 0u, out), 1);
   assert_int_equal(out[0], 4);
   assert_int_equal(sl__mesh_stride(p, 0), 3);
