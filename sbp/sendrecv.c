@@ -22,12 +22,18 @@
 typedef struct pieces {
   sl__piece *v;
   int n, cap;
+  bool count_only; /* a first pass that only counts, so that an oversized
+                      plan is refused before anything is allocated */
 } pieces;
 
 static sl_status push(pieces *ps, int src, int dst, const sl_slice *slice) {
   if (ps->n == MAX_PIECES)
     return sl__fail(SL_EUNSUPPORTED, "boxing send_recv: more than %d pieces",
                     MAX_PIECES);
+  if (ps->count_only) {
+    ps->n++;
+    return SL_OK;
+  }
   if (ps->n == ps->cap) {
     int cap = ps->cap ? ps->cap * 2 : 16;
     sl__piece *v = sl__reallocarray(ps->v, (size_t)cap, sizeof *v);
@@ -187,43 +193,16 @@ static sl_status descend(walk *w, int k, int *coord, const sl_slice *block,
   return SL_OK;
 }
 
-sl_status sl__plan_send_recv(sl_boxing_plan *plan) {
-  sl__step *st = sl__plan_add_step(plan);
-  if (!st) return SL_ENOMEM;
-  const sl_placement *src = plan->place[0], *dst = plan->place[1];
-  const sl_nd_sbp *ssbp = &plan->sbp[0], *dsbp = &plan->sbp[1];
-  st->op = SL_BOXING_SEND_RECV;
-  st->from_side = 0;
-  st->to_side = 1;
-  st->from = *ssbp;
-  st->to = *dsbp;
-  sl_reduce_op sop = SL_REDUCE_SUM, dop = SL_REDUCE_SUM;
-  bool src_partial = sl__nd_sbp_partial_op(ssbp, &sop);
-  bool dst_partial = sl__nd_sbp_partial_op(dsbp, &dop);
-  if (src_partial || dst_partial) {
-    st->has_reduce = true;
-    st->reduce = src_partial ? sop : dop;
-  }
-  st->piece_reduce = src_partial;
-  st->fill = sl__arena_calloc(plan->arena, (size_t)plan->rank_count, 1);
-  if (!st->fill) return SL_ENOMEM;
-  memset(st->fill, SL__FILL_NONE, (size_t)plan->rank_count);
-
-  int ns = sl_placement_size(src), nt = sl_placement_size(dst);
-  pieces ps = {0};
-  walk w = {0};
-  w.plan = plan;
-  w.src = src;
-  w.sbp = ssbp;
-  w.pmask = sl__nd_sbp_mask(ssbp, SL_SBP_PARTIAL);
-  w.bmask = sl__nd_sbp_mask(ssbp, SL_SBP_BROADCAST);
-  w.ps = &ps;
-  w.load = sl__calloc((size_t)ns, sizeof(int64_t));
-  w.parts = sl__calloc((size_t)ns * 2, sizeof(int));
-  sl_status s = (w.load && w.parts) ? SL_OK : SL_ENOMEM;
-  if (s == SL_OK) w.copies = w.parts + ns;
+/* Every target rank: receivers get their pieces, the other members of a
+ * partial target group an identity fill. */
+static sl_status walk_targets(walk *w, sl__step *st, bool src_partial,
+                              sl_reduce_op sop, sl_reduce_op dop) {
+  sl_boxing_plan *plan = w->plan;
+  const sl_placement *dst = plan->place[1];
+  const sl_nd_sbp *dsbp = &plan->sbp[1];
+  int ns = sl_placement_size(w->src), nt = sl_placement_size(dst);
   unsigned dpmask = sl__nd_sbp_mask(dsbp, SL_SBP_PARTIAL);
-
+  sl_status s = SL_OK;
   sl_slice whole;
   memset(&whole, 0, sizeof whole);
   whole.ndim = plan->shape.ndim;
@@ -245,10 +224,62 @@ sl_status sl__plan_send_recv(sl_boxing_plan *plan) {
       continue;
     }
     if (src_partial) st->fill[dp] = (int8_t)sop;
-    w.dst_plan = dp;
-    w.same_src = dp < ns ? dp : -1; /* plan rank < ns: a source device */
+    w->dst_plan = dp;
+    w->same_src = dp < ns ? dp : -1; /* plan rank < ns: a source device */
     int scoord[SL_MAX_MESH_AXES] = {0};
-    s = descend(&w, 0, scoord, &whole, &d);
+    s = descend(w, 0, scoord, &whole, &d);
+  }
+  return s;
+}
+
+sl_status sl__plan_send_recv(sl_boxing_plan *plan) {
+  sl__step *st = sl__plan_add_step(plan);
+  if (!st) return SL_ENOMEM;
+  const sl_placement *src = plan->place[0];
+  const sl_nd_sbp *ssbp = &plan->sbp[0], *dsbp = &plan->sbp[1];
+  st->op = SL_BOXING_SEND_RECV;
+  st->from_side = 0;
+  st->to_side = 1;
+  st->from = *ssbp;
+  st->to = *dsbp;
+  sl_reduce_op sop = SL_REDUCE_SUM, dop = SL_REDUCE_SUM;
+  bool src_partial = sl__nd_sbp_partial_op(ssbp, &sop);
+  bool dst_partial = sl__nd_sbp_partial_op(dsbp, &dop);
+  if (src_partial || dst_partial) {
+    st->has_reduce = true;
+    st->reduce = src_partial ? sop : dop;
+  }
+  st->piece_reduce = src_partial;
+  st->fill = sl__arena_calloc(plan->arena, (size_t)plan->rank_count, 1);
+  if (!st->fill) return SL_ENOMEM;
+  memset(st->fill, SL__FILL_NONE, (size_t)plan->rank_count);
+
+  int ns = sl_placement_size(src);
+  pieces ps = {0};
+  walk w = {0};
+  w.plan = plan;
+  w.src = src;
+  w.sbp = ssbp;
+  w.pmask = sl__nd_sbp_mask(ssbp, SL_SBP_PARTIAL);
+  w.bmask = sl__nd_sbp_mask(ssbp, SL_SBP_BROADCAST);
+  w.ps = &ps;
+  w.load = sl__calloc((size_t)ns, sizeof(int64_t));
+  w.parts = sl__calloc((size_t)ns * 2, sizeof(int));
+  sl_status s = (w.load && w.parts) ? SL_OK : SL_ENOMEM;
+  if (s == SL_OK) w.copies = w.parts + ns;
+
+  if (s == SL_OK) {
+    ps.count_only = true;
+    s = walk_targets(&w, st, src_partial, sop, dop);
+  }
+  if (s == SL_OK && ps.n > 0) {
+    /* The real pass, with the exact room and fresh loads. */
+    ps.v = sl__reallocarray(NULL, (size_t)ps.n, sizeof *ps.v);
+    ps.cap = ps.n;
+    ps.n = 0;
+    ps.count_only = false;
+    memset(w.load, 0, (size_t)ns * sizeof(int64_t));
+    s = ps.v ? walk_targets(&w, st, src_partial, sop, dop) : SL_ENOMEM;
   }
   if (s == SL_OK) s = finish(plan, st, &ps);
   sl__free(ps.v);
