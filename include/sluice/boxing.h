@@ -81,10 +81,14 @@ SL_API bool sl_boxing_step_reduce(const sl_boxing_plan *plan, int step,
  * whole placements (send_recv, copy). */
 SL_API int sl_boxing_step_mesh_axis(const sl_boxing_plan *plan, int step);
 /* The layout before and after the step. A step between placements goes
- * from the source placement to the target one. */
+ * from the source placement to the target one. A B -> P(max)/P(min) change
+ * moves no data and emits no step: it shows only as a difference between
+ * one step's `to` and the next step's `from` (or the plan's target). */
 SL_API void sl_boxing_step_layout(const sl_boxing_plan *plan, int step,
                                   sl_nd_sbp *from, sl_nd_sbp *to);
-/* The step's device groups, as lists of plan ranks. */
+/* The step's device groups, as lists of plan ranks: the sub-groups along
+ * the step's mesh axis, or for send_recv and copy one group of every plan
+ * rank. */
 SL_API int sl_boxing_step_group_count(const sl_boxing_plan *plan, int step);
 SL_API int sl_boxing_step_group(const sl_boxing_plan *plan, int step,
                                 int group, const int **ranks);
