@@ -31,7 +31,7 @@ int sl_cli_info(int argc, char **argv) {
   if (rt) printf(" (runtime %s, driver %s)", rt, drv ? drv : "not found");
   printf("\n  nccl: %s", sl_build_has_nccl() ? "yes" : "no");
   if (nccl) printf(" (%s)", nccl);
-  printf("\n  blas: %s\n", sl_build_blas());
+  printf("\n  blas: %s\n", sl_build_blas_detail());
   printf("devices:\n");
   printf("  cpu: %d\n", sl_device_count(SL_DEVICE_CPU));
   printf("  cuda: %d\n", sl_device_count(SL_DEVICE_CUDA));

@@ -14,6 +14,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include <sluice/build.h>
+
 #include "cpu/blas.h"
 
 /* CBLAS enum values, fixed by the CBLAS standard (cblas.h), so sluice needs
@@ -160,16 +162,16 @@ static void finish_openblas(const char *how, const char *asked, bool ours) {
   if (asked && strcasecmp(asked, g.coretype) != 0)
     append(g.describe, sizeof g.describe,
            "; asked for %s, OpenBLAS chose otherwise", asked);
-  /* A kernel set narrower than the CPU runs halves sgemm on AVX-512
-   * machines; the user's or host's choice is kept, but said once. */
+  /* A kernel set narrower than the CPU (a host program's, or one asked for
+   * through SLUICE_BLAS_CORETYPE) halves sgemm on AVX-512 machines: say so
+   * once. */
   const char *best = sl__blas_coretype_choose(sl__cpu_features_get());
   if (best && sl__blas_coretype_rank(g.coretype) < sl__blas_coretype_rank(best)) {
     append(g.describe, sizeof g.describe,
-           "; this CPU can run %s kernels, which sluice chooses when neither "
-           "OPENBLAS_CORETYPE nor SLUICE_BLAS_CORETYPE is set", best);
+           "; this CPU can run %s kernels, which sluice chooses by itself "
+           "when SLUICE_BLAS_CORETYPE is unset", best);
     SL_WARN("BLAS: OpenBLAS runs %s kernels (%s); this CPU can run the faster "
-            "%s ones, which sluice picks when OPENBLAS_CORETYPE is unset",
-            g.coretype, how, best);
+            "%s ones", g.coretype, how, best);
   }
   g.name = "openblas";
 }
@@ -199,42 +201,59 @@ static void blas_init(void) {
     dlclose(loaded);
   }
 
-  /* Which kernel set to ask for. A user's OPENBLAS_CORETYPE wins; then
-   * SLUICE_BLAS_CORETYPE (a name, or auto-off to let OpenBLAS probe). */
+  /* Which kernel set to ask for. SLUICE_BLAS_CORETYPE (a name, or auto-off
+   * to let OpenBLAS probe) is an explicit choice and wins. Otherwise cpuid
+   * decides, and OPENBLAS_CORETYPE is honoured only when it is at least as
+   * wide as what the CPU can run: environments that pin an old kernel set
+   * (Haswell on AVX-512 machines is common) would halve every matmul, and
+   * the CPU backend must get the fast path by itself. */
   const char *user_core = env_nonempty("OPENBLAS_CORETYPE");
   const char *sluice_core = env_nonempty("SLUICE_BLAS_CORETYPE");
+  const sl__cpu_features *f = sl__cpu_features_get();
+  const char *best = sl__blas_coretype_choose(f);
   const char *asked = NULL;
   char how[256];
-  if (user_core) {
+  if (sluice_core && strcmp(sluice_core, "auto-off") == 0) {
     asked = user_core;
-    snprintf(how, sizeof how, "set in the environment: OPENBLAS_CORETYPE=%s", user_core);
-  } else if (sluice_core && strcmp(sluice_core, "auto-off") == 0) {
-    snprintf(how, sizeof how,
-             "OpenBLAS's own probe: SLUICE_BLAS_CORETYPE=auto-off");
+    snprintf(how, sizeof how, "%s: SLUICE_BLAS_CORETYPE=auto-off",
+             user_core ? "OPENBLAS_CORETYPE" : "OpenBLAS's own probe");
   } else if (sluice_core) {
     asked = sluice_core;
     snprintf(how, sizeof how, "SLUICE_BLAS_CORETYPE=%s", sluice_core);
-  } else {
-    const sl__cpu_features *f = sl__cpu_features_get();
-    asked = sl__blas_coretype_choose(f);
-    if (asked)
+  } else if (user_core && (!best || sl__blas_coretype_rank(user_core) >=
+                                        sl__blas_coretype_rank(best))) {
+    asked = user_core;
+    snprintf(how, sizeof how, "set in the environment: OPENBLAS_CORETYPE=%s",
+             user_core);
+  } else if (best) {
+    asked = best;
+    if (user_core)
+      snprintf(how, sizeof how,
+               "chosen by sluice from cpuid (%s) over the narrower "
+               "OPENBLAS_CORETYPE=%s; SLUICE_BLAS_CORETYPE=auto-off keeps it",
+               f->avx512 ? "AVX-512 F/BW/DQ/VL" : "AVX2+FMA", user_core);
+    else
       snprintf(how, sizeof how, "chosen by sluice from cpuid: %s",
                f->avx512 ? "AVX-512 F/BW/DQ/VL" : "AVX2+FMA");
-    else
-      snprintf(how, sizeof how, "OpenBLAS's own probe: no choice from cpuid");
+  } else {
+    asked = user_core;
+    snprintf(how, sizeof how, "%s: no choice from cpuid",
+             user_core ? "OPENBLAS_CORETYPE" : "OpenBLAS's own probe");
   }
 
   /* The variable is set only around dlopen and then restored, so child
    * processes and later loads see the user's environment. setenv is not
    * safe against another thread's getenv at that instant; this happens
-   * once, on the first matmul, and is skipped when the user set it. */
-  bool set_env = asked && !user_core;
-  /* An empty OPENBLAS_CORETYPE counts as unset but is put back as it was. */
-  bool was_set_empty = getenv("OPENBLAS_CORETYPE") != NULL;
+   * once, on the first matmul, and not at all when nothing changes. */
+  const char *prev = getenv("OPENBLAS_CORETYPE");
+  char saved[64] = "";
+  bool had_prev = prev != NULL;
+  if (prev) snprintf(saved, sizeof saved, "%s", prev);
+  bool set_env = asked && !(prev && strcmp(prev, asked) == 0);
   if (set_env && setenv("OPENBLAS_CORETYPE", asked, 1) != 0) {
     append(g.reason, sizeof g.reason, "setenv OPENBLAS_CORETYPE failed; ");
     set_env = false;
-    asked = NULL;
+    asked = user_core;
     snprintf(how, sizeof how, "OpenBLAS's own probe: setenv failed");
   }
   bool ok = false;
@@ -249,8 +268,8 @@ static void blas_init(void) {
     ok = resolve(h, names[i]);
     if (!ok) dlclose(h);
   }
-  if (set_env && was_set_empty)
-    setenv("OPENBLAS_CORETYPE", "", 1);
+  if (set_env && had_prev)
+    setenv("OPENBLAS_CORETYPE", saved, 1);
   else if (set_env)
     unsetenv("OPENBLAS_CORETYPE");
   if (ok) {
@@ -361,4 +380,14 @@ sl_status sl__blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n,
                          int64_t ldc) {
   return sl__blas_sgemm_chunked(trans_a, trans_b, m, n, k, alpha, a, lda, b,
                                 ldb, beta, c, ldc, INT64_MAX);
+}
+
+const char *sl_build_blas(void) {
+  (void)sl__blas_load();
+  return sl__blas_name();
+}
+
+const char *sl_build_blas_detail(void) {
+  (void)sl__blas_load();
+  return sl__blas_describe();
 }

@@ -81,19 +81,38 @@ static void test_empty_coretype(void **state) {
   product_ok();
 }
 
-/* The user's OPENBLAS_CORETYPE wins over sluice's choice and stays set. */
+/* A narrower OPENBLAS_CORETYPE than the CPU can run is overridden by
+ * sluice's choice (the fast path must not depend on the environment), and
+ * the user's value is put back after the load. A set that is at least as
+ * wide is honoured. */
 static void test_user_coretype(void **state) {
   setenv("OPENBLAS_CORETYPE", "HASWELL", 1);
   load_or_skip();
-  assert_string_equal(sl__blas_coretype(), "Haswell");
-  assert_contains(sl__blas_describe(), "set in the environment: OPENBLAS_CORETYPE=HASWELL");
-  assert_string_equal(getenv("OPENBLAS_CORETYPE"), "HASWELL");
-  /* On a CPU with wider kernels than Haswell, the description says so. */
   const char *best = sl__blas_coretype_choose(sl__cpu_features_get());
-  if (sl__blas_coretype_rank(best) > sl__blas_coretype_rank("Haswell"))
+  if (best && sl__blas_coretype_rank(best) > sl__blas_coretype_rank("Haswell")) {
+    assert_int_equal(strcasecmp(sl__blas_coretype(), best), 0);
+    assert_contains(sl__blas_describe(), "over the narrower OPENBLAS_CORETYPE=HASWELL");
+  } else {
+    assert_string_equal(sl__blas_coretype(), "Haswell");
+    assert_contains(sl__blas_describe(), "set in the environment: OPENBLAS_CORETYPE=HASWELL");
+  }
+  assert_null(strstr(sl__blas_describe(), "this CPU can run"));
+  assert_string_equal(getenv("OPENBLAS_CORETYPE"), "HASWELL");
+  product_ok();
+}
+
+/* SLUICE_BLAS_CORETYPE=auto-off keeps the user's OPENBLAS_CORETYPE even
+ * when it is narrower, and says the CPU could do better. */
+static void test_auto_off_keeps_user_coretype(void **state) {
+  setenv("OPENBLAS_CORETYPE", "HASWELL", 1);
+  setenv("SLUICE_BLAS_CORETYPE", "auto-off", 1);
+  load_or_skip();
+  assert_string_equal(sl__blas_coretype(), "Haswell");
+  assert_contains(sl__blas_describe(), "OPENBLAS_CORETYPE: SLUICE_BLAS_CORETYPE=auto-off");
+  assert_string_equal(getenv("OPENBLAS_CORETYPE"), "HASWELL");
+  const char *best = sl__blas_coretype_choose(sl__cpu_features_get());
+  if (best && sl__blas_coretype_rank(best) > sl__blas_coretype_rank("Haswell"))
     assert_contains(sl__blas_describe(), "this CPU can run");
-  else
-    assert_null(strstr(sl__blas_describe(), "this CPU can run"));
   product_ok();
 }
 
@@ -191,6 +210,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_empty_coretype),
       cmocka_unit_test(test_user_coretype),
       cmocka_unit_test(test_auto_off),
+      cmocka_unit_test(test_auto_off_keeps_user_coretype),
       cmocka_unit_test(test_named_coretype),
       cmocka_unit_test(test_fallback),
       cmocka_unit_test(test_not_openblas),
