@@ -48,10 +48,22 @@ static int axis_op(sl_sbp a, sl_sbp b) {
   return OP_NONE;
 }
 
+/* The operation changing axis m of s to b. On a mesh axis of extent 1 every
+ * change is a relabel: the single member already holds the whole block, as
+ * a split, a broadcast or a partial of any kind. */
+static int axis_step_op(const search *se, const sl_nd_sbp *s, int m,
+                        sl_sbp b) {
+  if (sl_sbp_equal(s->sbp[m], b)) return OP_NONE;
+  if (sl_placement_mesh_dim(se->p, m) == 1) return OP_RELABEL;
+  return axis_op(s->sbp[m], b);
+}
+
 /* Whether changing axis m of s to b is a valid 1-D step (see the top). */
-static bool step_valid(const sl_nd_sbp *s, int m, sl_sbp b) {
+static bool step_valid(const search *se, const sl_nd_sbp *s, int m, sl_sbp b) {
   sl_sbp a = s->sbp[m];
-  for (int k = m + 1; k < s->ndim; k++) {
+  int op = axis_step_op(se, s, m, b);
+  if (op == OP_NONE) return false;
+  for (int k = m + 1; k < s->ndim && op != OP_RELABEL; k++) {
     if (s->sbp[k].kind != SL_SBP_SPLIT) continue;
     int j = s->sbp[k].axis;
     if ((a.kind == SL_SBP_SPLIT && a.axis == j) ||
@@ -64,7 +76,7 @@ static bool step_valid(const sl_nd_sbp *s, int m, sl_sbp b) {
       if (k != m && s->sbp[k].kind == SL_SBP_PARTIAL &&
           s->sbp[k].reduce != b.reduce)
         return false;
-  return axis_op(a, b) != OP_NONE;
+  return true;
 }
 
 static int ring_rounds(sl_boxing_op op, int n) {
@@ -260,8 +272,8 @@ sl_status sl__plan_same_placement(sl_boxing_plan *plan) {
     for (int m = 0; m < se.ndim; m++) {
       for (int c = 0; c < se.ncand[m]; c++) {
         sl_sbp b = se.cand[m][c];
-        if (!step_valid(&s, m, b)) continue;
-        int op = axis_op(s.sbp[m], b);
+        if (!step_valid(&se, &s, m, b)) continue;
+        int op = axis_step_op(&se, &s, m, b);
         double w = op == OP_RELABEL
                        ? 0.0
                        : eval_step(&se, &s, m, b, (sl_boxing_op)op, NULL);
@@ -288,7 +300,7 @@ sl_status sl__plan_same_placement(sl_boxing_plan *plan) {
     sl_nd_sbp t;
     decode(&se, path[i], &t);
     int m = prev_axis[path[i]];
-    int op = axis_op(s.sbp[m], t.sbp[m]);
+    int op = axis_step_op(&se, &s, m, t.sbp[m]);
     if (op != OP_RELABEL) SL_CHECK(emit_step(&se, &s, m, t.sbp[m], op));
     s = t;
   }

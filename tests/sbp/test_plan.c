@@ -254,6 +254,22 @@ static void test_nd_same_axis_split_twice(void **state) {
   sl_boxing_plan_destroy(p);
 }
 
+/* A mesh axis of extent 1 holds the whole block on its single member: any
+ * change there is a relabel, with no step and no ordering constraint. */
+static void test_extent_one_axis_is_free(void **state) {
+  sl_boxing_plan *p = mk("8,6", SL_DTYPE_F32, "cpu:0-3[1,4]", "(S(0),S(0))",
+                         "cpu:0-3[1,4]", "(B,S(0))");
+  assert_ops(p, "");
+  sl_boxing_plan_destroy(p);
+  p = mk("8,6", SL_DTYPE_F32, "cpu:0-3[4,1]", "(S(0),P)", "cpu:0-3[4,1]",
+         "(B,P(max))");
+  assert_ops(p, "all_gather@0");
+  sl_boxing_plan_destroy(p);
+  p = mk("5", SL_DTYPE_I32, "cpu:0", "P", "cpu:0", "S(0)");
+  assert_ops(p, "");
+  sl_boxing_plan_destroy(p);
+}
+
 static void test_nd_groups_and_bytes(void **state) {
   /* Axis 0 of [2,3] runs on columns, axis 1 on rows. */
   sl_boxing_plan *p =
@@ -545,6 +561,7 @@ int main(void) {
       cmocka_unit_test(test_table_formulas),
       cmocka_unit_test(test_partial_max_min),
       cmocka_unit_test(test_nd_same_axis_split_twice),
+      cmocka_unit_test(test_extent_one_axis_is_free),
       cmocka_unit_test(test_nd_groups_and_bytes),
       cmocka_unit_test(test_nd_partial_kinds),
       cmocka_unit_test(test_copy),

@@ -136,12 +136,15 @@ static void describe(const tcase *c, char *buf, size_t size) {
            dp, ds);
 }
 
-/* b is a, or a with B where b has P(max)/P(min): the relabelling that
- * moves no data and emits no step. */
-static bool same_or_relabel(const sl_nd_sbp *a, const sl_nd_sbp *b) {
+/* b is a, or a with B where b has P(max)/P(min), or a with anything on a
+ * mesh axis of extent 1: the relabellings that move no data and emit no
+ * step. */
+static bool same_or_relabel(const sl_placement *p, const sl_nd_sbp *a,
+                            const sl_nd_sbp *b) {
   if (a->ndim != b->ndim) return false;
   for (int k = 0; k < a->ndim; k++) {
     if (sl_sbp_equal(a->sbp[k], b->sbp[k])) continue;
+    if (sl_placement_mesh_dim(p, k) == 1) continue;
     if (a->sbp[k].kind == SL_SBP_BROADCAST &&
         b->sbp[k].kind == SL_SBP_PARTIAL && b->sbp[k].reduce != SL_REDUCE_SUM)
       continue;
@@ -180,7 +183,7 @@ static void check_chain(const sl_boxing_plan *plan, const tcase *c,
     sl_boxing_step_layout(plan, i, &f, &t);
     int m = sl_boxing_step_mesh_axis(plan, i);
     if (m < 0) fail_msg("%s: step %d is not a collective", what, i);
-    if (!same_or_relabel(&cur, &f))
+    if (!same_or_relabel(c->src, &cur, &f))
       fail_msg("%s: step %d does not start where the last ended", what, i);
     for (int k = 0; k < f.ndim; k++)
       if ((k == m) == sl_sbp_equal(f.sbp[k], t.sbp[k]))
@@ -189,9 +192,11 @@ static void check_chain(const sl_boxing_plan *plan, const tcase *c,
     if (i) strcat(ops, ",");
     strcat(ops, sl_boxing_op_name(sl_boxing_step_op(plan, i)));
   }
-  if (!same_or_relabel(&cur, &c->dsbp))
+  if (!same_or_relabel(c->src, &cur, &c->dsbp))
     fail_msg("%s: the last step does not reach the target", what);
-  if (c->ssbp.ndim == 1 &&
+  if (c->ssbp.ndim == 1 && sl_placement_size(c->src) == 1 && ops[0])
+    fail_msg("%s: a single rank needs no step, plan has '%s'", what, ops);
+  if (c->ssbp.ndim == 1 && sl_placement_size(c->src) > 1 &&
       strcmp(ops, table_ops(c->ssbp.sbp[0], c->dsbp.sbp[0])) != 0)
     fail_msg("%s: 1-D plan '%s', table says '%s'", what, ops,
              table_ops(c->ssbp.sbp[0], c->dsbp.sbp[0]));
