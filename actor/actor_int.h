@@ -202,6 +202,7 @@ struct sl_job {
   char *hang_report;
   bool hang_here;       /* this job's watchdog declared the hang */
   uint64_t t_start, t_end;
+  uint64_t messages_left; /* counted once the threads are joined */
   char *trace_path;
 };
 

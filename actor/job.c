@@ -515,11 +515,18 @@ void sl_job_abort(sl_job *job, sl_status st) {
   sl__job_abort(job, st, 0, false, "job: aborted by the caller", true);
 }
 
+/* After the threads are joined: actor messages never handled. Commands are
+ * not counted: a STOP may reach a stream whose actors all finished. */
 static uint64_t messages_left(sl_job *job) {
   uint64_t n = 0;
-  for (uint32_t i = 0; i < job->n_streams; i++)
-    n += job->streams[i].llen + sl__mpsc_count(job->streams[i].q) +
-         job->streams[i].dropped;
+  sl_msg batch[64];
+  for (uint32_t i = 0; i < job->n_streams; i++) {
+    stream *s = &job->streams[i];
+    n += s->llen + s->dropped;
+    size_t k;
+    while ((k = sl__mpsc_pop(s->q, batch, SL_ARRAY_LEN(batch))) > 0)
+      for (size_t j = 0; j < k; j++) n += batch[j].kind != SL_MSG_CMD;
+  }
   return n;
 }
 
@@ -541,6 +548,7 @@ sl_status sl_job_wait(sl_job *job) {
       pthread_cond_wait(&job->cond, &job->lock);
     job->state = JOB_WAITED;
     pthread_mutex_unlock(&job->lock);
+    job->messages_left = messages_left(job);
     atomic_store(&job->accepting, 0);
     sl_status st = atomic_load(&job->status);
     if (st == SL_EHANG) sl__hang_report_build(job);
@@ -701,7 +709,7 @@ sl_status sl_job_get_stats(const sl_job *job, sl_job_stats *out) {
       }
     }
   }
-  out->messages_left = messages_left((sl_job *)job);
+  out->messages_left = job->messages_left;
   out->run_ms = (double)(job->t_end - job->t_start) / 1e6;
   return SL_OK;
 }

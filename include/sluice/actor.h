@@ -100,7 +100,9 @@ struct sl_act {
 };
 
 /* Records a formatted detail for the failure an act is about to return:
- * `return sl_act_fail(a, SL_EIO, "read %d bytes", n);`. Returns st. */
+ * `return sl_act_fail(a, SL_EIO, "read %d bytes", n);`. Returns st. It
+ * sets the calling thread's message, so a thread about to call
+ * sl_completion_done with a failure uses it too (a may then be NULL). */
 SL_API sl_status sl_act_fail(sl_act *a, sl_status st, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
