@@ -33,7 +33,8 @@ sl_status sl_shape_make(int ndim, const int64_t *dims, sl_shape *out) {
   if (!extents_fit(ndim, dims))
     return sl__fail(SL_EINVAL, "shape: element count overflows int64");
   out->ndim = ndim;
-  memcpy(out->dims, dims, (size_t)ndim * sizeof dims[0]);
+  if (ndim > 0) /* dims may be NULL for a scalar; memcpy wants non-NULL */
+    memcpy(out->dims, dims, (size_t)ndim * sizeof dims[0]);
   return SL_OK;
 }
 
