@@ -1,6 +1,7 @@
 /* The built `sluice` binary end to end: help, info, `sluice boxing` in
  * human and JSON form (checked against the byte counts of DESIGN.md §6),
- * --verify, the flag forms, cost overrides, and every kind of bad input
+ * --verify (passing, and failing through a link seam), the flag forms, cost
+ * overrides, and every kind of bad input
  * (exit 2, one stderr line naming the problem, nothing on stdout). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,16 +17,16 @@
 #include "cli_run.h"
 #include "json_mini.h"
 
-#ifndef SLUICE_CLI_PATH
-#error "SLUICE_CLI_PATH must name the built sluice binary"
+#if !defined(SLUICE_CLI_PATH) || !defined(SLUICE_MISMATCH_CLI_PATH)
+#error "SLUICE_CLI_PATH and SLUICE_MISMATCH_CLI_PATH must name the binaries"
 #endif
 
 #define MAX_ARGS 40
 
 /* Runs `sluice args...` (a NULL-terminated list) and fails the test on a
  * harness failure or a crash; a crash is never an acceptable answer. */
-static cli_result run_v(const char *first, va_list ap) {
-  const char *argv[MAX_ARGS] = {SLUICE_CLI_PATH};
+static cli_result run_v(const char *prog, const char *first, va_list ap) {
+  const char *argv[MAX_ARGS] = {prog};
   int n = 1;
   for (const char *a = first; a; a = va_arg(ap, const char *)) {
     assert_true(n < MAX_ARGS - 1);
@@ -33,7 +34,7 @@ static cli_result run_v(const char *first, va_list ap) {
   }
   argv[n] = NULL;
   cli_result r;
-  assert_int_equal(cli_run(SLUICE_CLI_PATH, argv, &r), 0);
+  assert_int_equal(cli_run(prog, argv, &r), 0);
   if (r.status > 2)
     fail_msg("sluice %s ... ended with status %d; stderr:\n%s", first, r.status,
              r.err);
@@ -43,7 +44,17 @@ static cli_result run_v(const char *first, va_list ap) {
 static cli_result run(const char *first, ...) {
   va_list ap;
   va_start(ap, first);
-  cli_result r = run_v(first, ap);
+  cli_result r = run_v(SLUICE_CLI_PATH, first, ap);
+  va_end(ap);
+  return r;
+}
+
+/* The command linked with a verifier that always finds rank 2, index 5:
+ * expected 3, got 0.5 (tests/cli/mismatch_seam.c). */
+static cli_result run_mismatch(const char *first, ...) {
+  va_list ap;
+  va_start(ap, first);
+  cli_result r = run_v(SLUICE_MISMATCH_CLI_PATH, first, ap);
   va_end(ap);
   return r;
 }
@@ -426,6 +437,38 @@ static void test_verify_human(void **state) {
   cli_result_free(&r);
 }
 
+static void test_verify_mismatch(void **state) {
+  cli_result r = run_mismatch("boxing", "--shape", "8,6", "--from-placement",
+                              "cpu:0-3", "--from", "P", "--to", "B", "--verify",
+                              "--seed", "42", NULL);
+  assert_int_equal(r.status, 1);
+  expect_contains(r.out, "all_reduce"); /* the plan is still shown */
+  expect_contains(r.out, "verify FAILED (seed 42): target rank 2, index 5: "
+                         "expected 3, got 0.5\n");
+  assert_null(strstr(r.out, "verified:"));
+  cli_result_free(&r);
+  r = run_mismatch("boxing", "--shape", "8,6", "--from-placement", "cpu:0-3",
+                   "--from", "P", "--to", "B", "--verify", "--seed", "42",
+                   "--json", NULL);
+  assert_int_equal(r.status, 1);
+  jv *v = json_of(&r);
+  assert_int_equal(jv_type(jv_get(v, "verified")), JV_BOOL);
+  assert_false(jv_bool(jv_get(v, "verified")));
+  assert_true(jv_num(jv_get(v, "seed")) == 42);
+  const jv *m = jv_get(v, "mismatch");
+  assert_true(jv_num(jv_get(m, "rank")) == 2);
+  assert_true(jv_num(jv_get(m, "index")) == 5);
+  assert_true(jv_num(jv_get(m, "expected")) == 3);
+  assert_true(jv_num(jv_get(m, "got")) == 0.5);
+  jv_free(v);
+  cli_result_free(&r);
+  /* Without --verify the seam is never called. */
+  r = run_mismatch("boxing", "--shape", "8,6", "--from-placement", "cpu:0-3",
+                   "--from", "P", "--to", "B", NULL);
+  assert_int_equal(r.status, 0);
+  cli_result_free(&r);
+}
+
 /* ---- bad input ---------------------------------------------------------- */
 
 #define BASE "--shape", "8,6", "--from-placement", "cpu:0-3"
@@ -546,6 +589,7 @@ int main(void) {
       cmocka_unit_test(test_flag_forms),
       cmocka_unit_test(test_cost_overrides),
       cmocka_unit_test(test_verify_human),
+      cmocka_unit_test(test_verify_mismatch),
       cmocka_unit_test(test_bad_input),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
