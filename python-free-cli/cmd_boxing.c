@@ -393,6 +393,26 @@ static void report(const char *fmt, ...) {
   fprintf(stderr, "sluice boxing: %s\n", msg);
 }
 
+/* --verify holds the logical tensor and every source and target shard in
+ * memory, and the executor's intermediate buffers take about as much again.
+ * Requests beyond this estimate are refused up front rather than left to
+ * the out-of-memory killer. */
+#define VERIFY_MAX_BYTES (1024.0 * 1024 * 1024)
+
+static double verify_bytes(const sl_cli_boxing_args *a) {
+  double esize = (double)sl_dtype_size(a->dtype);
+  double total = (double)sl_shape_numel(&a->shape) * esize;
+  const sl_placement *place[2] = {a->src_place, a->dst_place};
+  const sl_nd_sbp *sbp[2] = {&a->src_sbp, &a->dst_sbp};
+  for (int side = 0; side < 2; side++)
+    for (int r = 0; r < sl_placement_size(place[side]); r++) {
+      sl_slice sl;
+      if (sl_local_slice(&a->shape, place[side], sbp[side], r, &sl) == SL_OK)
+        total += (double)sl_slice_numel(&sl) * esize;
+    }
+  return 2 * total;
+}
+
 /* A seed nobody chose: different per run, printed so the run can be
  * replayed with --seed. */
 static uint64_t clock_seed(void) {
@@ -419,6 +439,14 @@ int sl_cli_boxing(int argc, char **argv) {
     return 0;
   }
   if (a.verify && !a.seed_given) a.seed = clock_seed();
+  if (a.verify && verify_bytes(&a) > VERIFY_MAX_BYTES) {
+    report("--verify would need about %.1f GiB of memory for this tensor "
+           "(limit %.0f GiB); leave out --verify or use a smaller --shape",
+           verify_bytes(&a) / (1024.0 * 1024 * 1024),
+           VERIFY_MAX_BYTES / (1024.0 * 1024 * 1024));
+    sl_cli_boxing_args_clear(&a);
+    return 2;
+  }
 
   int rc = 2;
   char *src_place = NULL, *dst_place = NULL;

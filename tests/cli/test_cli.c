@@ -547,6 +547,10 @@ static const bad_case bad_cases[] = {
      "--shape"},
     {{BASE, "--from", "P", "--to", "B", "--to-placement", "cpu:0-70000"},
      "--to-placement"},
+    /* Verifying this would take tens of GiB: refused, not attempted. */
+    {{"--shape", "100000,100000", "--from-placement", "cpu:0-3", "--from",
+      "S(0)", "--to", "B", "--verify"},
+     "--verify would need about"},
 };
 
 static void test_bad_input(void **state) {
