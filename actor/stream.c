@@ -1,6 +1,7 @@
 /* Stream threads: each owns the actors of one (device, stream), drains its
  * queues and dispatches messages to them; and the routing of messages to
  * the same thread, another thread of the job, or another node. */
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -118,8 +119,13 @@ void *sl__stream_main(void *arg) {
     }
     if (s->started && s->live == 0) break;
     size_t n = sl__mpsc_pop(s->q, batch, BATCH);
-    for (int32_t i = 0; n == 0 && i < s->spin; i++) {
-      sl__cpu_relax();
+    /* Spin a little before sleeping (a wake-up costs microseconds), and
+     * yield now and then in case the producer shares this CPU. */
+    for (int32_t i = 1; n == 0 && i <= s->spin; i++) {
+      if (i % 64 == 0)
+        sched_yield();
+      else
+        sl__cpu_relax();
       n = sl__mpsc_pop(s->q, batch, BATCH);
     }
     if (n) {

@@ -293,9 +293,8 @@ typedef struct sl_job_config {
   /* Chrome-trace output; NULL: SLUICE_TRACE, unset or "" means off. With
    * several nodes, ".node<N>" goes before the extension. */
   const char *trace_path;
-  /* Polls of an empty queue before a stream thread sleeps. 0: a small
-   * number when there are no more streams than CPUs, else none; negative:
-   * never spin. */
+  /* Polls of an empty queue before a stream thread sleeps (yielding the
+   * CPU every 64). 0: the default (2000); negative: sleep at once. */
   int32_t spin;
   sl_transport transport;       /* required when the plan spans nodes */
   const sl_regst_memory_vtable *memory; /* NULL: host memory */

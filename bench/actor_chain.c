@@ -1,0 +1,232 @@
+/* bench_actor_chain: the scheduler's overhead per firing.
+ *
+ * A chain of 1,000 no-op actors (a source, 998 kernels, a sink; 2
+ * registers per edge) passes 100,000 pieces, on one stream thread and split
+ * over two. Then the two queue implementations are measured against each
+ * other: inside the runtime (a chain whose every hop crosses threads, and
+ * 16 source threads feeding 16 sinks on one thread) and raw (producers
+ * pushing into one consumer). Each row is the median of
+ * `repeats` runs (the machine may be shared). Prints tables; exits 0.
+ *
+ *   bench_actor_chain [pieces] [actors] [repeats]   (100000 1000 3) */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <sluice/actor.h>
+
+#include "core_int.h"
+#include "core_thread.h"
+
+typedef enum layout { ONE_THREAD, TWO_HALVES, TWO_INTERLEAVED } layout;
+
+static sl_plan *chain(int actors, int64_t pieces, layout lay) {
+  sl_plan *p;
+  if (sl_plan_create(&p) != SL_OK) return NULL;
+  sl_actor_id prev = 0;
+  for (int i = 0; i < actors; i++) {
+    uint32_t stream = 0;
+    if (lay == TWO_HALVES) stream = i >= actors / 2;
+    if (lay == TWO_INTERLEAVED) stream = (uint32_t)(i % 2);
+    char name[32];
+    snprintf(name, sizeof name, "a%d", i);
+    sl_actor_kind kind = i == 0 ? SL_ACTOR_SOURCE
+                         : i == actors - 1 ? SL_ACTOR_SINK
+                                           : SL_ACTOR_KERNEL;
+    sl_actor_desc d = {name, kind, 0, 0, stream, NULL, NULL, pieces};
+    sl_actor_id id;
+    int32_t r;
+    sl_regst_desc rd = {NULL, 2, 64, -1, 0, NULL, NULL};
+    if (sl_plan_add_actor(p, &d, &id) != SL_OK ||
+        (i > 0 && sl_plan_add_output(p, prev, &rd, &r) != SL_OK) ||
+        (i > 0 && sl_plan_connect(p, r, id) != SL_OK)) {
+      fprintf(stderr, "plan: %s\n", sl_last_error());
+      exit(1);
+    }
+    prev = id;
+  }
+  return p;
+}
+
+typedef struct result {
+  double seconds;
+  uint64_t firings, cross;
+} result;
+
+static result run_once(sl_plan *p, sl_queue_kind q) {
+  sl_job_config cfg = {.queue = q};
+  sl_job *job;
+  result r = {0};
+  if (sl_job_create(p, &cfg, &job) != SL_OK) {
+    fprintf(stderr, "job: %s\n", sl_last_error());
+    exit(1);
+  }
+  uint64_t t0 = sl__now_ns();
+  if (sl_job_run(job) != SL_OK) {
+    fprintf(stderr, "run: %s\n", sl_last_error());
+    exit(1);
+  }
+  r.seconds = (double)(sl__now_ns() - t0) / 1e9;
+  sl_job_stats s;
+  sl_job_get_stats(job, &s);
+  r.firings = s.firings;
+  r.cross = s.messages_cross;
+  sl_job_destroy(job);
+  return r;
+}
+
+static int repeats = 3;
+
+static int cmp_result(const void *a, const void *b) {
+  double x = ((const result *)a)->seconds, y = ((const result *)b)->seconds;
+  return (x > y) - (x < y);
+}
+
+static result run(sl_plan *p, sl_queue_kind q) {
+  result r[15];
+  int n = repeats < 1 ? 1 : repeats > 15 ? 15 : repeats;
+  for (int i = 0; i < n; i++) r[i] = run_once(p, q);
+  qsort(r, (size_t)n, sizeof r[0], cmp_result);
+  return r[n / 2];
+}
+
+static void row(const char *what, const char *queue, result r) {
+  printf("| %-34s | %-9s | %11llu | %8.2f | %12.0f | %8.1f |\n", what, queue,
+         (unsigned long long)r.firings, r.seconds, (double)r.firings / r.seconds,
+         r.seconds * 1e9 / (double)r.firings);
+}
+
+/* `p` sources, each on a thread of its own, feed `p` sinks sharing one
+ * thread: every piece crosses threads, and the sinks' queue has p
+ * producers. */
+static sl_plan *fan_in(int p_, int64_t pieces) {
+  sl_plan *p;
+  if (sl_plan_create(&p) != SL_OK) return NULL;
+  for (int i = 0; i < p_; i++) {
+    char sn[32], kn[32];
+    snprintf(sn, sizeof sn, "src%d", i);
+    snprintf(kn, sizeof kn, "sink%d", i);
+    sl_actor_desc s = {sn, SL_ACTOR_SOURCE, 0, (uint32_t)i + 1, 0, NULL, NULL, pieces};
+    sl_actor_desc k = {kn, SL_ACTOR_SINK, 0, 0, 0, NULL, NULL, 0};
+    sl_regst_desc rd = {NULL, 2, 64, -1, 0, NULL, NULL};
+    sl_actor_id a, b;
+    int32_t r;
+    if (sl_plan_add_actor(p, &s, &a) != SL_OK || sl_plan_add_actor(p, &k, &b) != SL_OK ||
+        sl_plan_add_output(p, a, &rd, &r) != SL_OK || sl_plan_connect(p, r, b) != SL_OK) {
+      fprintf(stderr, "plan: %s\n", sl_last_error());
+      exit(1);
+    }
+  }
+  return p;
+}
+
+/* ---- raw queues ------------------------------------------------------------ */
+
+typedef struct qarg {
+  sl__mpsc *q;
+  uint64_t n;
+} qarg;
+
+static void *qproducer(void *arg) {
+  qarg *a = arg;
+  sl_msg m = {0};
+  for (uint64_t i = 0; i < a->n; i++) {
+    m.piece = (int64_t)i;
+    while (!sl__mpsc_push(a->q, &m)) sched_yield();
+  }
+  return NULL;
+}
+
+/* `producers` threads push n messages each into one queue of 1024; the
+ * consumer pops in batches of 64 and sleeps when it finds it empty. */
+static double queue_rate(sl__queue_kind kind, int producers, uint64_t n) {
+  sl__mpsc *q;
+  if (sl__mpsc_create(kind, sizeof(sl_msg), 1024, &q) != SL_OK) exit(1);
+  pthread_t t[8];
+  qarg a = {q, n};
+  uint64_t t0 = sl__now_ns();
+  for (int i = 0; i < producers; i++) pthread_create(&t[i], NULL, qproducer, &a);
+  uint64_t got = 0, want = n * (uint64_t)producers;
+  sl_msg buf[64];
+  while (got < want) {
+    size_t k = sl__mpsc_pop(q, buf, 64);
+    if (k == 0) sl__mpsc_wait(q, 1000000);
+    got += k;
+  }
+  double s = (double)(sl__now_ns() - t0) / 1e9;
+  for (int i = 0; i < producers; i++) pthread_join(t[i], NULL);
+  sl__mpsc_destroy(q);
+  return (double)want / s;
+}
+
+int main(int argc, char **argv) {
+  int64_t pieces = argc > 1 ? atoll(argv[1]) : 100000;
+  int actors = argc > 2 ? atoi(argv[2]) : 1000;
+  if (argc > 3) repeats = atoi(argv[3]);
+  if (pieces < 1 || actors < 2) {
+    fprintf(stderr, "usage: bench_actor_chain [pieces >= 1] [actors >= 2]\n");
+    return 2;
+  }
+  printf("bench_actor_chain: %d no-op actors, %lld pieces, 2 registers per "
+         "edge, %d CPUs, median of %d runs\n\n",
+         actors, (long long)pieces, sl__cpu_count(), repeats);
+  printf("| %-34s | %-9s | %11s | %8s | %12s | %8s |\n", "layout", "queue",
+         "firings", "seconds", "firings/s", "ns/firing");
+  printf("|%s|%s|%s|%s|%s|%s|\n", "------------------------------------",
+         "-----------", "-------------", "----------", "--------------",
+         "----------");
+  sl_plan *p = chain(actors, pieces, ONE_THREAD);
+  row("1 thread", "-", run(p, SL_QUEUE_DEFAULT));
+  sl_plan_destroy(p);
+  p = chain(actors, pieces, TWO_HALVES);
+  row("2 threads (halves)", "lock-free", run(p, SL_QUEUE_LOCKFREE));
+  row("2 threads (halves)", "mutex", run(p, SL_QUEUE_MUTEX));
+  sl_plan_destroy(p);
+
+  printf("\nqueues inside the runtime: every message crosses threads\n\n");
+  printf("| %-34s | %-9s | %11s | %8s | %12s | %8s |\n", "layout", "queue",
+         "firings", "seconds", "firings/s", "ns/firing");
+  printf("|%s|%s|%s|%s|%s|%s|\n", "------------------------------------",
+         "-----------", "-------------", "----------", "--------------",
+         "----------");
+  int64_t ipieces = pieces / 20 > 0 ? pieces / 20 : 1;
+  p = chain(actors, ipieces, TWO_INTERLEAVED);
+  char what[64];
+  snprintf(what, sizeof what, "chain, 2 threads alternating");
+  row(what, "lock-free", run(p, SL_QUEUE_LOCKFREE));
+  row(what, "mutex", run(p, SL_QUEUE_MUTEX));
+  sl_plan_destroy(p);
+  for (int fan = 1; fan <= 16; fan *= 4) {
+    p = fan_in(fan, 4 * pieces / fan);
+    snprintf(what, sizeof what, "%d source thread%s -> 1 sink thread", fan,
+             fan > 1 ? "s" : "");
+    row(what, "lock-free", run(p, SL_QUEUE_LOCKFREE));
+    row(what, "mutex", run(p, SL_QUEUE_MUTEX));
+    sl_plan_destroy(p);
+  }
+
+  printf("\nraw queues: producers push 2,000,000 messages each (%zu bytes) "
+         "into one consumer\n\n",
+         sizeof(sl_msg));
+  printf("| %-10s | %-9s | %14s |\n", "producers", "queue", "messages/s");
+  printf("|------------|-----------|----------------|\n");
+  for (int prod = 1; prod <= 2; prod++) {
+    const sl__queue_kind kinds[] = {SL__QUEUE_LOCKFREE, SL__QUEUE_MUTEX};
+    for (int k = 0; k < 2; k++) {
+      double r[15];
+      int n = repeats < 1 ? 1 : repeats > 15 ? 15 : repeats;
+      for (int i = 0; i < n; i++) r[i] = queue_rate(kinds[k], prod, 2000000);
+      for (int i = 1; i < n; i++) /* insertion sort: median */
+        for (int j = i; j > 0 && r[j] < r[j - 1]; j--) {
+          double t = r[j];
+          r[j] = r[j - 1];
+          r[j - 1] = t;
+        }
+      printf("| %-10d | %-9s | %14.0f |\n", prod, sl__queue_kind_name(kinds[k]),
+             r[n / 2]);
+    }
+  }
+  return 0;
+}
