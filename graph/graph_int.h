@@ -1,0 +1,78 @@
+/* sluice graph — the logical graph IR shared by the builder, autodiff, SBP
+ * inference and boxing insertion (graph helper's files) and by lowering,
+ * register planning and the sessions (the files that turn it into actors).
+ *
+ * A graph is a list of nodes in topological order (a node's inputs are
+ * produced by earlier nodes). Every node output is a value. After
+ * sl__graph_compile, every value has a placement and nd-SBP, every op node
+ * has the nd-SBP of each input it needs (equal to its producer's: boxing
+ * nodes were inserted wherever they differed), and the graph is final. */
+#ifndef SLUICE_GRAPH_INT_H
+#define SLUICE_GRAPH_INT_H
+
+#include <sluice/boxing.h>
+#include <sluice/graph.h>
+
+#include "core_int.h"
+#include "op.h"
+
+typedef enum sl__node_kind {
+  SL__NODE_OP = 0,       /* an op from the registry (op != NULL) */
+  SL__NODE_INPUT = 1,    /* a tensor fed by the program at each step */
+  SL__NODE_VARIABLE = 2, /* persistent state: initialised once, then
+                            replaced each step by its update node's output
+                            (update >= 0) or constant (update < 0) */
+  SL__NODE_BOXING = 3,   /* converts in[0] to out[0]'s placement/nd-SBP by
+                            boxing->plan; inserted by compile */
+  SL__NODE_FETCH = 4,    /* returns in[0] to the program each step, as the
+                            logical (global) tensor */
+} sl__node_kind;
+
+typedef struct sl__value {
+  int32_t producer;  /* node index */
+  int32_t index;     /* which output of the producer */
+  sl__meta meta;     /* global shape and dtype */
+  sl_placement *placement; /* NULL until placed; owned by the graph */
+  sl_nd_sbp sbp;
+  bool sbp_fixed;    /* the user constrained it (sl_to_global, inputs,
+                        variables): inference must not change it */
+} sl__value;
+
+typedef struct sl__node {
+  const char *name;          /* unique in the graph */
+  sl__node_kind kind;
+  const sl__op_def *op;      /* SL__NODE_OP */
+  sl__attrs attrs;
+  int n_in, n_out;
+  int32_t in[SL_OP_MAX_INPUTS];   /* value ids */
+  int32_t out[SL_OP_MAX_OUTPUTS]; /* value ids */
+  sl_placement *placement;   /* where it runs (owned by the graph) */
+  /* The chosen signature: nd-SBP of each input as this node consumes it
+   * and of each output. For OP nodes after compile in_sbp[i] equals the
+   * sbp of value in[i]. */
+  sl_nd_sbp in_sbp[SL_OP_MAX_INPUTS];
+  sl_nd_sbp out_sbp[SL_OP_MAX_OUTPUTS];
+  sl_boxing_plan *boxing;    /* SL__NODE_BOXING: owned by the node */
+  int32_t update;            /* SL__NODE_VARIABLE: value id of the next
+                                version, or -1 */
+  bool backward;             /* created by autodiff (for plans/traces) */
+  bool optimizer;            /* created by minimize */
+} sl__node;
+
+/* The IR accessors lowering and sessions use; the builder owns the
+ * storage (arena-allocated, stable pointers until the graph is freed). */
+int32_t sl__graph_node_count(const sl_graph *g);
+const sl__node *sl__graph_node(const sl_graph *g, int32_t i);
+int32_t sl__graph_value_count(const sl_graph *g);
+const sl__value *sl__graph_value(const sl_graph *g, int32_t v);
+/* Variables' initial values: fills rank `rank`'s local shard of variable
+ * node `node` (its value's placement/nd-SBP) into buf. The value depends
+ * only on the initializer and the global index, never on the layout. */
+sl_status sl__graph_variable_init(const sl_graph *g, int32_t node, int rank,
+                                  void *buf);
+
+/* SBP inference and boxing insertion (idempotent; sl_session_create calls
+ * it). After it the graph is frozen: builder calls return SL_ESTATE. */
+sl_status sl__graph_compile(sl_graph *g);
+
+#endif

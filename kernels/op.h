@@ -1,0 +1,138 @@
+/* sluice kernels — op definitions: what every op declares to the compiler.
+ *
+ * An op definition gives its arity, attributes, shape/dtype inference, the
+ * 1-D SBP signatures it accepts (all-B is implied and never listed), and its
+ * kernels. Kernels see only local shards and never communicate: all
+ * communication is boxing, which the compiler inserts. Gradient rules live
+ * in graph/ (they build graphs of other ops, and graph/ is the layer that
+ * can build graphs); the backward kernels they use are ordinary ops here.
+ *
+ * nd-SBP: the compiler picks one 1-D signature per mesh axis; a kernel run
+ * on the resulting local shards must give, after boxing the outputs, the
+ * same logical result as on one device. Every signature listed here is
+ * checked that way by tests/kernels/test_op_signatures.c. */
+#ifndef SLUICE_KERNELS_OP_H
+#define SLUICE_KERNELS_OP_H
+
+#include <sluice/sbp.h>
+#include <sluice/tensor.h>
+
+#include "core_int.h"
+
+#define SL_OP_MAX_INPUTS 16
+#define SL_OP_MAX_OUTPUTS 4
+#define SL_OP_MAX_ATTRS 12
+#define SL_OP_MAX_SIGNATURES 64
+
+/* ---- attributes --------------------------------------------------------- */
+
+typedef enum sl__attr_kind {
+  SL__ATTR_INT = 0,
+  SL__ATTR_FLOAT = 1,
+  SL__ATTR_INTS = 2, /* up to SL_MAX_DIMS values */
+} sl__attr_kind;
+
+typedef struct sl__attr {
+  const char *name; /* a string literal or owned by the graph's arena */
+  sl__attr_kind kind;
+  int n;            /* INTS: count */
+  int64_t i;
+  double f;
+  int64_t ints[SL_MAX_DIMS];
+} sl__attr;
+
+/* A small named set, copied by value. */
+typedef struct sl__attrs {
+  int n;
+  sl__attr a[SL_OP_MAX_ATTRS];
+} sl__attrs;
+
+/* Setters replace an attribute of the same name. SL_EINVAL when full. */
+sl_status sl__attrs_set_int(sl__attrs *at, const char *name, int64_t v);
+sl_status sl__attrs_set_float(sl__attrs *at, const char *name, double v);
+sl_status sl__attrs_set_ints(sl__attrs *at, const char *name, int n,
+                             const int64_t *v);
+/* Getters return dflt (ints: NULL with *n = 0) when the attribute is absent
+ * or of another kind. */
+int64_t sl__attr_int(const sl__attrs *at, const char *name, int64_t dflt);
+double sl__attr_float(const sl__attrs *at, const char *name, double dflt);
+const int64_t *sl__attr_ints(const sl__attrs *at, const char *name, int *n);
+bool sl__attr_has(const sl__attrs *at, const char *name);
+/* "axis=1 trans_a=0 shape=[2,3]" for plans and messages. */
+int sl__attrs_print(const sl__attrs *at, char *buf, size_t size);
+
+/* ---- metas, signatures, kernel calls ------------------------------------ */
+
+typedef struct sl__meta {
+  sl_shape shape;
+  sl_dtype dtype;
+} sl__meta;
+
+/* A 1-D signature: one SBP per input, one per output. */
+typedef struct sl__sbp_sig {
+  sl_sbp in[SL_OP_MAX_INPUTS];
+  sl_sbp out[SL_OP_MAX_OUTPUTS];
+} sl__sbp_sig;
+
+/* One kernel call on one rank. Shapes in `in`/`out` are the LOCAL shard
+ * shapes; `in_slice`/`out_slice` place each shard in its global tensor
+ * (start and extent per dim; for B and P entries the whole extent of the
+ * enclosing part), `in_global`/`out_global` are the global shapes. Kernels
+ * that depend on global positions (random ops keyed by global index, causal
+ * masks, mean over a split axis, embedding rows of a split table) use
+ * them. */
+typedef struct sl__kernel_ctx {
+  const sl__attrs *attrs;
+  int n_in, n_out;
+  const void *in[SL_OP_MAX_INPUTS];
+  void *out[SL_OP_MAX_OUTPUTS];
+  sl__meta in_meta[SL_OP_MAX_INPUTS];
+  sl__meta out_meta[SL_OP_MAX_OUTPUTS];
+  sl_slice in_slice[SL_OP_MAX_INPUTS];
+  sl_slice out_slice[SL_OP_MAX_OUTPUTS];
+  sl_shape in_global[SL_OP_MAX_INPUTS];
+  sl_shape out_global[SL_OP_MAX_OUTPUTS];
+  /* The 1-D SBP of each input/output on each mesh axis is summarised as:
+   * out_partial[i] true when output i is partial on some axis (a kernel
+   * producing a partial-sum output from a split input, e.g. embedding with
+   * a split table, may need to know). */
+  bool in_partial[SL_OP_MAX_INPUTS];
+  bool out_partial[SL_OP_MAX_OUTPUTS];
+  int64_t step;       /* the training step (piece id): random ops and
+                         optimizers key on it */
+  void *workspace;    /* op->workspace bytes, 64-byte aligned, or NULL */
+  size_t workspace_bytes;
+} sl__kernel_ctx;
+
+typedef struct sl__op_def {
+  const char *name;
+  int min_in, max_in; /* inputs; max_in <= SL_OP_MAX_INPUTS */
+  int n_out;
+  /* Output metas from the input metas (global shapes) and attrs. Returns
+   * SL_EINVAL with a message that does not name the op (the graph prefixes
+   * "op 'NAME' (matmul): "). */
+  sl_status (*infer)(const sl__attrs *at, int n_in, const sl__meta *in,
+                     sl__meta *out);
+  /* Writes the 1-D signatures this op accepts for these global input metas
+   * (all-B excluded), at most max; returns how many. NULL: all-B only. */
+  int (*signatures)(const sl__attrs *at, int n_in, const sl__meta *in,
+                    sl__sbp_sig *sigs, int max);
+  /* Workspace bytes a call needs (NULL: none). */
+  size_t (*workspace)(const sl__kernel_ctx *k);
+  /* The CPU kernel. Must handle empty shards. SL_EINVAL etc. with a
+   * message; never aborts. */
+  sl_status (*cpu)(const sl__kernel_ctx *k);
+  /* A source op (no inputs) whose value changes each step (data, random):
+   * the compiler does not fold or cache it. */
+  bool per_step;
+} sl__op_def;
+
+/* The registry: every op, looked up by name. */
+const sl__op_def *sl__op_find(const char *name);
+int sl__op_count(void);
+const sl__op_def *sl__op_at(int i);
+
+/* Runs the op's kernel with its workspace allocated. */
+sl_status sl__op_run_cpu(const sl__op_def *op, sl__kernel_ctx *k);
+
+#endif
