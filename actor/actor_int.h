@@ -244,6 +244,11 @@ void sl__actor_on_complete(stream *s, rt_actor *a);
 void sl__actor_request_stop(stream *s, rt_actor *a);
 
 /* job.c */
+/* The transport's and memory's tables are called through these only. */
+sl_status sl__transport_send(sl_job *job, uint32_t node, const sl_msg *m,
+                             const void *payload, size_t nbytes);
+/* False when the transport has no `quiescent`. */
+bool sl__transport_quiescent(sl_job *job, uint64_t *progress);
 /* Records the first failure and stops the job; `who` (may be NULL) names
  * the actor, detail (may be NULL or "") says what happened. Broadcasts to
  * other nodes when `broadcast`. */

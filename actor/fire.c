@@ -263,8 +263,25 @@ void sl__actor_start(stream *s, rt_actor *a) {
   try_fire(s, a);
 }
 
+/* A message that breaks the protocol (a register sent twice, returned by a
+ * reader that does not hold it): a bug here, or a corrupt frame from
+ * another node. Either way the job stops with a clear error. */
+static void protocol_error(stream *s, rt_actor *a, const sl_msg *m,
+                           const char *what) {
+  char detail[200];
+  snprintf(detail, sizeof detail,
+           "%s (register %d of '%s', from node %u)", what, (int)m->index,
+           s->job->plan->regsts[m->desc].d.name, m->origin_node);
+  sl__job_abort(s->job, SL_ECOMM, a->id, true, detail, true);
+}
+
 void sl__actor_on_ready(stream *s, rt_actor *a, const sl_msg *m) {
   in_slot *sl = &a->in[m->slot];
+  if (sl->len == sl->cap || sl->eod) {
+    protocol_error(s, a, m, sl->eod ? "a piece after end-of-data"
+                                    : "more ready registers than exist");
+    return;
+  }
   uint32_t pos = sl->head + sl->len;
   if (pos >= sl->cap) pos -= sl->cap;
   sl->fifo[pos] = m->index;
@@ -280,6 +297,10 @@ void sl__actor_on_ready(stream *s, rt_actor *a, const sl_msg *m) {
 void sl__actor_on_return(stream *s, rt_actor *a, const sl_msg *m) {
   out_slot *o = &a->out[m->slot];
   rt_regst *r = &o->regs[m->index];
+  if (r->pending <= 0 || !r->held[m->consumer]) {
+    protocol_error(s, a, m, "a register returned by a reader not holding it");
+    return;
+  }
   r->held[m->consumer] = 0;
   if (--r->pending == 0) release(o, r);
   if (a->stopped)

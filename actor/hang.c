@@ -30,9 +30,8 @@ static bool quiescent(sl_job *job, uint64_t *local, uint64_t *peers) {
   *peers = 0;
   if (!sl__job_local_quiescent(job, local)) return false;
   if (!job->has_remote) return true;
-  const sl_transport *t = &job->cfg.transport;
-  if (!t->vt->quiescent) return false; /* cannot tell a hang from a slow peer */
-  return t->vt->quiescent(t->ctx, job->node, peers);
+  /* Without the transport's view it cannot tell a hang from a slow peer. */
+  return sl__transport_quiescent(job, peers);
 }
 
 static void *watchdog_main(void *arg) {

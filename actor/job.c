@@ -33,6 +33,23 @@ static void host_free(void *ctx, int32_t device, void *p) { free(p); }
 
 static const sl_regst_memory_vtable host_memory = {host_alloc, host_free};
 
+/* Thin wrappers: the tables are called from here only. */
+sl_status sl__transport_send(sl_job *job, uint32_t node, const sl_msg *m,
+                             const void *payload, size_t nbytes) {
+  const sl_transport *t = &job->cfg.transport;
+  return t->vt->send(t->ctx, node, m, payload, nbytes);
+}
+
+bool sl__transport_quiescent(sl_job *job, uint64_t *progress) {
+  const sl_transport *t = &job->cfg.transport;
+  *progress = 0;
+  return t->vt->quiescent ? t->vt->quiescent(t->ctx, job->node, progress) : false;
+}
+
+static void mem_free(sl_job *job, const mem_block *b) {
+  job->cfg.memory->free(job->cfg.memory_ctx, b->device, b->p);
+}
+
 static sl_status mem_alloc(sl_job *job, int32_t device, size_t bytes,
                            void **out) {
   if (job->n_mem == job->cap_mem) {
@@ -114,8 +131,7 @@ void sl__job_abort(sl_job *job, sl_status st, sl_actor_id who, bool has_who,
   m.desc = has_who ? 1 : 0;
   m.origin_node = (uint16_t)job->node;
   for (uint32_t n = 0; n < job->plan->n_nodes; n++)
-    if (n != job->node)
-      job->cfg.transport.vt->send(job->cfg.transport.ctx, n, &m, NULL, 0);
+    if (n != job->node) sl__transport_send(job, n, &m, NULL, 0);
 }
 
 /* ---- loading ------------------------------------------------------------------ */
@@ -586,8 +602,7 @@ void sl_job_destroy(sl_job *job) {
     for (int32_t k = 0; k < s->n_actors; k++)
       sl__free(s->actors[k].completion.detail);
   }
-  for (uint32_t i = 0; i < job->n_mem; i++)
-    job->cfg.memory->free(job->cfg.memory_ctx, job->mem[i].device, job->mem[i].p);
+  for (uint32_t i = 0; i < job->n_mem; i++) mem_free(job, &job->mem[i]);
   sl__free(job->mem);
   sl__free(job->hang_report);
   sl__free(job->trace_path);

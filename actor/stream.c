@@ -37,8 +37,7 @@ void sl__route(sl_job *job, stream *from, const sl_msg *m,
       n = payload->pub.bytes;
     }
     if (from) from->msgs_remote++;
-    sl_status st = job->cfg.transport.vt->send(job->cfg.transport.ctx, node,
-                                               &w, data, n);
+    sl_status st = sl__transport_send(job, node, &w, data, n);
     if (st != SL_OK) {
       char detail[1100];
       snprintf(detail, sizeof detail, "sending to node %u: %s", node,

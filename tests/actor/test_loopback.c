@@ -177,11 +177,48 @@ static void test_unattached_node(void **state) {
   sl_plan_destroy(p);
 }
 
+/* A frame that passes validation but breaks the protocol (a register sent
+ * again while the reader still holds it): the jobs stop with SL_ECOMM and
+ * nothing is corrupted. The reader also waits for a local source, so it
+ * cannot consume the first copy before the second arrives. */
+static void test_forged_ready(void **state) {
+  sl_plan *p;
+  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_id src = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 1000);
+  sl_actor_id local = add_actor(p, "local", SL_ACTOR_SOURCE, 1, 0, 1, NULL, NULL, 1000);
+  sl_actor_id k = add_actor(p, "far_kernel", SL_ACTOR_KERNEL, 1, 0, 0, NULL, NULL, 0);
+  int32_t d = add_out(p, src, 1, 16);
+  connect_to(p, d, k);
+  connect_to(p, add_out(p, local, 1, 16), k);
+  connect_to(p, add_out(p, k, 1, 16), add_actor(p, "sink", SL_ACTOR_SINK, 1, 0, 0, NULL, NULL, 0));
+  cluster cl;
+  cluster_create(&cl, p, 2);
+  unsigned char payload[16] = {0};
+  sl_msg forged = {.dst = k, .src = src, .piece = 0, .desc = d, .index = 0,
+                   .slot = 0, .kind = SL_MSG_READY, .origin_node = 0};
+  sl_log_set_level(SL_LOG_OFF);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(sl_job_deliver(cl.jobs[1], &forged, payload, 16), SL_OK);
+  for (uint32_t i = 0; i < 2; i++) assert_int_equal(sl_job_start(cl.jobs[i]), SL_OK);
+  for (uint32_t i = 0; i < 2; i++) {
+    sl_clear_error();
+    sl_status st = sl_job_wait(cl.jobs[i]);
+    if (st != SL_ECOMM || !strstr(sl_last_error(), "far_kernel"))
+      fail_msg("node %u: %s: %s", i, sl_status_str(st), sl_last_error());
+  }
+  assert_int_equal(sl_job_wait(cl.jobs[1]), SL_ECOMM);
+  assert_non_null(strstr(sl_last_error(), "more ready registers than exist"));
+  sl_log_set_level(SL_LOG_WARN);
+  cluster_destroy(&cl);
+  sl_plan_destroy(p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_chain_across_nodes),
       cmocka_unit_test(test_bad_messages),
       cmocka_unit_test(test_unattached_node),
+      cmocka_unit_test(test_forged_ready),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
