@@ -5,8 +5,9 @@
  * over two. Then the two queue implementations are measured against each
  * other: inside the runtime (a chain whose every hop crosses threads, and
  * 16 source threads feeding 16 sinks on one thread) and raw (producers
- * pushing into one consumer). Each row is the median of
- * `repeats` runs (the machine may be shared). Prints tables; exits 0.
+ * pushing into one consumer). Rows are medians of `repeats` runs (3x as
+ * many for the short cross-thread runs, queue kinds alternating), with the
+ * min-max spread: the machine may be shared. Prints tables; exits 0.
  *
  *   bench_actor_chain [pieces] [actors] [repeats]   (100000 1000 3) */
 #include <pthread.h>
@@ -79,23 +80,47 @@ static result run_once(sl_plan *p, sl_queue_kind q) {
 
 static int repeats = 3;
 
-static int cmp_result(const void *a, const void *b) {
-  double x = ((const result *)a)->seconds, y = ((const result *)b)->seconds;
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
 }
 
-static result run(sl_plan *p, sl_queue_kind q) {
-  result r[15];
-  int n = repeats < 1 ? 1 : repeats > 15 ? 15 : repeats;
-  for (int i = 0; i < n; i++) r[i] = run_once(p, q);
-  qsort(r, (size_t)n, sizeof r[0], cmp_result);
-  return r[n / 2];
+typedef struct stats3 {
+  double med, lo, hi; /* ns per firing */
+  uint64_t firings;
+} stats3;
+
+static stats3 summarize(double *ns, int n, uint64_t firings) {
+  qsort(ns, (size_t)n, sizeof *ns, cmp_double);
+  return (stats3){ns[n / 2], ns[0], ns[n - 1], firings};
 }
 
-static void row(const char *what, const char *queue, result r) {
-  printf("| %-34s | %-9s | %11llu | %8.2f | %12.0f | %8.1f |\n", what, queue,
-         (unsigned long long)r.firings, r.seconds, (double)r.firings / r.seconds,
-         r.seconds * 1e9 / (double)r.firings);
+/* Runs plan p `n` times per queue kind, alternating the kinds so that both
+ * see the same background load. */
+static void measure(sl_plan *p, int n, int kinds, const sl_queue_kind *k,
+                    stats3 *out) {
+  double ns[2][31];
+  uint64_t firings = 0;
+  if (n > 31) n = 31;
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < kinds; j++) {
+      result r = run_once(p, k[j]);
+      ns[j][i] = r.seconds * 1e9 / (double)r.firings;
+      firings = r.firings;
+    }
+  for (int j = 0; j < kinds; j++) out[j] = summarize(ns[j], n, firings);
+}
+
+static void header(void) {
+  printf("| %-34s | %-9s | %11s | %12s | %9s | %17s |\n", "layout", "queue",
+         "firings", "firings/s", "ns/firing", "min-max ns/firing");
+  printf("|------------------------------------|-----------|-------------|"
+         "--------------|-----------|-------------------|\n");
+}
+
+static void row(const char *what, const char *queue, stats3 s) {
+  printf("| %-34s | %-9s | %11llu | %12.0f | %9.1f | %8.1f-%-8.1f |\n", what,
+         queue, (unsigned long long)s.firings, 1e9 / s.med, s.med, s.lo, s.hi);
 }
 
 /* `p` sources, each on a thread of its own, feed `p` sinks sharing one
@@ -172,38 +197,38 @@ int main(int argc, char **argv) {
   printf("bench_actor_chain: %d no-op actors, %lld pieces, 2 registers per "
          "edge, %d CPUs, median of %d runs\n\n",
          actors, (long long)pieces, sl__cpu_count(), repeats);
-  printf("| %-34s | %-9s | %11s | %8s | %12s | %8s |\n", "layout", "queue",
-         "firings", "seconds", "firings/s", "ns/firing");
-  printf("|%s|%s|%s|%s|%s|%s|\n", "------------------------------------",
-         "-----------", "-------------", "----------", "--------------",
-         "----------");
+  header();
+  const sl_queue_kind both[2] = {SL_QUEUE_LOCKFREE, SL_QUEUE_MUTEX};
+  stats3 st[2];
   sl_plan *p = chain(actors, pieces, ONE_THREAD);
-  row("1 thread", "-", run(p, SL_QUEUE_DEFAULT));
+  measure(p, repeats, 1, both, st);
+  row("1 thread", "-", st[0]);
   sl_plan_destroy(p);
   p = chain(actors, pieces, TWO_HALVES);
-  row("2 threads (halves)", "lock-free", run(p, SL_QUEUE_LOCKFREE));
-  row("2 threads (halves)", "mutex", run(p, SL_QUEUE_MUTEX));
+  measure(p, repeats, 2, both, st);
+  row("2 threads (halves)", "lock-free", st[0]);
+  row("2 threads (halves)", "mutex", st[1]);
   sl_plan_destroy(p);
 
-  printf("\nqueues inside the runtime: every message crosses threads\n\n");
-  printf("| %-34s | %-9s | %11s | %8s | %12s | %8s |\n", "layout", "queue",
-         "firings", "seconds", "firings/s", "ns/firing");
-  printf("|%s|%s|%s|%s|%s|%s|\n", "------------------------------------",
-         "-----------", "-------------", "----------", "--------------",
-         "----------");
+  /* Short runs, so more of them: cross-thread wake-ups are noisy. */
+  int qrep = 3 * repeats;
+  printf("\nqueues inside the runtime: every message crosses threads "
+         "(median of %d, kinds alternating)\n\n", qrep);
+  header();
   int64_t ipieces = pieces / 20 > 0 ? pieces / 20 : 1;
   p = chain(actors, ipieces, TWO_INTERLEAVED);
-  char what[64];
-  snprintf(what, sizeof what, "chain, 2 threads alternating");
-  row(what, "lock-free", run(p, SL_QUEUE_LOCKFREE));
-  row(what, "mutex", run(p, SL_QUEUE_MUTEX));
+  measure(p, qrep, 2, both, st);
+  row("chain, 2 threads alternating", "lock-free", st[0]);
+  row("chain, 2 threads alternating", "mutex", st[1]);
   sl_plan_destroy(p);
   for (int fan = 1; fan <= 16; fan *= 4) {
-    p = fan_in(fan, 4 * pieces / fan);
+    char what[64];
+    p = fan_in(fan, pieces / fan);
     snprintf(what, sizeof what, "%d source thread%s -> 1 sink thread", fan,
              fan > 1 ? "s" : "");
-    row(what, "lock-free", run(p, SL_QUEUE_LOCKFREE));
-    row(what, "mutex", run(p, SL_QUEUE_MUTEX));
+    measure(p, qrep, 2, both, st);
+    row(what, "lock-free", st[0]);
+    row(what, "mutex", st[1]);
     sl_plan_destroy(p);
   }
 

@@ -90,7 +90,8 @@ struct sl_act {
   void *ctx;                 /* the actor's ctx from its descriptor */
   const char *name;          /* the actor's name */
   sl_actor_id actor;
-  int64_t piece;             /* piece id of the output this firing writes */
+  int64_t piece;             /* piece id of the output this firing writes
+                                (sinks: of the piece consumed) */
   int32_t step, steps;       /* counting actors: this is step `step` of
                                 `steps` (k); 0 of 1 for the others */
   int32_t n_in, n_out;
