@@ -215,7 +215,7 @@ int main(int argc, char **argv) {
   printf("\nqueues inside the runtime: every message crosses threads "
          "(median of %d, kinds alternating)\n\n", qrep);
   header();
-  int64_t ipieces = pieces / 20 > 0 ? pieces / 20 : 1;
+  int64_t ipieces = pieces / 50 > 0 ? pieces / 50 : 1;
   p = chain(actors, ipieces, TWO_INTERLEAVED);
   measure(p, qrep, 2, both, st);
   row("chain, 2 threads alternating", "lock-free", st[0]);

@@ -211,6 +211,8 @@ SL_API sl_status sl_plan_connect(sl_plan *p, int32_t desc,
  * actor or descriptor at fault. sl_job_create runs it too. */
 SL_API sl_status sl_plan_check(const sl_plan *p);
 
+/* Numbers of actors and of register descriptors (descriptors are numbered
+ * 0..count-1 in the order they were added). */
 SL_API int32_t sl_plan_actor_count(const sl_plan *p);
 SL_API int32_t sl_plan_regst_count(const sl_plan *p);
 /* The name of an actor, NULL if unknown. Owned by the plan. */
