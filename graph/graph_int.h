@@ -60,11 +60,22 @@ typedef struct sl__node {
 } sl__node;
 
 /* The IR accessors lowering and sessions use; the builder owns the
- * storage (arena-allocated, stable pointers until the graph is freed). */
+ * storage (arena-allocated, stable pointers until the graph is freed).
+ * Value ids are the ids of sl_tensor. Node indices are positions in the
+ * topological order: compile inserts boxing nodes, so indices taken before
+ * sl__graph_compile may change; after it they are final. Out-of-range
+ * indices give NULL. */
 int32_t sl__graph_node_count(const sl_graph *g);
 const sl__node *sl__graph_node(const sl_graph *g, int32_t i);
 int32_t sl__graph_value_count(const sl_graph *g);
 const sl__value *sl__graph_value(const sl_graph *g, int32_t v);
+/* The index of the node named name (inputs, variables and fetches by the
+ * name the program gave), or -1. */
+int32_t sl__graph_find(const sl_graph *g, const char *name);
+/* Whether sl__graph_compile has run (the graph no longer changes). */
+bool sl__graph_frozen(const sl_graph *g);
+/* "op", "input", "variable", "boxing", "fetch". */
+const char *sl__graph_kind_name(sl__node_kind k);
 /* Variables' initial values: fills rank `rank`'s local shard of variable
  * node `node` (its value's placement/nd-SBP) into buf. The value depends
  * only on the initializer and the global index, never on the layout. */
@@ -72,7 +83,53 @@ sl_status sl__graph_variable_init(const sl_graph *g, int32_t node, int rank,
                                   void *buf);
 
 /* SBP inference and boxing insertion (idempotent; sl_session_create calls
- * it). After it the graph is frozen: builder calls return SL_ESTATE. */
+ * it). After it the graph is frozen: builder calls return SL_ESTATE.
+ * Returns the graph's status when it already has an error. After it:
+ * every value has sbp (ndim = its placement's mesh ndim); OP nodes have
+ * in_sbp/out_sbp; INPUT/VARIABLE nodes out_sbp[0]; FETCH nodes in_sbp[0]
+ * (the producer's, never boxed); a variable's update value has the
+ * variable's placement and nd-SBP (a boxing node is inserted if needed). */
 sl_status sl__graph_compile(sl_graph *g);
+
+/* ---- autodiff ------------------------------------------------------------ */
+
+/* Gradients of the scalar `loss` with respect to n tensors: grads[i] is a
+ * tensor of wrt[i]'s shape (zeros when loss does not depend on it).
+ * Backward nodes are marked backward. Errors are the graph's (sticky). */
+sl_status sl__graph_gradients(sl_tensor loss, int n, const sl_tensor *wrt,
+                              sl_tensor *grads);
+
+/* ---- the reference interpreter ------------------------------------------- */
+
+/* Runs a graph on the host with whole logical tensors: no placement, every
+ * value one full host buffer, each op's CPU kernel called once with the
+ * whole tensor as its slice (boxing nodes copy). Variables persist across
+ * steps and take their update after each step. The single-device reference
+ * for tests. The graph must outlive the interpreter and not change while it
+ * runs (compiled or not). */
+typedef struct sl__interp sl__interp;
+
+sl_status sl__interp_create(const sl_graph *g, sl__interp **out);
+void sl__interp_destroy(sl__interp *it);
+/* Copies the logical tensor for input `name` (bytes must equal the input's
+ * size), used by every later step until fed again. SL_ENOTFOUND, SL_EINVAL
+ * naming the input for a wrong size. */
+sl_status sl__interp_feed(sl__interp *it, const char *name, const void *data,
+                          size_t bytes);
+/* Runs one step (the kernels see step = the number of steps run before,
+ * unless set) and then applies variable updates. SL_ESTATE when an input
+ * was never fed; kernel errors name the node. */
+sl_status sl__interp_step(sl__interp *it);
+/* The step number the next sl__interp_step passes to kernels. */
+void sl__interp_set_step(sl__interp *it, int64_t step);
+/* The last step's value of fetch `name` (data valid until the next step or
+ * destroy). SL_ENOTFOUND, SL_ESTATE before any step. */
+sl_status sl__interp_fetch(const sl__interp *it, const char *name,
+                           const void **data, sl__meta *meta);
+/* A variable's current value, writable (tests set weights through it). */
+sl_status sl__interp_variable(sl__interp *it, const char *name, void **data,
+                              sl__meta *meta);
+/* Any value of the last step by id (NULL before a step or out of range). */
+const void *sl__interp_value(const sl__interp *it, int32_t value);
 
 #endif

@@ -7,12 +7,14 @@
 #define SL_OP(name) extern const sl__op_def sl__op_##name;
 #include "ops_pointwise.def"
 #include "ops_dense.def"
+#include "ops_data.def"
 #undef SL_OP
 
 static const sl__op_def *const registry[] = {
 #define SL_OP(name) &sl__op_##name,
 #include "ops_pointwise.def"
 #include "ops_dense.def"
+#include "ops_data.def"
 #undef SL_OP
     NULL, /* keeps the array non-empty while families are being added */
 };

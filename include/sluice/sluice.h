@@ -7,6 +7,7 @@
 #include <sluice/placement.h>
 #include <sluice/sbp.h>
 #include <sluice/boxing.h>
+#include <sluice/graph.h>
 #include <sluice/build.h>
 
 #endif

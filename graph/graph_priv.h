@@ -1,0 +1,153 @@
+/* sluice graph — private to graph/: the graph's body and the builder's
+ * internal entry points used by the op wrappers, autodiff, minimize and
+ * compile. Lowering and sessions use graph_int.h only. */
+#ifndef SLUICE_GRAPH_PRIV_H
+#define SLUICE_GRAPH_PRIV_H
+
+#include <stdio.h>
+
+#include "graph_int.h"
+
+/* Poisoned tensor ids: the call that recorded the graph's first error
+ * returns SL__POISON_ORIGIN (so sl_name can name it), all others
+ * SL__POISON. */
+#define SL__POISON (-1)
+#define SL__POISON_ORIGIN (-2)
+
+/* Which pass is creating nodes (sets sl__node.backward / .optimizer). */
+typedef enum sl__mark {
+  SL__MARK_FORWARD = 0,
+  SL__MARK_BACKWARD = 1,
+  SL__MARK_OPTIMIZER = 2,
+} sl__mark;
+
+/* A node with the builder's private data. sl__node comes first so the
+ * public pointer converts back. */
+typedef struct sl__gnode {
+  sl__node n;
+  int32_t index;            /* position in g->nodes */
+  struct sl__gnode *hnext;  /* name hash chain */
+  sl_init init;             /* SL__NODE_VARIABLE */
+  bool trainable;           /* SL__NODE_VARIABLE */
+  int32_t npy_id;           /* npy_read nodes: the open file, else -1 */
+} sl__gnode;
+
+#define SL__GNODE(node) ((sl__gnode *)(node))
+
+struct sl_graph {
+  sl_arena *arena;
+  sl__gnode **nodes;
+  int32_t n_nodes, cap_nodes;
+  sl__value **values;
+  int32_t n_values, cap_values;
+  sl__gnode **buckets; /* name hash */
+  uint32_t n_buckets;
+  /* placements, interned: every node/value placement points here */
+  sl_placement **places;
+  int n_places, cap_places;
+  sl_placement *default_placement;
+  sl_placement *force_placement; /* autodiff: place new ops here */
+  sl__mark mark;
+  char scope[512];
+  int scope_depth;
+  int scope_len[32];
+  int64_t serial; /* auto-name counter */
+  bool frozen, minimized;
+  /* The first error, in parts so sl_name can re-render it. */
+  sl_status err;
+  char err_what[16];  /* "op", "input", ... */
+  char err_name[256];
+  char err_type[64];  /* the op's name ("matmul"), or "" */
+  char err_reason[1024];
+  char err_msg[1400];
+};
+
+/* ---- errors ------------------------------------------------------------ */
+
+/* Records the graph's first error (when none yet) for a node described by
+ * what ("op", "input", ...), name and type (op name or NULL), and sets the
+ * thread's last error to the full message. Returns st. */
+sl_status sl__g_error(sl_graph *g, sl_status st, const char *what,
+                      const char *name, const char *type, const char *fmt,
+                      ...) SL__PRINTF(6, 7);
+/* sl__g_error with the thread's current last-error message as the reason. */
+sl_status sl__g_error_last(sl_graph *g, sl_status st, const char *what,
+                           const char *name, const char *type);
+/* A poisoned tensor of g; origin: the one carrying SL__POISON_ORIGIN. */
+sl_tensor sl__g_poison(sl_graph *g, bool origin);
+/* Fails an op call before its node exists: records the error for the op's
+ * would-be auto name and returns the origin poison. */
+sl_tensor sl__g_fail_op(sl_graph *g, const char *op, const char *fmt, ...)
+    SL__PRINTF(3, 4);
+
+/* ---- names, placements ------------------------------------------------- */
+
+/* "<scope>/<base>" into buf (size bytes). */
+void sl__g_scoped(const sl_graph *g, const char *base, char *buf, size_t size);
+/* The next auto name for an op of type `op` ("<scope>/<op>_<n>"); does not
+ * consume the counter (sl__g_new_node does). */
+void sl__g_auto_name(const sl_graph *g, const char *op, char *buf,
+                     size_t size);
+sl__gnode *sl__g_find(const sl_graph *g, const char *name);
+/* The graph's interned copy of p (SL_ENOMEM: NULL). */
+sl_placement *sl__g_place(sl_graph *g, const sl_placement *p);
+/* Parses text (NULL: the default placement) into an interned placement,
+ * recording errors for the node (what, name). NULL on failure. */
+sl_placement *sl__g_place_text(sl_graph *g, const char *text,
+                               const char *what, const char *name);
+
+/* ---- nodes and values -------------------------------------------------- */
+
+/* Whether a builder call may go on: no error yet, not frozen, every tensor
+ * valid and of g. Records SL_ESTATE / SL_EINVAL errors as needed. */
+bool sl__g_usable(sl_graph *g, int n, const sl_tensor *ts, const char *op);
+
+/* Appends a node of kind `kind` named `name` (NULL: the auto name of op
+ * `type`), placed on p, with n_in inputs and n_out outputs of the given
+ * metas. Inputs must exist. Returns NULL (error recorded) on a duplicate
+ * name or SL_ENOMEM. */
+sl__gnode *sl__g_new_node(sl_graph *g, sl__node_kind kind, const char *name,
+                          const char *type, sl_placement *p, int n_in,
+                          const int32_t *in, int n_out, const sl__meta *out);
+
+/* Adds op `op` on inputs `in` with attributes `at` (copied), inferring
+ * output metas. Placement: g->force_placement, else the first input's, else
+ * the default. Writes every output tensor into outs (may be NULL) and
+ * returns output 0 (poisoned on failure). */
+sl_tensor sl__g_op(sl_graph *g, const char *op, int n_in, const sl_tensor *in,
+                   const sl__attrs *at, sl_tensor *outs);
+/* The same for an op with no inputs, placed on placement (NULL: the
+ * default) with output SBP sbp (NULL: free). */
+sl_tensor sl__g_source(sl_graph *g, const char *op, const sl__attrs *at,
+                       const char *name, const sl_placement *placement,
+                       const sl_nd_sbp *sbp);
+
+static inline sl__node *sl__g_node(const sl_graph *g, int32_t i) {
+  return &g->nodes[i]->n;
+}
+static inline sl__value *sl__g_value(const sl_graph *g, int32_t v) {
+  return g->values[v];
+}
+/* The tensor for value id v. */
+static inline sl_tensor sl__g_tensor(sl_graph *g, int32_t v) {
+  sl_tensor t = {g, v};
+  return t;
+}
+/* Normalises axis (negative: from the end) for an ndim-D tensor; false
+ * when out of range. */
+bool sl__g_axis(int *axis, int ndim);
+
+/* Frees what nodes own outside the arena (boxing plans, npy files). */
+void sl__g_release_nodes(sl_graph *g);
+
+/* ---- initializers (init.c) --------------------------------------------- */
+
+/* Fills the part `slice` of a tensor of global shape `global` initialised
+ * by init into buf (row-major over the slice, dtype dt). */
+sl_status sl__g_init_fill(const sl_init *init, const sl_shape *global,
+                        sl_dtype dt, const sl_slice *slice, void *buf);
+/* SL_EINVAL for a kind out of range, a non-finite parameter, a bad range
+ * or a non-float dtype with a random kind. */
+sl_status sl__g_init_check(const sl_init *init, sl_dtype dt);
+
+#endif

@@ -1,0 +1,374 @@
+/* sluice — the graph builder: global-tensor programs.
+ *
+ * A program builds a graph of ops on global tensors. A tensor is a small
+ * value (graph, id) naming one output of one node; it is never freed on its
+ * own. Every tensor has a logical shape and dtype, a placement (the devices
+ * it lives on) and, after compilation, an nd-SBP.
+ *
+ * Errors are sticky: a builder call that fails records the first error on
+ * the graph and returns a poisoned tensor (id < 0); every later call that
+ * receives a poisoned tensor, or any call after the first error, returns a
+ * poisoned tensor too and records nothing. A program checks once, after
+ * building, with sl_graph_status() / sl_graph_error(). Messages name the op:
+ *   "op 'fc1' (matmul): inner dims 64 and 32 differ".
+ *
+ * Names: every node has a unique name. Ops get "<op>_<n>" unless renamed
+ * with sl_name(); inputs, variables and fetches take the name they are
+ * given. Name scopes (sl_graph_push_scope) prefix "<scope>/" to every name
+ * created inside them.
+ *
+ * Placements and SBPs are given as text ("cpu:0-3", "S(0)", "(S(0),B)") or,
+ * in the *_p variants, as parsed objects (copied; the caller keeps
+ * ownership). A NULL placement means the graph's default placement; a NULL
+ * SBP means B for inputs and variables and "let the compiler choose" for
+ * data sources and conversions.
+ *
+ * Ops take the placement of their inputs (of the first input when they
+ * differ: different placements between producer and consumer are converted
+ * by boxing, inserted by the compiler). Use sl_to_global to move a tensor
+ * to another placement or fix its SBP. */
+#ifndef SLUICE_GRAPH_H
+#define SLUICE_GRAPH_H
+
+#include <sluice/core.h>
+#include <sluice/placement.h>
+#include <sluice/sbp.h>
+#include <sluice/tensor.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sl_graph sl_graph;
+
+/* A global tensor in a graph: a value, copied freely. id < 0: poisoned (a
+ * builder call failed). */
+typedef struct sl_tensor {
+  sl_graph *graph;
+  int32_t id;
+} sl_tensor;
+
+/* A shape literal: SL_SHAPE(64, 784) is the 2-D shape [64, 784]; 1 to
+ * SL_MAX_DIMS extents (a scalar shape is (sl_shape){0}). */
+#define SL__SHAPE_N(...) SL__SHAPE_N_(__VA_ARGS__, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define SL__SHAPE_N_(a, b, c, d, e, f, g, h, n, ...) n
+#define SL_SHAPE(...)                                                          \
+  ((sl_shape){.ndim = SL__SHAPE_N(__VA_ARGS__), .dims = {__VA_ARGS__}})
+
+/* ---- graphs ----------------------------------------------------------- */
+
+/* Creates an empty graph. SL_ENOMEM. Free with sl_graph_destroy. */
+SL_API sl_status sl_graph_create(sl_graph **out);
+
+/* Frees the graph and everything it owns. NULL is a no-op. Tensors of the
+ * graph become invalid. */
+SL_API void sl_graph_destroy(sl_graph *g);
+
+/* The graph's first error (SL_OK when none). */
+SL_API sl_status sl_graph_status(const sl_graph *g);
+
+/* The first error's message ("op 'fc1' (matmul): ..."), "" when none. Valid
+ * as long as the graph. */
+SL_API const char *sl_graph_error(const sl_graph *g);
+
+/* Sets the placement used by inputs, variables and data sources given no
+ * placement (initially "cpu:0"). Parsed/copied; the caller keeps p.
+ * SL_EINVAL for a malformed placement (also recorded on the graph),
+ * SL_ESTATE after compilation. */
+SL_API sl_status sl_graph_set_default_placement(sl_graph *g,
+                                                const char *placement);
+SL_API sl_status sl_graph_set_default_placement_p(sl_graph *g,
+                                                  const sl_placement *p);
+
+/* Name scopes: names created until the matching pop are prefixed with
+ * "<scope>/" (nested scopes join with '/'). Push copies the string. */
+SL_API void sl_graph_push_scope(sl_graph *g, const char *scope);
+SL_API void sl_graph_pop_scope(sl_graph *g);
+
+/* Number of nodes (ops, inputs, variables, fetches) the graph holds. */
+SL_API int sl_graph_node_count(const sl_graph *g);
+
+/* Writes a one-line-per-node text listing of the graph (name, kind or op,
+ * attributes, input names, shape, dtype, placement and, once compiled,
+ * nd-SBP) into buf like snprintf; returns the length it needed. */
+SL_API int sl_graph_print(const sl_graph *g, char *buf, size_t size);
+
+/* ---- tensors ---------------------------------------------------------- */
+
+/* True when t is not poisoned. */
+SL_API bool sl_tensor_ok(sl_tensor t);
+
+/* t's logical shape / dtype. SL_EINVAL (zeroed shape, F32) for a poisoned
+ * tensor. */
+SL_API sl_status sl_tensor_shape(sl_tensor t, sl_shape *out);
+SL_API sl_dtype sl_tensor_dtype(sl_tensor t);
+
+/* The name of the node producing t; "" for a poisoned tensor. Valid as long
+ * as the graph. */
+SL_API const char *sl_tensor_name(sl_tensor t);
+
+/* Renames the node producing t (copying name) and returns t. A duplicate or
+ * empty name is an error. On the poisoned result of the call that caused
+ * the graph's first error, it names that op in the error message instead,
+ * so `sl_name(sl_matmul(x, w, false, false), "fc1")` reports "op 'fc1'". */
+SL_API sl_tensor sl_name(sl_tensor t, const char *name);
+
+/* ---- inputs, variables, data sources ---------------------------------- */
+
+/* A tensor fed by the program at every step, under `name`. sbp NULL: B.
+ * Partial SBPs are refused. */
+SL_API sl_tensor sl_input(sl_graph *g, const char *name, const sl_shape *shape,
+                          sl_dtype dt, const char *placement, const char *sbp);
+SL_API sl_tensor sl_input_p(sl_graph *g, const char *name,
+                            const sl_shape *shape, sl_dtype dt,
+                            const sl_placement *placement,
+                            const sl_nd_sbp *sbp);
+
+/* Variable initializers. Random ones use a counter-based generator keyed
+ * by (seed, global element index): the values never depend on placement or
+ * SBP. Fans for the scaled kinds: a 1-D shape [n] has fan_in = fan_out = n;
+ * otherwise fan_out is the last extent and fan_in the product of the
+ * others (weights are [in, out]). */
+typedef enum sl_init_kind {
+  SL_INIT_ZEROS = 0,
+  SL_INIT_CONSTANT = 1,        /* a */
+  SL_INIT_UNIFORM = 2,         /* in [a, b) */
+  SL_INIT_NORMAL = 3,          /* mean a, standard deviation b */
+  SL_INIT_XAVIER_UNIFORM = 4,  /* ±a·sqrt(6 / (fan_in + fan_out)) */
+  SL_INIT_XAVIER_NORMAL = 5,   /* std a·sqrt(2 / (fan_in + fan_out)) */
+  SL_INIT_KAIMING_UNIFORM = 6, /* ±a·sqrt(3 / fan_in) */
+  SL_INIT_KAIMING_NORMAL = 7,  /* std a / sqrt(fan_in) */
+} sl_init_kind;
+
+typedef struct sl_init {
+  sl_init_kind kind;
+  double a, b;   /* see the kinds; a is the gain of the scaled kinds */
+  uint64_t seed;
+} sl_init;
+
+/* Initializer constructors. */
+static inline sl_init sl_init_zeros(void) {
+  sl_init i = {SL_INIT_ZEROS, 0, 0, 0};
+  return i;
+}
+static inline sl_init sl_init_constant(double v) {
+  sl_init i = {SL_INIT_CONSTANT, v, 0, 0};
+  return i;
+}
+static inline sl_init sl_init_uniform(double lo, double hi, uint64_t seed) {
+  sl_init i = {SL_INIT_UNIFORM, lo, hi, seed};
+  return i;
+}
+static inline sl_init sl_init_normal(double mean, double std, uint64_t seed) {
+  sl_init i = {SL_INIT_NORMAL, mean, std, seed};
+  return i;
+}
+/* gain 1 is the Glorot/Xavier scale; sqrt(2) the He/Kaiming one for relu. */
+static inline sl_init sl_init_xavier_uniform(double gain, uint64_t seed) {
+  sl_init i = {SL_INIT_XAVIER_UNIFORM, gain, 0, seed};
+  return i;
+}
+static inline sl_init sl_init_xavier_normal(double gain, uint64_t seed) {
+  sl_init i = {SL_INIT_XAVIER_NORMAL, gain, 0, seed};
+  return i;
+}
+static inline sl_init sl_init_kaiming_uniform(double gain, uint64_t seed) {
+  sl_init i = {SL_INIT_KAIMING_UNIFORM, gain, 0, seed};
+  return i;
+}
+static inline sl_init sl_init_kaiming_normal(double gain, uint64_t seed) {
+  sl_init i = {SL_INIT_KAIMING_NORMAL, gain, 0, seed};
+  return i;
+}
+
+/* Persistent state named `name`, initialised once by `init`, trained by
+ * sl_minimize (unless made constant with sl_variable_set_trainable).
+ * sbp NULL: B. Partial SBPs are refused. */
+SL_API sl_tensor sl_variable(sl_graph *g, const char *name,
+                             const sl_shape *shape, sl_dtype dt, sl_init init,
+                             const char *placement, const char *sbp);
+SL_API sl_tensor sl_variable_p(sl_graph *g, const char *name,
+                               const sl_shape *shape, sl_dtype dt,
+                               sl_init init, const sl_placement *placement,
+                               const sl_nd_sbp *sbp);
+
+/* Whether sl_minimize updates variable v (default true). Returns v; an
+ * error when v is not a variable. */
+SL_API sl_tensor sl_variable_set_trainable(sl_tensor v, bool trainable);
+
+/* A tensor filled with value, fixed across steps. sbp NULL: chosen by the
+ * compiler to suit its consumers. */
+SL_API sl_tensor sl_fill(sl_graph *g, const sl_shape *shape, sl_dtype dt,
+                         double value, const char *placement, const char *sbp);
+
+/* Synthetic data, new at every step: element i of step k depends only on
+ * (seed, k, i), never on the layout. Uniform in [lo, hi) (float dtypes),
+ * normal(mean, std), or integers uniform in [lo, hi) (integer dtypes, for
+ * labels and ids). sbp NULL: chosen by the compiler. */
+SL_API sl_tensor sl_data_random_uniform(sl_graph *g, const sl_shape *shape,
+                                        sl_dtype dt, double lo, double hi,
+                                        uint64_t seed, const char *placement,
+                                        const char *sbp);
+SL_API sl_tensor sl_data_random_normal(sl_graph *g, const sl_shape *shape,
+                                       sl_dtype dt, double mean, double std,
+                                       uint64_t seed, const char *placement,
+                                       const char *sbp);
+SL_API sl_tensor sl_data_random_int(sl_graph *g, const sl_shape *shape,
+                                    sl_dtype dt, int64_t lo, int64_t hi,
+                                    uint64_t seed, const char *placement,
+                                    const char *sbp);
+
+/* Rows of a .npy file (format v1, v2 or v3; C order; '<f4', '<i4' or
+ * '<i8'; shape [N, ...]), `batch` per step: step k yields rows
+ * [k*batch, (k+1)*batch) modulo N, shape [batch, ...]. Each device reads
+ * only its own slice of the file, as the SBP splits it. The header is read
+ * now: a missing file or a bad header is a graph error naming the path.
+ * sbp NULL: chosen by the compiler (S or B; never P). */
+SL_API sl_tensor sl_data_npy(sl_graph *g, const char *path, int64_t batch,
+                             const char *placement, const char *sbp);
+SL_API sl_tensor sl_data_npy_p(sl_graph *g, const char *path, int64_t batch,
+                               const sl_placement *placement,
+                               const sl_nd_sbp *sbp);
+
+/* ---- conversions ------------------------------------------------------ */
+
+/* t on `placement` (NULL: t's own) with nd-SBP `sbp` (NULL: chosen by the
+ * compiler; the SBP is fixed otherwise). An identity op; the compiler
+ * inserts the boxing that produces it. */
+SL_API sl_tensor sl_to_global(sl_tensor t, const char *placement,
+                              const char *sbp);
+SL_API sl_tensor sl_to_global_p(sl_tensor t, const sl_placement *placement,
+                                const sl_nd_sbp *sbp);
+
+/* ---- ops -------------------------------------------------------------- */
+/* Each returns its output (poisoned on error). Axes may be negative
+ * (counted from the end). Binary ops broadcast numpy-style. */
+
+SL_API sl_tensor sl_add(sl_tensor a, sl_tensor b);
+SL_API sl_tensor sl_sub(sl_tensor a, sl_tensor b);
+SL_API sl_tensor sl_mul(sl_tensor a, sl_tensor b);
+SL_API sl_tensor sl_div(sl_tensor a, sl_tensor b);
+
+/* x + s, x * s, -x (elementwise with a constant). */
+SL_API sl_tensor sl_add_scalar(sl_tensor x, double s);
+SL_API sl_tensor sl_mul_scalar(sl_tensor x, double s);
+SL_API sl_tensor sl_neg(sl_tensor x);
+
+/* Elementwise functions. gelu is the tanh approximation. */
+SL_API sl_tensor sl_relu(sl_tensor x);
+SL_API sl_tensor sl_gelu(sl_tensor x);
+SL_API sl_tensor sl_tanh(sl_tensor x);
+SL_API sl_tensor sl_sigmoid(sl_tensor x);
+SL_API sl_tensor sl_square(sl_tensor x);
+SL_API sl_tensor sl_sqrt(sl_tensor x);
+SL_API sl_tensor sl_exp(sl_tensor x);
+SL_API sl_tensor sl_log(sl_tensor x);
+
+/* x converted to dtype dt. */
+SL_API sl_tensor sl_cast(sl_tensor x, sl_dtype dt);
+
+/* Reductions over naxes axes (naxes 0: every axis), keeping them as extent
+ * 1 when keepdims. reduce_max of a split axis gives P(max). */
+SL_API sl_tensor sl_reduce_sum(sl_tensor x, int naxes, const int *axes,
+                               bool keepdims);
+SL_API sl_tensor sl_reduce_mean(sl_tensor x, int naxes, const int *axes,
+                                bool keepdims);
+SL_API sl_tensor sl_reduce_max(sl_tensor x, int naxes, const int *axes,
+                               bool keepdims);
+/* x broadcast to shape; x summed down to like's shape (the inverse). */
+SL_API sl_tensor sl_broadcast_to(sl_tensor x, const sl_shape *shape);
+SL_API sl_tensor sl_reduce_sum_like(sl_tensor x, sl_tensor like);
+
+/* Shape ops. reshape keeps the element count (one extent may be -1);
+ * transpose permutes axes (perm has ndim entries); slice_of keeps
+ * [start[d], stop[d]) on each axis d (ndim entries each); concat joins n
+ * tensors along axis. */
+SL_API sl_tensor sl_reshape(sl_tensor x, const sl_shape *shape);
+SL_API sl_tensor sl_transpose(sl_tensor x, int n, const int *perm);
+SL_API sl_tensor sl_slice_of(sl_tensor x, const int64_t *start,
+                             const int64_t *stop);
+SL_API sl_tensor sl_concat(int n, const sl_tensor *xs, int axis);
+
+/* Inverted dropout: zeroes each element with probability p and scales the
+ * rest by 1/(1-p); the mask depends on (seed, step, global index). */
+SL_API sl_tensor sl_dropout(sl_tensor x, double p, uint64_t seed);
+/* Sets x[..., i, j] to -inf where j > i (the last two axes). */
+SL_API sl_tensor sl_causal_mask(sl_tensor x);
+
+/* op(a)·op(b), op = transpose when the flag is set; a [m,k], b [k,n]. */
+SL_API sl_tensor sl_matmul(sl_tensor a, sl_tensor b, bool trans_a,
+                           bool trans_b);
+/* The same over leading batch axes: a [..., m, k], b [..., k, n]. */
+SL_API sl_tensor sl_batch_matmul(sl_tensor a, sl_tensor b, bool trans_a,
+                                 bool trans_b);
+SL_API sl_tensor sl_softmax(sl_tensor x, int axis);
+SL_API sl_tensor sl_log_softmax(sl_tensor x, int axis);
+/* Per-row loss -log softmax(logits)[label]: logits [..., C], integer
+ * labels [...]; the result has labels' shape. */
+SL_API sl_tensor sl_sparse_cross_entropy(sl_tensor logits, sl_tensor labels);
+/* Normalises over the last axis: (x - mean) / sqrt(var + eps) * gamma +
+ * beta, gamma and beta of the last axis' extent. */
+SL_API sl_tensor sl_layer_norm(sl_tensor x, sl_tensor gamma, sl_tensor beta,
+                               double eps);
+/* Rows of table [V, D] picked by integer ids [...]: [..., D]. */
+SL_API sl_tensor sl_embedding(sl_tensor table, sl_tensor ids);
+
+/* Composite ops, built from the ones above. */
+/* softmax(q·kᵀ / sqrt(d) [+ causal mask]) · v over [..., s, d] tensors. */
+SL_API sl_tensor sl_scaled_dot_product_attention(sl_tensor q, sl_tensor k,
+                                                 sl_tensor v, bool causal);
+/* mean((pred - target)^2), a scalar. */
+SL_API sl_tensor sl_mse_loss(sl_tensor pred, sl_tensor target);
+/* mean of sparse_cross_entropy(logits, labels), a scalar. */
+SL_API sl_tensor sl_cross_entropy(sl_tensor logits, sl_tensor labels);
+
+/* ---- training --------------------------------------------------------- */
+
+typedef enum sl_optimizer_kind {
+  SL_OPTIMIZER_SGD = 0,   /* with momentum when momentum > 0 */
+  SL_OPTIMIZER_ADAM = 1,  /* weight_decay added to the gradient (L2) */
+  SL_OPTIMIZER_ADAMW = 2, /* weight_decay decoupled */
+} sl_optimizer_kind;
+
+typedef struct sl_optimizer {
+  sl_optimizer_kind kind;
+  double lr;
+  double momentum;          /* SGD */
+  double beta1, beta2, eps; /* Adam, AdamW */
+  double weight_decay;
+  double clip_norm;         /* > 0: gradients scaled so their global L2
+                               norm is at most clip_norm */
+} sl_optimizer;
+
+/* Optimizer descriptions with the usual defaults (Adam: 0.9, 0.999, 1e-8;
+ * no weight decay, no clipping). */
+static inline sl_optimizer sl_optimizer_sgd(double lr, double momentum) {
+  sl_optimizer o = {SL_OPTIMIZER_SGD, lr, momentum, 0, 0, 0, 0, 0};
+  return o;
+}
+static inline sl_optimizer sl_optimizer_adam(double lr) {
+  sl_optimizer o = {SL_OPTIMIZER_ADAM, lr, 0, 0.9, 0.999, 1e-8, 0, 0};
+  return o;
+}
+static inline sl_optimizer sl_optimizer_adamw(double lr, double weight_decay) {
+  sl_optimizer o = {SL_OPTIMIZER_ADAMW, lr, 0, 0.9, 0.999, 1e-8, weight_decay,
+                    0};
+  return o;
+}
+
+/* Adds the backward pass of the scalar `loss` and, for every trainable
+ * variable it depends on, the optimizer's update (state variables such as
+ * momentum and Adam's m, v are created with the weight's placement and
+ * SBP). Call once per graph. Returns the graph's status (SL_EINVAL for a
+ * non-scalar loss, a bad optimizer or a graph error; SL_ESTATE when called
+ * twice or after compilation). */
+SL_API sl_status sl_minimize(sl_tensor loss, const sl_optimizer *opt);
+
+/* Returns t to the program at every step, as a logical tensor, under
+ * `name` (a node of its own). Returns the graph's status. */
+SL_API sl_status sl_fetch(sl_tensor t, const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
