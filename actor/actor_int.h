@@ -16,9 +16,9 @@
 typedef struct plan_actor {
   sl_actor_desc d; /* d.name points into the plan's arena */
   sl_actor_id id;
-  int32_t *in;     /* descriptor of each input slot */
+  int32_t *in; /* descriptor of each input slot */
   int32_t n_in, cap_in;
-  int32_t *out;    /* descriptor of each output slot */
+  int32_t *out; /* descriptor of each output slot */
   int32_t n_out, cap_out;
 } plan_actor;
 
@@ -28,7 +28,7 @@ typedef struct plan_consumer {
 } plan_consumer;
 
 typedef struct plan_regst {
-  sl_regst_desc d; /* d.name points into the plan's arena */
+  sl_regst_desc d;  /* d.name points into the plan's arena */
   int32_t producer; /* plan index */
   int32_t out_slot; /* producer's output slot */
   plan_consumer *cons;
@@ -57,7 +57,8 @@ struct sl_plan {
 /* Plan index of an actor id, -1 if none. */
 int32_t sl__plan_find(const sl_plan *p, sl_actor_id id);
 
-/* ---- job runtime ----------------------------------------------------------- */
+/* ---- job runtime -----------------------------------------------------------
+ */
 
 /* Internal message kind: a deferred firing completed (never on the wire). */
 #define SL__MSG_COMPLETE 5
@@ -72,11 +73,11 @@ typedef struct in_slot {
   int32_t desc;
   sl_actor_id producer;
   uint16_t producer_slot;
-  uint16_t consumer;   /* our position among the descriptor's readers */
-  bool remote;         /* producer on another node: regs is our mirror */
+  uint16_t consumer; /* our position among the descriptor's readers */
+  bool remote;       /* producer on another node: regs is our mirror */
   bool eod;
-  rt_regst *regs;      /* the descriptor's registers, by index */
-  int32_t *fifo;       /* ready register indices, oldest first */
+  rt_regst *regs; /* the descriptor's registers, by index */
+  int32_t *fifo;  /* ready register indices, oldest first */
   uint32_t head, len, cap;
 } in_slot;
 
@@ -84,12 +85,12 @@ typedef struct out_slot {
   int32_t desc;
   int32_t count;
   rt_regst *regs;
-  int32_t *free_fifo;  /* free register indices */
+  int32_t *free_fifo; /* free register indices */
   uint32_t fhead, flen;
   int32_t n_cons;
   sl_actor_id *cons_id;
   uint16_t *cons_slot;
-  int32_t cur;         /* register taken by the firing in progress, -1 */
+  int32_t cur; /* register taken by the firing in progress, -1 */
   int32_t in_flight, peak;
 } out_slot;
 
@@ -116,13 +117,13 @@ typedef struct rt_actor {
   in_slot *in;
   out_slot *out;
   sl_register **in_view, **out_view;
-  sl_act a;             /* the firing record handed to act */
-  int64_t limit;        /* SOURCE: pieces to produce */
-  int64_t fired;        /* SOURCE: firings so far */
-  int64_t next_piece;   /* piece id of the next output */
-  int64_t pieces;       /* stats: output pieces (sinks: input pieces) */
+  sl_act a;           /* the firing record handed to act */
+  int64_t limit;      /* SOURCE: pieces to produce */
+  int64_t fired;      /* SOURCE: firings so far */
+  int64_t next_piece; /* piece id of the next output */
+  int64_t pieces;     /* stats: output pieces (sinks: input pieces) */
   int32_t k, step;
-  int32_t eod_in;       /* input slots that saw end-of-data */
+  int32_t eod_in; /* input slots that saw end-of-data */
   bool stopped, finished, busy, stop_requested, deferred;
   uint64_t firings;
   uint64_t trace_t0;
@@ -130,7 +131,7 @@ typedef struct rt_actor {
 } rt_actor;
 
 typedef struct trace_event {
-  uint32_t actor;  /* index within the stream */
+  uint32_t actor; /* index within the stream */
   int64_t piece;
   uint64_t t0, t1;
 } trace_event;
@@ -138,14 +139,14 @@ typedef struct trace_event {
 typedef struct stream {
   struct sl_job *job;
   uint32_t device, stream, ordinal;
-  rt_actor *actors;     /* by index within the stream */
+  rt_actor *actors; /* by index within the stream */
   int32_t n_actors, live;
   bool started;
-  sl__mpsc *q;          /* messages from other threads and nodes */
-  sl_msg *lq;           /* messages between this thread's actors */
+  sl__mpsc *q; /* messages from other threads and nodes */
+  sl_msg *lq;  /* messages between this thread's actors */
   uint32_t lhead, llen, lmask;
   sl__thread thread;
-  uint64_t handled;     /* messages handled (thread-owned) */
+  uint64_t handled;                  /* messages handled (thread-owned) */
   atomic_uint_least64_t handled_pub; /* published before sleeping */
   atomic_int exited;
   int32_t spin;
@@ -175,14 +176,14 @@ struct sl_job {
 
   stream *streams;
   uint32_t n_streams;
-  stream **by_slot;     /* device * S + stream -> stream, NULL if none */
+  stream **by_slot; /* device * S + stream -> stream, NULL if none */
   uint32_t n_slots;
-  rt_actor **by_plan;   /* plan index -> local actor, NULL if remote */
-  out_slot **out_of;    /* descriptor -> producer's out slot if local */
+  rt_actor **by_plan; /* plan index -> local actor, NULL if remote */
+  out_slot **out_of;  /* descriptor -> producer's out slot if local */
   mem_block *mem;
   uint32_t n_mem, cap_mem;
   uint64_t n_registers, register_bytes;
-  bool has_remote;      /* some edge crosses to another node */
+  bool has_remote; /* some edge crosses to another node */
 
   pthread_mutex_t lock;
   pthread_cond_t cond;
@@ -198,9 +199,9 @@ struct sl_job {
   atomic_long async_pending;
   int64_t hang_timeout_ms;
   sl__thread watchdog;
-  bool watchdog_exit;   /* under lock */
+  bool watchdog_exit; /* under lock */
   char *hang_report;
-  bool hang_here;       /* this job's watchdog declared the hang */
+  bool hang_here; /* this job's watchdog declared the hang */
   uint64_t t_start, t_end;
   uint64_t messages_left; /* counted once the threads are joined */
   char *trace_path;
@@ -225,7 +226,8 @@ static inline void sl__send(stream *s, const sl_msg *m, const rt_regst *r) {
   const struct sl_job *job = s->job;
   sl_actor_id d = m->dst;
   if (sl_actor_id_node(d) == job->node &&
-      job->by_slot[sl_actor_id_device(d) * job->S + sl_actor_id_stream(d)] == s) {
+      job->by_slot[sl_actor_id_device(d) * job->S + sl_actor_id_stream(d)] ==
+          s) {
     if (s->llen == s->lmask + 1 && !sl__lq_grow(s)) return;
     s->lq[(s->lhead + s->llen) & s->lmask] = *m;
     s->llen++;

@@ -30,8 +30,7 @@ sl_status sl__check_actor(const sl_plan *p, int32_t i) {
   case SL_ACTOR_REPEAT:
   case SL_ACTOR_UNPACK:
   case SL_ACTOR_ACCUMULATE:
-  case SL_ACTOR_PACK:
-    break;
+  case SL_ACTOR_PACK: break;
   default:
     return sl__fail(SL_EINVAL, "actor '%s': unknown kind %d", d->name,
                     (int)d->kind);
@@ -49,12 +48,12 @@ sl_status sl__check_actor(const sl_plan *p, int32_t i) {
   if (d->kind == SL_ACTOR_PACK && !d->act) {
     size_t ob = p->regsts[a->out[0]].d.bytes;
     if ((uint64_t)in_bytes * (uint64_t)d->count > ob)
-      return sl__fail(SL_EINVAL,
-                      "actor '%s': pack of %lld pieces of %zu bytes needs an "
-                      "output of at least %llu bytes, not %zu",
-                      d->name, (long long)d->count, in_bytes,
-                      (unsigned long long)in_bytes * (unsigned long long)d->count,
-                      ob);
+      return sl__fail(
+          SL_EINVAL,
+          "actor '%s': pack of %lld pieces of %zu bytes needs an "
+          "output of at least %llu bytes, not %zu",
+          d->name, (long long)d->count, in_bytes,
+          (unsigned long long)in_bytes * (unsigned long long)d->count, ob);
   }
   if (d->kind == SL_ACTOR_UNPACK && !d->act) {
     for (int32_t o = 0; o < a->n_out; o++) {
@@ -80,7 +79,8 @@ static sl_status check_names(const sl_plan *p) {
   if (p->n_actors < 2) return SL_OK;
   const plan_actor **v = sl__reallocarray(NULL, (size_t)p->n_actors, sizeof *v);
   if (!v) return SL_ENOMEM;
-  for (int32_t i = 0; i < p->n_actors; i++) v[i] = &p->actors[i];
+  for (int32_t i = 0; i < p->n_actors; i++)
+    v[i] = &p->actors[i];
   qsort(v, (size_t)p->n_actors, sizeof *v, cmp_name);
   sl_status st = SL_OK;
   for (int32_t i = 1; i < p->n_actors && st == SL_OK; i++)
@@ -189,11 +189,18 @@ static sl_status check_loops(const sl_plan *p) {
   for (int32_t r = 0; r < p->n_regsts; r++) {
     const plan_regst *g = &p->regsts[r];
     for (int32_t c = 0; c < g->n_cons; c++) {
-      if (g->d.initial == 0) { deg[g->producer + 1]++; m++; }
-      if (g->d.count == g->d.initial) { deg[g->cons[c].actor + 1]++; m++; }
+      if (g->d.initial == 0) {
+        deg[g->producer + 1]++;
+        m++;
+      }
+      if (g->d.count == g->d.initial) {
+        deg[g->cons[c].actor + 1]++;
+        m++;
+      }
     }
   }
-  for (int32_t i = 0; i < n; i++) deg[i + 1] += deg[i];
+  for (int32_t i = 0; i < n; i++)
+    deg[i + 1] += deg[i];
   edges = sl__reallocarray(NULL, m ? m : 1, sizeof *edges);
   pos = sl__reallocarray(NULL, (size_t)n, sizeof *pos);
   state = sl__calloc((size_t)n, sizeof *state);
@@ -203,7 +210,8 @@ static sl_status check_loops(const sl_plan *p) {
     st = SL_ENOMEM;
     goto done;
   }
-  for (int32_t i = 0; i < n; i++) pos[i] = deg[i];
+  for (int32_t i = 0; i < n; i++)
+    pos[i] = deg[i];
   for (int32_t r = 0; r < p->n_regsts; r++) {
     const plan_regst *g = &p->regsts[r];
     for (int32_t c = 0; c < g->n_cons; c++) {
@@ -216,7 +224,8 @@ static sl_status check_loops(const sl_plan *p) {
   }
   /* Iterative DFS; state 0 new, 1 on the path, 2 done. pos[] is reused as
    * the next edge to follow. */
-  for (int32_t i = 0; i < n; i++) pos[i] = deg[i];
+  for (int32_t i = 0; i < n; i++)
+    pos[i] = deg[i];
   for (int32_t root = 0; root < n && st == SL_OK; root++) {
     if (state[root]) continue;
     int32_t len = 0;
@@ -237,7 +246,8 @@ static sl_status check_loops(const sl_plan *p) {
       } else if (state[e->to] == 1) {
         via[len - 1] = e;
         int32_t start = len - 1;
-        while (path[start] != e->to) start--;
+        while (path[start] != e->to)
+          start--;
         st = describe_cycle(p, path + start, via + start, len - start);
       }
     }
@@ -254,7 +264,8 @@ done:
 
 sl_status sl_plan_check(const sl_plan *p) {
   if (p->n_actors == 0) return sl__fail(SL_EINVAL, "plan: no actors");
-  for (int32_t i = 0; i < p->n_actors; i++) SL_CHECK(sl__check_actor(p, i));
+  for (int32_t i = 0; i < p->n_actors; i++)
+    SL_CHECK(sl__check_actor(p, i));
   for (int32_t r = 0; r < p->n_regsts; r++)
     if (p->regsts[r].d.count < 1)
       return sl__fail(SL_EINVAL, "register '%s': needs at least 1 register",

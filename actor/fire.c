@@ -61,7 +61,8 @@ static void send_output(stream *s, rt_actor *a, int32_t i) {
 }
 
 static void send_outputs(stream *s, rt_actor *a) {
-  for (int32_t i = 0; i < a->n_out; i++) send_output(s, a, i);
+  for (int32_t i = 0; i < a->n_out; i++)
+    send_output(s, a, i);
   a->next_piece++;
   a->pieces++;
 }
@@ -121,11 +122,11 @@ static sl_status default_act(rt_actor *a) {
     break;
   case SL_ACTOR_PACK:
     if (x->in[0]->bytes)
-      memcpy((unsigned char *)x->out[0]->data + (size_t)x->step * x->in[0]->bytes,
+      memcpy((unsigned char *)x->out[0]->data +
+                 (size_t)x->step * x->in[0]->bytes,
              x->in[0]->data, x->in[0]->bytes);
     break;
-  default:
-    break;
+  default: break;
   }
   return SL_OK;
 }
@@ -142,7 +143,8 @@ static void finish(stream *s, rt_actor *a) {
   switch (a->mode) {
   case MODE_ONE:
     send_outputs(s, a);
-    for (int32_t i = 0; i < a->n_in; i++) consume(s, a, i);
+    for (int32_t i = 0; i < a->n_in; i++)
+      consume(s, a, i);
     a->fired++;
     break;
   case MODE_FAN_OUT:
@@ -258,7 +260,8 @@ void sl__actor_start(stream *s, rt_actor *a) {
   for (int32_t i = 0; i < a->n_out; i++) {
     out_slot *o = &a->out[i];
     int32_t initial = s->job->plan->regsts[o->desc].d.initial;
-    for (int32_t k = 0; k < initial; k++) publish(s, a, o, &o->regs[k]);
+    for (int32_t k = 0; k < initial; k++)
+      publish(s, a, o, &o->regs[k]);
   }
   try_fire(s, a);
 }
@@ -269,17 +272,18 @@ void sl__actor_start(stream *s, rt_actor *a) {
 static void protocol_error(stream *s, rt_actor *a, const sl_msg *m,
                            const char *what) {
   char detail[200];
-  snprintf(detail, sizeof detail,
-           "%s (register %d of '%s', from node %u)", what, (int)m->index,
-           s->job->plan->regsts[m->desc].d.name, m->origin_node);
+  snprintf(detail, sizeof detail, "%s (register %d of '%s', from node %u)",
+           what, (int)m->index, s->job->plan->regsts[m->desc].d.name,
+           m->origin_node);
   sl__job_abort(s->job, SL_ECOMM, a->id, true, detail, true);
 }
 
 void sl__actor_on_ready(stream *s, rt_actor *a, const sl_msg *m) {
   in_slot *sl = &a->in[m->slot];
   if (sl->len == sl->cap || sl->eod) {
-    protocol_error(s, a, m, sl->eod ? "a piece after end-of-data"
-                                    : "more ready registers than exist");
+    protocol_error(s, a, m,
+                   sl->eod ? "a piece after end-of-data"
+                           : "more ready registers than exist");
     return;
   }
   uint32_t pos = sl->head + sl->len;
@@ -329,7 +333,8 @@ void sl__actor_on_complete(stream *s, rt_actor *a) {
     fail(s, a, c->st, c->detail);
     return;
   }
-  if (s->trace_on) sl__trace_record(s, a, a->a.piece, a->trace_t0, sl__now_ns());
+  if (s->trace_on)
+    sl__trace_record(s, a, a->a.piece, a->trace_t0, sl__now_ns());
   finish(s, a);
   try_fire(s, a);
 }
@@ -339,7 +344,8 @@ void sl__actor_request_stop(stream *s, rt_actor *a) {
   check_stop(s, a);
 }
 
-/* ---- the act API ----------------------------------------------------------- */
+/* ---- the act API -----------------------------------------------------------
+ */
 
 sl_status sl_act_fail(sl_act *a, sl_status st, const char *fmt, ...) {
   char buf[900];

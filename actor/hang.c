@@ -82,7 +82,8 @@ void sl__watchdog_stop(sl_job *job) {
   sl__thread_join(&job->watchdog);
 }
 
-/* ---- the report --------------------------------------------------------------- */
+/* ---- the report
+ * --------------------------------------------------------------- */
 
 typedef struct sbuf {
   char *p;
@@ -96,7 +97,8 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
   for (;;) {
     va_list ap;
     va_start(ap, fmt);
-    int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
+    int k =
+        vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
     va_end(ap);
     if (k < 0) return;
     if (b->p && b->n + (size_t)k < b->cap) {
@@ -124,8 +126,8 @@ static const char *regst_name(const sl_job *job, int32_t desc) {
 }
 
 static const char *kind_str(sl_actor_kind k) {
-  static const char *names[] = {"kernel", "source", "sink", "repeat",
-                                "accumulate", "pack", "unpack"};
+  static const char *names[] = {"kernel",     "source", "sink",  "repeat",
+                                "accumulate", "pack",   "unpack"};
   return (unsigned)k < SL_ARRAY_LEN(names) ? names[k] : "?";
 }
 
@@ -189,8 +191,7 @@ static void describe_actor(sbuf *b, const sl_job *job, const rt_actor *a) {
       if (sl->len > 0) continue;
       sb_printf(b, "%swaits for input %d '%s' from '%s' (none ready%s)", sep,
                 (int)i, regst_name(job, sl->desc),
-                actor_name(job, sl->producer),
-                sl->eod ? ", and it ended" : "");
+                actor_name(job, sl->producer), sl->eod ? ", and it ended" : "");
       sep = "; ";
     }
   }
@@ -198,7 +199,8 @@ static void describe_actor(sbuf *b, const sl_job *job, const rt_actor *a) {
     for (int32_t i = 0; i < a->n_out; i++) {
       const out_slot *o = &a->out[i];
       if (o->flen > 0) continue;
-      sb_printf(b, "%swaits for a free register of output %d '%s' (%d of %d "
+      sb_printf(b,
+                "%swaits for a free register of output %d '%s' (%d of %d "
                 "in flight: ",
                 sep, (int)i, regst_name(job, o->desc), (int)o->in_flight,
                 (int)o->count);

@@ -16,15 +16,16 @@
 #define DEFAULT_SPIN 2000
 #define REGISTER_ALIGN 64
 
-/* ---- register memory ------------------------------------------------------ */
+/* ---- register memory ------------------------------------------------------
+ */
 
 static sl_status host_alloc(void *ctx, int32_t device, size_t bytes,
                             void **out) {
   size_t n = (bytes + REGISTER_ALIGN - 1) / REGISTER_ALIGN * REGISTER_ALIGN;
   *out = aligned_alloc(REGISTER_ALIGN, n ? n : REGISTER_ALIGN);
   if (!*out)
-    return sl__fail(SL_ENOMEM, "out of memory allocating %zu bytes of registers",
-                    bytes);
+    return sl__fail(SL_ENOMEM,
+                    "out of memory allocating %zu bytes of registers", bytes);
   memset(*out, 0, n);
   return SL_OK;
 }
@@ -43,7 +44,8 @@ sl_status sl__transport_send(sl_job *job, uint32_t node, const sl_msg *m,
 bool sl__transport_quiescent(sl_job *job, uint64_t *progress) {
   const sl_transport *t = &job->cfg.transport;
   *progress = 0;
-  return t->vt->quiescent ? t->vt->quiescent(t->ctx, job->node, progress) : false;
+  return t->vt->quiescent ? t->vt->quiescent(t->ctx, job->node, progress)
+                          : false;
 }
 
 static void mem_free(sl_job *job, const mem_block *b) {
@@ -70,14 +72,16 @@ static sl_status regs_alloc(sl_job *job, int32_t desc, int32_t count,
                             sl_actor_id producer, rt_regst **out) {
   rt_regst *r = sl__arena_calloc(job->arena, (size_t)count, sizeof *r);
   if (!r) return SL_ENOMEM;
-  size_t stride = (bytes + REGISTER_ALIGN - 1) / REGISTER_ALIGN * REGISTER_ALIGN;
+  size_t stride =
+      (bytes + REGISTER_ALIGN - 1) / REGISTER_ALIGN * REGISTER_ALIGN;
   if (stride < bytes || (count && stride > SIZE_MAX / (size_t)count))
     return sl__fail(SL_ENOMEM, "registers of %zu bytes overflow", bytes);
   unsigned char *base = NULL;
-  if (stride) SL_CHECK(mem_alloc(job, device, stride * (size_t)count, (void **)&base));
+  if (stride)
+    SL_CHECK(mem_alloc(job, device, stride * (size_t)count, (void **)&base));
   for (int32_t i = 0; i < count; i++) {
-    r[i].pub = (sl_register){base ? base + stride * (size_t)i : NULL, bytes,
-                             -1, producer, desc, i};
+    r[i].pub = (sl_register){
+        base ? base + stride * (size_t)i : NULL, bytes, -1, producer, desc, i};
     if (n_cons > 0) {
       r[i].held = sl__arena_alloc(job->arena, (size_t)n_cons);
       if (!r[i].held) return SL_ENOMEM;
@@ -89,7 +93,8 @@ static sl_status regs_alloc(sl_job *job, int32_t desc, int32_t count,
   return SL_OK;
 }
 
-/* ---- labels and failures ---------------------------------------------------- */
+/* ---- labels and failures ----------------------------------------------------
+ */
 
 void sl__actor_label(const sl_job *job, sl_actor_id id, char *buf, size_t n) {
   const char *name = sl_plan_actor_name(job->plan, id);
@@ -121,7 +126,8 @@ void sl__job_abort(sl_job *job, sl_status st, sl_actor_id who, bool has_who,
   }
   pthread_mutex_unlock(&job->lock);
   if (!first) return;
-  for (uint32_t i = 0; i < job->n_streams; i++) sl__mpsc_wake(job->streams[i].q);
+  for (uint32_t i = 0; i < job->n_streams; i++)
+    sl__mpsc_wake(job->streams[i].q);
   if (!broadcast || !job->cfg.transport.vt) return;
   sl_msg m = {0};
   m.kind = SL_MSG_CMD;
@@ -134,7 +140,8 @@ void sl__job_abort(sl_job *job, sl_status st, sl_actor_id who, bool has_who,
     if (n != job->node) sl__transport_send(job, n, &m, NULL, 0);
 }
 
-/* ---- loading ------------------------------------------------------------------ */
+/* ---- loading
+ * ------------------------------------------------------------------ */
 
 static sl_status resolve_config(sl_job *job, const sl_job_config *cfg) {
   job->cfg = cfg ? *cfg : (sl_job_config){0};
@@ -150,7 +157,8 @@ static sl_status resolve_config(sl_job *job, const sl_job_config *cfg) {
   case SL_QUEUE_DEFAULT: job->qkind = DEFAULT_QUEUE; break;
   case SL_QUEUE_MUTEX: job->qkind = SL__QUEUE_MUTEX; break;
   case SL_QUEUE_LOCKFREE: job->qkind = SL__QUEUE_LOCKFREE; break;
-  default: return sl__fail(SL_EINVAL, "job: unknown queue kind %d", (int)c->queue);
+  default:
+    return sl__fail(SL_EINVAL, "job: unknown queue kind %d", (int)c->queue);
   }
   job->hang_timeout_ms = c->hang_timeout_ms;
   if (job->hang_timeout_ms == 0) {
@@ -205,7 +213,8 @@ static sl_status build_streams(sl_job *job) {
   if (!any) return SL_OK;
   job->n_slots = (max_dev + 1) * job->S;
   int32_t *n_in_slot = sl__calloc(job->n_slots, sizeof *n_in_slot);
-  job->by_slot = sl__arena_calloc(job->arena, job->n_slots, sizeof *job->by_slot);
+  job->by_slot =
+      sl__arena_calloc(job->arena, job->n_slots, sizeof *job->by_slot);
   if (!n_in_slot || !job->by_slot) {
     sl__free(n_in_slot);
     return SL_ENOMEM;
@@ -219,7 +228,8 @@ static sl_status build_streams(sl_job *job) {
   }
   for (uint32_t s = 0; s < job->n_slots; s++)
     if (n_in_slot[s]) job->n_streams++;
-  job->streams = sl__arena_calloc(job->arena, job->n_streams, sizeof *job->streams);
+  job->streams =
+      sl__arena_calloc(job->arena, job->n_streams, sizeof *job->streams);
   if (!job->streams) {
     sl__free(n_in_slot);
     return SL_ENOMEM;
@@ -233,14 +243,16 @@ static sl_status build_streams(sl_job *job) {
     s->device = slot / job->S;
     s->stream = slot % job->S;
     s->n_actors = n_in_slot[slot];
-    s->actors = sl__arena_calloc(job->arena, (size_t)s->n_actors, sizeof *s->actors);
+    s->actors =
+        sl__arena_calloc(job->arena, (size_t)s->n_actors, sizeof *s->actors);
     if (!s->actors) {
       sl__free(n_in_slot);
       return SL_ENOMEM;
     }
     static const char *kinds[] = {"compute", "copy", "network", "collective"};
     if (s->stream < 4)
-      snprintf(s->name, sizeof s->name, "dev%u/%s", s->device, kinds[s->stream]);
+      snprintf(s->name, sizeof s->name, "dev%u/%s", s->device,
+               kinds[s->stream]);
     else
       snprintf(s->name, sizeof s->name, "dev%u/stream%u", s->device, s->stream);
     atomic_init(&s->handled_pub, 0);
@@ -278,12 +290,20 @@ static sl_status build_actors(sl_job *job) {
     a->limit = a->kind == SL_ACTOR_SOURCE ? pa->d.count : 0;
     a->in = sl__arena_calloc(job->arena, (size_t)a->n_in + 1, sizeof *a->in);
     a->out = sl__arena_calloc(job->arena, (size_t)a->n_out + 1, sizeof *a->out);
-    a->in_view = sl__arena_calloc(job->arena, (size_t)a->n_in + 1, sizeof *a->in_view);
-    a->out_view = sl__arena_calloc(job->arena, (size_t)a->n_out + 1, sizeof *a->out_view);
+    a->in_view =
+        sl__arena_calloc(job->arena, (size_t)a->n_in + 1, sizeof *a->in_view);
+    a->out_view =
+        sl__arena_calloc(job->arena, (size_t)a->n_out + 1, sizeof *a->out_view);
     if (!a->in || !a->out || !a->in_view || !a->out_view) return SL_ENOMEM;
-    a->a = (sl_act){.ctx = pa->d.ctx, .name = pa->d.name, .actor = pa->id,
-                    .steps = a->k, .n_in = a->n_in, .n_out = a->n_out,
-                    .in = a->in_view, .out = a->out_view, .internal_ = a};
+    a->a = (sl_act){.ctx = pa->d.ctx,
+                    .name = pa->d.name,
+                    .actor = pa->id,
+                    .steps = a->k,
+                    .n_in = a->n_in,
+                    .n_out = a->n_out,
+                    .in = a->in_view,
+                    .out = a->out_view,
+                    .internal_ = a};
     a->completion.actor = a;
     s->live++;
   }
@@ -307,9 +327,12 @@ static sl_status build_outputs(sl_job *job) {
     o->n_cons = r->n_cons;
     SL_CHECK(regs_alloc(job, ri, o->count, r->d.bytes, r->d.device, r->n_cons,
                         a->id, &o->regs));
-    o->free_fifo = sl__arena_calloc(job->arena, (size_t)o->count, sizeof(int32_t));
-    o->cons_id = sl__arena_calloc(job->arena, (size_t)r->n_cons + 1, sizeof *o->cons_id);
-    o->cons_slot = sl__arena_calloc(job->arena, (size_t)r->n_cons + 1, sizeof *o->cons_slot);
+    o->free_fifo =
+        sl__arena_calloc(job->arena, (size_t)o->count, sizeof(int32_t));
+    o->cons_id =
+        sl__arena_calloc(job->arena, (size_t)r->n_cons + 1, sizeof *o->cons_id);
+    o->cons_slot = sl__arena_calloc(job->arena, (size_t)r->n_cons + 1,
+                                    sizeof *o->cons_slot);
     if (!o->free_fifo || !o->cons_id || !o->cons_slot) return SL_ENOMEM;
     for (int32_t c = 0; c < r->n_cons; c++) {
       const plan_actor *ca = &p->actors[r->cons[c].actor];
@@ -356,8 +379,8 @@ static sl_status build_inputs(sl_job *job) {
       if (prod->d.node != job->node) {
         sl->remote = true;
         job->has_remote = true;
-        SL_CHECK(regs_alloc(job, ri, r->d.count, r->d.bytes, (int32_t)a->pa->d.device,
-                            0, prod->id, &sl->regs));
+        SL_CHECK(regs_alloc(job, ri, r->d.count, r->d.bytes,
+                            (int32_t)a->pa->d.device, 0, prod->id, &sl->regs));
       } else {
         sl->regs = job->out_of[ri]->regs;
       }
@@ -400,9 +423,11 @@ static sl_status build_queues(sl_job *job) {
   for (uint32_t i = 0; i < job->n_streams; i++) {
     stream *s = &job->streams[i];
     size_t q = qcap[i] + (size_t)s->n_actors + 8;
-    SL_CHECK_GOTO(sl__mpsc_create(job->qkind, sizeof(sl_msg), q, &s->q), st, done);
+    SL_CHECK_GOTO(sl__mpsc_create(job->qkind, sizeof(sl_msg), q, &s->q), st,
+                  done);
     size_t l = 16;
-    while (l < lcap[i] + 1) l *= 2;
+    while (l < lcap[i] + 1)
+      l *= 2;
     s->lq = sl__reallocarray(NULL, l, sizeof *s->lq);
     if (!s->lq) {
       st = SL_ENOMEM;
@@ -479,7 +504,8 @@ fail:
   return st;
 }
 
-/* ---- running ---------------------------------------------------------------- */
+/* ---- running ----------------------------------------------------------------
+ */
 
 sl_status sl_job_start(sl_job *job) {
   pthread_mutex_lock(&job->lock);
@@ -543,7 +569,8 @@ static uint64_t messages_left(sl_job *job) {
     n += s->llen + s->dropped;
     size_t k;
     while ((k = sl__mpsc_pop(s->q, batch, SL_ARRAY_LEN(batch))) > 0)
-      for (size_t j = 0; j < k; j++) n += batch[j].kind != SL_MSG_CMD;
+      for (size_t j = 0; j < k; j++)
+        n += batch[j].kind != SL_MSG_CMD;
   }
   return n;
 }
@@ -555,7 +582,8 @@ sl_status sl_job_wait(sl_job *job) {
     return sl__fail(SL_ESTATE, "job: not started");
   }
   if (job->state == JOB_STARTED) {
-    while (job->threads_live > 0) pthread_cond_wait(&job->cond, &job->lock);
+    while (job->threads_live > 0)
+      pthread_cond_wait(&job->cond, &job->lock);
     pthread_mutex_unlock(&job->lock);
     for (uint32_t i = 0; i < job->n_streams; i++)
       sl__thread_join(&job->streams[i].thread);
@@ -602,7 +630,8 @@ void sl_job_destroy(sl_job *job) {
     for (int32_t k = 0; k < s->n_actors; k++)
       sl__free(s->actors[k].completion.detail);
   }
-  for (uint32_t i = 0; i < job->n_mem; i++) mem_free(job, &job->mem[i]);
+  for (uint32_t i = 0; i < job->n_mem; i++)
+    mem_free(job, &job->mem[i]);
   sl__free(job->mem);
   sl__free(job->hang_report);
   sl__free(job->trace_path);
@@ -616,11 +645,13 @@ const char *sl_job_hang_report(const sl_job *job) {
   return job->hang_report ? job->hang_report : "";
 }
 
-/* ---- lookups and remote delivery -------------------------------------------- */
+/* ---- lookups and remote delivery --------------------------------------------
+ */
 
 rt_actor *sl__job_actor(const sl_job *job, sl_actor_id id) {
   if (sl_actor_id_node(id) != job->node) return NULL;
-  uint64_t slot = (uint64_t)sl_actor_id_device(id) * job->S + sl_actor_id_stream(id);
+  uint64_t slot =
+      (uint64_t)sl_actor_id_device(id) * job->S + sl_actor_id_stream(id);
   if (sl_actor_id_stream(id) >= job->S || slot >= job->n_slots) return NULL;
   stream *s = job->by_slot[slot];
   if (!s || sl_actor_id_index(id) >= (uint32_t)s->n_actors) return NULL;
@@ -683,8 +714,7 @@ sl_status sl_job_deliver(sl_job *job, const sl_msg *m, const void *payload,
       return bad_msg(job, m, "return does not match the register's readers");
     break;
   }
-  default:
-    return bad_msg(job, m, "unknown message kind");
+  default: return bad_msg(job, m, "unknown message kind");
   }
   if (!sl__mpsc_push(a->st->q, m))
     return sl__fail(SL_EINTERNAL, "job on node %u: queue of stream %s full",
@@ -696,7 +726,8 @@ bool sl_job_quiescent(const sl_job *job, uint64_t *progress) {
   return sl__job_local_quiescent(job, progress);
 }
 
-/* ---- statistics ------------------------------------------------------------------ */
+/* ---- statistics
+ * ------------------------------------------------------------------ */
 
 static sl_status need_waited(const sl_job *job) {
   if (job->state != JOB_WAITED)
@@ -736,9 +767,10 @@ sl_status sl_job_get_regst_stats(const sl_job *job, int32_t desc,
   memset(out, 0, sizeof *out);
   SL_CHECK(need_waited(job));
   if (desc < 0 || desc >= job->plan->n_regsts || !job->out_of[desc])
-    return sl__fail(SL_ENOTFOUND,
-                    "job on node %u: register descriptor %d is not produced here",
-                    job->node, (int)desc);
+    return sl__fail(
+        SL_ENOTFOUND,
+        "job on node %u: register descriptor %d is not produced here",
+        job->node, (int)desc);
   const out_slot *o = job->out_of[desc];
   out->count = o->count;
   out->in_flight = o->in_flight;

@@ -4,13 +4,15 @@
 
 #include "actor_int.h"
 
-/* ---- a small map from uint64 to int32 ------------------------------------- */
+/* ---- a small map from uint64 to int32 -------------------------------------
+ */
 
 #define MAP_EMPTY UINT64_MAX
 
 static size_t map_slot(const sl__u64map *m, uint64_t key) {
   size_t i = (size_t)sl__mix64(key) & (m->cap - 1);
-  while (m->keys[i] != MAP_EMPTY && m->keys[i] != key) i = (i + 1) & (m->cap - 1);
+  while (m->keys[i] != MAP_EMPTY && m->keys[i] != key)
+    i = (i + 1) & (m->cap - 1);
   return i;
 }
 
@@ -32,7 +34,8 @@ static sl_status map_reserve(sl__u64map *m) {
       sl__free(g.vals);
       return SL_ENOMEM;
     }
-    for (size_t i = 0; i < g.cap; i++) g.keys[i] = MAP_EMPTY;
+    for (size_t i = 0; i < g.cap; i++)
+      g.keys[i] = MAP_EMPTY;
     for (size_t i = 0; i < m->cap; i++) {
       if (m->keys[i] == MAP_EMPTY) continue;
       size_t j = map_slot(&g, m->keys[i]);
@@ -59,7 +62,8 @@ static void map_free(sl__u64map *m) {
   sl__free(m->vals);
 }
 
-/* ---- plans ---------------------------------------------------------------- */
+/* ---- plans ----------------------------------------------------------------
+ */
 
 sl_status sl_plan_create(sl_plan **out) {
   *out = NULL;
@@ -80,7 +84,8 @@ void sl_plan_destroy(sl_plan *p) {
     sl__free(p->actors[i].in);
     sl__free(p->actors[i].out);
   }
-  for (int32_t i = 0; i < p->n_regsts; i++) sl__free(p->regsts[i].cons);
+  for (int32_t i = 0; i < p->n_regsts; i++)
+    sl__free(p->regsts[i].cons);
   sl__free(p->actors);
   sl__free(p->regsts);
   map_free(&p->by_id);
@@ -114,8 +119,8 @@ static sl_status grow(void **arr, int32_t *cap, int32_t n, size_t sz) {
 
 static sl_status check_frozen(const sl_plan *p) {
   if (atomic_load(&p->frozen))
-    return sl__fail(SL_ESTATE,
-                    "plan: cannot change a plan once a job was created from it");
+    return sl__fail(
+        SL_ESTATE, "plan: cannot change a plan once a job was created from it");
   return SL_OK;
 }
 
@@ -153,17 +158,19 @@ sl_status sl_plan_add_actor(sl_plan *p, const sl_actor_desc *d,
   int32_t index = map_get(&p->next_index, skey);
   if (index < 0) index = 0;
   if ((uint32_t)index >= SL_ACTOR_MAX_INDEX - 1)
-    return sl__fail(SL_EINVAL, "actor '%s': stream %u of device %u on node %u "
-                    "already has %u actors", d->name, d->stream, d->device,
-                    d->node, SL_ACTOR_MAX_INDEX - 1);
+    return sl__fail(SL_EINVAL,
+                    "actor '%s': stream %u of device %u on node %u "
+                    "already has %u actors",
+                    d->name, d->stream, d->device, d->node,
+                    SL_ACTOR_MAX_INDEX - 1);
   if (p->n_actors == INT32_MAX)
     return sl__fail(SL_EINVAL, "plan: too many actors");
   SL_CHECK(grow((void **)&p->actors, &p->cap_actors, p->n_actors,
                 sizeof *p->actors));
   char *name = sl__arena_strdup(p->arena, d->name);
   if (!name) return SL_ENOMEM;
-  sl_actor_id id = sl_actor_id_make(d->node, d->device, d->stream,
-                                    (uint32_t)index);
+  sl_actor_id id =
+      sl_actor_id_make(d->node, d->device, d->stream, (uint32_t)index);
   SL_CHECK(map_reserve(&p->next_index));
   SL_CHECK(map_reserve(&p->by_id));
   map_set(&p->next_index, skey, index + 1);
@@ -226,8 +233,7 @@ sl_status sl_plan_add_output(sl_plan *p, sl_actor_id producer,
 sl_status sl_plan_connect(sl_plan *p, int32_t desc, sl_actor_id consumer) {
   SL_CHECK(check_frozen(p));
   if (desc < 0 || desc >= p->n_regsts)
-    return sl__fail(SL_ENOTFOUND, "plan: no register descriptor %d",
-                    (int)desc);
+    return sl__fail(SL_ENOTFOUND, "plan: no register descriptor %d", (int)desc);
   int32_t ci = sl__plan_find(p, consumer);
   if (ci < 0)
     return sl__fail(SL_ENOTFOUND, "plan: no actor with id 0x%llx",

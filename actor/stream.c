@@ -16,7 +16,8 @@ bool sl__lq_grow(stream *s) {
     sl__job_abort(s->job, SL_ENOMEM, 0, false, sl_last_error(), true);
     return false;
   }
-  for (uint32_t i = 0; i < s->llen; i++) q[i] = s->lq[(s->lhead + i) & s->lmask];
+  for (uint32_t i = 0; i < s->llen; i++)
+    q[i] = s->lq[(s->lhead + i) & s->lmask];
   sl__free(s->lq);
   s->lq = q;
   s->lhead = 0;

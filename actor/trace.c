@@ -17,7 +17,8 @@ void sl__trace_record(stream *s, rt_actor *a, int64_t piece, uint64_t t0,
     if (!e) {
       s->trace_on = false;
       SL_WARN("trace: out of memory on stream %s; its later firings are "
-              "not traced", s->name);
+              "not traced",
+              s->name);
       return;
     }
     s->tev = e;
@@ -79,7 +80,6 @@ sl_status sl__trace_write(sl_job *job) {
   fprintf(f, "\n],\"displayTimeUnit\":\"ms\"}\n");
   bool bad = ferror(f) != 0;
   if (fclose(f) != 0) bad = true;
-  if (bad)
-    return sl__fail(SL_EIO, "trace '%s': write failed", job->trace_path);
+  if (bad) return sl__fail(SL_EIO, "trace '%s': write failed", job->trace_path);
   return SL_OK;
 }

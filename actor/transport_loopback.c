@@ -52,7 +52,8 @@ sl_status sl_loopback_create(uint32_t nodes, sl_loopback **out) {
     sl__free(lb);
     return SL_ENOMEM;
   }
-  for (uint32_t i = 0; i < nodes; i++) atomic_init(&lb->jobs[i], NULL);
+  for (uint32_t i = 0; i < nodes; i++)
+    atomic_init(&lb->jobs[i], NULL);
   lb->n = nodes;
   *out = lb;
   return SL_OK;

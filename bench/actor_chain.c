@@ -33,7 +33,7 @@ static sl_plan *chain(int actors, int64_t pieces, layout lay) {
     if (lay == TWO_INTERLEAVED) stream = (uint32_t)(i % 2);
     char name[32];
     snprintf(name, sizeof name, "a%d", i);
-    sl_actor_kind kind = i == 0 ? SL_ACTOR_SOURCE
+    sl_actor_kind kind = i == 0            ? SL_ACTOR_SOURCE
                          : i == actors - 1 ? SL_ACTOR_SINK
                                            : SL_ACTOR_KERNEL;
     sl_actor_desc d = {name, kind, 0, 0, stream, NULL, NULL, pieces};
@@ -108,7 +108,8 @@ static void measure(sl_plan *p, int n, int kinds, const sl_queue_kind *k,
       ns[j][i] = r.seconds * 1e9 / (double)r.firings;
       firings = r.firings;
     }
-  for (int j = 0; j < kinds; j++) out[j] = summarize(ns[j], n, firings);
+  for (int j = 0; j < kinds; j++)
+    out[j] = summarize(ns[j], n, firings);
 }
 
 static void header(void) {
@@ -133,13 +134,16 @@ static sl_plan *fan_in(int p_, int64_t pieces) {
     char sn[32], kn[32];
     snprintf(sn, sizeof sn, "src%d", i);
     snprintf(kn, sizeof kn, "sink%d", i);
-    sl_actor_desc s = {sn, SL_ACTOR_SOURCE, 0, (uint32_t)i + 1, 0, NULL, NULL, pieces};
+    sl_actor_desc s = {sn,   SL_ACTOR_SOURCE, 0, (uint32_t)i + 1, 0, NULL,
+                       NULL, pieces};
     sl_actor_desc k = {kn, SL_ACTOR_SINK, 0, 0, 0, NULL, NULL, 0};
     sl_regst_desc rd = {NULL, 2, 64, -1, 0, NULL, NULL};
     sl_actor_id a, b;
     int32_t r;
-    if (sl_plan_add_actor(p, &s, &a) != SL_OK || sl_plan_add_actor(p, &k, &b) != SL_OK ||
-        sl_plan_add_output(p, a, &rd, &r) != SL_OK || sl_plan_connect(p, r, b) != SL_OK) {
+    if (sl_plan_add_actor(p, &s, &a) != SL_OK ||
+        sl_plan_add_actor(p, &k, &b) != SL_OK ||
+        sl_plan_add_output(p, a, &rd, &r) != SL_OK ||
+        sl_plan_connect(p, r, b) != SL_OK) {
       fprintf(stderr, "plan: %s\n", sl_last_error());
       exit(1);
     }
@@ -147,7 +151,8 @@ static sl_plan *fan_in(int p_, int64_t pieces) {
   return p;
 }
 
-/* ---- raw queues ------------------------------------------------------------ */
+/* ---- raw queues ------------------------------------------------------------
+ */
 
 typedef struct qarg {
   sl__mpsc *q;
@@ -159,7 +164,8 @@ static void *qproducer(void *arg) {
   sl_msg m = {0};
   for (uint64_t i = 0; i < a->n; i++) {
     m.piece = (int64_t)i;
-    while (!sl__mpsc_push(a->q, &m)) sched_yield();
+    while (!sl__mpsc_push(a->q, &m))
+      sched_yield();
   }
   return NULL;
 }
@@ -172,7 +178,8 @@ static double queue_rate(sl__queue_kind kind, int producers, uint64_t n) {
   pthread_t t[8];
   qarg a = {q, n};
   uint64_t t0 = sl__now_ns();
-  for (int i = 0; i < producers; i++) pthread_create(&t[i], NULL, qproducer, &a);
+  for (int i = 0; i < producers; i++)
+    pthread_create(&t[i], NULL, qproducer, &a);
   uint64_t got = 0, want = n * (uint64_t)producers;
   sl_msg buf[64];
   while (got < want) {
@@ -181,7 +188,8 @@ static double queue_rate(sl__queue_kind kind, int producers, uint64_t n) {
     got += k;
   }
   double s = (double)(sl__now_ns() - t0) / 1e9;
-  for (int i = 0; i < producers; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < producers; i++)
+    pthread_join(t[i], NULL);
   sl__mpsc_destroy(q);
   return (double)want / s;
 }
@@ -213,7 +221,8 @@ int main(int argc, char **argv) {
   /* Short runs, so more of them: cross-thread wake-ups are noisy. */
   int qrep = 3 * repeats;
   printf("\nqueues inside the runtime: every message crosses threads "
-         "(median of %d, kinds alternating)\n\n", qrep);
+         "(median of %d, kinds alternating)\n\n",
+         qrep);
   header();
   int64_t ipieces = pieces / 50 > 0 ? pieces / 50 : 1;
   p = chain(actors, ipieces, TWO_INTERLEAVED);
@@ -242,7 +251,8 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 2; k++) {
       double r[15];
       int n = repeats < 1 ? 1 : repeats > 15 ? 15 : repeats;
-      for (int i = 0; i < n; i++) r[i] = queue_rate(kinds[k], prod, 2000000);
+      for (int i = 0; i < n; i++)
+        r[i] = queue_rate(kinds[k], prod, 2000000);
       for (int i = 1; i < n; i++) /* insertion sort: median */
         for (int j = i; j > 0 && r[j] < r[j - 1]; j--) {
           double t = r[j];

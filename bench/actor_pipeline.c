@@ -43,7 +43,8 @@ static void *device_main(void *arg) {
   device *d = arg;
   pthread_mutex_lock(&d->m);
   for (;;) {
-    while (d->len == 0 && !d->quit) pthread_cond_wait(&d->cv, &d->m);
+    while (d->len == 0 && !d->quit)
+      pthread_cond_wait(&d->cv, &d->m);
     if (d->len == 0) break;
     sl_completion *c = d->q[d->head];
     d->head = (d->head + 1) % MAXQ;
@@ -93,10 +94,14 @@ static result run_once(int64_t pieces, int32_t count, bool async) {
   for (int s = 0; s <= STAGES; s++) {
     char name[16];
     snprintf(name, sizeof name, s < STAGES ? "stage%d" : "sink", s + 1);
-    sl_actor_desc d = {name, s < STAGES ? SL_ACTOR_KERNEL : SL_ACTOR_SINK, 0, 0,
+    sl_actor_desc d = {name,
+                       s < STAGES ? SL_ACTOR_KERNEL : SL_ACTOR_SINK,
+                       0,
+                       0,
                        (uint32_t)(s < STAGES ? s : STAGES - 1),
                        s < STAGES ? (async ? act_async : act_wait) : NULL,
-                       s < STAGES ? &dev[s] : NULL, 0};
+                       s < STAGES ? &dev[s] : NULL,
+                       0};
     if (sl_plan_add_actor(p, &d, &id) != SL_OK ||
         sl_plan_add_output(p, prev, &rd, &descs[s]) != SL_OK ||
         sl_plan_connect(p, descs[s], id) != SL_OK) {
@@ -154,7 +159,8 @@ int main(int argc, char **argv) {
   double hold_ms = argc > 2 ? atof(argv[2]) : 2.0;
   int repeats = argc > 3 ? atoi(argv[3]) : 5;
   if (pieces < 1 || hold_ms <= 0 || repeats < 1 || repeats > 31) {
-    fprintf(stderr, "usage: bench_actor_pipeline [pieces] [hold_ms] [repeats <= 31]\n");
+    fprintf(stderr,
+            "usage: bench_actor_pipeline [pieces] [hold_ms] [repeats <= 31]\n");
     return 2;
   }
   hold_ns = (uint64_t)(hold_ms * 1e6);
@@ -164,14 +170,16 @@ int main(int argc, char **argv) {
          STAGES, STAGES, (long long)pieces, hold_ms, repeats);
   printf("ideal (perfect pipeline) = (%lld + %d) x %.1f ms = %.1f ms\n\n",
          (long long)pieces, STAGES - 1, hold_ms, ideal);
-  printf("| registers/edge | hold  | run ms | ideal ms | ratio | peak in flight "
-         "(sum over 5 edges) | peak per edge |\n");
+  printf(
+      "| registers/edge | hold  | run ms | ideal ms | ratio | peak in flight "
+      "(sum over 5 edges) | peak per edge |\n");
   printf("|----------------|-------|--------|----------|-------|---------------"
          "--------------------|---------------|\n");
   for (int mode = 0; mode < 2; mode++)
     for (int32_t count = 1; count <= 2; count++) {
       result r[31];
-      for (int i = 0; i < repeats; i++) r[i] = run_once(pieces, count, mode == 1);
+      for (int i = 0; i < repeats; i++)
+        r[i] = run_once(pieces, count, mode == 1);
       qsort(r, (size_t)repeats, sizeof r[0], cmp);
       result m = r[repeats / 2];
       printf("| %14d | %-5s | %6.1f | %8.1f | %5.2f | %33d | %13d |\n",

@@ -55,7 +55,9 @@ static inline cell *cell_at(const sl__mpsc *q, size_t pos) {
   return (cell *)(q->buf + (pos & q->mask) * q->stride);
 }
 
-static inline void *cell_data(cell *c) { return (unsigned char *)c + sizeof *c; }
+static inline void *cell_data(cell *c) {
+  return (unsigned char *)c + sizeof *c;
+}
 
 sl_status sl__mpsc_create(sl__queue_kind kind, size_t elem_size,
                           size_t capacity, sl__mpsc **out) {
@@ -88,7 +90,8 @@ sl_status sl__mpsc_create(sl__queue_kind kind, size_t elem_size,
     return SL_ENOMEM;
   }
   if (kind == SL__QUEUE_LOCKFREE)
-    for (size_t i = 0; i < cap; i++) atomic_init(&cell_at(q, i)->seq, i);
+    for (size_t i = 0; i < cap; i++)
+      atomic_init(&cell_at(q, i)->seq, i);
   atomic_init(&q->tail, 0);
   atomic_init(&q->acount, 0);
   atomic_init(&q->sleeping, 0);

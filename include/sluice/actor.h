@@ -70,10 +70,10 @@ typedef enum sl_stream_kind {
 typedef struct sl_register {
   void *data;
   size_t bytes;
-  int64_t piece;         /* piece id its producer gave it */
-  sl_actor_id producer;  /* the actor that wrote it */
-  int32_t desc;          /* its register descriptor */
-  int32_t index;         /* which of the descriptor's registers */
+  int64_t piece;        /* piece id its producer gave it */
+  sl_actor_id producer; /* the actor that wrote it */
+  int32_t desc;         /* its register descriptor */
+  int32_t index;        /* which of the descriptor's registers */
 } sl_register;
 
 typedef struct sl_act sl_act;
@@ -87,17 +87,17 @@ typedef sl_status (*sl_act_fn)(sl_act *a);
 /* One firing, as passed to an act. Valid during the call (and, after
  * sl_act_defer, until the completion is signalled). */
 struct sl_act {
-  void *ctx;                 /* the actor's ctx from its descriptor */
-  const char *name;          /* the actor's name */
+  void *ctx;        /* the actor's ctx from its descriptor */
+  const char *name; /* the actor's name */
   sl_actor_id actor;
-  int64_t piece;             /* piece id of the output this firing writes
-                                (sinks: of the piece consumed) */
-  int32_t step, steps;       /* counting actors: this is step `step` of
-                                `steps` (k); 0 of 1 for the others */
+  int64_t piece;       /* piece id of the output this firing writes
+                          (sinks: of the piece consumed) */
+  int32_t step, steps; /* counting actors: this is step `step` of
+                          `steps` (k); 0 of 1 for the others */
   int32_t n_in, n_out;
-  sl_register *const *in;    /* n_in ready input registers */
-  sl_register *const *out;   /* n_out free output registers */
-  void *internal_;           /* the runtime's; do not touch */
+  sl_register *const *in;  /* n_in ready input registers */
+  sl_register *const *out; /* n_out free output registers */
+  void *internal_;         /* the runtime's; do not touch */
 };
 
 /* Records a formatted detail for the failure an act is about to return:
@@ -150,13 +150,13 @@ typedef enum sl_actor_kind {
 
 /* An actor: where it runs and what it does. Strings are copied. */
 typedef struct sl_actor_desc {
-  const char *name;   /* required, unique within the plan */
+  const char *name; /* required, unique within the plan */
   sl_actor_kind kind;
   uint32_t node, device, stream;
-  sl_act_fn act;      /* may be NULL where the kind has a default */
-  void *ctx;          /* passed to act as a->ctx */
-  int64_t count;      /* SOURCE: pieces; REPEAT, ACCUMULATE, PACK, UNPACK:
-                         k (>= 1); ignored otherwise */
+  sl_act_fn act; /* may be NULL where the kind has a default */
+  void *ctx;     /* passed to act as a->ctx */
+  int64_t count; /* SOURCE: pieces; REPEAT, ACCUMULATE, PACK, UNPACK:
+                    k (>= 1); ignored otherwise */
 } sl_actor_desc;
 
 /* Fills an initial register of a variable (see sl_regst_desc.initial). */
@@ -165,10 +165,10 @@ typedef sl_status (*sl_regst_init_fn)(void *ctx, sl_register *r);
 /* A register descriptor: `count` registers of `bytes` bytes each, written by
  * one actor (its producer) and read by the actors connected to it. */
 typedef struct sl_regst_desc {
-  const char *name;   /* may be NULL: "<producer>.out<i>" */
-  int32_t count;      /* the quota: registers in flight never exceed it */
+  const char *name; /* may be NULL: "<producer>.out<i>" */
+  int32_t count;    /* the quota: registers in flight never exceed it */
   size_t bytes;
-  int32_t device;     /* device of the memory; -1: the producer's device */
+  int32_t device; /* device of the memory; -1: the producer's device */
   /* Variables: registers 0..initial-1 start ready (piece 0..initial-1,
    * filled by init, zeros if NULL) and the producer's pieces continue from
    * there. A variable updated in a loop (its producer also consumes it)
@@ -221,16 +221,16 @@ SL_API const char *sl_plan_actor_name(const sl_plan *p, sl_actor_id id);
 /* ---- messages and transports -------------------------------------------- */
 
 typedef enum sl_msg_kind {
-  SL_MSG_READY = 1,   /* producer -> consumer: register `index` holds piece */
-  SL_MSG_RETURN = 2,  /* consumer -> producer: done with register `index` */
-  SL_MSG_EOD = 3,     /* producer -> consumer: no more pieces on this edge */
-  SL_MSG_CMD = 4,     /* a command; cmd says which */
+  SL_MSG_READY = 1,  /* producer -> consumer: register `index` holds piece */
+  SL_MSG_RETURN = 2, /* consumer -> producer: done with register `index` */
+  SL_MSG_EOD = 3,    /* producer -> consumer: no more pieces on this edge */
+  SL_MSG_CMD = 4,    /* a command; cmd says which */
 } sl_msg_kind;
 
 typedef enum sl_cmd {
   SL_CMD_START = 1,
-  SL_CMD_STOP = 2,    /* sources end early; the job drains and finishes */
-  SL_CMD_ABORT = 3,   /* stop everything; `status` says why */
+  SL_CMD_STOP = 2,  /* sources end early; the job drains and finishes */
+  SL_CMD_ABORT = 3, /* stop everything; `status` says why */
 } sl_cmd;
 
 /* The fixed-size message every actor exchange is made of. */
@@ -286,8 +286,8 @@ typedef enum sl_queue_kind {
 } sl_queue_kind;
 
 typedef struct sl_job_config {
-  uint32_t node;                /* which node of the plan this job runs */
-  uint32_t streams_per_device;  /* 0: SL_STREAMS_DEFAULT */
+  uint32_t node;               /* which node of the plan this job runs */
+  uint32_t streams_per_device; /* 0: SL_STREAMS_DEFAULT */
   sl_queue_kind queue;
   /* A hang is declared when, for this long, no actor could fire, none was
    * executing and no message was in flight. 0: SLUICE_HANG_TIMEOUT_MS or
@@ -299,7 +299,7 @@ typedef struct sl_job_config {
   /* Polls of an empty queue before a stream thread sleeps (yielding the
    * CPU every 64). 0: the default (2000); negative: sleep at once. */
   int32_t spin;
-  sl_transport transport;       /* required when the plan spans nodes */
+  sl_transport transport;               /* required when the plan spans nodes */
   const sl_regst_memory_vtable *memory; /* NULL: host memory */
   void *memory_ctx;
 } sl_job_config;
@@ -358,28 +358,28 @@ SL_API bool sl_job_quiescent(const sl_job *job, uint64_t *progress);
 
 typedef struct sl_job_stats {
   uint32_t actors, threads;
-  uint64_t registers;         /* local registers, mirrors of remote ones
-                                 included */
+  uint64_t registers; /* local registers, mirrors of remote ones
+                         included */
   uint64_t register_bytes;
   uint64_t firings;
-  uint64_t messages_local;    /* between actors of one stream thread */
-  uint64_t messages_cross;    /* between stream threads of this job */
-  uint64_t messages_remote;   /* handed to the transport */
-  uint64_t discarded;         /* ready registers returned unread at stop */
-  uint64_t in_flight;         /* registers in flight now: 0 after a job
-                                 that finished */
-  uint64_t peak_in_flight_sum;/* sum over descriptors of their peaks */
-  uint64_t messages_left;     /* queued and never handled (after abort) */
-  double run_ms;              /* start to the end of the last actor */
+  uint64_t messages_local;     /* between actors of one stream thread */
+  uint64_t messages_cross;     /* between stream threads of this job */
+  uint64_t messages_remote;    /* handed to the transport */
+  uint64_t discarded;          /* ready registers returned unread at stop */
+  uint64_t in_flight;          /* registers in flight now: 0 after a job
+                                  that finished */
+  uint64_t peak_in_flight_sum; /* sum over descriptors of their peaks */
+  uint64_t messages_left;      /* queued and never handled (after abort) */
+  double run_ms;               /* start to the end of the last actor */
 } sl_job_stats;
 
 /* Counters of a waited-for job. SL_ESTATE before sl_job_wait returned. */
 SL_API sl_status sl_job_get_stats(const sl_job *job, sl_job_stats *out);
 
 typedef struct sl_regst_stats {
-  int32_t count;           /* the quota */
-  int32_t in_flight;       /* now */
-  int32_t peak_in_flight;  /* the most at once */
+  int32_t count;          /* the quota */
+  int32_t in_flight;      /* now */
+  int32_t peak_in_flight; /* the most at once */
 } sl_regst_stats;
 
 /* Per descriptor produced on this job's node, after sl_job_wait.
@@ -389,7 +389,7 @@ SL_API sl_status sl_job_get_regst_stats(const sl_job *job, int32_t desc,
 
 typedef struct sl_actor_stats {
   uint64_t firings;
-  int64_t pieces;   /* output pieces written (inputs consumed for sinks) */
+  int64_t pieces; /* output pieces written (inputs consumed for sinks) */
   bool finished;
 } sl_actor_stats;
 

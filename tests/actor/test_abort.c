@@ -6,7 +6,7 @@
 #include "actor_helpers.h"
 
 typedef struct fail_at {
-  int64_t piece;      /* fail when firing this piece; -1 never */
+  int64_t piece; /* fail when firing this piece; -1 never */
   sl_status st;
   _Atomic int64_t fired;
 } fail_at;
@@ -38,8 +38,9 @@ static sl_status run_failing_chain(int which, int64_t piece, bool spread,
                             SL_ACTOR_KERNEL, SL_ACTOR_SINK};
   sl_actor_id prev = 0;
   for (int i = 0; i < 5; i++) {
-    sl_actor_id id = add_actor(p, names[i], kinds[i], 0, spread ? (uint32_t)i : 0,
-                               0, act_maybe_fail, &fa[i], 100);
+    sl_actor_id id =
+        add_actor(p, names[i], kinds[i], 0, spread ? (uint32_t)i : 0, 0,
+                  act_maybe_fail, &fa[i], 100);
     if (i > 0) connect_to(p, add_out(p, prev, 2, 8), id);
     prev = id;
   }
@@ -91,7 +92,8 @@ static void test_wait_twice_and_stats_after_abort(void **state) {
   sl_plan_destroy(p);
 }
 
-/* ---- failure of a deferred firing -------------------------------------------- */
+/* ---- failure of a deferred firing
+ * -------------------------------------------- */
 
 typedef struct deferred {
   sl_completion *c;
@@ -128,9 +130,11 @@ static void test_async_failure(void **state) {
   sl_plan *p;
   assert_int_equal(sl_plan_create(&p), SL_OK);
   sl_actor_id s = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 10);
-  sl_actor_id g = add_actor(p, "gpu_op", SL_ACTOR_KERNEL, 0, 1, 0, act_defer_fail_at_3, NULL, 0);
+  sl_actor_id g = add_actor(p, "gpu_op", SL_ACTOR_KERNEL, 0, 1, 0,
+                            act_defer_fail_at_3, NULL, 0);
   connect_to(p, add_out(p, s, 2, 8), g);
-  connect_to(p, add_out(p, g, 2, 8), add_actor(p, "sink", SL_ACTOR_SINK, 0, 2, 0, NULL, NULL, 0));
+  connect_to(p, add_out(p, g, 2, 8),
+             add_actor(p, "sink", SL_ACTOR_SINK, 0, 2, 0, NULL, NULL, 0));
   assert_int_equal(run_plan(p, NULL, NULL), SL_ECUDA);
   assert_non_null(strstr(sl_last_error(), "actor 'gpu_op'"));
   assert_non_null(strstr(sl_last_error(), "illegal address"));
@@ -154,16 +158,19 @@ static void test_defer_then_fail(void **state) {
   sl_plan *p;
   assert_int_equal(sl_plan_create(&p), SL_OK);
   sl_actor_id s = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 10);
-  sl_actor_id g = add_actor(p, "launcher", SL_ACTOR_KERNEL, 0, 1, 0, act_defer_then_fail, NULL, 0);
+  sl_actor_id g = add_actor(p, "launcher", SL_ACTOR_KERNEL, 0, 1, 0,
+                            act_defer_then_fail, NULL, 0);
   connect_to(p, add_out(p, s, 2, 8), g);
-  connect_to(p, add_out(p, g, 2, 8), add_actor(p, "sink", SL_ACTOR_SINK, 0, 2, 0, NULL, NULL, 0));
+  connect_to(p, add_out(p, g, 2, 8),
+             add_actor(p, "sink", SL_ACTOR_SINK, 0, 2, 0, NULL, NULL, 0));
   assert_int_equal(run_plan(p, NULL, NULL), SL_EINVAL);
   assert_non_null(strstr(sl_last_error(), "'launcher'"));
   assert_non_null(strstr(sl_last_error(), "bad launch"));
   sl_plan_destroy(p);
 }
 
-/* ---- abort from outside ------------------------------------------------------ */
+/* ---- abort from outside
+ * ------------------------------------------------------ */
 
 typedef struct aborter {
   sl_job *job;
@@ -172,7 +179,8 @@ typedef struct aborter {
 
 static void *abort_soon(void *arg) {
   aborter *a = arg;
-  while (atomic_load(a->fired) < 1000) sched_yield();
+  while (atomic_load(a->fired) < 1000)
+    sched_yield();
   sl_job_abort(a->job, SL_ETIMEOUT);
   return NULL;
 }
@@ -186,8 +194,10 @@ static void test_abort_from_outside(void **state) {
   sl_plan *p;
   assert_int_equal(sl_plan_create(&p), SL_OK);
   _Atomic int64_t fired = 0;
-  sl_actor_id s = add_actor(p, "endless", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, INT64_MAX);
-  sl_actor_id k = add_actor(p, "k", SL_ACTOR_SINK, 0, 1, 0, act_count, &fired, 0);
+  sl_actor_id s =
+      add_actor(p, "endless", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, INT64_MAX);
+  sl_actor_id k =
+      add_actor(p, "k", SL_ACTOR_SINK, 0, 1, 0, act_count, &fired, 0);
   connect_to(p, add_out(p, s, 2, 8), k);
   sl_job *job;
   assert_int_equal(sl_job_create(p, NULL, &job), SL_OK);
@@ -201,14 +211,17 @@ static void test_abort_from_outside(void **state) {
   sl_plan_destroy(p);
 }
 
-/* ---- an error on another node ------------------------------------------------- */
+/* ---- an error on another node
+ * ------------------------------------------------- */
 
 static void test_error_on_other_node(void **state) {
   sl_plan *p;
   assert_int_equal(sl_plan_create(&p), SL_OK);
   fail_at fa = {.piece = 20, .st = SL_EMISMATCH};
-  sl_actor_id s = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 100);
-  sl_actor_id k = add_actor(p, "remote_k", SL_ACTOR_KERNEL, 1, 0, 0, act_maybe_fail, &fa, 0);
+  sl_actor_id s =
+      add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 100);
+  sl_actor_id k = add_actor(p, "remote_k", SL_ACTOR_KERNEL, 1, 0, 0,
+                            act_maybe_fail, &fa, 0);
   sl_actor_id z = add_actor(p, "sink", SL_ACTOR_SINK, 0, 1, 0, NULL, NULL, 0);
   connect_to(p, add_out(p, s, 2, 8), k);
   connect_to(p, add_out(p, k, 2, 8), z);
@@ -220,7 +233,8 @@ static void test_error_on_other_node(void **state) {
     assert_int_equal(sl_job_create(p, &cfg, &jobs[n]), SL_OK);
     assert_int_equal(sl_loopback_attach(lb, n, jobs[n]), SL_OK);
   }
-  for (int n = 0; n < 2; n++) assert_int_equal(sl_job_start(jobs[n]), SL_OK);
+  for (int n = 0; n < 2; n++)
+    assert_int_equal(sl_job_start(jobs[n]), SL_OK);
   for (int n = 0; n < 2; n++) {
     assert_int_equal(sl_job_wait(jobs[n]), SL_EMISMATCH);
     if (!strstr(sl_last_error(), "actor 'remote_k' (node 1"))
@@ -230,7 +244,8 @@ static void test_error_on_other_node(void **state) {
   assert_non_null(strstr(sl_last_error(), "injected failure at piece 20"));
   assert_int_equal(sl_job_wait(jobs[0]), SL_EMISMATCH);
   assert_non_null(strstr(sl_last_error(), "reported by node 1"));
-  for (int n = 0; n < 2; n++) sl_job_destroy(jobs[n]);
+  for (int n = 0; n < 2; n++)
+    sl_job_destroy(jobs[n]);
   sl_loopback_destroy(lb);
   sl_plan_destroy(p);
 }

@@ -20,15 +20,19 @@ static sl_status act_sum(sl_act *a) {
 static sl_plan *hang_plan(uint32_t src_node, uint32_t rest_node) {
   sl_plan *p;
   assert_int_equal(sl_plan_create(&p), SL_OK);
-  sl_actor_id src = add_actor(p, "src", SL_ACTOR_SOURCE, src_node, 0, 0, NULL, NULL, 8);
-  sl_actor_id acc = add_actor(p, "acc", SL_ACTOR_ACCUMULATE, rest_node, 1, 0, act_sum, NULL, 4);
-  sl_actor_id join = add_actor(p, "join", SL_ACTOR_KERNEL, rest_node, 2, 0, NULL, NULL, 0);
+  sl_actor_id src =
+      add_actor(p, "src", SL_ACTOR_SOURCE, src_node, 0, 0, NULL, NULL, 8);
+  sl_actor_id acc = add_actor(p, "acc", SL_ACTOR_ACCUMULATE, rest_node, 1, 0,
+                              act_sum, NULL, 4);
+  sl_actor_id join =
+      add_actor(p, "join", SL_ACTOR_KERNEL, rest_node, 2, 0, NULL, NULL, 0);
   int32_t s_out = add_out(p, src, 2, 8);
   connect_to(p, s_out, acc);
   connect_to(p, s_out, join);                 /* join input 0 */
   connect_to(p, add_out(p, acc, 1, 8), join); /* join input 1 */
-  connect_to(p, add_out(p, join, 1, 8),
-             add_actor(p, "sink", SL_ACTOR_SINK, rest_node, 0, 1, NULL, NULL, 0));
+  connect_to(
+      p, add_out(p, join, 1, 8),
+      add_actor(p, "sink", SL_ACTOR_SINK, rest_node, 0, 1, NULL, NULL, 0));
   assert_int_equal(sl_plan_check(p), SL_OK);
   return p;
 }
@@ -51,8 +55,9 @@ static void test_hang_report(void **state) {
                "pieces; waits for a free register of output 0 'src.out0' (2 of "
                "2 in flight: #0 (piece 0) held by 'join'; #1 (piece 1) held by "
                "'join')");
-  expect_in(r, "'acc' (accumulate, node 0, device 1, stream 0): waits for input "
-               "0 'src.out0' from 'src' (none ready); at step 2 of 4");
+  expect_in(r,
+            "'acc' (accumulate, node 0, device 1, stream 0): waits for input "
+            "0 'src.out0' from 'src' (none ready); at step 2 of 4");
   expect_in(r, "'join' (kernel, node 0, device 2, stream 0): waits for input 1 "
                "'acc.out0' from 'acc' (none ready); has 2 ready on input 0");
   expect_in(r, "'sink' (sink, node 0, device 0, stream 1): waits for input 0 "
@@ -72,29 +77,37 @@ static void test_hang_across_nodes(void **state) {
   assert_int_equal(sl_loopback_create(2, &lb), SL_OK);
   sl_job *jobs[2];
   for (uint32_t n = 0; n < 2; n++) {
-    sl_job_config cfg = {.node = n, .hang_timeout_ms = 200,
+    sl_job_config cfg = {.node = n,
+                         .hang_timeout_ms = 200,
                          .transport = sl_loopback_transport(lb)};
     assert_int_equal(sl_job_create(p, &cfg, &jobs[n]), SL_OK);
     assert_int_equal(sl_loopback_attach(lb, n, jobs[n]), SL_OK);
   }
   sl_log_set_level(SL_LOG_OFF);
-  for (int n = 0; n < 2; n++) assert_int_equal(sl_job_start(jobs[n]), SL_OK);
-  for (int n = 0; n < 2; n++) assert_int_equal(sl_job_wait(jobs[n]), SL_EHANG);
-  const char *r0 = sl_job_hang_report(jobs[0]), *r1 = sl_job_hang_report(jobs[1]);
+  for (int n = 0; n < 2; n++)
+    assert_int_equal(sl_job_start(jobs[n]), SL_OK);
+  for (int n = 0; n < 2; n++)
+    assert_int_equal(sl_job_wait(jobs[n]), SL_EHANG);
+  const char *r0 = sl_job_hang_report(jobs[0]),
+             *r1 = sl_job_hang_report(jobs[1]);
   printf("%s%s", r0, r1);
   expect_in(r0, "on node 0");
-  expect_in(r0, "'src' (source, node 0, device 0, stream 0): produced 2 of 8 pieces");
+  expect_in(
+      r0, "'src' (source, node 0, device 0, stream 0): produced 2 of 8 pieces");
   expect_in(r0, "held by 'join'");
   expect_in(r1, "on node 1");
-  expect_in(r1, "'join' (kernel, node 1, device 2, stream 0): waits for input 1");
+  expect_in(r1,
+            "'join' (kernel, node 1, device 2, stream 0): waits for input 1");
   expect_in(r1, "'acc' (accumulate, node 1");
-  for (int n = 0; n < 2; n++) sl_job_destroy(jobs[n]);
+  for (int n = 0; n < 2; n++)
+    sl_job_destroy(jobs[n]);
   sl_loopback_destroy(lb);
   sl_plan_destroy(p);
   sl_log_set_level(SL_LOG_WARN);
 }
 
-/* ---- no false positives ---------------------------------------------------- */
+/* ---- no false positives ----------------------------------------------------
+ */
 
 static sl_status act_slow(sl_act *a) {
   sl__sleep_ns(300 * 1000000ull); /* 3x the hang timeout */
@@ -126,30 +139,37 @@ static void run_slow(sl_act_fn slow, uint32_t slow_node) {
   sl_plan *p;
   assert_int_equal(sl_plan_create(&p), SL_OK);
   sl_actor_id s = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 2);
-  sl_actor_id k = add_actor(p, "slow", SL_ACTOR_KERNEL, slow_node, 1, 0, slow, NULL, 0);
+  sl_actor_id k =
+      add_actor(p, "slow", SL_ACTOR_KERNEL, slow_node, 1, 0, slow, NULL, 0);
   connect_to(p, add_out(p, s, 1, 8), k);
-  connect_to(p, add_out(p, k, 1, 8), add_actor(p, "sink", SL_ACTOR_SINK, 0, 2, 0, NULL, NULL, 0));
+  connect_to(p, add_out(p, k, 1, 8),
+             add_actor(p, "sink", SL_ACTOR_SINK, 0, 2, 0, NULL, NULL, 0));
   uint32_t nodes = slow_node + 1;
   sl_loopback *lb;
   assert_int_equal(sl_loopback_create(nodes, &lb), SL_OK);
   sl_job *jobs[2];
   for (uint32_t n = 0; n < nodes; n++) {
-    sl_job_config cfg = {.node = n, .hang_timeout_ms = 100,
+    sl_job_config cfg = {.node = n,
+                         .hang_timeout_ms = 100,
                          .transport = sl_loopback_transport(lb)};
     assert_int_equal(sl_job_create(p, &cfg, &jobs[n]), SL_OK);
     assert_int_equal(sl_loopback_attach(lb, n, jobs[n]), SL_OK);
   }
-  for (uint32_t n = 0; n < nodes; n++) assert_int_equal(sl_job_start(jobs[n]), SL_OK);
+  for (uint32_t n = 0; n < nodes; n++)
+    assert_int_equal(sl_job_start(jobs[n]), SL_OK);
   for (uint32_t n = 0; n < nodes; n++) {
     sl_status st = sl_job_wait(jobs[n]);
     if (st != SL_OK) fail_msg("node %u: %s", n, sl_last_error());
   }
-  for (uint32_t n = 0; n < nodes; n++) sl_job_destroy(jobs[n]);
+  for (uint32_t n = 0; n < nodes; n++)
+    sl_job_destroy(jobs[n]);
   sl_loopback_destroy(lb);
   sl_plan_destroy(p);
 }
 
-static void test_slow_kernel_is_not_a_hang(void **state) { run_slow(act_slow, 0); }
+static void test_slow_kernel_is_not_a_hang(void **state) {
+  run_slow(act_slow, 0);
+}
 
 static void test_slow_deferred_work_is_not_a_hang(void **state) {
   run_slow(act_slow_async, 0);
@@ -182,17 +202,20 @@ static void test_no_quiescent_no_hang_across_nodes(void **state) {
   inner = sl_loopback_transport(lb);
   sl_job *jobs[2];
   for (uint32_t n = 0; n < 2; n++) {
-    sl_job_config cfg = {.node = n, .hang_timeout_ms = 100,
-                         .transport = {&no_quiescent, NULL}};
+    sl_job_config cfg = {
+        .node = n, .hang_timeout_ms = 100, .transport = {&no_quiescent, NULL}};
     assert_int_equal(sl_job_create(p, &cfg, &jobs[n]), SL_OK);
     assert_int_equal(sl_loopback_attach(lb, n, jobs[n]), SL_OK);
   }
-  for (int n = 0; n < 2; n++) assert_int_equal(sl_job_start(jobs[n]), SL_OK);
+  for (int n = 0; n < 2; n++)
+    assert_int_equal(sl_job_start(jobs[n]), SL_OK);
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, abort_later, jobs[0]), 0);
-  for (int n = 0; n < 2; n++) assert_int_equal(sl_job_wait(jobs[n]), SL_ETIMEOUT);
+  for (int n = 0; n < 2; n++)
+    assert_int_equal(sl_job_wait(jobs[n]), SL_ETIMEOUT);
   pthread_join(t, NULL);
-  for (int n = 0; n < 2; n++) sl_job_destroy(jobs[n]);
+  for (int n = 0; n < 2; n++)
+    sl_job_destroy(jobs[n]);
   sl_loopback_destroy(lb);
   sl_plan_destroy(p);
 }

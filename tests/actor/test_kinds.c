@@ -15,7 +15,8 @@ static sl_status act_src_i32(sl_act *a) {
 /* Four int32: 4p, 4p+1, 4p+2, 4p+3. */
 static sl_status act_src_quad(sl_act *a) {
   int32_t *v = a->out[0]->data;
-  for (int i = 0; i < 4; i++) v[i] = (int32_t)(4 * a->piece + i);
+  for (int i = 0; i < 4; i++)
+    v[i] = (int32_t)(4 * a->piece + i);
   return SL_OK;
 }
 
@@ -28,7 +29,8 @@ typedef struct check_sink {
 
 static sl_status act_check(sl_act *a) {
   check_sink *c = a->ctx;
-  if (a->in[0]->piece != c->next || !c->check(c->next, a->in[0]->data, a->in[0]->bytes))
+  if (a->in[0]->piece != c->next ||
+      !c->check(c->next, a->in[0]->data, a->in[0]->bytes))
     c->bad++;
   c->next++;
   return SL_OK;
@@ -54,7 +56,8 @@ static void run_ok(sl_plan *p, uint64_t *discarded) {
   sl_job_destroy(job);
 }
 
-/* ---- repeat --------------------------------------------------------------- */
+/* ---- repeat ---------------------------------------------------------------
+ */
 
 static bool check_repeat3(int64_t q, const void *d, size_t n) {
   return *(const int64_t *)d == q / 3;
@@ -76,7 +79,8 @@ static void test_repeat(void **state) {
     sl_plan *p;
     assert_int_equal(sl_plan_create(&p), SL_OK);
     check_sink c = {custom ? check_repeat_tag : check_repeat3, 0, 0};
-    sl_actor_id s = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_src_i64, NULL, 10);
+    sl_actor_id s =
+        add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_src_i64, NULL, 10);
     sl_actor_id r = add_actor(p, "repeat", SL_ACTOR_REPEAT, 0, 1, 0,
                               custom ? act_repeat_tag : NULL, NULL, 3);
     connect_to(p, add_out(p, s, 1, 8), r);
@@ -88,7 +92,8 @@ static void test_repeat(void **state) {
   }
 }
 
-/* ---- unpack and pack --------------------------------------------------------- */
+/* ---- unpack and pack
+ * --------------------------------------------------------- */
 
 static bool check_i32_is_piece(int64_t q, const void *d, size_t n) {
   return n == 4 && *(const int32_t *)d == q;
@@ -106,8 +111,10 @@ static void test_unpack_pack(void **state) {
   sl_plan *p;
   assert_int_equal(sl_plan_create(&p), SL_OK);
   check_sink c1 = {check_i32_is_piece, 0, 0};
-  sl_actor_id s = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_src_quad, NULL, 12);
-  sl_actor_id u = add_actor(p, "unpack", SL_ACTOR_UNPACK, 0, 1, 0, NULL, NULL, 4);
+  sl_actor_id s =
+      add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_src_quad, NULL, 12);
+  sl_actor_id u =
+      add_actor(p, "unpack", SL_ACTOR_UNPACK, 0, 1, 0, NULL, NULL, 4);
   connect_to(p, add_out(p, s, 2, 16), u);
   connect_to(p, add_out(p, u, 3, 4), add_check_sink(p, "sink", 0, &c1));
   run_ok(p, NULL);
@@ -128,7 +135,8 @@ static void test_unpack_pack(void **state) {
   sl_plan_destroy(p);
 }
 
-/* ---- accumulate ------------------------------------------------------------------- */
+/* ---- accumulate
+ * ------------------------------------------------------------------- */
 
 static sl_status act_sum(sl_act *a) {
   int64_t *acc = a->out[0]->data;
@@ -139,7 +147,8 @@ static sl_status act_sum(sl_act *a) {
 
 static bool check_sum5(int64_t q, const void *d, size_t n) {
   int64_t want = 0;
-  for (int64_t i = 5 * q; i < 5 * q + 5 && i < 27; i++) want += i;
+  for (int64_t i = 5 * q; i < 5 * q + 5 && i < 27; i++)
+    want += i;
   return *(const int64_t *)d == want;
 }
 
@@ -148,8 +157,10 @@ static void test_accumulate_with_partial_tail(void **state) {
     sl_plan *p;
     assert_int_equal(sl_plan_create(&p), SL_OK);
     check_sink c = {check_sum5, 0, 0};
-    sl_actor_id s = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_src_i64, NULL, n);
-    sl_actor_id acc = add_actor(p, "acc", SL_ACTOR_ACCUMULATE, 0, 1, 0, act_sum, NULL, 5);
+    sl_actor_id s =
+        add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_src_i64, NULL, n);
+    sl_actor_id acc =
+        add_actor(p, "acc", SL_ACTOR_ACCUMULATE, 0, 1, 0, act_sum, NULL, 5);
     connect_to(p, add_out(p, s, 2, 8), acc);
     connect_to(p, add_out(p, acc, 1, 8), add_check_sink(p, "sink", 2, &c));
     run_ok(p, NULL);
@@ -184,10 +195,14 @@ static void test_micro_batching(void **state) {
   sl_plan *p;
   assert_int_equal(sl_plan_create(&p), SL_OK);
   check_sink c = {check_batch_sum, 0, 0};
-  sl_actor_id s = add_actor(p, "batches", SL_ACTOR_SOURCE, 0, 0, 0, act_src_quad, NULL, 16);
-  sl_actor_id u = add_actor(p, "split", SL_ACTOR_UNPACK, 0, 0, 1, NULL, NULL, 4);
-  sl_actor_id k = add_actor(p, "fwd", SL_ACTOR_KERNEL, 0, 1, 0, act_plus1_i32, NULL, 0);
-  sl_actor_id acc = add_actor(p, "grad_acc", SL_ACTOR_ACCUMULATE, 0, 2, 0, act_sum_i32, NULL, 4);
+  sl_actor_id s =
+      add_actor(p, "batches", SL_ACTOR_SOURCE, 0, 0, 0, act_src_quad, NULL, 16);
+  sl_actor_id u =
+      add_actor(p, "split", SL_ACTOR_UNPACK, 0, 0, 1, NULL, NULL, 4);
+  sl_actor_id k =
+      add_actor(p, "fwd", SL_ACTOR_KERNEL, 0, 1, 0, act_plus1_i32, NULL, 0);
+  sl_actor_id acc = add_actor(p, "grad_acc", SL_ACTOR_ACCUMULATE, 0, 2, 0,
+                              act_sum_i32, NULL, 4);
   connect_to(p, add_out(p, s, 2, 16), u);
   connect_to(p, add_out(p, u, 2, 4), k);
   connect_to(p, add_out(p, k, 2, 4), acc);
@@ -198,7 +213,8 @@ static void test_micro_batching(void **state) {
   sl_plan_destroy(p);
 }
 
-/* ---- variables ---------------------------------------------------------------- */
+/* ---- variables
+ * ---------------------------------------------------------------- */
 
 /* A training loop: "update" owns the weights (a variable, version 0 from
  * init); "forward" reads weights version p with data piece p; "backward"
@@ -237,7 +253,8 @@ static sl_status act_update(sl_act *a) {
   loop_state *ls = a->ctx;
   const sl_register *g = a->in[0], *w = a->in[1];
   if (w->piece + 1 != a->piece) ls->bad++;
-  *(int64_t *)a->out[0]->data = *(const int64_t *)w->data + *(const int64_t *)g->data;
+  *(int64_t *)a->out[0]->data =
+      *(const int64_t *)w->data + *(const int64_t *)g->data;
   ls->updates++;
   return SL_OK;
 }
@@ -248,18 +265,22 @@ static void test_variable_training_loop(void **state) {
     assert_int_equal(sl_plan_create(&p), SL_OK);
     loop_state ls = {0};
     enum { STEPS = 200 };
-    sl_actor_id data = add_actor(p, "data", SL_ACTOR_SOURCE, 0, 0, 0, act_src_i64, NULL, STEPS);
-    sl_actor_id fwd = add_actor(p, "forward", SL_ACTOR_KERNEL, 0, 1, 0, act_forward, &ls, 0);
-    sl_actor_id bwd = add_actor(p, "backward", SL_ACTOR_KERNEL, 0, 2, 0, act_backward, NULL, 0);
-    sl_actor_id upd = add_actor(p, "update", SL_ACTOR_KERNEL, 0, 3, 0, act_update, &ls, 0);
+    sl_actor_id data = add_actor(p, "data", SL_ACTOR_SOURCE, 0, 0, 0,
+                                 act_src_i64, NULL, STEPS);
+    sl_actor_id fwd =
+        add_actor(p, "forward", SL_ACTOR_KERNEL, 0, 1, 0, act_forward, &ls, 0);
+    sl_actor_id bwd = add_actor(p, "backward", SL_ACTOR_KERNEL, 0, 2, 0,
+                                act_backward, NULL, 0);
+    sl_actor_id upd =
+        add_actor(p, "update", SL_ACTOR_KERNEL, 0, 3, 0, act_update, &ls, 0);
     sl_regst_desc wd = {"weights", count, 8, -1, 1, init_weights, NULL};
     int32_t w;
     assert_int_equal(sl_plan_add_output(p, upd, &wd, &w), SL_OK);
     connect_to(p, add_out(p, data, 2, 8), fwd); /* forward input 0 */
     connect_to(p, w, fwd);                      /* forward input 1 */
     connect_to(p, add_out(p, fwd, 2, 8), bwd);
-    connect_to(p, add_out(p, bwd, 2, 8), upd);  /* update input 0 */
-    connect_to(p, w, upd);                      /* update input 1 */
+    connect_to(p, add_out(p, bwd, 2, 8), upd); /* update input 0 */
+    connect_to(p, w, upd);                     /* update input 1 */
     assert_int_equal(sl_plan_check(p), SL_OK);
     uint64_t discarded = 0;
     run_ok(p, &discarded);

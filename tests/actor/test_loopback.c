@@ -6,7 +6,8 @@ enum { BYTES = 1000 };
 
 static sl_status act_fill(sl_act *a) {
   unsigned char *d = a->out[0]->data;
-  for (int i = 0; i < BYTES; i++) d[i] = (unsigned char)(a->piece * 31 + i);
+  for (int i = 0; i < BYTES; i++)
+    d[i] = (unsigned char)(a->piece * 31 + i);
   return SL_OK;
 }
 
@@ -14,7 +15,8 @@ static sl_status act_copy_check(sl_act *a) {
   const unsigned char *s = a->in[0]->data;
   for (int i = 0; i < BYTES; i++)
     if (s[i] != (unsigned char)(a->piece * 31 + i))
-      return sl_act_fail(a, SL_EMISMATCH, "piece %lld byte %d", (long long)a->piece, i);
+      return sl_act_fail(a, SL_EMISMATCH, "piece %lld byte %d",
+                         (long long)a->piece, i);
   memcpy(a->out[0]->data, s, BYTES);
   return SL_OK;
 }
@@ -54,7 +56,8 @@ static void cluster_create(cluster *c, sl_plan *p, uint32_t n) {
 }
 
 static void cluster_destroy(cluster *c) {
-  for (uint32_t i = 0; i < c->n; i++) sl_job_destroy(c->jobs[i]);
+  for (uint32_t i = 0; i < c->n; i++)
+    sl_job_destroy(c->jobs[i]);
   sl_loopback_destroy(c->lb);
 }
 
@@ -64,12 +67,18 @@ static void test_chain_across_nodes(void **state) {
   sl_plan *p;
   assert_int_equal(sl_plan_create(&p), SL_OK);
   seen s0 = {0}, s2 = {0};
-  sl_actor_id src = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_fill, NULL, 300);
-  sl_actor_id a = add_actor(p, "a", SL_ACTOR_KERNEL, 1, 0, 0, act_copy_check, NULL, 0);
-  sl_actor_id b = add_actor(p, "b", SL_ACTOR_KERNEL, 2, 0, 0, act_copy_check, NULL, 0);
-  sl_actor_id c = add_actor(p, "c", SL_ACTOR_KERNEL, 1, 1, 2, act_copy_check, NULL, 0);
-  sl_actor_id z0 = add_actor(p, "sink0", SL_ACTOR_SINK, 0, 1, 0, act_sink_check, &s0, 0);
-  sl_actor_id z2 = add_actor(p, "sink2", SL_ACTOR_SINK, 2, 0, 0, act_sink_check, &s2, 0);
+  sl_actor_id src =
+      add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_fill, NULL, 300);
+  sl_actor_id a =
+      add_actor(p, "a", SL_ACTOR_KERNEL, 1, 0, 0, act_copy_check, NULL, 0);
+  sl_actor_id b =
+      add_actor(p, "b", SL_ACTOR_KERNEL, 2, 0, 0, act_copy_check, NULL, 0);
+  sl_actor_id c =
+      add_actor(p, "c", SL_ACTOR_KERNEL, 1, 1, 2, act_copy_check, NULL, 0);
+  sl_actor_id z0 =
+      add_actor(p, "sink0", SL_ACTOR_SINK, 0, 1, 0, act_sink_check, &s0, 0);
+  sl_actor_id z2 =
+      add_actor(p, "sink2", SL_ACTOR_SINK, 2, 0, 0, act_sink_check, &s2, 0);
   connect_to(p, add_out(p, src, 2, BYTES), a);
   int32_t ao = add_out(p, a, 2, BYTES);
   connect_to(p, ao, b);
@@ -78,9 +87,11 @@ static void test_chain_across_nodes(void **state) {
   connect_to(p, add_out(p, c, 3, BYTES), z0);
   cluster cl;
   cluster_create(&cl, p, 3);
-  for (uint32_t i = 0; i < 3; i++) assert_int_equal(sl_job_start(cl.jobs[i]), SL_OK);
   for (uint32_t i = 0; i < 3; i++)
-    if (sl_job_wait(cl.jobs[i]) != SL_OK) fail_msg("node %u: %s", i, sl_last_error());
+    assert_int_equal(sl_job_start(cl.jobs[i]), SL_OK);
+  for (uint32_t i = 0; i < 3; i++)
+    if (sl_job_wait(cl.jobs[i]) != SL_OK)
+      fail_msg("node %u: %s", i, sl_last_error());
   assert_int_equal(s0.n, 300);
   assert_int_equal(s0.bad, 0);
   assert_int_equal(s2.n, 300);
@@ -103,7 +114,8 @@ static void test_chain_across_nodes(void **state) {
 static void test_bad_messages(void **state) {
   sl_plan *p;
   assert_int_equal(sl_plan_create(&p), SL_OK);
-  sl_actor_id src = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 3);
+  sl_actor_id src =
+      add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 3);
   sl_actor_id k = add_actor(p, "k", SL_ACTOR_SINK, 1, 0, 0, NULL, NULL, 0);
   int32_t d = add_out(p, src, 2, 16);
   connect_to(p, d, k);
@@ -111,8 +123,14 @@ static void test_bad_messages(void **state) {
   cluster_create(&cl, p, 2);
   sl_job *j1 = cl.jobs[1];
   unsigned char payload[16] = {0};
-  sl_msg ok = {.dst = k, .src = src, .piece = 0, .desc = d, .index = 0,
-               .slot = 0, .kind = SL_MSG_READY, .origin_node = 0};
+  sl_msg ok = {.dst = k,
+               .src = src,
+               .piece = 0,
+               .desc = d,
+               .index = 0,
+               .slot = 0,
+               .kind = SL_MSG_READY,
+               .origin_node = 0};
   struct {
     sl_msg m;
     size_t n;
@@ -122,28 +140,44 @@ static void test_bad_messages(void **state) {
     bad[i].m = ok;
     bad[i].n = 16;
   }
-  bad[0].m.dst = src;                         bad[0].why = "no such actor here";
-  bad[1].m.dst = sl_actor_id_make(1, 0, 0, 9); bad[1].why = "no such actor here";
-  bad[2].m.slot = 3;                          bad[2].why = "no such input slot";
-  bad[3].m.index = 2;                         bad[3].why = "no such register";
-  bad[4].n = 15;                              bad[4].why = "payload size";
-  bad[5].m.src = k;                           bad[5].why = "does not match the sender";
-  bad[6].m.kind = 99;                         bad[6].why = "unknown message kind";
+  bad[0].m.dst = src;
+  bad[0].why = "no such actor here";
+  bad[1].m.dst = sl_actor_id_make(1, 0, 0, 9);
+  bad[1].why = "no such actor here";
+  bad[2].m.slot = 3;
+  bad[2].why = "no such input slot";
+  bad[3].m.index = 2;
+  bad[3].why = "no such register";
+  bad[4].n = 15;
+  bad[4].why = "payload size";
+  bad[5].m.src = k;
+  bad[5].why = "does not match the sender";
+  bad[6].m.kind = 99;
+  bad[6].why = "unknown message kind";
   bad[7].m.kind = SL_MSG_CMD;
   bad[7].m.cmd = SL_CMD_ABORT;
-  bad[7].m.index = 0;                         bad[7].why = "invalid status";
+  bad[7].m.index = 0;
+  bad[7].why = "invalid status";
   for (int i = 0; i < 8; i++) {
-    assert_int_equal(sl_job_deliver(j1, &bad[i].m, payload, bad[i].n), SL_EINVAL);
+    assert_int_equal(sl_job_deliver(j1, &bad[i].m, payload, bad[i].n),
+                     SL_EINVAL);
     if (!strstr(sl_last_error(), bad[i].why))
       fail_msg("case %d: '%s' lacks '%s'", i, sl_last_error(), bad[i].why);
   }
-  sl_msg ret = {.dst = src, .src = src, .desc = d, .index = 0, .slot = 0,
-                .consumer = 0, .kind = SL_MSG_RETURN};
+  sl_msg ret = {.dst = src,
+                .src = src,
+                .desc = d,
+                .index = 0,
+                .slot = 0,
+                .consumer = 0,
+                .kind = SL_MSG_RETURN};
   assert_int_equal(sl_job_deliver(cl.jobs[0], &ret, NULL, 0), SL_EINVAL);
   assert_non_null(strstr(sl_last_error(), "readers"));
   /* The job still runs normally. */
-  for (uint32_t i = 0; i < 2; i++) assert_int_equal(sl_job_start(cl.jobs[i]), SL_OK);
-  for (uint32_t i = 0; i < 2; i++) assert_int_equal(sl_job_wait(cl.jobs[i]), SL_OK);
+  for (uint32_t i = 0; i < 2; i++)
+    assert_int_equal(sl_job_start(cl.jobs[i]), SL_OK);
+  for (uint32_t i = 0; i < 2; i++)
+    assert_int_equal(sl_job_wait(cl.jobs[i]), SL_OK);
   assert_int_equal(sl_job_deliver(j1, &ok, payload, 16), SL_ESTATE);
   cluster_destroy(&cl);
 
@@ -160,8 +194,10 @@ static void test_bad_messages(void **state) {
 static void test_unattached_node(void **state) {
   sl_plan *p;
   assert_int_equal(sl_plan_create(&p), SL_OK);
-  sl_actor_id src = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 3);
-  connect_to(p, add_out(p, src, 2, 16), add_actor(p, "far", SL_ACTOR_SINK, 1, 0, 0, NULL, NULL, 0));
+  sl_actor_id src =
+      add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 3);
+  connect_to(p, add_out(p, src, 2, 16),
+             add_actor(p, "far", SL_ACTOR_SINK, 1, 0, 0, NULL, NULL, 0));
   sl_loopback *lb;
   assert_int_equal(sl_loopback_create(2, &lb), SL_OK);
   sl_job_config cfg = {.node = 0, .transport = sl_loopback_transport(lb)};
@@ -184,22 +220,33 @@ static void test_unattached_node(void **state) {
 static void test_forged_ready(void **state) {
   sl_plan *p;
   assert_int_equal(sl_plan_create(&p), SL_OK);
-  sl_actor_id src = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 1000);
-  sl_actor_id local = add_actor(p, "local", SL_ACTOR_SOURCE, 1, 0, 1, NULL, NULL, 1000);
-  sl_actor_id k = add_actor(p, "far_kernel", SL_ACTOR_KERNEL, 1, 0, 0, NULL, NULL, 0);
+  sl_actor_id src =
+      add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 1000);
+  sl_actor_id local =
+      add_actor(p, "local", SL_ACTOR_SOURCE, 1, 0, 1, NULL, NULL, 1000);
+  sl_actor_id k =
+      add_actor(p, "far_kernel", SL_ACTOR_KERNEL, 1, 0, 0, NULL, NULL, 0);
   int32_t d = add_out(p, src, 1, 16);
   connect_to(p, d, k);
   connect_to(p, add_out(p, local, 1, 16), k);
-  connect_to(p, add_out(p, k, 1, 16), add_actor(p, "sink", SL_ACTOR_SINK, 1, 0, 0, NULL, NULL, 0));
+  connect_to(p, add_out(p, k, 1, 16),
+             add_actor(p, "sink", SL_ACTOR_SINK, 1, 0, 0, NULL, NULL, 0));
   cluster cl;
   cluster_create(&cl, p, 2);
   unsigned char payload[16] = {0};
-  sl_msg forged = {.dst = k, .src = src, .piece = 0, .desc = d, .index = 0,
-                   .slot = 0, .kind = SL_MSG_READY, .origin_node = 0};
+  sl_msg forged = {.dst = k,
+                   .src = src,
+                   .piece = 0,
+                   .desc = d,
+                   .index = 0,
+                   .slot = 0,
+                   .kind = SL_MSG_READY,
+                   .origin_node = 0};
   sl_log_set_level(SL_LOG_OFF);
   for (int i = 0; i < 2; i++)
     assert_int_equal(sl_job_deliver(cl.jobs[1], &forged, payload, 16), SL_OK);
-  for (uint32_t i = 0; i < 2; i++) assert_int_equal(sl_job_start(cl.jobs[i]), SL_OK);
+  for (uint32_t i = 0; i < 2; i++)
+    assert_int_equal(sl_job_start(cl.jobs[i]), SL_OK);
   for (uint32_t i = 0; i < 2; i++) {
     sl_clear_error();
     sl_status st = sl_job_wait(cl.jobs[i]);

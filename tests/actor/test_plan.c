@@ -65,8 +65,9 @@ static void test_build_errors(void **state) {
   r.initial = 3;
   assert_int_equal(sl_plan_add_output(p, s, &r, &desc), SL_EINVAL);
   r.initial = 0;
-  assert_int_equal(sl_plan_add_output(p, sl_actor_id_make(5, 0, 0, 0), &r, &desc),
-                   SL_ENOTFOUND);
+  assert_int_equal(
+      sl_plan_add_output(p, sl_actor_id_make(5, 0, 0, 0), &r, &desc),
+      SL_ENOTFOUND);
   assert_int_equal(sl_plan_add_output(p, s, &r, &desc), SL_OK);
   sl_actor_id k = add_actor(p, "k", SL_ACTOR_SINK, 0, 0, 0, NULL, NULL, 0);
   assert_int_equal(sl_plan_connect(p, 99, k), SL_ENOTFOUND);
@@ -80,8 +81,9 @@ static void test_build_errors(void **state) {
   /* A job freezes the plan. */
   sl_job *job;
   assert_int_equal(sl_job_create(p, NULL, &job), SL_OK);
-  assert_int_equal(sl_plan_add_actor(p, &(sl_actor_desc){"late", SL_ACTOR_SINK,
-                                                         0, 0, 0, NULL, NULL, 0},
+  assert_int_equal(sl_plan_add_actor(p,
+                                     &(sl_actor_desc){"late", SL_ACTOR_SINK, 0,
+                                                      0, 0, NULL, NULL, 0},
                                      &id),
                    SL_ESTATE);
   assert_int_equal(sl_plan_connect(p, desc, s), SL_ESTATE);
@@ -106,16 +108,18 @@ static void test_kind_arity(void **state) {
   for (size_t i = 0; i < SL_ARRAY_LEN(cases); i++) {
     sl_plan *p;
     assert_int_equal(sl_plan_create(&p), SL_OK);
-    sl_actor_id s = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 4);
+    sl_actor_id s =
+        add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 4);
     int32_t d = add_out(p, s, 1, 16);
-    sl_actor_id x = add_actor(p, "x", cases[i].kind, 0, 0, 0, NULL, NULL,
-                              cases[i].count);
+    sl_actor_id x =
+        add_actor(p, "x", cases[i].kind, 0, 0, 0, NULL, NULL, cases[i].count);
     connect_to(p, d, x);
     for (int o = 0; o < cases[i].n_out; o++) {
       int32_t od = add_out(p, x, 1, 16);
       char name[16];
       snprintf(name, sizeof name, "sink%d", o);
-      connect_to(p, od, add_actor(p, name, SL_ACTOR_SINK, 0, 0, 0, NULL, NULL, 0));
+      connect_to(p, od,
+                 add_actor(p, name, SL_ACTOR_SINK, 0, 0, 0, NULL, NULL, 0));
     }
     expect_check_error(p, cases[i].needle);
     assert_non_null(strstr(sl_last_error(), "'x'"));
@@ -126,7 +130,8 @@ static void test_kind_arity(void **state) {
 static void test_kernel_needs_input(void **state) {
   sl_plan *p;
   assert_int_equal(sl_plan_create(&p), SL_OK);
-  sl_actor_id k = add_actor(p, "lonely", SL_ACTOR_KERNEL, 0, 0, 0, NULL, NULL, 0);
+  sl_actor_id k =
+      add_actor(p, "lonely", SL_ACTOR_KERNEL, 0, 0, 0, NULL, NULL, 0);
   add_out(p, k, 1, 8);
   expect_check_error(p, "'lonely': a kernel needs an input");
   sl_plan_destroy(p);
@@ -191,8 +196,10 @@ static void test_variable_loop_registers(void **state) {
   for (int32_t count = 1; count <= 2; count++) {
     sl_plan *p;
     assert_int_equal(sl_plan_create(&p), SL_OK);
-    sl_actor_id s = add_actor(p, "grads", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 3);
-    sl_actor_id u = add_actor(p, "update", SL_ACTOR_KERNEL, 0, 0, 0, NULL, NULL, 0);
+    sl_actor_id s =
+        add_actor(p, "grads", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 3);
+    sl_actor_id u =
+        add_actor(p, "update", SL_ACTOR_KERNEL, 0, 0, 0, NULL, NULL, 0);
     sl_regst_desc v = {"weights", count, 8, -1, 1, NULL, NULL};
     int32_t w;
     assert_int_equal(sl_plan_add_output(p, u, &v, &w), SL_OK);

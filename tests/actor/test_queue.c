@@ -30,7 +30,8 @@ static void test_fifo_and_bound(void **state) {
       assert_int_equal(sl__mpsc_count(q), 8);
       assert_int_equal(sl__mpsc_pop(q, out, 3), 3);
       assert_int_equal(sl__mpsc_pop(q, out + 3, 16), 5);
-      for (uint32_t i = 0; i < 8; i++) assert_int_equal(out[i].seq, lap * 100 + i);
+      for (uint32_t i = 0; i < 8; i++)
+        assert_int_equal(out[i].seq, lap * 100 + i);
     }
     sl__mpsc_destroy(q);
   }
@@ -92,7 +93,8 @@ static void test_many_producers(void **state) {
       }
       got += n;
     }
-    for (uint32_t i = 0; i < P; i++) pthread_join(th[i], NULL);
+    for (uint32_t i = 0; i < P; i++)
+      pthread_join(th[i], NULL);
     assert_int_equal(sl__mpsc_pop(q, buf, 32), 0);
     printf("%s: %llu retries on a full queue\n", sl__queue_kind_name(kinds[k]),
            (unsigned long long)atomic_load(&retries));
@@ -108,7 +110,8 @@ typedef struct waker_arg {
 static void *waker(void *arg) {
   waker_arg *w = arg;
   /* Wait until the consumer sleeps, then wake it without an element. */
-  while (!sl__mpsc_sleeping(w->q)) sched_yield();
+  while (!sl__mpsc_sleeping(w->q))
+    sched_yield();
   atomic_store(&w->flag, 1);
   sl__mpsc_wake(w->q);
   return NULL;
@@ -129,7 +132,8 @@ static void test_wait_and_wake(void **state) {
     waker_arg w = {q, 0};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, waker, &w), 0);
-    while (!atomic_load(&w.flag)) sl__mpsc_wait(q, 0);
+    while (!atomic_load(&w.flag))
+      sl__mpsc_wait(q, 0);
     pthread_join(t, NULL);
     /* Non-empty: returns at once. */
     int x = 7, y = 0;

@@ -18,15 +18,24 @@
 
 enum { MAX_IN = 4, MAX_OUT = 2, MAX_ACTORS = 256, MAX_DESCS = 512 };
 
-typedef enum gkind { G_SOURCE, G_KERNEL, G_SINK, G_REPEAT, G_ACC, G_UNPACK, G_PACK } gkind;
-static const char *gkind_name[] = {"source", "kernel", "sink", "repeat", "acc", "unpack", "pack"};
+typedef enum gkind {
+  G_SOURCE,
+  G_KERNEL,
+  G_SINK,
+  G_REPEAT,
+  G_ACC,
+  G_UNPACK,
+  G_PACK
+} gkind;
+static const char *gkind_name[] = {"source", "kernel", "sink", "repeat",
+                                   "acc",    "unpack", "pack"};
 
 typedef struct rcase rcase;
 
 typedef struct rdesc {
   int32_t id;
   int producer;
-  int64_t rate;     /* pieces carried */
+  int64_t rate; /* pieces carried */
   size_t bytes;
   int32_t count;
   uint64_t *expect; /* tag per piece */
@@ -45,9 +54,9 @@ typedef struct gactor {
   int k;
   uint64_t salt;
   bool async;
-  int64_t fail_at;        /* firing index that fails, -1 none */
-  int64_t total;          /* firings expected */
-  int64_t firings;        /* act calls (the actor's thread only) */
+  int64_t fail_at; /* firing index that fails, -1 none */
+  int64_t total;   /* firings expected */
+  int64_t firings; /* act calls (the actor's thread only) */
   int64_t errors;
   char err[200];
 } gactor;
@@ -79,7 +88,8 @@ struct rcase {
   pthread_t completer;
 };
 
-/* ---- register contents ---------------------------------------------------- */
+/* ---- register contents ----------------------------------------------------
+ */
 
 static void write_reg(sl_register *r, int64_t piece, uint64_t tag) {
   unsigned char *d = r->data;
@@ -104,10 +114,12 @@ static bool check_reg(const sl_register *r, int64_t piece, uint64_t tag) {
   return true;
 }
 
-/* ---- the reference: tags per (descriptor, piece) ---------------------------- */
+/* ---- the reference: tags per (descriptor, piece) ----------------------------
+ */
 
 static uint64_t tag_source(const gactor *g, int o, int64_t p) {
-  return sl__mix64(g->salt ^ ((uint64_t)p * 0x9e3779b97f4a7c15ull) ^ (uint64_t)o);
+  return sl__mix64(g->salt ^ ((uint64_t)p * 0x9e3779b97f4a7c15ull) ^
+                   (uint64_t)o);
 }
 
 static uint64_t tag_kernel(const rcase *rc, const gactor *g, int o, int64_t p) {
@@ -145,7 +157,8 @@ static sl_status fill_expect(rcase *rc, gactor *g) {
         break;
       }
       case G_PACK: /* unpack -> pack gives back the bytes unpack got */
-        d->expect[q] = rc->descs[rc->actors[rc->descs[g->in[0]].producer].in[0]].expect[q];
+        d->expect[q] =
+            rc->descs[rc->actors[rc->descs[g->in[0]].producer].in[0]].expect[q];
         break;
       case G_UNPACK: d->expect[q] = 0; break; /* slices: not checked */
       case G_SINK: break;
@@ -155,7 +168,8 @@ static sl_status fill_expect(rcase *rc, gactor *g) {
   return SL_OK;
 }
 
-/* ---- acts ------------------------------------------------------------------------ */
+/* ---- acts
+ * ------------------------------------------------------------------------ */
 
 static void record(gactor *g, const char *fmt, ...) SL__PRINTF(2, 3);
 static void record(gactor *g, const char *fmt, ...) {
@@ -176,12 +190,14 @@ static void check_input(gactor *g, sl_act *a, int i, int64_t want_piece) {
            (long long)r->piece, (long long)want_piece);
 }
 
-static void complete_async(rcase *rc, sl_completion *c, bool fail, const char *msg) {
+static void complete_async(rcase *rc, sl_completion *c, bool fail,
+                           const char *msg) {
   pthread_mutex_lock(&rc->m);
   if (rc->qt - rc->qh == rc->qcap) { /* grow */
     size_t cap = rc->qcap ? rc->qcap * 2 : 64;
     pending *q = malloc(cap * sizeof *q);
-    for (size_t i = rc->qh; i < rc->qt; i++) q[i - rc->qh] = rc->q[i % rc->qcap];
+    for (size_t i = rc->qh; i < rc->qt; i++)
+      q[i - rc->qh] = rc->q[i % rc->qcap];
     rc->qt -= rc->qh;
     rc->qh = 0;
     free(rc->q);
@@ -200,7 +216,8 @@ static void *completer_main(void *arg) {
   rcase *rc = arg;
   pthread_mutex_lock(&rc->m);
   for (;;) {
-    while (rc->qh == rc->qt && !rc->quit) pthread_cond_wait(&rc->cv, &rc->m);
+    while (rc->qh == rc->qt && !rc->quit)
+      pthread_cond_wait(&rc->cv, &rc->m);
     if (rc->qh == rc->qt) break;
     pending p = rc->q[rc->qh++ % rc->qcap];
     pthread_mutex_unlock(&rc->m);
@@ -222,30 +239,43 @@ static sl_status act_random(sl_act *a) {
   int64_t f = g->firings++;
   switch (g->kind) {
   case G_SOURCE:
-    if (a->piece != f) record(g, "source piece %lld at firing %lld", (long long)a->piece, (long long)f);
-    for (int o = 0; o < g->n_out; o++) write_reg(a->out[o], a->piece, rc->descs[g->out[o]].expect[a->piece]);
+    if (a->piece != f)
+      record(g, "source piece %lld at firing %lld", (long long)a->piece,
+             (long long)f);
+    for (int o = 0; o < g->n_out; o++)
+      write_reg(a->out[o], a->piece, rc->descs[g->out[o]].expect[a->piece]);
     break;
   case G_KERNEL:
-    if (a->piece != f) record(g, "kernel piece %lld at firing %lld", (long long)a->piece, (long long)f);
-    for (int i = 0; i < g->n_in; i++) check_input(g, a, i, f);
-    for (int o = 0; o < g->n_out; o++) write_reg(a->out[o], a->piece, rc->descs[g->out[o]].expect[a->piece]);
+    if (a->piece != f)
+      record(g, "kernel piece %lld at firing %lld", (long long)a->piece,
+             (long long)f);
+    for (int i = 0; i < g->n_in; i++)
+      check_input(g, a, i, f);
+    for (int o = 0; o < g->n_out; o++)
+      write_reg(a->out[o], a->piece, rc->descs[g->out[o]].expect[a->piece]);
     break;
   case G_SINK:
-    if (a->piece != f) record(g, "sink piece %lld at firing %lld", (long long)a->piece, (long long)f);
-    for (int i = 0; i < g->n_in; i++) check_input(g, a, i, f);
+    if (a->piece != f)
+      record(g, "sink piece %lld at firing %lld", (long long)a->piece,
+             (long long)f);
+    for (int i = 0; i < g->n_in; i++)
+      check_input(g, a, i, f);
     break;
   case G_REPEAT:
     if (a->step != f % g->k || a->steps != g->k || a->piece != f)
-      record(g, "repeat step %d/%d piece %lld at firing %lld", a->step, a->steps,
-             (long long)a->piece, (long long)f);
+      record(g, "repeat step %d/%d piece %lld at firing %lld", a->step,
+             a->steps, (long long)a->piece, (long long)f);
     check_input(g, a, 0, f / g->k);
-    for (int o = 0; o < g->n_out; o++) write_reg(a->out[o], a->piece, rc->descs[g->out[o]].expect[a->piece]);
+    for (int o = 0; o < g->n_out; o++)
+      write_reg(a->out[o], a->piece, rc->descs[g->out[o]].expect[a->piece]);
     break;
   case G_ACC: {
     if (a->step != f % g->k || a->piece != f / g->k)
-      record(g, "acc step %d piece %lld at firing %lld", a->step, (long long)a->piece, (long long)f);
+      record(g, "acc step %d piece %lld at firing %lld", a->step,
+             (long long)a->piece, (long long)f);
     check_input(g, a, 0, f);
-    uint64_t in = f < rc->descs[g->in[0]].rate ? rc->descs[g->in[0]].expect[f] : 0;
+    uint64_t in =
+        f < rc->descs[g->in[0]].rate ? rc->descs[g->in[0]].expect[f] : 0;
     sl_register *out = a->out[0];
     uint64_t acc = 0;
     if (a->step > 0) memcpy(&acc, (unsigned char *)out->data + 8, 8);
@@ -253,12 +283,13 @@ static sl_status act_random(sl_act *a) {
     write_reg(out, a->piece, acc);
     break;
   }
-  default:
-    record(g, "act on a %s", gkind_name[g->kind]);
+  default: record(g, "act on a %s", gkind_name[g->kind]);
   }
   bool fail = f == g->fail_at;
   char msg[96];
-  if (fail) snprintf(msg, sizeof msg, "injected failure in %s at firing %lld", g->name, (long long)f);
+  if (fail)
+    snprintf(msg, sizeof msg, "injected failure in %s at firing %lld", g->name,
+             (long long)f);
   if (g->async) {
     complete_async(rc, sl_act_defer(a), fail, fail ? msg : NULL);
     return SL_OK;
@@ -267,14 +298,18 @@ static sl_status act_random(sl_act *a) {
   return SL_OK;
 }
 
-/* ---- generation ----------------------------------------------------------------- */
+/* ---- generation
+ * ----------------------------------------------------------------- */
 
 static int find(rcase *rc, int x) {
-  while (rc->parent[x] != x) x = rc->parent[x] = rc->parent[rc->parent[x]];
+  while (rc->parent[x] != x)
+    x = rc->parent[x] = rc->parent[rc->parent[x]];
   return x;
 }
 
-static void unite(rcase *rc, int a, int b) { rc->parent[find(rc, a)] = find(rc, b); }
+static void unite(rcase *rc, int a, int b) {
+  rc->parent[find(rc, a)] = find(rc, b);
+}
 
 static gactor *new_actor(rcase *rc, sl_rng *r, gkind kind, int k) {
   gactor *g = &rc->actors[rc->n_actors];
@@ -292,16 +327,18 @@ static gactor *new_actor(rcase *rc, sl_rng *r, gkind kind, int k) {
   rc->parent[rc->n_actors] = rc->n_actors;
   bool has_act = kind != G_UNPACK && kind != G_PACK;
   g->id = add_actor(rc->plan, g->name,
-                    (sl_actor_kind[]){SL_ACTOR_SOURCE, SL_ACTOR_KERNEL, SL_ACTOR_SINK,
-                                      SL_ACTOR_REPEAT, SL_ACTOR_ACCUMULATE,
-                                      SL_ACTOR_UNPACK, SL_ACTOR_PACK}[kind],
+                    (sl_actor_kind[]){SL_ACTOR_SOURCE, SL_ACTOR_KERNEL,
+                                      SL_ACTOR_SINK, SL_ACTOR_REPEAT,
+                                      SL_ACTOR_ACCUMULATE, SL_ACTOR_UNPACK,
+                                      SL_ACTOR_PACK}[kind],
                     g->node, g->dev, g->stream, has_act ? act_random : NULL, g,
                     kind == G_SOURCE ? rc->N : k);
   rc->n_actors++;
   return g;
 }
 
-static int new_out(rcase *rc, sl_rng *r, gactor *g, int64_t rate, size_t bytes) {
+static int new_out(rcase *rc, sl_rng *r, gactor *g, int64_t rate,
+                   size_t bytes) {
   rdesc *d = &rc->descs[rc->n_descs];
   memset(d, 0, sizeof *d);
   d->producer = (int)(g - rc->actors);
@@ -320,7 +357,9 @@ static void link_in(rcase *rc, gactor *g, int desc) {
   unite(rc, (int)(g - rc->actors), rc->descs[desc].producer);
 }
 
-static size_t rand_bytes(sl_rng *r) { return 16 * (1 + (size_t)sl__rng_below(r, 8)); }
+static size_t rand_bytes(sl_rng *r) {
+  return 16 * (1 + (size_t)sl__rng_below(r, 8));
+}
 
 /* Rate-N descriptors any later actor may read. */
 typedef struct avail {
@@ -330,7 +369,8 @@ typedef struct avail {
 
 static int open_count(const rcase *rc, const avail *av) {
   int n = 0;
-  for (int i = 0; i < av->n; i++) n += rc->descs[av->d[i]].n_cons == 0;
+  for (int i = 0; i < av->n; i++)
+    n += rc->descs[av->d[i]].n_cons == 0;
   return n;
 }
 
@@ -348,11 +388,13 @@ static int pick_input(rcase *rc, sl_rng *r, const avail *av) {
 static void generate(rcase *rc, sl_rng *r) {
   int target = 2 + (int)sl__rng_below(r, 199);
   avail av = {{0}, 0};
-  int n_src = 1 + (int)sl__rng_below(r, (uint64_t)SL_MIN(3, SL_MAX(1, target / 4)));
+  int n_src =
+      1 + (int)sl__rng_below(r, (uint64_t)SL_MIN(3, SL_MAX(1, target / 4)));
   for (int s = 0; s < n_src; s++) {
     gactor *g = new_actor(rc, r, G_SOURCE, 0);
     int outs = 1 + (sl__rng_below(r, 4) == 0);
-    for (int o = 0; o < outs; o++) av.d[av.n++] = new_out(rc, r, g, rc->N, rand_bytes(r));
+    for (int o = 0; o < outs; o++)
+      av.d[av.n++] = new_out(rc, r, g, rc->N, rand_bytes(r));
   }
   /* The body, leaving room for a sink per unread descriptor and a join. */
   while (rc->n_actors + open_count(rc, &av) + 3 < target) {
@@ -386,11 +428,13 @@ static void generate(rcase *rc, sl_rng *r) {
       for (int t = 0; t < want * 3 && g->n_in < want; t++) {
         int d = pick_input(rc, r, &av);
         bool dup = false;
-        for (int i = 0; i < g->n_in; i++) dup |= g->in[i] == d;
+        for (int i = 0; i < g->n_in; i++)
+          dup |= g->in[i] == d;
         if (!dup) link_in(rc, g, d);
       }
       int outs = 1 + (sl__rng_below(r, 5) == 0);
-      for (int o = 0; o < outs; o++) av.d[av.n++] = new_out(rc, r, g, rc->N, rand_bytes(r));
+      for (int o = 0; o < outs; o++)
+        av.d[av.n++] = new_out(rc, r, g, rc->N, rand_bytes(r));
     }
   }
   /* Join the components, so that an error anywhere concerns everyone. */
@@ -398,12 +442,14 @@ static void generate(rcase *rc, sl_rng *r) {
   for (int i = 0; i < av.n; i++) {
     int root = find(rc, rc->descs[av.d[i]].producer);
     bool seen = false;
-    for (int c = 0; c < n_comp; c++) seen |= find(rc, rc->descs[comp_desc[c]].producer) == root;
+    for (int c = 0; c < n_comp; c++)
+      seen |= find(rc, rc->descs[comp_desc[c]].producer) == root;
     if (!seen) comp_desc[n_comp++] = av.d[i];
   }
   if (n_comp > 1) {
     gactor *j = new_actor(rc, r, G_KERNEL, 0);
-    for (int c = 0; c < n_comp && j->n_in < MAX_IN; c++) link_in(rc, j, comp_desc[c]);
+    for (int c = 0; c < n_comp && j->n_in < MAX_IN; c++)
+      link_in(rc, j, comp_desc[c]);
     av.d[av.n++] = new_out(rc, r, j, rc->N, rand_bytes(r));
   }
   /* A sink for every unread descriptor, and now and then one more. */
@@ -415,7 +461,8 @@ static void generate(rcase *rc, sl_rng *r) {
     }
 }
 
-/* ---- one case --------------------------------------------------------------------- */
+/* ---- one case
+ * --------------------------------------------------------------------- */
 
 static int64_t total_firings(const rcase *rc, const gactor *g) {
   switch (g->kind) {
@@ -450,7 +497,8 @@ static int run_case(uint64_t base, uint64_t seed, int index, bool verbose) {
   if (inject) {
     int cand[MAX_ACTORS], n = 0;
     for (int i = 0; i < rc->n_actors; i++)
-      if (rc->actors[i].kind != G_UNPACK && rc->actors[i].kind != G_PACK) cand[n++] = i;
+      if (rc->actors[i].kind != G_UNPACK && rc->actors[i].kind != G_PACK)
+        cand[n++] = i;
     rc->fail_actor = cand[sl__rng_below(&r, (uint64_t)n)];
     gactor *g = &rc->actors[rc->fail_actor];
     g->fail_at = (int64_t)sl__rng_below(&r, (uint64_t)g->total);
@@ -458,18 +506,19 @@ static int run_case(uint64_t base, uint64_t seed, int index, bool verbose) {
   sl_queue_kind qk = sl__rng_below(&r, 2) ? SL_QUEUE_LOCKFREE : SL_QUEUE_MUTEX;
   int32_t spin = (int32_t[]){0, -1, 50}[sl__rng_below(&r, 3)];
   if (verbose)
-    printf("case %d seed %llu: %d actors, %d descriptors, %lld pieces, %u nodes x "
-           "%u devices x %u streams, %s queue, spin %d, %s\n",
-           index, (unsigned long long)seed, rc->n_actors, rc->n_descs,
-           (long long)rc->N, rc->nodes, rc->devs, rc->streams,
-           qk == SL_QUEUE_MUTEX ? "mutex" : "lock-free", (int)spin,
-           inject ? rc->actors[rc->fail_actor].name : "no error");
+    printf(
+        "case %d seed %llu: %d actors, %d descriptors, %lld pieces, %u nodes x "
+        "%u devices x %u streams, %s queue, spin %d, %s\n",
+        index, (unsigned long long)seed, rc->n_actors, rc->n_descs,
+        (long long)rc->N, rc->nodes, rc->devs, rc->streams,
+        qk == SL_QUEUE_MUTEX ? "mutex" : "lock-free", (int)spin,
+        inject ? rc->actors[rc->fail_actor].name : "no error");
 
   int failed = 0;
-#define CASE_FAIL(...)                                                        \
+#define CASE_FAIL(...)                                                         \
   do {                                                                         \
-    printf("case %d (replay: SLUICE_TEST_SEED=%llu SLUICE_TEST_CASE=%d): ",   \
-           index, (unsigned long long)base, index);                           \
+    printf("case %d (replay: SLUICE_TEST_SEED=%llu SLUICE_TEST_CASE=%d): ",    \
+           index, (unsigned long long)base, index);                            \
     printf(__VA_ARGS__);                                                       \
     printf("\n");                                                              \
     failed = 1;                                                                \
@@ -480,19 +529,24 @@ static int run_case(uint64_t base, uint64_t seed, int index, bool verbose) {
   assert_int_equal(sl_loopback_create(rc->nodes, &lb), SL_OK);
   sl_job *jobs[4] = {0};
   for (uint32_t n = 0; n < rc->nodes; n++) {
-    sl_job_config cfg = {.node = n, .queue = qk, .spin = spin,
-                         .hang_timeout_ms = env_long("SLUICE_TEST_HANG_MS", 20000),
+    sl_job_config cfg = {.node = n,
+                         .queue = qk,
+                         .spin = spin,
+                         .hang_timeout_ms =
+                             env_long("SLUICE_TEST_HANG_MS", 20000),
                          .transport = sl_loopback_transport(lb)};
     if (sl_job_create(rc->plan, &cfg, &jobs[n]) != SL_OK)
       fail_msg("case %d: create node %u: %s", index, n, sl_last_error());
     assert_int_equal(sl_loopback_attach(lb, n, jobs[n]), SL_OK);
   }
-  for (uint32_t n = 0; n < rc->nodes; n++) assert_int_equal(sl_job_start(jobs[n]), SL_OK);
+  for (uint32_t n = 0; n < rc->nodes; n++)
+    assert_int_equal(sl_job_start(jobs[n]), SL_OK);
   sl_status st[4];
   char msg[4][1024];
   for (uint32_t n = 0; n < rc->nodes; n++) {
     st[n] = sl_job_wait(jobs[n]);
-    snprintf(msg[n], sizeof msg[n], "%s", st[n] == SL_OK ? "" : sl_last_error());
+    snprintf(msg[n], sizeof msg[n], "%s",
+             st[n] == SL_OK ? "" : sl_last_error());
   }
   pthread_mutex_lock(&rc->m);
   rc->quit = true;
@@ -507,14 +561,16 @@ static int run_case(uint64_t base, uint64_t seed, int index, bool verbose) {
 
   if (!inject) {
     for (uint32_t n = 0; n < rc->nodes; n++)
-      if (st[n] != SL_OK) CASE_FAIL("node %u: %s: %s", n, sl_status_str(st[n]), msg[n]);
+      if (st[n] != SL_OK)
+        CASE_FAIL("node %u: %s: %s", n, sl_status_str(st[n]), msg[n]);
     for (int i = 0; i < rc->n_actors && !failed; i++) {
       gactor *g = &rc->actors[i];
       if ((g->kind != G_UNPACK && g->kind != G_PACK) && g->firings != g->total)
         CASE_FAIL("actor %s fired %lld times, expected %lld", g->name,
                   (long long)g->firings, (long long)g->total);
       sl_actor_stats as;
-      assert_int_equal(sl_job_get_actor_stats(jobs[g->node], g->id, &as), SL_OK);
+      assert_int_equal(sl_job_get_actor_stats(jobs[g->node], g->id, &as),
+                       SL_OK);
       if ((int64_t)as.firings != g->total || !as.finished)
         CASE_FAIL("actor %s: runtime counted %llu firings of %lld, finished %d",
                   g->name, (unsigned long long)as.firings, (long long)g->total,
@@ -525,7 +581,8 @@ static int run_case(uint64_t base, uint64_t seed, int index, bool verbose) {
       assert_int_equal(sl_job_get_stats(jobs[n], &s), SL_OK);
       if (s.in_flight || s.messages_left || s.discarded)
         CASE_FAIL("node %u: in flight %llu, left %llu, discarded %llu", n,
-                  (unsigned long long)s.in_flight, (unsigned long long)s.messages_left,
+                  (unsigned long long)s.in_flight,
+                  (unsigned long long)s.messages_left,
                   (unsigned long long)s.discarded);
     }
   } else {
@@ -541,8 +598,8 @@ static int run_case(uint64_t base, uint64_t seed, int index, bool verbose) {
                   sl_status_str(st[n]), msg[n], g->name);
     }
     if (st[g->node] != SL_EIO || !strstr(msg[g->node], "injected failure"))
-      CASE_FAIL("failing node %u: %s: '%s'", g->node, sl_status_str(st[g->node]),
-                msg[g->node]);
+      CASE_FAIL("failing node %u: %s: '%s'", g->node,
+                sl_status_str(st[g->node]), msg[g->node]);
     if (!any) CASE_FAIL("no node reported the injected error");
   }
   /* Quotas, instrumented by the runtime: peak registers in flight never
@@ -557,10 +614,12 @@ static int run_case(uint64_t base, uint64_t seed, int index, bool verbose) {
       CASE_FAIL("descriptor %d: count %d, peak %d, in flight %d", dd->id,
                 (int)rs.count, (int)rs.peak_in_flight, (int)rs.in_flight);
   }
-  for (uint32_t n = 0; n < rc->nodes; n++) sl_job_destroy(jobs[n]);
+  for (uint32_t n = 0; n < rc->nodes; n++)
+    sl_job_destroy(jobs[n]);
   sl_loopback_destroy(lb);
   sl_plan_destroy(rc->plan);
-  for (int d = 0; d < rc->n_descs; d++) free(rc->descs[d].expect);
+  for (int d = 0; d < rc->n_descs; d++)
+    free(rc->descs[d].expect);
   free(rc->q);
   pthread_mutex_destroy(&rc->m);
   pthread_cond_destroy(&rc->cv);
@@ -582,8 +641,8 @@ static void test_random_plans(void **state) {
     failures += run_case(base, sl__mix64(base + (uint64_t)i), (int)i, verbose);
     if (failures >= 5) break;
   }
-  printf("actor_random: %ld cases in %.1f s, %d failed\n", only >= 0 ? 1 : cases,
-         (double)(sl__now_ns() - t0) / 1e9, failures);
+  printf("actor_random: %ld cases in %.1f s, %d failed\n",
+         only >= 0 ? 1 : cases, (double)(sl__now_ns() - t0) / 1e9, failures);
   sl_log_set_level(SL_LOG_WARN);
   assert_int_equal(failures, 0);
 }

@@ -48,21 +48,23 @@ static sl_plan *chain_plan(int n, int64_t pieces, int32_t count, place_fn place,
   assert_int_equal(sl_plan_create(&p), SL_OK);
   uint32_t dev = 0, st = 0;
   if (place) place(0, &dev, &st);
-  sl_actor_id prev = add_actor(p, "src", SL_ACTOR_SOURCE, 0, dev, st, act_source,
-                               NULL, pieces);
+  sl_actor_id prev = add_actor(p, "src", SL_ACTOR_SOURCE, 0, dev, st,
+                               act_source, NULL, pieces);
   for (int i = 0; i < n; i++) {
     char name[32];
     snprintf(name, sizeof name, "k%d", i);
     dev = st = 0;
     if (place) place(i + 1, &dev, &st);
-    sl_actor_id k = add_actor(p, name, SL_ACTOR_KERNEL, 0, dev, st, act_inc, NULL, 0);
+    sl_actor_id k =
+        add_actor(p, name, SL_ACTOR_KERNEL, 0, dev, st, act_inc, NULL, 0);
     connect_to(p, add_out(p, prev, count, sizeof(int64_t)), k);
     prev = k;
   }
   dev = st = 0;
   if (place) place(n + 1, &dev, &st);
   ss->expect_add = n;
-  sl_actor_id sink = add_actor(p, "sink", SL_ACTOR_SINK, 0, dev, st, act_sink, ss, 0);
+  sl_actor_id sink =
+      add_actor(p, "sink", SL_ACTOR_SINK, 0, dev, st, act_sink, ss, 0);
   connect_to(p, add_out(p, prev, count, sizeof(int64_t)), sink);
   return p;
 }
@@ -98,8 +100,8 @@ static void test_chain_one_thread(void **state) {
     assert_int_equal(r.in_flight, 0);
   }
   sl_actor_stats as;
-  assert_int_equal(sl_job_get_actor_stats(job, sl_actor_id_make(0, 0, 0, 3), &as),
-                   SL_OK);
+  assert_int_equal(
+      sl_job_get_actor_stats(job, sl_actor_id_make(0, 0, 0, 3), &as), SL_OK);
   assert_int_equal(as.firings, 1000);
   assert_true(as.finished);
   sl_job_destroy(job);
@@ -152,11 +154,13 @@ static void test_threads_beyond_cores(void **state) {
   sl_plan_destroy(p);
 }
 
-/* ---- the firing rule with several inputs and outputs ----------------------- */
+/* ---- the firing rule with several inputs and outputs -----------------------
+ */
 
 static sl_status act_join(sl_act *a) {
   /* Fires only with a ready register on every input: same piece on both. */
-  if (a->n_in != 2 || a->in[0]->piece != a->piece || a->in[1]->piece != a->piece)
+  if (a->n_in != 2 || a->in[0]->piece != a->piece ||
+      a->in[1]->piece != a->piece)
     return sl_act_fail(a, SL_EMISMATCH, "join got pieces %lld and %lld at %lld",
                        (long long)a->in[0]->piece, (long long)a->in[1]->piece,
                        (long long)a->piece);
@@ -170,10 +174,12 @@ static sl_status act_join(sl_act *a) {
 static void test_diamond(void **state) {
   sl_plan *p;
   assert_int_equal(sl_plan_create(&p), SL_OK);
-  sl_actor_id src = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_source, NULL, 300);
+  sl_actor_id src =
+      add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_source, NULL, 300);
   sl_actor_id a = add_actor(p, "a", SL_ACTOR_KERNEL, 0, 1, 0, act_inc, NULL, 0);
   sl_actor_id b = add_actor(p, "b", SL_ACTOR_KERNEL, 0, 2, 0, act_inc, NULL, 0);
-  sl_actor_id j = add_actor(p, "join", SL_ACTOR_KERNEL, 0, 0, 1, act_join, NULL, 0);
+  sl_actor_id j =
+      add_actor(p, "join", SL_ACTOR_KERNEL, 0, 0, 1, act_join, NULL, 0);
   int32_t s_out = add_out(p, src, 3, 8);
   connect_to(p, s_out, a);
   connect_to(p, s_out, b);
@@ -182,9 +188,11 @@ static void test_diamond(void **state) {
   connect_to(p, b_out, j);
   /* b's output also goes to a sink of its own: one register, two readers. */
   sink_state side = {.expect_add = 1};
-  connect_to(p, b_out, add_actor(p, "side", SL_ACTOR_SINK, 0, 3, 0, act_sink, &side, 0));
+  connect_to(p, b_out,
+             add_actor(p, "side", SL_ACTOR_SINK, 0, 3, 0, act_sink, &side, 0));
   sink_state ss = {.expect_add = 1};
-  sl_actor_id sink = add_actor(p, "sink", SL_ACTOR_SINK, 0, 1, 1, act_sink, &ss, 0);
+  sl_actor_id sink =
+      add_actor(p, "sink", SL_ACTOR_SINK, 0, 1, 1, act_sink, &ss, 0);
   connect_to(p, add_out(p, j, 2, 8), sink);
   sl_job *job;
   assert_int_equal(sl_job_create(p, NULL, &job), SL_OK);
@@ -198,7 +206,8 @@ static void test_diamond(void **state) {
   sl_plan_destroy(p);
 }
 
-/* ---- back-pressure ------------------------------------------------------------ */
+/* ---- back-pressure
+ * ------------------------------------------------------------ */
 
 typedef struct bp_state {
   sink_state *sink;
@@ -230,9 +239,12 @@ static void test_back_pressure(void **state) {
       assert_int_equal(sl_plan_create(&p), SL_OK);
       sink_state ss = {.expect_add = 1};
       bp_state bp = {&ss, 0};
-      sl_actor_id s = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_bp_source, &bp, 60);
-      sl_actor_id k = add_actor(p, "k", SL_ACTOR_KERNEL, 0, 1, 0, act_inc, NULL, 0);
-      sl_actor_id z = add_actor(p, "sink", SL_ACTOR_SINK, 0, 2, 0, act_slow_sink, &ss, 0);
+      sl_actor_id s =
+          add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_bp_source, &bp, 60);
+      sl_actor_id k =
+          add_actor(p, "k", SL_ACTOR_KERNEL, 0, 1, 0, act_inc, NULL, 0);
+      sl_actor_id z =
+          add_actor(p, "sink", SL_ACTOR_SINK, 0, 2, 0, act_slow_sink, &ss, 0);
       int32_t d1 = add_out(p, s, c1, 8), d2 = add_out(p, k, c2, 8);
       connect_to(p, d1, k);
       connect_to(p, d2, z);
@@ -256,11 +268,12 @@ static void test_back_pressure(void **state) {
     }
 }
 
-/* ---- asynchronous completion ------------------------------------------------ */
+/* ---- asynchronous completion ------------------------------------------------
+ */
 
 typedef struct async_state {
-  _Atomic int other_fired;   /* firings of an actor sharing the stream */
-  _Atomic int saw_progress;  /* it fired while a deferred firing was out */
+  _Atomic int other_fired;  /* firings of an actor sharing the stream */
+  _Atomic int saw_progress; /* it fired while a deferred firing was out */
   _Atomic int deferred;
   pthread_t threads[64];
   int n_threads;
@@ -278,7 +291,8 @@ static void *completer(void *arg) {
   async_job *j = arg;
   /* Device work stand-in: wait until the other actor of the stream has
    * moved on (bounded, so a broken runtime fails instead of hanging). */
-  for (int i = 0; i < 5000 && atomic_load(&j->as->other_fired) == j->before; i++)
+  for (int i = 0; i < 5000 && atomic_load(&j->as->other_fired) == j->before;
+       i++)
     sl__sleep_ns(100000);
   if (atomic_load(&j->as->other_fired) != j->before)
     atomic_fetch_add(&j->as->saw_progress, 1);
@@ -336,15 +350,19 @@ static void test_async_completion(void **state) {
   async_state as = {0};
   async_sink s1 = {.s = {.expect_add = 1}};
   sink_state s2 = {.expect_add = 1};
-  sl_actor_id src = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_source, NULL, 20);
-  sl_actor_id src2 = add_actor(p, "src2", SL_ACTOR_SOURCE, 0, 2, 0, act_source, NULL,
-                               INT64_MAX);
-  sl_actor_id asy = add_actor(p, "async", SL_ACTOR_KERNEL, 0, 1, 0, act_async_inc, &as, 0);
-  sl_actor_id oth = add_actor(p, "other", SL_ACTOR_KERNEL, 0, 1, 0, act_count, &as, 0);
+  sl_actor_id src =
+      add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_source, NULL, 20);
+  sl_actor_id src2 = add_actor(p, "src2", SL_ACTOR_SOURCE, 0, 2, 0, act_source,
+                               NULL, INT64_MAX);
+  sl_actor_id asy =
+      add_actor(p, "async", SL_ACTOR_KERNEL, 0, 1, 0, act_async_inc, &as, 0);
+  sl_actor_id oth =
+      add_actor(p, "other", SL_ACTOR_KERNEL, 0, 1, 0, act_count, &as, 0);
   connect_to(p, add_out(p, src, 2, 8), asy);
   connect_to(p, add_out(p, src2, 2, 8), oth);
-  connect_to(p, add_out(p, asy, 2, 8),
-             add_actor(p, "sink", SL_ACTOR_SINK, 0, 3, 0, act_async_sink, &s1, 0));
+  connect_to(
+      p, add_out(p, asy, 2, 8),
+      add_actor(p, "sink", SL_ACTOR_SINK, 0, 3, 0, act_async_sink, &s1, 0));
   connect_to(p, add_out(p, oth, 2, 8),
              add_actor(p, "sink2", SL_ACTOR_SINK, 0, 3, 1, act_sink, &s2, 0));
   sl_job *job;
@@ -364,7 +382,8 @@ static void test_async_completion(void **state) {
   sl_plan_destroy(p);
 }
 
-/* ---- stop, empty sources, unread outputs ---------------------------------- */
+/* ---- stop, empty sources, unread outputs ----------------------------------
+ */
 
 typedef struct stop_state {
   sl_job *job;
@@ -382,10 +401,11 @@ static void test_stop_command(void **state) {
   sl_plan *p;
   assert_int_equal(sl_plan_create(&p), SL_OK);
   stop_state ss = {0};
-  sl_actor_id src = add_actor(p, "endless", SL_ACTOR_SOURCE, 0, 0, 0, act_source,
-                              NULL, INT64_MAX);
+  sl_actor_id src = add_actor(p, "endless", SL_ACTOR_SOURCE, 0, 0, 0,
+                              act_source, NULL, INT64_MAX);
   sl_actor_id k = add_actor(p, "k", SL_ACTOR_KERNEL, 0, 1, 0, act_inc, NULL, 0);
-  sl_actor_id z = add_actor(p, "sink", SL_ACTOR_SINK, 0, 2, 0, act_stopping_sink, &ss, 0);
+  sl_actor_id z =
+      add_actor(p, "sink", SL_ACTOR_SINK, 0, 2, 0, act_stopping_sink, &ss, 0);
   connect_to(p, add_out(p, src, 2, 8), k);
   connect_to(p, add_out(p, k, 2, 8), z);
   sl_job *job;
@@ -396,7 +416,8 @@ static void test_stop_command(void **state) {
   sl_actor_stats a;
   assert_int_equal(sl_job_get_actor_stats(job, src, &a), SL_OK);
   assert_true(ss.seen >= 100);
-  assert_int_equal(a.pieces, ss.seen); /* drained: everything produced arrived */
+  assert_int_equal(a.pieces,
+                   ss.seen); /* drained: everything produced arrived */
   sl_job_stats s;
   assert_int_equal(sl_job_get_stats(job, &s), SL_OK);
   assert_int_equal(s.in_flight, 0);
@@ -409,10 +430,12 @@ static void test_empty_source_and_unread_output(void **state) {
   sl_plan *p;
   assert_int_equal(sl_plan_create(&p), SL_OK);
   sink_state ss = {.expect_add = 1};
-  sl_actor_id s0 = add_actor(p, "nothing", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 0);
+  sl_actor_id s0 =
+      add_actor(p, "nothing", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 0);
   connect_to(p, add_out(p, s0, 1, 8),
              add_actor(p, "idle", SL_ACTOR_SINK, 0, 0, 1, NULL, NULL, 0));
-  sl_actor_id s1 = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_source, NULL, 50);
+  sl_actor_id s1 =
+      add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_source, NULL, 50);
   sl_actor_id k = add_actor(p, "k", SL_ACTOR_KERNEL, 0, 0, 0, act_inc, NULL, 0);
   connect_to(p, add_out(p, s1, 1, 8), k);
   connect_to(p, add_out(p, k, 1, 8),
@@ -427,7 +450,8 @@ static void test_empty_source_and_unread_output(void **state) {
   sl_plan_destroy(p);
 }
 
-/* ---- job states, register metadata, custom memory -------------------------- */
+/* ---- job states, register metadata, custom memory --------------------------
+ */
 
 static void test_job_states(void **state) {
   sink_state ss = {0};
@@ -445,8 +469,9 @@ static void test_job_states(void **state) {
   sl_regst_stats r;
   assert_int_equal(sl_job_get_regst_stats(job, 99, &r), SL_ENOTFOUND);
   sl_actor_stats as;
-  assert_int_equal(sl_job_get_actor_stats(job, sl_actor_id_make(0, 5, 0, 0), &as),
-                   SL_ENOTFOUND);
+  assert_int_equal(
+      sl_job_get_actor_stats(job, sl_actor_id_make(0, 5, 0, 0), &as),
+      SL_ENOTFOUND);
   sl_job_destroy(job);
   /* A started job destroyed without waiting is waited for. */
   assert_int_equal(sl_job_create(p, NULL, &job), SL_OK);
@@ -473,7 +498,8 @@ typedef struct mem_count {
   size_t bytes;
 } mem_count;
 
-static sl_status count_alloc(void *ctx, int32_t device, size_t bytes, void **out) {
+static sl_status count_alloc(void *ctx, int32_t device, size_t bytes,
+                             void **out) {
   mem_count *m = ctx;
   *out = aligned_alloc(64, (bytes + 63) / 64 * 64);
   if (!*out) return SL_ENOMEM;
@@ -492,8 +518,10 @@ static const sl_regst_memory_vtable counting_memory = {count_alloc, count_free};
 static void test_register_metadata_and_memory(void **state) {
   sl_plan *p;
   assert_int_equal(sl_plan_create(&p), SL_OK);
-  sl_actor_id src = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 40);
-  sl_actor_id m = add_actor(p, "meta", SL_ACTOR_SINK, 0, 1, 0, act_meta, &src, 0);
+  sl_actor_id src =
+      add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 40);
+  sl_actor_id m =
+      add_actor(p, "meta", SL_ACTOR_SINK, 0, 1, 0, act_meta, &src, 0);
   connect_to(p, add_out(p, src, 3, 24), m);
   mem_count mc = {0};
   sl_job_config cfg = {.memory = &counting_memory, .memory_ctx = &mc};

@@ -22,7 +22,8 @@ static char *slurp(const char *path) {
 
 static int count(const char *s, const char *needle) {
   int n = 0;
-  for (const char *p = s; (p = strstr(p, needle)); p += strlen(needle)) n++;
+  for (const char *p = s; (p = strstr(p, needle)); p += strlen(needle))
+    n++;
   return n;
 }
 
@@ -49,10 +50,13 @@ static bool json_balanced(const char *s) {
 static sl_plan *small_plan(int64_t pieces) {
   sl_plan *p;
   assert_int_equal(sl_plan_create(&p), SL_OK);
-  sl_actor_id s = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, pieces);
-  sl_actor_id k = add_actor(p, "the \"quoted\" kernel", SL_ACTOR_KERNEL, 0, 0, 1, NULL, NULL, 0);
+  sl_actor_id s =
+      add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, pieces);
+  sl_actor_id k = add_actor(p, "the \"quoted\" kernel", SL_ACTOR_KERNEL, 0, 0,
+                            1, NULL, NULL, 0);
   connect_to(p, add_out(p, s, 2, 8), k);
-  connect_to(p, add_out(p, k, 2, 8), add_actor(p, "sink", SL_ACTOR_SINK, 0, 1, 0, NULL, NULL, 0));
+  connect_to(p, add_out(p, k, 2, 8),
+             add_actor(p, "sink", SL_ACTOR_SINK, 0, 1, 0, NULL, NULL, 0));
   return p;
 }
 
@@ -122,14 +126,18 @@ static void test_trace_nodes_and_errors(void **state) {
   assert_int_equal(sl_loopback_create(2, &lb), SL_OK);
   sl_job *jobs[2];
   for (uint32_t n = 0; n < 2; n++) {
-    sl_job_config cfg = {.node = n, .trace_path = "/tmp/sluice_trace_nodes.json",
+    sl_job_config cfg = {.node = n,
+                         .trace_path = "/tmp/sluice_trace_nodes.json",
                          .transport = sl_loopback_transport(lb)};
     assert_int_equal(sl_job_create(p, &cfg, &jobs[n]), SL_OK);
     assert_int_equal(sl_loopback_attach(lb, n, jobs[n]), SL_OK);
   }
-  for (int n = 0; n < 2; n++) assert_int_equal(sl_job_start(jobs[n]), SL_OK);
-  for (int n = 0; n < 2; n++) assert_int_equal(sl_job_wait(jobs[n]), SL_OK);
-  for (int n = 0; n < 2; n++) sl_job_destroy(jobs[n]);
+  for (int n = 0; n < 2; n++)
+    assert_int_equal(sl_job_start(jobs[n]), SL_OK);
+  for (int n = 0; n < 2; n++)
+    assert_int_equal(sl_job_wait(jobs[n]), SL_OK);
+  for (int n = 0; n < 2; n++)
+    sl_job_destroy(jobs[n]);
   sl_loopback_destroy(lb);
   char *t0 = slurp("/tmp/sluice_trace_nodes.node0.json");
   char *t1 = slurp("/tmp/sluice_trace_nodes.node1.json");
