@@ -1,0 +1,209 @@
+/* Helpers shared by op definitions and CPU kernels: argument checks with
+ * uniform error messages, numpy broadcasting, signature lists, strided
+ * iteration over local shards and their global positions, and the
+ * counter-based random stream. Every op family may use them; keep them
+ * general (no op-specific logic here). */
+#ifndef SLUICE_KERNELS_CPU_KERNEL_UTIL_H
+#define SLUICE_KERNELS_CPU_KERNEL_UTIL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "op.h"
+
+/* ---- text for messages --------------------------------------------------- */
+
+/* A shape as text ("[2,3]"), returned by value so it can sit inside a
+ * printf argument list: sl__fail(..., "%s", sl__shape_text(&s).s). */
+typedef struct sl__shape_txt {
+  char s[200];
+} sl__shape_txt;
+sl__shape_txt sl__shape_text(const sl_shape *s);
+
+/* ---- argument checks (messages never name the op; the graph adds it) ----- */
+
+/* Dtype sets for sl__check_dtype. */
+#define SL__DT(d) (1u << (unsigned)(d))
+#define SL__DT_FLOAT (SL__DT(SL_DTYPE_F32) | SL__DT(SL_DTYPE_F64))
+#define SL__DT_INT (SL__DT(SL_DTYPE_I32) | SL__DT(SL_DTYPE_I64))
+#define SL__DT_NUM (SL__DT_FLOAT | SL__DT_INT)
+#define SL__DT_ALL ((1u << SL_DTYPE_COUNT) - 1u)
+
+/* SL_EINVAL "input 1: dtype i8 not supported (f32, f64)" unless dt is in
+ * the set. what names the tensor ("input 1", "attribute dtype"). */
+sl_status sl__check_dtype(const char *what, sl_dtype dt, unsigned allowed);
+/* SL_EINVAL unless inputs [0, n) share one dtype. */
+sl_status sl__check_same_dtype(int n, const sl__meta *in);
+/* SL_EINVAL unless min <= n_in <= max. */
+sl_status sl__check_arity(int n_in, int min, int max);
+/* A possibly negative axis (-1 = last) of an ndim-dim tensor, checked:
+ * SL_EINVAL "axis 3 out of range for a 2-dim input". what names the
+ * attribute in the message. */
+sl_status sl__axis_norm(const char *what, int64_t axis, int ndim, int *out);
+/* A shape from an INTS attribute (an empty list is a scalar): SL_EINVAL
+ * when absent, not a list, or an extent is negative. */
+sl_status sl__attr_shape(const sl__attrs *at, const char *name,
+                         sl_shape *out);
+/* A number attribute given as FLOAT or INT: false (and *out untouched)
+ * when absent or a list. */
+bool sl__attr_number(const sl__attrs *at, const char *name, double *out);
+/* A dtype from an INT attribute (dflt when absent), checked against a set. */
+sl_status sl__attr_dtype(const sl__attrs *at, const char *name, sl_dtype dflt,
+                         unsigned allowed, sl_dtype *out);
+
+/* numpy broadcasting: trailing alignment, extent-1 or missing dims repeat.
+ * SL_EINVAL "shapes [2,3] and [4] do not broadcast (...)". */
+sl_status sl__broadcast_shapes(const sl_shape *a, const sl_shape *b,
+                               sl_shape *out);
+/* Whether `from` broadcasts to exactly `to` (numpy rules, one way). */
+bool sl__broadcasts_to(const sl_shape *from, const sl_shape *to);
+
+/* ---- signature lists ----------------------------------------------------- */
+
+/* Collects signatures for an op's `signatures` callback: drops duplicates
+ * and anything past max (the caller returns l.n, never more than max). */
+typedef struct sl__sig_list {
+  sl__sbp_sig *sigs;
+  int n, max;
+  int n_in, n_out; /* entries compared when looking for duplicates */
+  sl__sbp_sig scratch;
+} sl__sig_list;
+
+void sl__sig_list_init(sl__sig_list *l, sl__sbp_sig *sigs, int max, int n_in,
+                       int n_out);
+/* A fresh all-B signature to fill in; sl__sig_commit keeps it unless it
+ * duplicates one already listed or is all-B (implied). */
+sl__sbp_sig *sl__sig_begin(sl__sig_list *l);
+void sl__sig_commit(sl__sig_list *l);
+
+static inline sl_sbp sl__S(int axis) { return sl_sbp_split(axis); }
+static inline sl_sbp sl__B(void) { return sl_sbp_broadcast(); }
+static inline sl_sbp sl__P(void) { return sl_sbp_partial(SL_REDUCE_SUM); }
+static inline sl_sbp sl__Pmax(void) { return sl_sbp_partial(SL_REDUCE_MAX); }
+
+/* ---- broadcasting iteration ---------------------------------------------- */
+
+#define SL__ITER_MAX_OPS 4
+
+/* Iteration over a row-major output shape with each operand read through
+ * broadcasting strides (0 on repeated dims). Adjacent dims that stay
+ * contiguous for every operand are merged, so a same-shape operation is one
+ * row and a bias add is rows of the bias length: the inner loops then see
+ * unit or zero strides and vectorise. */
+typedef struct sl__iter {
+  int nops;  /* operand 0 is the output */
+  int ndim;  /* >= 1 after merging */
+  int64_t dims[SL_MAX_DIMS];
+  int64_t strides[SL__ITER_MAX_OPS][SL_MAX_DIMS]; /* in elements */
+  int64_t rows;                                  /* product of dims but last */
+  int64_t len;                                   /* the last dim */
+  bool empty;                                    /* some extent is 0 */
+} sl__iter;
+
+/* out: the output's shape (contiguous); in[k]: operand k+1's shape, which
+ * must broadcast to out (numpy trailing alignment). */
+void sl__iter_init(sl__iter *it, const sl_shape *out, int n_in,
+                   const sl_shape *const *in);
+/* Operands with explicit strides (in elements) over the dims of `out`:
+ * transposes and strided views. */
+void sl__iter_init_strided(sl__iter *it, const sl_shape *out, int n_in,
+                           const int64_t *const *in_strides);
+/* Element offsets of row r (0 <= r < rows) for each operand. */
+void sl__iter_row(const sl__iter *it, int64_t r, int64_t *off);
+
+/* ---- data movement -------------------------------------------------------- */
+
+/* dst (contiguous, shape dims) = the strided view of src with element
+ * strides sstride; es bytes per element. Handles empty shapes. */
+void sl__copy_strided(size_t es, int ndim, const int64_t *dims, void *dst,
+                      const void *src, const int64_t *sstride);
+
+/* ---- global positions of a local shard ----------------------------------- */
+
+/* For row r of a local shard (rows over every dim but the last, row-major)
+ * placed at `slice` inside a tensor of shape `global`: the global flat index
+ * of the row's first element, and optionally (pos != NULL) its global
+ * coordinates. A 0-dim shard has one row of one element at index 0. */
+int64_t sl__slice_row_global(const sl_slice *slice, const sl_shape *global,
+                             int64_t r, int64_t *pos);
+/* Rows and row length of a local shape (0-dim: 1 and 1). */
+int64_t sl__shape_rows(const sl_shape *s);
+int64_t sl__shape_len(const sl_shape *s);
+
+/* ---- counter-based random numbers ---------------------------------------- */
+
+/* The stream key for (seed, step): values are sl__rand_bits(key, global
+ * flat index), so they depend on nothing but the seed, the step and the
+ * element's position in the global tensor (never on placement or SBP). */
+static inline uint64_t sl__rand_key(int64_t seed, int64_t step) {
+  return sl__mix64(sl__mix64((uint64_t)seed) ^ (uint64_t)step);
+}
+/* Element idx's 64 random bits: SplitMix64's idx-th output from state key. */
+static inline uint64_t sl__rand_bits(uint64_t key, uint64_t idx) {
+  return sl__mix64(key + idx * 0x9e3779b97f4a7c15ull);
+}
+/* Uniform in [0, 1) from the top 24 bits (every value an exact float). */
+static inline float sl__rand_unit_f32(uint64_t bits) {
+  return (float)(bits >> 40) * 0x1.0p-24f;
+}
+/* Uniform in [0, 1) from the top 53 bits. */
+static inline double sl__rand_unit_f64(uint64_t bits) {
+  return (double)(bits >> 11) * 0x1.0p-53;
+}
+
+/* ---- fast math ------------------------------------------------------------ */
+
+/* exp(x) for float without libm calls, branch-free so loops calling it
+ * vectorise. Cody-Waite reduction x = n ln2 + r (ln2 in two parts, the
+ * first exact in float), a degree-7 Taylor polynomial for e^r on
+ * |r| <= ln2/2 (truncation error below 6e-9), and 2^n applied as two
+ * powers of two built in the exponent bits so that n from -150 to 128
+ * (subnormal results, results near FLT_MAX) needs no special case. The
+ * rounding of x/ln2 uses the 1.5 * 2^23 trick (round to nearest under the
+ * default mode), which needs ISO float semantics: no -ffast-math. Overflow
+ * gives +inf, underflow 0, NaN stays NaN. Relative error about 2 ulp. */
+static inline float sl__expf(float x) {
+  float xc = x > 88.7229f ? 88.7229f : (x < -104.f ? -104.f : x);
+  float n = (xc * 1.44269504088896341f + 12582912.f) - 12582912.f;
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.f / 5040.f;
+  p = p * r + 1.f / 720.f;
+  p = p * r + 1.f / 120.f;
+  p = p * r + 1.f / 24.f;
+  p = p * r + 1.f / 6.f;
+  p = p * r + 0.5f;
+  p = p * r + 1.f;
+  p = p * r + 1.f;
+  int32_t ni = (int32_t)n, h = ni / 2;
+  union {
+    uint32_t u;
+    float f;
+  } s1, s2;
+  s1.u = (uint32_t)(h + 127) << 23;
+  s2.u = (uint32_t)(ni - h + 127) << 23;
+  float y = p * s1.f * s2.f;
+  y = x > 88.72284f ? __builtin_inff() : y;
+  y = x < -103.98f ? 0.f : y;
+  return x != x ? x : y;
+}
+
+/* tanh without libm: 1 - 2 / (e^{2|x|} + 1) with the sign restored, and an
+ * odd Taylor polynomial below |x| = 0.1 where that difference would lose
+ * relative precision. Error about 1e-7 absolute, a few ulp relative. */
+static inline float sl__tanhf(float x) {
+  float a = x < 0 ? -x : x;
+  float t = 1.f - 2.f / (sl__expf(2.f * a) + 1.f);
+  float a2 = a * a;
+  float small = a * (1.f + a2 * (-1.f / 3.f +
+                                 a2 * (2.f / 15.f + a2 * (-17.f / 315.f))));
+  t = a < 0.1f ? small : t;
+  return x < 0 ? -t : t;
+}
+
+/* The logistic function through sl__expf: 1 / (1 + e^-x). */
+static inline float sl__sigmoidf(float x) {
+  return 1.f / (1.f + sl__expf(-x));
+}
+
+#endif
