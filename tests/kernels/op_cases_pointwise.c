@@ -62,11 +62,102 @@ static sl_status c_scalar(sl_rng *r, sl__attrs *at, int *n_in,
   return unary(r, n_in, in, dt, -4, 4);
 }
 
+/* ---- binary ------------------------------------------------------------------- */
+
+/* Two shapes that broadcast to a random output shape: each input takes a
+ * suffix of the output's dims with some extents set to 1. */
+static void broadcast_pair(sl_rng *r, sl_shape *a, sl_shape *b) {
+  sl_shape o = rshape(r, 0, 4);
+  sl_shape *ab[2] = {a, b};
+  for (int k = 0; k < 2; k++) {
+    int drop = below(r, 3) == 0 ? below(r, o.ndim + 1) : 0;
+    memset(ab[k], 0, sizeof *ab[k]);
+    ab[k]->ndim = o.ndim - drop;
+    for (int d = 0; d < ab[k]->ndim; d++)
+      ab[k]->dims[d] = below(r, 4) == 0 ? 1 : o.dims[d + drop];
+  }
+}
+
+static sl_status binary(sl_rng *r, int *n_in, sl_host_tensor **in,
+                        sl_dtype dt, bool bcast, double blo, double bhi) {
+  sl_shape a, b;
+  if (bcast) {
+    broadcast_pair(r, &a, &b);
+  } else {
+    a = b = rshape(r, 0, 4);
+  }
+  in[0] = oph_random(r, dt, &a, -4, 4);
+  in[1] = oph_random(r, dt, &b, blo, bhi);
+  *n_in = 2;
+  return SL_OK;
+}
+
+#define BINARY_CASE(fn, DTS, bcast, blo, bhi)                                  \
+  static sl_status fn(sl_rng *r, sl__attrs *at, int *n_in,                     \
+                      sl_host_tensor **in) {                                   \
+    (void)at;                                                                  \
+    return binary(r, n_in, in, PICK DTS, bcast, blo, bhi);                     \
+  }
+
+BINARY_CASE(c_arith,
+            (r, SL_DTYPE_F32, SL_DTYPE_F32, SL_DTYPE_F64, SL_DTYPE_I32,
+             SL_DTYPE_I64),
+            true, -4, 4)
+/* Divisors away from 0. */
+BINARY_CASE(c_div, (r, SL_DTYPE_F32, SL_DTYPE_F64), true, 0.25, 4)
+BINARY_CASE(c_grad, (r, SL_DTYPE_F32, SL_DTYPE_F64), false, -1, 1)
+
+/* ---- reductions ----------------------------------------------------------------- */
+
+static sl_status reduce_case(sl_rng *r, sl__attrs *at, int *n_in,
+                             sl_host_tensor **in, sl_dtype dt) {
+  sl_shape s = rshape(r, 0, 4);
+  int64_t axes[SL_MAX_DIMS];
+  int n = 0;
+  /* A random subset of the axes, some written negative; empty = all. */
+  for (int d = 0; d < s.ndim; d++)
+    if (below(r, 2)) axes[n++] = below(r, 3) == 0 ? d - s.ndim : d;
+  if (n || below(r, 2)) SL_CHECK(sl__attrs_set_ints(at, "axes", n, axes));
+  SL_CHECK(sl__attrs_set_int(at, "keepdims", below(r, 2)));
+  in[0] = oph_random(r, dt, &s, -4, 4);
+  *n_in = 1;
+  return SL_OK;
+}
+
+static sl_status c_reduce_num(sl_rng *r, sl__attrs *at, int *n_in,
+                              sl_host_tensor **in) {
+  return reduce_case(r, at, n_in, in,
+                     PICK(r, SL_DTYPE_F32, SL_DTYPE_F64, SL_DTYPE_I32,
+                          SL_DTYPE_I64));
+}
+
+static sl_status c_reduce_float(sl_rng *r, sl__attrs *at, int *n_in,
+                                sl_host_tensor **in) {
+  return reduce_case(r, at, n_in, in, PICK(r, SL_DTYPE_F32, SL_DTYPE_F64));
+}
+
+/* x and a shape that broadcasts to x's: some leading dims dropped, some
+ * others set to 1. */
+static sl_status c_sum_like(sl_rng *r, sl__attrs *at, int *n_in,
+                            sl_host_tensor **in) {
+  sl_shape s = rshape(r, 0, 4);
+  int drop = below(r, s.ndim + 1);
+  int64_t to[SL_MAX_DIMS];
+  for (int d = drop; d < s.ndim; d++)
+    to[d - drop] = below(r, 2) ? 1 : s.dims[d];
+  SL_CHECK(sl__attrs_set_ints(at, "shape", s.ndim - drop, to));
+  in[0] = oph_random(r, PICK(r, SL_DTYPE_F32, SL_DTYPE_F64, SL_DTYPE_I32), &s,
+                     -4, 4);
+  *n_in = 1;
+  return SL_OK;
+}
+
 /* ---- the table ------------------------------------------------------------------ */
 
 #define EXACT {0, 0}
-/* Reassembly reorders nothing for elementwise ops, but partial parts go
- * through the function separately (exp(a) vs exp(a) exactly), so exact. */
+/* Exact unless noted: elementwise results do not depend on the layout, and
+ * partial parts are multiples of 1/4 (op_harness.h), so their sums and
+ * their products with test values are exact. */
 static const op_case cases[] = {
     {"identity", c_identity, EXACT, 0},
     {"relu", c_relu, EXACT, 0},
@@ -80,6 +171,22 @@ static const op_case cases[] = {
     {"neg", c_numeric, EXACT, 0},
     {"scalar_add", c_scalar, EXACT, 0},
     {"scalar_mul", c_scalar, EXACT, 0},
+    {"add", c_arith, EXACT, 0},
+    {"sub", c_arith, EXACT, 0},
+    {"mul", c_arith, EXACT, 0},
+    /* P parts divided separately round differently from their sum. */
+    {"div", c_div, {1e-5, 1e-5}, 0},
+    {"maximum", c_arith, EXACT, 0},
+    {"relu_grad", c_grad, EXACT, 0},
+    /* (P, B -> P): dy's parts times a rounded derivative. */
+    {"gelu_grad", c_grad, {1e-5, 1e-5}, 0},
+    {"tanh_grad", c_grad, EXACT, 0},
+    {"sigmoid_grad", c_grad, EXACT, 0},
+    {"reduce_sum", c_reduce_num, EXACT, 0},
+    /* Partial means are rounded separately. */
+    {"reduce_mean", c_reduce_float, {1e-6, 1e-6}, 0},
+    {"reduce_max", c_reduce_num, EXACT, 0},
+    {"reduce_sum_like", c_sum_like, EXACT, 0},
 };
 
 const op_case *op_cases_pointwise(int *n) {
