@@ -152,6 +152,123 @@ static sl_status c_sum_like(sl_rng *r, sl__attrs *at, int *n_in,
   return SL_OK;
 }
 
+/* ---- shape ops ------------------------------------------------------------------- */
+
+static sl_dtype any_dtype(sl_rng *r) {
+  return PICK(r, SL_DTYPE_F32, SL_DTYPE_F32, SL_DTYPE_F64, SL_DTYPE_F16,
+              SL_DTYPE_BF16, SL_DTYPE_I8, SL_DTYPE_I32, SL_DTYPE_I64,
+              SL_DTYPE_U8, SL_DTYPE_BOOL);
+}
+
+/* A new shape for x's elements: adjacent dims merged, even dims split in
+ * two, 1s inserted, and sometimes one extent left to -1. */
+static sl_status c_reshape(sl_rng *r, sl__attrs *at, int *n_in,
+                           sl_host_tensor **in) {
+  sl_shape s = rshape(r, 0, 4);
+  int64_t t[SL_MAX_DIMS];
+  int n = s.ndim;
+  memcpy(t, s.dims, sizeof s.dims);
+  for (int step = below(r, 4); step > 0; step--) {
+    int kind = below(r, 3);
+    if (kind == 0 && n >= 2) { /* merge */
+      int d = below(r, n - 1);
+      t[d] *= t[d + 1];
+      memmove(&t[d + 1], &t[d + 2], (size_t)(n - d - 2) * sizeof *t);
+      n--;
+    } else if (kind == 1 && n >= 1 && n < SL_MAX_DIMS) { /* split */
+      int d = below(r, n);
+      if (t[d] % 2 == 0 && t[d] > 0) {
+        memmove(&t[d + 1], &t[d], (size_t)(n - d) * sizeof *t);
+        t[d] = 2;
+        t[d + 1] /= 2;
+        n++;
+      }
+    } else if (n < SL_MAX_DIMS) { /* insert a 1 */
+      int d = below(r, n + 1);
+      memmove(&t[d + 1], &t[d], (size_t)(n - d) * sizeof *t);
+      t[d] = 1;
+      n++;
+    }
+  }
+  if (n > 0 && below(r, 3) == 0) {
+    int d = below(r, n);
+    int64_t others = 1;
+    for (int i = 0; i < n; i++)
+      if (i != d) others *= t[i];
+    if (others != 0) t[d] = -1;
+  }
+  SL_CHECK(sl__attrs_set_ints(at, "shape", n, t));
+  in[0] = oph_random(r, any_dtype(r), &s, -4, 4);
+  *n_in = 1;
+  return SL_OK;
+}
+
+static sl_status c_transpose(sl_rng *r, sl__attrs *at, int *n_in,
+                             sl_host_tensor **in) {
+  sl_shape s = rshape(r, 0, 4);
+  int64_t perm[SL_MAX_DIMS];
+  for (int i = 0; i < s.ndim; i++)
+    perm[i] = i;
+  for (int i = s.ndim - 1; i > 0; i--) {
+    int j = below(r, i + 1);
+    int64_t tmp = perm[i];
+    perm[i] = perm[j];
+    perm[j] = tmp;
+  }
+  SL_CHECK(sl__attrs_set_ints(at, "perm", s.ndim, perm));
+  in[0] = oph_random(r, any_dtype(r), &s, -4, 4);
+  *n_in = 1;
+  return SL_OK;
+}
+
+static sl_status c_broadcast_to(sl_rng *r, sl__attrs *at, int *n_in,
+                                sl_host_tensor **in) {
+  sl_shape t = rshape(r, 0, 4), x;
+  int drop = below(r, t.ndim + 1);
+  memset(&x, 0, sizeof x);
+  x.ndim = t.ndim - drop;
+  for (int d = 0; d < x.ndim; d++)
+    x.dims[d] = below(r, 2) ? 1 : t.dims[d + drop];
+  SL_CHECK(sl__attrs_set_ints(at, "shape", t.ndim, t.dims));
+  in[0] = oph_random(r, any_dtype(r), &x, -4, 4);
+  *n_in = 1;
+  return SL_OK;
+}
+
+static sl_status c_slice(sl_rng *r, sl__attrs *at, int *n_in,
+                         sl_host_tensor **in) {
+  sl_shape s = rshape(r, 1, 4);
+  int axis = below(r, s.ndim);
+  int64_t len = s.dims[axis];
+  int64_t a = (int64_t)sl__rng_below(r, (uint64_t)len + 1);
+  int64_t b = a + (int64_t)sl__rng_below(r, (uint64_t)(len - a) + 1);
+  /* Python-style negative positions now and then. */
+  if (below(r, 3) == 0 && a > 0) a -= len;
+  if (below(r, 3) == 0 && b > 0 && b < len) b -= len;
+  SL_CHECK(sl__attrs_set_int(at, "axis", below(r, 2) ? axis : axis - s.ndim));
+  SL_CHECK(sl__attrs_set_int(at, "start", a));
+  SL_CHECK(sl__attrs_set_int(at, "end", b));
+  in[0] = oph_random(r, any_dtype(r), &s, -4, 4);
+  *n_in = 1;
+  return SL_OK;
+}
+
+static sl_status c_concat(sl_rng *r, sl__attrs *at, int *n_in,
+                          sl_host_tensor **in) {
+  sl_shape s = rshape(r, 1, 4);
+  int axis = below(r, s.ndim);
+  int n = below(r, 4) == 0 ? 2 + below(r, SL_OP_MAX_INPUTS - 1) : 2 + below(r, 3);
+  sl_dtype dt = any_dtype(r);
+  for (int i = 0; i < n; i++) {
+    sl_shape si = s;
+    si.dims[axis] = below(r, 4);
+    in[i] = oph_random(r, dt, &si, -4, 4);
+  }
+  SL_CHECK(sl__attrs_set_int(at, "axis", axis));
+  *n_in = n;
+  return SL_OK;
+}
+
 /* ---- the table ------------------------------------------------------------------ */
 
 #define EXACT {0, 0}
@@ -187,6 +304,11 @@ static const op_case cases[] = {
     {"reduce_mean", c_reduce_float, {1e-6, 1e-6}, 0},
     {"reduce_max", c_reduce_num, EXACT, 0},
     {"reduce_sum_like", c_sum_like, EXACT, 0},
+    {"reshape", c_reshape, EXACT, 8},
+    {"transpose", c_transpose, EXACT, 0},
+    {"broadcast_to", c_broadcast_to, EXACT, 0},
+    {"slice", c_slice, EXACT, 0},
+    {"concat", c_concat, EXACT, 0},
 };
 
 const op_case *op_cases_pointwise(int *n) {
