@@ -1,15 +1,274 @@
-/* Invariance cases for the dense op family (kernels/ops_dense.def): one
- * op_case per op (see op_harness.h). test_op_signatures fails for any
- * registered op without an entry here or in op_cases_pointwise.c. */
+/* Invariance cases for the dense op family (kernels/ops_dense.def): how to
+ * make random valid inputs for each op (see op_harness.h), so that
+ * test_op_signatures runs every signature these ops declare. Extents go up
+ * to 5 (uneven over 2, 3 and 4 ranks; the 2x2 mesh leaves some shards
+ * empty) and are sometimes 0, except where an op needs a non-empty axis
+ * (classes, the normalised dim, the vocabulary). Values from oph_random are
+ * multiples of 1/8, so matmul's partial sums are exact; ops that reorder
+ * float sums under a P signature (gradients' partial dy, dgamma, dbeta)
+ * get a tolerance. */
+#include <setjmp.h>
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <string.h>
 
 #include "op_harness.h"
 
+static int below(sl_rng *r, int n) {
+  return (int)sl__rng_below(r, (uint64_t)n);
+}
+
+static sl_shape rshape(sl_rng *r, int min_nd, int max_nd) {
+  return oph_random_shape(r, min_nd + below(r, max_nd - min_nd + 1), 5, 0.06);
+}
+
+static sl_dtype index_dtype(sl_rng *r) {
+  return below(r, 2) ? SL_DTYPE_I64 : SL_DTYPE_I32;
+}
+
+/* ---- matmul
+ * --------------------------------------------------------------------- */
+
+static sl_status c_matmul(sl_rng *r, sl__attrs *at, int *n_in,
+                          sl_host_tensor **in) {
+  sl_shape a = rshape(r, 2, 4);
+  int ta = a.ndim == 2 ? below(r, 2) : 0, tb = below(r, 2);
+  int64_t k = a.dims[ta ? 0 : a.ndim - 1];
+  int64_t n = (int64_t)below(r, 6);
+  sl_shape b = oph_shape(2, tb ? (int64_t[]){n, k} : (int64_t[]){k, n});
+  SL_CHECK(sl__attrs_set_int(at, "trans_a", ta));
+  SL_CHECK(sl__attrs_set_int(at, "trans_b", tb));
+  in[0] = oph_random(r, SL_DTYPE_F32, &a, -2, 2);
+  in[1] = oph_random(r, SL_DTYPE_F32, &b, -2, 2);
+  *n_in = 2;
+  return SL_OK;
+}
+
+static sl_status c_batch_matmul(sl_rng *r, sl__attrs *at, int *n_in,
+                                sl_host_tensor **in) {
+  sl_shape a = rshape(r, 2, 4), b = a;
+  int ta = below(r, 2), tb = below(r, 2), nd = a.ndim;
+  int64_t k = a.dims[ta ? nd - 2 : nd - 1], n = 1 + below(r, 5);
+  b.dims[nd - 2] = tb ? n : k;
+  b.dims[nd - 1] = tb ? k : n;
+  SL_CHECK(sl__attrs_set_int(at, "trans_a", ta));
+  SL_CHECK(sl__attrs_set_int(at, "trans_b", tb));
+  in[0] = oph_random(r, SL_DTYPE_F32, &a, -2, 2);
+  in[1] = oph_random(r, SL_DTYPE_F32, &b, -2, 2);
+  *n_in = 2;
+  return SL_OK;
+}
+
+/* ---- softmax
+ * -------------------------------------------------------------------- */
+
+static sl_shape with_axis(sl_rng *r, sl__attrs *at) {
+  sl_shape s = rshape(r, 1, 4);
+  /* Negative and positive spellings of every axis. */
+  int axis = below(r, 2 * s.ndim) - s.ndim;
+  sl__attrs_set_int(at, "axis", axis);
+  return s;
+}
+
+static sl_status c_softmax(sl_rng *r, sl__attrs *at, int *n_in,
+                           sl_host_tensor **in) {
+  sl_shape s = with_axis(r, at);
+  in[0] = oph_random(r, SL_DTYPE_F32, &s, -6, 6);
+  *n_in = 1;
+  return SL_OK;
+}
+
+static sl_status c_softmax_grad(sl_rng *r, sl__attrs *at, int *n_in,
+                                sl_host_tensor **in) {
+  sl_shape s = with_axis(r, at);
+  in[0] = oph_random(r, SL_DTYPE_F32, &s, -2, 2);
+  in[1] = oph_random(r, SL_DTYPE_F32, &s, 0, 1);
+  *n_in = 2;
+  return SL_OK;
+}
+
+static sl_status c_log_softmax_grad(sl_rng *r, sl__attrs *at, int *n_in,
+                                    sl_host_tensor **in) {
+  sl_shape s = with_axis(r, at);
+  in[0] = oph_random(r, SL_DTYPE_F32, &s, -2, 2);
+  in[1] = oph_random(r, SL_DTYPE_F32, &s, -4, 0);
+  *n_in = 2;
+  return SL_OK;
+}
+
+/* ---- cross-entropy
+ * -------------------------------------------------------------- */
+
+/* logits [..., C] with C >= 1 and labels [...] in [0, C). */
+static void logits_labels(sl_rng *r, sl_host_tensor **logits,
+                          sl_host_tensor **labels, sl_shape *ls) {
+  sl_shape s = rshape(r, 1, 4);
+  s.dims[s.ndim - 1] = 1 + below(r, 5);
+  *ls = s;
+  ls->dims[--ls->ndim] = 0;
+  *logits = oph_random(r, SL_DTYPE_F32, &s, -6, 6);
+  *labels =
+      oph_random(r, index_dtype(r), ls, 0, (double)(s.dims[s.ndim - 1] - 1));
+}
+
+static sl_status c_ce(sl_rng *r, sl__attrs *at, int *n_in,
+                      sl_host_tensor **in) {
+  sl_shape ls;
+  logits_labels(r, &in[0], &in[1], &ls);
+  *n_in = 2;
+  return SL_OK;
+}
+
+static sl_status c_ce_grad(sl_rng *r, sl__attrs *at, int *n_in,
+                           sl_host_tensor **in) {
+  sl_shape ls;
+  logits_labels(r, &in[1], &in[2], &ls);
+  in[0] = oph_random(r, SL_DTYPE_F32, &ls, -2, 2);
+  *n_in = 3;
+  return SL_OK;
+}
+
+/* ---- layer norm
+ * ----------------------------------------------------------------- */
+
+static sl_shape ln_shape(sl_rng *r, sl_shape *vs, sl_shape *rs) {
+  sl_shape s = rshape(r, 1, 4);
+  s.dims[s.ndim - 1] = 1 + below(r, 5);
+  *vs = oph_shape(1, &s.dims[s.ndim - 1]);
+  *rs = s;
+  rs->dims[--rs->ndim] = 0;
+  return s;
+}
+
+static sl_status c_layer_norm(sl_rng *r, sl__attrs *at, int *n_in,
+                              sl_host_tensor **in) {
+  sl_shape vs, rs, s = ln_shape(r, &vs, &rs);
+  SL_CHECK(sl__attrs_set_float(at, "eps", below(r, 2) ? 1e-5 : 0.25));
+  in[0] = oph_random(r, SL_DTYPE_F32, &s, -4, 4);
+  in[1] = oph_random(r, SL_DTYPE_F32, &vs, -2, 2);
+  in[2] = oph_random(r, SL_DTYPE_F32, &vs, -2, 2);
+  *n_in = 3;
+  return SL_OK;
+}
+
+/* mean and rstd from the forward op (eps 0.25 keeps rstd <= 2), so xhat
+ * stays O(1) as in training and P(dy) parts round like real ones. */
+static sl_status c_layer_norm_grad(sl_rng *r, sl__attrs *at, int *n_in,
+                                   sl_host_tensor **in) {
+  sl_shape vs, rs, s = ln_shape(r, &vs, &rs);
+  sl__attrs fa;
+  memset(&fa, 0, sizeof fa);
+  SL_CHECK(sl__attrs_set_float(&fa, "eps", 0.25));
+  sl_host_tensor *fin[3] = {oph_random(r, SL_DTYPE_F32, &s, -4, 4),
+                            oph_random(r, SL_DTYPE_F32, &vs, -2, 2),
+                            oph_random(r, SL_DTYPE_F32, &vs, -2, 2)};
+  sl_host_tensor *fout[3] = {NULL, NULL, NULL};
+  sl_status st =
+      oph_run_single(sl__op_find("layer_norm"), &fa, 3, fin, 0, fout);
+  sl_host_tensor_destroy(fin[2]);
+  sl_host_tensor_destroy(fout[0]);
+  in[0] = oph_random(r, SL_DTYPE_F32, &s, -2, 2);
+  in[1] = fin[0];
+  in[2] = fin[1];
+  in[3] = fout[1];
+  in[4] = fout[2];
+  *n_in = 5;
+  return st;
+}
+
+/* ---- embedding
+ * ------------------------------------------------------------------ */
+
+static sl_status c_embedding(sl_rng *r, sl__attrs *at, int *n_in,
+                             sl_host_tensor **in) {
+  int64_t vocab = 1 + below(r, 7), d = below(r, 6);
+  sl_shape ts = oph_shape(2, (int64_t[]){vocab, d}), is = rshape(r, 0, 3);
+  in[0] = oph_random(r, SL_DTYPE_F32, &ts, -4, 4);
+  in[1] = oph_random(r, index_dtype(r), &is, 0, (double)(vocab - 1));
+  *n_in = 2;
+  return SL_OK;
+}
+
+static sl_status c_embedding_grad(sl_rng *r, sl__attrs *at, int *n_in,
+                                  sl_host_tensor **in) {
+  int64_t vocab = 1 + below(r, 7);
+  sl_shape is = rshape(r, 0, 3), ds = is;
+  ds.dims[ds.ndim++] = below(r, 6);
+  SL_CHECK(sl__attrs_set_int(at, "vocab", vocab));
+  in[0] = oph_random(r, SL_DTYPE_F32, &ds, -4, 4);
+  in[1] = oph_random(r, index_dtype(r), &is, 0, (double)(vocab - 1));
+  *n_in = 2;
+  return SL_OK;
+}
+
+/* ---- optimizers
+ * ----------------------------------------------------------------- */
+
+static sl_status c_sgd(sl_rng *r, sl__attrs *at, int *n_in,
+                       sl_host_tensor **in) {
+  sl_shape s = rshape(r, 0, 4);
+  int mom = below(r, 3), nesterov = mom && below(r, 2);
+  SL_CHECK(sl__attrs_set_float(at, "lr", 0.125));
+  SL_CHECK(sl__attrs_set_float(at, "momentum", mom ? 0.5 * mom : 0.0));
+  SL_CHECK(sl__attrs_set_float(at, "dampening",
+                               nesterov ? 0.0 : 0.25 * below(r, 2)));
+  SL_CHECK(sl__attrs_set_float(at, "weight_decay", 0.0625 * below(r, 2)));
+  SL_CHECK(sl__attrs_set_int(at, "nesterov", nesterov));
+  for (int i = 0; i < 3; i++)
+    in[i] = oph_random(r, SL_DTYPE_F32, &s, -2, 2);
+  *n_in = 3;
+  return SL_OK;
+}
+
+static sl_status c_adam(sl_rng *r, sl__attrs *at, int *n_in,
+                        sl_host_tensor **in) {
+  sl_shape s = rshape(r, 0, 4);
+  SL_CHECK(sl__attrs_set_float(at, "lr", 0.01));
+  SL_CHECK(sl__attrs_set_float(at, "weight_decay", 0.05 * below(r, 2)));
+  SL_CHECK(sl__attrs_set_int(at, "decoupled", below(r, 2)));
+  for (int i = 0; i < 3; i++)
+    in[i] = oph_random(r, SL_DTYPE_F32, &s, -2, 2);
+  in[3] = oph_random(r, SL_DTYPE_F32, &s, 0, 2);
+  *n_in = 4;
+  return SL_OK;
+}
+
+static sl_status c_global_norm_scale(sl_rng *r, sl__attrs *at, int *n_in,
+                                     sl_host_tensor **in) {
+  *n_in = 1 + below(r, 5);
+  for (int i = 0; i < *n_in; i++) {
+    sl_shape s = oph_shape(below(r, 2), (int64_t[]){1});
+    in[i] = oph_random(r, SL_DTYPE_F32, &s, 0, 4);
+  }
+  return sl__attrs_set_float(at, "max_norm", 0.5 + below(r, 8));
+}
+
+#define EXACT                                                                  \
+  { 0, 0 }
+
 static const op_case cases[] = {
-    {NULL, NULL, {0, 0}, 0}, /* placeholder: C forbids an empty array */
+    {"matmul", c_matmul, EXACT, 0},
+    {"batch_matmul", c_batch_matmul, EXACT, 0},
+    {"softmax", c_softmax, EXACT, 0},
+    {"log_softmax", c_softmax, EXACT, 0},
+    /* P(dy): each part's dot product is rounded on its own. */
+    {"softmax_grad", c_softmax_grad, {1e-5, 1e-5}, 0},
+    {"log_softmax_grad", c_log_softmax_grad, {1e-5, 1e-5}, 0},
+    {"sparse_cross_entropy", c_ce, EXACT, 0},
+    {"sparse_cross_entropy_grad", c_ce_grad, {1e-6, 1e-5}, 0},
+    {"layer_norm", c_layer_norm, EXACT, 0},
+    /* dgamma and dbeta sum over rows split between ranks. */
+    {"layer_norm_grad", c_layer_norm_grad, {5e-5, 1e-5}, 0},
+    {"embedding", c_embedding, EXACT, 0},
+    {"embedding_grad", c_embedding_grad, EXACT, 0},
+    {"sgd_update", c_sgd, EXACT, 0},
+    {"adam_update", c_adam, EXACT, 0},
+    {"global_norm_scale", c_global_norm_scale, EXACT, 0},
 };
 
 const op_case *op_cases_dense(int *n) {
-  *n = (int)(sizeof cases / sizeof cases[0]) - 1;
+  *n = (int)SL_ARRAY_LEN(cases);
   return cases;
 }

@@ -1,0 +1,254 @@
+/* matmul and batch_matmul: shape inference, SBP signatures and the CPU
+ * kernels. Every product is one sl__blas_sgemm call per matrix pair, reading
+ * the shards where they lie (transposes are sgemm flags, never copies).
+ *
+ * matmul(a, b; trans_a, trans_b):
+ *   a [..., m, k] (ndim >= 2; the leading dims are rows, flattened into m),
+ *   or [k, m] with trans_a (2-d only); b [k, n], or [n, k] with trans_b.
+ *   Out [..., m, n].
+ *   (S(i), B -> S(i)) for every leading/m axis i of a (S(1) -> S(0) with
+ *   trans_a); (B, S(n axis of b) -> S(last)); (S(k axis of a), S(k axis of
+ *   b) -> P); (P, B -> P); (B, P -> P).
+ * batch_matmul(a, b; trans_a, trans_b):
+ *   a [..., m, k] (or [..., k, m]), b [..., k, n] (or [..., n, k]) with the
+ *   same batch dims. Out [..., m, n].
+ *   (S(i), S(i) -> S(i)) for each batch axis; (S(m), B -> S(m));
+ *   (B, S(n) -> S(n)); (S(k), S(k) -> P); (P, B -> P); (B, P -> P). */
+#include "cpu/blas.h"
+#include "cpu/dense_util.h"
+
+#define S sl__dense_S
+#define B sl__dense_B
+#define P sl__dense_P
+
+typedef struct mm_dims {
+  int64_t batch, m, n, k;
+  int a_m, a_k, b_k, b_n; /* axes of a and b holding m, k, k, n */
+} mm_dims;
+
+static sl_status want_float_pair(const sl__meta *in) {
+  SL_CHECK(sl__dense_want_f32(&in[0], "a"));
+  return sl__dense_want_f32(&in[1], "b");
+}
+
+static sl_status want_flags(const sl__attrs *at) {
+  const char *names[2] = {"trans_a", "trans_b"};
+  for (int i = 0; i < 2; i++) {
+    int64_t v = sl__attr_int(at, names[i], 0);
+    if (v != 0 && v != 1)
+      return sl__fail(SL_EINVAL, "%s %lld: want 0 or 1", names[i],
+                      (long long)v);
+  }
+  return SL_OK;
+}
+
+/* ---- matmul ------------------------------------------------------------- */
+
+/* Dims of a matmul on (global or local) shapes; SL_EINVAL when they do not
+ * fit together. */
+static sl_status matmul_dims(bool ta, bool tb, const sl_shape *as,
+                             const sl_shape *bs, mm_dims *d) {
+  char sa[96], sb[96];
+  int na = as->ndim;
+  if (na < 2)
+    return sl__fail(SL_EINVAL, "a %s: want at least 2 dims",
+                    SL__DENSE_SHAPE_STR(sa, as));
+  if (bs->ndim != 2)
+    return sl__fail(SL_EINVAL,
+                    "b %s: want 2 dims (batch_matmul takes batched b)",
+                    SL__DENSE_SHAPE_STR(sb, bs));
+  if (ta && na != 2)
+    return sl__fail(SL_EINVAL, "a %s: trans_a needs a 2-d a",
+                    SL__DENSE_SHAPE_STR(sa, as));
+  d->a_m = ta ? 1 : na - 2;
+  d->a_k = ta ? 0 : na - 1;
+  d->b_k = tb ? 1 : 0;
+  d->b_n = tb ? 0 : 1;
+  d->k = as->dims[d->a_k];
+  d->n = bs->dims[d->b_n];
+  d->m = 1;
+  for (int i = 0; i < na; i++)
+    if (i != d->a_k) d->m *= as->dims[i];
+  d->batch = 1;
+  if (bs->dims[d->b_k] != d->k)
+    return sl__fail(SL_EINVAL,
+                    "a %s%s and b %s%s: contraction extents differ (%lld vs "
+                    "%lld)",
+                    SL__DENSE_SHAPE_STR(sa, as), ta ? " (transposed)" : "",
+                    SL__DENSE_SHAPE_STR(sb, bs), tb ? " (transposed)" : "",
+                    (long long)d->k, (long long)bs->dims[d->b_k]);
+  return SL_OK;
+}
+
+static sl_status matmul_infer(const sl__attrs *at, int n_in, const sl__meta *in,
+                              sl__meta *out) {
+  SL_CHECK(sl__dense_want_inputs(n_in, 2));
+  SL_CHECK(want_float_pair(in));
+  SL_CHECK(want_flags(at));
+  bool ta = sl__attr_int(at, "trans_a", 0), tb = sl__attr_int(at, "trans_b", 0);
+  mm_dims d = {0};
+  SL_CHECK(matmul_dims(ta, tb, &in[0].shape, &in[1].shape, &d));
+  out[0].dtype = SL_DTYPE_F32;
+  out[0].shape = in[0].shape;
+  int na = in[0].shape.ndim;
+  if (ta) out[0].shape.dims[0] = in[0].shape.dims[1];
+  out[0].shape.dims[na - 1] = d.n;
+  return SL_OK;
+}
+
+static int matmul_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
+                             sl__sbp_sig *sigs, int max) {
+  bool ta = sl__attr_int(at, "trans_a", 0), tb = sl__attr_int(at, "trans_b", 0);
+  mm_dims d = {0};
+  if (n_in != 2 || matmul_dims(ta, tb, &in[0].shape, &in[1].shape, &d) != SL_OK)
+    return 0;
+  int na = in[0].shape.ndim, n = 0;
+  /* Rows: every axis of a but k; with trans_a, a's axis 1 is out's axis 0. */
+  for (int i = 0; i < na; i++) {
+    if (i == d.a_k) continue;
+    int o = ta ? 0 : i;
+    n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){S(i), B()}, 1,
+                          (sl_sbp[]){S(o)});
+  }
+  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){B(), S(d.b_n)}, 1,
+                        (sl_sbp[]){S(na - 1)});
+  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){S(d.a_k), S(d.b_k)}, 1,
+                        (sl_sbp[]){P()});
+  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){P(), B()}, 1,
+                        (sl_sbp[]){P()});
+  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){B(), P()}, 1,
+                        (sl_sbp[]){P()});
+  return n;
+}
+
+/* One sgemm over the whole shard: a's rows are contiguous whether it is
+ * split on a leading axis or not, and its k axis is the innermost (or, with
+ * trans_a, the outer one of a 2-d a). */
+static sl_status matmul_cpu(const sl__kernel_ctx *k) {
+  bool ta = sl__attr_int(k->attrs, "trans_a", 0),
+       tb = sl__attr_int(k->attrs, "trans_b", 0);
+  mm_dims d = {0};
+  SL_CHECK(matmul_dims(ta, tb, &k->in_meta[0].shape, &k->in_meta[1].shape, &d));
+  float *c = k->out[0];
+  if (d.m == 0 || d.n == 0) return SL_OK;
+  if (d.k == 0) {
+    memset(c, 0, (size_t)(d.m * d.n) * sizeof *c);
+    return SL_OK;
+  }
+  return sl__blas_sgemm(ta, tb, d.m, d.n, d.k, 1.0f, k->in[0], ta ? d.m : d.k,
+                        k->in[1], tb ? d.k : d.n, 0.0f, c, d.n);
+}
+
+const sl__op_def sl__op_matmul = {
+    .name = "matmul",
+    .min_in = 2,
+    .max_in = 2,
+    .n_out = 1,
+    .infer = matmul_infer,
+    .signatures = matmul_signatures,
+    .cpu = matmul_cpu,
+};
+
+/* ---- batch_matmul ------------------------------------------------------- */
+
+static sl_status bmm_dims(bool ta, bool tb, const sl_shape *as,
+                          const sl_shape *bs, mm_dims *d) {
+  char sa[96], sb[96];
+  int na = as->ndim;
+  if (na < 2 || bs->ndim != na)
+    return sl__fail(SL_EINVAL,
+                    "a %s and b %s: want the same number of dims, at least 2",
+                    SL__DENSE_SHAPE_STR(sa, as), SL__DENSE_SHAPE_STR(sb, bs));
+  d->batch = 1;
+  for (int i = 0; i < na - 2; i++) {
+    if (as->dims[i] != bs->dims[i])
+      return sl__fail(SL_EINVAL, "a %s and b %s: batch dim %d differs",
+                      SL__DENSE_SHAPE_STR(sa, as), SL__DENSE_SHAPE_STR(sb, bs),
+                      i);
+    d->batch *= as->dims[i];
+  }
+  d->a_m = ta ? na - 1 : na - 2;
+  d->a_k = ta ? na - 2 : na - 1;
+  d->b_k = tb ? na - 1 : na - 2;
+  d->b_n = tb ? na - 2 : na - 1;
+  d->m = as->dims[d->a_m];
+  d->k = as->dims[d->a_k];
+  d->n = bs->dims[d->b_n];
+  if (bs->dims[d->b_k] != d->k)
+    return sl__fail(SL_EINVAL,
+                    "a %s%s and b %s%s: contraction extents differ (%lld vs "
+                    "%lld)",
+                    SL__DENSE_SHAPE_STR(sa, as), ta ? " (transposed)" : "",
+                    SL__DENSE_SHAPE_STR(sb, bs), tb ? " (transposed)" : "",
+                    (long long)d->k, (long long)bs->dims[d->b_k]);
+  return SL_OK;
+}
+
+static sl_status bmm_infer(const sl__attrs *at, int n_in, const sl__meta *in,
+                           sl__meta *out) {
+  SL_CHECK(sl__dense_want_inputs(n_in, 2));
+  SL_CHECK(want_float_pair(in));
+  SL_CHECK(want_flags(at));
+  bool ta = sl__attr_int(at, "trans_a", 0), tb = sl__attr_int(at, "trans_b", 0);
+  mm_dims d = {0};
+  SL_CHECK(bmm_dims(ta, tb, &in[0].shape, &in[1].shape, &d));
+  int na = in[0].shape.ndim;
+  out[0].dtype = SL_DTYPE_F32;
+  out[0].shape = in[0].shape;
+  out[0].shape.dims[na - 2] = d.m;
+  out[0].shape.dims[na - 1] = d.n;
+  return SL_OK;
+}
+
+static int bmm_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
+                          sl__sbp_sig *sigs, int max) {
+  bool ta = sl__attr_int(at, "trans_a", 0), tb = sl__attr_int(at, "trans_b", 0);
+  mm_dims d = {0};
+  if (n_in != 2 || bmm_dims(ta, tb, &in[0].shape, &in[1].shape, &d) != SL_OK)
+    return 0;
+  int na = in[0].shape.ndim, n = 0;
+  for (int i = 0; i < na - 2; i++)
+    n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){S(i), S(i)}, 1,
+                          (sl_sbp[]){S(i)});
+  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){S(d.a_m), B()}, 1,
+                        (sl_sbp[]){S(na - 2)});
+  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){B(), S(d.b_n)}, 1,
+                        (sl_sbp[]){S(na - 1)});
+  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){S(d.a_k), S(d.b_k)}, 1,
+                        (sl_sbp[]){P()});
+  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){P(), B()}, 1,
+                        (sl_sbp[]){P()});
+  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){B(), P()}, 1,
+                        (sl_sbp[]){P()});
+  return n;
+}
+
+static sl_status bmm_cpu(const sl__kernel_ctx *k) {
+  bool ta = sl__attr_int(k->attrs, "trans_a", 0),
+       tb = sl__attr_int(k->attrs, "trans_b", 0);
+  mm_dims d = {0};
+  SL_CHECK(bmm_dims(ta, tb, &k->in_meta[0].shape, &k->in_meta[1].shape, &d));
+  const float *a = k->in[0], *b = k->in[1];
+  float *c = k->out[0];
+  int64_t sa = d.m * d.k, sb = d.k * d.n, sc = d.m * d.n;
+  if (d.batch == 0 || sc == 0) return SL_OK;
+  if (d.k == 0) {
+    memset(c, 0, (size_t)(d.batch * sc) * sizeof *c);
+    return SL_OK;
+  }
+  for (int64_t i = 0; i < d.batch; i++)
+    SL_CHECK(sl__blas_sgemm(ta, tb, d.m, d.n, d.k, 1.0f, a + i * sa,
+                            ta ? d.m : d.k, b + i * sb, tb ? d.k : d.n, 0.0f,
+                            c + i * sc, d.n));
+  return SL_OK;
+}
+
+const sl__op_def sl__op_batch_matmul = {
+    .name = "batch_matmul",
+    .min_in = 2,
+    .max_in = 2,
+    .n_out = 1,
+    .infer = bmm_infer,
+    .signatures = bmm_signatures,
+    .cpu = bmm_cpu,
+};

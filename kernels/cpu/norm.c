@@ -1,0 +1,220 @@
+/* Layer normalisation over the last dim, and its gradient.
+ *
+ * layer_norm(x [..., D], gamma [D], beta [D]; eps = 1e-5)
+ *   -> y [..., D], mean [...], rstd [...]
+ *   mean = sum x / D, var = sum (x - mean)^2 / D (biased, as PyTorch),
+ *   rstd = 1 / sqrt(var + eps), y = (x - mean) * rstd * gamma + beta.
+ *   mean and rstd are kept for the backward.
+ *   Signatures: (S(i), B, B -> S(i), S(i), S(i)) for each leading axis i.
+ * layer_norm_grad(dy, x, gamma, mean, rstd) -> dx, dgamma [D], dbeta [D]
+ *   with xhat = (x - mean) * rstd and g = gamma * dy:
+ *   dx = rstd * (g - mean_D(g) - xhat * mean_D(g * xhat)),
+ *   dgamma = sum over rows of dy * xhat, dbeta = sum over rows of dy.
+ *   Signatures: (S(i), S(i), B, S(i), S(i) -> S(i), P, P) for each leading
+ *   axis i; (P, B, B, B, B -> P, P, P) (everything is linear in dy).
+ *
+ * A row is read once from memory: its reductions and its writes run over
+ * the row while it sits in L1. dgamma/dbeta are accumulated in double (the
+ * workspace) over the shard's rows, in row order. */
+#include <math.h>
+
+#include "cpu/dense_util.h"
+
+#define S sl__dense_S
+#define B sl__dense_B
+#define P sl__dense_P
+
+/* x [..., D] with D > 0, and a [D] vector `name`. */
+static sl_status check_vec(const sl__meta *x, const sl__meta *v,
+                           const char *name) {
+  SL_CHECK(sl__dense_want_f32(v, name));
+  int64_t d = x->shape.dims[x->shape.ndim - 1];
+  if (v->shape.ndim != 1 || v->shape.dims[0] != d) {
+    char sx[96], sv[96];
+    return sl__fail(SL_EINVAL, "x %s and %s %s: want %s [%lld]",
+                    SL__DENSE_SHAPE_STR(sx, &x->shape), name,
+                    SL__DENSE_SHAPE_STR(sv, &v->shape), name, (long long)d);
+  }
+  return SL_OK;
+}
+
+static sl_status check_x(const sl__meta *x, const char *name) {
+  SL_CHECK(sl__dense_want_f32(x, name));
+  char sx[96];
+  if (x->shape.ndim < 1)
+    return sl__fail(SL_EINVAL, "%s is a scalar: want [..., D]", name);
+  if (x->shape.dims[x->shape.ndim - 1] == 0)
+    return sl__fail(SL_EINVAL, "%s %s: the normalised dim is empty", name,
+                    SL__DENSE_SHAPE_STR(sx, &x->shape));
+  return SL_OK;
+}
+
+static sl_status ln_infer(const sl__attrs *at, int n_in, const sl__meta *in,
+                          sl__meta *out) {
+  SL_CHECK(sl__dense_want_inputs(n_in, 3));
+  SL_CHECK(check_x(&in[0], "x"));
+  SL_CHECK(check_vec(&in[0], &in[1], "gamma"));
+  SL_CHECK(check_vec(&in[0], &in[2], "beta"));
+  double eps = sl__attr_float(at, "eps", 1e-5);
+  if (!(eps >= 0.0 && eps < INFINITY))
+    return sl__fail(SL_EINVAL, "eps %g: want a finite value >= 0", eps);
+  out[0] = in[0];
+  out[1].dtype = out[2].dtype = SL_DTYPE_F32;
+  out[1].shape = out[2].shape = sl__dense_drop_last(&in[0].shape);
+  return SL_OK;
+}
+
+static int ln_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
+                         sl__sbp_sig *sigs, int max) {
+  int n = 0;
+  if (n_in != 3) return 0;
+  for (int i = 0; i + 1 < in[0].shape.ndim; i++)
+    n = sl__dense_sig_add(sigs, n, max, 3, (sl_sbp[]){S(i), B(), B()}, 3,
+                          (sl_sbp[]){S(i), S(i), S(i)});
+  return n;
+}
+
+static sl_status ln_cpu(const sl__kernel_ctx *k) {
+  int64_t d;
+  int64_t rows = sl__dense_rows(&k->in_meta[0].shape, &d);
+  const float *x = k->in[0], *gamma = k->in[1], *beta = k->in[2];
+  float *y = k->out[0], *mean = k->out[1], *rstd = k->out[2];
+  float eps = (float)sl__attr_float(k->attrs, "eps", 1e-5);
+  if (d == 0) return SL_OK;
+  float inv_d = 1.0f / (float)d;
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * d;
+    float *yr = y + r * d;
+    float mu = sl__dense_row_sum(xr, d) * inv_d;
+    sl__vf acc = sl__vf_splat(0.0f), vmu = sl__vf_splat(mu);
+    int64_t j = 0;
+    for (; j + SL__DENSE_LANES <= d; j += SL__DENSE_LANES) {
+      sl__vf c = sl__vf_load(xr + j) - vmu;
+      acc += c * c;
+    }
+    if (j < d) {
+      /* mu pads: they add (mu - mu)^2 = 0. */
+      sl__vf c = sl__vf_load_tail(xr + j, d - j, mu) - vmu;
+      acc += c * c;
+    }
+    float rs = 1.0f / sqrtf(sl__vf_sum(acc) * inv_d + eps);
+    for (j = 0; j < d; j++)
+      yr[j] = (xr[j] - mu) * rs * gamma[j] + beta[j];
+    mean[r] = mu;
+    rstd[r] = rs;
+  }
+  return SL_OK;
+}
+
+const sl__op_def sl__op_layer_norm = {
+    .name = "layer_norm",
+    .min_in = 3,
+    .max_in = 3,
+    .n_out = 3,
+    .infer = ln_infer,
+    .signatures = ln_signatures,
+    .cpu = ln_cpu,
+};
+
+/* ---- layer_norm_grad ---------------------------------------------------- */
+
+static sl_status lng_infer(const sl__attrs *at, int n_in, const sl__meta *in,
+                           sl__meta *out) {
+  SL_CHECK(sl__dense_want_inputs(n_in, 5));
+  SL_CHECK(check_x(&in[1], "x"));
+  SL_CHECK(sl__dense_want_f32(&in[0], "dy"));
+  SL_CHECK(sl__dense_want_same_shape(&in[0], "dy", &in[1], "x"));
+  SL_CHECK(check_vec(&in[1], &in[2], "gamma"));
+  sl_shape rs = sl__dense_drop_last(&in[1].shape);
+  const char *names[2] = {"mean", "rstd"};
+  for (int i = 0; i < 2; i++) {
+    SL_CHECK(sl__dense_want_f32(&in[3 + i], names[i]));
+    if (!sl_shape_equal(&in[3 + i].shape, &rs)) {
+      char sx[96], sv[96], sw[96];
+      return sl__fail(SL_EINVAL, "x %s and %s %s: want %s %s",
+                      SL__DENSE_SHAPE_STR(sx, &in[1].shape), names[i],
+                      SL__DENSE_SHAPE_STR(sv, &in[3 + i].shape), names[i],
+                      SL__DENSE_SHAPE_STR(sw, &rs));
+    }
+  }
+  out[0] = in[1];
+  out[1] = out[2] = in[2];
+  return SL_OK;
+}
+
+static int lng_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
+                          sl__sbp_sig *sigs, int max) {
+  int n = 0;
+  if (n_in != 5) return 0;
+  for (int i = 0; i + 1 < in[1].shape.ndim; i++)
+    n = sl__dense_sig_add(sigs, n, max, 5,
+                          (sl_sbp[]){S(i), S(i), B(), S(i), S(i)}, 3,
+                          (sl_sbp[]){S(i), P(), P()});
+  return sl__dense_sig_add(sigs, n, max, 5, (sl_sbp[]){P(), B(), B(), B(), B()},
+                           3, (sl_sbp[]){P(), P(), P()});
+}
+
+static size_t lng_workspace(const sl__kernel_ctx *k) {
+  const sl_shape *s = &k->in_meta[2].shape;
+  return (size_t)(s->ndim ? s->dims[0] : 0) * 2 * sizeof(double);
+}
+
+static sl_status lng_cpu(const sl__kernel_ctx *k) {
+  int64_t d;
+  int64_t rows = sl__dense_rows(&k->in_meta[1].shape, &d);
+  const float *dy = k->in[0], *x = k->in[1], *gamma = k->in[2],
+              *mean = k->in[3], *rstd = k->in[4];
+  float *dx = k->out[0], *dgamma = k->out[1], *dbeta = k->out[2];
+  if (d == 0) return SL_OK;
+  if (!k->workspace || k->workspace_bytes < lng_workspace(k))
+    return sl__fail(SL_EINVAL, "layer_norm_grad: no workspace (run it with "
+                               "sl__op_run_cpu)");
+  double *dg = k->workspace, *db = dg + d;
+  for (int64_t j = 0; j < d; j++)
+    dg[j] = db[j] = 0.0;
+  float inv_d = 1.0f / (float)d;
+  for (int64_t r = 0; r < rows; r++) {
+    const float *dyr = dy + r * d, *xr = x + r * d;
+    float *o = dx + r * d;
+    float mu = mean[r], rs = rstd[r];
+    sl__vf sg = sl__vf_splat(0.0f), sgx = sl__vf_splat(0.0f);
+    sl__vf vmu = sl__vf_splat(mu), vrs = sl__vf_splat(rs);
+    int64_t j = 0;
+    for (; j + SL__DENSE_LANES <= d; j += SL__DENSE_LANES) {
+      sl__vf g = sl__vf_load(gamma + j) * sl__vf_load(dyr + j);
+      sg += g;
+      sgx += g * ((sl__vf_load(xr + j) - vmu) * vrs);
+    }
+    if (j < d) {
+      /* Zero pads in gamma and dy give g = 0. */
+      sl__vf g = sl__vf_load_tail(gamma + j, d - j, 0.0f) *
+                 sl__vf_load_tail(dyr + j, d - j, 0.0f);
+      sg += g;
+      sgx += g * ((sl__vf_load_tail(xr + j, d - j, mu) - vmu) * vrs);
+    }
+    float a = sl__vf_sum(sg) * inv_d;
+    float b = sl__vf_sum(sgx) * inv_d;
+    for (j = 0; j < d; j++) {
+      float xh = (xr[j] - mu) * rs, e = dyr[j];
+      o[j] = rs * ((gamma[j] * e - a) - xh * b);
+      dg[j] += (double)(e * xh);
+      db[j] += (double)e;
+    }
+  }
+  for (int64_t j = 0; j < d; j++) {
+    dgamma[j] = (float)dg[j];
+    dbeta[j] = (float)db[j];
+  }
+  return SL_OK;
+}
+
+const sl__op_def sl__op_layer_norm_grad = {
+    .name = "layer_norm_grad",
+    .min_in = 5,
+    .max_in = 5,
+    .n_out = 3,
+    .infer = lng_infer,
+    .signatures = lng_signatures,
+    .workspace = lng_workspace,
+    .cpu = lng_cpu,
+};

@@ -1,0 +1,269 @@
+/* Optimizer updates and gradient clipping by global norm, with PyTorch's
+ * semantics (torch.optim.SGD, Adam, AdamW; torch.nn.utils.clip_grad_norm_).
+ * The updates write new versions of the parameter and the state as outputs;
+ * an output may be the very buffer of its input (each element is read
+ * before it is written) but must not overlap it otherwise.
+ *
+ * sgd_update(w, g, m; lr, momentum = 0, dampening = 0, weight_decay = 0,
+ *            nesterov = 0) -> w_new, m_new
+ *   d = g + weight_decay * w             (when weight_decay != 0)
+ *   with momentum != 0:
+ *     m_new = d                          at the first step (k->step == 0:
+ *                                        PyTorch creates the buffer from d)
+ *     m_new = momentum * m + (1 - dampening) * d   later
+ *     d = nesterov ? d + momentum * m_new : m_new
+ *   without momentum m_new = m (PyTorch keeps no buffer; it passes through)
+ *   w_new = w - lr * d
+ * adam_update(w, g, m, v; lr, beta1 = 0.9, beta2 = 0.999, eps = 1e-8,
+ *             weight_decay = 0, decoupled = 0) -> w_new, m_new, v_new
+ *   t = k->step + 1 (PyTorch's step count after its increment)
+ *   decoupled (AdamW): w' = w * (1 - lr * weight_decay), d = g
+ *   otherwise (Adam):  w' = w, d = g + weight_decay * w (when != 0)
+ *   m_new = m + (1 - beta1) * (d - m)    (PyTorch: exp_avg.lerp_)
+ *   v_new = beta2 * v + (1 - beta2) * d * d   (PyTorch: addcmul_)
+ *   w_new = w' - (lr / (1 - beta1^t)) * m_new
+ *                / (sqrt(v_new) / sqrt(1 - beta2^t) + eps)
+ *   The step is the training step the runtime passes (its piece id), so
+ *   the bias correction follows the step count and a program restarted at
+ *   step s continues with t = s + 1.
+ * Signatures: S(i) on every input and output, for each axis i of w (all-B
+ * is implied).
+ *
+ * global_norm_scale(s0, s1, ...; max_norm) -> scale (scalar)
+ *   each input a scalar sum of squares of one gradient;
+ *   scale = min(1, max_norm / (sqrt(s0 + s1 + ...) + 1e-6)).
+ *   All-B only. */
+#include <math.h>
+
+#include "cpu/dense_util.h"
+
+#define S sl__dense_S
+
+/* Same shape and f32 for every input; the outputs copy input 0. */
+static sl_status check_state(int n_in, const sl__meta *in, const char **names) {
+  SL_CHECK(sl__dense_want_f32(&in[0], names[0]));
+  for (int i = 1; i < n_in; i++) {
+    SL_CHECK(sl__dense_want_f32(&in[i], names[i]));
+    SL_CHECK(sl__dense_want_same_shape(&in[0], names[0], &in[i], names[i]));
+  }
+  return SL_OK;
+}
+
+static sl_status want_range(const sl__attrs *at, const char *name, double dflt,
+                            double lo, double hi, bool hi_open) {
+  double v = sl__attr_float(at, name, dflt);
+  if (!(v >= lo && (hi_open ? v < hi : v <= hi)))
+    return sl__fail(SL_EINVAL, "%s %g: want a value in [%g, %g%s", name, v, lo,
+                    hi, hi_open ? ")" : "]");
+  return SL_OK;
+}
+
+/* The same split on every input and output, per axis of w. */
+static int state_signatures(int n_in, int n_out, const sl__meta *in,
+                            sl__sbp_sig *sigs, int max) {
+  int n = 0;
+  sl_sbp ins[SL_OP_MAX_INPUTS], outs[SL_OP_MAX_OUTPUTS];
+  for (int a = 0; a < in[0].shape.ndim; a++) {
+    for (int i = 0; i < n_in; i++)
+      ins[i] = S(a);
+    for (int i = 0; i < n_out; i++)
+      outs[i] = S(a);
+    n = sl__dense_sig_add(sigs, n, max, n_in, ins, n_out, outs);
+  }
+  return n;
+}
+
+/* ---- sgd ----------------------------------------------------------------- */
+
+static const char *sgd_names[3] = {"w", "g", "m"};
+
+static sl_status sgd_infer(const sl__attrs *at, int n_in, const sl__meta *in,
+                           sl__meta *out) {
+  SL_CHECK(sl__dense_want_inputs(n_in, 3));
+  SL_CHECK(check_state(3, in, sgd_names));
+  SL_CHECK(want_range(at, "lr", 0.0, 0.0, INFINITY, true));
+  SL_CHECK(want_range(at, "momentum", 0.0, 0.0, INFINITY, true));
+  SL_CHECK(want_range(at, "dampening", 0.0, -INFINITY, INFINITY, true));
+  SL_CHECK(want_range(at, "weight_decay", 0.0, 0.0, INFINITY, true));
+  bool nesterov = sl__attr_int(at, "nesterov", 0) != 0;
+  if (nesterov && (sl__attr_float(at, "momentum", 0.0) <= 0.0 ||
+                   sl__attr_float(at, "dampening", 0.0) != 0.0))
+    return sl__fail(SL_EINVAL, "nesterov momentum needs momentum > 0 and "
+                               "dampening 0");
+  out[0] = out[1] = in[0];
+  return SL_OK;
+}
+
+static int sgd_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
+                          sl__sbp_sig *sigs, int max) {
+  return n_in == 3 ? state_signatures(3, 2, in, sigs, max) : 0;
+}
+
+static sl_status sgd_cpu(const sl__kernel_ctx *k) {
+  int64_t n = sl_shape_numel(&k->in_meta[0].shape);
+  const float *w = k->in[0], *g = k->in[1], *m = k->in[2];
+  float *wn = k->out[0], *mn = k->out[1];
+  float lr = (float)sl__attr_float(k->attrs, "lr", 0.0);
+  float mom = (float)sl__attr_float(k->attrs, "momentum", 0.0);
+  float damp1 = (float)(1.0 - sl__attr_float(k->attrs, "dampening", 0.0));
+  float wd = (float)sl__attr_float(k->attrs, "weight_decay", 0.0);
+  bool nesterov = sl__attr_int(k->attrs, "nesterov", 0) != 0;
+  bool has_wd = wd != 0.0f;
+  if (n == 0) return SL_OK;
+  if (mom == 0.0f) {
+    if (mn != m) memmove(mn, m, (size_t)n * sizeof *mn);
+#pragma GCC ivdep
+    for (int64_t i = 0; i < n; i++) {
+      float d = has_wd ? g[i] + wd * w[i] : g[i];
+      wn[i] = w[i] - lr * d;
+    }
+  } else if (k->step == 0) {
+#pragma GCC ivdep
+    for (int64_t i = 0; i < n; i++) {
+      float d = has_wd ? g[i] + wd * w[i] : g[i];
+      float buf = d;
+      d = nesterov ? d + mom * buf : buf;
+      mn[i] = buf;
+      wn[i] = w[i] - lr * d;
+    }
+  } else {
+#pragma GCC ivdep
+    for (int64_t i = 0; i < n; i++) {
+      float d = has_wd ? g[i] + wd * w[i] : g[i];
+      float buf = m[i] * mom + damp1 * d;
+      d = nesterov ? d + mom * buf : buf;
+      mn[i] = buf;
+      wn[i] = w[i] - lr * d;
+    }
+  }
+  return SL_OK;
+}
+
+const sl__op_def sl__op_sgd_update = {
+    .name = "sgd_update",
+    .min_in = 3,
+    .max_in = 3,
+    .n_out = 2,
+    .infer = sgd_infer,
+    .signatures = sgd_signatures,
+    .cpu = sgd_cpu,
+};
+
+/* ---- adam ---------------------------------------------------------------- */
+
+static const char *adam_names[4] = {"w", "g", "m", "v"};
+
+static sl_status adam_infer(const sl__attrs *at, int n_in, const sl__meta *in,
+                            sl__meta *out) {
+  SL_CHECK(sl__dense_want_inputs(n_in, 4));
+  SL_CHECK(check_state(4, in, adam_names));
+  SL_CHECK(want_range(at, "lr", 1e-3, 0.0, INFINITY, true));
+  SL_CHECK(want_range(at, "beta1", 0.9, 0.0, 1.0, true));
+  SL_CHECK(want_range(at, "beta2", 0.999, 0.0, 1.0, true));
+  SL_CHECK(want_range(at, "eps", 1e-8, 0.0, INFINITY, true));
+  SL_CHECK(want_range(at, "weight_decay", 0.0, 0.0, INFINITY, true));
+  int64_t dec = sl__attr_int(at, "decoupled", 0);
+  if (dec != 0 && dec != 1)
+    return sl__fail(SL_EINVAL, "decoupled %lld: want 0 (Adam) or 1 (AdamW)",
+                    (long long)dec);
+  out[0] = out[1] = out[2] = in[0];
+  return SL_OK;
+}
+
+static int adam_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
+                           sl__sbp_sig *sigs, int max) {
+  return n_in == 4 ? state_signatures(4, 3, in, sigs, max) : 0;
+}
+
+static sl_status adam_cpu(const sl__kernel_ctx *k) {
+  int64_t n = sl_shape_numel(&k->in_meta[0].shape);
+  const float *w = k->in[0], *g = k->in[1], *m = k->in[2], *v = k->in[3];
+  float *wn = k->out[0], *mn = k->out[1], *vn = k->out[2];
+  double lr = sl__attr_float(k->attrs, "lr", 1e-3);
+  double b1 = sl__attr_float(k->attrs, "beta1", 0.9);
+  double b2 = sl__attr_float(k->attrs, "beta2", 0.999);
+  float eps = (float)sl__attr_float(k->attrs, "eps", 1e-8);
+  double wd = sl__attr_float(k->attrs, "weight_decay", 0.0);
+  bool decoupled = sl__attr_int(k->attrs, "decoupled", 0) != 0;
+  if (k->step < 0)
+    return sl__fail(SL_EINVAL, "adam_update: step %lld is negative",
+                    (long long)k->step);
+  /* The scalars as PyTorch forms them: Python floats (double), each applied
+   * to float tensors as a float. */
+  double t = (double)k->step + 1.0;
+  float step_size = (float)(lr / (1.0 - pow(b1, t)));
+  float bc2_sqrt = (float)sqrt(1.0 - pow(b2, t));
+  float one_b1 = (float)(1.0 - b1), fb2 = (float)b2, one_b2 = (float)(1.0 - b2);
+  float decay = decoupled ? (float)(1.0 - lr * wd) : 1.0f;
+  float l2 = decoupled ? 0.0f : (float)wd;
+  bool has_l2 = l2 != 0.0f, has_decay = decoupled && wd != 0.0;
+  if (n == 0) return SL_OK;
+#pragma GCC ivdep
+  for (int64_t i = 0; i < n; i++) {
+    float wi = has_decay ? w[i] * decay : w[i];
+    float d = has_l2 ? g[i] + l2 * w[i] : g[i];
+    float mi = m[i] + one_b1 * (d - m[i]);
+    float vi = v[i] * fb2 + (one_b2 * d) * d; /* addcmul's order */
+    float denom = sqrtf(vi) / bc2_sqrt + eps;
+    mn[i] = mi;
+    vn[i] = vi;
+    wn[i] = wi - step_size * (mi / denom);
+  }
+  return SL_OK;
+}
+
+const sl__op_def sl__op_adam_update = {
+    .name = "adam_update",
+    .min_in = 4,
+    .max_in = 4,
+    .n_out = 3,
+    .infer = adam_infer,
+    .signatures = adam_signatures,
+    .cpu = adam_cpu,
+};
+
+/* ---- global_norm_scale --------------------------------------------------- */
+
+static sl_status gns_infer(const sl__attrs *at, int n_in, const sl__meta *in,
+                           sl__meta *out) {
+  if (n_in < 1)
+    return sl__fail(SL_EINVAL,
+                    "no inputs: want one sum of squares per gradient");
+  for (int i = 0; i < n_in; i++) {
+    char name[32], ss[96];
+    snprintf(name, sizeof name, "input %d", i);
+    SL_CHECK(sl__dense_want_f32(&in[i], name));
+    if (sl_shape_numel(&in[i].shape) != 1)
+      return sl__fail(SL_EINVAL, "input %d %s: want a scalar", i,
+                      SL__DENSE_SHAPE_STR(ss, &in[i].shape));
+  }
+  double mx = sl__attr_float(at, "max_norm", NAN);
+  if (!(mx > 0.0 && mx < INFINITY))
+    return sl__fail(SL_EINVAL, "max_norm %g: want a finite value > 0", mx);
+  memset(&out[0], 0, sizeof out[0]);
+  out[0].dtype = SL_DTYPE_F32; /* shape: a scalar */
+  return SL_OK;
+}
+
+static sl_status gns_cpu(const sl__kernel_ctx *k) {
+  double sum = 0.0;
+  for (int i = 0; i < k->n_in; i++)
+    sum += ((const float *)k->in[i])[0];
+  double mx = sl__attr_float(k->attrs, "max_norm", NAN);
+  /* clip_grad_norm_: clip_coef = max_norm / (total_norm + 1e-6), clamped
+   * to at most 1. A NaN norm gives NaN, as there. */
+  float total = (float)sqrt(sum);
+  float coef = (float)mx / (total + 1e-6f);
+  ((float *)k->out[0])[0] = coef < 1.0f ? coef : (coef == coef ? 1.0f : coef);
+  return SL_OK;
+}
+
+const sl__op_def sl__op_global_norm_scale = {
+    .name = "global_norm_scale",
+    .min_in = 1,
+    .max_in = SL_OP_MAX_INPUTS,
+    .n_out = 1,
+    .infer = gns_infer,
+    .signatures = NULL,
+    .cpu = gns_cpu,
+};

@@ -1,0 +1,280 @@
+/* matmul and batch_matmul: every transpose combination, leading dims,
+ * non-divisible and empty extents against a double-precision reference;
+ * the declared signatures; every bad-input error. */
+#include <float.h>
+
+#include "test_ops_dense.h"
+
+static uint64_t g_seed;
+
+static const int64_t extents[] = {0, 1, 5, 17, 67};
+
+static sl__attrs flags(int ta, int tb) {
+  sl__attrs at;
+  memset(&at, 0, sizeof at);
+  assert_int_equal(sl__attrs_set_int(&at, "trans_a", ta), SL_OK);
+  assert_int_equal(sl__attrs_set_int(&at, "trans_b", tb), SL_OK);
+  return at;
+}
+
+/* C[i, j] = sum_p op(A)[i, p] op(B)[p, j] over `batch` matrix pairs, with
+ * the bound 2 (k + 2) eps sum |a||b| per element (Higham, "Accuracy and
+ * Stability of Numerical Algorithms", 2nd ed., section 3.5). */
+static void ref_products(int ta, int tb, int64_t batch, int64_t m, int64_t n,
+                         int64_t k, const float *a, const float *b,
+                         int64_t b_stride, double *want, double *bound) {
+  for (int64_t q = 0; q < batch; q++) {
+    const float *aq = a + q * m * k, *bq = b + q * b_stride;
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        double s = 0, abs = 0;
+        for (int64_t p = 0; p < k; p++) {
+          double x = ta ? aq[p * m + i] : aq[i * k + p];
+          double y = tb ? bq[j * k + p] : bq[p * n + j];
+          s += x * y;
+          abs += fabs(x * y);
+        }
+        want[(q * m + i) * n + j] = s;
+        bound[(q * m + i) * n + j] = 2.0 * (double)(k + 2) * FLT_EPSILON * abs;
+      }
+  }
+}
+
+static void check_bounded(const char *what, const float *got,
+                          const double *want, const double *bound, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    if (!(fabs(got[i] - want[i]) <= bound[i] + 1e-30))
+      fail_msg("%s: element %" PRId64 ": got %.9g, want %.9g (bound %.3g)",
+               what, i, got[i], want[i], bound[i]);
+}
+
+/* One matmul case: a has `lead` leading dims (of extents l0, l1) before m. */
+static void matmul_case(sl_rng *r, int ta, int tb, int nlead, int64_t m,
+                        int64_t n, int64_t k) {
+  int64_t ad[4], nd = 0, rows = m;
+  const int64_t lead[2] = {3, 2};
+  for (int i = 0; i < nlead; i++)
+    ad[nd++] = lead[i], rows *= lead[i];
+  if (ta) {
+    ad[nd++] = k;
+    ad[nd++] = m;
+  } else {
+    ad[nd++] = m;
+    ad[nd++] = k;
+  }
+  sl_shape as = dt_shape((int)nd, ad);
+  sl_shape bs = dt_shape(2, tb ? (int64_t[]){n, k} : (int64_t[]){k, n});
+  sl_host_tensor *in[2] = {dt_rand(r, &as, -1, 1), dt_rand(r, &bs, -1, 1)};
+  sl__attrs at = flags(ta, tb);
+  sl_host_tensor *out[1];
+  dt_run_ok("matmul", &at, 2, in, 0, out);
+  const sl_shape *os = sl_host_tensor_shape(out[0]);
+  assert_int_equal(os->ndim, nd);
+  for (int i = 0; i < nlead; i++)
+    assert_int_equal(os->dims[i], lead[i]);
+  assert_int_equal(os->dims[nd - 2], m);
+  assert_int_equal(os->dims[nd - 1], n);
+  size_t cnt = (size_t)(rows * n) + 1;
+  double *want = malloc(cnt * sizeof *want),
+         *bound = malloc(cnt * sizeof *bound);
+  ref_products(ta, tb, 1, rows, n, k, dt_f(in[0]), dt_f(in[1]), 0, want, bound);
+  char what[96];
+  snprintf(what, sizeof what, "matmul ta=%d tb=%d lead=%d m=%lld n=%lld k=%lld",
+           ta, tb, nlead, (long long)m, (long long)n, (long long)k);
+  check_bounded(what, dt_f(out[0]), want, bound, rows * n);
+  free(want);
+  free(bound);
+  dt_free(2, in);
+  dt_free(1, out);
+}
+
+static void test_matmul_values(void **state) {
+  sl_rng r = {g_seed};
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++)
+      for (size_t i = 0; i < SL_ARRAY_LEN(extents); i++)
+        for (size_t j = 0; j < SL_ARRAY_LEN(extents); j++)
+          for (size_t q = 0; q < SL_ARRAY_LEN(extents); q++)
+            matmul_case(&r, ta, tb, 0, extents[i], extents[j], extents[q]);
+  /* Leading dims flatten into m. */
+  for (int tb = 0; tb < 2; tb++)
+    for (int lead = 1; lead <= 2; lead++) {
+      matmul_case(&r, 0, tb, lead, 7, 9, 13);
+      matmul_case(&r, 0, tb, lead, 0, 9, 13);
+      matmul_case(&r, 0, tb, lead, 7, 9, 0);
+    }
+  /* Big enough for OpenBLAS's blocked paths. */
+  matmul_case(&r, 0, 1, 0, 130, 257, 300);
+  matmul_case(&r, 1, 0, 0, 257, 130, 300);
+}
+
+static void bmm_case(sl_rng *r, int ta, int tb, int nbatch, int64_t m,
+                     int64_t n, int64_t k) {
+  int64_t ad[4], bd[4], nd = 0, batch = 1;
+  const int64_t bdims[2] = {2, 3};
+  for (int i = 0; i < nbatch; i++)
+    ad[nd] = bd[nd] = bdims[i], batch *= bdims[i], nd++;
+  ad[nd] = ta ? k : m;
+  ad[nd + 1] = ta ? m : k;
+  bd[nd] = tb ? n : k;
+  bd[nd + 1] = tb ? k : n;
+  nd += 2;
+  sl_shape as = dt_shape((int)nd, ad), bs = dt_shape((int)nd, bd);
+  sl_host_tensor *in[2] = {dt_rand(r, &as, -1, 1), dt_rand(r, &bs, -1, 1)};
+  sl__attrs at = flags(ta, tb);
+  sl_host_tensor *out[1];
+  dt_run_ok("batch_matmul", &at, 2, in, 0, out);
+  const sl_shape *os = sl_host_tensor_shape(out[0]);
+  assert_int_equal(os->ndim, nd);
+  assert_int_equal(os->dims[nd - 2], m);
+  assert_int_equal(os->dims[nd - 1], n);
+  size_t cnt = (size_t)(batch * m * n) + 1;
+  double *want = malloc(cnt * sizeof *want),
+         *bound = malloc(cnt * sizeof *bound);
+  ref_products(ta, tb, batch, m, n, k, dt_f(in[0]), dt_f(in[1]), k * n, want,
+               bound);
+  char what[96];
+  snprintf(what, sizeof what,
+           "batch_matmul ta=%d tb=%d batch=%lld m=%lld n=%lld k=%lld", ta, tb,
+           (long long)batch, (long long)m, (long long)n, (long long)k);
+  check_bounded(what, dt_f(out[0]), want, bound, batch * m * n);
+  free(want);
+  free(bound);
+  dt_free(2, in);
+  dt_free(1, out);
+}
+
+static void test_batch_matmul_values(void **state) {
+  sl_rng r = {g_seed + 1};
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++)
+      for (int nb = 0; nb <= 2; nb++)
+        for (size_t i = 0; i < SL_ARRAY_LEN(extents); i += 2)
+          for (size_t j = 0; j < SL_ARRAY_LEN(extents); j++)
+            for (size_t q = 0; q < SL_ARRAY_LEN(extents); q += 2)
+              bmm_case(&r, ta, tb, nb, extents[i], extents[j], extents[q]);
+}
+
+/* ---- signatures ------------------------------------------------------------
+ */
+
+static void sig_text(const sl__sbp_sig *s, int n_in, int n_out, char *buf,
+                     size_t size) {
+  size_t len = 0;
+  for (int i = 0; i < n_in + n_out; i++) {
+    char t[16];
+    sl_sbp_print(i < n_in ? s->in[i] : s->out[i - n_in], t, sizeof t);
+    len += (size_t)snprintf(buf + len, size - len, "%s%s",
+                            i == 0 ? "" : (i == n_in ? "->" : ","), t);
+  }
+}
+
+/* The op's signatures for these inputs, joined by " ". */
+static void sigs_of(const char *name, const sl__attrs *at, int n_in,
+                    sl_host_tensor *const *in, char *buf, size_t size) {
+  const sl__op_def *op = dt_op(name);
+  sl__meta m[SL_OP_MAX_INPUTS];
+  for (int i = 0; i < n_in; i++) {
+    m[i].dtype = sl_host_tensor_dtype(in[i]);
+    m[i].shape = *sl_host_tensor_shape(in[i]);
+  }
+  sl__sbp_sig sigs[SL_OP_MAX_SIGNATURES];
+  int n = op->signatures(at, n_in, m, sigs, SL_OP_MAX_SIGNATURES);
+  size_t len = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < n; i++) {
+    char t[128];
+    sig_text(&sigs[i], n_in, op->n_out, t, sizeof t);
+    len += (size_t)snprintf(buf + len, size - len, "%s%s", i ? " " : "", t);
+  }
+}
+
+static void expect_sigs(const char *name, int ta, int tb, int na,
+                        const int64_t *ad, int nb, const int64_t *bd,
+                        const char *want) {
+  sl_shape as = dt_shape(na, ad), bs = dt_shape(nb, bd);
+  sl_host_tensor *in[2] = {dt_new(SL_DTYPE_F32, &as),
+                           dt_new(SL_DTYPE_F32, &bs)};
+  sl__attrs at = flags(ta, tb);
+  char got[1024];
+  sigs_of(name, &at, 2, in, got, sizeof got);
+  if (strcmp(got, want) != 0)
+    fail_msg("%s: got\n  %s\nwant\n  %s", name, got, want);
+  dt_free(2, in);
+}
+
+static void test_signatures(void **state) {
+  expect_sigs("matmul", 0, 0, 2, (int64_t[]){5, 7}, 2, (int64_t[]){7, 3},
+              "S(0),B->S(0) B,S(1)->S(1) S(1),S(0)->P P,B->P B,P->P");
+  expect_sigs("matmul", 1, 0, 2, (int64_t[]){7, 5}, 2, (int64_t[]){7, 3},
+              "S(1),B->S(0) B,S(1)->S(1) S(0),S(0)->P P,B->P B,P->P");
+  expect_sigs("matmul", 0, 1, 3, (int64_t[]){2, 5, 7}, 2, (int64_t[]){3, 7},
+              "S(0),B->S(0) S(1),B->S(1) B,S(0)->S(2) S(2),S(1)->P P,B->P "
+              "B,P->P");
+  expect_sigs("batch_matmul", 0, 0, 4, (int64_t[]){2, 3, 5, 7}, 4,
+              (int64_t[]){2, 3, 7, 4},
+              "S(0),S(0)->S(0) S(1),S(1)->S(1) S(2),B->S(2) B,S(3)->S(3) "
+              "S(3),S(2)->P P,B->P B,P->P");
+  expect_sigs("batch_matmul", 1, 1, 3, (int64_t[]){2, 7, 5}, 3,
+              (int64_t[]){2, 4, 7},
+              "S(0),S(0)->S(0) S(2),B->S(1) B,S(1)->S(2) S(1),S(2)->P P,B->P "
+              "B,P->P");
+}
+
+/* ---- errors
+ * ------------------------------------------------------------------ */
+
+static void expect_error(const char *name, int ta, int tb, sl_dtype da, int na,
+                         const int64_t *ad, sl_dtype db, int nb,
+                         const int64_t *bd, const char *needle) {
+  sl_shape as = dt_shape(na, ad), bs = dt_shape(nb, bd);
+  sl_host_tensor *in[2] = {dt_new(da, &as), dt_new(db, &bs)};
+  sl__attrs at = flags(ta, tb);
+  dt_expect_infer_error(name, &at, 2, in, needle);
+  dt_free(2, in);
+}
+
+static void test_errors(void **state) {
+  const sl_dtype f = SL_DTYPE_F32;
+  expect_error("matmul", 0, 0, f, 1, (int64_t[]){5}, f, 2, (int64_t[]){5, 3},
+               "a [5]: want at least 2 dims");
+  expect_error("matmul", 0, 0, f, 2, (int64_t[]){4, 5}, f, 3,
+               (int64_t[]){1, 5, 3}, "b [1,5,3]: want 2 dims");
+  expect_error("matmul", 1, 0, f, 3, (int64_t[]){2, 4, 5}, f, 2,
+               (int64_t[]){4, 3}, "trans_a needs a 2-d a");
+  expect_error("matmul", 0, 0, f, 2, (int64_t[]){4, 5}, f, 2, (int64_t[]){6, 3},
+               "contraction extents differ (5 vs 6)");
+  expect_error("matmul", 0, 1, f, 2, (int64_t[]){4, 5}, f, 2, (int64_t[]){5, 3},
+               "contraction extents differ (5 vs 3)");
+  expect_error("matmul", 0, 0, SL_DTYPE_I32, 2, (int64_t[]){4, 5}, f, 2,
+               (int64_t[]){5, 3}, "a: dtype i32, want f32");
+  expect_error("matmul", 0, 0, f, 2, (int64_t[]){4, 5}, SL_DTYPE_F64, 2,
+               (int64_t[]){5, 3}, "b: dtype f64, want f32");
+  expect_error("matmul", 2, 0, f, 2, (int64_t[]){4, 5}, f, 2, (int64_t[]){5, 3},
+               "trans_a 2: want 0 or 1");
+  expect_error("batch_matmul", 0, 0, f, 3, (int64_t[]){2, 4, 5}, f, 2,
+               (int64_t[]){5, 3}, "want the same number of dims");
+  expect_error("batch_matmul", 0, 0, f, 3, (int64_t[]){2, 4, 5}, f, 3,
+               (int64_t[]){3, 5, 3}, "batch dim 0 differs");
+  expect_error("batch_matmul", 0, 1, f, 3, (int64_t[]){2, 4, 5}, f, 3,
+               (int64_t[]){2, 5, 3}, "contraction extents differ (5 vs 3)");
+  expect_error("batch_matmul", 0, 0, f, 1, (int64_t[]){4}, f, 1, (int64_t[]){4},
+               "at least 2");
+  /* Wrong arity. */
+  sl_shape s = dt_shape(2, (int64_t[]){2, 2});
+  sl_host_tensor *one[1] = {dt_new(f, &s)};
+  sl__attrs at = flags(0, 0);
+  dt_expect_infer_error("matmul", &at, 1, one, "1 inputs, want 2");
+  dt_free(1, one);
+}
+
+int main(void) {
+  g_seed = dt_seed("dense matmul");
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_matmul_values),
+      cmocka_unit_test(test_batch_matmul_values),
+      cmocka_unit_test(test_signatures),
+      cmocka_unit_test(test_errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,439 @@
+/* softmax, log_softmax, sparse_cross_entropy and their gradients: values
+ * against double references on every axis, non-multiple-of-16 rows, empty
+ * tensors and extreme inputs; gradients against finite differences of the
+ * forward kernels; rows bit-identical wherever they sit in a shard; the
+ * exp polynomial; every bad-input error. */
+#include <float.h>
+
+#include "cpu/dense_util.h"
+#include "test_ops_dense.h"
+
+static uint64_t g_seed;
+
+static sl__attrs axis_attr(int64_t axis) {
+  sl__attrs at;
+  memset(&at, 0, sizeof at);
+  assert_int_equal(sl__attrs_set_int(&at, "axis", axis), SL_OK);
+  return at;
+}
+
+/* outer, len, inner of s around axis (already normalised). */
+static void split3(const sl_shape *s, int axis, int64_t *o, int64_t *l,
+                   int64_t *in) {
+  *o = *in = 1;
+  for (int i = 0; i < axis; i++)
+    *o *= s->dims[i];
+  for (int i = axis + 1; i < s->ndim; i++)
+    *in *= s->dims[i];
+  *l = s->dims[axis];
+}
+
+/* want = softmax or log_softmax of x along axis, in double. */
+static void ref_softmax(bool log, const sl_shape *s, int axis, const float *x,
+                        double *want) {
+  int64_t outer, len, inner;
+  split3(s, axis, &outer, &len, &inner);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t j = 0; j < inner; j++) {
+      const float *xc = x + o * len * inner + j;
+      double *wc = want + o * len * inner + j;
+      double m = -INFINITY, sum = 0;
+      for (int64_t c = 0; c < len; c++)
+        m = fmax(m, xc[c * inner]);
+      for (int64_t c = 0; c < len; c++)
+        sum += exp(xc[c * inner] - m);
+      for (int64_t c = 0; c < len; c++)
+        wc[c * inner] = log ? (xc[c * inner] - m) - log1p(sum - 1.0)
+                            : exp(xc[c * inner] - m) / sum;
+    }
+}
+
+static const int64_t shapes[][4] = {
+    /* ndim, dims... */
+    {1, 1},         {1, 33},       {2, 4, 16}, {2, 3, 300}, {3, 3, 5, 7},
+    {3, 2, 3, 600}, {3, 3, 17, 2}, {2, 0, 5},  {2, 3, 0},   {3, 2, 0, 3},
+};
+
+static sl_shape shape_at(size_t i) {
+  return dt_shape((int)shapes[i][0], &shapes[i][1]);
+}
+
+static void test_softmax_values(void **state) {
+  sl_rng r = {g_seed};
+  for (int log = 0; log < 2; log++)
+    for (size_t si = 0; si < SL_ARRAY_LEN(shapes); si++) {
+      sl_shape s = shape_at(si);
+      for (int axis = -1; axis < s.ndim; axis++) {
+        sl_host_tensor *in[1] = {dt_rand(&r, &s, -8, 8)};
+        sl__attrs at = axis_attr(axis);
+        sl_host_tensor *out[1];
+        dt_run_ok(log ? "log_softmax" : "softmax", &at, 1, in, 0, out);
+        assert_true(sl_shape_equal(sl_host_tensor_shape(out[0]), &s));
+        int64_t n = dt_numel(in[0]);
+        double *want = malloc((size_t)(n + 1) * sizeof *want);
+        ref_softmax(log, &s, axis < 0 ? s.ndim - 1 : axis, dt_f(in[0]), want);
+        char what[64];
+        snprintf(what, sizeof what, "%s shape %zu axis %d",
+                 log ? "log_softmax" : "softmax", si, axis);
+        dt_check(what, dt_f(out[0]), want, n, log ? 2e-6 : 1e-7, 4e-6);
+        free(want);
+        dt_free(1, in);
+        dt_free(1, out);
+      }
+    }
+}
+
+/* Huge spreads, -inf and equal values: no overflow, no NaN. */
+static void test_softmax_extremes(void **state) {
+  const float x[] = {1000.0f, 0.0f,  -1000.0f, -INFINITY,
+                     1000.0f, 88.0f, -88.0f};
+  const int n = (int)SL_ARRAY_LEN(x);
+  sl_shape s = dt_shape(1, (int64_t[]){n});
+  sl_host_tensor *in[1] = {dt_new(SL_DTYPE_F32, &s)};
+  memcpy(dt_f(in[0]), x, sizeof x);
+  sl__attrs at = axis_attr(0);
+  sl_host_tensor *out[1];
+  dt_run_ok("softmax", &at, 1, in, 0, out);
+  const double want[] = {0.5, 0, 0, 0, 0.5, 0, 0};
+  dt_check("softmax extremes", dt_f(out[0]), want, n, 1e-7, 1e-6);
+  dt_free(1, out);
+  dt_run_ok("log_softmax", &at, 1, in, 0, out);
+  const float *y = dt_f(out[0]);
+  const double lwant[] = {-log(2.0), -1000 - log(2.0),     -2000 - log(2.0), 0,
+                          -log(2.0), 88 - 1000 - log(2.0), -1088 - log(2.0)};
+  for (int i = 0; i < n; i++)
+    if (i == 3)
+      assert_true(isinf(y[i]) && y[i] < 0);
+    else
+      dt_check("log_softmax extremes", &y[i], &lwant[i], 1, 1e-5, 1e-6);
+  dt_free(1, out);
+  dt_free(1, in);
+}
+
+/* The same row gives the same bits at any position and alignment, and a
+ * column block gives the same bits whatever other columns sit beside it:
+ * what a split on another axis does to a shard. */
+static void test_softmax_bits_independent_of_shard(void **state) {
+  sl_rng r = {g_seed + 7};
+  const char *ops[2] = {"softmax", "log_softmax"};
+  for (int o = 0; o < 2; o++) {
+    /* Rows (axis last): the whole tensor vs rows 1.. at an odd offset. */
+    sl_shape s = dt_shape(2, (int64_t[]){5, 45});
+    sl_host_tensor *in[1] = {dt_rand(&r, &s, -5, 5)}, *out[1];
+    sl__attrs at = axis_attr(-1);
+    dt_run_ok(ops[o], &at, 1, in, 0, out);
+    float *xb = calloc(4 * 45 + 3, sizeof(float)),
+          *yb = calloc(4 * 45 + 3, sizeof(float));
+    memcpy(xb + 3, dt_f(in[0]) + 45, 4 * 45 * sizeof(float));
+    sl__kernel_ctx k;
+    dt_ctx(&k, &at, 1, in, 1, out, 0);
+    k.in[0] = xb + 3;
+    k.out[0] = yb + 1;
+    k.in_meta[0].shape.dims[0] = k.out_meta[0].shape.dims[0] = 4;
+    assert_int_equal(sl__op_run_cpu(dt_op(ops[o]), &k), SL_OK);
+    assert_memory_equal(yb + 1, dt_f(out[0]) + 45, 4 * 45 * sizeof(float));
+    free(xb);
+    free(yb);
+    dt_free(1, in);
+    dt_free(1, out);
+    /* Columns (axis 0 of [9, 300]): columns 7..37 on their own. */
+    s = dt_shape(2, (int64_t[]){9, 300});
+    in[0] = dt_rand(&r, &s, -5, 5);
+    at = axis_attr(0);
+    dt_run_ok(ops[o], &at, 1, in, 0, out);
+    sl_shape cs = dt_shape(2, (int64_t[]){9, 30});
+    sl_host_tensor *cin[1] = {dt_new(SL_DTYPE_F32, &cs)}, *cout[1];
+    for (int c = 0; c < 9; c++)
+      memcpy(dt_f(cin[0]) + c * 30, dt_f(in[0]) + c * 300 + 7,
+             30 * sizeof(float));
+    dt_run_ok(ops[o], &at, 1, cin, 0, cout);
+    for (int c = 0; c < 9; c++)
+      assert_memory_equal(dt_f(cout[0]) + c * 30, dt_f(out[0]) + c * 300 + 7,
+                          30 * sizeof(float));
+    dt_free(1, cin);
+    dt_free(1, cout);
+    dt_free(1, in);
+    dt_free(1, out);
+  }
+}
+
+/* softmax_grad / log_softmax_grad against finite differences of the
+ * forward ops: the gradient of sum(dy * y) with respect to x. */
+static void test_softmax_grads_fd(void **state) {
+  sl_rng r = {g_seed + 11};
+  const char *fwd[2] = {"softmax", "log_softmax"};
+  const char *bwd[2] = {"softmax_grad", "log_softmax_grad"};
+  const int64_t cases[][4] = {{2, 3, 19}, {3, 2, 5, 3}, {1, 7}, {2, 4, 1}};
+  for (int o = 0; o < 2; o++)
+    for (size_t c = 0; c < SL_ARRAY_LEN(cases); c++) {
+      sl_shape s = dt_shape((int)cases[c][0], &cases[c][1]);
+      for (int axis = 0; axis < s.ndim; axis++) {
+        sl__attrs at = axis_attr(axis);
+        sl_host_tensor *x[1] = {dt_rand(&r, &s, -2, 2)}, *y[1];
+        dt_run_ok(fwd[o], &at, 1, x, 0, y);
+        sl_host_tensor *g[2] = {dt_rand(&r, &s, -1, 1), y[0]}, *dx[1];
+        dt_run_ok(bwd[o], &at, 2, g, 0, dx);
+        dt_check_fd(fwd[o], &at, 1, x, 0, dt_f(g[0]), 0, dt_f(dx[0]), 1e-2f,
+                    3e-4, 3e-3);
+        dt_free(1, x);
+        dt_free(2, g);
+        dt_free(1, dx);
+      }
+    }
+}
+
+/* The gradients on a non-last axis, long rows and empty tensors against
+ * their formulas in double. */
+static void test_softmax_grads_values(void **state) {
+  sl_rng r = {g_seed + 12};
+  for (int log = 0; log < 2; log++)
+    for (size_t si = 0; si < SL_ARRAY_LEN(shapes); si++) {
+      sl_shape s = shape_at(si);
+      for (int axis = 0; axis < s.ndim; axis++) {
+        sl__attrs at = axis_attr(axis);
+        sl_host_tensor *x[1] = {dt_rand(&r, &s, -3, 3)}, *y[1];
+        dt_run_ok(log ? "log_softmax" : "softmax", &at, 1, x, 0, y);
+        sl_host_tensor *g[2] = {dt_rand(&r, &s, -1, 1), y[0]}, *dx[1];
+        dt_run_ok(log ? "log_softmax_grad" : "softmax_grad", &at, 2, g, 0, dx);
+        int64_t outer, len, inner, n = dt_numel(x[0]);
+        split3(&s, axis, &outer, &len, &inner);
+        double *want = malloc((size_t)(n + 1) * sizeof *want);
+        const float *dy = dt_f(g[0]), *yy = dt_f(y[0]);
+        for (int64_t o = 0; o < outer; o++)
+          for (int64_t j = 0; j < inner; j++) {
+            int64_t base = o * len * inner + j;
+            double acc = 0;
+            for (int64_t c = 0; c < len; c++)
+              acc += log ? dy[base + c * inner]
+                         : (double)dy[base + c * inner] * yy[base + c * inner];
+            for (int64_t c = 0; c < len; c++) {
+              int64_t i = base + c * inner;
+              want[i] = log ? dy[i] - exp(yy[i]) * acc : yy[i] * (dy[i] - acc);
+            }
+          }
+        dt_check(log ? "log_softmax_grad" : "softmax_grad", dt_f(dx[0]), want,
+                 n, 1e-5, 1e-4);
+        free(want);
+        dt_free(1, x);
+        dt_free(2, g);
+        dt_free(1, dx);
+      }
+    }
+}
+
+static void test_softmax_errors(void **state) {
+  sl_shape s = dt_shape(2, (int64_t[]){3, 4}),
+           s2 = dt_shape(2, (int64_t[]){3, 5}), sc = dt_shape(0, NULL);
+  sl_host_tensor *x[1] = {dt_new(SL_DTYPE_F32, &s)};
+  sl__attrs at = axis_attr(2);
+  dt_expect_infer_error("softmax", &at, 1, x,
+                        "axis 2 out of range for a 2-d tensor");
+  at = axis_attr(-3);
+  dt_expect_infer_error("log_softmax", &at, 1, x, "axis -3 out of range");
+  at = axis_attr(-2);
+  sl__meta om[SL_OP_MAX_OUTPUTS];
+  assert_int_equal(dt_infer("softmax", &at, 1, x, om), SL_OK); /* -2 is 0 */
+  sl_host_tensor *xi[1] = {dt_new(SL_DTYPE_I32, &s)};
+  dt_expect_infer_error("softmax", &at, 1, xi, "x: dtype i32, want f32");
+  sl_host_tensor *xs[1] = {dt_new(SL_DTYPE_F32, &sc)};
+  dt_expect_infer_error("softmax", &at, 1, xs, "scalar");
+  sl_host_tensor *g[2] = {dt_new(SL_DTYPE_F32, &s), dt_new(SL_DTYPE_F32, &s2)};
+  at = axis_attr(-1);
+  dt_expect_infer_error("softmax_grad", &at, 2, g,
+                        "dy [3,4] and y [3,5]: shapes differ");
+  dt_expect_infer_error("log_softmax_grad", &at, 1, g, "1 inputs, want 2");
+  dt_free(1, x);
+  dt_free(1, xi);
+  dt_free(1, xs);
+  dt_free(2, g);
+}
+
+/* ---- exp
+ * ----------------------------------------------------------------------- */
+
+static void test_exp(void **state) {
+  sl_rng r = {g_seed + 3};
+  double worst = 0;
+  for (int i = 0; i < 200000; i++) {
+    float x = dt_uniform(&r, -87.3f, 88.0f);
+    double want = exp((double)x), got = sl__dense_exp(x);
+    worst = fmax(worst, fabs(got - want) / want);
+  }
+  printf("  exp: worst relative error %.3g (%.2f ulp)\n", worst,
+         worst / FLT_EPSILON);
+  assert_true(worst < 4 * FLT_EPSILON);
+  assert_true(sl__dense_exp(0.0f) == 1.0f);
+  assert_true(sl__dense_exp(-88.0f) == 0.0f);
+  assert_true(sl__dense_exp(-INFINITY) == 0.0f);
+  assert_true(isnan(sl__dense_exp(NAN)));
+  /* The vector form gives the scalar's bits. */
+  for (int i = 0; i < 1000; i++) {
+    float x[SL__DENSE_LANES], y[SL__DENSE_LANES];
+    for (int l = 0; l < SL__DENSE_LANES; l++)
+      x[l] = dt_uniform(&r, -100.0f, 88.0f);
+    x[0] = -INFINITY;
+    sl__vf_store(y, sl__vf_exp(sl__vf_load(x)));
+    for (int l = 0; l < SL__DENSE_LANES; l++) {
+      float s = sl__dense_exp(x[l]);
+      assert_memory_equal(&s, &y[l], sizeof s);
+    }
+  }
+}
+
+/* ---- sparse cross-entropy
+ * ------------------------------------------------------ */
+
+/* loss = logsumexp(row) - row[label], in double. */
+static void ref_ce(int64_t rows, int64_t classes, const float *x,
+                   const sl_host_tensor *labels, double *want) {
+  for (int64_t i = 0; i < rows; i++) {
+    const float *xr = x + i * classes;
+    double m = -INFINITY, s = 0;
+    for (int64_t c = 0; c < classes; c++)
+      m = fmax(m, xr[c]);
+    for (int64_t c = 0; c < classes; c++)
+      s += exp(xr[c] - m);
+    int64_t lab = (int64_t)sl_host_tensor_get(labels, i);
+    want[i] = m + log(s) - xr[lab];
+  }
+}
+
+static void ce_case(sl_rng *r, sl_dtype ldt, int ndim, const int64_t *dims,
+                    float spread) {
+  sl_shape s = dt_shape(ndim, dims), ls = dt_shape(ndim - 1, dims);
+  int64_t classes = dims[ndim - 1], rows = sl_shape_numel(&ls);
+  sl_host_tensor *in[2] = {dt_rand(r, &s, -spread, spread),
+                           dt_ids(r, ldt, &ls, classes)};
+  sl__attrs at;
+  memset(&at, 0, sizeof at);
+  sl_host_tensor *out[1];
+  dt_run_ok("sparse_cross_entropy", &at, 2, in, 0, out);
+  assert_true(sl_shape_equal(sl_host_tensor_shape(out[0]), &ls));
+  double *want = malloc((size_t)(rows + 1) * sizeof *want);
+  ref_ce(rows, classes, dt_f(in[0]), in[1], want);
+  dt_check("sparse_cross_entropy", dt_f(out[0]), want, rows, 2e-5, 2e-6);
+  /* The gradient against dloss * (softmax - onehot) in double. */
+  sl_host_tensor *g[3] = {dt_rand(r, &ls, -1, 1), in[0], in[1]}, *dx[1];
+  dt_run_ok("sparse_cross_entropy_grad", &at, 3, g, 0, dx);
+  int64_t n = rows * classes;
+  double *gw = malloc((size_t)(n + 1) * sizeof *gw);
+  const float *x = dt_f(in[0]);
+  for (int64_t i = 0; i < rows; i++) {
+    double m = -INFINITY, sum = 0;
+    for (int64_t c = 0; c < classes; c++)
+      m = fmax(m, x[i * classes + c]);
+    for (int64_t c = 0; c < classes; c++)
+      sum += exp(x[i * classes + c] - m);
+    int64_t lab = (int64_t)sl_host_tensor_get(in[1], i);
+    for (int64_t c = 0; c < classes; c++)
+      gw[i * classes + c] =
+          dt_f(g[0])[i] * (exp(x[i * classes + c] - m) / sum - (c == lab));
+  }
+  dt_check("sparse_cross_entropy_grad", dt_f(dx[0]), gw, n, 1e-7, 1e-5);
+  free(gw);
+  free(want);
+  dt_free(1, g);
+  dt_free(1, dx);
+  dt_free(2, in);
+  dt_free(1, out);
+}
+
+static void test_ce_values(void **state) {
+  sl_rng r = {g_seed + 5};
+  for (int i = 0; i < 2; i++) {
+    sl_dtype dt = i ? SL_DTYPE_I64 : SL_DTYPE_I32;
+    ce_case(&r, dt, 2, (int64_t[]){7, 13}, 4);
+    ce_case(&r, dt, 3, (int64_t[]){2, 3, 17}, 4);
+    ce_case(&r, dt, 2, (int64_t[]){5, 1}, 4); /* one class: loss 0 */
+    ce_case(&r, dt, 1, (int64_t[]){40}, 4);   /* scalar loss */
+    ce_case(&r, dt, 2, (int64_t[]){0, 4}, 4); /* no rows */
+    ce_case(&r, dt, 2, (int64_t[]){3, 1000}, 4);
+    ce_case(&r, dt, 2, (int64_t[]){9, 33}, 500); /* large spread */
+  }
+}
+
+static void test_ce_grad_fd(void **state) {
+  sl_rng r = {g_seed + 6};
+  sl_shape s = dt_shape(3, (int64_t[]){2, 3, 7}),
+           ls = dt_shape(2, (int64_t[]){2, 3});
+  sl_host_tensor *in[2] = {dt_rand(&r, &s, -2, 2),
+                           dt_ids(&r, SL_DTYPE_I64, &ls, 7)};
+  sl__attrs at;
+  memset(&at, 0, sizeof at);
+  sl_host_tensor *g[3] = {dt_rand(&r, &ls, -1, 1), in[0], in[1]}, *dx[1];
+  dt_run_ok("sparse_cross_entropy_grad", &at, 3, g, 0, dx);
+  dt_check_fd("sparse_cross_entropy", &at, 2, in, 0, dt_f(g[0]), 0, dt_f(dx[0]),
+              1e-2f, 3e-4, 3e-3);
+  dt_free(1, g);
+  dt_free(1, dx);
+  dt_free(2, in);
+}
+
+static void test_ce_errors(void **state) {
+  sl__attrs at;
+  memset(&at, 0, sizeof at);
+  sl_shape s = dt_shape(3, (int64_t[]){2, 3, 5}),
+           ls = dt_shape(2, (int64_t[]){2, 3}),
+           bad = dt_shape(2, (int64_t[]){3, 2}),
+           s0 = dt_shape(2, (int64_t[]){2, 0}),
+           l0 = dt_shape(1, (int64_t[]){2}), sc = dt_shape(0, NULL);
+  /* Labels out of range: the label and its position. */
+  for (int i = 0; i < 2; i++) {
+    sl_dtype dt = i ? SL_DTYPE_I64 : SL_DTYPE_I32;
+    sl_host_tensor *in[2] = {dt_new(SL_DTYPE_F32, &s), dt_new(dt, &ls)};
+    sl_host_tensor_set(in[1], 5, 5); /* [1,2] */
+    sl_host_tensor *out[1];
+    dt_expect_einval(dt_run("sparse_cross_entropy", &at, 2, in, 0, out),
+                     "label 5 at position [1,2] out of range [0, 5)");
+    sl_host_tensor_set(in[1], 5, 0);
+    sl_host_tensor_set(in[1], 1, -1); /* [0,1] */
+    dt_expect_einval(dt_run("sparse_cross_entropy", &at, 2, in, 0, out),
+                     "label -1 at position [0,1]");
+    sl_host_tensor *g[3] = {dt_new(SL_DTYPE_F32, &ls), in[0], in[1]};
+    dt_expect_einval(dt_run("sparse_cross_entropy_grad", &at, 3, g, 0, out),
+                     "label -1 at position [0,1]");
+    dt_free(1, g);
+    dt_free(2, in);
+  }
+  sl_host_tensor *in[2] = {dt_new(SL_DTYPE_F32, &s), dt_new(SL_DTYPE_F32, &ls)};
+  dt_expect_infer_error("sparse_cross_entropy", &at, 2, in,
+                        "labels: dtype f32, want i32 or i64");
+  dt_free(2, in);
+  in[0] = dt_new(SL_DTYPE_F32, &s);
+  in[1] = dt_new(SL_DTYPE_I32, &bad);
+  dt_expect_infer_error("sparse_cross_entropy", &at, 2, in,
+                        "logits [2,3,5] and labels [3,2]: want labels [2,3]");
+  sl_host_tensor *g[3] = {dt_new(SL_DTYPE_F32, &bad), in[0],
+                          dt_new(SL_DTYPE_I32, &ls)};
+  dt_expect_infer_error("sparse_cross_entropy_grad", &at, 3, g,
+                        "dloss [3,2] and labels [2,3]: shapes differ");
+  dt_free(1, g);
+  sl_host_tensor_destroy(g[2]);
+  dt_free(2, in);
+  in[0] = dt_new(SL_DTYPE_F32, &s0);
+  in[1] = dt_new(SL_DTYPE_I32, &l0);
+  dt_expect_infer_error("sparse_cross_entropy", &at, 2, in, "no classes");
+  dt_free(2, in);
+  in[0] = dt_new(SL_DTYPE_F32, &sc);
+  in[1] = dt_new(SL_DTYPE_I32, &sc);
+  dt_expect_infer_error("sparse_cross_entropy", &at, 2, in,
+                        "logits is a scalar");
+  dt_free(2, in);
+}
+
+int main(void) {
+  g_seed = dt_seed("dense softmax/loss");
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_softmax_values),
+      cmocka_unit_test(test_softmax_extremes),
+      cmocka_unit_test(test_softmax_bits_independent_of_shard),
+      cmocka_unit_test(test_softmax_grads_fd),
+      cmocka_unit_test(test_softmax_grads_values),
+      cmocka_unit_test(test_softmax_errors),
+      cmocka_unit_test(test_exp),
+      cmocka_unit_test(test_ce_values),
+      cmocka_unit_test(test_ce_grad_fd),
+      cmocka_unit_test(test_ce_errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
