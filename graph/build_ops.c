@@ -122,7 +122,13 @@ sl_tensor sl_broadcast_to(sl_tensor x, const sl_shape *shape) {
 }
 
 sl_tensor sl_reduce_sum_like(sl_tensor x, sl_tensor like) {
-  return op2("reduce_sum_like", x, like, NULL);
+  sl_tensor in[2] = {x, like};
+  if (!sl__g_usable(x.graph, 2, in, "reduce_sum_like"))
+    return sl__g_poison(x.graph, false);
+  const sl_shape *s = &sl__g_value(x.graph, like.id)->meta.shape;
+  sl__attrs at = {0};
+  sl__attrs_set_ints(&at, "shape", s->ndim, s->dims);
+  return op1("reduce_sum_like", x, &at);
 }
 
 /* ---- shape ops ---------------------------------------------------------- */

@@ -1,0 +1,387 @@
+/* Compilation: SBP inference in topological order, then boxing insertion.
+ *
+ * Inference: each op takes, per mesh axis of its placement, the 1-D
+ * signature (the op's list, with all-B first) that matches the most
+ * producers' SBPs on that axis; ties go to the cheapest boxing of the
+ * mismatching inputs (the planner's predicted time), then to the earlier
+ * signature. A value whose SBP the user fixed (inputs, variables,
+ * sl_to_global outputs, sources given an SBP) keeps it: an op producing one
+ * only considers signatures giving it. A source op (no inputs) given no SBP
+ * stays open until its first consumer decides: it matches any SBP it can
+ * produce, and takes what that consumer chose (B if it cannot, or if
+ * nothing consumes it).
+ *
+ * Boxing insertion: wherever a consumer needs (placement, nd-SBP) other
+ * than its producer's, a BOXING node holding the planner's plan is put just
+ * before the consumer (one per distinct need of a value, shared by its
+ * consumers); a variable's update is boxed to the variable's layout. */
+#include <math.h>
+#include <string.h>
+
+#include "graph_priv.h"
+
+typedef struct infer_ctx {
+  sl_graph *g;
+  bool *open; /* per value: a source whose SBP is not decided yet */
+} infer_ctx;
+
+static sl_nd_sbp nd_all_b(int ndim) {
+  sl_nd_sbp s;
+  memset(&s, 0, sizeof s);
+  s.ndim = ndim;
+  for (int m = 0; m < ndim; m++) s.sbp[m] = sl_sbp_broadcast();
+  return s;
+}
+
+/* Whether output 0 of source node n can be s on one mesh axis. */
+static bool source_can(const sl__node *n, sl_sbp s) {
+  if (s.kind == SL_SBP_BROADCAST) return true;
+  if (!n->op || !n->op->signatures) return false;
+  sl__sbp_sig sigs[SL_OP_MAX_SIGNATURES];
+  int k = n->op->signatures(&n->attrs, 0, NULL, sigs, SL_OP_MAX_SIGNATURES);
+  for (int i = 0; i < k; i++)
+    if (sl_sbp_equal(sigs[i].out[0], s)) return true;
+  return false;
+}
+
+/* Predicted µs of boxing value v to (p, want); HUGE_VAL when no plan. */
+static double boxing_cost(const sl__value *v, const sl_placement *p,
+                          const sl_nd_sbp *want) {
+  if (v->placement == p && sl_nd_sbp_equal(&v->sbp, want)) return 0;
+  if (sl_nd_sbp_check(want, p, &v->meta.shape) != SL_OK) return HUGE_VAL;
+  sl_boxing_plan *plan = NULL;
+  if (sl_boxing_plan_create(&v->meta.shape, v->meta.dtype, v->placement,
+                            &v->sbp, p, want, NULL, &plan) != SL_OK)
+    return HUGE_VAL;
+  double t = sl_boxing_plan_predicted_us(plan);
+  sl_boxing_plan_destroy(plan);
+  return t;
+}
+
+/* Whether every axis of a layout fits the tensor: split axes in range. */
+static bool sig_fits(const sl__sbp_sig *s, const sl__node *n,
+                     const sl_graph *g) {
+  for (int i = 0; i < n->n_in; i++) {
+    const sl__value *v = g->values[n->in[i]];
+    if (s->in[i].kind == SL_SBP_SPLIT &&
+        (s->in[i].axis < 0 || s->in[i].axis >= v->meta.shape.ndim))
+      return false;
+  }
+  for (int j = 0; j < n->n_out; j++) {
+    const sl__value *v = g->values[n->out[j]];
+    if (s->out[j].kind == SL_SBP_SPLIT &&
+        (s->out[j].axis < 0 || s->out[j].axis >= v->meta.shape.ndim))
+      return false;
+  }
+  return true;
+}
+
+static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
+  sl_graph *g = c->g;
+  sl__node *n = &gn->n;
+  int M = sl_placement_mesh_ndim(n->placement);
+  sl__meta metas[SL_OP_MAX_INPUTS];
+  for (int i = 0; i < n->n_in; i++) metas[i] = g->values[n->in[i]]->meta;
+  /* Candidates: all-B first, then the op's own. */
+  static _Thread_local sl__sbp_sig cand[SL_OP_MAX_SIGNATURES + 1];
+  memset(&cand[0], 0, sizeof cand[0]);
+  for (int i = 0; i < n->n_in; i++) cand[0].in[i] = sl_sbp_broadcast();
+  for (int j = 0; j < n->n_out; j++) cand[0].out[j] = sl_sbp_broadcast();
+  int nc = 1;
+  if (n->op->signatures) {
+    int k = n->op->signatures(&n->attrs, n->n_in, metas, cand + 1,
+                              SL_OP_MAX_SIGNATURES);
+    for (int i = 0; i < k; i++)
+      if (sig_fits(&cand[1 + i], n, g)) cand[nc++] = cand[1 + i];
+  }
+  sl_nd_sbp in_nd[SL_OP_MAX_INPUTS], out_nd[SL_OP_MAX_OUTPUTS];
+  for (int i = 0; i < n->n_in; i++) in_nd[i] = nd_all_b(M);
+  for (int j = 0; j < n->n_out; j++) out_nd[j] = nd_all_b(M);
+  for (int m = 0; m < M; m++) {
+    int best = -1, best_score = -1;
+    double best_cost = HUGE_VAL;
+    for (int s = 0; s < nc; s++) {
+      const sl__sbp_sig *sig = &cand[s];
+      bool ok = true;
+      for (int j = 0; j < n->n_out && ok; j++) {
+        const sl__value *o = g->values[n->out[j]];
+        if (o->sbp_fixed && !sl_sbp_equal(o->sbp.sbp[m], sig->out[j]))
+          ok = false;
+      }
+      if (!ok) continue;
+      int score = 0;
+      bool mism[SL_OP_MAX_INPUTS] = {false};
+      for (int i = 0; i < n->n_in; i++) {
+        const sl__value *v = g->values[n->in[i]];
+        if (c->open[n->in[i]]) {
+          const sl__node *src = &g->nodes[v->producer]->n;
+          if (source_can(src, sig->in[i])) score++;
+          continue;
+        }
+        if (v->sbp.ndim == M && sl_sbp_equal(v->sbp.sbp[m], sig->in[i]))
+          score++;
+        else
+          mism[i] = true;
+      }
+      if (score < best_score) continue;
+      double cost = 0;
+      {
+        for (int i = 0; i < n->n_in; i++) {
+          if (!mism[i]) continue;
+          const sl__value *v = g->values[n->in[i]];
+          sl_nd_sbp want = v->sbp.ndim == M ? v->sbp : nd_all_b(M);
+          for (int k = 0; k < m; k++) want.sbp[k] = in_nd[i].sbp[k];
+          want.sbp[m] = sig->in[i];
+          cost += boxing_cost(v, n->placement, &want);
+        }
+      }
+      if (score > best_score || cost < best_cost) {
+        best = s;
+        best_score = score;
+        best_cost = cost;
+      }
+    }
+    if (best < 0) {
+      char want[64];
+      sl_nd_sbp_print(&g->values[n->out[0]]->sbp, want, sizeof want);
+      return sl__g_error(g, SL_EINVAL, "op", n->name, n->op->name,
+                         "no SBP signature of the op produces the requested "
+                         "%s (mesh axis %d)",
+                         want, m);
+    }
+    for (int i = 0; i < n->n_in; i++) in_nd[i].sbp[m] = cand[best].in[i];
+    for (int j = 0; j < n->n_out; j++) out_nd[j].sbp[m] = cand[best].out[j];
+  }
+  for (int i = 0; i < n->n_in; i++) {
+    n->in_sbp[i] = in_nd[i];
+    sl__value *v = g->values[n->in[i]];
+    if (!c->open[n->in[i]]) continue;
+    /* The first consumer decides an open source's SBP. */
+    sl__node *src = &g->nodes[v->producer]->n;
+    sl_nd_sbp s = nd_all_b(sl_placement_mesh_ndim(v->placement));
+    if (s.ndim == M)
+      for (int m = 0; m < M; m++)
+        if (source_can(src, in_nd[i].sbp[m])) s.sbp[m] = in_nd[i].sbp[m];
+    v->sbp = s;
+    src->out_sbp[v->index] = s;
+    c->open[n->in[i]] = false;
+  }
+  for (int j = 0; j < n->n_out; j++) {
+    sl__value *o = g->values[n->out[j]];
+    n->out_sbp[j] = out_nd[j];
+    if (!o->sbp_fixed) o->sbp = out_nd[j];
+  }
+  return SL_OK;
+}
+
+static sl_status infer(sl_graph *g) {
+  infer_ctx c = {g, sl__calloc((size_t)g->n_values + 1, sizeof(bool))};
+  if (!c.open) return SL_ENOMEM;
+  sl_status st = SL_OK;
+  for (int32_t i = 0; i < g->n_nodes && st == SL_OK; i++) {
+    sl__gnode *gn = g->nodes[i];
+    sl__node *n = &gn->n;
+    switch (n->kind) {
+    case SL__NODE_INPUT:
+    case SL__NODE_VARIABLE:
+      n->out_sbp[0] = g->values[n->out[0]]->sbp;
+      break;
+    case SL__NODE_OP:
+      if (n->n_in == 0) {
+        for (int j = 0; j < n->n_out; j++) {
+          sl__value *v = g->values[n->out[j]];
+          if (v->sbp_fixed)
+            n->out_sbp[j] = v->sbp;
+          else
+            c.open[n->out[j]] = true;
+        }
+      } else {
+        st = infer_op(&c, gn);
+      }
+      break;
+    case SL__NODE_FETCH:
+    case SL__NODE_BOXING: {
+      sl__value *v = g->values[n->in[0]];
+      if (c.open[n->in[0]]) {
+        v->sbp = nd_all_b(sl_placement_mesh_ndim(v->placement));
+        g->nodes[v->producer]->n.out_sbp[v->index] = v->sbp;
+        c.open[n->in[0]] = false;
+      }
+      n->in_sbp[0] = v->sbp;
+      break;
+    }
+    }
+  }
+  /* Sources nothing decided: B. */
+  for (int32_t v = 0; v < g->n_values && st == SL_OK; v++)
+    if (c.open[v]) {
+      sl__value *val = g->values[v];
+      val->sbp = nd_all_b(sl_placement_mesh_ndim(val->placement));
+      g->nodes[val->producer]->n.out_sbp[val->index] = val->sbp;
+    }
+  sl__free(c.open);
+  return st;
+}
+
+/* ---- boxing insertion -------------------------------------------------- */
+
+typedef struct box_key {
+  int32_t value;
+  const sl_placement *place;
+  sl_nd_sbp sbp;
+  int32_t boxed; /* the boxed value */
+} box_key;
+
+typedef struct box_ctx {
+  sl_graph *g;
+  sl__gnode **order; /* the new node order */
+  int32_t n_order;
+  box_key *keys;
+  int32_t n_keys, cap_keys;
+  int64_t counter;
+} box_ctx;
+
+/* The value v as (p, want): an existing boxing or a new one appended to
+ * the order. Returns the value id or -1 (error recorded). */
+static int32_t boxed(box_ctx *b, int32_t v, sl_placement *p,
+                     const sl_nd_sbp *want, const char *consumer) {
+  sl_graph *g = b->g;
+  for (int32_t k = 0; k < b->n_keys; k++)
+    if (b->keys[k].value == v && b->keys[k].place == p &&
+        sl_nd_sbp_equal(&b->keys[k].sbp, want))
+      return b->keys[k].boxed;
+  const sl__value *val = g->values[v];
+  const char *pname = g->nodes[val->producer]->n.name;
+  char name[300];
+  snprintf(name, sizeof name, "%.200s.boxing%lld", pname,
+           (long long)b->counter++);
+  sl_boxing_plan *plan = NULL;
+  sl_status st = sl_boxing_plan_create(&val->meta.shape, val->meta.dtype,
+                                       val->placement, &val->sbp, p, want,
+                                       NULL, &plan);
+  if (st != SL_OK) {
+    sl__g_error_last(g, st, "boxing", name, NULL);
+    sl__fail_context(st, "(for '%s') ", consumer);
+    return -1;
+  }
+  /* New nodes are created outside any scope and mark. */
+  char saved[sizeof g->scope];
+  memcpy(saved, g->scope, sizeof saved);
+  g->scope[0] = '\0';
+  sl__gnode *gn = sl__g_new_node(g, SL__NODE_BOXING, name, NULL, p, 1, &v, 1,
+                                 &val->meta);
+  memcpy(g->scope, saved, sizeof saved);
+  if (!gn) {
+    sl_boxing_plan_destroy(plan);
+    return -1;
+  }
+  /* sl__g_new_node appended it to g->nodes; the order array gets it too. */
+  gn->n.boxing = plan;
+  gn->n.in_sbp[0] = val->sbp;
+  gn->n.out_sbp[0] = *want;
+  sl__node *src = &g->nodes[val->producer]->n;
+  gn->n.backward = src->backward;
+  gn->n.optimizer = src->optimizer;
+  int32_t out = gn->n.out[0];
+  g->values[out]->sbp = *want;
+  g->values[out]->sbp_fixed = true;
+  b->order[b->n_order++] = gn;
+  if (b->n_keys == b->cap_keys) {
+    int32_t cap = b->cap_keys ? b->cap_keys * 2 : 32;
+    box_key *nk = sl__reallocarray(b->keys, (size_t)cap, sizeof *nk);
+    if (!nk) {
+      sl__g_error(g, SL_ENOMEM, "boxing", name, NULL, "out of memory");
+      return -1;
+    }
+    b->keys = nk;
+    b->cap_keys = cap;
+  }
+  b->keys[b->n_keys++] = (box_key){v, p, *want, out};
+  return out;
+}
+
+static bool needs_boxing(const sl__value *v, const sl_placement *p,
+                         const sl_nd_sbp *want) {
+  return v->placement != p || !sl_nd_sbp_equal(&v->sbp, want);
+}
+
+static sl_status insert_boxing(sl_graph *g) {
+  int32_t n0 = g->n_nodes;
+  /* At most one boxing per (node input) plus one per variable. */
+  size_t cap = (size_t)n0 * (SL_OP_MAX_INPUTS + 2) + 1;
+  box_ctx b = {g, sl__calloc(cap, sizeof(sl__gnode *)), 0, NULL, 0, 0, 0};
+  if (!b.order) return SL_ENOMEM;
+  sl_status st = SL_OK;
+  for (int32_t i = 0; i < n0 && st == SL_OK; i++) {
+    sl__gnode *gn = g->nodes[i];
+    sl__node *n = &gn->n;
+    if (n->kind == SL__NODE_OP)
+      for (int k = 0; k < n->n_in; k++) {
+        const sl__value *v = g->values[n->in[k]];
+        if (!needs_boxing(v, n->placement, &n->in_sbp[k])) continue;
+        int32_t nv = boxed(&b, n->in[k], n->placement, &n->in_sbp[k], n->name);
+        if (nv < 0) {
+          st = g->err ? g->err : SL_EINTERNAL;
+          break;
+        }
+        n->in[k] = nv;
+      }
+    b.order[b.n_order++] = gn;
+  }
+  /* Variables' updates take the variable's layout. */
+  for (int32_t i = 0; i < n0 && st == SL_OK; i++) {
+    sl__node *n = &g->nodes[i]->n;
+    if (n->kind != SL__NODE_VARIABLE || n->update < 0) continue;
+    const sl__value *var = g->values[n->out[0]];
+    const sl__value *u = g->values[n->update];
+    if (!needs_boxing(u, var->placement, &var->sbp)) continue;
+    int32_t nv = boxed(&b, n->update, var->placement, &var->sbp, n->name);
+    if (nv < 0) {
+      st = g->err ? g->err : SL_EINTERNAL;
+      break;
+    }
+    n->update = nv;
+  }
+  if (st == SL_OK) {
+    SL_ASSERT(b.n_order == g->n_nodes);
+    memcpy(g->nodes, b.order, (size_t)b.n_order * sizeof *g->nodes);
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+      sl__gnode *gn = g->nodes[i];
+      gn->index = i;
+      for (int j = 0; j < gn->n.n_out; j++) g->values[gn->n.out[j]]->producer = i;
+    }
+  }
+  sl__free(b.order);
+  sl__free(b.keys);
+  return st;
+}
+
+/* A variable's update must have its shape and dtype. */
+static sl_status check_updates(sl_graph *g) {
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const sl__node *n = &g->nodes[i]->n;
+    if (n->kind != SL__NODE_VARIABLE || n->update < 0) continue;
+    const sl__value *var = g->values[n->out[0]], *u = g->values[n->update];
+    if (!sl_shape_equal(&var->meta.shape, &u->meta.shape) ||
+        var->meta.dtype != u->meta.dtype)
+      return sl__g_error(g, SL_EINTERNAL, "variable", n->name, NULL,
+                         "its update has another shape or dtype");
+  }
+  return SL_OK;
+}
+
+sl_status sl__graph_compile(sl_graph *g) {
+  if (!g) return sl__fail(SL_EINVAL, "compile: NULL graph");
+  if (g->err) return sl__fail(g->err, "%s", g->err_msg);
+  if (g->frozen) return SL_OK;
+  sl_status st;
+  SL_CHECK_GOTO(check_updates(g), st, fail);
+  SL_CHECK_GOTO(infer(g), st, fail);
+  SL_CHECK_GOTO(insert_boxing(g), st, fail);
+  g->frozen = true;
+  return SL_OK;
+fail:
+  if (!g->err)
+    sl__g_error_last(g, st, "graph", "compile", NULL);
+  return st;
+}

@@ -1,0 +1,145 @@
+/* Gradient rules of shape ops and reductions: reshape, transpose, slice
+ * (zero padding built from fill + concat), concat (slices), broadcast_to
+ * and reduce_sum_like (each other's transpose), reduce_sum / reduce_mean
+ * (broadcast_to back). */
+#include "grad.h"
+
+static const sl_shape *shape_of(sl_graph *g, sl_tensor t) {
+  return &sl__g_meta(g, t)->shape;
+}
+
+static sl_status g_reshape(sl_graph *g, const sl__node *n,
+                           const sl_tensor *dy, const bool *need,
+                           sl_tensor *dx) {
+  dx[0] = sl_reshape(dy[0], shape_of(g, sl__g_in(g, n, 0)));
+  return sl__g_status(g);
+}
+
+static sl_status g_transpose(sl_graph *g, const sl__node *n,
+                             const sl_tensor *dy, const bool *need,
+                             sl_tensor *dx) {
+  int np = 0;
+  const int64_t *perm = sl__attr_ints(&n->attrs, "perm", &np);
+  int inv[SL_MAX_DIMS];
+  for (int i = 0; i < np; i++) inv[perm[i]] = i;
+  dx[0] = sl_transpose(dy[0], np, inv);
+  return sl__g_status(g);
+}
+
+/* Zeros of `like`'s dtype with shape s, on the current placement. */
+static sl_tensor zeros(sl_graph *g, sl_tensor like, const sl_shape *s) {
+  sl__attrs at = {0};
+  sl__attrs_set_ints(&at, "shape", s->ndim, s->dims);
+  sl__attrs_set_int(&at, "dtype", sl__g_meta(g, like)->dtype);
+  sl__attrs_set_float(&at, "value", 0.0);
+  return sl__g_source(g, "fill", &at, NULL, g->force_placement, NULL);
+}
+
+/* dy padded with zeros, axis by axis, back to the input's shape. */
+static sl_status g_slice(sl_graph *g, const sl__node *n, const sl_tensor *dy,
+                         const bool *need, sl_tensor *dx) {
+  const sl_shape *xs = shape_of(g, sl__g_in(g, n, 0));
+  int ns = 0;
+  const int64_t *start = sl__attr_ints(&n->attrs, "start", &ns);
+  sl_tensor cur = dy[0];
+  for (int d = 0; d < xs->ndim && d < ns; d++) {
+    sl_shape cs = *shape_of(g, cur);
+    int64_t s0 = start[d] < 0 ? start[d] + xs->dims[d] : start[d];
+    if (s0 < 0) s0 = 0;
+    if (s0 > xs->dims[d]) s0 = xs->dims[d];
+    int64_t after = xs->dims[d] - s0 - cs.dims[d];
+    sl_tensor parts[3];
+    int k = 0;
+    if (s0 > 0) {
+      sl_shape zs = cs;
+      zs.dims[d] = s0;
+      parts[k++] = zeros(g, cur, &zs);
+    }
+    parts[k++] = cur;
+    if (after > 0) {
+      sl_shape zs = cs;
+      zs.dims[d] = after;
+      parts[k++] = zeros(g, cur, &zs);
+    }
+    if (k > 1) cur = sl_concat(k, parts, d);
+  }
+  dx[0] = cur;
+  return sl__g_status(g);
+}
+
+static sl_status g_concat(sl_graph *g, const sl__node *n, const sl_tensor *dy,
+                          const bool *need, sl_tensor *dx) {
+  int axis = (int)sl__attr_int(&n->attrs, "axis", 0);
+  const sl_shape *ys = shape_of(g, dy[0]);
+  int64_t off = 0;
+  for (int i = 0; i < n->n_in; i++) {
+    const sl_shape *xs = shape_of(g, sl__g_in(g, n, i));
+    if (need[i]) {
+      int64_t start[SL_MAX_DIMS] = {0}, stop[SL_MAX_DIMS];
+      for (int d = 0; d < ys->ndim; d++) stop[d] = ys->dims[d];
+      start[axis] = off;
+      stop[axis] = off + xs->dims[axis];
+      dx[i] = sl_slice_of(dy[0], start, stop);
+    }
+    off += xs->dims[axis];
+  }
+  return sl__g_status(g);
+}
+
+static sl_status g_broadcast_to(sl_graph *g, const sl__node *n,
+                                const sl_tensor *dy, const bool *need,
+                                sl_tensor *dx) {
+  dx[0] = sl__g_unbroadcast(g, dy[0], sl__g_in(g, n, 0));
+  return sl__g_status(g);
+}
+
+static sl_status g_reduce_sum_like(sl_graph *g, const sl__node *n,
+                                   const sl_tensor *dy, const bool *need,
+                                   sl_tensor *dx) {
+  if (need[0]) dx[0] = sl_broadcast_to(dy[0], shape_of(g, sl__g_in(g, n, 0)));
+  return sl__g_status(g);
+}
+
+/* dy with the reduced axes restored (extent 1), broadcast to the input;
+ * scaled by 1/N for the mean. */
+static sl_tensor unreduce(sl_graph *g, const sl__node *n, sl_tensor dy,
+                          bool mean) {
+  const sl_shape *xs = shape_of(g, sl__g_in(g, n, 0));
+  int na = 0;
+  const int64_t *axes = sl__attr_ints(&n->attrs, "axes", &na);
+  sl_shape keep = *xs;
+  int64_t count = 1;
+  for (int i = 0; i < na; i++) {
+    count *= xs->dims[axes[i]];
+    keep.dims[axes[i]] = 1;
+  }
+  if (!sl__attr_int(&n->attrs, "keepdims", 0)) dy = sl_reshape(dy, &keep);
+  if (mean && count > 0) dy = sl_mul_scalar(dy, 1.0 / (double)count);
+  return sl_broadcast_to(dy, xs);
+}
+
+static sl_status g_reduce_sum(sl_graph *g, const sl__node *n,
+                              const sl_tensor *dy, const bool *need,
+                              sl_tensor *dx) {
+  dx[0] = unreduce(g, n, dy[0], false);
+  return sl__g_status(g);
+}
+
+static sl_status g_reduce_mean(sl_graph *g, const sl__node *n,
+                               const sl_tensor *dy, const bool *need,
+                               sl_tensor *dx) {
+  dx[0] = unreduce(g, n, dy[0], true);
+  return sl__g_status(g);
+}
+
+const sl__grad_rule sl__grad_rules_shape[] = {
+    {"reshape", g_reshape},
+    {"transpose", g_transpose},
+    {"slice", g_slice},
+    {"concat", g_concat},
+    {"broadcast_to", g_broadcast_to},
+    {"reduce_sum_like", g_reduce_sum_like},
+    {"reduce_sum", g_reduce_sum},
+    {"reduce_mean", g_reduce_mean},
+    {NULL, NULL},
+};

@@ -1,0 +1,181 @@
+/* sl_minimize: the backward pass of a loss, optional clipping by global
+ * norm, and one update op per trainable variable (sgd_update or
+ * adam_update), whose outputs become the variables' next versions. State
+ * (momentum, Adam's m and v) lives in variables of the weight's placement
+ * and SBP, initialised to zeros and updated the same way. */
+#include <math.h>
+#include <string.h>
+
+#include "grad.h"
+
+static sl_status check_opt(sl_graph *g, const char *name,
+                           const sl_optimizer *o) {
+#define BAD(...) sl__g_error(g, SL_EINVAL, "optimizer", name, NULL, __VA_ARGS__)
+  if ((int)o->kind < SL_OPTIMIZER_SGD || (int)o->kind > SL_OPTIMIZER_ADAMW)
+    return BAD("unknown kind %d", (int)o->kind);
+  if (!(o->lr > 0) || !isfinite(o->lr))
+    return BAD("learning rate %g must be positive and finite", o->lr);
+  if (!(o->weight_decay >= 0) || !isfinite(o->weight_decay))
+    return BAD("weight decay %g must be >= 0", o->weight_decay);
+  if (!(o->clip_norm >= 0) || !isfinite(o->clip_norm))
+    return BAD("clip norm %g must be >= 0 (0: no clipping)", o->clip_norm);
+  if (o->kind == SL_OPTIMIZER_SGD && !(o->momentum >= 0 && o->momentum < 1))
+    return BAD("momentum %g is outside [0, 1)", o->momentum);
+  if (o->kind != SL_OPTIMIZER_SGD) {
+    if (!(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1))
+      return BAD("betas %g, %g must lie in [0, 1)", o->beta1, o->beta2);
+    if (!(o->eps > 0) || !isfinite(o->eps))
+      return BAD("eps %g must be positive", o->eps);
+  }
+  return SL_OK;
+#undef BAD
+}
+
+/* A zero-initialised state variable "<weight>.<what>" shaped like w. */
+static sl_tensor state_like(sl_graph *g, sl_tensor w, const char *what) {
+  const sl__value *v = sl__g_value(g, w.id);
+  char name[300];
+  snprintf(name, sizeof name, "%.250s.%s", sl_tensor_name(w), what);
+  /* State names are global, never under the caller's scope. */
+  char saved[sizeof g->scope];
+  memcpy(saved, g->scope, sizeof saved);
+  g->scope[0] = '\0';
+  sl_tensor s = sl_variable_p(g, name, &v->meta.shape, v->meta.dtype,
+                              sl_init_zeros(), v->placement, &v->sbp);
+  memcpy(g->scope, saved, sizeof saved);
+  if (s.id >= 0) {
+    sl__gnode *n = g->nodes[sl__g_value(g, s.id)->producer];
+    n->trainable = false;
+    n->n.optimizer = true;
+  }
+  return s;
+}
+
+/* Scales every gradient by min(1, clip / global norm): the norm is
+ * sqrt(sum over gradients of reduce_sum(g^2)); global_norm_scale takes up
+ * to SL_OP_MAX_INPUTS partial sums, so longer lists are added pairwise
+ * first. */
+static void clip(sl_graph *g, int n, sl_tensor *grads, double max_norm) {
+  sl_tensor *s = sl__calloc((size_t)n, sizeof *s);
+  if (!s) {
+    sl__g_error(g, SL_ENOMEM, "optimizer", "clip", NULL, "out of memory");
+    return;
+  }
+  for (int i = 0; i < n; i++) {
+    g->force_placement = sl__g_value(g, grads[i].id)->placement;
+    s[i] = sl_reduce_sum(sl_square(grads[i]), 0, NULL, false);
+  }
+  int count = n;
+  while (count > SL_OP_MAX_INPUTS) {
+    int k = 0;
+    for (int i = 0; i < count; i += 2) {
+      if (i + 1 < count) {
+        g->force_placement = sl__g_value(g, s[i].id)->placement;
+        s[k++] = sl_add(s[i], s[i + 1]);
+      } else {
+        s[k++] = s[i];
+      }
+    }
+    count = k;
+  }
+  sl__attrs at = {0};
+  sl__attrs_set_float(&at, "max_norm", max_norm);
+  g->force_placement = NULL;
+  sl_tensor scale = sl__g_op(g, "global_norm_scale", count, s, &at, NULL);
+  sl__free(s);
+  for (int i = 0; i < n; i++) {
+    g->force_placement = sl__g_value(g, grads[i].id)->placement;
+    grads[i] = sl_mul(grads[i], scale);
+  }
+  g->force_placement = NULL;
+}
+
+static void update(sl_graph *g, sl_tensor w, sl_tensor grad,
+                   const sl_optimizer *o) {
+  sl__gnode *wn = g->nodes[sl__g_value(g, w.id)->producer];
+  g->force_placement = sl__g_value(g, w.id)->placement;
+  sl__attrs at = {0};
+  sl__attrs_set_float(&at, "lr", o->lr);
+  sl__attrs_set_float(&at, "weight_decay", o->weight_decay);
+  sl_tensor outs[SL_OP_MAX_OUTPUTS];
+  sl_tensor st[2];
+  if (o->kind == SL_OPTIMIZER_SGD) {
+    sl__attrs_set_float(&at, "momentum", o->momentum);
+    st[0] = state_like(g, w, "momentum");
+    sl_tensor in[3] = {w, grad, st[0]};
+    if (sl__g_op(g, "sgd_update", 3, in, &at, outs).id < 0) return;
+  } else {
+    sl__attrs_set_float(&at, "beta1", o->beta1);
+    sl__attrs_set_float(&at, "beta2", o->beta2);
+    sl__attrs_set_float(&at, "eps", o->eps);
+    sl__attrs_set_int(&at, "decoupled", o->kind == SL_OPTIMIZER_ADAMW);
+    st[0] = state_like(g, w, "m");
+    st[1] = state_like(g, w, "v");
+    sl_tensor in[4] = {w, grad, st[0], st[1]};
+    if (sl__g_op(g, "adam_update", 4, in, &at, outs).id < 0) return;
+  }
+  wn->n.update = outs[0].id;
+  int n_state = o->kind == SL_OPTIMIZER_SGD ? 1 : 2;
+  for (int i = 0; i < n_state; i++)
+    g->nodes[sl__g_value(g, st[i].id)->producer]->n.update = outs[1 + i].id;
+}
+
+sl_status sl_minimize(sl_tensor loss, const sl_optimizer *opt) {
+  sl_graph *g = loss.graph;
+  if (!g) return sl__fail(SL_EINVAL, "minimize: poisoned loss");
+  if (!sl__g_usable(g, 1, &loss, "minimize"))
+    return g->err ? g->err : SL_EINVAL;
+  const char *lname = sl_tensor_name(loss);
+  if (!opt)
+    return sl__g_error(g, SL_EINVAL, "optimizer", lname, NULL,
+                       "no optimizer given");
+  if (g->minimized)
+    return sl__g_error(g, SL_ESTATE, "optimizer", lname, NULL,
+                       "sl_minimize was already called on this graph");
+  SL_CHECK(check_opt(g, lname, opt));
+  SL_CHECK(sl__g_check_loss(g, loss, "optimizer"));
+  g->minimized = true;
+  /* The trainable float variables (created before the loss's consumers). */
+  int32_t nvars = 0;
+  sl_tensor *w = sl__calloc((size_t)g->n_nodes + 1, sizeof *w);
+  if (!w)
+    return sl__g_error(g, SL_ENOMEM, "optimizer", lname, NULL,
+                       "out of memory");
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const sl__gnode *n = g->nodes[i];
+    if (n->n.kind == SL__NODE_VARIABLE && n->trainable &&
+        sl_dtype_is_float(g->values[n->n.out[0]]->meta.dtype))
+      w[nvars++] = sl__g_tensor(g, n->n.out[0]);
+  }
+  sl_tensor *grads = sl__calloc((size_t)nvars + 1, sizeof *grads);
+  if (!grads) {
+    sl__free(w);
+    return sl__g_error(g, SL_ENOMEM, "optimizer", lname, NULL,
+                       "out of memory");
+  }
+  sl_status st = sl__g_gradients(loss, nvars, w, grads, false);
+  /* Keep only the variables the loss depends on. */
+  int32_t k = 0;
+  for (int32_t i = 0; i < nvars && st == SL_OK; i++)
+    if (grads[i].id >= 0) {
+      w[k] = w[i];
+      grads[k++] = grads[i];
+    }
+  if (st == SL_OK && k == 0)
+    st = sl__g_error(g, SL_EINVAL, "optimizer", lname, NULL,
+                     "the loss depends on no trainable variable");
+  if (st == SL_OK) {
+    sl_placement *saved = g->force_placement;
+    g->mark = SL__MARK_OPTIMIZER;
+    sl_graph_push_scope(g, "optimizer");
+    if (opt->clip_norm > 0) clip(g, k, grads, opt->clip_norm);
+    for (int32_t i = 0; i < k && !g->err; i++) update(g, w[i], grads[i], opt);
+    sl_graph_pop_scope(g);
+    g->mark = SL__MARK_FORWARD;
+    g->force_placement = saved;
+    st = g->err;
+  }
+  sl__free(w);
+  sl__free(grads);
+  return st;
+}
