@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 #include <string.h>
 
 #include "op_harness.h"
@@ -269,6 +270,94 @@ static sl_status c_concat(sl_rng *r, sl__attrs *at, int *n_in,
   return SL_OK;
 }
 
+/* ---- cast, mask ------------------------------------------------------------------ */
+
+static sl_status c_cast(sl_rng *r, sl__attrs *at, int *n_in,
+                        sl_host_tensor **in) {
+  SL_CHECK(sl__attrs_set_int(at, "dtype", any_dtype(r)));
+  sl_shape s = rshape(r, 0, 4);
+  /* Integers past the edges of i8/u8 so saturation shows; floats where
+   * bf16 still holds the harness's partial parts exactly. */
+  sl_dtype from = any_dtype(r);
+  bool fl = sl_dtype_is_float(from);
+  in[0] = oph_random(r, from, &s, fl ? -16 : -200, fl ? 16 : 300);
+  *n_in = 1;
+  return SL_OK;
+}
+
+static sl_status c_causal_mask(sl_rng *r, sl__attrs *at, int *n_in,
+                               sl_host_tensor **in) {
+  static const double fills[] = {0, -INFINITY, -1e9, 3.5};
+  SL_CHECK(sl__attrs_set_float(at, "fill", fills[below(r, 4)]));
+  sl_shape s = rshape(r, 2, 4);
+  in[0] = oph_random(r, PICK(r, SL_DTYPE_F32, SL_DTYPE_F64), &s, -4, 4);
+  *n_in = 1;
+  return SL_OK;
+}
+
+/* ---- sources and random ops ---------------------------------------------------------- */
+
+static sl_status source_attrs(sl_rng *r, sl__attrs *at) {
+  sl_shape s = rshape(r, 0, 4);
+  SL_CHECK(sl__attrs_set_ints(at, "shape", s.ndim, s.dims));
+  SL_CHECK(sl__attrs_set_int(at, "seed", (int64_t)sl__rng_next(r)));
+  SL_CHECK(sl__attrs_set_int(at, "per_step", below(r, 2)));
+  return SL_OK;
+}
+
+static sl_status c_fill(sl_rng *r, sl__attrs *at, int *n_in,
+                        sl_host_tensor **in) {
+  (void)in;
+  SL_CHECK(source_attrs(r, at));
+  SL_CHECK(sl__attrs_set_int(at, "dtype", any_dtype(r)));
+  SL_CHECK(sl__attrs_set_float(at, "value", (double)(below(r, 41) - 20) / 4));
+  *n_in = 0;
+  return SL_OK;
+}
+
+static sl_status c_uniform(sl_rng *r, sl__attrs *at, int *n_in,
+                           sl_host_tensor **in) {
+  (void)in;
+  SL_CHECK(source_attrs(r, at));
+  SL_CHECK(sl__attrs_set_int(at, "dtype", PICK(r, SL_DTYPE_F32, SL_DTYPE_F64)));
+  double lo = below(r, 7) - 3;
+  SL_CHECK(sl__attrs_set_float(at, "low", lo));
+  SL_CHECK(sl__attrs_set_float(at, "high", lo + below(r, 5)));
+  *n_in = 0;
+  return SL_OK;
+}
+
+static sl_status c_normal(sl_rng *r, sl__attrs *at, int *n_in,
+                          sl_host_tensor **in) {
+  (void)in;
+  SL_CHECK(source_attrs(r, at));
+  SL_CHECK(sl__attrs_set_int(at, "dtype", PICK(r, SL_DTYPE_F32, SL_DTYPE_F64)));
+  SL_CHECK(sl__attrs_set_float(at, "mean", below(r, 5) - 2));
+  SL_CHECK(sl__attrs_set_float(at, "std", (double)below(r, 5) / 2));
+  *n_in = 0;
+  return SL_OK;
+}
+
+static sl_status c_int(sl_rng *r, sl__attrs *at, int *n_in,
+                       sl_host_tensor **in) {
+  (void)in;
+  SL_CHECK(source_attrs(r, at));
+  SL_CHECK(sl__attrs_set_int(at, "dtype", PICK(r, SL_DTYPE_I32, SL_DTYPE_I64)));
+  int64_t lo = below(r, 21) - 10;
+  SL_CHECK(sl__attrs_set_int(at, "low", lo));
+  SL_CHECK(sl__attrs_set_int(at, "high", lo + 1 + below(r, 1000)));
+  *n_in = 0;
+  return SL_OK;
+}
+
+static sl_status c_dropout(sl_rng *r, sl__attrs *at, int *n_in,
+                           sl_host_tensor **in) {
+  static const double ps[] = {0, 0.25, 0.5, 0.9};
+  SL_CHECK(sl__attrs_set_float(at, "p", ps[below(r, 4)]));
+  SL_CHECK(sl__attrs_set_int(at, "seed", (int64_t)sl__rng_next(r)));
+  return unary(r, n_in, in, PICK(r, SL_DTYPE_F32, SL_DTYPE_F64), -4, 4);
+}
+
 /* ---- the table ------------------------------------------------------------------ */
 
 #define EXACT {0, 0}
@@ -309,6 +398,15 @@ static const op_case cases[] = {
     {"broadcast_to", c_broadcast_to, EXACT, 0},
     {"slice", c_slice, EXACT, 0},
     {"concat", c_concat, EXACT, 0},
+    {"cast", c_cast, EXACT, 8},
+    {"causal_mask", c_causal_mask, EXACT, 0},
+    {"fill", c_fill, EXACT, 0},
+    {"random_uniform", c_uniform, EXACT, 0},
+    {"random_normal", c_normal, EXACT, 0},
+    {"random_int", c_int, EXACT, 0},
+    /* (P -> P): parts scaled by 1/(1-p) separately. */
+    {"dropout", c_dropout, {1e-6, 1e-6}, 0},
+    {"dropout_grad", c_dropout, {1e-6, 1e-6}, 0},
 };
 
 const op_case *op_cases_pointwise(int *n) {
