@@ -242,6 +242,40 @@ fail:
   return st;
 }
 
+void oph_run(const char *name, const sl__attrs *at, int n_in,
+             sl_host_tensor *const *in, int64_t step, sl_host_tensor **out) {
+  const sl__op_def *op = sl__op_find(name);
+  if (!op) fail_msg("no op named %s", name);
+  if (oph_run_single(op, at, n_in, in, step, out) != SL_OK)
+    fail_msg("%s", sl_last_error());
+}
+
+sl__meta oph_meta(sl_dtype dt, int ndim, const int64_t *dims) {
+  sl__meta m;
+  m.dtype = dt;
+  m.shape = oph_shape(ndim, dims);
+  return m;
+}
+
+void oph_expect_infer_error(const char *name, const sl__attrs *at, int n_in,
+                            const sl__meta *in, const char *needle) {
+  const sl__op_def *op = sl__op_find(name);
+  if (!op) fail_msg("no op named %s", name);
+  sl__meta out[SL_OP_MAX_OUTPUTS];
+  memset(out, 0, sizeof out);
+  sl_status st = op->infer(at, n_in, in, out);
+  if (st != SL_EINVAL)
+    fail_msg("op %s: infer returned %s, want SL_EINVAL (%s)", name,
+             sl_status_str(st), needle);
+  const char *msg = sl_last_error();
+  if (!strstr(msg, needle))
+    fail_msg("op %s: message \"%s\" lacks \"%s\"", name, msg, needle);
+  char quoted[64];
+  snprintf(quoted, sizeof quoted, "'%s'", name);
+  if (strstr(msg, quoted))
+    fail_msg("op %s: message \"%s\" names the op", name, msg);
+}
+
 /* ---- distributed runs ------------------------------------------------------------ */
 
 /* One tensor spread over the ranks of a placement. */

@@ -66,6 +66,20 @@ sl_status oph_run_single(const sl__op_def *op, const sl__attrs *at, int n_in,
                          sl_host_tensor *const *in, int64_t step,
                          sl_host_tensor **out);
 
+/* oph_run_single on the op of that name; fails the test (cmocka) when no
+ * op has the name or the run fails, printing the error. */
+void oph_run(const char *name, const sl__attrs *at, int n_in,
+             sl_host_tensor *const *in, int64_t step, sl_host_tensor **out);
+
+/* A meta for infer-only tests. */
+sl__meta oph_meta(sl_dtype dt, int ndim, const int64_t *dims);
+
+/* Asserts (cmocka) that op `name`'s infer refuses these inputs with
+ * SL_EINVAL and a message containing needle, and that the message does
+ * not name the op (the graph prefixes it). */
+void oph_expect_infer_error(const char *name, const sl__attrs *at, int n_in,
+                            const sl__meta *in, const char *needle);
+
 /* Runs the op on placement p with one 1-D signature per mesh axis
  * (axis_sigs[k] for mesh axis k; input i's nd-SBP is (axis_sigs[0].in[i],
  * axis_sigs[1].in[i], ...)), reassembles the outputs and compares them
