@@ -184,15 +184,17 @@ sl_tensor sl_transpose(sl_tensor x, int n, const int *perm) {
   return op1("transpose", x, &at);
 }
 
-sl_tensor sl_slice_of(sl_tensor x, const int64_t *start,
-                      const int64_t *stop) {
+sl_tensor sl_slice_of(sl_tensor x, int axis, int64_t start, int64_t end) {
   int nd = rank_of(x, "slice");
   if (nd < 0) return sl__g_poison(x.graph, false);
-  if (nd && (!start || !stop))
-    return sl__g_fail_op(x.graph, "slice", "start or stop is NULL");
+  int a = axis;
+  if (!sl__g_axis(&a, nd))
+    return sl__g_fail_op(x.graph, "slice",
+                         "axis %d out of range for a %d-d tensor", axis, nd);
   sl__attrs at = {0};
-  sl__attrs_set_ints(&at, "start", nd, start);
-  sl__attrs_set_ints(&at, "stop", nd, stop);
+  sl__attrs_set_int(&at, "axis", a);
+  sl__attrs_set_int(&at, "start", start);
+  sl__attrs_set_int(&at, "end", end);
   return op1("slice", x, &at);
 }
 
@@ -233,7 +235,9 @@ sl_tensor sl_causal_mask(sl_tensor x) {
   if (nd < 2)
     return sl__g_fail_op(x.graph, "causal_mask",
                          "needs at least 2 axes, the input has %d", nd);
-  return op1("causal_mask", x, NULL);
+  sl__attrs at = {0};
+  sl__attrs_set_float(&at, "fill", -INFINITY);
+  return op1("causal_mask", x, &at);
 }
 
 /* ---- dense ops ---------------------------------------------------------- */

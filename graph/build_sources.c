@@ -209,6 +209,7 @@ sl_tensor sl_data_random_uniform(sl_graph *g, const sl_shape *shape,
   sl__attrs_set_float(&at, "low", lo);
   sl__attrs_set_float(&at, "high", hi);
   sl__attrs_set_int(&at, "seed", (int64_t)seed);
+  sl__attrs_set_int(&at, "per_step", 1);
   return source_text(g, "random_uniform", &at, placement, sbp);
 }
 
@@ -227,6 +228,7 @@ sl_tensor sl_data_random_normal(sl_graph *g, const sl_shape *shape,
   sl__attrs_set_float(&at, "mean", mean);
   sl__attrs_set_float(&at, "std", std);
   sl__attrs_set_int(&at, "seed", (int64_t)seed);
+  sl__attrs_set_int(&at, "per_step", 1);
   return source_text(g, "random_normal", &at, placement, sbp);
 }
 
@@ -243,6 +245,7 @@ sl_tensor sl_data_random_int(sl_graph *g, const sl_shape *shape, sl_dtype dt,
   sl__attrs_set_int(&at, "low", lo);
   sl__attrs_set_int(&at, "high", hi);
   sl__attrs_set_int(&at, "seed", (int64_t)seed);
+  sl__attrs_set_int(&at, "per_step", 1);
   return source_text(g, "random_int", &at, placement, sbp);
 }
 

@@ -3,8 +3,8 @@
  * Inference: each op takes, per mesh axis of its placement, the 1-D
  * signature (the op's list, with all-B first) that matches the most
  * producers' SBPs on that axis; ties go to the cheapest boxing of the
- * mismatching inputs (the planner's predicted time), then to the earlier
- * signature. A value whose SBP the user fixed (inputs, variables,
+ * mismatching inputs (the planner's predicted time) plus, for partial
+ * outputs, the reduction they will need, then to the earlier signature. A value whose SBP the user fixed (inputs, variables,
  * sl_to_global outputs, sources given an SBP) keeps it: an op producing one
  * only considers signatures giving it. A source op (no inputs) given no SBP
  * stays open until its first consumer decides: it matches any SBP it can
@@ -134,6 +134,20 @@ static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
           want.sbp[m] = sig->in[i];
           cost += boxing_cost(v, n->placement, &want);
         }
+      }
+      /* A partial output must be reduced eventually (unless a consumer
+       * takes it partial): count that reduction, so a tie does not defer
+       * an all-reduce by turning other inputs partial for free. */
+      for (int j = 0; j < n->n_out; j++) {
+        if (sig->out[j].kind != SL_SBP_PARTIAL) continue;
+        const sl__value *o = g->values[n->out[j]];
+        if (o->sbp_fixed) continue;
+        sl__value tmp = *o;
+        tmp.placement = n->placement;
+        tmp.sbp = nd_all_b(M);
+        tmp.sbp.sbp[m] = sig->out[j];
+        sl_nd_sbp b = nd_all_b(M);
+        cost += boxing_cost(&tmp, n->placement, &b);
       }
       if (score > best_score || cost < best_cost) {
         best = s;

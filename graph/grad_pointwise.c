@@ -145,10 +145,13 @@ static sl_status g_dropout(sl_graph *g, const sl__node *n,
   return sl__g_status(g);
 }
 
+/* Masking with 0 is linear: causal_mask(dy, fill = 0) is the gradient. */
 static sl_status g_causal_mask(sl_graph *g, const sl__node *n,
                                const sl_tensor *dy, const bool *need,
                                sl_tensor *dx) {
-  dx[0] = sl__g_op(g, "causal_mask_grad", 1, dy, &n->attrs, NULL);
+  sl__attrs at = n->attrs;
+  sl__attrs_set_float(&at, "fill", 0.0);
+  dx[0] = sl__g_op(g, "causal_mask", 1, dy, &at, NULL);
   return sl__g_status(g);
 }
 

@@ -35,52 +35,40 @@ static sl_tensor zeros(sl_graph *g, sl_tensor like, const sl_shape *s) {
   return sl__g_source(g, "fill", &at, NULL, g->force_placement, NULL);
 }
 
-/* dy padded with zeros, axis by axis, back to the input's shape. */
+/* dy padded with zeros before and after on the sliced axis. */
 static sl_status g_slice(sl_graph *g, const sl__node *n, const sl_tensor *dy,
                          const bool *need, sl_tensor *dx) {
   const sl_shape *xs = shape_of(g, sl__g_in(g, n, 0));
-  int ns = 0;
-  const int64_t *start = sl__attr_ints(&n->attrs, "start", &ns);
-  sl_tensor cur = dy[0];
-  for (int d = 0; d < xs->ndim && d < ns; d++) {
-    sl_shape cs = *shape_of(g, cur);
-    int64_t s0 = start[d] < 0 ? start[d] + xs->dims[d] : start[d];
-    if (s0 < 0) s0 = 0;
-    if (s0 > xs->dims[d]) s0 = xs->dims[d];
-    int64_t after = xs->dims[d] - s0 - cs.dims[d];
-    sl_tensor parts[3];
-    int k = 0;
-    if (s0 > 0) {
-      sl_shape zs = cs;
-      zs.dims[d] = s0;
-      parts[k++] = zeros(g, cur, &zs);
-    }
-    parts[k++] = cur;
-    if (after > 0) {
-      sl_shape zs = cs;
-      zs.dims[d] = after;
-      parts[k++] = zeros(g, cur, &zs);
-    }
-    if (k > 1) cur = sl_concat(k, parts, d);
+  int axis = (int)sl__attr_int(&n->attrs, "axis", 0);
+  int64_t len = xs->dims[axis];
+  int64_t s0 = sl__attr_int(&n->attrs, "start", 0);
+  if (s0 < 0) s0 += len;
+  sl_shape cs = *shape_of(g, dy[0]);
+  int64_t after = len - s0 - cs.dims[axis];
+  sl_tensor parts[3];
+  int k = 0;
+  if (s0 > 0) {
+    sl_shape zs = cs;
+    zs.dims[axis] = s0;
+    parts[k++] = zeros(g, dy[0], &zs);
   }
-  dx[0] = cur;
+  parts[k++] = dy[0];
+  if (after > 0) {
+    sl_shape zs = cs;
+    zs.dims[axis] = after;
+    parts[k++] = zeros(g, dy[0], &zs);
+  }
+  dx[0] = k > 1 ? sl_concat(k, parts, axis) : dy[0];
   return sl__g_status(g);
 }
 
 static sl_status g_concat(sl_graph *g, const sl__node *n, const sl_tensor *dy,
                           const bool *need, sl_tensor *dx) {
   int axis = (int)sl__attr_int(&n->attrs, "axis", 0);
-  const sl_shape *ys = shape_of(g, dy[0]);
   int64_t off = 0;
   for (int i = 0; i < n->n_in; i++) {
     const sl_shape *xs = shape_of(g, sl__g_in(g, n, i));
-    if (need[i]) {
-      int64_t start[SL_MAX_DIMS] = {0}, stop[SL_MAX_DIMS];
-      for (int d = 0; d < ys->ndim; d++) stop[d] = ys->dims[d];
-      start[axis] = off;
-      stop[axis] = off + xs->dims[axis];
-      dx[i] = sl_slice_of(dy[0], start, stop);
-    }
+    if (need[i]) dx[i] = sl_slice_of(dy[0], axis, off, off + xs->dims[axis]);
     off += xs->dims[axis];
   }
   return sl__g_status(g);

@@ -55,13 +55,19 @@ static sl_tensor state_like(sl_graph *g, sl_tensor w, const char *what) {
  * sqrt(sum over gradients of reduce_sum(g^2)); global_norm_scale takes up
  * to SL_OP_MAX_INPUTS partial sums, so longer lists are added pairwise
  * first. */
-static void clip(sl_graph *g, int n, sl_tensor *grads, double max_norm) {
+static void clip(sl_graph *g, int n, const sl_tensor *w, sl_tensor *grads,
+                 double max_norm) {
   sl_tensor *s = sl__calloc((size_t)n, sizeof *s);
   if (!s) {
     sl__g_error(g, SL_ENOMEM, "optimizer", "clip", NULL, "out of memory");
     return;
   }
   for (int i = 0; i < n; i++) {
+    /* The gradient in its weight's layout first: the one conversion the
+     * update needs anyway (an all-reduce for a data-parallel weight), so
+     * the norm does not add a reduce-scatter of its own. */
+    const sl__value *wv = sl__g_value(g, w[i].id);
+    grads[i] = sl_to_global_p(grads[i], wv->placement, &wv->sbp);
     g->force_placement = sl__g_value(g, grads[i].id)->placement;
     s[i] = sl_reduce_sum(sl_square(grads[i]), 0, NULL, false);
   }
@@ -168,7 +174,7 @@ sl_status sl_minimize(sl_tensor loss, const sl_optimizer *opt) {
     sl_placement *saved = g->force_placement;
     g->mark = SL__MARK_OPTIMIZER;
     sl_graph_push_scope(g, "optimizer");
-    if (opt->clip_norm > 0) clip(g, k, grads, opt->clip_norm);
+    if (opt->clip_norm > 0) clip(g, k, w, grads, opt->clip_norm);
     for (int32_t i = 0; i < k && !g->err; i++) update(g, w[i], grads[i], opt);
     sl_graph_pop_scope(g);
     g->mark = SL__MARK_FORWARD;

@@ -281,12 +281,12 @@ SL_API sl_tensor sl_reduce_sum_like(sl_tensor x, sl_tensor like);
 
 /* Shape ops. reshape keeps the element count (one extent may be -1);
  * transpose permutes axes (perm has ndim entries); slice_of keeps
- * [start[d], stop[d]) on each axis d (ndim entries each); concat joins n
- * tensors along axis. */
+ * [start, end) of one axis (negative positions count from the end);
+ * concat joins n tensors along axis. */
 SL_API sl_tensor sl_reshape(sl_tensor x, const sl_shape *shape);
 SL_API sl_tensor sl_transpose(sl_tensor x, int n, const int *perm);
-SL_API sl_tensor sl_slice_of(sl_tensor x, const int64_t *start,
-                             const int64_t *stop);
+SL_API sl_tensor sl_slice_of(sl_tensor x, int axis, int64_t start,
+                             int64_t end);
 SL_API sl_tensor sl_concat(int n, const sl_tensor *xs, int axis);
 
 /* Inverted dropout: zeroes each element with probability p and scales the
