@@ -4,10 +4,10 @@
  *
  * Row reductions run in SL__DENSE_LANES independent partial sums (lane l
  * takes elements l, l + 16, l + 32, ... of the row) combined in a fixed
- * tree, written with vector extensions. The result of a row depends only on
- * the row's values, never on where the row sits in a shard or on which
- * instruction set runs it (the files are compiled without FP contraction),
- * so a split on other axes gives bit-identical rows. */
+ * tree, in vector code chosen for the CPU (sl__dense_rows). The result of a
+ * row depends only on the row's values, never on where the row sits in a
+ * shard or on which instruction set runs it (the files are compiled without
+ * FP contraction), so a split on other axes gives bit-identical rows. */
 #ifndef SLUICE_KERNELS_CPU_DENSE_UTIL_H
 #define SLUICE_KERNELS_CPU_DENSE_UTIL_H
 
@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cpu/blas.h"
 #include "op.h"
 
 #define SL__DENSE_LANES 16
@@ -111,7 +112,7 @@ static inline int64_t sl__dense_index(const void *p, sl_dtype dt, int64_t i) {
 
 /* Rows of a shape that reduces over its last dim: numel / last (0 when the
  * last dim is 0 or the shape is a scalar gives 1 row of 1). */
-static inline int64_t sl__dense_rows(const sl_shape *s, int64_t *len) {
+static inline int64_t sl__dense_rows_of(const sl_shape *s, int64_t *len) {
   int64_t last = s->ndim ? s->dims[s->ndim - 1] : 1;
   int64_t rows = 1;
   for (int i = 0; i + 1 < s->ndim; i++)
@@ -172,144 +173,57 @@ static inline float sl__dense_exp(float x) {
   return x < lo ? 0.0f : y;
 }
 
-/* ---- 16-lane vectors ---------------------------------------------------- */
-
-/* GCC/Clang vector extensions: the compiler maps a 16-float vector to the
- * target's registers (four SSE, two AVX or one AVX-512 register), the same
- * operations in the same order on any target. Row loops use them so they
- * vectorise by construction rather than by the auto-vectoriser's mood. */
-/* Vectors pass by value only between static inline functions of the files
- * that include this header, so GCC's note that a 64-byte vector's calling
- * convention depends on AVX-512 never matters to them. */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
-typedef float sl__vf __attribute__((vector_size(SL__DENSE_LANES * 4)));
-typedef int32_t sl__vi __attribute__((vector_size(SL__DENSE_LANES * 4)));
-
-static inline sl__vf sl__vf_load(const float *p) {
-  sl__vf v;
-  memcpy(&v, p, sizeof v);
-  return v;
-}
-static inline void sl__vf_store(float *p, sl__vf v) { memcpy(p, &v, sizeof v); }
-static inline sl__vf sl__vf_splat(float x) { return (sl__vf){0} + x; }
-/* The first n (< 16) elements of p, the other lanes `pad`. */
-static inline sl__vf sl__vf_load_tail(const float *p, int64_t n, float pad) {
-  float t[SL__DENSE_LANES];
-  for (int l = 0; l < SL__DENSE_LANES; l++)
-    t[l] = l < n ? p[l] : pad;
-  return sl__vf_load(t);
-}
-static inline void sl__vf_store_tail(float *p, sl__vf v, int64_t n) {
-  float t[SL__DENSE_LANES];
-  sl__vf_store(t, v);
-  for (int64_t l = 0; l < n; l++)
-    p[l] = t[l];
-}
-/* m ? a : b lane by lane (m: all ones or zero per lane). */
-static inline sl__vf sl__vf_select(sl__vi m, sl__vf a, sl__vf b) {
-  return (sl__vf)((m & (sl__vi)a) | (~m & (sl__vi)b));
-}
-static inline sl__vf sl__vf_max(sl__vf a, sl__vf b) {
-  return sl__vf_select(b > a, b, a);
-}
-/* Lane sum and max in a fixed tree. */
-static inline float sl__vf_sum(sl__vf v) {
-  float t[SL__DENSE_LANES];
-  sl__vf_store(t, v);
+/* The 16 lanes of a row reduction combined in a fixed tree. */
+static inline float sl__dense_lanes_sum(float *t) {
   for (int w = SL__DENSE_LANES / 2; w >= 1; w /= 2)
     for (int l = 0; l < w; l++)
       t[l] += t[l + w];
   return t[0];
 }
-static inline float sl__vf_hmax(sl__vf v) {
-  float t[SL__DENSE_LANES];
-  sl__vf_store(t, v);
+static inline float sl__dense_lanes_max(float *t) {
   for (int w = SL__DENSE_LANES / 2; w >= 1; w /= 2)
     for (int l = 0; l < w; l++)
       t[l] = t[l + w] > t[l] ? t[l + w] : t[l];
   return t[0];
 }
 
-/* sl__dense_exp on 16 lanes: the same operations, so the same bits. */
-static inline sl__vf sl__vf_exp(sl__vf x) {
-  const float lo = -87.33654f, hi = 88.0f, magic = 12582912.0f;
-  sl__vi below = x < lo;
-  sl__vf xc = sl__vf_select(below, sl__vf_splat(lo), x);
-  xc = sl__vf_select(xc > hi, sl__vf_splat(hi), xc);
-  sl__vf t = xc * 1.44269504088896341f + magic;
-  sl__vi n = (sl__vi)t - 0x4B400000;
-  sl__vf fn = t - magic;
-  sl__vf r = (xc - fn * 0.693145751953125f) - fn * 1.428606765330187e-6f;
-  sl__vf p = sl__vf_splat(1.0f / 5040.0f);
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  sl__vf y = p * (sl__vf)((n + 127) << 23);
-  return sl__vf_select(below, sl__vf_splat(0.0f), y);
-}
+/* ---- vector loops, one table per instruction set ------------------------ */
 
-/* ---- rows ---------------------------------------------------------------- */
+/* The loops that need vector code to be fast (exp, row reductions), from
+ * dense_rows_impl.h. Every table gives the same bits for the same input.
+ * In the row functions lane l of the reduction takes elements l, l + 16,
+ * l + 32, ... in order; n >= 1 for row_max. */
+typedef struct sl__dense_rows {
+  const char *name; /* "sse" (16-byte vectors, any target), "avx2", "avx512" */
+  bool (*usable)(const sl__cpu_features *f);
+  /* max of x[0..n). A NaN may be skipped: callers then sum exp(x - max),
+   * which carries the NaN to every output of the row. */
+  float (*row_max)(const float *x, int64_t n);
+  /* sum of e_j = exp(x[j] - m), j < n; also y[j] = e_j when y != NULL. */
+  float (*row_expsum)(const float *x, int64_t n, float m, float *y);
+  float (*row_sum)(const float *x, int64_t n);
+  float (*row_dot)(const float *x, const float *y, int64_t n);
+  /* sum of (x[j] - mu)^2. */
+  float (*row_sqdev)(const float *x, int64_t n, float mu);
+  /* *sg = sum g_j, *sgx = sum g_j (x[j] - mu) rs, g_j = gamma[j] dy[j]. */
+  void (*row_ln_grad_sums)(const float *gamma, const float *dy, const float *x,
+                           float mu, float rs, int64_t n, float *sg,
+                           float *sgx);
+  /* e = exp(x[j] - m[j]); y[j] = e (y != NULL); acc[j] += e; j < w. */
+  void (*exp_cols)(const float *x, const float *m, float *y, float *acc,
+                   int64_t w);
+  /* dx[j] = dy[j] - exp(y[j]) * s[j * s_step] (s_step 0: s[0]). */
+  void (*exp_mul_sub)(const float *dy, const float *y, const float *s,
+                      int64_t s_step, float *dx, int64_t n);
+} sl__dense_rows;
 
-/* Lane l of a row reduction takes elements l, l + 16, l + 32, ... */
-
-/* max of x[0..n) (n >= 1). A NaN may be skipped here: the callers then
- * sum exp(x - max), and the NaN reaches every output of the row that way. */
-static inline float sl__dense_row_max(const float *x, int64_t n) {
-  sl__vf acc = sl__vf_splat(x[0]);
-  int64_t j = 0;
-  for (; j + SL__DENSE_LANES <= n; j += SL__DENSE_LANES)
-    acc = sl__vf_max(acc, sl__vf_load(x + j));
-  if (j < n) acc = sl__vf_max(acc, sl__vf_load_tail(x + j, n - j, x[0]));
-  return sl__vf_hmax(acc);
-}
-
-/* sum of exp(x[j] - m) over j < n; with y != NULL also y[j] = exp(x[j] -
- * m). */
-static inline float sl__dense_row_expsum(const float *x, int64_t n, float m,
-                                         float *y) {
-  sl__vf acc = sl__vf_splat(0.0f), vm = sl__vf_splat(m);
-  int64_t j = 0;
-  for (; j + SL__DENSE_LANES <= n; j += SL__DENSE_LANES) {
-    sl__vf e = sl__vf_exp(sl__vf_load(x + j) - vm);
-    if (y) sl__vf_store(y + j, e);
-    acc += e;
-  }
-  if (j < n) {
-    /* -inf pads: exp(-inf - m) = 0. */
-    sl__vf e = sl__vf_exp(sl__vf_load_tail(x + j, n - j, -INFINITY) - vm);
-    if (y) sl__vf_store_tail(y + j, e, n - j);
-    acc += e;
-  }
-  return sl__vf_sum(acc);
-}
-
-/* sum of x[0..n). */
-static inline float sl__dense_row_sum(const float *x, int64_t n) {
-  sl__vf acc = sl__vf_splat(0.0f);
-  int64_t j = 0;
-  for (; j + SL__DENSE_LANES <= n; j += SL__DENSE_LANES)
-    acc += sl__vf_load(x + j);
-  if (j < n) acc += sl__vf_load_tail(x + j, n - j, 0.0f);
-  return sl__vf_sum(acc);
-}
-
-/* sum of x[j] * y[j] over j < n. */
-static inline float sl__dense_row_dot(const float *x, const float *y,
-                                      int64_t n) {
-  sl__vf acc = sl__vf_splat(0.0f);
-  int64_t j = 0;
-  for (; j + SL__DENSE_LANES <= n; j += SL__DENSE_LANES)
-    acc += sl__vf_load(x + j) * sl__vf_load(y + j);
-  if (j < n)
-    acc += sl__vf_load_tail(x + j, n - j, 0.0f) *
-           sl__vf_load_tail(y + j, n - j, 0.0f);
-  return sl__vf_sum(acc);
-}
+/* The fastest table this CPU runs (chosen once). Thread-safe. */
+const sl__dense_rows *sl__dense_rows_get(void);
+/* Every table built in, "sse" first (tests compare them). */
+int sl__dense_rows_count(void);
+const sl__dense_rows *sl__dense_rows_at(int i);
+/* Tables from instruction-set files (x86: avx2, avx512); CMake picks the
+ * file for the target. Returns how many, *out points at them. */
+int sl__dense_rows_isa(const sl__dense_rows *const **out);
 
 #endif

@@ -105,17 +105,18 @@ static sl_status check_labels(const sl__kernel_ctx *k, int in, int64_t rows,
 
 static sl_status ce_cpu(const sl__kernel_ctx *k) {
   int64_t classes;
-  int64_t rows = sl__dense_rows(&k->in_meta[0].shape, &classes);
+  int64_t rows = sl__dense_rows_of(&k->in_meta[0].shape, &classes);
   if (rows == 0) return SL_OK;
   SL_CHECK(check_labels(k, 1, rows, classes));
   const float *x = k->in[0];
   const void *lab = k->in[1];
   sl_dtype dt = k->in_meta[1].dtype;
   float *loss = k->out[0];
+  const sl__dense_rows *v = sl__dense_rows_get();
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * classes;
-    float m = sl__dense_row_max(xr, classes);
-    float lse = logf(sl__dense_row_expsum(xr, classes, m, NULL));
+    float m = v->row_max(xr, classes);
+    float lse = logf(v->row_expsum(xr, classes, m, NULL));
     loss[r] = lse - (xr[sl__dense_index(lab, dt, r)] - m);
   }
   return SL_OK;
@@ -123,18 +124,19 @@ static sl_status ce_cpu(const sl__kernel_ctx *k) {
 
 static sl_status ce_grad_cpu(const sl__kernel_ctx *k) {
   int64_t classes;
-  int64_t rows = sl__dense_rows(&k->in_meta[1].shape, &classes);
+  int64_t rows = sl__dense_rows_of(&k->in_meta[1].shape, &classes);
   if (rows == 0) return SL_OK;
   SL_CHECK(check_labels(k, 2, rows, classes));
   const float *dloss = k->in[0], *x = k->in[1];
   const void *lab = k->in[2];
   sl_dtype dt = k->in_meta[2].dtype;
   float *dx = k->out[0];
+  const sl__dense_rows *v = sl__dense_rows_get();
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * classes;
     float *o = dx + r * classes;
-    float m = sl__dense_row_max(xr, classes);
-    float g = dloss[r], scale = g / sl__dense_row_expsum(xr, classes, m, o);
+    float m = v->row_max(xr, classes);
+    float g = dloss[r], scale = g / v->row_expsum(xr, classes, m, o);
     for (int64_t j = 0; j < classes; j++)
       o[j] *= scale;
     o[sl__dense_index(lab, dt, r)] -= g;

@@ -76,29 +76,19 @@ static int ln_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
 
 static sl_status ln_cpu(const sl__kernel_ctx *k) {
   int64_t d;
-  int64_t rows = sl__dense_rows(&k->in_meta[0].shape, &d);
+  int64_t rows = sl__dense_rows_of(&k->in_meta[0].shape, &d);
   const float *x = k->in[0], *gamma = k->in[1], *beta = k->in[2];
   float *y = k->out[0], *mean = k->out[1], *rstd = k->out[2];
   float eps = (float)sl__attr_float(k->attrs, "eps", 1e-5);
+  const sl__dense_rows *v = sl__dense_rows_get();
   if (d == 0) return SL_OK;
   float inv_d = 1.0f / (float)d;
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * d;
     float *yr = y + r * d;
-    float mu = sl__dense_row_sum(xr, d) * inv_d;
-    sl__vf acc = sl__vf_splat(0.0f), vmu = sl__vf_splat(mu);
-    int64_t j = 0;
-    for (; j + SL__DENSE_LANES <= d; j += SL__DENSE_LANES) {
-      sl__vf c = sl__vf_load(xr + j) - vmu;
-      acc += c * c;
-    }
-    if (j < d) {
-      /* mu pads: they add (mu - mu)^2 = 0. */
-      sl__vf c = sl__vf_load_tail(xr + j, d - j, mu) - vmu;
-      acc += c * c;
-    }
-    float rs = 1.0f / sqrtf(sl__vf_sum(acc) * inv_d + eps);
-    for (j = 0; j < d; j++)
+    float mu = v->row_sum(xr, d) * inv_d;
+    float rs = 1.0f / sqrtf(v->row_sqdev(xr, d, mu) * inv_d + eps);
+    for (int64_t j = 0; j < d; j++)
       yr[j] = (xr[j] - mu) * rs * gamma[j] + beta[j];
     mean[r] = mu;
     rstd[r] = rs;
@@ -161,7 +151,7 @@ static size_t lng_workspace(const sl__kernel_ctx *k) {
 
 static sl_status lng_cpu(const sl__kernel_ctx *k) {
   int64_t d;
-  int64_t rows = sl__dense_rows(&k->in_meta[1].shape, &d);
+  int64_t rows = sl__dense_rows_of(&k->in_meta[1].shape, &d);
   const float *dy = k->in[0], *x = k->in[1], *gamma = k->in[2],
               *mean = k->in[3], *rstd = k->in[4];
   float *dx = k->out[0], *dgamma = k->out[1], *dbeta = k->out[2];
@@ -173,28 +163,15 @@ static sl_status lng_cpu(const sl__kernel_ctx *k) {
   for (int64_t j = 0; j < d; j++)
     dg[j] = db[j] = 0.0;
   float inv_d = 1.0f / (float)d;
+  const sl__dense_rows *v = sl__dense_rows_get();
   for (int64_t r = 0; r < rows; r++) {
     const float *dyr = dy + r * d, *xr = x + r * d;
     float *o = dx + r * d;
     float mu = mean[r], rs = rstd[r];
-    sl__vf sg = sl__vf_splat(0.0f), sgx = sl__vf_splat(0.0f);
-    sl__vf vmu = sl__vf_splat(mu), vrs = sl__vf_splat(rs);
-    int64_t j = 0;
-    for (; j + SL__DENSE_LANES <= d; j += SL__DENSE_LANES) {
-      sl__vf g = sl__vf_load(gamma + j) * sl__vf_load(dyr + j);
-      sg += g;
-      sgx += g * ((sl__vf_load(xr + j) - vmu) * vrs);
-    }
-    if (j < d) {
-      /* Zero pads in gamma and dy give g = 0. */
-      sl__vf g = sl__vf_load_tail(gamma + j, d - j, 0.0f) *
-                 sl__vf_load_tail(dyr + j, d - j, 0.0f);
-      sg += g;
-      sgx += g * ((sl__vf_load_tail(xr + j, d - j, mu) - vmu) * vrs);
-    }
-    float a = sl__vf_sum(sg) * inv_d;
-    float b = sl__vf_sum(sgx) * inv_d;
-    for (j = 0; j < d; j++) {
+    float sg, sgx;
+    v->row_ln_grad_sums(gamma, dyr, xr, mu, rs, d, &sg, &sgx);
+    float a = sg * inv_d, b = sgx * inv_d;
+    for (int64_t j = 0; j < d; j++) {
       float xh = (xr[j] - mu) * rs, e = dyr[j];
       o[j] = rs * ((gamma[j] * e - a) - xh * b);
       dg[j] += (double)(e * xh);

@@ -12,7 +12,8 @@
  *                                        PyTorch creates the buffer from d)
  *     m_new = momentum * m + (1 - dampening) * d   later
  *     d = nesterov ? d + momentum * m_new : m_new
- *   without momentum m_new = m (PyTorch keeps no buffer; it passes through)
+ *   without momentum PyTorch keeps no buffer: m may then be an empty [0]
+ *   tensor (m_new is one too, always B), or w's shape (m_new = m, copied)
  *   w_new = w - lr * d
  * adam_update(w, g, m, v; lr, beta1 = 0.9, beta2 = 0.999, eps = 1e-8,
  *             weight_decay = 0, decoupled = 0) -> w_new, m_new, v_new
@@ -38,6 +39,8 @@
 #include "cpu/dense_util.h"
 
 #define S sl__dense_S
+
+enum { CHUNK = 512 };
 
 /* Same shape and f32 for every input; the outputs copy input 0. */
 static sl_status check_state(int n_in, const sl__meta *in, const char **names) {
@@ -77,10 +80,17 @@ static int state_signatures(int n_in, int n_out, const sl__meta *in,
 
 static const char *sgd_names[3] = {"w", "g", "m"};
 
+/* m is the empty [0] placeholder a momentum-free SGD may pass. */
+static bool sgd_no_state(const sl__attrs *at, const sl__meta *m) {
+  return sl__attr_float(at, "momentum", 0.0) == 0.0 && m->shape.ndim == 1 &&
+         m->shape.dims[0] == 0 && m->dtype == SL_DTYPE_F32;
+}
+
 static sl_status sgd_infer(const sl__attrs *at, int n_in, const sl__meta *in,
                            sl__meta *out) {
   SL_CHECK(sl__dense_want_inputs(n_in, 3));
-  SL_CHECK(check_state(3, in, sgd_names));
+  bool no_state = sgd_no_state(at, &in[2]);
+  SL_CHECK(check_state(no_state ? 2 : 3, in, sgd_names));
   SL_CHECK(want_range(at, "lr", 0.0, 0.0, INFINITY, true));
   SL_CHECK(want_range(at, "momentum", 0.0, 0.0, INFINITY, true));
   SL_CHECK(want_range(at, "dampening", 0.0, -INFINITY, INFINITY, true));
@@ -90,13 +100,46 @@ static sl_status sgd_infer(const sl__attrs *at, int n_in, const sl__meta *in,
                    sl__attr_float(at, "dampening", 0.0) != 0.0))
     return sl__fail(SL_EINVAL, "nesterov momentum needs momentum > 0 and "
                                "dampening 0");
-  out[0] = out[1] = in[0];
+  out[0] = in[0];
+  out[1] = in[2];
   return SL_OK;
 }
 
 static int sgd_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
                           sl__sbp_sig *sigs, int max) {
-  return n_in == 3 ? state_signatures(3, 2, in, sigs, max) : 0;
+  if (n_in != 3) return 0;
+  int n = state_signatures(3, 2, in, sigs, max);
+  if (sgd_no_state(at, &in[2]))
+    for (int i = 0; i < n; i++)
+      sigs[i].in[2] = sigs[i].out[1] = sl__dense_B();
+  return n;
+}
+
+typedef struct sgd_cfg {
+  float lr, mom, damp1, wd;
+  bool has_wd, first, nesterov, use_mom;
+} sgd_cfg;
+
+/* One chunk into wl, ml. Every load unconditional, every choice a select:
+ * one branch-free vector loop serves every variant. Not inlined, so the
+ * compiler cannot thread the related flags into branches. */
+__attribute__((noinline)) static void
+sgd_chunk(const sgd_cfg *cf, const float *wc, const float *gc, const float *mc,
+          float *restrict wl, float *restrict ml, int64_t c) {
+  float lr = cf->lr, mom = cf->mom, damp1 = cf->damp1, wd = cf->wd;
+  bool has_wd = cf->has_wd, first = cf->first, nesterov = cf->nesterov,
+       use_mom = cf->use_mom;
+  for (int64_t i = 0; i < c; i++) {
+    float wi = wc[i], gi = gc[i], mi = mc[i];
+    float d = has_wd ? gi + wd * wi : gi;
+    float later = mi * mom + damp1 * d;
+    float buf = first ? d : later;
+    float nest = d + mom * buf;
+    float dm = nesterov ? nest : buf;
+    d = use_mom ? dm : d;
+    ml[i] = buf;
+    wl[i] = wi - lr * d;
+  }
 }
 
 static sl_status sgd_cpu(const sl__kernel_ctx *k) {
@@ -109,32 +152,21 @@ static sl_status sgd_cpu(const sl__kernel_ctx *k) {
   float wd = (float)sl__attr_float(k->attrs, "weight_decay", 0.0);
   bool nesterov = sl__attr_int(k->attrs, "nesterov", 0) != 0;
   bool has_wd = wd != 0.0f;
-  if (n == 0) return SL_OK;
-  if (mom == 0.0f) {
-    if (mn != m) memmove(mn, m, (size_t)n * sizeof *mn);
-#pragma GCC ivdep
-    for (int64_t i = 0; i < n; i++) {
-      float d = has_wd ? g[i] + wd * w[i] : g[i];
-      wn[i] = w[i] - lr * d;
-    }
-  } else if (k->step == 0) {
-#pragma GCC ivdep
-    for (int64_t i = 0; i < n; i++) {
-      float d = has_wd ? g[i] + wd * w[i] : g[i];
-      float buf = d;
-      d = nesterov ? d + mom * buf : buf;
-      mn[i] = buf;
-      wn[i] = w[i] - lr * d;
-    }
-  } else {
-#pragma GCC ivdep
-    for (int64_t i = 0; i < n; i++) {
-      float d = has_wd ? g[i] + wd * w[i] : g[i];
-      float buf = m[i] * mom + damp1 * d;
-      d = nesterov ? d + mom * buf : buf;
-      mn[i] = buf;
-      wn[i] = w[i] - lr * d;
-    }
+  bool use_mom = mom != 0.0f, first = use_mom && k->step == 0;
+  bool no_state = sl_shape_numel(&k->in_meta[2].shape) != n;
+  if (no_state) m = g; /* never read: any valid memory */
+  if (!use_mom && !no_state && mn != m && n > 0)
+    memmove(mn, m, (size_t)n * sizeof *mn);
+  /* Chunks computed into local arrays, then stored: the loops vectorise
+   * without alias checks, and an output that is its input's buffer reads
+   * each chunk before it is written. */
+  float wl[CHUNK], ml[CHUNK];
+  sgd_cfg cf = {lr, mom, damp1, wd, has_wd, first, nesterov, use_mom};
+  for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
+    int64_t c = SL_MIN(CHUNK, n - i0);
+    sgd_chunk(&cf, w + i0, g + i0, m + i0, wl, ml, c);
+    memcpy(wn + i0, wl, (size_t)c * sizeof *wl);
+    if (use_mom) memcpy(mn + i0, ml, (size_t)c * sizeof *ml);
   }
   return SL_OK;
 }
@@ -197,17 +229,24 @@ static sl_status adam_cpu(const sl__kernel_ctx *k) {
   float decay = decoupled ? (float)(1.0 - lr * wd) : 1.0f;
   float l2 = decoupled ? 0.0f : (float)wd;
   bool has_l2 = l2 != 0.0f, has_decay = decoupled && wd != 0.0;
-  if (n == 0) return SL_OK;
-#pragma GCC ivdep
-  for (int64_t i = 0; i < n; i++) {
-    float wi = has_decay ? w[i] * decay : w[i];
-    float d = has_l2 ? g[i] + l2 * w[i] : g[i];
-    float mi = m[i] + one_b1 * (d - m[i]);
-    float vi = v[i] * fb2 + (one_b2 * d) * d; /* addcmul's order */
-    float denom = sqrtf(vi) / bc2_sqrt + eps;
-    mn[i] = mi;
-    vn[i] = vi;
-    wn[i] = wi - step_size * (mi / denom);
+  float wl[CHUNK], ml[CHUNK], vl[CHUNK];
+  for (int64_t i0 = 0; i0 < n; i0 += CHUNK) { /* as in sgd_cpu */
+    int64_t c = SL_MIN(CHUNK, n - i0);
+    const float *wc = w + i0, *gc = g + i0, *mc = m + i0, *vc = v + i0;
+    for (int64_t i = 0; i < c; i++) {
+      float w0 = wc[i], gi = gc[i], m0 = mc[i];
+      float wi = has_decay ? w0 * decay : w0;
+      float d = has_l2 ? gi + l2 * w0 : gi;
+      float mi = m0 + one_b1 * (d - m0);
+      float vi = vc[i] * fb2 + (one_b2 * d) * d; /* addcmul's order */
+      float denom = sqrtf(vi) / bc2_sqrt + eps;
+      ml[i] = mi;
+      vl[i] = vi;
+      wl[i] = wi - step_size * (mi / denom);
+    }
+    memcpy(wn + i0, wl, (size_t)c * sizeof *wl);
+    memcpy(mn + i0, ml, (size_t)c * sizeof *ml);
+    memcpy(vn + i0, vl, (size_t)c * sizeof *vl);
   }
   return SL_OK;
 }

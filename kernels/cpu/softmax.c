@@ -98,40 +98,42 @@ static int grad_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
 
 /* ---- contiguous rows (axis last) ---------------------------------------- */
 
-static void row_softmax(const float *x, float *y, int64_t n) {
-  float m = sl__dense_row_max(x, n);
-  float inv = 1.0f / sl__dense_row_expsum(x, n, m, y);
+static void row_softmax(const sl__dense_rows *v, const float *x, float *y,
+                        int64_t n) {
+  float m = v->row_max(x, n);
+  float inv = 1.0f / v->row_expsum(x, n, m, y);
   for (int64_t j = 0; j < n; j++)
     y[j] *= inv;
 }
 
-static void row_log_softmax(const float *x, float *y, int64_t n) {
-  float m = sl__dense_row_max(x, n);
-  float lse = logf(sl__dense_row_expsum(x, n, m, NULL));
+static void row_log_softmax(const sl__dense_rows *v, const float *x, float *y,
+                            int64_t n) {
+  float m = v->row_max(x, n);
+  float lse = logf(v->row_expsum(x, n, m, NULL));
   for (int64_t j = 0; j < n; j++)
     y[j] = (x[j] - m) - lse;
 }
 
-static void row_softmax_grad(const float *dy, const float *y, float *dx,
-                             int64_t n) {
-  float dot = sl__dense_row_dot(dy, y, n);
+static void row_softmax_grad(const sl__dense_rows *v, const float *dy,
+                             const float *y, float *dx, int64_t n) {
+  float dot = v->row_dot(dy, y, n);
   for (int64_t j = 0; j < n; j++)
     dx[j] = y[j] * (dy[j] - dot);
 }
 
-static void row_log_softmax_grad(const float *dy, const float *y, float *dx,
-                                 int64_t n) {
-  float s = sl__dense_row_sum(dy, n);
-  for (int64_t j = 0; j < n; j++)
-    dx[j] = dy[j] - sl__dense_exp(y[j]) * s;
+static void row_log_softmax_grad(const sl__dense_rows *v, const float *dy,
+                                 const float *y, float *dx, int64_t n) {
+  float s = v->row_sum(dy, n);
+  v->exp_mul_sub(dy, y, &s, 0, dx, n);
 }
 
 /* ---- strided columns (axis not last) ------------------------------------ */
 
 /* x, dy, y, out point at column 0 of a block of w columns of one outer
  * slice; consecutive axis positions are `inner` apart. */
-static void cols_run(sm_kind kind, const float *x, const float *y, float *out,
-                     int64_t len, int64_t inner, int64_t w) {
+static void cols_run(const sl__dense_rows *v, sm_kind kind, const float *x,
+                     const float *y, float *out, int64_t len, int64_t inner,
+                     int64_t w) {
   float a[COLS], b[COLS];
   switch (kind) {
   case SM_SOFTMAX:
@@ -140,16 +142,12 @@ static void cols_run(sm_kind kind, const float *x, const float *y, float *out,
       a[j] = x[j], b[j] = 0.0f;
     for (int64_t c = 1; c < len; c++)
       for (int64_t j = 0; j < w; j++) {
-        float v = x[c * inner + j];
-        a[j] = v > a[j] ? v : a[j];
+        float e = x[c * inner + j];
+        a[j] = e > a[j] ? e : a[j];
       }
     if (kind == SM_SOFTMAX) {
       for (int64_t c = 0; c < len; c++)
-        for (int64_t j = 0; j < w; j++) {
-          float e = sl__dense_exp(x[c * inner + j] - a[j]);
-          out[c * inner + j] = e;
-          b[j] += e;
-        }
+        v->exp_cols(x + c * inner, a, out + c * inner, b, w);
       for (int64_t j = 0; j < w; j++)
         b[j] = 1.0f / b[j];
       for (int64_t c = 0; c < len; c++)
@@ -157,8 +155,7 @@ static void cols_run(sm_kind kind, const float *x, const float *y, float *out,
           out[c * inner + j] *= b[j];
     } else {
       for (int64_t c = 0; c < len; c++)
-        for (int64_t j = 0; j < w; j++)
-          b[j] += sl__dense_exp(x[c * inner + j] - a[j]);
+        v->exp_cols(x + c * inner, a, NULL, b, w);
       for (int64_t j = 0; j < w; j++)
         b[j] = logf(b[j]);
       for (int64_t c = 0; c < len; c++)
@@ -183,9 +180,7 @@ static void cols_run(sm_kind kind, const float *x, const float *y, float *out,
       for (int64_t j = 0; j < w; j++)
         a[j] += x[c * inner + j];
     for (int64_t c = 0; c < len; c++)
-      for (int64_t j = 0; j < w; j++)
-        out[c * inner + j] =
-            x[c * inner + j] - sl__dense_exp(y[c * inner + j]) * a[j];
+      v->exp_mul_sub(x + c * inner, y + c * inner, a, 1, out + c * inner, w);
     break;
   }
 }
@@ -199,17 +194,18 @@ static sl_status sm_run(const sl__kernel_ctx *k, sm_kind kind) {
   const float *x = k->in[0];
   const float *y = kind >= SM_SOFTMAX_GRAD ? k->in[1] : NULL;
   float *out = k->out[0];
+  const sl__dense_rows *v = sl__dense_rows_get();
   if (outer == 0 || len == 0 || inner == 0) return SL_OK;
   if (axis == s->ndim - 1) {
     for (int64_t r = 0; r < outer; r++) {
       const float *xr = x + r * len;
       float *o = out + r * len;
       switch (kind) {
-      case SM_SOFTMAX: row_softmax(xr, o, len); break;
-      case SM_LOG_SOFTMAX: row_log_softmax(xr, o, len); break;
-      case SM_SOFTMAX_GRAD: row_softmax_grad(xr, y + r * len, o, len); break;
+      case SM_SOFTMAX: row_softmax(v, xr, o, len); break;
+      case SM_LOG_SOFTMAX: row_log_softmax(v, xr, o, len); break;
+      case SM_SOFTMAX_GRAD: row_softmax_grad(v, xr, y + r * len, o, len); break;
       case SM_LOG_SOFTMAX_GRAD:
-        row_log_softmax_grad(xr, y + r * len, o, len);
+        row_log_softmax_grad(v, xr, y + r * len, o, len);
         break;
       }
     }
@@ -218,7 +214,7 @@ static sl_status sm_run(const sl__kernel_ctx *k, sm_kind kind) {
   for (int64_t r = 0; r < outer; r++)
     for (int64_t j0 = 0; j0 < inner; j0 += COLS) {
       int64_t off = r * len * inner + j0;
-      cols_run(kind, x + off, y ? y + off : NULL, out + off, len, inner,
+      cols_run(v, kind, x + off, y ? y + off : NULL, out + off, len, inner,
                SL_MIN(COLS, inner - j0));
     }
   return SL_OK;

@@ -218,6 +218,10 @@ static sl_status c_sgd(sl_rng *r, sl__attrs *at, int *n_in,
   SL_CHECK(sl__attrs_set_int(at, "nesterov", nesterov));
   for (int i = 0; i < 3; i++)
     in[i] = oph_random(r, SL_DTYPE_F32, &s, -2, 2);
+  if (!mom && below(r, 2)) { /* the empty state of momentum-free SGD */
+    sl_host_tensor_destroy(in[2]);
+    in[2] = oph_random(r, SL_DTYPE_F32, &(sl_shape){1, {0}}, 0, 0);
+  }
   *n_in = 3;
   return SL_OK;
 }

@@ -166,6 +166,45 @@ static void test_adam(void **state) {
       }
 }
 
+/* Without momentum m may be an empty placeholder: the same w_new, and an
+ * empty m_new. */
+static void test_sgd_without_state(void **state) {
+  sl_rng r = {g_seed + 3};
+  sgd_cfg c = {0.1, 0, 0, 0.01, 0};
+  sl__attrs at = sgd_attrs(&c);
+  sl_shape s = dt_shape(2, (int64_t[]){7, 9}), e = dt_shape(1, (int64_t[]){0});
+  sl_host_tensor *in[3] = {dt_rand(&r, &s, -1, 1), dt_rand(&r, &s, -1, 1),
+                           dt_rand(&r, &s, -1, 1)};
+  sl_host_tensor *full[2], *none[2];
+  dt_run_ok("sgd_update", &at, 3, in, 3, full);
+  sl_host_tensor_destroy(in[2]);
+  in[2] = dt_new(SL_DTYPE_F32, &e);
+  dt_run_ok("sgd_update", &at, 3, in, 3, none);
+  assert_memory_equal(dt_f(none[0]), dt_f(full[0]), 63 * sizeof(float));
+  assert_true(sl_shape_equal(sl_host_tensor_shape(none[1]), &e));
+  /* Its signatures keep the placeholder B. */
+  sl__meta m[3];
+  for (int i = 0; i < 3; i++)
+    m[i].dtype = SL_DTYPE_F32, m[i].shape = *sl_host_tensor_shape(in[i]);
+  sl__sbp_sig sigs[SL_OP_MAX_SIGNATURES];
+  int n =
+      dt_op("sgd_update")->signatures(&at, 3, m, sigs, SL_OP_MAX_SIGNATURES);
+  assert_int_equal(n, 2);
+  for (int i = 0; i < n; i++) {
+    assert_true(sl_sbp_equal(sigs[i].in[0], sl_sbp_split(i)));
+    assert_true(sl_sbp_equal(sigs[i].in[2], sl_sbp_broadcast()));
+    assert_true(sl_sbp_equal(sigs[i].out[1], sl_sbp_broadcast()));
+  }
+  /* With momentum the state must be w's shape. */
+  c.momentum = 0.9;
+  at = sgd_attrs(&c);
+  dt_expect_infer_error("sgd_update", &at, 3, in,
+                        "w [7,9] and m [0]: shapes differ");
+  dt_free(3, in);
+  dt_free(2, full);
+  dt_free(2, none);
+}
+
 /* Outputs written over their inputs give the same values. */
 static void test_updates_in_place(void **state) {
   sl_rng r = {g_seed + 2};
@@ -330,6 +369,7 @@ int main(void) {
   g_seed = dt_seed("dense optimizers");
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sgd),
+      cmocka_unit_test(test_sgd_without_state),
       cmocka_unit_test(test_adam),
       cmocka_unit_test(test_updates_in_place),
       cmocka_unit_test(test_optim_signatures),
