@@ -1,8 +1,40 @@
 /* Shared helpers for op definitions and CPU kernels (see kernel_util.h). */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "cpu/blas.h"
 #include "cpu/kernel_util.h"
+
+/* ---- instruction sets ------------------------------------------------------ */
+
+static atomic_int g_isa_forced = -1;
+
+static sl__isa isa_cpu(void) {
+  const sl__cpu_features *f = sl__cpu_features_get();
+  return f->avx512 ? SL__ISA_AVX512 : f->avx2 ? SL__ISA_AVX2 : SL__ISA_SSE;
+}
+
+sl__isa sl__isa_get(void) {
+  /* Cached: dispatchers call this once per row. */
+  static atomic_int cached = -1;
+  int forced = atomic_load_explicit(&g_isa_forced, memory_order_relaxed);
+  int c = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (c < 0) {
+    c = (int)isa_cpu();
+    atomic_store_explicit(&cached, c, memory_order_relaxed);
+  }
+  return (sl__isa)(forced >= 0 && forced < c ? forced : c);
+}
+
+sl__isa sl__isa_force(int isa) {
+  atomic_store(&g_isa_forced, isa < 0 ? -1 : isa);
+  return sl__isa_get();
+}
+
+const char *sl__isa_name(sl__isa isa) {
+  return isa == SL__ISA_AVX512 ? "avx512" : isa == SL__ISA_AVX2 ? "avx2" : "sse";
+}
 
 sl__shape_txt sl__shape_text(const sl_shape *s) {
   sl__shape_txt t;
@@ -284,6 +316,55 @@ void sl__iter_row(const sl__iter *it, int64_t r, int64_t *off) {
     }                                                                          \
   } while (0)
 
+/* Transposes: the innermost output dim reads with a stride while another
+ * dim k reads contiguously. Copying the (k, last) plane in square tiles
+ * keeps the reads of a tile within a few cache lines per column instead
+ * of one line per element. */
+#define TILE 32
+#define COPY_TILES(T)                                                          \
+  do {                                                                         \
+    T *o = dst;                                                                \
+    const T *x = src;                                                          \
+    for (int64_t i0 = 0; i0 < dk; i0 += TILE)                                  \
+      for (int64_t j0 = 0; j0 < dl; j0 += TILE) {                              \
+        int64_t i1 = SL_MIN(i0 + TILE, dk), j1 = SL_MIN(j0 + TILE, dl);        \
+        for (int64_t i = i0; i < i1; i++)                                      \
+          for (int64_t j = j0; j < j1; j++)                                    \
+            o[o0 + i * ok + j] = x[x0 + i + j * xl];                           \
+      }                                                                        \
+  } while (0)
+
+static bool copy_tiled(size_t es, const sl__iter *it, void *dst,
+                       const void *src) {
+  int last = it->ndim - 1, k = -1;
+  for (int d = 0; d < last; d++)
+    if (it->strides[1][d] == 1) k = d;
+  if (k < 0 || it->strides[1][last] == 1 || it->len < 8 || it->dims[k] < 8 ||
+      (es != 1 && es != 2 && es != 4 && es != 8))
+    return false;
+  int64_t dk = it->dims[k], dl = it->len;
+  int64_t ok = it->strides[0][k], xl = it->strides[1][last];
+  int64_t outer = it->rows / dk;
+  for (int64_t r = 0; r < outer; r++) {
+    /* Offsets of the other dims (all but k and the last), row-major. */
+    int64_t o0 = 0, x0 = 0, rest = r;
+    for (int d = last - 1; d >= 0; d--) {
+      if (d == k) continue;
+      int64_t i = rest % it->dims[d];
+      rest /= it->dims[d];
+      o0 += i * it->strides[0][d];
+      x0 += i * it->strides[1][d];
+    }
+    switch (es) {
+    case 1: COPY_TILES(uint8_t); break;
+    case 2: COPY_TILES(uint16_t); break;
+    case 4: COPY_TILES(uint32_t); break;
+    default: COPY_TILES(uint64_t); break;
+    }
+  }
+  return true;
+}
+
 void sl__copy_strided(size_t es, int ndim, const int64_t *dims, void *dst,
                       const void *src, const int64_t *sstride) {
   sl_shape shape;
@@ -304,6 +385,7 @@ void sl__copy_strided(size_t es, int ndim, const int64_t *dims, void *dst,
     }
     return;
   }
+  if (copy_tiled(es, &it, dst, src)) return;
   switch (es) {
   case 1: COPY_ROWS(uint8_t); break;
   case 2: COPY_ROWS(uint16_t); break;

@@ -151,6 +151,55 @@ static inline double sl__rand_unit_f64(uint64_t bits) {
   return (double)(bits >> 11) * 0x1.0p-53;
 }
 
+/* ---- vector code: one instance per instruction set ------------------------- */
+
+/* The library is built for baseline x86-64 (16-byte SSE vectors), so each
+ * hot loop is compiled three times, for SSE, AVX2 and AVX-512 (target
+ * attributes, not -m flags, so the library still runs on any x86-64), and a
+ * dispatcher calls the widest one the CPU and OS support. The instances
+ * give identical bits: ISO C mode forbids contracting a*b+c into FMA (and
+ * neither target enables FMA), and nothing is reassociated. Loops need
+ * -fno-trapping-math to vectorise their selects (kernels/CMakeLists.txt).
+ * Elsewhere the three instances are the same portable code. */
+typedef enum sl__isa {
+  SL__ISA_SSE = 0, /* baseline (any target) */
+  SL__ISA_AVX2 = 1,
+  SL__ISA_AVX512 = 2,
+} sl__isa;
+
+/* The instance dispatchers call: the widest this CPU runs (read once), or
+ * the one sl__isa_force chose. */
+sl__isa sl__isa_get(void);
+/* For tests: later calls use instance isa (lowered to what the CPU runs);
+ * -1 returns to the default. Returns the instance now in force. */
+sl__isa sl__isa_force(int isa);
+/* "sse", "avx2", "avx512". */
+const char *sl__isa_name(sl__isa isa);
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define SL__ATTR_AVX2 __attribute__((target("avx2")))
+#define SL__ATTR_AVX512                                                        \
+  __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl")))
+#else
+#define SL__ATTR_AVX2
+#define SL__ATTR_AVX512
+#endif
+
+/* Defines `static void NAME PARAMS` from the body (the variadic argument)
+ * three times, NAME_sse, NAME_avx2, NAME_avx512, and a dispatcher NAME that
+ * calls one of them with ARGS. */
+#define SL__MULTIVERSION(NAME, PARAMS, ARGS, ...)                              \
+  static void NAME##_sse PARAMS __VA_ARGS__                                    \
+  SL__ATTR_AVX2 static void NAME##_avx2 PARAMS __VA_ARGS__                     \
+  SL__ATTR_AVX512 static void NAME##_avx512 PARAMS __VA_ARGS__                 \
+  static void NAME PARAMS {                                                    \
+    switch (sl__isa_get()) {                                                   \
+    case SL__ISA_AVX512: NAME##_avx512 ARGS; return;                           \
+    case SL__ISA_AVX2: NAME##_avx2 ARGS; return;                               \
+    default: NAME##_sse ARGS; return;                                          \
+    }                                                                          \
+  }
+
 /* ---- fast math ------------------------------------------------------------ */
 
 /* exp(x) for float without libm calls, branch-free so loops calling it
@@ -163,7 +212,11 @@ static inline double sl__rand_unit_f64(uint64_t bits) {
  * default mode), which needs ISO float semantics: no -ffast-math. Overflow
  * gives +inf, underflow 0, NaN stays NaN. Relative error about 2 ulp. */
 static inline float sl__expf(float x) {
-  float xc = x > 88.7229f ? 88.7229f : (x < -104.f ? -104.f : x);
+  /* Separate selects, each comparison always evaluated: a nested ?: would
+   * evaluate the second comparison conditionally, which GCC will not
+   * if-convert under -ftrapping-math, leaving a branchy scalar loop. */
+  float xc = x > 88.7229f ? 88.7229f : x;
+  xc = xc < -104.f ? -104.f : xc;
   float n = (xc * 1.44269504088896341f + 12582912.f) - 12582912.f;
   float r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;

@@ -15,7 +15,8 @@
  * over max; the gradients are linear in dy: (P, B -> P).
  *
  * The inner loops get unit or zero strides from sl__iter (kernel_util.h),
- * so same-shape ops and row-broadcast bias adds run as vectorised rows.
+ * so same-shape ops and row-broadcast bias adds run as vectorised rows,
+ * compiled for SSE, AVX2 and AVX-512 (SL__MULTIVERSION).
  * Integer arithmetic wraps (computed unsigned). */
 #include <math.h>
 #include <string.h>
@@ -43,33 +44,37 @@ typedef struct binary_impl {
  * an element). The (1,1), (1,0) and (0,1) cases get their own loops so
  * the compiler vectorises them. */
 #define BIN(fname, T, EXPR)                                                    \
-  static void fname(void *o_, const void *a_, const void *b_, int64_t n,       \
+  SL__MULTIVERSION(                                                            \
+      fname##_row,                                                             \
+      (T * o, const T *a, const T *b, int64_t n, int64_t sa, int64_t sb),      \
+      (o, a, b, n, sa, sb), {                                                  \
+        if (sa == 1 && sb == 1) {                                              \
+          for (int64_t i = 0; i < n; i++) {                                    \
+            T x = a[i], y = b[i];                                              \
+            o[i] = (EXPR);                                                     \
+          }                                                                    \
+        } else if (sa == 1 && sb == 0) {                                       \
+          T y = b[0];                                                          \
+          for (int64_t i = 0; i < n; i++) {                                    \
+            T x = a[i];                                                        \
+            o[i] = (EXPR);                                                     \
+          }                                                                    \
+        } else if (sa == 0 && sb == 1) {                                       \
+          T x = a[0];                                                          \
+          for (int64_t i = 0; i < n; i++) {                                    \
+            T y = b[i];                                                        \
+            o[i] = (EXPR);                                                     \
+          }                                                                    \
+        } else {                                                               \
+          for (int64_t i = 0; i < n; i++) {                                    \
+            T x = a[i * sa], y = b[i * sb];                                    \
+            o[i] = (EXPR);                                                     \
+          }                                                                    \
+        }                                                                      \
+      })                                                                       \
+  static void fname(void *o, const void *a, const void *b, int64_t n,          \
                     int64_t sa, int64_t sb) {                                  \
-    T *o = o_;                                                                 \
-    const T *a = a_, *b = b_;                                                  \
-    if (sa == 1 && sb == 1) {                                                  \
-      for (int64_t i = 0; i < n; i++) {                                        \
-        T x = a[i], y = b[i];                                                  \
-        o[i] = (EXPR);                                                         \
-      }                                                                        \
-    } else if (sa == 1 && sb == 0) {                                           \
-      T y = b[0];                                                              \
-      for (int64_t i = 0; i < n; i++) {                                        \
-        T x = a[i];                                                            \
-        o[i] = (EXPR);                                                         \
-      }                                                                        \
-    } else if (sa == 0 && sb == 1) {                                           \
-      T x = a[0];                                                              \
-      for (int64_t i = 0; i < n; i++) {                                        \
-        T y = b[i];                                                            \
-        o[i] = (EXPR);                                                         \
-      }                                                                        \
-    } else {                                                                   \
-      for (int64_t i = 0; i < n; i++) {                                        \
-        T x = a[i * sa], y = b[i * sb];                                        \
-        o[i] = (EXPR);                                                         \
-      }                                                                        \
-    }                                                                          \
+    fname##_row(o, a, b, n, sa, sb);                                           \
   }
 
 #define W32(op, x, y) ((int32_t)((uint32_t)(x)op(uint32_t)(y)))

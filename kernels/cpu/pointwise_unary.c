@@ -46,13 +46,14 @@ typedef struct unary_impl {
 } unary_impl;
 
 #define LOOP(fname, T, EXPR)                                                   \
-  static void fname(T *o, const T *x, int64_t n, double v) {                   \
-    (void)v;                                                                   \
-    for (int64_t i = 0; i < n; i++) {                                          \
-      T a = x[i];                                                              \
-      o[i] = (EXPR);                                                           \
-    }                                                                          \
-  }
+  SL__MULTIVERSION(fname, (T * o, const T *x, int64_t n, double v),           \
+                   (o, x, n, v), {                                             \
+                     (void)v;                                                  \
+                     for (int64_t i = 0; i < n; i++) {                         \
+                       T a = x[i];                                             \
+                       o[i] = (EXPR);                                          \
+                     }                                                         \
+                   })
 
 /* Wrapping integer arithmetic. */
 #define WADD32(a, b) ((int32_t)((uint32_t)(a) + (uint32_t)(b)))

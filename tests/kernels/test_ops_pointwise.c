@@ -418,6 +418,92 @@ static void test_activation_grads(void **state) {
     }
 }
 
+/* ---- instruction-set instances ---------------------------------------------------- */
+
+/* Every hot loop is compiled for SSE, AVX2 and AVX-512 (SL__MULTIVERSION);
+ * each instance this CPU runs must give the bits of the SSE one, on row
+ * lengths around the vector widths (main loops and tails) and on NaN and
+ * infinities. */
+static void test_isa_instances_agree(void **state) {
+  sl_rng r = {g_seed + 5};
+  sl__isa top = sl__isa_force(-1);
+  const char *unary[] = {"relu", "gelu", "tanh", "sigmoid", "square", "sqrt",
+                         "exp", "log", "neg", "scalar_add", "scalar_mul"};
+  const char *binary[] = {"add", "sub", "mul", "div", "maximum", "relu_grad",
+                          "gelu_grad", "tanh_grad", "sigmoid_grad"};
+  const char *reduce[] = {"reduce_sum", "reduce_mean", "reduce_max"};
+  const int64_t lens[] = {1, 7, 8, 15, 31, 32, 33, 67, 1000};
+  const sl_dtype dts[] = {SL_DTYPE_F32, SL_DTYPE_F64, SL_DTYPE_I32,
+                          SL_DTYPE_I64};
+  int checked = 0;
+  for (size_t li = 0; li < SL_ARRAY_LEN(lens); li++)
+    for (size_t d = 0; d < SL_ARRAY_LEN(dts); d++) {
+      sl_shape s = SHAPE(3, lens[li]), row = SHAPE(lens[li]), col = SHAPE(3, 1);
+      bool fl = sl_dtype_is_float(dts[d]);
+      sl_host_tensor *x = oph_random(&r, dts[d], &s, -9, 9);
+      sl_host_tensor *y = oph_random(&r, dts[d], &s, 0.5, 9);
+      sl_host_tensor *b = oph_random(&r, dts[d], &row, -9, 9);
+      sl_host_tensor *c = oph_random(&r, dts[d], &col, -9, 9);
+      if (fl && lens[li] > 5) { /* specials inside the vector part */
+        sl_host_tensor_set(x, 1, NAN);
+        sl_host_tensor_set(x, 2, INFINITY);
+        sl_host_tensor_set(x, 3, -INFINITY);
+        sl_host_tensor_set(x, lens[li] + 4, 100);
+        sl_host_tensor_set(x, 2 * lens[li] + 5, -100);
+      }
+      /* (op, inputs, attrs) runs; every one under every instance. */
+      for (int k = 0; k < 23; k++) {
+        const char *op;
+        sl_host_tensor *in[2] = {x, NULL};
+        int n_in = 1;
+        sl__attrs at = {0};
+        if (k < 11) {
+          op = unary[k];
+          sl__attrs_set_int(&at, "value", 3);
+        } else if (k < 20) {
+          op = binary[(k - 11) % 9];
+          in[1] = (k - 11) % 3 == 0 ? y : (k - 11) % 3 == 1 ? b : c;
+          n_in = 2;
+          if (strstr(op, "_grad")) in[1] = y;
+        } else {
+          op = reduce[k - 20];
+          sl__attrs_set_ints(&at, "axes", 1, (int64_t[]){(k + (int)li) % 2});
+        }
+        const sl__op_def *def = sl__op_find(op);
+        sl__meta m[2];
+        for (int i = 0; i < n_in; i++) {
+          m[i].dtype = dts[d];
+          m[i].shape = *sl_host_tensor_shape(in[i]);
+        }
+        sl__meta om[SL_OP_MAX_OUTPUTS];
+        if (def->infer(&at, n_in, m, om) != SL_OK) continue; /* dtype */
+        sl_host_tensor *want[SL_OP_MAX_OUTPUTS] = {0};
+        sl__isa_force(SL__ISA_SSE);
+        oph_run(op, &at, n_in, in, 0, want);
+        for (int isa = SL__ISA_AVX2; isa <= (int)top; isa++) {
+          sl_host_tensor *got[SL_OP_MAX_OUTPUTS] = {0};
+          assert_int_equal(sl__isa_force(isa), isa);
+          oph_run(op, &at, n_in, in, 0, got);
+          if (memcmp(sl_host_tensor_cdata(got[0]), sl_host_tensor_cdata(want[0]),
+                     sl_host_tensor_nbytes(want[0])) != 0)
+            fail_msg("%s %s [3,%lld]: the %s instance differs from sse", op,
+                     sl_dtype_name(dts[d]), (long long)lens[li],
+                     sl__isa_name((sl__isa)isa));
+          sl_host_tensor_destroy(got[0]);
+          checked++;
+        }
+        sl_host_tensor_destroy(want[0]);
+      }
+      sl_host_tensor_destroy(x);
+      sl_host_tensor_destroy(y);
+      sl_host_tensor_destroy(b);
+      sl_host_tensor_destroy(c);
+    }
+  sl__isa_force(-1);
+  printf("instances above sse on this CPU: %d (up to %s); %d runs compared\n",
+         (int)top, sl__isa_name(top), checked);
+}
+
 int main(void) {
   g_seed = oph_seed("ops pointwise");
   const struct CMUnitTest tests[] = {
@@ -432,6 +518,7 @@ int main(void) {
       cmocka_unit_test(test_maximum_nan),
       cmocka_unit_test(test_binary_errors),
       cmocka_unit_test(test_activation_grads),
+      cmocka_unit_test(test_isa_instances_agree),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
