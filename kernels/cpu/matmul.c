@@ -1,6 +1,8 @@
 /* matmul and batch_matmul: shape inference, SBP signatures and the CPU
  * kernels. Every product is one sl__blas_sgemm call per matrix pair, reading
- * the shards where they lie (transposes are sgemm flags, never copies).
+ * f32 shards where they lie (transposes are sgemm flags, never copies).
+ * Inputs may also be bf16 (storage only): those shards are widened to f32
+ * in the workspace first, and the products accumulate in f32.
  *
  * matmul(a, b; trans_a, trans_b):
  *   a [..., m, k] (ndim >= 2; the leading dims are rows, flattened into m),
@@ -26,9 +28,49 @@ typedef struct mm_dims {
   int a_m, a_k, b_k, b_n; /* axes of a and b holding m, k, k, n */
 } mm_dims;
 
+/* f32 or bf16 inputs (bf16 storage, f32 products and output). */
 static sl_status want_float_pair(const sl__meta *in) {
-  SL_CHECK(sl__dense_want_f32(&in[0], "a"));
-  return sl__dense_want_f32(&in[1], "b");
+  const char *names[2] = {"a", "b"};
+  for (int i = 0; i < 2; i++)
+    if (in[i].dtype != SL_DTYPE_F32 && in[i].dtype != SL_DTYPE_BF16)
+      return sl__fail(SL_EINVAL, "%s: dtype %s, want f32 or bf16", names[i],
+                      sl_dtype_name(in[i].dtype));
+  return SL_OK;
+}
+
+/* Workspace bytes: an f32 copy of each bf16 input shard, 64-byte aligned. */
+static size_t widen_bytes(const sl__meta *m) {
+  if (m->dtype != SL_DTYPE_BF16) return 0;
+  return ((size_t)sl_shape_numel(&m->shape) * sizeof(float) + 63) & ~(size_t)63;
+}
+
+static size_t mm_workspace(const sl__kernel_ctx *k) {
+  return widen_bytes(&k->in_meta[0]) + widen_bytes(&k->in_meta[1]);
+}
+
+/* The f32 view of inputs a and b: the shards themselves, or bf16 shards
+ * widened into the workspace (bf16 is the top half of an f32). */
+static sl_status mm_operands(const sl__kernel_ctx *k, const float **ab) {
+  char *ws = k->workspace;
+  if (mm_workspace(k) > k->workspace_bytes || (mm_workspace(k) && !ws))
+    return sl__fail(SL_EINVAL, "matmul: no workspace for bf16 inputs (run it "
+                               "with sl__op_run_cpu)");
+  for (int i = 0; i < 2; i++) {
+    if (k->in_meta[i].dtype != SL_DTYPE_BF16) {
+      ab[i] = k->in[i];
+      continue;
+    }
+    const uint16_t *h = k->in[i];
+    float *f = (float *)ws;
+    int64_t n = sl_shape_numel(&k->in_meta[i].shape);
+    for (int64_t j = 0; j < n; j++) {
+      uint32_t u = (uint32_t)h[j] << 16;
+      memcpy(&f[j], &u, sizeof u);
+    }
+    ab[i] = f;
+    ws += widen_bytes(&k->in_meta[i]);
+  }
+  return SL_OK;
 }
 
 static sl_status want_flags(const sl__attrs *at) {
@@ -135,8 +177,10 @@ static sl_status matmul_cpu(const sl__kernel_ctx *k) {
     memset(c, 0, (size_t)(d.m * d.n) * sizeof *c);
     return SL_OK;
   }
-  return sl__blas_sgemm(ta, tb, d.m, d.n, d.k, 1.0f, k->in[0], ta ? d.m : d.k,
-                        k->in[1], tb ? d.k : d.n, 0.0f, c, d.n);
+  const float *ab[2];
+  SL_CHECK(mm_operands(k, ab));
+  return sl__blas_sgemm(ta, tb, d.m, d.n, d.k, 1.0f, ab[0], ta ? d.m : d.k,
+                        ab[1], tb ? d.k : d.n, 0.0f, c, d.n);
 }
 
 const sl__op_def sl__op_matmul = {
@@ -146,6 +190,7 @@ const sl__op_def sl__op_matmul = {
     .n_out = 1,
     .infer = matmul_infer,
     .signatures = matmul_signatures,
+    .workspace = mm_workspace,
     .cpu = matmul_cpu,
 };
 
@@ -228,7 +273,6 @@ static sl_status bmm_cpu(const sl__kernel_ctx *k) {
        tb = sl__attr_int(k->attrs, "trans_b", 0);
   mm_dims d = {0};
   SL_CHECK(bmm_dims(ta, tb, &k->in_meta[0].shape, &k->in_meta[1].shape, &d));
-  const float *a = k->in[0], *b = k->in[1];
   float *c = k->out[0];
   int64_t sa = d.m * d.k, sb = d.k * d.n, sc = d.m * d.n;
   if (d.batch == 0 || sc == 0) return SL_OK;
@@ -236,6 +280,9 @@ static sl_status bmm_cpu(const sl__kernel_ctx *k) {
     memset(c, 0, (size_t)(d.batch * sc) * sizeof *c);
     return SL_OK;
   }
+  const float *ab[2];
+  SL_CHECK(mm_operands(k, ab));
+  const float *a = ab[0], *b = ab[1];
   for (int64_t i = 0; i < d.batch; i++)
     SL_CHECK(sl__blas_sgemm(ta, tb, d.m, d.n, d.k, 1.0f, a + i * sa,
                             ta ? d.m : d.k, b + i * sb, tb ? d.k : d.n, 0.0f,
@@ -250,5 +297,6 @@ const sl__op_def sl__op_batch_matmul = {
     .n_out = 1,
     .infer = bmm_infer,
     .signatures = bmm_signatures,
+    .workspace = mm_workspace,
     .cpu = bmm_cpu,
 };

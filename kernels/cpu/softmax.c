@@ -134,7 +134,8 @@ static void row_log_softmax_grad(const sl__dense_rows *v, const float *dy,
 static void cols_run(const sl__dense_rows *v, sm_kind kind, const float *x,
                      const float *y, float *out, int64_t len, int64_t inner,
                      int64_t w) {
-  float a[COLS], b[COLS];
+  float a[COLS] = {0},
+        b[COLS] = {0}; /* (GCC -O3 with sanitizers warns otherwise) */
   switch (kind) {
   case SM_SOFTMAX:
   case SM_LOG_SOFTMAX:

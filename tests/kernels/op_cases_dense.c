@@ -28,8 +28,13 @@ static sl_dtype index_dtype(sl_rng *r) {
   return below(r, 2) ? SL_DTYPE_I64 : SL_DTYPE_I32;
 }
 
-/* ---- matmul
- * --------------------------------------------------------------------- */
+/* f32 mostly, bf16 storage sometimes (multiples of 1/8 in [-2, 2] are exact
+ * in bf16). */
+static sl_dtype mm_dtype(sl_rng *r) {
+  return below(r, 4) ? SL_DTYPE_F32 : SL_DTYPE_BF16;
+}
+
+/* ---- matmul ------------------------------------------------------------ */
 
 static sl_status c_matmul(sl_rng *r, sl__attrs *at, int *n_in,
                           sl_host_tensor **in) {
@@ -40,8 +45,8 @@ static sl_status c_matmul(sl_rng *r, sl__attrs *at, int *n_in,
   sl_shape b = oph_shape(2, tb ? (int64_t[]){n, k} : (int64_t[]){k, n});
   SL_CHECK(sl__attrs_set_int(at, "trans_a", ta));
   SL_CHECK(sl__attrs_set_int(at, "trans_b", tb));
-  in[0] = oph_random(r, SL_DTYPE_F32, &a, -2, 2);
-  in[1] = oph_random(r, SL_DTYPE_F32, &b, -2, 2);
+  in[0] = oph_random(r, mm_dtype(r), &a, -2, 2);
+  in[1] = oph_random(r, mm_dtype(r), &b, -2, 2);
   *n_in = 2;
   return SL_OK;
 }
@@ -55,14 +60,13 @@ static sl_status c_batch_matmul(sl_rng *r, sl__attrs *at, int *n_in,
   b.dims[nd - 1] = tb ? k : n;
   SL_CHECK(sl__attrs_set_int(at, "trans_a", ta));
   SL_CHECK(sl__attrs_set_int(at, "trans_b", tb));
-  in[0] = oph_random(r, SL_DTYPE_F32, &a, -2, 2);
-  in[1] = oph_random(r, SL_DTYPE_F32, &b, -2, 2);
+  in[0] = oph_random(r, mm_dtype(r), &a, -2, 2);
+  in[1] = oph_random(r, mm_dtype(r), &b, -2, 2);
   *n_in = 2;
   return SL_OK;
 }
 
-/* ---- softmax
- * -------------------------------------------------------------------- */
+/* ---- softmax ----------------------------------------------------------- */
 
 static sl_shape with_axis(sl_rng *r, sl__attrs *at) {
   sl_shape s = rshape(r, 1, 4);
@@ -98,8 +102,7 @@ static sl_status c_log_softmax_grad(sl_rng *r, sl__attrs *at, int *n_in,
   return SL_OK;
 }
 
-/* ---- cross-entropy
- * -------------------------------------------------------------- */
+/* ---- cross-entropy ----------------------------------------------------- */
 
 /* logits [..., C] with C >= 1 and labels [...] in [0, C). */
 static void logits_labels(sl_rng *r, sl_host_tensor **logits,
@@ -130,8 +133,7 @@ static sl_status c_ce_grad(sl_rng *r, sl__attrs *at, int *n_in,
   return SL_OK;
 }
 
-/* ---- layer norm
- * ----------------------------------------------------------------- */
+/* ---- layer norm -------------------------------------------------------- */
 
 static sl_shape ln_shape(sl_rng *r, sl_shape *vs, sl_shape *rs) {
   sl_shape s = rshape(r, 1, 4);
@@ -178,8 +180,7 @@ static sl_status c_layer_norm_grad(sl_rng *r, sl__attrs *at, int *n_in,
   return st;
 }
 
-/* ---- embedding
- * ------------------------------------------------------------------ */
+/* ---- embedding --------------------------------------------------------- */
 
 static sl_status c_embedding(sl_rng *r, sl__attrs *at, int *n_in,
                              sl_host_tensor **in) {
@@ -203,8 +204,7 @@ static sl_status c_embedding_grad(sl_rng *r, sl__attrs *at, int *n_in,
   return SL_OK;
 }
 
-/* ---- optimizers
- * ----------------------------------------------------------------- */
+/* ---- optimizers -------------------------------------------------------- */
 
 static sl_status c_sgd(sl_rng *r, sl__attrs *at, int *n_in,
                        sl_host_tensor **in) {

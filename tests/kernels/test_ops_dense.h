@@ -21,8 +21,7 @@
 
 #include "op.h"
 
-/* ---- seeds ----------------------------------------------------------------
- */
+/* ---- seeds ------------------------------------------------------------- */
 
 /* SLUICE_TEST_SEED when set, else the clock; printed so a run replays. */
 static inline uint64_t dt_seed(const char *what) {
@@ -34,8 +33,7 @@ static inline uint64_t dt_seed(const char *what) {
   return s;
 }
 
-/* ---- tensors --------------------------------------------------------------
- */
+/* ---- tensors ----------------------------------------------------------- */
 
 static inline sl_shape dt_shape(int ndim, const int64_t *dims) {
   sl_shape s;
@@ -84,8 +82,7 @@ static inline void dt_free(int n, sl_host_tensor **t) {
   }
 }
 
-/* ---- running ops ----------------------------------------------------------
- */
+/* ---- running ops ------------------------------------------------------- */
 
 static inline const sl__op_def *dt_op(const char *name) {
   const sl__op_def *op = sl__op_find(name);
@@ -192,10 +189,10 @@ static inline void dt_expect_infer_error(const char *name, const sl__attrs *at,
   dt_expect_einval(dt_infer(name, at, n_in, in, out), needle);
 }
 
-/* ---- comparisons ----------------------------------------------------------
- */
+/* ---- comparisons ------------------------------------------------------- */
 
-/* |got - want| <= atol + rtol |want| for every element; NaN never passes. */
+/* |got - want| <= atol + rtol |want| for every element; NaN never passes.
+ */
 static inline void dt_check(const char *what, const float *got,
                             const double *want, int64_t n, double atol,
                             double rtol) {
@@ -220,8 +217,7 @@ static inline void dt_check_f(const char *what, const float *got,
   }
 }
 
-/* ---- finite differences
- * ------------------------------------------------------ */
+/* ---- finite differences ------------------------------------------------ */
 
 /* sum_i w[i] * out[out_idx][i] of op `name` on these inputs, in double. */
 static inline double dt_objective(const char *name, const sl__attrs *at,

@@ -14,8 +14,7 @@ static sl__attrs eps_attr(double eps) {
   return at;
 }
 
-/* ---- layer_norm -------------------------------------------------------------
- */
+/* ---- layer_norm -------------------------------------------------------- */
 
 static const int64_t ln_shapes[][4] = {
     {2, 5, 33}, {3, 2, 3, 16}, {2, 1, 1},    {2, 0, 7},
@@ -175,8 +174,7 @@ static void test_layer_norm_errors(void **state) {
   dt_free(3, in);
 }
 
-/* ---- embedding
- * ----------------------------------------------------------------- */
+/* ---- embedding --------------------------------------------------------- */
 
 static sl__attrs vocab_attr(int64_t v) {
   sl__attrs at;

@@ -306,8 +306,7 @@ static void test_optim_errors(void **state) {
   dt_free(4, in);
 }
 
-/* ---- global_norm_scale
- * -------------------------------------------------------- */
+/* ---- global_norm_scale ------------------------------------------------- */
 
 static float gns(int n, const double *sums, int scalar_ndim, double max_norm) {
   sl_shape s = dt_shape(scalar_ndim, (int64_t[]){1});

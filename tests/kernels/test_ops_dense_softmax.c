@@ -248,8 +248,7 @@ static void test_softmax_errors(void **state) {
   dt_free(2, g);
 }
 
-/* ---- exp
- * ----------------------------------------------------------------------- */
+/* ---- exp --------------------------------------------------------------- */
 
 static void test_exp(void **state) {
   sl_rng r = {g_seed + 3};
@@ -340,8 +339,7 @@ static void test_rows_tables_agree(void **state) {
   free(x), free(y), free(z), free(o1), free(o2), free(a1), free(a2);
 }
 
-/* ---- sparse cross-entropy
- * ------------------------------------------------------ */
+/* ---- sparse cross-entropy ---------------------------------------------- */
 
 /* loss = logsumexp(row) - row[label], in double. */
 static void ref_ce(int64_t rows, int64_t classes, const float *x,
