@@ -1,0 +1,234 @@
+/* Flag parsing, layouts and device lists for the examples. */
+#include "ex_flags.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sluice/placement.h>
+
+#include "core_int.h"
+
+static ex_flags_result failf(char *err, size_t size, const char *fmt, ...)
+    SL__PRINTF(3, 4);
+
+static ex_flags_result failf(char *err, size_t size, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (size) vsnprintf(err, size, fmt, ap);
+  va_end(ap);
+  return EX_FLAGS_ERROR;
+}
+
+static void print_usage(const char *usage, const ex_flag *flags, int n,
+                        FILE *out) {
+  fprintf(out, "%s\n\nflags:\n", usage);
+  for (int i = 0; i < n; i++) {
+    const ex_flag *f = &flags[i];
+    char def[128] = "";
+    switch (f->kind) {
+    case EX_FLAG_INT:
+      snprintf(def, sizeof def, " (default %" PRId64 ")",
+               *(const int64_t *)f->value);
+      break;
+    case EX_FLAG_DOUBLE:
+      /* Negative defaults mean "chosen from other flags" (the help says). */
+      if (*(const double *)f->value >= 0)
+        snprintf(def, sizeof def, " (default %g)", *(const double *)f->value);
+      break;
+    case EX_FLAG_STRING: {
+      const char *s = *(const char *const *)f->value;
+      if (s) snprintf(def, sizeof def, " (default %s)", s);
+      break;
+    }
+    case EX_FLAG_BOOL: break;
+    }
+    char name[64];
+    snprintf(name, sizeof name, "--%s%s", f->name,
+             f->kind == EX_FLAG_BOOL ? "" : " V");
+    fprintf(out, "  %-18s %s%s\n", name, f->help, def);
+  }
+  fprintf(out, "  %-18s %s\n", "--help", "print this help");
+}
+
+static ex_flags_result set_value(const ex_flag *f, const char *v, char *err,
+                                 size_t errsize) {
+  char *end = NULL;
+  errno = 0;
+  switch (f->kind) {
+  case EX_FLAG_INT: {
+    long long x = strtoll(v, &end, 10);
+    if (!*v || *end || errno)
+      return failf(err, errsize, "flag '--%s': '%s' is not an integer", f->name,
+                   v);
+    if (x < f->min)
+      return failf(err, errsize, "flag '--%s': %lld is below the minimum %lld",
+                   f->name, x, (long long)f->min);
+    *(int64_t *)f->value = x;
+    return EX_FLAGS_OK;
+  }
+  case EX_FLAG_DOUBLE: {
+    double x = strtod(v, &end);
+    if (!*v || *end || errno)
+      return failf(err, errsize, "flag '--%s': '%s' is not a number", f->name,
+                   v);
+    *(double *)f->value = x;
+    return EX_FLAGS_OK;
+  }
+  case EX_FLAG_STRING: *(const char **)f->value = v; return EX_FLAGS_OK;
+  case EX_FLAG_BOOL: *(bool *)f->value = true; return EX_FLAGS_OK;
+  }
+  return failf(err, errsize, "flag '--%s': bad kind", f->name);
+}
+
+ex_flags_result ex_flags_parse(int argc, char **argv, const char *usage,
+                               const ex_flag *flags, int n, FILE *help_out,
+                               char *err, size_t errsize) {
+  if (errsize) err[0] = '\0';
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      print_usage(usage, flags, n, help_out);
+      return EX_FLAGS_HELP;
+    }
+    if (strncmp(a, "--", 2) != 0 || !a[2])
+      return failf(err, errsize,
+                   "unexpected argument '%s' (flags start with "
+                   "--; see --help)",
+                   a);
+    const char *name = a + 2, *eq = strchr(name, '=');
+    size_t len = eq ? (size_t)(eq - name) : strlen(name);
+    const ex_flag *f = NULL;
+    for (int k = 0; k < n && !f; k++)
+      if (strlen(flags[k].name) == len &&
+          strncmp(flags[k].name, name, len) == 0)
+        f = &flags[k];
+    if (!f)
+      return failf(err, errsize, "unknown flag '--%.*s' (see --help)", (int)len,
+                   name);
+    const char *v = NULL;
+    if (f->kind == EX_FLAG_BOOL) {
+      if (eq) return failf(err, errsize, "flag '--%s' takes no value", f->name);
+    } else if (eq) {
+      v = eq + 1;
+    } else if (i + 1 < argc) {
+      v = argv[++i];
+    } else {
+      return failf(err, errsize, "flag '--%s' needs a value", f->name);
+    }
+    ex_flags_result r = set_value(f, v, err, errsize);
+    if (r != EX_FLAGS_OK) return r;
+  }
+  return EX_FLAGS_OK;
+}
+
+/* ---- layouts ------------------------------------------------------------ */
+
+static const char *const layout_names[] = {"single", "dp", "tp", "hybrid"};
+
+const char *ex_layout_name(ex_layout l) {
+  return (unsigned)l < SL_ARRAY_LEN(layout_names) ? layout_names[l] : "?";
+}
+
+sl_status ex_layout_parse(const char *text, ex_layout *out) {
+  for (size_t i = 0; i < SL_ARRAY_LEN(layout_names); i++)
+    if (text && strcmp(text, layout_names[i]) == 0) {
+      *out = (ex_layout)i;
+      return SL_OK;
+    }
+  return sl__fail(SL_EINVAL, "unknown layout '%s' (single, dp, tp, hybrid)",
+                  text ? text : "(null)");
+}
+
+bool ex_layout_is_tensor_parallel(ex_layout l) {
+  return l == EX_LAYOUT_TP || l == EX_LAYOUT_HYBRID;
+}
+
+/* "cpu:N" with N a bare count (no range, list or mesh). */
+static bool bare_count(const char *devices, const char **type_end, long *n) {
+  const char *colon = strchr(devices, ':');
+  if (!colon || !colon[1]) return false;
+  const char *p = colon + 1;
+  for (const char *q = p; *q; q++)
+    if (!isdigit((unsigned char)*q)) return false;
+  char *end;
+  errno = 0;
+  *n = strtol(p, &end, 10);
+  if (errno || *end) return false;
+  *type_end = colon;
+  return true;
+}
+
+sl_status ex_layout_placement(ex_layout l, const char *devices, char *buf,
+                              size_t size) {
+  char text[512];
+  const char *type_end;
+  long count;
+  if (!devices || !*devices)
+    return sl__fail(SL_EINVAL, "devices: empty (want cpu:N or a placement)");
+  if (bare_count(devices, &type_end, &count)) {
+    if (count < 1 || count > 4096)
+      return sl__fail(SL_EINVAL, "devices '%s': want 1 to 4096 devices",
+                      devices);
+    if (count == 1)
+      snprintf(text, sizeof text, "%.*s:0", (int)(type_end - devices), devices);
+    else
+      snprintf(text, sizeof text, "%.*s:0-%ld", (int)(type_end - devices),
+               devices, count - 1);
+  } else {
+    snprintf(text, sizeof text, "%s", devices);
+  }
+  sl_placement *p = NULL;
+  sl_status st = sl_placement_parse(text, &p);
+  if (st != SL_OK) return sl__fail_context(st, "devices '%s': ", devices);
+  int n = sl_placement_size(p), ndim = sl_placement_mesh_ndim(p);
+  char canon[512];
+  sl_placement_print(p, canon, sizeof canon);
+  sl_placement_destroy(p);
+  if (l == EX_LAYOUT_HYBRID) {
+    if (ndim == 2) {
+      snprintf(buf, size, "%s", canon);
+      return SL_OK;
+    }
+    if (ndim != 1 || n % 2 != 0)
+      return sl__fail(SL_EINVAL,
+                      "layout hybrid needs an even number of devices (a "
+                      "[N/2, 2] mesh); '%s' has %d",
+                      devices, n);
+    snprintf(buf, size, "%s[%d,2]", canon, n / 2);
+    return SL_OK;
+  }
+  if (ndim != 1)
+    return sl__fail(SL_EINVAL,
+                    "layout %s needs a 1-D placement; '%s' has a %d-D mesh "
+                    "(use --layout hybrid)",
+                    ex_layout_name(l), devices, ndim);
+  snprintf(buf, size, "%s", canon);
+  return SL_OK;
+}
+
+static void sbp1(int axis, char *buf, size_t size) {
+  if (axis >= 0)
+    snprintf(buf, size, "S(%d)", axis);
+  else
+    snprintf(buf, size, "B");
+}
+
+const char *ex_layout_sbp(ex_layout l, int data_axis, int model_axis, char *buf,
+                          size_t size) {
+  char a[16], b[16];
+  switch (l) {
+  case EX_LAYOUT_SINGLE: snprintf(buf, size, "B"); break;
+  case EX_LAYOUT_DP: sbp1(data_axis, buf, size); break;
+  case EX_LAYOUT_TP: sbp1(model_axis, buf, size); break;
+  case EX_LAYOUT_HYBRID:
+    sbp1(data_axis, a, sizeof a);
+    sbp1(model_axis, b, sizeof b);
+    snprintf(buf, size, "(%s,%s)", a, b);
+    break;
+  }
+  return buf;
+}

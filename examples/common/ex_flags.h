@@ -1,0 +1,82 @@
+/* sluice examples — command-line flags, layouts and device lists shared by
+ * the example programs (examples/mlp, examples/gpt), their tests and the
+ * benchmarks.
+ *
+ * Flags are `--name value` or `--name=value`; booleans take no value.
+ * Errors are returned as a message, never printed here, so tests can check
+ * them; the programs print "PROG: MESSAGE" and exit 2. */
+#ifndef SLUICE_EXAMPLES_FLAGS_H
+#define SLUICE_EXAMPLES_FLAGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <sluice/core.h>
+
+typedef enum ex_flag_kind {
+  EX_FLAG_INT = 0,    /* int64_t */
+  EX_FLAG_DOUBLE = 1, /* double */
+  EX_FLAG_STRING = 2, /* const char * (points into argv) */
+  EX_FLAG_BOOL = 3,   /* bool, set to true when present */
+} ex_flag_kind;
+
+typedef struct ex_flag {
+  const char *name; /* without the dashes */
+  ex_flag_kind kind;
+  void *value;      /* where the value goes; holds the default */
+  const char *help; /* one line */
+  int64_t min;      /* EX_FLAG_INT: smallest accepted value */
+} ex_flag;
+
+typedef enum ex_flags_result {
+  EX_FLAGS_OK = 0,
+  EX_FLAGS_HELP = 1,  /* --help or -h: usage printed to `help_out` */
+  EX_FLAGS_ERROR = 2, /* err holds the reason */
+} ex_flags_result;
+
+/* Parses argv[1..argc) against n flags. --help prints `usage` (a summary
+ * line) and every flag with its default to help_out. On EX_FLAGS_ERROR,
+ * err (size errsize) names the problem: "unknown flag '--x'", "flag
+ * '--steps' needs a value", "flag '--steps': 'abc' is not an integer". */
+ex_flags_result ex_flags_parse(int argc, char **argv, const char *usage,
+                               const ex_flag *flags, int n, FILE *help_out,
+                               char *err, size_t errsize);
+
+/* ---- layouts ------------------------------------------------------------ */
+
+typedef enum ex_layout {
+  EX_LAYOUT_SINGLE = 0, /* every tensor broadcast (on one device: plain) */
+  EX_LAYOUT_DP = 1,     /* batch split S(0), weights broadcast */
+  EX_LAYOUT_TP = 2,     /* Megatron: column- then row-split weights */
+  EX_LAYOUT_HYBRID = 3, /* 2-D mesh [N/2, 2]: dp on axis 0, tp on axis 1 */
+} ex_layout;
+
+/* "single", "dp", "tp", "hybrid". */
+const char *ex_layout_name(ex_layout l);
+
+/* Parses a layout name. SL_EINVAL with "unknown layout 'x' (single, dp, tp,
+ * hybrid)" as the last error. */
+sl_status ex_layout_parse(const char *text, ex_layout *out);
+
+/* The placement text for a layout on `devices`: "cpu:N" (a bare count)
+ * means devices 0..N-1; anything else is a placement text ("cpu:0-3",
+ * "cpu:0,2"). Hybrid needs an even device count and gets the mesh
+ * [N/2, 2] unless the placement already has a 2-D mesh. Writes into buf;
+ * SL_EINVAL with the reason (malformed placement, odd count for hybrid). */
+sl_status ex_layout_placement(ex_layout l, const char *devices, char *buf,
+                              size_t size);
+
+/* The nd-SBP text of a tensor under a layout: `data_axis` is the tensor
+ * axis that data parallelism splits (the batch axis; -1: none), `model_axis`
+ * the axis tensor parallelism splits (-1: none). single: B; dp: S(data)
+ * or B; tp: S(model) or B; hybrid: (S(data) or B, S(model) or B).
+ * Returns a pointer to buf. */
+const char *ex_layout_sbp(ex_layout l, int data_axis, int model_axis, char *buf,
+                          size_t size);
+
+/* Whether the layout splits weights across devices (tp, hybrid). */
+bool ex_layout_is_tensor_parallel(ex_layout l);
+
+#endif

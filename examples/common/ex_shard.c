@@ -1,0 +1,402 @@
+/* The sharded reference executor (see ex_shard.h). */
+#include "ex_shard.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <sluice/boxing.h>
+
+/* One value's shards: a buffer per rank of its placement. */
+typedef struct shards {
+  int n;      /* ranks */
+  void **buf; /* n buffers, each bytes[r] + 64 */
+  size_t *bytes;
+  sl_slice *slice; /* n local slices */
+  bool partial;    /* some mesh axis is partial */
+} shards;
+
+/* A fetch's conversion to the logical tensor (NULL plan: already all-B). */
+typedef struct fetch {
+  int32_t node;
+  sl_boxing_plan *plan;
+  void **dst; /* plan's target buffers (whole tensor each) */
+} fetch;
+
+struct ex_shard {
+  sl_graph *g;
+  ex_shard_opts opts;
+  int32_t nv;
+  shards *v;  /* per value */
+  void **fed; /* per value: the logical input, or NULL */
+  int nfetch;
+  fetch *fetches;
+  int64_t step;
+  bool ran;
+};
+
+static bool nd_partial(const sl_nd_sbp *s) {
+  for (int i = 0; i < s->ndim; i++)
+    if (s->sbp[i].kind == SL_SBP_PARTIAL) return true;
+  return false;
+}
+
+static size_t slice_bytes(const sl_slice *s, sl_dtype dt) {
+  return (size_t)sl_slice_numel(s) * sl_dtype_size(dt);
+}
+
+/* Copies the box `s` of a row-major tensor of shape `gs` (src) into a
+ * contiguous buffer (dst). */
+static void copy_box(void *dst, const void *src, const sl_shape *gs,
+                     const sl_slice *s, size_t es) {
+  int nd = gs->ndim;
+  if (nd == 0) {
+    memcpy(dst, src, es);
+    return;
+  }
+  if (sl_slice_numel(s) == 0) return;
+  int64_t strides[SL_MAX_DIMS];
+  sl_shape_strides(gs, strides);
+  int64_t idx[SL_MAX_DIMS] = {0};
+  size_t row = (size_t)s->extent[nd - 1] * es;
+  char *d = dst;
+  for (;;) {
+    int64_t off = 0;
+    for (int k = 0; k < nd; k++)
+      off += (s->start[k] + idx[k]) * strides[k];
+    memcpy(d, (const char *)src + (size_t)off * es, row);
+    d += row;
+    int k = nd - 2;
+    while (k >= 0 && ++idx[k] == s->extent[k])
+      idx[k--] = 0;
+    if (k < 0) break;
+  }
+}
+
+static void shards_free(shards *s) {
+  for (int r = 0; s->buf && r < s->n; r++)
+    free(s->buf[r]);
+  free(s->buf);
+  free(s->bytes);
+  free(s->slice);
+  memset(s, 0, sizeof *s);
+}
+
+static sl_status shards_alloc(shards *s, const sl__value *v) {
+  const sl_placement *p = v->placement;
+  if (!p)
+    return sl__fail(SL_EINTERNAL, "value of node %d has no placement",
+                    (int)v->producer);
+  s->n = sl_placement_size(p);
+  s->partial = nd_partial(&v->sbp);
+  s->buf = calloc((size_t)s->n, sizeof *s->buf);
+  s->bytes = calloc((size_t)s->n, sizeof *s->bytes);
+  s->slice = calloc((size_t)s->n, sizeof *s->slice);
+  if (!s->buf || !s->bytes || !s->slice)
+    return sl__fail(SL_ENOMEM, "sharded executor: out of memory");
+  for (int r = 0; r < s->n; r++) {
+    SL_CHECK(sl_local_slice(&v->meta.shape, p, &v->sbp, r, &s->slice[r]));
+    s->bytes[r] = slice_bytes(&s->slice[r], v->meta.dtype);
+    /* 64 spare bytes: kernels may use aligned vector loads past the end. */
+    size_t alloc = (s->bytes[r] + 64 + 63) / 64 * 64;
+    if (!(s->buf[r] = aligned_alloc(64, alloc)))
+      return sl__fail(SL_ENOMEM, "sharded executor: %zu bytes", alloc);
+    memset(s->buf[r], 0, alloc);
+  }
+  return SL_OK;
+}
+
+void ex_shard_destroy(ex_shard *x) {
+  if (!x) return;
+  for (int32_t i = 0; x->v && i < x->nv; i++)
+    shards_free(&x->v[i]);
+  for (int32_t i = 0; x->fed && i < x->nv; i++)
+    free(x->fed[i]);
+  for (int f = 0; x->fetches && f < x->nfetch; f++) {
+    fetch *ft = &x->fetches[f];
+    if (ft->plan) {
+      const sl__value *v =
+          sl__graph_value(x->g, sl__graph_node(x->g, ft->node)->in[0]);
+      for (int r = 0; r < sl_placement_size(v->placement); r++)
+        free(ft->dst[r]);
+    }
+    free(ft->dst);
+    sl_boxing_plan_destroy(ft->plan);
+  }
+  free(x->fetches);
+  free(x->v);
+  free(x->fed);
+  free(x);
+}
+
+static sl_status fetch_prepare(ex_shard *x, fetch *ft) {
+  const sl__value *v =
+      sl__graph_value(x->g, sl__graph_node(x->g, ft->node)->in[0]);
+  sl_nd_sbp all_b = v->sbp;
+  bool already = true;
+  for (int i = 0; i < all_b.ndim; i++) {
+    already = already && all_b.sbp[i].kind == SL_SBP_BROADCAST;
+    all_b.sbp[i] = sl_sbp_broadcast();
+  }
+  if (already) return SL_OK;
+  SL_CHECK(sl_boxing_plan_create(&v->meta.shape, v->meta.dtype, v->placement,
+                                 &v->sbp, v->placement, &all_b, NULL,
+                                 &ft->plan));
+  int n = sl_placement_size(v->placement);
+  size_t bytes =
+      (size_t)sl_shape_numel(&v->meta.shape) * sl_dtype_size(v->meta.dtype);
+  if (!(ft->dst = calloc((size_t)n, sizeof *ft->dst)))
+    return sl__fail(SL_ENOMEM, "sharded executor: out of memory");
+  for (int r = 0; r < n; r++)
+    if (!(ft->dst[r] = calloc(1, bytes + 64)))
+      return sl__fail(SL_ENOMEM, "sharded executor: out of memory");
+  return SL_OK;
+}
+
+sl_status ex_shard_create(sl_graph *g, const ex_shard_opts *opts,
+                          ex_shard **out) {
+  *out = NULL;
+  SL_CHECK(sl__graph_compile(g));
+  ex_shard *x = calloc(1, sizeof *x);
+  if (!x) return sl__fail(SL_ENOMEM, "sharded executor: out of memory");
+  sl_status st = SL_OK;
+  x->g = g;
+  if (opts) x->opts = *opts;
+  x->nv = sl__graph_value_count(g);
+  x->v = calloc((size_t)x->nv + 1, sizeof *x->v);
+  x->fed = calloc((size_t)x->nv + 1, sizeof *x->fed);
+  if (!x->v || !x->fed) {
+    st = sl__fail(SL_ENOMEM, "sharded executor: out of memory");
+    goto fail;
+  }
+  for (int32_t i = 0; i < x->nv; i++)
+    SL_CHECK_GOTO(shards_alloc(&x->v[i], sl__graph_value(g, i)), st, fail);
+  int32_t nn = sl__graph_node_count(g);
+  for (int32_t i = 0; i < nn; i++) {
+    const sl__node *n = sl__graph_node(g, i);
+    if (n->kind == SL__NODE_FETCH) x->nfetch++;
+    if (n->kind != SL__NODE_VARIABLE) continue;
+    shards *s = &x->v[n->out[0]];
+    for (int r = 0; r < s->n; r++) {
+      st = sl__graph_variable_init(g, i, r, s->buf[r]);
+      if (st != SL_OK) goto fail;
+    }
+  }
+  x->fetches = calloc((size_t)x->nfetch + 1, sizeof *x->fetches);
+  if (!x->fetches) {
+    st = sl__fail(SL_ENOMEM, "sharded executor: out of memory");
+    goto fail;
+  }
+  for (int32_t i = 0, f = 0; i < nn; i++)
+    if (sl__graph_node(g, i)->kind == SL__NODE_FETCH) {
+      x->fetches[f].node = i;
+      SL_CHECK_GOTO(fetch_prepare(x, &x->fetches[f]), st, fail);
+      f++;
+    }
+  *out = x;
+  return SL_OK;
+fail:
+  ex_shard_destroy(x);
+  return st;
+}
+
+static const sl__node *named(const sl_graph *g, const char *name,
+                             sl__node_kind kind) {
+  int32_t i = name ? sl__graph_find(g, name) : -1;
+  const sl__node *n = i >= 0 ? sl__graph_node(g, i) : NULL;
+  return n && n->kind == kind ? n : NULL;
+}
+
+static size_t logical_bytes(const sl__value *v) {
+  return (size_t)sl_shape_numel(&v->meta.shape) * sl_dtype_size(v->meta.dtype);
+}
+
+sl_status ex_shard_feed(ex_shard *x, const char *name, const void *data,
+                        size_t bytes) {
+  const sl__node *n = named(x->g, name, SL__NODE_INPUT);
+  if (!n)
+    return sl__fail(SL_ENOTFOUND, "feed: the graph has no input '%s'",
+                    name ? name : "(null)");
+  const sl__value *v = sl__graph_value(x->g, n->out[0]);
+  size_t want = logical_bytes(v);
+  if (bytes != want)
+    return sl__fail(SL_EINVAL,
+                    "feed of input '%s': %zu bytes, the input needs %zu", name,
+                    bytes, want);
+  void **dst = &x->fed[n->out[0]];
+  if (!*dst && !(*dst = malloc(want + 1)))
+    return sl__fail(SL_ENOMEM, "feed of input '%s': out of memory", name);
+  if (bytes) memcpy(*dst, data, bytes);
+  return SL_OK;
+}
+
+static sl_status run_op(ex_shard *x, const sl__node *n) {
+  for (int r = 0; r < sl_placement_size(n->placement); r++) {
+    sl__kernel_ctx k;
+    memset(&k, 0, sizeof k);
+    k.attrs = &n->attrs;
+    k.n_in = n->n_in;
+    k.n_out = n->n_out;
+    k.step = x->step;
+    for (int i = 0; i < n->n_in; i++) {
+      const sl__value *v = sl__graph_value(x->g, n->in[i]);
+      const shards *s = &x->v[n->in[i]];
+      k.in[i] = s->buf[r];
+      k.in_meta[i].dtype = v->meta.dtype;
+      k.in_meta[i].shape = v->meta.shape;
+      for (int d = 0; d < v->meta.shape.ndim; d++)
+        k.in_meta[i].shape.dims[d] = s->slice[r].extent[d];
+      k.in_slice[i] = s->slice[r];
+      k.in_global[i] = v->meta.shape;
+      k.in_partial[i] = s->partial;
+    }
+    for (int j = 0; j < n->n_out; j++) {
+      const sl__value *v = sl__graph_value(x->g, n->out[j]);
+      const shards *s = &x->v[n->out[j]];
+      k.out[j] = s->buf[r];
+      k.out_meta[j].dtype = v->meta.dtype;
+      k.out_meta[j].shape = v->meta.shape;
+      for (int d = 0; d < v->meta.shape.ndim; d++)
+        k.out_meta[j].shape.dims[d] = s->slice[r].extent[d];
+      k.out_slice[j] = s->slice[r];
+      k.out_global[j] = v->meta.shape;
+      k.out_partial[j] = s->partial;
+    }
+    sl_clear_error();
+    uint64_t t0 = sl__now_ns();
+    sl_status st = sl__op_run_cpu(n->op, &k);
+    if (x->opts.hook) x->opts.hook(x->opts.hook_ctx, n, r, t0, sl__now_ns());
+    if (st != SL_OK)
+      return sl__fail_context(st, "op '%s' (%s) on rank %d: ", n->name,
+                              n->op->name, r);
+  }
+  return SL_OK;
+}
+
+static sl_status run_boxing(ex_shard *x, const sl__node *n) {
+  uint64_t t0 = sl__now_ns();
+  sl_status st = sl_boxing_execute(
+      n->boxing, (const void *const *)x->v[n->in[0]].buf, x->v[n->out[0]].buf);
+  if (x->opts.hook) x->opts.hook(x->opts.hook_ctx, n, -1, t0, sl__now_ns());
+  if (st != SL_OK) return sl__fail_context(st, "boxing '%s': ", n->name);
+  return SL_OK;
+}
+
+static bool same_slice(const sl_slice *a, const sl_slice *b) {
+  if (a->ndim != b->ndim) return false;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->start[d] != b->start[d] || a->extent[d] != b->extent[d])
+      return false;
+  return true;
+}
+
+/* Ranks holding the same slice of a non-partial value hold the same bytes. */
+static sl_status check_replicas(ex_shard *x, const sl__node *n) {
+  for (int j = 0; j < n->n_out; j++) {
+    const shards *s = &x->v[n->out[j]];
+    if (s->partial) continue;
+    for (int r = 1; r < s->n; r++)
+      for (int q = 0; q < r; q++) {
+        if (!same_slice(&s->slice[q], &s->slice[r])) continue;
+        if (memcmp(s->buf[q], s->buf[r], s->bytes[r]) == 0) break;
+        const sl__value *v = sl__graph_value(x->g, n->out[j]);
+        int64_t count = (int64_t)(s->bytes[r] / sl_dtype_size(v->meta.dtype));
+        int64_t i = 0;
+        while (i < count && sl_load_element(v->meta.dtype, s->buf[q], i) ==
+                                sl_load_element(v->meta.dtype, s->buf[r], i))
+          i++;
+        return sl__fail(
+            SL_EMISMATCH,
+            "node '%s' output %d, step %lld: ranks %d and %d hold "
+            "the same slice but differ at element %lld (%.9g vs "
+            "%.9g)",
+            n->name, j, (long long)x->step, q, r, (long long)i,
+            i < count ? sl_load_element(v->meta.dtype, s->buf[q], i) : 0.0,
+            i < count ? sl_load_element(v->meta.dtype, s->buf[r], i) : 0.0);
+      }
+  }
+  return SL_OK;
+}
+
+sl_status ex_shard_step(ex_shard *x) {
+  const sl_graph *g = x->g;
+  int32_t nn = sl__graph_node_count(g);
+  for (int32_t i = 0; i < nn; i++) {
+    const sl__node *n = sl__graph_node(g, i);
+    switch (n->kind) {
+    case SL__NODE_INPUT: {
+      const void *src = x->fed[n->out[0]];
+      if (!src) return sl__fail(SL_ESTATE, "input '%s' was never fed", n->name);
+      const sl__value *v = sl__graph_value(g, n->out[0]);
+      shards *s = &x->v[n->out[0]];
+      for (int r = 0; r < s->n; r++)
+        copy_box(s->buf[r], src, &v->meta.shape, &s->slice[r],
+                 sl_dtype_size(v->meta.dtype));
+      break;
+    }
+    case SL__NODE_OP: SL_CHECK(run_op(x, n)); break;
+    case SL__NODE_BOXING: SL_CHECK(run_boxing(x, n)); break;
+    case SL__NODE_VARIABLE:
+    case SL__NODE_FETCH: break;
+    }
+    if (x->opts.check_replicas && n->kind != SL__NODE_FETCH)
+      SL_CHECK(check_replicas(x, n));
+  }
+  for (int f = 0; f < x->nfetch; f++) {
+    fetch *ft = &x->fetches[f];
+    if (!ft->plan) continue;
+    const sl__node *n = sl__graph_node(g, ft->node);
+    sl_status st = sl_boxing_execute(
+        ft->plan, (const void *const *)x->v[n->in[0]].buf, ft->dst);
+    if (st != SL_OK) return sl__fail_context(st, "fetch '%s': ", n->name);
+  }
+  /* Updates apply after the whole step has read the old values. */
+  for (int32_t i = 0; i < nn; i++) {
+    const sl__node *n = sl__graph_node(g, i);
+    if (n->kind != SL__NODE_VARIABLE || n->update < 0) continue;
+    shards *dst = &x->v[n->out[0]], *src = &x->v[n->update];
+    if (dst->n != src->n)
+      return sl__fail(SL_EINTERNAL,
+                      "variable '%s': update on another "
+                      "placement",
+                      n->name);
+    for (int r = 0; r < dst->n; r++) {
+      if (dst->bytes[r] != src->bytes[r])
+        return sl__fail(SL_EINTERNAL,
+                        "variable '%s': update shard size "
+                        "differs on rank %d",
+                        n->name, r);
+      memcpy(dst->buf[r], src->buf[r], dst->bytes[r]);
+    }
+  }
+  x->step++;
+  x->ran = true;
+  return SL_OK;
+}
+
+sl_status ex_shard_fetch(ex_shard *x, const char *name, void *out,
+                         size_t bytes) {
+  const sl__node *n = named(x->g, name, SL__NODE_FETCH);
+  if (!n)
+    return sl__fail(SL_ENOTFOUND, "fetch: the graph has no fetch '%s'",
+                    name ? name : "(null)");
+  if (!x->ran) return sl__fail(SL_ESTATE, "fetch '%s': no step has run", name);
+  const sl__value *v = sl__graph_value(x->g, n->in[0]);
+  size_t want = logical_bytes(v);
+  if (bytes != want)
+    return sl__fail(SL_EINVAL, "fetch '%s': %zu bytes, the value has %zu", name,
+                    bytes, want);
+  const fetch *ft = NULL;
+  for (int f = 0; f < x->nfetch && !ft; f++)
+    if (sl__graph_node(x->g, x->fetches[f].node) == n) ft = &x->fetches[f];
+  const void *src = ft && ft->plan ? ft->dst[0] : x->v[n->in[0]].buf[0];
+  if (bytes) memcpy(out, src, bytes);
+  return SL_OK;
+}
+
+const void *ex_shard_value(const ex_shard *x, int32_t value, int rank,
+                           sl_slice *slice) {
+  if (value < 0 || value >= x->nv || rank < 0 || rank >= x->v[value].n)
+    return NULL;
+  if (slice) *slice = x->v[value].slice[rank];
+  return x->v[value].buf[rank];
+}

@@ -1,0 +1,132 @@
+/* gpt: trains the decoder-only transformer of model.h under any layout.
+ *
+ *   gpt --devices cpu:2 --layout dp --steps 30
+ *   gpt --devices cpu:3 --layout tp --heads 6 --hidden 96
+ *   gpt --devices cpu:4 --layout hybrid --tie --trace gpt.json
+ *
+ * Prints "step N loss X" per step and a throughput line (samples are
+ * sequences of --seq tokens). Exit status 0, 1 for a failure while
+ * building or running, 2 for bad flags. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sluice/graph.h>
+
+#include "common/ex_flags.h"
+#include "common/ex_run.h"
+#include "gpt/model.h"
+
+static const char usage[] =
+    "usage: gpt [flags]\n"
+    "Trains a decoder-only transformer (pre-LN blocks of causal attention\n"
+    "and a GELU MLP) on synthetic token sequences, under a layout of CPU\n"
+    "devices: single, dp (data parallel), tp (Megatron tensor parallel) or\n"
+    "hybrid (data x tensor parallel on a [N/2, 2] mesh).";
+
+int main(int argc, char **argv) {
+  ex_gpt_config c = ex_gpt_defaults();
+  int64_t steps = 10, batch = c.batch, seq = c.seq, vocab = c.vocab,
+          hidden = c.hidden, heads = c.heads, layers = c.layers,
+          seed = (int64_t)c.seed;
+  double lr = -1;
+  const char *devices = "cpu:1", *layout = "single", *optimizer = "adam",
+             *trace = NULL, *engine = "auto";
+  bool tie = false, profile = false, check = false;
+  const ex_flag flags[] = {
+      {"devices", EX_FLAG_STRING, &devices, "cpu:N or a placement (cpu:0-3)",
+       0},
+      {"layout", EX_FLAG_STRING, &layout, "single | dp | tp | hybrid", 0},
+      {"steps", EX_FLAG_INT, &steps, "training steps", 1},
+      {"batch", EX_FLAG_INT, &batch, "sequences per step (global)", 1},
+      {"seq", EX_FLAG_INT, &seq, "tokens per sequence", 1},
+      {"vocab", EX_FLAG_INT, &vocab, "vocabulary size", 2},
+      {"hidden", EX_FLAG_INT, &hidden, "model width (a multiple of --heads)",
+       1},
+      {"heads", EX_FLAG_INT, &heads, "attention heads", 1},
+      {"layers", EX_FLAG_INT, &layers, "transformer blocks", 1},
+      {"tie", EX_FLAG_BOOL, &tie, "tie the head to the token embedding", 0},
+      {"seed", EX_FLAG_INT, &seed, "seed of the initializers and data", 0},
+      {"lr", EX_FLAG_DOUBLE, &lr, "learning rate (adam 3e-3, sgd 0.1)", 0},
+      {"optimizer", EX_FLAG_STRING, &optimizer, "adam | sgd", 0},
+      {"trace", EX_FLAG_STRING, &trace, "write a Chrome trace to PATH", 0},
+      {"engine", EX_FLAG_STRING, &engine, "auto | session | sharded | interp",
+       0},
+      {"profile", EX_FLAG_BOOL, &profile, "print time per op kind", 0},
+      {"check-replicas", EX_FLAG_BOOL, &check,
+       "sharded engine: check that replicas agree after every op", 0},
+  };
+  char err[512];
+  switch (ex_flags_parse(argc, argv, usage, flags,
+                         (int)(sizeof flags / sizeof flags[0]), stdout, err,
+                         sizeof err)) {
+  case EX_FLAGS_HELP: return 0;
+  case EX_FLAGS_ERROR: fprintf(stderr, "gpt: %s\n", err); return 2;
+  case EX_FLAGS_OK: break;
+  }
+  ex_run_opts ro = {EX_ENGINE_AUTO, trace, profile, check};
+  char placement[512];
+  if (ex_layout_parse(layout, &c.layout) != SL_OK ||
+      ex_engine_parse(engine, &ro.engine) != SL_OK ||
+      ex_layout_placement(c.layout, devices, placement, sizeof placement) !=
+          SL_OK) {
+    fprintf(stderr, "gpt: %s\n", sl_last_error());
+    return 2;
+  }
+  if (strcmp(optimizer, "adam") == 0) {
+    c.opt = sl_optimizer_adam(lr >= 0 ? lr : 3e-3);
+  } else if (strcmp(optimizer, "sgd") == 0) {
+    c.opt = sl_optimizer_sgd(lr >= 0 ? lr : 0.1, 0);
+  } else {
+    fprintf(stderr, "gpt: unknown optimizer '%s' (adam, sgd)\n", optimizer);
+    return 2;
+  }
+  if (hidden % heads != 0) {
+    fprintf(stderr, "gpt: --hidden %lld is not a multiple of --heads %lld\n",
+            (long long)hidden, (long long)heads);
+    return 2;
+  }
+  c.batch = batch;
+  c.seq = seq;
+  c.vocab = vocab;
+  c.hidden = hidden;
+  c.heads = heads;
+  c.layers = (int)layers;
+  c.tie = tie;
+  c.seed = (uint64_t)seed;
+  c.placement = placement;
+
+  int rc = 1;
+  sl_graph *g = NULL;
+  ex_run *run = NULL;
+  if (sl_graph_create(&g) != SL_OK) {
+    fprintf(stderr, "gpt: %s\n", sl_last_error());
+    goto done;
+  }
+  if (ex_gpt_build(g, &c) != SL_OK) {
+    fprintf(stderr, "gpt: building the model: %s\n",
+            sl_graph_status(g) != SL_OK ? sl_graph_error(g) : sl_last_error());
+    goto done;
+  }
+  if (ex_run_create(g, &ro, &run) != SL_OK) {
+    fprintf(stderr, "gpt: %s\n", sl_last_error());
+    goto done;
+  }
+  printf("gpt: %lld blocks, hidden %lld, %lld heads, seq %lld, vocab %lld, "
+         "batch %lld%s, layout %s on %s, engine %s\n",
+         (long long)layers, (long long)hidden, (long long)heads, (long long)seq,
+         (long long)vocab, (long long)batch, tie ? ", tied head" : "", layout,
+         placement, ex_engine_name(ex_run_engine(run)));
+  ex_train_result res;
+  if (ex_train(run, steps, batch, "loss", stdout, NULL, &res) != SL_OK) {
+    fprintf(stderr, "gpt: %s\n", sl_last_error());
+    goto done;
+  }
+  ex_train_print(stdout, &res, run, layout, placement);
+  if (profile) ex_run_profile_print(run, stdout, 16, (int)steps);
+  rc = 0;
+done:
+  ex_run_destroy(run);
+  sl_graph_destroy(g);
+  return rc;
+}

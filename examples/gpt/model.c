@@ -1,0 +1,177 @@
+/* The GPT model (see model.h). */
+#include "gpt/model.h"
+
+#include <math.h>
+#include <stdio.h>
+
+#include "core_int.h"
+
+ex_gpt_config ex_gpt_defaults(void) {
+  ex_gpt_config c = {0};
+  c.batch = 8;
+  c.seq = 32;
+  c.vocab = 64;
+  c.hidden = 64;
+  c.heads = 4;
+  c.layers = 2;
+  c.seed = 1;
+  c.layout = EX_LAYOUT_SINGLE;
+  c.placement = "cpu:0";
+  c.opt = sl_optimizer_adam(3e-3);
+  return c;
+}
+
+typedef struct builder {
+  sl_graph *g;
+  const ex_gpt_config *c;
+  uint64_t seed;
+} builder;
+
+/* A parameter split on tensor axis `model_axis` by tensor parallelism (-1:
+ * replicated), never by data parallelism. */
+static sl_tensor param(builder *b, const char *name, const sl_shape *s,
+                       sl_init init, int model_axis) {
+  char sbp[32];
+  ex_layout_sbp(b->c->layout, -1, model_axis, sbp, sizeof sbp);
+  return sl_variable(b->g, name, s, SL_DTYPE_F32, init, NULL, sbp);
+}
+
+static sl_init normal(builder *b, double std) {
+  return sl_init_normal(0, std, ++b->seed);
+}
+
+static sl_tensor layer_norm(builder *b, sl_tensor x, const char *name) {
+  char gn[64], bn[64];
+  snprintf(gn, sizeof gn, "%s.g", name);
+  snprintf(bn, sizeof bn, "%s.b", name);
+  sl_shape s = SL_SHAPE(b->c->hidden);
+  sl_tensor gamma = param(b, gn, &s, sl_init_constant(1), -1);
+  sl_tensor beta = param(b, bn, &s, sl_init_zeros(), -1);
+  return sl_name(sl_layer_norm(x, gamma, beta, 1e-5), name);
+}
+
+/* w [H, r, c] (split by heads under tensor parallelism) broadcast over the
+ * batch: [B, H, r, c]. */
+static sl_tensor per_batch(builder *b, sl_tensor w) {
+  sl_shape s;
+  sl_tensor_shape(w, &s);
+  sl_shape s1 = SL_SHAPE(1, s.dims[0], s.dims[1], s.dims[2]);
+  sl_shape sb = SL_SHAPE(b->c->batch, s.dims[0], s.dims[1], s.dims[2]);
+  return sl_broadcast_to(sl_reshape(w, &s1), &sb);
+}
+
+/* Causal self-attention of a [B,S,D]: the sum over heads, [B,S,D], partial
+ * under tensor parallelism until the residual add all-reduces it. */
+static sl_tensor attention(builder *b, sl_tensor a, const char *name) {
+  const ex_gpt_config *c = b->c;
+  int64_t hd = c->hidden / c->heads;
+  sl_shape a1 = SL_SHAPE(c->batch, 1, c->seq, c->hidden),
+           ab = SL_SHAPE(c->batch, c->heads, c->seq, c->hidden),
+           wqs = SL_SHAPE(c->heads, c->hidden, hd),
+           wos = SL_SHAPE(c->heads, hd, c->hidden);
+  sl_tensor xb = sl_broadcast_to(sl_reshape(a, &a1), &ab);
+  sl_tensor qkv[3];
+  const char *parts[3] = {"q", "k", "v"};
+  for (int i = 0; i < 3; i++) {
+    char wn[64], pn[64];
+    snprintf(wn, sizeof wn, "%s.w%s", name, parts[i]);
+    snprintf(pn, sizeof pn, "%s.%s", name, parts[i]);
+    sl_tensor w = param(b, wn, &wqs, normal(b, 0.02), 0);
+    qkv[i] = sl_name(sl_batch_matmul(xb, per_batch(b, w), false, false), pn);
+  }
+  sl_tensor att = sl_scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], true);
+  char on[64], won[64];
+  snprintf(on, sizeof on, "%s.o", name);
+  snprintf(won, sizeof won, "%s.wo", name);
+  sl_tensor wo =
+      param(b, won, &wos, normal(b, 0.02 / sqrt(2.0 * c->layers)), 0);
+  sl_tensor o =
+      sl_name(sl_batch_matmul(att, per_batch(b, wo), false, false), on);
+  int axis = 1;
+  return sl_reduce_sum(o, 1, &axis, false);
+}
+
+/* fc2(gelu(fc1(m))): fc1 column-split, fc2 row-split (partial output). */
+static sl_tensor mlp(builder *b, sl_tensor m, const char *name) {
+  const ex_gpt_config *c = b->c;
+  int64_t d = c->hidden, f = 4 * c->hidden;
+  char n1[64], n1b[64], n2[64], n2b[64];
+  snprintf(n1, sizeof n1, "%s.fc1.w", name);
+  snprintf(n1b, sizeof n1b, "%s.fc1.b", name);
+  snprintf(n2, sizeof n2, "%s.fc2.w", name);
+  snprintf(n2b, sizeof n2b, "%s.fc2.b", name);
+  sl_shape w1s = SL_SHAPE(d, f), b1s = SL_SHAPE(f), w2s = SL_SHAPE(f, d),
+           b2s = SL_SHAPE(d);
+  sl_tensor w1 = param(b, n1, &w1s, normal(b, 0.02), 1);
+  sl_tensor b1 = param(b, n1b, &b1s, sl_init_zeros(), 0);
+  sl_tensor w2 = param(b, n2, &w2s, normal(b, 0.02 / sqrt(2.0 * c->layers)), 0);
+  sl_tensor b2 = param(b, n2b, &b2s, sl_init_zeros(), -1);
+  sl_tensor h = sl_gelu(sl_add(sl_matmul(m, w1, false, false), b1));
+  return sl_add(sl_matmul(h, w2, false, false), b2);
+}
+
+sl_status ex_gpt_build(sl_graph *g, const ex_gpt_config *c) {
+  if (c->heads < 1 || c->hidden % c->heads != 0)
+    return sl__fail(SL_EINVAL,
+                    "gpt: hidden %lld is not a multiple of heads "
+                    "%lld",
+                    (long long)c->hidden, (long long)c->heads);
+  if (c->seq < 1 || c->vocab < 2 || c->layers < 1 || c->batch < 1)
+    return sl__fail(SL_EINVAL, "gpt: want batch, seq, layers >= 1 and vocab "
+                               ">= 2");
+  sl_status st = sl_graph_set_default_placement(g, c->placement);
+  if (st != SL_OK) return st;
+  builder bd = {g, c, c->seed * 1000};
+  builder *b = &bd;
+  char dsbp[32], rsbp[32];
+  ex_layout_sbp(c->layout, 0, -1, dsbp, sizeof dsbp);
+  ex_layout_sbp(c->layout, -1, -1, rsbp, sizeof rsbp);
+
+  /* Tokens t[:, 0..S]; inputs t[:, 1..S], targets f(t[:, 0..S-1]). */
+  sl_shape ts = SL_SHAPE(c->batch, c->seq + 1), ms = SL_SHAPE(c->vocab, 1),
+           tgs = SL_SHAPE(c->batch, c->seq);
+  sl_tensor tokens =
+      sl_name(sl_data_random_int(g, &ts, SL_DTYPE_I32, 0, c->vocab,
+                                 b->seed + 500, NULL, dsbp),
+              "tokens");
+  sl_tensor map = sl_variable_set_trainable(
+      sl_variable(g, "next_map", &ms, SL_DTYPE_F32,
+                  sl_init_uniform(0, (double)c->vocab - 0.5, b->seed + 501),
+                  NULL, rsbp),
+      false);
+  sl_tensor inputs = sl_name(sl_slice_of(tokens, 1, 1, c->seq + 1), "inputs");
+  sl_tensor prev = sl_slice_of(tokens, 1, 0, c->seq);
+  sl_tensor targets =
+      sl_name(sl_cast(sl_reshape(sl_embedding(map, prev), &tgs), SL_DTYPE_I32),
+              "targets");
+
+  sl_shape es = SL_SHAPE(c->vocab, c->hidden), ps = SL_SHAPE(c->seq, c->hidden);
+  sl_tensor wte = param(b, "wte", &es, normal(b, 0.02), -1);
+  sl_tensor wpe = param(b, "wpe", &ps, normal(b, 0.01), -1);
+  sl_tensor x = sl_name(sl_add(sl_embedding(wte, inputs), wpe), "embed");
+  for (int l = 0; l < c->layers; l++) {
+    char name[32], ln[48];
+    snprintf(name, sizeof name, "h%d", l);
+    snprintf(ln, sizeof ln, "%s.ln1", name);
+    char an[48];
+    snprintf(an, sizeof an, "%s.attn", name);
+    x = sl_add(x, attention(b, layer_norm(b, x, ln), an));
+    snprintf(ln, sizeof ln, "%s.ln2", name);
+    snprintf(an, sizeof an, "%s.mlp", name);
+    x = sl_add(x, mlp(b, layer_norm(b, x, ln), an));
+  }
+  x = layer_norm(b, x, "lnf");
+  sl_tensor logits;
+  if (c->tie) {
+    logits = sl_matmul(x, wte, false, true);
+  } else {
+    sl_shape hs = SL_SHAPE(c->hidden, c->vocab);
+    sl_tensor head = param(b, "head.w", &hs, normal(b, 0.02), -1);
+    logits = sl_matmul(x, head, false, false);
+  }
+  logits = sl_name(logits, "logits");
+  sl_tensor loss = sl_name(sl_cross_entropy(logits, targets), "xent");
+  st = sl_minimize(loss, &c->opt);
+  if (st != SL_OK) return st;
+  return sl_fetch(loss, "loss");
+}

@@ -1,0 +1,57 @@
+/* sluice examples — a decoder-only transformer (GPT-2 shaped): token and
+ * position embeddings, `layers` pre-LN blocks of causal self-attention
+ * (sl_scaled_dot_product_attention) and a GELU MLP, a final layer norm and
+ * a head tied to the token embedding or separate (`tie`). The example
+ * program and its tests build it with ex_gpt_build.
+ *
+ * Attention weights carry a head axis — Q, K, V as [heads, hidden, hd] and
+ * the output projection as [heads, hd, hidden] — so tensor parallelism
+ * splits whole heads even when the device count does not divide them. The
+ * projections are batched matmuls over [batch, heads]:
+ *   x [B,S,D] -> [B,1,S,D] -> broadcast [B,H,S,D];
+ *   W [H,D,hd] -> [1,H,D,hd] -> broadcast [B,H,D,hd];  q = x_b · W_b
+ *   o = sum over heads of att [B,H,S,hd] · Wo_b [B,H,hd,D].
+ *
+ * Layouts (ex_flags.h): dp splits the batch; tp is Megatron's: Q, K, V and
+ * fc1 column-split (by heads / by fc1 outputs), the output projection and
+ * fc2 row-split, so each attention and each MLP ends in one all-reduce of a
+ * partial sum; embeddings, layer norms and the head stay replicated. hybrid
+ * does both on a [N/2, 2] mesh.
+ *
+ * Data: synthetic token sequences that can be learnt: t[b, 0..S] uniform in
+ * [0, vocab) (a counter-based source, identical under any layout), the
+ * model reads t[:, 1..S] and predicts at position i the token
+ * f(t[:, i]) = f(previous input token) for a fixed random map f (a
+ * non-trainable table), so attention to the previous position is what
+ * lowers the loss; position 0's target depends on a token the model never
+ * sees. */
+#ifndef SLUICE_EXAMPLES_GPT_MODEL_H
+#define SLUICE_EXAMPLES_GPT_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <sluice/graph.h>
+
+#include "common/ex_flags.h"
+
+typedef struct ex_gpt_config {
+  int64_t batch, seq, vocab, hidden, heads;
+  int layers;
+  bool tie; /* head = token embedding transposed */
+  uint64_t seed;
+  ex_layout layout;
+  const char *placement; /* from ex_layout_placement */
+  sl_optimizer opt;
+} ex_gpt_config;
+
+/* Defaults: batch 8, seq 32, vocab 64, hidden 64, 4 heads, 2 layers,
+ * untied, seed 1, single on cpu:0, Adam lr 3e-3. */
+ex_gpt_config ex_gpt_defaults(void);
+
+/* Builds the model, the loss (fetched as "loss") and the optimizer into the
+ * empty graph g. SL_EINVAL when hidden is not a multiple of heads; else
+ * the graph's status (its message names the failing op). */
+sl_status ex_gpt_build(sl_graph *g, const ex_gpt_config *c);
+
+#endif
