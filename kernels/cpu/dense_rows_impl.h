@@ -24,6 +24,7 @@
 
 typedef float DR_FN(vf) __attribute__((vector_size(DR_W * 4)));
 typedef int32_t DR_FN(vi) __attribute__((vector_size(DR_W * 4)));
+typedef uint32_t DR_FN(vu) __attribute__((vector_size(DR_W * 4)));
 #define VF DR_FN(vf)
 #define VI DR_FN(vi)
 
@@ -47,7 +48,7 @@ DR_ATTR static inline VF DR_FN(exp)(VF x) {
   VF xc = DR_FN(select)(below, DR_FN(splat)(lo), x);
   xc = DR_FN(select)(xc > hi, DR_FN(splat)(hi), xc);
   VF t = xc * 1.44269504088896341f + magic;
-  VI n = (VI)t - 0x4B400000;
+  DR_FN(vu) n = (DR_FN(vu))t - 0x4B400000u;
   VF fn = t - magic;
   VF r = (xc - fn * 0.693145751953125f) - fn * 1.428606765330187e-6f;
   VF p = DR_FN(splat)(1.0f / 5040.0f);
@@ -58,7 +59,7 @@ DR_ATTR static inline VF DR_FN(exp)(VF x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  VF y = p * (VF)((n + 127) << 23);
+  VF y = p * (VF)((n + 127u) << 23);
   return DR_FN(select)(below, DR_FN(splat)(0.0f), y);
 }
 
@@ -268,6 +269,65 @@ DR_ATTR static void DR_FN(exp_mul_sub)(const float *dy, const float *y,
     dx[j] = dy[j] - sl__dense_exp(y[j]) * s[j * s_step];
 }
 
+/* ---- plain loops the compiler vectorises for the instance's target ------ */
+
+DR_ATTR static void DR_FN(ln_grad_row)(const float *dy, const float *x,
+                                       const float *gamma, float mu, float rs,
+                                       float a, float b, float *restrict dx,
+                                       double *restrict dg, double *restrict db,
+                                       int64_t n) {
+  for (int64_t j = 0; j < n; j++) {
+    float xh = (x[j] - mu) * rs, e = dy[j];
+    dx[j] = rs * ((gamma[j] * e - a) - xh * b);
+    dg[j] += (double)(e * xh);
+    db[j] += (double)e;
+  }
+}
+
+/* Every load unconditional, every choice a select on a flag: one
+ * branch-free loop serves every variant. */
+DR_ATTR static void DR_FN(sgd_chunk)(const sl__dense_sgd *c, const float *w,
+                                     const float *g, const float *m,
+                                     float *restrict wl, float *restrict ml,
+                                     int64_t n) {
+  float lr = c->lr, mom = c->mom, damp1 = c->damp1, wd = c->wd;
+  bool has_wd = c->has_wd, first = c->first, nesterov = c->nesterov,
+       use_mom = c->use_mom;
+  for (int64_t i = 0; i < n; i++) {
+    float wi = w[i], gi = g[i], mi = m[i];
+    float d = has_wd ? gi + wd * wi : gi;
+    float later = mi * mom + damp1 * d;
+    float buf = first ? d : later;
+    float nest = d + mom * buf;
+    float dm = nesterov ? nest : buf;
+    d = use_mom ? dm : d;
+    ml[i] = buf;
+    wl[i] = wi - lr * d;
+  }
+}
+
+DR_ATTR static void DR_FN(adam_chunk)(const sl__dense_adam *c, const float *w,
+                                      const float *g, const float *m,
+                                      const float *v, float *restrict wl,
+                                      float *restrict ml, float *restrict vl,
+                                      int64_t n) {
+  float decay = c->decay, l2 = c->l2, one_b1 = c->one_b1, b2 = c->b2,
+        one_b2 = c->one_b2, bc2_sqrt = c->bc2_sqrt, eps = c->eps,
+        step_size = c->step_size;
+  bool has_decay = c->has_decay, has_l2 = c->has_l2;
+  for (int64_t i = 0; i < n; i++) {
+    float w0 = w[i], gi = g[i], m0 = m[i];
+    float wi = has_decay ? w0 * decay : w0;
+    float d = has_l2 ? gi + l2 * w0 : gi;
+    float mi = m0 + one_b1 * (d - m0);
+    float vi = v[i] * b2 + (one_b2 * d) * d; /* addcmul's order */
+    float denom = sqrtf(vi) / bc2_sqrt + eps;
+    ml[i] = mi;
+    vl[i] = vi;
+    wl[i] = wi - step_size * (mi / denom);
+  }
+}
+
 static const sl__dense_rows DR_FN(table) = {
     .name = DR_NAME,
     .usable = DR_USABLE,
@@ -279,6 +339,9 @@ static const sl__dense_rows DR_FN(table) = {
     .row_ln_grad_sums = DR_FN(row_ln_grad_sums),
     .exp_cols = DR_FN(exp_cols),
     .exp_mul_sub = DR_FN(exp_mul_sub),
+    .ln_grad_row = DR_FN(ln_grad_row),
+    .sgd_chunk = DR_FN(sgd_chunk),
+    .adam_chunk = DR_FN(adam_chunk),
 };
 
 #undef DR_Q

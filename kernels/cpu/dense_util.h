@@ -153,9 +153,9 @@ static inline float sl__dense_exp(float x) {
    * mantissa bits. */
   const float magic = 12582912.0f;
   float t = xc * 1.44269504088896341f + magic;
-  int32_t tb;
+  uint32_t tb; /* unsigned: a NaN's bits wrap instead of overflowing */
   memcpy(&tb, &t, sizeof tb);
-  int32_t n = tb - 0x4B400000;
+  uint32_t n = tb - 0x4B400000u;
   float fn = t - magic;
   float r = (xc - fn * 0.693145751953125f) - fn * 1.428606765330187e-6f;
   float p = 1.0f / 5040.0f;
@@ -166,7 +166,7 @@ static inline float sl__dense_exp(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  int32_t sb = (n + 127) << 23;
+  uint32_t sb = (n + 127u) << 23;
   float s;
   memcpy(&s, &sb, sizeof s);
   float y = p * s;
@@ -193,6 +193,17 @@ static inline float sl__dense_lanes_max(float *t) {
  * dense_rows_impl.h. Every table gives the same bits for the same input.
  * In the row functions lane l of the reduction takes elements l, l + 16,
  * l + 32, ... in order; n >= 1 for row_max. */
+/* Scalars of one sgd_update / adam_update call (optim.c forms them). */
+typedef struct sl__dense_sgd {
+  float lr, mom, damp1, wd;
+  bool has_wd, first, nesterov, use_mom;
+} sl__dense_sgd;
+
+typedef struct sl__dense_adam {
+  float decay, l2, one_b1, b2, one_b2, bc2_sqrt, eps, step_size;
+  bool has_decay, has_l2;
+} sl__dense_adam;
+
 typedef struct sl__dense_rows {
   const char *name; /* "sse" (16-byte vectors, any target), "avx2", "avx512" */
   bool (*usable)(const sl__cpu_features *f);
@@ -215,6 +226,19 @@ typedef struct sl__dense_rows {
   /* dx[j] = dy[j] - exp(y[j]) * s[j * s_step] (s_step 0: s[0]). */
   void (*exp_mul_sub)(const float *dy, const float *y, const float *s,
                       int64_t s_step, float *dx, int64_t n);
+  /* One row of layer_norm_grad: dx[j] = rs ((gamma[j] dy[j] - a) - xhat_j
+   * b) with xhat_j = (x[j] - mu) rs; dg[j] += dy[j] xhat_j, db[j] +=
+   * dy[j] (in double). */
+  void (*ln_grad_row)(const float *dy, const float *x, const float *gamma,
+                      float mu, float rs, float a, float b, float *dx,
+                      double *dg, double *db, int64_t n);
+  /* n elements of sgd_update / adam_update into wl, ml (and vl): the
+   * formulas of optim.c. The outputs are distinct from the inputs. */
+  void (*sgd_chunk)(const sl__dense_sgd *c, const float *w, const float *g,
+                    const float *m, float *wl, float *ml, int64_t n);
+  void (*adam_chunk)(const sl__dense_adam *c, const float *w, const float *g,
+                     const float *m, const float *v, float *wl, float *ml,
+                     float *vl, int64_t n);
 } sl__dense_rows;
 
 /* The fastest table this CPU runs (chosen once). Thread-safe. */

@@ -171,12 +171,7 @@ static sl_status lng_cpu(const sl__kernel_ctx *k) {
     float sg, sgx;
     v->row_ln_grad_sums(gamma, dyr, xr, mu, rs, d, &sg, &sgx);
     float a = sg * inv_d, b = sgx * inv_d;
-    for (int64_t j = 0; j < d; j++) {
-      float xh = (xr[j] - mu) * rs, e = dyr[j];
-      o[j] = rs * ((gamma[j] * e - a) - xh * b);
-      dg[j] += (double)(e * xh);
-      db[j] += (double)e;
-    }
+    v->ln_grad_row(dyr, xr, gamma, mu, rs, a, b, o, dg, db, d);
   }
   for (int64_t j = 0; j < d; j++) {
     dgamma[j] = (float)dg[j];

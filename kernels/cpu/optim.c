@@ -115,33 +115,6 @@ static int sgd_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
   return n;
 }
 
-typedef struct sgd_cfg {
-  float lr, mom, damp1, wd;
-  bool has_wd, first, nesterov, use_mom;
-} sgd_cfg;
-
-/* One chunk into wl, ml. Every load unconditional, every choice a select:
- * one branch-free vector loop serves every variant. Not inlined, so the
- * compiler cannot thread the related flags into branches. */
-__attribute__((noinline)) static void
-sgd_chunk(const sgd_cfg *cf, const float *wc, const float *gc, const float *mc,
-          float *restrict wl, float *restrict ml, int64_t c) {
-  float lr = cf->lr, mom = cf->mom, damp1 = cf->damp1, wd = cf->wd;
-  bool has_wd = cf->has_wd, first = cf->first, nesterov = cf->nesterov,
-       use_mom = cf->use_mom;
-  for (int64_t i = 0; i < c; i++) {
-    float wi = wc[i], gi = gc[i], mi = mc[i];
-    float d = has_wd ? gi + wd * wi : gi;
-    float later = mi * mom + damp1 * d;
-    float buf = first ? d : later;
-    float nest = d + mom * buf;
-    float dm = nesterov ? nest : buf;
-    d = use_mom ? dm : d;
-    ml[i] = buf;
-    wl[i] = wi - lr * d;
-  }
-}
-
 static sl_status sgd_cpu(const sl__kernel_ctx *k) {
   int64_t n = sl_shape_numel(&k->in_meta[0].shape);
   const float *w = k->in[0], *g = k->in[1], *m = k->in[2];
@@ -161,10 +134,11 @@ static sl_status sgd_cpu(const sl__kernel_ctx *k) {
    * without alias checks, and an output that is its input's buffer reads
    * each chunk before it is written. */
   float wl[CHUNK], ml[CHUNK];
-  sgd_cfg cf = {lr, mom, damp1, wd, has_wd, first, nesterov, use_mom};
+  sl__dense_sgd cf = {lr, mom, damp1, wd, has_wd, first, nesterov, use_mom};
+  const sl__dense_rows *v = sl__dense_rows_get();
   for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
     int64_t c = SL_MIN(CHUNK, n - i0);
-    sgd_chunk(&cf, w + i0, g + i0, m + i0, wl, ml, c);
+    v->sgd_chunk(&cf, w + i0, g + i0, m + i0, wl, ml, c);
     memcpy(wn + i0, wl, (size_t)c * sizeof *wl);
     if (use_mom) memcpy(mn + i0, ml, (size_t)c * sizeof *ml);
   }
@@ -230,20 +204,12 @@ static sl_status adam_cpu(const sl__kernel_ctx *k) {
   float l2 = decoupled ? 0.0f : (float)wd;
   bool has_l2 = l2 != 0.0f, has_decay = decoupled && wd != 0.0;
   float wl[CHUNK], ml[CHUNK], vl[CHUNK];
+  sl__dense_adam cf = {decay,    l2,  one_b1,    fb2,       one_b2,
+                       bc2_sqrt, eps, step_size, has_decay, has_l2};
+  const sl__dense_rows *vt = sl__dense_rows_get();
   for (int64_t i0 = 0; i0 < n; i0 += CHUNK) { /* as in sgd_cpu */
     int64_t c = SL_MIN(CHUNK, n - i0);
-    const float *wc = w + i0, *gc = g + i0, *mc = m + i0, *vc = v + i0;
-    for (int64_t i = 0; i < c; i++) {
-      float w0 = wc[i], gi = gc[i], m0 = mc[i];
-      float wi = has_decay ? w0 * decay : w0;
-      float d = has_l2 ? gi + l2 * w0 : gi;
-      float mi = m0 + one_b1 * (d - m0);
-      float vi = vc[i] * fb2 + (one_b2 * d) * d; /* addcmul's order */
-      float denom = sqrtf(vi) / bc2_sqrt + eps;
-      ml[i] = mi;
-      vl[i] = vi;
-      wl[i] = wi - step_size * (mi / denom);
-    }
+    vt->adam_chunk(&cf, w + i0, g + i0, m + i0, v + i0, wl, ml, vl, c);
     memcpy(wn + i0, wl, (size_t)c * sizeof *wl);
     memcpy(mn + i0, ml, (size_t)c * sizeof *ml);
     memcpy(vn + i0, vl, (size_t)c * sizeof *vl);

@@ -331,6 +331,40 @@ static void test_rows_tables_agree(void **state) {
       v->exp_mul_sub(z, ys, &m, 0, o1, n);
       ref->exp_mul_sub(z, ys, &m, 0, o2, n);
       assert_memory_equal(o1, o2, (size_t)n * sizeof(float));
+      /* The plain loops: layer_norm_grad rows, sgd and adam chunks. */
+      double dg1[1100], db1[1100], dg2[1100], db2[1100];
+      for (int64_t i = 0; i < n; i++)
+        dg1[i] = dg2[i] = 0.5 * i, db1[i] = db2[i] = -0.25 * i;
+      v->ln_grad_row(z, xs, ys + 1, 0.5f, 1.5f, 0.25f, -0.5f, o1, dg1, db1,
+                     n - 1);
+      ref->ln_grad_row(z, xs, ys + 1, 0.5f, 1.5f, 0.25f, -0.5f, o2, dg2, db2,
+                       n - 1);
+      assert_memory_equal(o1, o2, (size_t)(n - 1) * sizeof(float));
+      assert_memory_equal(dg1, dg2, (size_t)(n - 1) * sizeof(double));
+      assert_memory_equal(db1, db2, (size_t)(n - 1) * sizeof(double));
+      for (int variant = 0; variant < 8; variant++) {
+        sl__dense_sgd sc = {0.1f,        variant & 1 ? 0.9f : 0.0f,
+                            0.75f,       0.01f,
+                            variant & 2, variant & 4,
+                            variant & 1, variant & 1};
+        v->sgd_chunk(&sc, xs, z, ys + 1, o1, a1, n - 1);
+        ref->sgd_chunk(&sc, xs, z, ys + 1, o2, a2, n - 1);
+        assert_memory_equal(o1, o2, (size_t)(n - 1) * sizeof(float));
+        assert_memory_equal(a1, a2, (size_t)(n - 1) * sizeof(float));
+        sl__dense_adam ac = {0.99f,       variant & 2 ? 0.01f : 0.0f,
+                             0.1f,        0.999f,
+                             0.001f,      0.3f,
+                             1e-8f,       0.01f,
+                             variant & 1, variant & 2};
+        float vl1[1100], vl2[1100], vin[1100];
+        for (int64_t i = 0; i < n; i++)
+          vin[i] = fabsf(ys[i]) * 1e-3f;
+        v->adam_chunk(&ac, xs, z, ys + 1, vin, o1, a1, vl1, n - 1);
+        ref->adam_chunk(&ac, xs, z, ys + 1, vin, o2, a2, vl2, n - 1);
+        assert_memory_equal(o1, o2, (size_t)(n - 1) * sizeof(float));
+        assert_memory_equal(a1, a2, (size_t)(n - 1) * sizeof(float));
+        assert_memory_equal(vl1, vl2, (size_t)(n - 1) * sizeof(float));
+      }
     }
   }
   printf("  dense rows: %d tables checked, %s in use\n", checked,
