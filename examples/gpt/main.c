@@ -32,7 +32,7 @@ int main(int argc, char **argv) {
   double lr = -1;
   const char *devices = "cpu:1", *layout = "single", *optimizer = "adam",
              *trace = NULL, *engine = "auto";
-  bool tie = false, profile = false, check = false;
+  bool tie = false, profile = false, check = false, print_graph = false;
   const ex_flag flags[] = {
       {"devices", EX_FLAG_STRING, &devices, "cpu:N or a placement (cpu:0-3)",
        0},
@@ -55,6 +55,8 @@ int main(int argc, char **argv) {
       {"profile", EX_FLAG_BOOL, &profile, "print time per op kind", 0},
       {"check-replicas", EX_FLAG_BOOL, &check,
        "sharded engine: check that replicas agree after every op", 0},
+      {"print-graph", EX_FLAG_BOOL, &print_graph,
+       "print the compiled graph (nd-SBP of every value, boxing nodes)", 0},
   };
   char err[512];
   switch (ex_flags_parse(argc, argv, usage, flags,
@@ -117,6 +119,15 @@ int main(int argc, char **argv) {
          (long long)layers, (long long)hidden, (long long)heads, (long long)seq,
          (long long)vocab, (long long)batch, tie ? ", tied head" : "", layout,
          placement, ex_engine_name(ex_run_engine(run)));
+  if (print_graph) {
+    int len = sl_graph_print(g, NULL, 0);
+    char *buf = malloc((size_t)len + 1);
+    if (buf) {
+      sl_graph_print(g, buf, (size_t)len + 1);
+      fputs(buf, stdout);
+      free(buf);
+    }
+  }
   ex_train_result res;
   if (ex_train(run, steps, batch, "loss", stdout, NULL, &res) != SL_OK) {
     fprintf(stderr, "gpt: %s\n", sl_last_error());

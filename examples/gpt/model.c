@@ -27,6 +27,16 @@ typedef struct builder {
   uint64_t seed;
 } builder;
 
+/* Under tensor parallelism, the all-reduce that closes an attention or MLP
+ * block: its partial sum to the activations' layout (inference alone would
+ * pick a reduce-scatter and pay an all-gather at the next layer norm). */
+static sl_tensor all_reduce(builder *b, sl_tensor partial) {
+  if (!ex_layout_is_tensor_parallel(b->c->layout)) return partial;
+  char sbp[32];
+  ex_layout_sbp(b->c->layout, 0, -1, sbp, sizeof sbp);
+  return sl_to_global(partial, NULL, sbp);
+}
+
 /* A parameter split on tensor axis `model_axis` by tensor parallelism (-1:
  * replicated), never by data parallelism. */
 static sl_tensor param(builder *b, const char *name, const sl_shape *s,
@@ -88,7 +98,7 @@ static sl_tensor attention(builder *b, sl_tensor a, const char *name) {
   sl_tensor o =
       sl_name(sl_batch_matmul(att, per_batch(b, wo), false, false), on);
   int axis = 1;
-  return sl_reduce_sum(o, 1, &axis, false);
+  return all_reduce(b, sl_reduce_sum(o, 1, &axis, false));
 }
 
 /* fc2(gelu(fc1(m))): fc1 column-split, fc2 row-split (partial output). */
@@ -107,7 +117,7 @@ static sl_tensor mlp(builder *b, sl_tensor m, const char *name) {
   sl_tensor w2 = param(b, n2, &w2s, normal(b, 0.02 / sqrt(2.0 * c->layers)), 0);
   sl_tensor b2 = param(b, n2b, &b2s, sl_init_zeros(), -1);
   sl_tensor h = sl_gelu(sl_add(sl_matmul(m, w1, false, false), b1));
-  return sl_add(sl_matmul(h, w2, false, false), b2);
+  return sl_add(all_reduce(b, sl_matmul(h, w2, false, false)), b2);
 }
 
 sl_status ex_gpt_build(sl_graph *g, const ex_gpt_config *c) {

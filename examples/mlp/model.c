@@ -52,6 +52,14 @@ static sl_tensor linear(sl_graph *g, const ex_mlp_config *c, sl_tensor x,
   sl_tensor b =
       sl_variable(g, bname, &bs, SL_DTYPE_F32, sl_init_zeros(), NULL, bsbp);
   sl_tensor y = sl_name(sl_matmul(x, w, false, false), name);
+  if (r == TP_ROW && ex_layout_is_tensor_parallel(c->layout)) {
+    /* The row-split product is partial: one all-reduce to the activation
+     * layout (left to itself, inference would pick a cheaper-looking
+     * reduce-scatter here and pay an all-gather at the next layer). */
+    char asbp[32];
+    ex_layout_sbp(c->layout, 0, -1, asbp, sizeof asbp);
+    y = sl_to_global(y, NULL, asbp);
+  }
   y = sl_add(y, b);
   return relu ? sl_relu(y) : y;
 }
