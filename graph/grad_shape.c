@@ -1,7 +1,7 @@
 /* Gradient rules of shape ops and reductions: reshape, transpose, slice
  * (zero padding built from fill + concat), concat (slices), broadcast_to
  * and reduce_sum_like (each other's transpose), reduce_sum / reduce_mean
- * (broadcast_to back). */
+ * (broadcast_to back), reduce_max (the indicator of the maxima). */
 #include "grad.h"
 
 static const sl_shape *shape_of(sl_graph *g, sl_tensor t) {
@@ -120,6 +120,39 @@ static sl_status g_reduce_mean(sl_graph *g, const sl__node *n,
   return sl__g_status(g);
 }
 
+/* d max / dx is the indicator of the maximal elements; ties share the
+ * gradient equally (numpy/PyTorch amax). The indicator is built exactly
+ * from relu_grad: max - x is 0 at a maximum and positive elsewhere, so
+ * 1 - relu_grad(1, max - x) marks the maxima. */
+static sl_status g_reduce_max(sl_graph *g, const sl__node *n,
+                              const sl_tensor *dy, const bool *need,
+                              sl_tensor *dx) {
+  sl_tensor x = sl__g_in(g, n, 0);
+  const sl_shape *xs = shape_of(g, x);
+  int na = 0;
+  const int64_t *axes = sl__attr_ints(&n->attrs, "axes", &na);
+  int ax[SL_MAX_DIMS];
+  sl_shape keep = *xs;
+  for (int i = 0; i < na; i++) {
+    ax[i] = (int)axes[i];
+    keep.dims[axes[i]] = 1;
+  }
+  bool keepdims = sl__attr_int(&n->attrs, "keepdims", 0) != 0;
+  sl_tensor y = sl__g_out(g, n, 0), d = dy[0];
+  if (!keepdims) {
+    y = sl_reshape(y, &keep);
+    d = sl_reshape(d, &keep);
+  }
+  sl_tensor gap = sl_sub(sl_broadcast_to(y, xs), x);
+  sl_tensor below = sl__g_op(g, "relu_grad", 2,
+                             (sl_tensor[]){sl__g_full_like(g, x, 1.0), gap},
+                             NULL, NULL);
+  sl_tensor mask = sl_add_scalar(sl_neg(below), 1.0);
+  sl_tensor count = sl_reduce_sum(mask, na, ax, true);
+  dx[0] = sl_mul(mask, sl_broadcast_to(sl_div(d, count), xs));
+  return sl__g_status(g);
+}
+
 const sl__grad_rule sl__grad_rules_shape[] = {
     {"reshape", g_reshape},
     {"transpose", g_transpose},
@@ -129,5 +162,6 @@ const sl__grad_rule sl__grad_rules_shape[] = {
     {"reduce_sum_like", g_reduce_sum_like},
     {"reduce_sum", g_reduce_sum},
     {"reduce_mean", g_reduce_mean},
+    {"reduce_max", g_reduce_max},
     {NULL, NULL},
 };

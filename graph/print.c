@@ -40,6 +40,14 @@ int sl_graph_print(const sl_graph *g, char *buf, size_t size) {
       sl__attrs_print(&n->attrs, attrs, sizeof attrs);
       put(&o, "{%s}", attrs);
     }
+    if (n->kind == SL__NODE_BOXING && n->boxing) {
+      put(&o, "{");
+      int steps = sl_boxing_plan_step_count(n->boxing);
+      for (int s = 0; s < steps; s++)
+        put(&o, "%s%s", s ? "," : "",
+            sl_boxing_op_name(sl_boxing_step_op(n->boxing, s)));
+      put(&o, "%s}", steps ? "" : "relabel");
+    }
     put(&o, "(");
     for (int j = 0; j < n->n_in; j++) {
       const sl__value *v = g->values[n->in[j]];

@@ -62,6 +62,8 @@ typedef enum gt_range {
   GT_POSITIVE = 1, /* uniform in [0.5, 2) */
   GT_AWAY0 = 2,    /* |x| uniform in [0.2, 1), random sign (kinks at 0) */
   GT_INDEX = 3,    /* integers in [0, index_hi) (labels, ids) */
+  GT_SPREAD = 4,   /* distinct values 0.05 apart, shuffled (no near-ties
+                      within the finite-difference step: max, sorting) */
 } gt_range;
 
 typedef struct gt_input {
@@ -74,10 +76,10 @@ typedef struct gt_input {
 /* Builds the op under test from the graph's inputs. */
 typedef sl_tensor (*gt_build)(sl_graph *g, const sl_tensor *in);
 
-/* Checks d(sum(y * r))/d(input) for every float input against central
- * finite differences through the interpreter (r a random tensor of y's
- * shape, so dy = r). Skips with a message when an op in `ops` (NULL-
- * terminated) is not registered yet. */
+/* Checks d(sum(y * r))/d(input), the sum in f64, for every float input
+ * against central finite differences (Richardson-extrapolated) through the
+ * interpreter, r a random tensor of y's shape (so dy = r). Skips with a
+ * message when an op in `ops` (NULL-terminated) is not registered yet. */
 void gt_grad_check(const char *name, int n_in, const gt_input *in,
                    gt_build build, const char *const *ops);
 
