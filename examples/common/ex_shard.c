@@ -15,11 +15,15 @@ typedef struct shards {
   bool partial;    /* some mesh axis is partial */
 } shards;
 
-/* A fetch's conversion to the logical tensor (NULL plan: already all-B). */
+/* A fetch's conversion to the logical tensor (NULL plan: already all-B),
+ * taken at the end of every step into `logical`. */
 typedef struct fetch {
   int32_t node;
   sl_boxing_plan *plan;
-  void **dst; /* plan's target buffers (whole tensor each) */
+  void **dst;    /* plan's target buffers (whole tensor each) */
+  void *logical; /* dst[0], or a copy of rank 0's shard without a plan */
+  size_t bytes;
+  bool of_variable; /* fetches a variable: taken after the update */
 } fetch;
 
 struct ex_shard {
@@ -118,6 +122,8 @@ void ex_shard_destroy(ex_shard *x) {
           sl__graph_value(x->g, sl__graph_node(x->g, ft->node)->in[0]);
       for (int r = 0; r < sl_placement_size(v->placement); r++)
         free(ft->dst[r]);
+    } else {
+      free(ft->logical);
     }
     free(ft->dst);
     sl_boxing_plan_destroy(ft->plan);
@@ -137,18 +143,25 @@ static sl_status fetch_prepare(ex_shard *x, fetch *ft) {
     already = already && all_b.sbp[i].kind == SL_SBP_BROADCAST;
     all_b.sbp[i] = sl_sbp_broadcast();
   }
-  if (already) return SL_OK;
+  ft->bytes =
+      (size_t)sl_shape_numel(&v->meta.shape) * sl_dtype_size(v->meta.dtype);
+  ft->of_variable =
+      sl__graph_node(x->g, v->producer)->kind == SL__NODE_VARIABLE;
+  if (already) {
+    if (!(ft->logical = calloc(1, ft->bytes + 64)))
+      return sl__fail(SL_ENOMEM, "sharded executor: out of memory");
+    return SL_OK;
+  }
   SL_CHECK(sl_boxing_plan_create(&v->meta.shape, v->meta.dtype, v->placement,
                                  &v->sbp, v->placement, &all_b, NULL,
                                  &ft->plan));
   int n = sl_placement_size(v->placement);
-  size_t bytes =
-      (size_t)sl_shape_numel(&v->meta.shape) * sl_dtype_size(v->meta.dtype);
   if (!(ft->dst = calloc((size_t)n, sizeof *ft->dst)))
     return sl__fail(SL_ENOMEM, "sharded executor: out of memory");
   for (int r = 0; r < n; r++)
-    if (!(ft->dst[r] = calloc(1, bytes + 64)))
+    if (!(ft->dst[r] = calloc(1, ft->bytes + 64)))
       return sl__fail(SL_ENOMEM, "sharded executor: out of memory");
+  ft->logical = ft->dst[0];
   return SL_OK;
 }
 
@@ -317,6 +330,24 @@ static sl_status check_replicas(ex_shard *x, const sl__node *n) {
   return SL_OK;
 }
 
+/* Takes the logical value of every fetch of a variable (of_variable) or of
+ * every other fetch. */
+static sl_status take_fetches(ex_shard *x, bool of_variable) {
+  for (int f = 0; f < x->nfetch; f++) {
+    fetch *ft = &x->fetches[f];
+    if (ft->of_variable != of_variable) continue;
+    const sl__node *n = sl__graph_node(x->g, ft->node);
+    if (!ft->plan) {
+      if (ft->bytes) memcpy(ft->logical, x->v[n->in[0]].buf[0], ft->bytes);
+      continue;
+    }
+    sl_status st = sl_boxing_execute(
+        ft->plan, (const void *const *)x->v[n->in[0]].buf, ft->dst);
+    if (st != SL_OK) return sl__fail_context(st, "fetch '%s': ", n->name);
+  }
+  return SL_OK;
+}
+
 sl_status ex_shard_step(ex_shard *x) {
   const sl_graph *g = x->g;
   int32_t nn = sl__graph_node_count(g);
@@ -341,33 +372,28 @@ sl_status ex_shard_step(ex_shard *x) {
     if (x->opts.check_replicas && n->kind != SL__NODE_FETCH)
       SL_CHECK(check_replicas(x, n));
   }
-  for (int f = 0; f < x->nfetch; f++) {
-    fetch *ft = &x->fetches[f];
-    if (!ft->plan) continue;
-    const sl__node *n = sl__graph_node(g, ft->node);
-    sl_status st = sl_boxing_execute(
-        ft->plan, (const void *const *)x->v[n->in[0]].buf, ft->dst);
-    if (st != SL_OK) return sl__fail_context(st, "fetch '%s': ", n->name);
-  }
-  /* Updates apply after the whole step has read the old values. */
+  SL_CHECK(take_fetches(x, false));
+  /* Updates apply after the whole step has read the old values: the
+   * variable takes the update's buffers and the update value gets the old
+   * ones, which the next step overwrites before reading (no copy). */
   for (int32_t i = 0; i < nn; i++) {
     const sl__node *n = sl__graph_node(g, i);
     if (n->kind != SL__NODE_VARIABLE || n->update < 0) continue;
     shards *dst = &x->v[n->out[0]], *src = &x->v[n->update];
     if (dst->n != src->n)
       return sl__fail(SL_EINTERNAL,
-                      "variable '%s': update on another "
-                      "placement",
-                      n->name);
+                      "variable '%s': update on another placement", n->name);
     for (int r = 0; r < dst->n; r++) {
       if (dst->bytes[r] != src->bytes[r])
         return sl__fail(SL_EINTERNAL,
-                        "variable '%s': update shard size "
-                        "differs on rank %d",
+                        "variable '%s': update shard size differs on rank %d",
                         n->name, r);
-      memcpy(dst->buf[r], src->buf[r], dst->bytes[r]);
+      void *t = dst->buf[r];
+      dst->buf[r] = src->buf[r];
+      src->buf[r] = t;
     }
   }
+  SL_CHECK(take_fetches(x, true));
   x->step++;
   x->ran = true;
   return SL_OK;
@@ -385,12 +411,12 @@ sl_status ex_shard_fetch(ex_shard *x, const char *name, void *out,
   if (bytes != want)
     return sl__fail(SL_EINVAL, "fetch '%s': %zu bytes, the value has %zu", name,
                     bytes, want);
-  const fetch *ft = NULL;
-  for (int f = 0; f < x->nfetch && !ft; f++)
-    if (sl__graph_node(x->g, x->fetches[f].node) == n) ft = &x->fetches[f];
-  const void *src = ft && ft->plan ? ft->dst[0] : x->v[n->in[0]].buf[0];
-  if (bytes) memcpy(out, src, bytes);
-  return SL_OK;
+  for (int f = 0; f < x->nfetch; f++)
+    if (sl__graph_node(x->g, x->fetches[f].node) == n) {
+      if (bytes) memcpy(out, x->fetches[f].logical, bytes);
+      return SL_OK;
+    }
+  return sl__fail(SL_EINTERNAL, "fetch '%s': not prepared", name);
 }
 
 const void *ex_shard_value(const ex_shard *x, int32_t value, int rank,
