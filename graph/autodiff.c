@@ -8,9 +8,8 @@
 #include "grad.h"
 
 const sl__grad_rule *sl__grad_find(const char *op) {
-  const sl__grad_rule *const tables[] = {sl__grad_rules_pointwise,
-                                         sl__grad_rules_shape,
-                                         sl__grad_rules_dense};
+  const sl__grad_rule *const tables[] = {
+      sl__grad_rules_pointwise, sl__grad_rules_shape, sl__grad_rules_dense};
   for (size_t t = 0; t < SL_ARRAY_LEN(tables); t++)
     for (const sl__grad_rule *r = tables[t]; r->op; r++)
       if (strcmp(r->op, op) == 0) return r;
@@ -45,21 +44,26 @@ static void accumulate(sl_graph *g, sl_tensor *acc, int32_t v, sl_tensor d) {
 /* Values the loss depends on (useful) that depend on a wrt value (dep). */
 static void reach(sl_graph *g, int32_t loss, int n, const sl_tensor *wrt,
                   bool *dep, bool *useful) {
-  for (int i = 0; i < n; i++) dep[wrt[i].id] = true;
+  for (int i = 0; i < n; i++)
+    dep[wrt[i].id] = true;
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const sl__node *nd = &g->nodes[i]->n;
     if (nd->kind != SL__NODE_OP) continue;
     bool d = false;
-    for (int k = 0; k < nd->n_in; k++) d = d || dep[nd->in[k]];
-    for (int j = 0; j < nd->n_out && d; j++) dep[nd->out[j]] = true;
+    for (int k = 0; k < nd->n_in; k++)
+      d = d || dep[nd->in[k]];
+    for (int j = 0; j < nd->n_out && d; j++)
+      dep[nd->out[j]] = true;
   }
   useful[loss] = true;
   for (int32_t i = g->values[loss]->producer; i >= 0; i--) {
     const sl__node *nd = &g->nodes[i]->n;
     if (nd->kind != SL__NODE_OP) continue;
     bool u = false;
-    for (int j = 0; j < nd->n_out; j++) u = u || useful[nd->out[j]];
-    for (int k = 0; k < nd->n_in && u; k++) useful[nd->in[k]] = true;
+    for (int j = 0; j < nd->n_out; j++)
+      u = u || useful[nd->out[j]];
+    for (int k = 0; k < nd->n_in && u; k++)
+      useful[nd->in[k]] = true;
   }
 }
 
@@ -76,7 +80,8 @@ static sl_status backward(sl_graph *g, sl_tensor loss, int n,
                      "out of memory");
     goto done;
   }
-  for (int32_t v = 0; v < nv; v++) acc[v] = sl__g_poison(g, false);
+  for (int32_t v = 0; v < nv; v++)
+    acc[v] = sl__g_poison(g, false);
   reach(g, loss.id, n, wrt, dep, useful);
   int32_t loss_node = g->values[loss.id]->producer;
   sl_placement *saved_place = g->force_placement;
@@ -160,7 +165,8 @@ sl_status sl__g_check_loss(sl_graph *g, sl_tensor loss, const char *what) {
 sl_status sl__g_gradients(sl_tensor loss, int n, const sl_tensor *wrt,
                           sl_tensor *grads, bool zeros_for_missing) {
   sl_graph *g = loss.graph;
-  for (int i = 0; i < n; i++) grads[i] = sl__g_poison(g, false);
+  for (int i = 0; i < n; i++)
+    grads[i] = sl__g_poison(g, false);
   if (!g) return sl__fail(SL_EINVAL, "gradients: poisoned loss");
   if (!sl__g_usable(g, 1, &loss, "autodiff") ||
       (n && !sl__g_usable(g, n, wrt, "autodiff")))

@@ -41,7 +41,8 @@ fail:
 void sl_graph_destroy(sl_graph *g) {
   if (!g) return;
   sl__g_release_nodes(g);
-  for (int i = 0; i < g->n_places; i++) sl_placement_destroy(g->places[i]);
+  for (int i = 0; i < g->n_places; i++)
+    sl_placement_destroy(g->places[i]);
   sl__free(g->places);
   sl__free(g->nodes);
   sl__free(g->values);
@@ -121,8 +122,7 @@ sl_tensor sl__g_fail_op(sl_graph *g, const char *op, const char *fmt, ...) {
 
 /* ---- names and scopes -------------------------------------------------- */
 
-void sl__g_scoped(const sl_graph *g, const char *base, char *buf,
-                  size_t size) {
+void sl__g_scoped(const sl_graph *g, const char *base, char *buf, size_t size) {
   size_t len = strlen(g->scope);
   str_copy(buf, size, g->scope);
   if (len && len + 1 < size) buf[len++] = '/';
@@ -157,7 +157,8 @@ void sl_graph_pop_scope(sl_graph *g) {
 
 static uint32_t name_hash(const char *s) {
   uint32_t h = 2166136261u; /* FNV-1a */
-  for (; *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
+  for (; *s; s++)
+    h = (h ^ (uint8_t)*s) * 16777619u;
   return h;
 }
 
@@ -177,7 +178,8 @@ static void hash_insert(sl_graph *g, sl__gnode *n) {
 
 static void hash_remove(sl_graph *g, sl__gnode *n) {
   sl__gnode **pp = &g->buckets[name_hash(n->n.name) & (g->n_buckets - 1)];
-  while (*pp && *pp != n) pp = &(*pp)->hnext;
+  while (*pp && *pp != n)
+    pp = &(*pp)->hnext;
   if (*pp) *pp = n->hnext;
   n->hnext = NULL;
 }
@@ -186,13 +188,15 @@ static void hash_remove(sl_graph *g, sl__gnode *n) {
 static sl_status hash_reserve(sl_graph *g, int32_t count) {
   if ((uint32_t)count <= g->n_buckets) return SL_OK;
   uint32_t nb = g->n_buckets ? g->n_buckets * 2 : 64;
-  while (nb < (uint32_t)count) nb *= 2;
+  while (nb < (uint32_t)count)
+    nb *= 2;
   sl__gnode **b = sl__calloc(nb, sizeof *b);
   if (!b) return SL_ENOMEM;
   sl__free(g->buckets);
   g->buckets = b;
   g->n_buckets = nb;
-  for (int32_t i = 0; i < g->n_nodes; i++) hash_insert(g, g->nodes[i]);
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    hash_insert(g, g->nodes[i]);
   return SL_OK;
 }
 
@@ -268,8 +272,8 @@ sl_placement *sl__g_place(sl_graph *g, const sl_placement *p) {
   return c;
 }
 
-sl_placement *sl__g_place_text(sl_graph *g, const char *text,
-                               const char *what, const char *name) {
+sl_placement *sl__g_place_text(sl_graph *g, const char *text, const char *what,
+                               const char *name) {
   if (!text) return g->default_placement;
   sl_placement *p = NULL;
   sl_status st = sl_placement_parse(text, &p);
@@ -283,8 +287,7 @@ sl_placement *sl__g_place_text(sl_graph *g, const char *text,
   return r;
 }
 
-sl_status sl_graph_set_default_placement_p(sl_graph *g,
-                                           const sl_placement *p) {
+sl_status sl_graph_set_default_placement_p(sl_graph *g, const sl_placement *p) {
   if (!g || !p) return sl__fail(SL_EINVAL, "default placement: NULL argument");
   if (g->frozen)
     return sl__g_error(g, SL_ESTATE, "graph", "default placement", NULL,
@@ -303,8 +306,8 @@ sl_status sl_graph_set_default_placement(sl_graph *g, const char *placement) {
   if (g->frozen)
     return sl__g_error(g, SL_ESTATE, "graph", "default placement", NULL,
                        "the graph is compiled: it can no longer change");
-  sl_placement *r = sl__g_place_text(g, placement, "default placement",
-                                     placement);
+  sl_placement *r =
+      sl__g_place_text(g, placement, "default placement", placement);
   if (!r) return g->err ? g->err : SL_EINVAL;
   g->default_placement = r;
   return SL_OK;
@@ -344,7 +347,8 @@ bool sl__g_usable(sl_graph *g, int n, const sl_tensor *ts, const char *op) {
 static sl_status grow(void **arr, int32_t *cap, int32_t need, size_t elem) {
   if (need <= *cap) return SL_OK;
   int32_t c = *cap ? *cap * 2 : 64;
-  while (c < need) c *= 2;
+  while (c < need)
+    c *= 2;
   void *n = sl__reallocarray(*arr, (size_t)c, elem);
   if (!n) return SL_ENOMEM;
   *arr = n;
@@ -394,7 +398,8 @@ sl__gnode *sl__g_new_node(sl_graph *g, sl__node_kind kind, const char *name,
   n->update = -1;
   n->backward = g->mark == SL__MARK_BACKWARD;
   n->optimizer = g->mark == SL__MARK_OPTIMIZER;
-  for (int i = 0; i < n_in; i++) n->in[i] = in[i];
+  for (int i = 0; i < n_in; i++)
+    n->in[i] = in[i];
   gn->index = g->n_nodes;
   gn->trainable = true;
   gn->npy_id = -1;
@@ -423,8 +428,8 @@ sl_tensor sl__g_op(sl_graph *g, const char *opname, int n_in,
     if (op->min_in == op->max_in)
       return sl__g_fail_op(g, opname, "%d inputs given, it takes %d", n_in,
                            op->min_in);
-    return sl__g_fail_op(g, opname, "%d inputs given, it takes %d to %d",
-                         n_in, op->min_in, op->max_in);
+    return sl__g_fail_op(g, opname, "%d inputs given, it takes %d to %d", n_in,
+                         op->min_in, op->max_in);
   }
   sl__meta im[SL_OP_MAX_INPUTS], om[SL_OP_MAX_OUTPUTS];
   int32_t ids[SL_OP_MAX_INPUTS];
@@ -472,8 +477,8 @@ sl_tensor sl__g_source(sl_graph *g, const char *opname, const sl__attrs *at,
                        const char *name, const sl_placement *placement,
                        const sl_nd_sbp *sbp) {
   if (!sl__g_usable(g, 0, NULL, opname)) return sl__g_poison(g, false);
-  sl_placement *p = placement ? sl__g_place(g, placement)
-                              : g->default_placement;
+  sl_placement *p =
+      placement ? sl__g_place(g, placement) : g->default_placement;
   if (!p) return sl__g_fail_op(g, opname, "out of memory");
   sl_tensor t = sl__g_op(g, opname, 0, NULL, at, NULL);
   if (t.id < 0) return t;

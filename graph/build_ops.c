@@ -64,8 +64,8 @@ sl_tensor sl_cast(sl_tensor x, sl_dtype dt) {
 
 /* ---- reductions --------------------------------------------------------- */
 
-static sl_tensor reduce(const char *op, sl_tensor x, int naxes,
-                        const int *axes, bool keepdims) {
+static sl_tensor reduce(const char *op, sl_tensor x, int naxes, const int *axes,
+                        bool keepdims) {
   int nd = rank_of(x, op);
   if (nd < 0) return sl__g_poison(x.graph, false);
   if (naxes < 0 || naxes > SL_MAX_DIMS || (naxes && !axes))
@@ -74,12 +74,15 @@ static sl_tensor reduce(const char *op, sl_tensor x, int naxes,
   int64_t list[SL_MAX_DIMS];
   int n = 0;
   if (naxes == 0)
-    for (int a = 0; a < nd; a++) seen[a] = true;
+    for (int a = 0; a < nd; a++)
+      seen[a] = true;
   for (int i = 0; i < naxes; i++) {
     int a = axes[i];
     if (!sl__g_axis(&a, nd))
-      return sl__g_fail_op(x.graph, op, "axis %d out of range for a %d-d "
-                           "tensor", axes[i], nd);
+      return sl__g_fail_op(x.graph, op,
+                           "axis %d out of range for a %d-d "
+                           "tensor",
+                           axes[i], nd);
     if (seen[a])
       return sl__g_fail_op(x.graph, op, "axis %d given twice", axes[i]);
     seen[a] = true;
@@ -140,7 +143,8 @@ sl_tensor sl_reshape(sl_tensor x, const sl_shape *shape) {
   sl_shape s = *shape;
   /* Resolve one -1 extent here, so the op always sees a full shape. */
   int infer = -1;
-  int64_t known = 1, total = sl_shape_numel(&sl__g_value(x.graph, x.id)->meta.shape);
+  int64_t known = 1,
+          total = sl_shape_numel(&sl__g_value(x.graph, x.id)->meta.shape);
   for (int i = 0; i < s.ndim; i++) {
     if (s.dims[i] == -1) {
       if (infer >= 0)
@@ -309,15 +313,15 @@ static void composite_begin(sl_graph *g, const char *kind) {
   sl_graph_push_scope(g, base);
 }
 
-sl_tensor sl_scaled_dot_product_attention(sl_tensor q, sl_tensor k,
-                                          sl_tensor v, bool causal) {
+sl_tensor sl_scaled_dot_product_attention(sl_tensor q, sl_tensor k, sl_tensor v,
+                                          bool causal) {
   sl_tensor in[3] = {q, k, v};
   sl_graph *g = q.graph;
   if (!sl__g_usable(g, 3, in, "attention")) return sl__g_poison(g, false);
   const sl_shape *qs = &sl__g_value(g, q.id)->meta.shape;
   if (qs->ndim < 2)
-    return sl__g_fail_op(g, "attention",
-                         "q has %d axes, want [..., seq, dim]", qs->ndim);
+    return sl__g_fail_op(g, "attention", "q has %d axes, want [..., seq, dim]",
+                         qs->ndim);
   int64_t d = qs->dims[qs->ndim - 1];
   composite_begin(g, "attention");
   sl_tensor s = sl_batch_matmul(q, k, false, true);
@@ -334,8 +338,7 @@ sl_tensor sl_mse_loss(sl_tensor pred, sl_tensor target) {
   sl_graph *g = pred.graph;
   if (!sl__g_usable(g, 2, in, "mse_loss")) return sl__g_poison(g, false);
   composite_begin(g, "mse_loss");
-  sl_tensor r = sl_reduce_mean(sl_square(sl_sub(pred, target)), 0, NULL,
-                               false);
+  sl_tensor r = sl_reduce_mean(sl_square(sl_sub(pred, target)), 0, NULL, false);
   sl_graph_pop_scope(g);
   return r;
 }
@@ -345,8 +348,8 @@ sl_tensor sl_cross_entropy(sl_tensor logits, sl_tensor labels) {
   sl_graph *g = logits.graph;
   if (!sl__g_usable(g, 2, in, "cross_entropy")) return sl__g_poison(g, false);
   composite_begin(g, "cross_entropy");
-  sl_tensor r = sl_reduce_mean(sl_sparse_cross_entropy(logits, labels), 0,
-                               NULL, false);
+  sl_tensor r =
+      sl_reduce_mean(sl_sparse_cross_entropy(logits, labels), 0, NULL, false);
   sl_graph_pop_scope(g);
   return r;
 }

@@ -49,7 +49,8 @@ static sl_nd_sbp all_b(const sl_placement *p) {
   sl_nd_sbp s;
   memset(&s, 0, sizeof s);
   s.ndim = sl_placement_mesh_ndim(p);
-  for (int m = 0; m < s.ndim; m++) s.sbp[m] = sl_sbp_broadcast();
+  for (int m = 0; m < s.ndim; m++)
+    s.sbp[m] = sl_sbp_broadcast();
   return s;
 }
 
@@ -77,8 +78,8 @@ static sl__gnode *leaf(sl_graph *g, sl__node_kind kind, const char *name,
     sl__g_error(g, SL_EINVAL, what, name, NULL, "invalid dtype %d", (int)dt);
     return NULL;
   }
-  sl_placement *p = placement ? sl__g_place(g, placement)
-                              : g->default_placement;
+  sl_placement *p =
+      placement ? sl__g_place(g, placement) : g->default_placement;
   if (!p) {
     sl__g_error(g, SL_ENOMEM, what, name, NULL, "out of memory");
     return NULL;
@@ -186,8 +187,8 @@ static bool shape_attr(sl_graph *g, const char *op, const sl_shape *shape,
   return true;
 }
 
-sl_tensor sl_fill(sl_graph *g, const sl_shape *shape, sl_dtype dt,
-                  double value, const char *placement, const char *sbp) {
+sl_tensor sl_fill(sl_graph *g, const sl_shape *shape, sl_dtype dt, double value,
+                  const char *placement, const char *sbp) {
   if (!g || g->err) return sl__g_poison(g, false);
   sl__attrs at = {0};
   if (!shape_attr(g, "fill", shape, dt, &at)) return sl__g_poison(g, true);
@@ -213,10 +214,9 @@ sl_tensor sl_data_random_uniform(sl_graph *g, const sl_shape *shape,
   return source_text(g, "random_uniform", &at, placement, sbp);
 }
 
-sl_tensor sl_data_random_normal(sl_graph *g, const sl_shape *shape,
-                                sl_dtype dt, double mean, double std,
-                                uint64_t seed, const char *placement,
-                                const char *sbp) {
+sl_tensor sl_data_random_normal(sl_graph *g, const sl_shape *shape, sl_dtype dt,
+                                double mean, double std, uint64_t seed,
+                                const char *placement, const char *sbp) {
   if (!g || g->err) return sl__g_poison(g, false);
   sl__attrs at = {0};
   if (!shape_attr(g, "random_normal", shape, dt, &at))
@@ -296,11 +296,10 @@ sl_tensor sl_to_global_p(sl_tensor t, const sl_placement *placement,
   sl_placement *p = placement ? sl__g_place(g, placement) : in->placement;
   if (!p) return sl__g_fail_op(g, "identity", "out of memory");
   if (sl_placement_device_type(p) != sl_placement_device_type(in->placement))
-    return sl__g_fail_op(g, "identity",
-                         "cannot move a tensor between device types (%s to %s)",
-                         sl_device_type_name(
-                             sl_placement_device_type(in->placement)),
-                         sl_device_type_name(sl_placement_device_type(p)));
+    return sl__g_fail_op(
+        g, "identity", "cannot move a tensor between device types (%s to %s)",
+        sl_device_type_name(sl_placement_device_type(in->placement)),
+        sl_device_type_name(sl_placement_device_type(p)));
   if (sbp && sl_nd_sbp_check(sbp, p, &in->meta.shape) != SL_OK) {
     char reason[1024];
     snprintf(reason, sizeof reason, "%s", sl_last_error());
@@ -341,8 +340,7 @@ sl_status sl_fetch(sl_tensor t, const char *name) {
     return sl__g_error(g, SL_EINVAL, "fetch", "(null)", NULL,
                        "a name is required");
   sl__value *v = sl__g_value(g, t.id);
-  sl__gnode *n =
-      sl__g_new_node(g, SL__NODE_FETCH, name, NULL, v->placement, 1, &t.id,
-                     0, NULL);
+  sl__gnode *n = sl__g_new_node(g, SL__NODE_FETCH, name, NULL, v->placement, 1,
+                                &t.id, 0, NULL);
   return n ? SL_OK : g->err;
 }

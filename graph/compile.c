@@ -4,12 +4,12 @@
  * signature (the op's list, with all-B first) that matches the most
  * producers' SBPs on that axis; ties go to the cheapest boxing of the
  * mismatching inputs (the planner's predicted time) plus, for partial
- * outputs, the reduction they will need, then to the earlier signature. A value whose SBP the user fixed (inputs, variables,
- * sl_to_global outputs, sources given an SBP) keeps it: an op producing one
- * only considers signatures giving it. A source op (no inputs) given no SBP
- * stays open until its first consumer decides: it matches any SBP it can
- * produce, and takes what that consumer chose (B if it cannot, or if
- * nothing consumes it).
+ * outputs, the reduction they will need, then to the earlier signature. A value
+ * whose SBP the user fixed (inputs, variables, sl_to_global outputs, sources
+ * given an SBP) keeps it: an op producing one only considers signatures giving
+ * it. A source op (no inputs) given no SBP stays open until its first consumer
+ * decides: it matches any SBP it can produce, and takes what that consumer
+ * chose (B if it cannot, or if nothing consumes it).
  *
  * Boxing insertion: wherever a consumer needs (placement, nd-SBP) other
  * than its producer's, a BOXING node holding the planner's plan is put just
@@ -29,7 +29,8 @@ static sl_nd_sbp nd_all_b(int ndim) {
   sl_nd_sbp s;
   memset(&s, 0, sizeof s);
   s.ndim = ndim;
-  for (int m = 0; m < ndim; m++) s.sbp[m] = sl_sbp_broadcast();
+  for (int m = 0; m < ndim; m++)
+    s.sbp[m] = sl_sbp_broadcast();
   return s;
 }
 
@@ -81,12 +82,15 @@ static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
   sl__node *n = &gn->n;
   int M = sl_placement_mesh_ndim(n->placement);
   sl__meta metas[SL_OP_MAX_INPUTS];
-  for (int i = 0; i < n->n_in; i++) metas[i] = g->values[n->in[i]]->meta;
+  for (int i = 0; i < n->n_in; i++)
+    metas[i] = g->values[n->in[i]]->meta;
   /* Candidates: all-B first, then the op's own. */
   static _Thread_local sl__sbp_sig cand[SL_OP_MAX_SIGNATURES + 1];
   memset(&cand[0], 0, sizeof cand[0]);
-  for (int i = 0; i < n->n_in; i++) cand[0].in[i] = sl_sbp_broadcast();
-  for (int j = 0; j < n->n_out; j++) cand[0].out[j] = sl_sbp_broadcast();
+  for (int i = 0; i < n->n_in; i++)
+    cand[0].in[i] = sl_sbp_broadcast();
+  for (int j = 0; j < n->n_out; j++)
+    cand[0].out[j] = sl_sbp_broadcast();
   int nc = 1;
   if (n->op->signatures) {
     int k = n->op->signatures(&n->attrs, n->n_in, metas, cand + 1,
@@ -95,8 +99,10 @@ static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
       if (sig_fits(&cand[1 + i], n, g)) cand[nc++] = cand[1 + i];
   }
   sl_nd_sbp in_nd[SL_OP_MAX_INPUTS], out_nd[SL_OP_MAX_OUTPUTS];
-  for (int i = 0; i < n->n_in; i++) in_nd[i] = nd_all_b(M);
-  for (int j = 0; j < n->n_out; j++) out_nd[j] = nd_all_b(M);
+  for (int i = 0; i < n->n_in; i++)
+    in_nd[i] = nd_all_b(M);
+  for (int j = 0; j < n->n_out; j++)
+    out_nd[j] = nd_all_b(M);
   for (int m = 0; m < M; m++) {
     int best = -1, best_score = -1;
     double best_cost = HUGE_VAL;
@@ -130,7 +136,8 @@ static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
           if (!mism[i]) continue;
           const sl__value *v = g->values[n->in[i]];
           sl_nd_sbp want = v->sbp.ndim == M ? v->sbp : nd_all_b(M);
-          for (int k = 0; k < m; k++) want.sbp[k] = in_nd[i].sbp[k];
+          for (int k = 0; k < m; k++)
+            want.sbp[k] = in_nd[i].sbp[k];
           want.sbp[m] = sig->in[i];
           cost += boxing_cost(v, n->placement, &want);
         }
@@ -163,8 +170,10 @@ static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
                          "%s (mesh axis %d)",
                          want, m);
     }
-    for (int i = 0; i < n->n_in; i++) in_nd[i].sbp[m] = cand[best].in[i];
-    for (int j = 0; j < n->n_out; j++) out_nd[j].sbp[m] = cand[best].out[j];
+    for (int i = 0; i < n->n_in; i++)
+      in_nd[i].sbp[m] = cand[best].in[i];
+    for (int j = 0; j < n->n_out; j++)
+      out_nd[j].sbp[m] = cand[best].out[j];
   }
   for (int i = 0; i < n->n_in; i++) {
     n->in_sbp[i] = in_nd[i];
@@ -197,9 +206,7 @@ static sl_status infer(sl_graph *g) {
     sl__node *n = &gn->n;
     switch (n->kind) {
     case SL__NODE_INPUT:
-    case SL__NODE_VARIABLE:
-      n->out_sbp[0] = g->values[n->out[0]]->sbp;
-      break;
+    case SL__NODE_VARIABLE: n->out_sbp[0] = g->values[n->out[0]]->sbp; break;
     case SL__NODE_OP:
       if (n->n_in == 0) {
         for (int j = 0; j < n->n_out; j++) {
@@ -270,9 +277,9 @@ static int32_t boxed(box_ctx *b, int32_t v, sl_placement *p,
   snprintf(name, sizeof name, "%.200s.boxing%lld", pname,
            (long long)b->counter++);
   sl_boxing_plan *plan = NULL;
-  sl_status st = sl_boxing_plan_create(&val->meta.shape, val->meta.dtype,
-                                       val->placement, &val->sbp, p, want,
-                                       NULL, &plan);
+  sl_status st =
+      sl_boxing_plan_create(&val->meta.shape, val->meta.dtype, val->placement,
+                            &val->sbp, p, want, NULL, &plan);
   if (st != SL_OK) {
     sl__g_error_last(g, st, "boxing", name, NULL);
     sl__fail_context(st, "(for '%s') ", consumer);
@@ -282,8 +289,8 @@ static int32_t boxed(box_ctx *b, int32_t v, sl_placement *p,
   char saved[sizeof g->scope];
   memcpy(saved, g->scope, sizeof saved);
   g->scope[0] = '\0';
-  sl__gnode *gn = sl__g_new_node(g, SL__NODE_BOXING, name, NULL, p, 1, &v, 1,
-                                 &val->meta);
+  sl__gnode *gn =
+      sl__g_new_node(g, SL__NODE_BOXING, name, NULL, p, 1, &v, 1, &val->meta);
   memcpy(g->scope, saved, sizeof saved);
   if (!gn) {
     sl_boxing_plan_destroy(plan);
@@ -362,7 +369,8 @@ static sl_status insert_boxing(sl_graph *g) {
     for (int32_t i = 0; i < g->n_nodes; i++) {
       sl__gnode *gn = g->nodes[i];
       gn->index = i;
-      for (int j = 0; j < gn->n.n_out; j++) g->values[gn->n.out[j]]->producer = i;
+      for (int j = 0; j < gn->n.n_out; j++)
+        g->values[gn->n.out[j]]->producer = i;
     }
   }
   sl__free(b.order);
@@ -395,7 +403,6 @@ sl_status sl__graph_compile(sl_graph *g) {
   g->frozen = true;
   return SL_OK;
 fail:
-  if (!g->err)
-    sl__g_error_last(g, st, "graph", "compile", NULL);
+  if (!g->err) sl__g_error_last(g, st, "graph", "compile", NULL);
   return st;
 }

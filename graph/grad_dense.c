@@ -32,7 +32,8 @@ static sl_tensor flatten2(sl_graph *g, sl_tensor t) {
   const sl_shape *s = &sl__g_meta(g, t)->shape;
   if (s->ndim <= 2) return t;
   sl_shape f = {2, {1, s->dims[s->ndim - 1]}};
-  for (int d = 0; d < s->ndim - 1; d++) f.dims[0] *= s->dims[d];
+  for (int d = 0; d < s->ndim - 1; d++)
+    f.dims[0] *= s->dims[d];
   return sl_reshape(t, &f);
 }
 
@@ -61,8 +62,8 @@ static sl_status g_batch_matmul(sl_graph *g, const sl__node *n,
                                 sl_tensor *dx) {
   bool ta = sl__attr_int(&n->attrs, "trans_a", 0) != 0;
   bool tb = sl__attr_int(&n->attrs, "trans_b", 0) != 0;
-  products(sl_batch_matmul, sl__g_in(g, n, 0), sl__g_in(g, n, 1), dy[0], ta,
-           tb, need, dx);
+  products(sl_batch_matmul, sl__g_in(g, n, 0), sl__g_in(g, n, 1), dy[0], ta, tb,
+           need, dx);
   return sl__g_status(g);
 }
 

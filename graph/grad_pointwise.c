@@ -16,8 +16,7 @@ static sl_status g_add(sl_graph *g, const sl__node *n, const sl_tensor *dy,
 static sl_status g_sub(sl_graph *g, const sl__node *n, const sl_tensor *dy,
                        const bool *need, sl_tensor *dx) {
   if (need[0]) dx[0] = sl__g_unbroadcast(g, dy[0], sl__g_in(g, n, 0));
-  if (need[1])
-    dx[1] = sl__g_unbroadcast(g, sl_neg(dy[0]), sl__g_in(g, n, 1));
+  if (need[1]) dx[1] = sl__g_unbroadcast(g, sl_neg(dy[0]), sl__g_in(g, n, 1));
   return sl__g_status(g);
 }
 
@@ -42,9 +41,8 @@ static sl_status g_div(sl_graph *g, const sl__node *n, const sl_tensor *dy,
 
 /* ---- one input ---------------------------------------------------------- */
 
-static sl_status g_identity(sl_graph *g, const sl__node *n,
-                            const sl_tensor *dy, const bool *need,
-                            sl_tensor *dx) {
+static sl_status g_identity(sl_graph *g, const sl__node *n, const sl_tensor *dy,
+                            const bool *need, sl_tensor *dx) {
   /* Back to the input's placement; its SBP is the compiler's choice. */
   const sl__value *in = sl__g_value(g, n->in[0]);
   if (in->placement == n->placement)
@@ -98,9 +96,8 @@ static sl_status g_tanh(sl_graph *g, const sl__node *n, const sl_tensor *dy,
   return sl__g_status(g);
 }
 
-static sl_status g_sigmoid(sl_graph *g, const sl__node *n,
-                           const sl_tensor *dy, const bool *need,
-                           sl_tensor *dx) {
+static sl_status g_sigmoid(sl_graph *g, const sl__node *n, const sl_tensor *dy,
+                           const bool *need, sl_tensor *dx) {
   sl_tensor in[2] = {dy[0], sl__g_out(g, n, 0)};
   dx[0] = sl__g_op(g, "sigmoid_grad", 2, in, NULL, NULL);
   return sl__g_status(g);
@@ -138,9 +135,8 @@ static sl_status g_cast(sl_graph *g, const sl__node *n, const sl_tensor *dy,
 }
 
 /* The same mask (seed, step, index) and scale applied to dy. */
-static sl_status g_dropout(sl_graph *g, const sl__node *n,
-                           const sl_tensor *dy, const bool *need,
-                           sl_tensor *dx) {
+static sl_status g_dropout(sl_graph *g, const sl__node *n, const sl_tensor *dy,
+                           const bool *need, sl_tensor *dx) {
   dx[0] = sl__g_op(g, "dropout_grad", 1, dy, &n->attrs, NULL);
   return sl__g_status(g);
 }

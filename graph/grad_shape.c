@@ -8,9 +8,8 @@ static const sl_shape *shape_of(sl_graph *g, sl_tensor t) {
   return &sl__g_meta(g, t)->shape;
 }
 
-static sl_status g_reshape(sl_graph *g, const sl__node *n,
-                           const sl_tensor *dy, const bool *need,
-                           sl_tensor *dx) {
+static sl_status g_reshape(sl_graph *g, const sl__node *n, const sl_tensor *dy,
+                           const bool *need, sl_tensor *dx) {
   dx[0] = sl_reshape(dy[0], shape_of(g, sl__g_in(g, n, 0)));
   return sl__g_status(g);
 }
@@ -21,7 +20,8 @@ static sl_status g_transpose(sl_graph *g, const sl__node *n,
   int np = 0;
   const int64_t *perm = sl__attr_ints(&n->attrs, "perm", &np);
   int inv[SL_MAX_DIMS];
-  for (int i = 0; i < np; i++) inv[perm[i]] = i;
+  for (int i = 0; i < np; i++)
+    inv[perm[i]] = i;
   dx[0] = sl_transpose(dy[0], np, inv);
   return sl__g_status(g);
 }
@@ -144,9 +144,9 @@ static sl_status g_reduce_max(sl_graph *g, const sl__node *n,
     d = sl_reshape(d, &keep);
   }
   sl_tensor gap = sl_sub(sl_broadcast_to(y, xs), x);
-  sl_tensor below = sl__g_op(g, "relu_grad", 2,
-                             (sl_tensor[]){sl__g_full_like(g, x, 1.0), gap},
-                             NULL, NULL);
+  sl_tensor below =
+      sl__g_op(g, "relu_grad", 2,
+               (sl_tensor[]){sl__g_full_like(g, x, 1.0), gap}, NULL, NULL);
   sl_tensor mask = sl_add_scalar(sl_neg(below), 1.0);
   sl_tensor count = sl_reduce_sum(mask, na, ax, true);
   dx[0] = sl_mul(mask, sl_broadcast_to(sl_div(d, count), xs));

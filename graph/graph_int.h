@@ -29,34 +29,34 @@ typedef enum sl__node_kind {
 } sl__node_kind;
 
 typedef struct sl__value {
-  int32_t producer;  /* node index */
-  int32_t index;     /* which output of the producer */
-  sl__meta meta;     /* global shape and dtype */
+  int32_t producer;        /* node index */
+  int32_t index;           /* which output of the producer */
+  sl__meta meta;           /* global shape and dtype */
   sl_placement *placement; /* NULL until placed; owned by the graph */
   sl_nd_sbp sbp;
-  bool sbp_fixed;    /* the user constrained it (sl_to_global, inputs,
-                        variables): inference must not change it */
+  bool sbp_fixed; /* the user constrained it (sl_to_global, inputs,
+                     variables): inference must not change it */
 } sl__value;
 
 typedef struct sl__node {
-  const char *name;          /* unique in the graph */
+  const char *name; /* unique in the graph */
   sl__node_kind kind;
-  const sl__op_def *op;      /* SL__NODE_OP */
+  const sl__op_def *op; /* SL__NODE_OP */
   sl__attrs attrs;
   int n_in, n_out;
   int32_t in[SL_OP_MAX_INPUTS];   /* value ids */
   int32_t out[SL_OP_MAX_OUTPUTS]; /* value ids */
-  sl_placement *placement;   /* where it runs (owned by the graph) */
+  sl_placement *placement;        /* where it runs (owned by the graph) */
   /* The chosen signature: nd-SBP of each input as this node consumes it
    * and of each output. For OP nodes after compile in_sbp[i] equals the
    * sbp of value in[i]. */
   sl_nd_sbp in_sbp[SL_OP_MAX_INPUTS];
   sl_nd_sbp out_sbp[SL_OP_MAX_OUTPUTS];
-  sl_boxing_plan *boxing;    /* SL__NODE_BOXING: owned by the node */
-  int32_t update;            /* SL__NODE_VARIABLE: value id of the next
-                                version, or -1 */
-  bool backward;             /* created by autodiff (for plans/traces) */
-  bool optimizer;            /* created by minimize */
+  sl_boxing_plan *boxing; /* SL__NODE_BOXING: owned by the node */
+  int32_t update;         /* SL__NODE_VARIABLE: value id of the next
+                             version, or -1 */
+  bool backward;          /* created by autodiff (for plans/traces) */
+  bool optimizer;         /* created by minimize */
 } sl__node;
 
 /* The IR accessors lowering and sessions use; the builder owns the

@@ -25,11 +25,11 @@ typedef enum sl__mark {
  * public pointer converts back. */
 typedef struct sl__gnode {
   sl__node n;
-  int32_t index;            /* position in g->nodes */
-  struct sl__gnode *hnext;  /* name hash chain */
-  sl_init init;             /* SL__NODE_VARIABLE */
-  bool trainable;           /* SL__NODE_VARIABLE */
-  int32_t npy_id;           /* npy_read nodes: the open file, else -1 */
+  int32_t index;           /* position in g->nodes */
+  struct sl__gnode *hnext; /* name hash chain */
+  sl_init init;            /* SL__NODE_VARIABLE */
+  bool trainable;          /* SL__NODE_VARIABLE */
+  int32_t npy_id;          /* npy_read nodes: the open file, else -1 */
 } sl__gnode;
 
 #define SL__GNODE(node) ((sl__gnode *)(node))
@@ -55,9 +55,9 @@ struct sl_graph {
   bool frozen, minimized;
   /* The first error, in parts so sl_name can re-render it. */
   sl_status err;
-  char err_what[16];  /* "op", "input", ... */
+  char err_what[16]; /* "op", "input", ... */
   char err_name[256];
-  char err_type[64];  /* the op's name ("matmul"), or "" */
+  char err_type[64]; /* the op's name ("matmul"), or "" */
   char err_reason[1024];
   char err_msg[1400];
 };
@@ -68,8 +68,8 @@ struct sl_graph {
  * what ("op", "input", ...), name and type (op name or NULL), and sets the
  * thread's last error to the full message. Returns st. */
 sl_status sl__g_error(sl_graph *g, sl_status st, const char *what,
-                      const char *name, const char *type, const char *fmt,
-                      ...) SL__PRINTF(6, 7);
+                      const char *name, const char *type, const char *fmt, ...)
+    SL__PRINTF(6, 7);
 /* sl__g_error with the thread's current last-error message as the reason. */
 sl_status sl__g_error_last(sl_graph *g, sl_status st, const char *what,
                            const char *name, const char *type);
@@ -86,15 +86,14 @@ sl_tensor sl__g_fail_op(sl_graph *g, const char *op, const char *fmt, ...)
 void sl__g_scoped(const sl_graph *g, const char *base, char *buf, size_t size);
 /* The next auto name for an op of type `op` ("<scope>/<op>_<n>"); does not
  * consume the counter (sl__g_new_node does). */
-void sl__g_auto_name(const sl_graph *g, const char *op, char *buf,
-                     size_t size);
+void sl__g_auto_name(const sl_graph *g, const char *op, char *buf, size_t size);
 sl__gnode *sl__g_find(const sl_graph *g, const char *name);
 /* The graph's interned copy of p (SL_ENOMEM: NULL). */
 sl_placement *sl__g_place(sl_graph *g, const sl_placement *p);
 /* Parses text (NULL: the default placement) into an interned placement,
  * recording errors for the node (what, name). NULL on failure. */
-sl_placement *sl__g_place_text(sl_graph *g, const char *text,
-                               const char *what, const char *name);
+sl_placement *sl__g_place_text(sl_graph *g, const char *text, const char *what,
+                               const char *name);
 
 /* ---- nodes and values -------------------------------------------------- */
 
@@ -145,7 +144,7 @@ void sl__g_release_nodes(sl_graph *g);
 /* Fills the part `slice` of a tensor of global shape `global` initialised
  * by init into buf (row-major over the slice, dtype dt). */
 sl_status sl__g_init_fill(const sl_init *init, const sl_shape *global,
-                        sl_dtype dt, const sl_slice *slice, void *buf);
+                          sl_dtype dt, const sl_slice *slice, void *buf);
 /* SL_EINVAL for a kind out of range, a non-finite parameter, a bad range
  * or a non-float dtype with a random kind. */
 sl_status sl__g_init_check(const sl_init *init, sl_dtype dt);

@@ -28,7 +28,8 @@ static void fans(const sl_shape *s, double *fan_in, double *fan_out) {
   } else {
     *fan_out = (double)s->dims[s->ndim - 1];
     double in = 1;
-    for (int i = 0; i < s->ndim - 1; i++) in *= (double)s->dims[i];
+    for (int i = 0; i < s->ndim - 1; i++)
+      in *= (double)s->dims[i];
     *fan_in = in;
   }
   if (*fan_in < 1) *fan_in = 1;
@@ -38,14 +39,15 @@ static void fans(const sl_shape *s, double *fan_in, double *fan_out) {
 sl_status sl__g_init_check(const sl_init *init, sl_dtype dt) {
   if ((int)init->kind < SL_INIT_ZEROS ||
       (int)init->kind > SL_INIT_KAIMING_NORMAL)
-    return sl__fail(SL_EINVAL, "unknown initializer kind %d",
-                    (int)init->kind);
+    return sl__fail(SL_EINVAL, "unknown initializer kind %d", (int)init->kind);
   if (!isfinite(init->a) || !isfinite(init->b))
     return sl__fail(SL_EINVAL, "initializer parameters must be finite");
   bool random = init->kind >= SL_INIT_UNIFORM;
   if (random && !sl_dtype_is_float(dt))
-    return sl__fail(SL_EINVAL, "a random initializer needs a float dtype, "
-                    "not %s", sl_dtype_name(dt));
+    return sl__fail(SL_EINVAL,
+                    "a random initializer needs a float dtype, "
+                    "not %s",
+                    sl_dtype_name(dt));
   if (init->kind == SL_INIT_UNIFORM && !(init->a < init->b))
     return sl__fail(SL_EINVAL, "uniform range [%g, %g) is empty", init->a,
                     init->b);
@@ -89,7 +91,8 @@ sl_status sl__g_init_fill(const sl_init *init, const sl_shape *global,
   sl_shape_strides(global, gstride);
   for (int64_t i = 0; i < n; i++) {
     int64_t flat = 0;
-    for (int d = 0; d < nd; d++) flat += (slice->start[d] + idx[d]) * gstride[d];
+    for (int d = 0; d < nd; d++)
+      flat += (slice->start[d] + idx[d]) * gstride[d];
     double v = lo;
     if (uniform) v = lo + (hi - lo) * unit(init->seed, flat, 0);
     if (normal) v = mean + std * normal01(init->seed, flat);
@@ -108,12 +111,11 @@ sl_status sl__graph_variable_init(const sl_graph *g, int32_t node, int rank,
   const sl__gnode *n = g->nodes[node];
   const sl__value *v = g->values[n->n.out[0]];
   if (rank < 0 || rank >= sl_placement_size(v->placement))
-    return sl__fail(SL_EINVAL, "variable '%s': rank %d out of range",
-                    n->n.name, rank);
+    return sl__fail(SL_EINVAL, "variable '%s': rank %d out of range", n->n.name,
+                    rank);
   sl_slice s;
-  sl_status st = sl_local_slice(&v->meta.shape, v->placement, &v->sbp, rank,
-                                &s);
-  if (st != SL_OK)
-    return sl__fail_context(st, "variable '%s': ", n->n.name);
+  sl_status st =
+      sl_local_slice(&v->meta.shape, v->placement, &v->sbp, rank, &s);
+  if (st != SL_OK) return sl__fail_context(st, "variable '%s': ", n->n.name);
   return sl__g_init_fill(&n->init, &v->meta.shape, v->meta.dtype, &s, buf);
 }

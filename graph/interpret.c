@@ -24,13 +24,15 @@ static sl_slice whole(const sl_shape *s) {
   sl_slice r;
   memset(&r, 0, sizeof r);
   r.ndim = s->ndim;
-  for (int d = 0; d < s->ndim; d++) r.extent[d] = s->dims[d];
+  for (int d = 0; d < s->ndim; d++)
+    r.extent[d] = s->dims[d];
   return r;
 }
 
 void sl__interp_destroy(sl__interp *it) {
   if (!it) return;
-  for (int32_t v = 0; it->buf && v < it->n_values; v++) sl__free(it->buf[v]);
+  for (int32_t v = 0; it->buf && v < it->n_values; v++)
+    sl__free(it->buf[v]);
   sl__free(it->buf);
   sl__free(it->bytes);
   sl__free(it->fed);
@@ -94,8 +96,10 @@ sl_status sl__interp_feed(sl__interp *it, const char *name, const void *data,
                     name ? name : "(null)");
   int32_t v = n->out[0];
   if (bytes != it->bytes[v])
-    return sl__fail(SL_EINVAL, "feed of input '%s': %zu bytes, the input "
-                    "needs %zu", name, bytes, it->bytes[v]);
+    return sl__fail(SL_EINVAL,
+                    "feed of input '%s': %zu bytes, the input "
+                    "needs %zu",
+                    name, bytes, it->bytes[v]);
   if (bytes) memcpy(it->buf[v], data, bytes);
   it->fed[v] = true;
   return SL_OK;
@@ -136,7 +140,7 @@ sl_status sl__interp_step(sl__interp *it) {
   const sl_graph *g = it->g;
   if (g->n_values != it->n_values)
     return sl__fail(SL_ESTATE, "interpreter: the graph changed after the "
-                    "interpreter was created");
+                               "interpreter was created");
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const sl__node *n = &g->nodes[i]->n;
     switch (n->kind) {
@@ -156,8 +160,7 @@ sl_status sl__interp_step(sl__interp *it) {
   /* Updates apply after the whole step has read the old values. */
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const sl__node *n = &g->nodes[i]->n;
-    if (n->kind == SL__NODE_VARIABLE && n->update >= 0 &&
-        it->bytes[n->out[0]])
+    if (n->kind == SL__NODE_VARIABLE && n->update >= 0 && it->bytes[n->out[0]])
       memcpy(it->buf[n->out[0]], it->buf[n->update], it->bytes[n->out[0]]);
   }
   it->step++;
@@ -172,8 +175,7 @@ sl_status sl__interp_fetch(const sl__interp *it, const char *name,
   if (!n)
     return sl__fail(SL_ENOTFOUND, "fetch: the graph has no fetch '%s'",
                     name ? name : "(null)");
-  if (!it->ran)
-    return sl__fail(SL_ESTATE, "fetch '%s': no step has run", name);
+  if (!it->ran) return sl__fail(SL_ESTATE, "fetch '%s': no step has run", name);
   *data = it->buf[n->in[0]];
   if (meta) *meta = it->g->values[n->in[0]]->meta;
   return SL_OK;

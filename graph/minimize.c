@@ -145,8 +145,7 @@ sl_status sl_minimize(sl_tensor loss, const sl_optimizer *opt) {
   int32_t nvars = 0;
   sl_tensor *w = sl__calloc((size_t)g->n_nodes + 1, sizeof *w);
   if (!w)
-    return sl__g_error(g, SL_ENOMEM, "optimizer", lname, NULL,
-                       "out of memory");
+    return sl__g_error(g, SL_ENOMEM, "optimizer", lname, NULL, "out of memory");
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const sl__gnode *n = g->nodes[i];
     if (n->n.kind == SL__NODE_VARIABLE && n->trainable &&
@@ -156,8 +155,7 @@ sl_status sl_minimize(sl_tensor loss, const sl_optimizer *opt) {
   sl_tensor *grads = sl__calloc((size_t)nvars + 1, sizeof *grads);
   if (!grads) {
     sl__free(w);
-    return sl__g_error(g, SL_ENOMEM, "optimizer", lname, NULL,
-                       "out of memory");
+    return sl__g_error(g, SL_ENOMEM, "optimizer", lname, NULL, "out of memory");
   }
   sl_status st = sl__g_gradients(loss, nvars, w, grads, false);
   /* Keep only the variables the loss depends on. */
@@ -175,7 +173,8 @@ sl_status sl_minimize(sl_tensor loss, const sl_optimizer *opt) {
     g->mark = SL__MARK_OPTIMIZER;
     sl_graph_push_scope(g, "optimizer");
     if (opt->clip_norm > 0) clip(g, k, w, grads, opt->clip_norm);
-    for (int32_t i = 0; i < k && !g->err; i++) update(g, w[i], grads[i], opt);
+    for (int32_t i = 0; i < k && !g->err; i++)
+      update(g, w[i], grads[i], opt);
     sl_graph_pop_scope(g);
     g->mark = SL__MARK_FORWARD;
     g->force_placement = saved;

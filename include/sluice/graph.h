@@ -142,7 +142,7 @@ typedef enum sl_init_kind {
 
 typedef struct sl_init {
   sl_init_kind kind;
-  double a, b;   /* see the kinds; a is the gain of the scaled kinds */
+  double a, b; /* see the kinds; a is the gain of the scaled kinds */
   uint64_t seed;
 } sl_init;
 
@@ -188,8 +188,8 @@ SL_API sl_tensor sl_variable(sl_graph *g, const char *name,
                              const sl_shape *shape, sl_dtype dt, sl_init init,
                              const char *placement, const char *sbp);
 SL_API sl_tensor sl_variable_p(sl_graph *g, const char *name,
-                               const sl_shape *shape, sl_dtype dt,
-                               sl_init init, const sl_placement *placement,
+                               const sl_shape *shape, sl_dtype dt, sl_init init,
+                               const sl_placement *placement,
                                const sl_nd_sbp *sbp);
 
 /* Whether sl_minimize updates variable v (default true). Returns v; an
@@ -285,8 +285,7 @@ SL_API sl_tensor sl_reduce_sum_like(sl_tensor x, sl_tensor like);
  * concat joins n tensors along axis. */
 SL_API sl_tensor sl_reshape(sl_tensor x, const sl_shape *shape);
 SL_API sl_tensor sl_transpose(sl_tensor x, int n, const int *perm);
-SL_API sl_tensor sl_slice_of(sl_tensor x, int axis, int64_t start,
-                             int64_t end);
+SL_API sl_tensor sl_slice_of(sl_tensor x, int axis, int64_t start, int64_t end);
 SL_API sl_tensor sl_concat(int n, const sl_tensor *xs, int axis);
 
 /* Inverted dropout: zeroes each element with probability p and scales the
@@ -336,8 +335,8 @@ typedef struct sl_optimizer {
   double momentum;          /* SGD */
   double beta1, beta2, eps; /* Adam, AdamW */
   double weight_decay;
-  double clip_norm;         /* > 0: gradients scaled so their global L2
-                               norm is at most clip_norm */
+  double clip_norm; /* > 0: gradients scaled so their global L2
+                       norm is at most clip_norm */
 } sl_optimizer;
 
 /* Optimizer descriptions with the usual defaults (Adam: 0.9, 0.999, 1e-8;
@@ -351,8 +350,8 @@ static inline sl_optimizer sl_optimizer_adam(double lr) {
   return o;
 }
 static inline sl_optimizer sl_optimizer_adamw(double lr, double weight_decay) {
-  sl_optimizer o = {SL_OPTIMIZER_ADAMW, lr, 0, 0.9, 0.999, 1e-8, weight_decay,
-                    0};
+  sl_optimizer o = {SL_OPTIMIZER_ADAMW, lr, 0, 0.9, 0.999, 1e-8,
+                    weight_decay,       0};
   return o;
 }
 

@@ -32,17 +32,18 @@ static const char *dict_value(const char *h, const char *key) {
     const char *p = strstr(h, quoted);
     if (!p) continue;
     p += strlen(quoted);
-    while (*p == ' ') p++;
+    while (*p == ' ')
+      p++;
     if (*p != ':') return NULL;
     p++;
-    while (*p == ' ') p++;
+    while (*p == ' ')
+      p++;
     return p;
   }
   return NULL;
 }
 
-static sl_status parse_header(const char *path, const char *h,
-                              sl__meta *meta) {
+static sl_status parse_header(const char *path, const char *h, sl__meta *meta) {
   const char *d = dict_value(h, "descr");
   if (!d || (*d != '\'' && *d != '"'))
     return sl__fail(SL_EINVAL, "npy '%s': header has no 'descr'", path);
@@ -64,8 +65,7 @@ static sl_status parse_header(const char *path, const char *h,
                     path, descr);
   const char *f = dict_value(h, "fortran_order");
   if (!f)
-    return sl__fail(SL_EINVAL, "npy '%s': header has no 'fortran_order'",
-                    path);
+    return sl__fail(SL_EINVAL, "npy '%s': header has no 'fortran_order'", path);
   if (strncmp(f, "True", 4) == 0)
     return sl__fail(SL_EINVAL,
                     "npy '%s': Fortran order unsupported (save in C order)",
@@ -78,7 +78,8 @@ static sl_status parse_header(const char *path, const char *h,
   s++;
   meta->shape.ndim = 0;
   for (;;) {
-    while (*s == ' ' || *s == ',') s++;
+    while (*s == ' ' || *s == ',')
+      s++;
     if (*s == ')') break;
     if (*s < '0' || *s > '9')
       return sl__fail(SL_EINVAL, "npy '%s': malformed shape", path);
@@ -92,13 +93,14 @@ static sl_status parse_header(const char *path, const char *h,
       return sl__fail(SL_EINVAL, "npy '%s': malformed shape", path);
     meta->shape.dims[meta->shape.ndim++] = v;
     s = end;
-    while (*s == ' ' || *s == 'L') s++;
+    while (*s == ' ' || *s == 'L')
+      s++;
     if (*s != ',' && *s != ')')
       return sl__fail(SL_EINVAL, "npy '%s': malformed shape", path);
   }
   if (meta->shape.ndim == 0)
-    return sl__fail(SL_EINVAL,
-                    "npy '%s': a 0-D array has no rows to batch", path);
+    return sl__fail(SL_EINVAL, "npy '%s': a 0-D array has no rows to batch",
+                    path);
   if (meta->shape.dims[0] == 0)
     return sl__fail(SL_EINVAL, "npy '%s': the array has no rows", path);
   int64_t total = 1;
@@ -125,13 +127,11 @@ static sl_status read_full(int fd, void *buf, size_t n, int64_t off) {
 
 static sl_status open_file(const char *path, npy_file *f) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return sl__fail(SL_EIO, "npy '%s': %s", path, strerror(errno));
+  if (fd < 0) return sl__fail(SL_EIO, "npy '%s': %s", path, strerror(errno));
   sl_status st;
   char *h = NULL;
   unsigned char pre[12];
-  if (read_full(fd, pre, 10, 0) != SL_OK ||
-      memcmp(pre, "\x93NUMPY", 6) != 0) {
+  if (read_full(fd, pre, 10, 0) != SL_OK || memcmp(pre, "\x93NUMPY", 6) != 0) {
     st = sl__fail(SL_EINVAL, "npy '%s': not a .npy file (bad magic)", path);
     goto fail;
   }
@@ -149,13 +149,13 @@ static sl_status open_file(const char *path, npy_file *f) {
            (int64_t)pre[11] << 24;
     hstart = 12;
   } else {
-    st = sl__fail(SL_EINVAL, "npy '%s': format version %d.%d unsupported",
-                  path, major, pre[7]);
+    st = sl__fail(SL_EINVAL, "npy '%s': format version %d.%d unsupported", path,
+                  major, pre[7]);
     goto fail;
   }
   if (hlen <= 0 || hlen > (1 << 24)) {
-    st = sl__fail(SL_EINVAL, "npy '%s': header length %lld out of range",
-                  path, (long long)hlen);
+    st = sl__fail(SL_EINVAL, "npy '%s': header length %lld out of range", path,
+                  (long long)hlen);
     goto fail;
   }
   if (!(h = sl__malloc((size_t)hlen + 1))) {
@@ -173,16 +173,18 @@ static sl_status open_file(const char *path, npy_file *f) {
   }
   SL_CHECK_GOTO(parse_header(path, h, &f->meta), st, fail);
   struct stat sb;
-  int64_t need = hstart + hlen + sl_shape_numel(&f->meta.shape) *
-                                     (int64_t)sl_dtype_size(f->meta.dtype);
+  int64_t need =
+      hstart + hlen +
+      sl_shape_numel(&f->meta.shape) * (int64_t)sl_dtype_size(f->meta.dtype);
   if (fstat(fd, &sb) != 0) {
     st = sl__fail(SL_EIO, "npy '%s': %s", path, strerror(errno));
     goto fail;
   }
   if ((int64_t)sb.st_size < need) {
-    st = sl__fail(SL_EINVAL, "npy '%s': file has %lld bytes, the header "
-                  "promises %lld", path, (long long)sb.st_size,
-                  (long long)need);
+    st = sl__fail(SL_EINVAL,
+                  "npy '%s': file has %lld bytes, the header "
+                  "promises %lld",
+                  path, (long long)sb.st_size, (long long)need);
     goto fail;
   }
   sl__free(h);
@@ -264,12 +266,13 @@ sl_status sl__npy_write(const char *path, sl_dtype dt, const sl_shape *shape,
     return sl__fail(SL_EINVAL, "npy '%s': cannot write dtype %s", path,
                     sl_dtype_name(dt));
   char dict[256];
-  int len = snprintf(dict, sizeof dict,
-                     "{'descr': '%s', 'fortran_order': False, 'shape': (",
-                     descr);
+  int len =
+      snprintf(dict, sizeof dict,
+               "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
   for (int i = 0; i < shape->ndim; i++)
     len += snprintf(dict + len, sizeof dict - (size_t)len, "%lld%s",
-                    (long long)shape->dims[i], shape->ndim == 1 ? "," : (i + 1 < shape->ndim ? ", " : ""));
+                    (long long)shape->dims[i],
+                    shape->ndim == 1 ? "," : (i + 1 < shape->ndim ? ", " : ""));
   len += snprintf(dict + len, sizeof dict - (size_t)len, "), }");
   /* Pad with spaces so data starts 64-byte aligned; end with a newline. */
   int total = 10 + len + 1;
@@ -277,13 +280,21 @@ sl_status sl__npy_write(const char *path, sl_dtype dt, const sl_shape *shape,
   int hlen = len + pad + 1;
   FILE *fp = fopen(path, "wb");
   if (!fp) return sl__fail(SL_EIO, "npy '%s': %s", path, strerror(errno));
-  unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
+  unsigned char pre[10] = {0x93,
+                           'N',
+                           'U',
+                           'M',
+                           'P',
+                           'Y',
+                           1,
+                           0,
                            (unsigned char)(hlen & 0xff),
                            (unsigned char)(hlen >> 8)};
   size_t bytes = (size_t)sl_shape_numel(shape) * sl_dtype_size(dt);
   bool ok = fwrite(pre, 1, 10, fp) == 10 &&
             fwrite(dict, 1, (size_t)len, fp) == (size_t)len;
-  for (int i = 0; ok && i < pad; i++) ok = fputc(' ', fp) != EOF;
+  for (int i = 0; ok && i < pad; i++)
+    ok = fputc(' ', fp) != EOF;
   ok = ok && fputc('\n', fp) != EOF;
   ok = ok && (bytes == 0 || fwrite(data, 1, bytes, fp) == bytes);
   ok = (fclose(fp) == 0) && ok;
@@ -296,8 +307,7 @@ static sl_status npy_infer(const sl__attrs *at, int n_in, const sl__meta *in,
                            sl__meta *out) {
   int64_t batch = sl__attr_int(at, "batch", 0);
   if (batch <= 0)
-    return sl__fail(SL_EINVAL, "batch %lld must be positive",
-                    (long long)batch);
+    return sl__fail(SL_EINVAL, "batch %lld must be positive", (long long)batch);
   sl__meta m;
   SL_CHECK(sl__npy_meta((int32_t)sl__attr_int(at, "file", -1), &m));
   m.shape.dims[0] = batch;
@@ -354,14 +364,14 @@ static sl_status npy_cpu(const sl__kernel_ctx *k) {
       size_t bytes = (size_t)rows * run_bytes;
       sl_status st = read_full(f.fd, dst, bytes,
                                f.data_offset + row * fstride[0] * (int64_t)es);
-      if (st != SL_OK)
-        return sl__fail(SL_EIO, "npy '%s': read failed", f.path);
+      if (st != SL_OK) return sl__fail(SL_EIO, "npy '%s': read failed", f.path);
       dst += bytes;
       r += rows;
       continue;
     }
     /* Iterate axes 1..run_axis-1 over the slice; run along run_axis... */
-    for (int d = 1; d < outer; d++) idx[d] = 0;
+    for (int d = 1; d < outer; d++)
+      idx[d] = 0;
     for (;;) {
       int64_t off = row * fstride[0];
       for (int d = 1; d < run_axis; d++)
@@ -372,7 +382,8 @@ static sl_status npy_cpu(const sl__kernel_ctx *k) {
         return sl__fail(SL_EIO, "npy '%s': read failed", f.path);
       dst += run_bytes;
       int d = run_axis - 1;
-      while (d >= 1 && ++idx[d] == sl->extent[d]) idx[d--] = 0;
+      while (d >= 1 && ++idx[d] == sl->extent[d])
+        idx[d--] = 0;
       if (d < 1) break;
     }
     r++;

@@ -16,20 +16,20 @@ int main(void) {
   sl_shape xs = SL_SHAPE(64, 784), ys = SL_SHAPE(64);
   sl_tensor x = sl_data_random_normal(g, &xs, SL_DTYPE_F32, 0, 1, /*seed*/ 1,
                                       NULL, "S(0)");
-  sl_tensor y = sl_data_random_int(g, &ys, SL_DTYPE_I32, 0, 10, /*seed*/ 2,
-                                   NULL, "S(0)");
+  sl_tensor y =
+      sl_data_random_int(g, &ys, SL_DTYPE_I32, 0, 10, /*seed*/ 2, NULL, "S(0)");
 
   /* Model: two layers; weights replicated (B, the default). */
   sl_shape w1s = SL_SHAPE(784, 128), b1s = SL_SHAPE(128),
            w2s = SL_SHAPE(128, 10);
   sl_tensor w1 = sl_variable(g, "w1", &w1s, SL_DTYPE_F32,
                              sl_init_kaiming_uniform(1.41, 3), NULL, NULL);
-  sl_tensor b1 = sl_variable(g, "b1", &b1s, SL_DTYPE_F32, sl_init_zeros(),
-                             NULL, NULL);
+  sl_tensor b1 =
+      sl_variable(g, "b1", &b1s, SL_DTYPE_F32, sl_init_zeros(), NULL, NULL);
   sl_tensor w2 = sl_variable(g, "w2", &w2s, SL_DTYPE_F32,
                              sl_init_xavier_uniform(1.0, 4), NULL, NULL);
-  sl_tensor h = sl_name(sl_relu(sl_add(sl_matmul(x, w1, false, false), b1)),
-                        "fc1");
+  sl_tensor h =
+      sl_name(sl_relu(sl_add(sl_matmul(x, w1, false, false), b1)), "fc1");
   sl_tensor logits = sl_name(sl_matmul(h, w2, false, false), "fc2");
   sl_tensor loss = sl_name(sl_cross_entropy(logits, y), "xent");
 

@@ -15,7 +15,8 @@ uint64_t gt_seed(const char *test) {
 
 void gt_fill_f32(sl_rng *r, float *x, int64_t n, double lo, double hi) {
   for (int64_t i = 0; i < n; i++)
-    x[i] = (float)(lo + (hi - lo) * (double)(sl__rng_next(r) >> 11) * 0x1.0p-53);
+    x[i] =
+        (float)(lo + (hi - lo) * (double)(sl__rng_next(r) >> 11) * 0x1.0p-53);
 }
 
 bool gt_ops_present(const char *const *ops, const char **missing) {
@@ -31,14 +32,16 @@ static void fill_input(sl_rng *r, const gt_input *in, void *buf) {
   int64_t n = sl_shape_numel(&in->shape);
   if (in->range == GT_SPREAD) {
     int64_t *perm = malloc((size_t)n * sizeof *perm + 1);
-    for (int64_t i = 0; i < n; i++) perm[i] = i;
+    for (int64_t i = 0; i < n; i++)
+      perm[i] = i;
     for (int64_t i = n - 1; i > 0; i--) {
       int64_t j = (int64_t)sl__rng_below(r, (uint64_t)i + 1), t = perm[i];
       perm[i] = perm[j];
       perm[j] = t;
     }
     for (int64_t i = 0; i < n; i++)
-      sl_store_element(in->dt, buf, i, 0.05 * (double)perm[i] - 0.025 * (double)n);
+      sl_store_element(in->dt, buf, i,
+                       0.05 * (double)perm[i] - 0.025 * (double)n);
     free(perm);
     return;
   }
@@ -178,7 +181,8 @@ void gt_grad_check(const char *name, int n_in, const gt_input *in,
     free(analytic[k]);
   }
   printf("[ gradient ] %s: worst error %.3f of tolerance\n", name, worst);
-  for (int i = 0; i < n_in; i++) free(data[i]);
+  for (int i = 0; i < n_in; i++)
+    free(data[i]);
   free(rv);
   sl__interp_destroy(it);
   sl_graph_destroy(g);

@@ -28,7 +28,7 @@
 #define GT_GRAPH_OK(g)                                                         \
   do {                                                                         \
     if (sl_graph_status(g) != SL_OK)                                           \
-      fail_msg("graph error: %s", sl_graph_error(g));                         \
+      fail_msg("graph error: %s", sl_graph_error(g));                          \
   } while (0)
 
 /* The seed for randomised tests: SLUICE_TEST_SEED or a fixed default;
@@ -48,8 +48,8 @@ bool gt_ops_present(const char *const *ops, const char **missing);
 #define GT_REQUIRE_OPS(...)                                                    \
   do {                                                                         \
     const char *gt_ops_[] = {__VA_ARGS__, NULL}, *gt_missing_ = NULL;          \
-    if (!gt_ops_present(gt_ops_, &gt_missing_)) {                             \
-      printf("[ skipped  ] %s: op '%s' is not registered yet\n", __func__,    \
+    if (!gt_ops_present(gt_ops_, &gt_missing_)) {                              \
+      printf("[ skipped  ] %s: op '%s' is not registered yet\n", __func__,     \
              gt_missing_);                                                     \
       skip();                                                                  \
     }                                                                          \

@@ -15,8 +15,8 @@ static void test_sticky_error_names_op(void **state) {
   GT_OK(sl_graph_create(&g));
   sl_shape xs = SL_SHAPE(8, 64), ws = SL_SHAPE(32, 10);
   sl_tensor x = sl_input(g, "x", &xs, SL_DTYPE_F32, "cpu:0-3", "S(0)");
-  sl_tensor w = sl_variable(g, "w", &ws, SL_DTYPE_F32, sl_init_zeros(), NULL,
-                            NULL);
+  sl_tensor w =
+      sl_variable(g, "w", &ws, SL_DTYPE_F32, sl_init_zeros(), NULL, NULL);
   assert_true(sl_tensor_ok(x) && sl_tensor_ok(w));
   GT_GRAPH_OK(g);
   assert_string_equal(sl_graph_error(g), "");
@@ -89,8 +89,8 @@ static void test_sbp_errors(void **state) {
   sl_graph_destroy(g);
   /* Partial inputs and variables are refused. */
   GT_OK(sl_graph_create(&g));
-  sl_tensor v = sl_variable(g, "w", &xs, SL_DTYPE_F32, sl_init_zeros(),
-                            "cpu:0-1", "P");
+  sl_tensor v =
+      sl_variable(g, "w", &xs, SL_DTYPE_F32, sl_init_zeros(), "cpu:0-1", "P");
   assert_false(sl_tensor_ok(v));
   assert_non_null(strstr(sl_graph_error(g), "variable 'w': a partial SBP"));
   sl_graph_destroy(g);
@@ -155,8 +155,8 @@ static void test_shapes_and_print(void **state) {
   GT_OK(sl_graph_set_default_placement(g, "cpu:0-1"));
   sl_shape xs = SL_SHAPE(5, 3), ws = SL_SHAPE(3, 7);
   sl_tensor x = sl_input(g, "x", &xs, SL_DTYPE_F32, NULL, "S(0)");
-  sl_tensor w = sl_variable(g, "w", &ws, SL_DTYPE_F32,
-                            sl_init_normal(0, 1, 3), NULL, NULL);
+  sl_tensor w = sl_variable(g, "w", &ws, SL_DTYPE_F32, sl_init_normal(0, 1, 3),
+                            NULL, NULL);
   sl_tensor y = sl_name(sl_matmul(x, w, false, false), "fc");
   GT_GRAPH_OK(g);
   sl_shape s;
@@ -184,9 +184,9 @@ static void test_shapes_and_print(void **state) {
  * tensor, whatever the layout. */
 static void test_variable_init_layout_free(void **state) {
   const sl_init inits[] = {
-      sl_init_uniform(-2, 3, 7),         sl_init_normal(1, 0.5, 8),
-      sl_init_xavier_uniform(1.0, 9),    sl_init_kaiming_normal(1.4, 10),
-      sl_init_constant(2.5),             sl_init_zeros(),
+      sl_init_uniform(-2, 3, 7),      sl_init_normal(1, 0.5, 8),
+      sl_init_xavier_uniform(1.0, 9), sl_init_kaiming_normal(1.4, 10),
+      sl_init_constant(2.5),          sl_init_zeros(),
   };
   const char *layouts[][2] = {{"cpu:0", "B"},
                               {"cpu:0-2", "S(0)"},
@@ -232,12 +232,15 @@ static void test_variable_init_layout_free(void **state) {
     }
     switch (inits[k].kind) {
     case SL_INIT_UNIFORM:
-      for (int i = 0; i < 35; i++) assert_true(whole[i] >= -2 && whole[i] < 3);
+      for (int i = 0; i < 35; i++)
+        assert_true(whole[i] >= -2 && whole[i] < 3);
       break;
     case SL_INIT_XAVIER_UNIFORM:
       assert_true(mx <= sqrt(6.0 / 12.0) + 1e-6 && mx > 0.3);
       break;
-    case SL_INIT_CONSTANT: assert_true(fabs(mean - 2.5) < 1e-9 && mx == 2.5); break;
+    case SL_INIT_CONSTANT:
+      assert_true(fabs(mean - 2.5) < 1e-9 && mx == 2.5);
+      break;
     case SL_INIT_ZEROS: assert_true(mx == 0); break;
     case SL_INIT_NORMAL: assert_true(fabs(mean - 1) < 0.3); break;
     default: assert_true(mx > 0); break;
@@ -257,8 +260,8 @@ static void test_bad_arguments(void **state) {
 
   GT_OK(sl_graph_create(&g));
   sl_shape s = SL_SHAPE(4);
-  sl_tensor v = sl_variable(g, "v", &s, SL_DTYPE_I32,
-                            sl_init_normal(0, 1, 1), NULL, NULL);
+  sl_tensor v = sl_variable(g, "v", &s, SL_DTYPE_I32, sl_init_normal(0, 1, 1),
+                            NULL, NULL);
   assert_false(sl_tensor_ok(v));
   assert_true(starts_with(sl_graph_error(g), "variable 'v': a random "));
   sl_graph_destroy(g);

@@ -96,12 +96,12 @@ static void data_parallel_mlp(bool clip) {
   sl_tensor labels = sl_input(g, "labels", &ls, SL_DTYPE_I32, NULL, "S(0)");
   sl_tensor w1 = sl_variable(g, "w1", &w1s, SL_DTYPE_F32,
                              sl_init_kaiming_uniform(1.4, 1), NULL, NULL);
-  sl_tensor b1 = sl_variable(g, "b1", &bs, SL_DTYPE_F32, sl_init_zeros(),
-                             NULL, NULL);
+  sl_tensor b1 =
+      sl_variable(g, "b1", &bs, SL_DTYPE_F32, sl_init_zeros(), NULL, NULL);
   sl_tensor w2 = sl_variable(g, "w2", &w2s, SL_DTYPE_F32,
                              sl_init_xavier_uniform(1, 2), NULL, NULL);
-  sl_tensor h = sl_name(sl_relu(sl_add(sl_matmul(x, w1, false, false), b1)),
-                        "h");
+  sl_tensor h =
+      sl_name(sl_relu(sl_add(sl_matmul(x, w1, false, false), b1)), "h");
   sl_tensor logits = sl_name(sl_matmul(h, w2, false, false), "logits");
   sl_tensor loss = sl_name(sl_cross_entropy(logits, labels), "loss");
   sl_optimizer opt = sl_optimizer_sgd(0.1, 0.9);
@@ -118,8 +118,8 @@ static void data_parallel_mlp(bool clip) {
   const char *weights[] = {"w1", "b1", "w2"};
   for (size_t i = 0; i < SL_ARRAY_LEN(weights) && !clip; i++) {
     const sl__node *w = sl__graph_node(g, sl__graph_find(g, weights[i]));
-    const sl__node *up = sl__graph_node(
-        g, sl__graph_value(g, w->update)->producer);
+    const sl__node *up =
+        sl__graph_node(g, sl__graph_value(g, w->update)->producer);
     assert_string_equal(up->op->name, "sgd_update");
     assert_true(up->optimizer);
     const sl__node *box = boxing_into(g, up, 1);
@@ -134,7 +134,8 @@ static void data_parallel_mlp(bool clip) {
   }
   /* Three all-reduces in the whole graph, one per weight (clipping reuses
    * the all-reduced gradients). */
-  if (count_boxing(g, false) != 3) dump_fail(g, "want 3 boxings that move data");
+  if (count_boxing(g, false) != 3)
+    dump_fail(g, "want 3 boxings that move data");
   sl_graph_destroy(g);
 }
 
@@ -186,8 +187,8 @@ static void test_hybrid_mesh(void **state) {
   GT_OK(sl_graph_set_default_placement(g, "cpu:0-5[2,3]"));
   sl_shape xs = SL_SHAPE(7, 5), ws = SL_SHAPE(5, 8);
   sl_tensor x = sl_input(g, "x", &xs, SL_DTYPE_F32, NULL, "(S(0),B)");
-  sl_tensor w = sl_variable(g, "w", &ws, SL_DTYPE_F32, sl_init_zeros(), NULL,
-                            "(B,S(1))");
+  sl_tensor w =
+      sl_variable(g, "w", &ws, SL_DTYPE_F32, sl_init_zeros(), NULL, "(B,S(1))");
   sl_tensor y = sl_relu(sl_matmul(x, w, false, false));
   GT_OK(sl_fetch(y, "y"));
   GT_OK(sl__graph_compile(g));
@@ -235,8 +236,8 @@ static void test_sources_and_placements(void **state) {
   GT_OK(sl_graph_set_default_placement(g, "cpu:0-1"));
   sl_shape xs = SL_SHAPE(5, 3);
   sl_tensor x = sl_input(g, "x", &xs, SL_DTYPE_F32, NULL, "S(1)");
-  sl_tensor noise = sl_data_random_uniform(g, &xs, SL_DTYPE_F32, 0, 1, 7,
-                                           NULL, NULL);
+  sl_tensor noise =
+      sl_data_random_uniform(g, &xs, SL_DTYPE_F32, 0, 1, 7, NULL, NULL);
   sl_tensor lone = sl_fill(g, &xs, SL_DTYPE_F32, 2.0, NULL, NULL);
   sl_tensor y = sl_add(x, noise);
   sl_tensor moved = sl_to_global(y, "cpu:2-3", NULL);
@@ -262,9 +263,9 @@ static void test_sources_and_placements(void **state) {
 /* The interpreter gives identical values on the graph before and after
  * compilation (boxing nodes are copies there), step after step. */
 static void test_interpreter_before_after(void **state) {
-  GT_REQUIRE_OPS("matmul", "tanh", "tanh_grad", "reduce_mean", "square",
-                 "sub", "sgd_update", "fill", "broadcast_to", "reshape",
-                 "mul", "scalar_mul");
+  GT_REQUIRE_OPS("matmul", "tanh", "tanh_grad", "reduce_mean", "square", "sub",
+                 "sgd_update", "fill", "broadcast_to", "reshape", "mul",
+                 "scalar_mul");
   float losses[2][4];
   for (int pass = 0; pass < 2; pass++) {
     sl_graph *g;
@@ -297,7 +298,8 @@ static void test_interpreter_before_after(void **state) {
     sl__interp_destroy(it);
     sl_graph_destroy(g);
   }
-  for (int s = 0; s < 4; s++) assert_true(losses[0][s] == losses[1][s]);
+  for (int s = 0; s < 4; s++)
+    assert_true(losses[0][s] == losses[1][s]);
   assert_true(losses[0][3] < losses[0][0]); /* it trains */
 }
 

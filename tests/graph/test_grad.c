@@ -3,11 +3,16 @@
 #include "graph_priv.h"
 #include "graph_test.h"
 
-#define F32(...) {SL_SHAPE(__VA_ARGS__), SL_DTYPE_F32, GT_ANY, 0}
-#define POS(...) {SL_SHAPE(__VA_ARGS__), SL_DTYPE_F32, GT_POSITIVE, 0}
-#define AWAY0(...) {SL_SHAPE(__VA_ARGS__), SL_DTYPE_F32, GT_AWAY0, 0}
-#define SPREAD(...) {SL_SHAPE(__VA_ARGS__), SL_DTYPE_F32, GT_SPREAD, 0}
-#define IDX(hi, ...) {SL_SHAPE(__VA_ARGS__), SL_DTYPE_I32, GT_INDEX, hi}
+#define F32(...)                                                               \
+  { SL_SHAPE(__VA_ARGS__), SL_DTYPE_F32, GT_ANY, 0 }
+#define POS(...)                                                               \
+  { SL_SHAPE(__VA_ARGS__), SL_DTYPE_F32, GT_POSITIVE, 0 }
+#define AWAY0(...)                                                             \
+  { SL_SHAPE(__VA_ARGS__), SL_DTYPE_F32, GT_AWAY0, 0 }
+#define SPREAD(...)                                                            \
+  { SL_SHAPE(__VA_ARGS__), SL_DTYPE_F32, GT_SPREAD, 0 }
+#define IDX(hi, ...)                                                           \
+  { SL_SHAPE(__VA_ARGS__), SL_DTYPE_I32, GT_INDEX, hi }
 
 #define CHECK(name, build, ...)                                                \
   do {                                                                         \
@@ -17,13 +22,21 @@
 
 /* ---- broadcasting binary ops -------------------------------------------- */
 
-static sl_tensor b_add(sl_graph *g, const sl_tensor *x) { return sl_add(x[0], x[1]); }
-static sl_tensor b_sub(sl_graph *g, const sl_tensor *x) { return sl_sub(x[0], x[1]); }
-static sl_tensor b_mul(sl_graph *g, const sl_tensor *x) { return sl_mul(x[0], x[1]); }
-static sl_tensor b_div(sl_graph *g, const sl_tensor *x) { return sl_div(x[0], x[1]); }
+static sl_tensor b_add(sl_graph *g, const sl_tensor *x) {
+  return sl_add(x[0], x[1]);
+}
+static sl_tensor b_sub(sl_graph *g, const sl_tensor *x) {
+  return sl_sub(x[0], x[1]);
+}
+static sl_tensor b_mul(sl_graph *g, const sl_tensor *x) {
+  return sl_mul(x[0], x[1]);
+}
+static sl_tensor b_div(sl_graph *g, const sl_tensor *x) {
+  return sl_div(x[0], x[1]);
+}
 
 static void test_binary(void **state) {
-  const char *ops_[] = {"add", "sub", "mul", "div", "reduce_sum_like",
+  const char *ops_[] = {"add",        "sub",  "mul", "div", "reduce_sum_like",
                         "reduce_sum", "fill", "neg", NULL};
   CHECK("add", b_add, F32(5, 3), F32(5, 3));
   CHECK("add broadcast row", b_add, F32(5, 3), F32(3));
@@ -37,29 +50,47 @@ static void test_binary(void **state) {
 /* ---- one-input pointwise ------------------------------------------------- */
 
 static sl_tensor u_neg(sl_graph *g, const sl_tensor *x) { return sl_neg(x[0]); }
-static sl_tensor u_sadd(sl_graph *g, const sl_tensor *x) { return sl_add_scalar(x[0], 1.5); }
-static sl_tensor u_smul(sl_graph *g, const sl_tensor *x) { return sl_mul_scalar(x[0], -2.5); }
-static sl_tensor u_relu(sl_graph *g, const sl_tensor *x) { return sl_relu(x[0]); }
-static sl_tensor u_gelu(sl_graph *g, const sl_tensor *x) { return sl_gelu(x[0]); }
-static sl_tensor u_tanh(sl_graph *g, const sl_tensor *x) { return sl_tanh(x[0]); }
-static sl_tensor u_sigmoid(sl_graph *g, const sl_tensor *x) { return sl_sigmoid(x[0]); }
-static sl_tensor u_square(sl_graph *g, const sl_tensor *x) { return sl_square(x[0]); }
-static sl_tensor u_sqrt(sl_graph *g, const sl_tensor *x) { return sl_sqrt(x[0]); }
+static sl_tensor u_sadd(sl_graph *g, const sl_tensor *x) {
+  return sl_add_scalar(x[0], 1.5);
+}
+static sl_tensor u_smul(sl_graph *g, const sl_tensor *x) {
+  return sl_mul_scalar(x[0], -2.5);
+}
+static sl_tensor u_relu(sl_graph *g, const sl_tensor *x) {
+  return sl_relu(x[0]);
+}
+static sl_tensor u_gelu(sl_graph *g, const sl_tensor *x) {
+  return sl_gelu(x[0]);
+}
+static sl_tensor u_tanh(sl_graph *g, const sl_tensor *x) {
+  return sl_tanh(x[0]);
+}
+static sl_tensor u_sigmoid(sl_graph *g, const sl_tensor *x) {
+  return sl_sigmoid(x[0]);
+}
+static sl_tensor u_square(sl_graph *g, const sl_tensor *x) {
+  return sl_square(x[0]);
+}
+static sl_tensor u_sqrt(sl_graph *g, const sl_tensor *x) {
+  return sl_sqrt(x[0]);
+}
 static sl_tensor u_exp(sl_graph *g, const sl_tensor *x) { return sl_exp(x[0]); }
 static sl_tensor u_log(sl_graph *g, const sl_tensor *x) { return sl_log(x[0]); }
 static sl_tensor u_cast(sl_graph *g, const sl_tensor *x) {
-  return sl_cast(sl_mul(sl_cast(x[0], SL_DTYPE_F64), sl_cast(x[0], SL_DTYPE_F64)),
-                 SL_DTYPE_F32);
+  return sl_cast(
+      sl_mul(sl_cast(x[0], SL_DTYPE_F64), sl_cast(x[0], SL_DTYPE_F64)),
+      SL_DTYPE_F32);
 }
 static sl_tensor u_identity(sl_graph *g, const sl_tensor *x) {
   return sl_to_global(sl_square(x[0]), "cpu:1-2", "S(0)");
 }
 
 static void test_unary(void **state) {
-  const char *ops_[] = {"neg", "scalar_add", "scalar_mul", "relu", "relu_grad",
-                        "gelu", "gelu_grad", "tanh", "tanh_grad", "sigmoid",
-                        "sigmoid_grad", "square", "sqrt", "exp", "log", "mul",
-                        "div", "reduce_sum", NULL};
+  const char *ops_[] = {
+      "neg",          "scalar_add", "scalar_mul", "relu",      "relu_grad",
+      "gelu",         "gelu_grad",  "tanh",       "tanh_grad", "sigmoid",
+      "sigmoid_grad", "square",     "sqrt",       "exp",       "log",
+      "mul",          "div",        "reduce_sum", NULL};
   CHECK("neg", u_neg, F32(5, 3));
   CHECK("scalar_add", u_sadd, F32(7));
   CHECK("scalar_mul", u_smul, F32(3, 5));
@@ -74,7 +105,8 @@ static void test_unary(void **state) {
 }
 
 static void test_cast_identity(void **state) {
-  const char *ops_[] = {"cast", "mul", "square", "identity", "reduce_sum", NULL};
+  const char *ops_[] = {"cast",     "mul",        "square",
+                        "identity", "reduce_sum", NULL};
   CHECK("cast f32 -> f64 -> f32", u_cast, F32(5, 3));
   CHECK("to_global (identity)", u_identity, F32(5, 3));
 }
@@ -137,10 +169,12 @@ static sl_tensor s_concat(sl_graph *g, const sl_tensor *x) {
 }
 
 static void test_shape_and_reduce(void **state) {
-  const char *ops_[] = {"reduce_sum", "reduce_mean", "reduce_sum_like",
-                        "reduce_max", "relu_grad", "div", "sub", "neg",
-                        "scalar_add", "broadcast_to", "reshape", "transpose", "slice",
-                        "concat", "fill", "square", "mul", NULL};
+  const char *ops_[] = {"reduce_sum",   "reduce_mean", "reduce_sum_like",
+                        "reduce_max",   "relu_grad",   "div",
+                        "sub",          "neg",         "scalar_add",
+                        "broadcast_to", "reshape",     "transpose",
+                        "slice",        "concat",      "fill",
+                        "square",       "mul",         NULL};
   CHECK("reduce_sum", r_sum, F32(5, 3));
   CHECK("reduce_sum keepdims", r_sum_keep, F32(3, 2, 5));
   CHECK("reduce_mean", r_mean, F32(5, 7));
@@ -157,16 +191,33 @@ static void test_shape_and_reduce(void **state) {
   CHECK("concat", s_concat, F32(3, 2), F32(3, 5));
 }
 
-/* ---- dense ops ------------------------------------------------------------- */
+/* ---- dense ops -------------------------------------------------------------
+ */
 
-static sl_tensor m_nn(sl_graph *g, const sl_tensor *x) { return sl_matmul(x[0], x[1], false, false); }
-static sl_tensor m_nt(sl_graph *g, const sl_tensor *x) { return sl_matmul(x[0], x[1], false, true); }
-static sl_tensor m_tn(sl_graph *g, const sl_tensor *x) { return sl_matmul(x[0], x[1], true, false); }
-static sl_tensor m_tt(sl_graph *g, const sl_tensor *x) { return sl_matmul(x[0], x[1], true, true); }
-static sl_tensor bm_nn(sl_graph *g, const sl_tensor *x) { return sl_batch_matmul(x[0], x[1], false, false); }
-static sl_tensor bm_nt(sl_graph *g, const sl_tensor *x) { return sl_batch_matmul(x[0], x[1], false, true); }
-static sl_tensor bm_tn(sl_graph *g, const sl_tensor *x) { return sl_batch_matmul(x[0], x[1], true, false); }
-static sl_tensor bm_tt(sl_graph *g, const sl_tensor *x) { return sl_batch_matmul(x[0], x[1], true, true); }
+static sl_tensor m_nn(sl_graph *g, const sl_tensor *x) {
+  return sl_matmul(x[0], x[1], false, false);
+}
+static sl_tensor m_nt(sl_graph *g, const sl_tensor *x) {
+  return sl_matmul(x[0], x[1], false, true);
+}
+static sl_tensor m_tn(sl_graph *g, const sl_tensor *x) {
+  return sl_matmul(x[0], x[1], true, false);
+}
+static sl_tensor m_tt(sl_graph *g, const sl_tensor *x) {
+  return sl_matmul(x[0], x[1], true, true);
+}
+static sl_tensor bm_nn(sl_graph *g, const sl_tensor *x) {
+  return sl_batch_matmul(x[0], x[1], false, false);
+}
+static sl_tensor bm_nt(sl_graph *g, const sl_tensor *x) {
+  return sl_batch_matmul(x[0], x[1], false, true);
+}
+static sl_tensor bm_tn(sl_graph *g, const sl_tensor *x) {
+  return sl_batch_matmul(x[0], x[1], true, false);
+}
+static sl_tensor bm_tt(sl_graph *g, const sl_tensor *x) {
+  return sl_batch_matmul(x[0], x[1], true, true);
+}
 
 static void test_matmul(void **state) {
   const char *ops_[] = {"matmul", "batch_matmul", "reshape", NULL};
@@ -183,10 +234,18 @@ static void test_matmul(void **state) {
         F32(2, 2, 4, 3));
 }
 
-static sl_tensor d_softmax(sl_graph *g, const sl_tensor *x) { return sl_softmax(x[0], -1); }
-static sl_tensor d_softmax0(sl_graph *g, const sl_tensor *x) { return sl_softmax(x[0], 0); }
-static sl_tensor d_lsm(sl_graph *g, const sl_tensor *x) { return sl_log_softmax(x[0], 1); }
-static sl_tensor d_lsm0(sl_graph *g, const sl_tensor *x) { return sl_log_softmax(x[0], 0); }
+static sl_tensor d_softmax(sl_graph *g, const sl_tensor *x) {
+  return sl_softmax(x[0], -1);
+}
+static sl_tensor d_softmax0(sl_graph *g, const sl_tensor *x) {
+  return sl_softmax(x[0], 0);
+}
+static sl_tensor d_lsm(sl_graph *g, const sl_tensor *x) {
+  return sl_log_softmax(x[0], 1);
+}
+static sl_tensor d_lsm0(sl_graph *g, const sl_tensor *x) {
+  return sl_log_softmax(x[0], 0);
+}
 static sl_tensor d_sce(sl_graph *g, const sl_tensor *x) {
   return sl_sparse_cross_entropy(x[0], x[1]);
 }
@@ -204,12 +263,22 @@ static sl_tensor d_emb(sl_graph *g, const sl_tensor *x) {
 }
 
 static void test_dense(void **state) {
-  const char *ops_[] = {"softmax", "softmax_grad", "log_softmax",
-                        "log_softmax_grad", "sparse_cross_entropy",
-                        "sparse_cross_entropy_grad", "reduce_mean",
-                        "layer_norm", "layer_norm_grad", "embedding",
-                        "embedding_grad", "broadcast_to", "reshape", "sub",
-                        "square", NULL};
+  const char *ops_[] = {"softmax",
+                        "softmax_grad",
+                        "log_softmax",
+                        "log_softmax_grad",
+                        "sparse_cross_entropy",
+                        "sparse_cross_entropy_grad",
+                        "reduce_mean",
+                        "layer_norm",
+                        "layer_norm_grad",
+                        "embedding",
+                        "embedding_grad",
+                        "broadcast_to",
+                        "reshape",
+                        "sub",
+                        "square",
+                        NULL};
   CHECK("softmax", d_softmax, F32(5, 3));
   CHECK("softmax axis 0", d_softmax0, F32(5, 3));
   CHECK("log_softmax", d_lsm, F32(3, 5, 2));
@@ -222,7 +291,8 @@ static void test_dense(void **state) {
   CHECK("embedding", d_emb, F32(7, 3), IDX(7, 2, 5));
 }
 
-/* ---- random, masks, attention --------------------------------------------- */
+/* ---- random, masks, attention ---------------------------------------------
+ */
 
 static sl_tensor x_dropout(sl_graph *g, const sl_tensor *x) {
   return sl_dropout(x[0], 0.3, 11);
@@ -238,14 +308,14 @@ static sl_tensor x_attention_nc(sl_graph *g, const sl_tensor *x) {
 }
 
 static void test_random_mask_attention(void **state) {
-  const char *ops_[] = {"dropout", "dropout_grad", "causal_mask", "softmax",
-                        "softmax_grad", "batch_matmul", "scalar_mul", NULL};
+  const char *ops_[] = {
+      "dropout",      "dropout_grad", "causal_mask", "softmax",
+      "softmax_grad", "batch_matmul", "scalar_mul",  NULL};
   CHECK("dropout", x_dropout, F32(5, 7));
   CHECK("causal_mask", x_mask, F32(2, 5, 5));
   CHECK("attention causal", x_attention, F32(2, 5, 3), F32(2, 5, 3),
         F32(2, 5, 4));
-  CHECK("attention", x_attention_nc, F32(2, 3, 2), F32(2, 5, 2),
-        F32(2, 5, 3));
+  CHECK("attention", x_attention_nc, F32(2, 3, 2), F32(2, 5, 2), F32(2, 5, 3));
 }
 
 /* A value used twice gets the sum of both gradients. */

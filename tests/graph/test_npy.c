@@ -32,13 +32,15 @@ static void write_raw(const char *path, int major, const char *dict,
   size_t pre = major == 1 ? 10 : 12;
   size_t hlen = len + 1;
   hlen += (64 - (pre + hlen) % 64) % 64;
-  unsigned char p[12] = {0x93, 'N', 'U', 'M', 'P', 'Y', (unsigned char)major, 0};
+  unsigned char p[12] = {0x93, 'N', 'U', 'M', 'P', 'Y', (unsigned char)major,
+                         0};
   p[8] = (unsigned char)(hlen & 0xff);
   p[9] = (unsigned char)((hlen >> 8) & 0xff);
   p[10] = p[11] = 0;
   assert_int_equal(fwrite(p, 1, pre, f), pre);
   fputs(dict, f);
-  for (size_t i = len; i + 1 < hlen; i++) fputc(' ', f);
+  for (size_t i = len; i + 1 < hlen; i++)
+    fputc(' ', f);
   fputc('\n', f);
   if (bytes) assert_int_equal(fwrite(data, 1, bytes, f), bytes);
   fclose(f);
@@ -46,8 +48,10 @@ static void write_raw(const char *path, int major, const char *dict,
 
 static void test_header_versions(void **state) {
   float data[12];
-  for (int i = 0; i < 12; i++) data[i] = (float)i * 0.5f;
-  const char *dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 3), }";
+  for (int i = 0; i < 12; i++)
+    data[i] = (float)i * 0.5f;
+  const char *dict =
+      "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 3), }";
   for (int major = 1; major <= 3; major++) {
     char path[300], name[32];
     snprintf(name, sizeof name, "v%d.npy", major);
@@ -95,20 +99,23 @@ static void test_header_errors(void **state) {
   expect_open_error("f8.npy", 1,
                     "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }",
                     16, SL_EINVAL, "'<f8' unsupported");
-  expect_open_error("fortran.npy", 1,
-                    "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }",
-                    16, SL_EINVAL, "Fortran order");
-  expect_open_error("short.npy", 1,
-                    "{'descr': '<i4', 'fortran_order': False, 'shape': (8, 2), }",
-                    16, SL_EINVAL, "the header promises");
+  expect_open_error(
+      "fortran.npy", 1,
+      "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", 16,
+      SL_EINVAL, "Fortran order");
+  expect_open_error(
+      "short.npy", 1,
+      "{'descr': '<i4', 'fortran_order': False, 'shape': (8, 2), }", 16,
+      SL_EINVAL, "the header promises");
   expect_open_error("scalar.npy", 1,
                     "{'descr': '<i4', 'fortran_order': False, 'shape': (), }",
                     4, SL_EINVAL, "0-D");
   expect_open_error("v9.npy", 9,
                     "{'descr': '<i4', 'fortran_order': False, 'shape': (1,), }",
                     4, SL_EINVAL, "version 9");
-  expect_open_error("noshape.npy", 1, "{'descr': '<i4', 'fortran_order': False, }",
-                    4, SL_EINVAL, "no 'shape'");
+  expect_open_error("noshape.npy", 1,
+                    "{'descr': '<i4', 'fortran_order': False, }", 4, SL_EINVAL,
+                    "no 'shape'");
   char path[300];
   path_of("magic.npy", path, sizeof path);
   FILE *f = fopen(path, "wb");
@@ -136,7 +143,8 @@ static void test_batches_wrap(void **state) {
   char path[300];
   path_of("rows.npy", path, sizeof path);
   float data[10 * 3];
-  for (int i = 0; i < 30; i++) data[i] = (float)i;
+  for (int i = 0; i < 30; i++)
+    data[i] = (float)i;
   sl_shape s = SL_SHAPE(10, 3);
   GT_OK(sl__npy_write(path, SL_DTYPE_F32, &s, data));
   sl_graph *g;
@@ -169,7 +177,8 @@ static void test_shards(void **state) {
   char path[300];
   path_of("cube.npy", path, sizeof path);
   int32_t data[7 * 5 * 3];
-  for (int i = 0; i < 105; i++) data[i] = i * 3 - 7;
+  for (int i = 0; i < 105; i++)
+    data[i] = i * 3 - 7;
   sl_shape s = SL_SHAPE(7, 5, 3);
   GT_OK(sl__npy_write(path, SL_DTYPE_I32, &s, data));
   int32_t id;
@@ -179,8 +188,10 @@ static void test_shards(void **state) {
   sl__attrs_set_int(&at, "batch", 6);
   sl__meta out;
   GT_OK(sl__op_npy_read.infer(&at, 0, NULL, &out));
-  const char *layouts[][2] = {{"cpu:0", "B"},         {"cpu:0-3", "S(0)"},
-                              {"cpu:0-1", "S(1)"},    {"cpu:0-2", "S(2)"},
+  const char *layouts[][2] = {{"cpu:0", "B"},
+                              {"cpu:0-3", "S(0)"},
+                              {"cpu:0-1", "S(1)"},
+                              {"cpu:0-2", "S(2)"},
                               {"cpu:0-5[3,2]", "(S(0),S(1))"},
                               {"cpu:0-5[2,3]", "(S(2),S(0))"},
                               {"cpu:0-3[2,2]", "(S(1),S(1))"}};
@@ -202,7 +213,8 @@ static void test_shards(void **state) {
         k.out[0] = buf;
         k.out_meta[0] = out;
         k.out_meta[0].shape.ndim = 3;
-        for (int d = 0; d < 3; d++) k.out_meta[0].shape.dims[d] = sl.extent[d];
+        for (int d = 0; d < 3; d++)
+          k.out_meta[0].shape.dims[d] = sl.extent[d];
         k.out_slice[0] = sl;
         k.out_global[0] = out.shape;
         k.step = step;
@@ -212,8 +224,8 @@ static void test_shards(void **state) {
           for (int64_t b = 0; b < sl.extent[1]; b++)
             for (int64_t c = 0; c < sl.extent[2]; c++, i++) {
               int64_t row = (step * 6 + sl.start[0] + a) % 7;
-              int32_t want = data[(row * 5 + sl.start[1] + b) * 3 +
-                                  sl.start[2] + c];
+              int32_t want =
+                  data[(row * 5 + sl.start[1] + b) * 3 + sl.start[2] + c];
               if (buf[i] != want)
                 fail_msg("%s %s rank %d step %d: [%lld,%lld,%lld] %d != %d",
                          layouts[l][0], layouts[l][1], rk, step,

@@ -37,7 +37,8 @@ static void rig_build(rig *r, const sl_optimizer *opt) {
 static void rig_weights(rig *r, double *w) {
   void *d;
   GT_OK(sl__interp_variable(r->it, "w", &d, NULL));
-  for (int i = 0; i < N; i++) w[i] = ((float *)d)[i];
+  for (int i = 0; i < N; i++)
+    w[i] = ((float *)d)[i];
 }
 
 static void rig_destroy(rig *r) {
@@ -49,8 +50,8 @@ static void assert_close(const double *got, const double *want, double tol,
                          const char *what, int step) {
   for (int i = 0; i < N; i++)
     if (fabs(got[i] - want[i]) > tol * (1 + fabs(want[i])))
-      fail_msg("%s step %d: w[%d] = %.8g, hand computation %.8g", what, step,
-               i, got[i], want[i]);
+      fail_msg("%s step %d: w[%d] = %.8g, hand computation %.8g", what, step, i,
+               got[i], want[i]);
 }
 
 static void test_sgd(void **state) {
@@ -96,8 +97,8 @@ static void test_sgd(void **state) {
 static void test_adam(void **state) {
   GT_REQUIRE_OPS("adam_update", "sub", "square", "reduce_mean", "mul");
   for (int decoupled = 0; decoupled < 2; decoupled++) {
-    sl_optimizer opt = decoupled ? sl_optimizer_adamw(0.05, 0.1)
-                                 : sl_optimizer_adam(0.05);
+    sl_optimizer opt =
+        decoupled ? sl_optimizer_adamw(0.05, 0.1) : sl_optimizer_adam(0.05);
     if (!decoupled) opt.weight_decay = 0.02;
     rig r;
     rig_build(&r, &opt);
@@ -136,10 +137,10 @@ static void test_clip(void **state) {
     sl_graph *g;
     GT_OK(sl_graph_create(&g));
     sl_shape s3 = SL_SHAPE(3), s2 = SL_SHAPE(2);
-    sl_tensor a = sl_variable(g, "a", &s3, SL_DTYPE_F32, sl_init_zeros(),
-                              NULL, NULL);
-    sl_tensor b = sl_variable(g, "b", &s2, SL_DTYPE_F32, sl_init_zeros(),
-                              NULL, NULL);
+    sl_tensor a =
+        sl_variable(g, "a", &s3, SL_DTYPE_F32, sl_init_zeros(), NULL, NULL);
+    sl_tensor b =
+        sl_variable(g, "b", &s2, SL_DTYPE_F32, sl_init_zeros(), NULL, NULL);
     sl_tensor ca = sl_input(g, "ca", &s3, SL_DTYPE_F32, NULL, NULL);
     sl_tensor cb = sl_input(g, "cb", &s2, SL_DTYPE_F32, NULL, NULL);
     /* loss = sum(a * ca) + sum(b * cb): gradients ca and cb exactly. */
@@ -155,8 +156,10 @@ static void test_clip(void **state) {
     GT_OK(sl__interp_feed(it, "cb", bv, sizeof bv));
     GT_OK(sl__interp_step(it));
     double norm = 0;
-    for (int i = 0; i < 3; i++) norm += (double)av[i] * av[i];
-    for (int i = 0; i < 2; i++) norm += (double)bv[i] * bv[i];
+    for (int i = 0; i < 3; i++)
+      norm += (double)av[i] * av[i];
+    for (int i = 0; i < 2; i++)
+      norm += (double)bv[i] * bv[i];
     norm = sqrt(norm);
     double scale = fmin(1.0, clips[c] / (norm + 1e-6));
     void *d;
@@ -177,12 +180,12 @@ static void test_trainable(void **state) {
   sl_graph *g;
   GT_OK(sl_graph_create(&g));
   sl_shape s = SL_SHAPE(4);
-  sl_tensor w = sl_variable(g, "w", &s, SL_DTYPE_F32, sl_init_constant(1),
-                            NULL, NULL);
-  sl_tensor frozen = sl_variable_set_trainable(
-      sl_variable(g, "frozen", &s, SL_DTYPE_F32, sl_init_constant(2), NULL,
-                  NULL),
-      false);
+  sl_tensor w =
+      sl_variable(g, "w", &s, SL_DTYPE_F32, sl_init_constant(1), NULL, NULL);
+  sl_tensor frozen =
+      sl_variable_set_trainable(sl_variable(g, "frozen", &s, SL_DTYPE_F32,
+                                            sl_init_constant(2), NULL, NULL),
+                                false);
   sl_tensor unused = sl_variable(g, "unused", &s, SL_DTYPE_F32,
                                  sl_init_constant(3), NULL, NULL);
   (void)unused;
@@ -216,10 +219,10 @@ static void test_minimize_errors(void **state) {
   for (int i = 0; i < 4; i++) {
     sl_graph *g;
     GT_OK(sl_graph_create(&g));
-    sl_tensor w = sl_variable(g, "w", &s, SL_DTYPE_F32, sl_init_zeros(), NULL,
-                              NULL);
-    sl_tensor loss = sl_name(sl_reduce_sum(sl_mul(w, w), 0, NULL, false),
-                             "loss");
+    sl_tensor w =
+        sl_variable(g, "w", &s, SL_DTYPE_F32, sl_init_zeros(), NULL, NULL);
+    sl_tensor loss =
+        sl_name(sl_reduce_sum(sl_mul(w, w), 0, NULL, false), "loss");
     assert_int_equal(sl_minimize(loss, &bad[i]), SL_EINVAL);
     if (!strstr(sl_graph_error(g), why[i]) ||
         strncmp(sl_graph_error(g), "optimizer 'loss': ", 18) != 0)
@@ -229,8 +232,8 @@ static void test_minimize_errors(void **state) {
   /* A non-scalar loss; a loss with no trainable variable. */
   sl_graph *g;
   GT_OK(sl_graph_create(&g));
-  sl_tensor w = sl_variable(g, "w", &s, SL_DTYPE_F32, sl_init_zeros(), NULL,
-                            NULL);
+  sl_tensor w =
+      sl_variable(g, "w", &s, SL_DTYPE_F32, sl_init_zeros(), NULL, NULL);
   sl_optimizer opt = sl_optimizer_sgd(0.1, 0);
   assert_int_equal(sl_minimize(sl_mul(w, w), &opt), SL_EINVAL);
   assert_non_null(strstr(sl_graph_error(g), "one element"));
