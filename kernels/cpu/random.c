@@ -305,31 +305,37 @@ static int dropout_sigs(const sl__attrs *at, int n_in, const sl__meta *in,
 
 /* y = x * keep / (1 - p), keep = (u >= p) for u uniform in [0, 1) keyed by
  * (seed, step, global index): the forward and its gradient draw the same
- * mask at the same step. */
+ * mask at the same step. With u = m 2^-53 (m the top 53 random bits) the
+ * test is the integer one m >= ceil(p 2^53) (p 2^53 is exact), so the row
+ * loop is all integer arithmetic and vectorises (AVX-512 has the 64-bit
+ * multiplies SplitMix64 needs). */
+#define DROP_ROW(fname, T)                                                     \
+  SL__MULTIVERSION(fname,                                                      \
+                   (T * o, const T *x, int64_t n, uint64_t key, uint64_t g,   \
+                    uint64_t t, T scale),                                      \
+                   (o, x, n, key, g, t, scale), {                              \
+                     for (int64_t j = 0; j < n; j++) {                         \
+                       uint64_t b = sl__rand_bits(key, g + (uint64_t)j);       \
+                       o[j] = (b >> 11) >= t ? x[j] * scale : (T)0;            \
+                     }                                                         \
+                   })
+DROP_ROW(drop_f32, float)
+DROP_ROW(drop_f64, double)
+
 static sl_status dropout_cpu(const sl__kernel_ctx *k) {
   uint64_t key = stream_key(k, true);
   double p = attr_num(k->attrs, "p", 0);
-  if (k->out_meta[0].dtype == SL_DTYPE_F32) {
-    const float *x = k->in[0];
-    float *o = k->out[0];
-    float scale = (float)(1.0 / (1.0 - p));
-    FOR_ROWS(k, &k->out_slice[0], &k->out_global[0], {
-      for (int64_t j = 0; j < n; j++) {
-        double u = sl__rand_unit_f64(sl__rand_bits(key, (uint64_t)(g + j)));
-        o[r * n + j] = u >= p ? x[r * n + j] * scale : 0.f;
-      }
-    });
-  } else {
-    const double *x = k->in[0];
-    double *o = k->out[0];
-    double scale = 1.0 / (1.0 - p);
-    FOR_ROWS(k, &k->out_slice[0], &k->out_global[0], {
-      for (int64_t j = 0; j < n; j++) {
-        double u = sl__rand_unit_f64(sl__rand_bits(key, (uint64_t)(g + j)));
-        o[r * n + j] = u >= p ? x[r * n + j] * scale : 0.0;
-      }
-    });
-  }
+  uint64_t t = (uint64_t)ceil(p * 0x1.0p53);
+  double scale = 1.0 / (1.0 - p);
+  bool f32 = k->out_meta[0].dtype == SL_DTYPE_F32;
+  FOR_ROWS(k, &k->out_slice[0], &k->out_global[0], {
+    if (f32)
+      drop_f32((float *)k->out[0] + r * n, (const float *)k->in[0] + r * n, n,
+               key, (uint64_t)g, t, (float)scale);
+    else
+      drop_f64((double *)k->out[0] + r * n, (const double *)k->in[0] + r * n,
+               n, key, (uint64_t)g, t, scale);
+  });
   return SL_OK;
 }
 

@@ -432,6 +432,7 @@ static void test_isa_instances_agree(void **state) {
   const char *binary[] = {"add", "sub", "mul", "div", "maximum", "relu_grad",
                           "gelu_grad", "tanh_grad", "sigmoid_grad"};
   const char *reduce[] = {"reduce_sum", "reduce_mean", "reduce_max"};
+  /* and dropout's integer mask test (random.c) */
   const int64_t lens[] = {1, 7, 8, 15, 31, 32, 33, 67, 1000};
   const sl_dtype dts[] = {SL_DTYPE_F32, SL_DTYPE_F64, SL_DTYPE_I32,
                           SL_DTYPE_I64};
@@ -452,7 +453,7 @@ static void test_isa_instances_agree(void **state) {
         sl_host_tensor_set(x, 2 * lens[li] + 5, -100);
       }
       /* (op, inputs, attrs) runs; every one under every instance. */
-      for (int k = 0; k < 23; k++) {
+      for (int k = 0; k < 24; k++) {
         const char *op;
         sl_host_tensor *in[2] = {x, NULL};
         int n_in = 1;
@@ -465,9 +466,13 @@ static void test_isa_instances_agree(void **state) {
           in[1] = (k - 11) % 3 == 0 ? y : (k - 11) % 3 == 1 ? b : c;
           n_in = 2;
           if (strstr(op, "_grad")) in[1] = y;
-        } else {
+        } else if (k < 23) {
           op = reduce[k - 20];
           sl__attrs_set_ints(&at, "axes", 1, (int64_t[]){(k + (int)li) % 2});
+        } else {
+          op = "dropout";
+          sl__attrs_set_float(&at, "p", 0.3);
+          sl__attrs_set_int(&at, "seed", 5);
         }
         const sl__op_def *def = sl__op_find(op);
         sl__meta m[2];
