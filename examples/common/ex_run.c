@@ -34,6 +34,7 @@ struct ex_run {
   void *session;
   FILE *trace;
   bool trace_first;
+  uint64_t ranks_seen; /* trace rows used by ranks 0..63 */
   uint64_t t_origin;
   int64_t step;
   prof_entry *prof;
@@ -101,6 +102,7 @@ static void json_string(FILE *f, const char *s) {
 static void trace_event(ex_run *r, const char *name, const char *cat, int tid,
                         uint64_t t0, uint64_t t1) {
   if (!r->trace) return;
+  if (tid >= 0 && tid < 64) r->ranks_seen |= 1ull << tid;
   fputs(r->trace_first ? "\n" : ",\n", r->trace);
   r->trace_first = false;
   fputs("{\"name\":", r->trace);
@@ -185,6 +187,19 @@ void ex_run_destroy(ex_run *r) {
   ex__session_destroy(r->session);
 #endif
   if (r->trace) {
+    /* Row names: one per rank, then boxing (all ranks at once) and steps. */
+    for (int t = 0; t < 64; t++)
+      if (r->ranks_seen >> t & 1)
+        fprintf(r->trace,
+                ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,"
+                "\"tid\":%d,\"args\":{\"name\":\"rank %d\"}}",
+                t, t);
+    if (!r->trace_first)
+      fputs(",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":"
+            "1000,\"args\":{\"name\":\"boxing (every rank)\"}},\n"
+            "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":2000,"
+            "\"args\":{\"name\":\"steps\"}}",
+            r->trace);
     fputs("\n]}\n", r->trace);
     fclose(r->trace);
   }

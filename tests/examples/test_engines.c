@@ -2,7 +2,9 @@
  * value after the step's update, a split value assembled, a partial value
  * reduced — the sharded engine on 1-4 devices against the interpreter. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "inv.h"
 
@@ -76,9 +78,42 @@ static void test_fetch_semantics(void **state) {
   }
 }
 
+/* --trace writes a Chrome trace: every op of every rank, named rows. */
+static void test_trace(void **state) {
+  char path[] = "/tmp/sluice_trace_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  sl_graph *g = rig("cpu:0-2", "S(0)");
+  ex_run_opts o = {EX_ENGINE_SHARDED, path, false, false};
+  ex_run *r;
+  INV_OK(ex_run_create(g, &o, &r));
+  float t[N] = {0};
+  INV_OK(ex_run_feed(r, "t", t, sizeof t));
+  INV_OK(ex_run_step(r));
+  INV_OK(ex_run_step(r));
+  ex_run_destroy(r);
+  sl_graph_destroy(g);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  static char buf[1 << 20];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  unlink(path);
+  assert_true(
+      strncmp(buf, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", 37) == 0);
+  assert_non_null(strstr(buf, "\"cat\":\"sgd_update\""));
+  assert_non_null(strstr(buf, "\"tid\":2,"));
+  assert_non_null(strstr(buf, "\"args\":{\"name\":\"rank 2\"}"));
+  assert_non_null(strstr(buf, "\"args\":{\"step\":1}"));
+  assert_true(n > 4 && strcmp(buf + n - 4, "\n]}\n") == 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fetch_semantics),
+      cmocka_unit_test(test_trace),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
