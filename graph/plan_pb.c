@@ -26,11 +26,12 @@ sl_status sl__pplan_pack(const sl__pplan *p, uint8_t **buf, size_t *len) {
   Sluice__Register *regs = sl__calloc((size_t)p->n_regsts + 1, sizeof *regs);
   Sluice__Register **regp = sl__calloc((size_t)p->n_regsts + 1, sizeof *regp);
   int32_t n_steps = 0;
-  for (int32_t i = 0; i < p->n_nodes; i++) n_steps += p->nodes[i].n_steps;
+  for (int32_t i = 0; i < p->n_nodes; i++)
+    n_steps += p->nodes[i].n_steps;
   Sluice__BoxingStep *steps = sl__calloc((size_t)n_steps + 1, sizeof *steps);
   Sluice__BoxingStep **stepp = sl__calloc((size_t)n_steps + 1, sizeof *stepp);
-  int64_t *shapes = sl__calloc((size_t)p->n_regsts * SL_MAX_DIMS + 1,
-                               sizeof *shapes);
+  int64_t *shapes =
+      sl__calloc((size_t)p->n_regsts * SL_MAX_DIMS + 1, sizeof *shapes);
   sl_status st = SL_OK;
   if (!nodes || !nodep || !tasks || !taskp || !regs || !regp || !steps ||
       !stepp || !shapes) {
@@ -247,7 +248,7 @@ sl_status sl__pplan_unpack(const uint8_t *buf, size_t len, sl__pplan **out) {
   Sluice__Plan *m = sluice__plan__unpack(NULL, len, buf);
   if (!m)
     return sl__fail(SL_EINVAL, "plan file: not a sluice plan (protobuf "
-                    "decoding failed)");
+                               "decoding failed)");
   sl__pplan *p = NULL;
   sl_status st = sl__pplan_create(&p);
   if (st == SL_OK) st = copy_plan(m, p);

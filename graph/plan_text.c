@@ -20,11 +20,10 @@ static bool is_boxing(const sl__task *t) {
 /* "op matmul", "collective all_reduce(sum) group 0 member 1", ... */
 static void task_what(const sl__pplan *p, const sl__task *t, char *buf,
                       size_t n) {
-  const sl__pnode *pn = t->node >= 0 && t->node < p->n_nodes ? &p->nodes[t->node]
-                                                             : NULL;
-  const sl__pstep *ps = pn && t->step >= 0 && t->step < pn->n_steps
-                            ? &pn->steps[t->step]
-                            : NULL;
+  const sl__pnode *pn =
+      t->node >= 0 && t->node < p->n_nodes ? &p->nodes[t->node] : NULL;
+  const sl__pstep *ps =
+      pn && t->step >= 0 && t->step < pn->n_steps ? &pn->steps[t->step] : NULL;
   const char *k = sl__task_kind_name(t->kind);
   if (t->kind == SL__TASK_OP && pn)
     snprintf(buf, n, "op %s", pn->op);
@@ -48,8 +47,8 @@ static void human_bytes(int64_t b, char *buf, size_t n) {
     snprintf(buf, n, "%lld B", (long long)b);
 }
 
-static void regst_line(FILE *f, const sl__pplan *p, const char *dir,
-                       int32_t id, bool with_count) {
+static void regst_line(FILE *f, const sl__pplan *p, const char *dir, int32_t id,
+                       bool with_count) {
   const sl__regst *r = &p->regsts[id];
   char shape[128], bytes[32];
   sl_shape_print(&r->shape, shape, sizeof shape);
@@ -170,7 +169,8 @@ sl_status sl__pplan_write_text(const sl__pplan *p, FILE *f) {
     for (int32_t s = 0; s < pn->n_steps; s++) {
       const sl__pstep *ps = &pn->steps[s];
       human_bytes(ps->bytes, tb, sizeof tb);
-      fprintf(f, "    %s%s%s%s %s -> %s, mesh axis %d, %s sent per rank at "
+      fprintf(f,
+              "    %s%s%s%s %s -> %s, mesh axis %d, %s sent per rank at "
               "most, %.3f us\n",
               ps->op, ps->reduce[0] ? "(" : "", ps->reduce,
               ps->reduce[0] ? ")" : "", ps->from, ps->to, (int)ps->mesh_axis,
@@ -202,9 +202,10 @@ sl_status sl__pplan_write_dot(const sl__pplan *p, FILE *f) {
              "  node [shape=box, fontsize=10, fontname=\"Helvetica\"];\n"
              "  edge [fontsize=8, fontname=\"Helvetica\"];\n");
   for (int di = 0; di < nd; di++) {
-    fprintf(f, "  subgraph cluster_m%u_d%u {\n    label=\"machine %u device %u\";\n",
-            devs[di].machine, devs[di].device, devs[di].machine,
-            devs[di].device);
+    fprintf(
+        f,
+        "  subgraph cluster_m%u_d%u {\n    label=\"machine %u device %u\";\n",
+        devs[di].machine, devs[di].device, devs[di].machine, devs[di].device);
     for (int32_t i = 0; i < p->n_tasks; i++) {
       const sl__task *t = &p->tasks[i];
       if (t->kind == SL__TASK_TICK || t->machine != devs[di].machine ||

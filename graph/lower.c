@@ -1,0 +1,794 @@
+/* Lowering and register planning: a compiled graph becomes tasks and
+ * register descriptors (docs/plan.md).
+ *
+ *   op node        one task per rank of its placement (compute stream)
+ *   input          one feed task per rank (compute), gated by the tick
+ *   variable       no task when it has an update: its registers (2, the
+ *                  first ready with the initial value) are written by the
+ *                  task producing the update, which also reads them — the
+ *                  update loop; a variable without update gets a const task
+ *   boxing         per step, one task per plan rank: group collectives on
+ *                  the collective stream, send_recv/copy as exchange tasks
+ *                  and slice/zero as local tasks on the copy stream
+ *   fetch          one task per rank holding a distinct part of the value
+ *                  (coordinate 0 on every broadcast mesh axis), copy stream
+ *   tick           one per device, on the driver: every task that starts
+ *                  from nothing reads it, and so do the producers of
+ *                  variables, so nothing runs more than a step ahead of
+ *                  the steps the program asked for.
+ *
+ * Register counts: 1, except variables (initial 1 + 1 free, for the loop),
+ * feeds and ticks (2: the next step's data can be cut while this one
+ * computes). */
+#include <string.h>
+
+#include "lower_int.h"
+#include "sbp_int.h"
+
+#define FEED_COUNT 2
+#define TICK_COUNT 2
+#define VAR_COUNT 2
+
+const char *sl__task_kind_name(sl__task_kind k) {
+  static const char *const names[] = {"op",    "feed",     "fetch",
+                                      "const", "var_copy", "collective",
+                                      "local", "exchange", "tick"};
+  return (int)k >= 0 && (int)k < SL__TASK_KIND_COUNT ? names[k] : "?";
+}
+
+/* ---- plan storage -------------------------------------------------------- */
+
+sl_status sl__pplan_create(sl__pplan **out) {
+  *out = NULL;
+  sl__pplan *p;
+  if (SL_NEW(p) != SL_OK) return SL_ENOMEM;
+  if (sl__arena_create(0, &p->arena) != SL_OK) {
+    sl__free(p);
+    return SL_ENOMEM;
+  }
+  *out = p;
+  return SL_OK;
+}
+
+void sl__pplan_destroy(sl__pplan *p) {
+  if (!p) return;
+  sl__free(p->tasks);
+  sl__free(p->regsts);
+  sl__arena_destroy(p->arena);
+  sl__free(p);
+}
+
+sl__task *sl__pplan_add_task(sl__pplan *p) {
+  if (p->n_tasks == p->cap_tasks) {
+    int32_t cap = p->cap_tasks ? p->cap_tasks * 2 : 64;
+    sl__task *t = sl__reallocarray(p->tasks, (size_t)cap, sizeof *t);
+    if (!t) return NULL;
+    p->tasks = t;
+    p->cap_tasks = cap;
+  }
+  sl__task *t = &p->tasks[p->n_tasks++];
+  memset(t, 0, sizeof *t);
+  t->node = t->rank = t->step = t->group = t->member = t->tick_slot = -1;
+  return t;
+}
+
+sl__regst *sl__pplan_add_regst(sl__pplan *p) {
+  if (p->n_regsts == p->cap_regsts) {
+    int32_t cap = p->cap_regsts ? p->cap_regsts * 2 : 64;
+    sl__regst *r = sl__reallocarray(p->regsts, (size_t)cap, sizeof *r);
+    if (!r) return NULL;
+    p->regsts = r;
+    p->cap_regsts = cap;
+  }
+  sl__regst *r = &p->regsts[p->n_regsts++];
+  memset(r, 0, sizeof *r);
+  r->producer = r->out_slot = r->value = r->rank = r->var_node = -1;
+  r->count = 1;
+  return r;
+}
+
+sl_status sl__pplan_validate(sl__pplan *p) {
+  if (p->driver < p->machines || p->machines == 0 ||
+      p->machines >= SL_ACTOR_MAX_NODES)
+    return sl__fail(SL_EINVAL, "plan: %u machines, driver %u", p->machines,
+                    p->driver);
+  for (int32_t r = 0; r < p->n_regsts; r++) {
+    sl__regst *g = &p->regsts[r];
+    g->n_cons = 0;
+    if (g->producer < 0 || g->producer >= p->n_tasks)
+      return sl__fail(SL_EINVAL, "plan: register %d ('%s') has no producer",
+                      (int)r, g->name ? g->name : "?");
+    const sl__task *t = &p->tasks[g->producer];
+    if (g->out_slot < 0 || g->out_slot >= t->n_out || t->out[g->out_slot] != r)
+      return sl__fail(SL_EINVAL,
+                      "plan: register %d ('%s') is not output %d of task '%s'",
+                      (int)r, g->name ? g->name : "?", (int)g->out_slot,
+                      t->name ? t->name : "?");
+    if (g->count < 1 || g->initial < 0 || g->initial >= g->count + 1 ||
+        g->bytes < 0)
+      return sl__fail(SL_EINVAL, "plan: register '%s': count %d, initial %d",
+                      g->name ? g->name : "?", (int)g->count, (int)g->initial);
+  }
+  int32_t *ncons = sl__calloc((size_t)p->n_regsts + 1, sizeof *ncons);
+  if (!ncons) return SL_ENOMEM;
+  sl_status st = SL_OK;
+  for (int32_t i = 0; i < p->n_tasks && st == SL_OK; i++) {
+    const sl__task *t = &p->tasks[i];
+    if (!t->name || (int)t->kind < 0 || t->kind >= SL__TASK_KIND_COUNT ||
+        t->stream >= SL_STREAMS_DEFAULT || t->device >= SL_ACTOR_MAX_DEVICES ||
+        t->machine >= p->machines || t->tick_slot < -1 ||
+        t->tick_slot >= t->n_in) {
+      st = sl__fail(SL_EINVAL, "plan: task %d ('%s') is malformed", (int)i,
+                    t->name ? t->name : "?");
+      break;
+    }
+    for (int32_t k = 0; k < t->n_in; k++) {
+      if (t->in[k] < 0 || t->in[k] >= p->n_regsts) {
+        st = sl__fail(SL_EINVAL, "plan: task '%s' reads register %d", t->name,
+                      (int)t->in[k]);
+        break;
+      }
+      ncons[t->in[k]]++;
+    }
+    for (int32_t k = 0; k < t->n_out && st == SL_OK; k++)
+      if (t->out[k] < 0 || t->out[k] >= p->n_regsts ||
+          p->regsts[t->out[k]].producer != i)
+        st = sl__fail(SL_EINVAL, "plan: task '%s' writes register %d", t->name,
+                      (int)t->out[k]);
+  }
+  for (int32_t r = 0; r < p->n_regsts && st == SL_OK; r++) {
+    sl__regst *g = &p->regsts[r];
+    g->cons = sl__arena_calloc(p->arena, (size_t)ncons[r] + 1, sizeof *g->cons);
+    if (!g->cons) st = SL_ENOMEM;
+  }
+  for (int32_t i = 0; i < p->n_tasks && st == SL_OK; i++) {
+    const sl__task *t = &p->tasks[i];
+    for (int32_t k = 0; k < t->n_in; k++) {
+      sl__regst *g = &p->regsts[t->in[k]];
+      g->cons[g->n_cons++] = i;
+    }
+  }
+  sl__free(ncons);
+  return st;
+}
+
+/* ---- lowering --------------------------------------------------------------
+ */
+
+typedef struct tick_ref {
+  uint32_t machine, device;
+  int32_t reg;
+} tick_ref;
+
+typedef struct lower {
+  const sl_graph *g;
+  sl__pplan *p;
+  int32_t **shard; /* per value: register of each placement rank */
+  int32_t *var_of; /* per value: the variable node it is the direct
+                      update of, else -1 */
+  tick_ref *ticks; /* one per (machine, device) */
+  int32_t n_ticks, cap_ticks;
+} lower;
+
+static const char *adup(lower *L, const char *fmt, ...) SL__PRINTF(2, 3);
+static const char *adup(lower *L, const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  return sl__arena_strdup(L->p->arena, buf);
+}
+
+static int32_t *arena_ints(lower *L, int32_t n) {
+  return sl__arena_calloc(L->p->arena, (size_t)n + 1, sizeof(int32_t));
+}
+
+/* Where placement rank r of p runs. */
+static sl_status rank_where(const sl_placement *p, int r, uint32_t *machine,
+                            uint32_t *device) {
+  int node = 0, dev = 0;
+  SL_CHECK(sl_placement_rank_device(p, r, &node, &dev));
+  if (node < 0 || node >= (int)SL_ACTOR_MAX_NODES - 1 || dev < 0 ||
+      dev >= (int)SL_ACTOR_MAX_DEVICES)
+    return sl__fail(SL_EUNSUPPORTED,
+                    "lowering: device %d of node %d is beyond the actor "
+                    "runtime's ids",
+                    dev, node);
+  *machine = (uint32_t)node;
+  *device = (uint32_t)dev;
+  return SL_OK;
+}
+
+/* A task with room for n_in inputs and n_out outputs (filled later). */
+static sl__task *new_task(lower *L, sl__task_kind kind, const char *name,
+                          int32_t node, int32_t rank, uint32_t machine,
+                          uint32_t device, sl_stream_kind stream, int32_t n_in,
+                          int32_t n_out) {
+  sl__task *t = sl__pplan_add_task(L->p);
+  if (!t || !name) return NULL;
+  t->kind = kind;
+  t->name = name;
+  t->node = node;
+  t->rank = rank;
+  t->machine = machine;
+  t->device = device;
+  t->stream = (uint32_t)stream;
+  t->in = arena_ints(L, n_in);
+  t->out = arena_ints(L, n_out);
+  if (!t->in || !t->out) return NULL;
+  if (machine + 1 > L->p->machines) L->p->machines = machine + 1;
+  return t;
+}
+
+static int32_t task_id(lower *L, const sl__task *t) {
+  return (int32_t)(t - L->p->tasks);
+}
+
+/* A register for a shard of shape `shape` (count 1), not yet produced. */
+static int32_t new_regst(lower *L, const char *name, const sl_shape *shape,
+                         sl_dtype dt, uint32_t machine, uint32_t device) {
+  sl__regst *r = sl__pplan_add_regst(L->p);
+  if (!r || !name) return -1;
+  r->name = name;
+  r->shape = *shape;
+  r->dtype = dt;
+  r->bytes = sl_shape_numel(shape) * (int64_t)sl_dtype_size(dt);
+  r->machine = machine;
+  r->device = device;
+  return (int32_t)(r - L->p->regsts);
+}
+
+static void set_output(lower *L, sl__task *t, int32_t slot, int32_t reg) {
+  t->out[slot] = reg;
+  sl__regst *r = &L->p->regsts[reg];
+  r->producer = task_id(L, t);
+  r->out_slot = slot;
+}
+
+static sl_shape slice_shape(const sl_slice *s) {
+  sl_shape sh;
+  memset(&sh, 0, sizeof sh);
+  sh.ndim = s->ndim;
+  for (int d = 0; d < s->ndim; d++)
+    sh.dims[d] = s->extent[d];
+  return sh;
+}
+
+/* The tick register of (machine, device), creating its task (which runs on
+ * the driver; its `machine` is the machine it serves). The task array may
+ * move: callers re-fetch task pointers after this. */
+static sl_status tick_of(lower *L, uint32_t machine, uint32_t device,
+                         int32_t *out) {
+  for (int32_t i = 0; i < L->n_ticks; i++)
+    if (L->ticks[i].machine == machine && L->ticks[i].device == device) {
+      *out = L->ticks[i].reg;
+      return SL_OK;
+    }
+  if (L->n_ticks == L->cap_ticks) {
+    int32_t cap = L->cap_ticks ? L->cap_ticks * 2 : 8;
+    tick_ref *t = sl__reallocarray(L->ticks, (size_t)cap, sizeof *t);
+    if (!t) return SL_ENOMEM;
+    L->ticks = t;
+    L->cap_ticks = cap;
+  }
+  const char *name = adup(L, "tick@n%u.d%u", machine, device);
+  sl__task *t = new_task(L, SL__TASK_TICK, name, -1, -1, machine, device,
+                         SL_STREAM_COMPUTE, 0, 1);
+  if (!t) return SL_ENOMEM;
+  int32_t id = task_id(L, t);
+  sl_shape none = {0};
+  int32_t r = new_regst(L, name, &none, SL_DTYPE_U8, machine, device);
+  if (r < 0) return SL_ENOMEM;
+  L->p->regsts[r].bytes = 0;
+  L->p->regsts[r].count = TICK_COUNT;
+  t = &L->p->tasks[id];
+  t->n_out = 1;
+  set_output(L, t, 0, r);
+  L->ticks[L->n_ticks++] = (tick_ref){machine, device, r};
+  *out = r;
+  return SL_OK;
+}
+
+/* Appends the device's tick as the task's last input. */
+static sl_status add_tick(lower *L, int32_t task) {
+  sl__task *t = &L->p->tasks[task];
+  if (t->tick_slot >= 0) return SL_OK;
+  uint32_t m = t->machine, d = t->device;
+  int32_t reg;
+  SL_CHECK(tick_of(L, m, d, &reg));
+  t = &L->p->tasks[task];
+  t->tick_slot = t->n_in;
+  t->in[t->n_in++] = reg;
+  return SL_OK;
+}
+
+static int32_t *shard_of(lower *L, int32_t v) {
+  if (!L->shard[v]) {
+    const sl__value *val = sl__graph_value(L->g, v);
+    int n = sl_placement_size(val->placement);
+    L->shard[v] = arena_ints(L, n);
+    if (L->shard[v])
+      for (int r = 0; r < n; r++)
+        L->shard[v][r] = -1;
+  }
+  return L->shard[v];
+}
+
+static const char *value_label(lower *L, int32_t v) {
+  const sl__value *val = sl__graph_value(L->g, v);
+  const sl__node *n = sl__graph_node(L->g, val->producer);
+  if (n->n_out > 1) return adup(L, "%s:%d", n->name, (int)val->index);
+  return n->name;
+}
+
+/* A new register for rank r's shard of value v (or the variable's
+ * register when v is the direct update of a variable). */
+static sl_status value_regst(lower *L, int32_t v, int r, int32_t *out) {
+  const sl__value *val = sl__graph_value(L->g, v);
+  int32_t *sh = shard_of(L, v);
+  if (!sh) return SL_ENOMEM;
+  if (L->var_of[v] >= 0) {
+    const sl__node *var = sl__graph_node(L->g, L->var_of[v]);
+    *out = L->shard[var->out[0]][r];
+    sh[r] = -1; /* readers of the update value itself: none (checked) */
+    return SL_OK;
+  }
+  sl_slice s;
+  SL_CHECK(sl_local_slice(&val->meta.shape, val->placement, &val->sbp, r, &s));
+  uint32_t m, d;
+  SL_CHECK(rank_where(val->placement, r, &m, &d));
+  sl_shape shape = slice_shape(&s);
+  int32_t reg = new_regst(L, adup(L, "%s@r%d", value_label(L, v), r), &shape,
+                          val->meta.dtype, m, d);
+  if (reg < 0) return SL_ENOMEM;
+  sl__regst *rg = &L->p->regsts[reg];
+  rg->value = v;
+  rg->rank = r;
+  sh[r] = reg;
+  *out = reg;
+  return SL_OK;
+}
+
+/* Variables with an update get their registers before anything reads
+ * them. The update's producer writes them directly when the update value
+ * has no other use; otherwise a var_copy task does (lowered at the end). */
+static sl_status plan_variables(lower *L, bool *needs_copy) {
+  const sl_graph *g = L->g;
+  int32_t nv = sl__graph_value_count(g), nn = sl__graph_node_count(g);
+  int32_t *uses = sl__calloc((size_t)nv + 1, sizeof *uses);
+  if (!uses) return SL_ENOMEM;
+  for (int32_t i = 0; i < nn; i++) {
+    const sl__node *n = sl__graph_node(g, i);
+    for (int k = 0; k < n->n_in; k++)
+      uses[n->in[k]]++;
+    if (n->kind == SL__NODE_VARIABLE && n->update >= 0) uses[n->update]++;
+  }
+  sl_status st = SL_OK;
+  for (int32_t i = 0; i < nn && st == SL_OK; i++) {
+    const sl__node *n = sl__graph_node(g, i);
+    needs_copy[i] = false;
+    if (n->kind != SL__NODE_VARIABLE || n->update < 0) continue;
+    const sl__value *var = sl__graph_value(g, n->out[0]);
+    const sl__value *u = sl__graph_value(g, n->update);
+    if (!sl_placement_equal(var->placement, u->placement) ||
+        !sl_nd_sbp_equal(&var->sbp, &u->sbp)) {
+      st = sl__fail(SL_EINTERNAL,
+                    "lowering: variable '%s': its update has another layout",
+                    n->name);
+      break;
+    }
+    const sl__node *prod = sl__graph_node(g, u->producer);
+    bool direct = uses[n->update] == 1 && L->var_of[n->update] < 0 &&
+                  (prod->kind == SL__NODE_OP ||
+                   (prod->kind == SL__NODE_BOXING &&
+                    sl_boxing_plan_step_count(prod->boxing) > 0));
+    needs_copy[i] = !direct;
+    if (direct) L->var_of[n->update] = i;
+    int32_t *sh = shard_of(L, n->out[0]);
+    if (!sh) {
+      st = SL_ENOMEM;
+      break;
+    }
+    for (int r = 0; r < sl_placement_size(var->placement) && st == SL_OK; r++) {
+      sl_slice s;
+      uint32_t m, d;
+      st = sl_local_slice(&var->meta.shape, var->placement, &var->sbp, r, &s);
+      if (st == SL_OK) st = rank_where(var->placement, r, &m, &d);
+      if (st != SL_OK) break;
+      sl_shape shape = slice_shape(&s);
+      int32_t reg = new_regst(L, adup(L, "%s@r%d", n->name, r), &shape,
+                              var->meta.dtype, m, d);
+      if (reg < 0) {
+        st = SL_ENOMEM;
+        break;
+      }
+      sl__regst *rg = &L->p->regsts[reg];
+      rg->value = n->out[0];
+      rg->rank = r;
+      rg->count = VAR_COUNT;
+      rg->initial = 1;
+      rg->var_node = i;
+      sh[r] = reg;
+    }
+  }
+  sl__free(uses);
+  return st;
+}
+
+static sl_status lower_input(lower *L, int32_t ni, const sl__node *n) {
+  const sl__value *v = sl__graph_value(L->g, n->out[0]);
+  for (int r = 0; r < sl_placement_size(v->placement); r++) {
+    uint32_t m, d;
+    SL_CHECK(rank_where(v->placement, r, &m, &d));
+    sl__task_kind kind =
+        n->kind == SL__NODE_INPUT ? SL__TASK_FEED : SL__TASK_CONST;
+    sl__task *t = new_task(L, kind, adup(L, "%s@r%d", n->name, r), ni, r, m, d,
+                           SL_STREAM_COMPUTE, 1, 1);
+    if (!t) return SL_ENOMEM;
+    int32_t id = task_id(L, t), reg;
+    SL_CHECK(value_regst(L, n->out[0], r, &reg));
+    t = &L->p->tasks[id];
+    t->n_out = 1;
+    set_output(L, t, 0, reg);
+    if (kind == SL__TASK_FEED) L->p->regsts[reg].count = FEED_COUNT;
+    SL_CHECK(add_tick(L, id));
+  }
+  return SL_OK;
+}
+
+static sl_status lower_op(lower *L, int32_t ni, const sl__node *n) {
+  int nr = sl_placement_size(n->placement);
+  for (int k = 0; k < n->n_in; k++) {
+    const sl__value *v = sl__graph_value(L->g, n->in[k]);
+    if (!sl_placement_equal(v->placement, n->placement) ||
+        !sl_nd_sbp_equal(&v->sbp, &n->in_sbp[k]) || !L->shard[n->in[k]])
+      return sl__fail(SL_EINTERNAL,
+                      "lowering: op '%s': input %d is not in the layout the "
+                      "op consumes (compile should have boxed it)",
+                      n->name, k);
+  }
+  for (int r = 0; r < nr; r++) {
+    uint32_t m, d;
+    SL_CHECK(rank_where(n->placement, r, &m, &d));
+    sl__task *t = new_task(L, SL__TASK_OP, adup(L, "%s@r%d", n->name, r), ni, r,
+                           m, d, SL_STREAM_COMPUTE, n->n_in + 1, n->n_out);
+    if (!t) return SL_ENOMEM;
+    int32_t id = task_id(L, t);
+    for (int k = 0; k < n->n_in; k++) {
+      int32_t reg = L->shard[n->in[k]][r];
+      if (reg < 0)
+        return sl__fail(SL_EINTERNAL,
+                        "lowering: op '%s' reads a value with "
+                        "no register",
+                        n->name);
+      t->in[t->n_in++] = reg;
+    }
+    bool var_out = false;
+    for (int j = 0; j < n->n_out; j++) {
+      int32_t reg;
+      var_out |= L->var_of[n->out[j]] >= 0;
+      SL_CHECK(value_regst(L, n->out[j], r, &reg));
+      t = &L->p->tasks[id];
+      t->n_out = j + 1;
+      set_output(L, t, j, reg);
+    }
+    if (n->n_in == 0 || var_out) SL_CHECK(add_tick(L, id));
+  }
+  return SL_OK;
+}
+
+/* The plan rank of each placement rank on both sides of a boxing plan. */
+static sl_status plan_ranks(const sl_boxing_plan *bp, const sl_placement *p,
+                            int *out) {
+  int R = sl_boxing_plan_rank_count(bp);
+  for (int r = 0; r < sl_placement_size(p); r++) {
+    int node, dev;
+    SL_CHECK(sl_placement_rank_device(p, r, &node, &dev));
+    out[r] = -1;
+    for (int q = 0; q < R && out[r] < 0; q++) {
+      int qn, qd;
+      sl_boxing_plan_rank_device(bp, q, &qn, &qd);
+      if (qn == node && qd == dev) out[r] = q;
+    }
+    if (out[r] < 0)
+      return sl__fail(SL_EINTERNAL, "lowering: a device of the placement "
+                                    "is not a plan rank");
+  }
+  return SL_OK;
+}
+
+static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
+  const sl_boxing_plan *bp = n->boxing;
+  const sl__value *vin = sl__graph_value(L->g, n->in[0]);
+  const sl__value *vout = sl__graph_value(L->g, n->out[0]);
+  const sl_placement *ps = vin->placement, *pd = vout->placement;
+  int R = sl_boxing_plan_rank_count(bp), ns = sl_placement_size(ps),
+      nt = sl_placement_size(pd), S = sl_boxing_plan_step_count(bp);
+  int32_t *cur = arena_ints(L, R), *next = arena_ints(L, R);
+  int *to_src = sl__calloc((size_t)ns + 1, sizeof(int));
+  int *to_dst = sl__calloc((size_t)nt + 1, sizeof(int));
+  int *inv_src = sl__calloc((size_t)R + 1, sizeof(int));
+  int *inv_dst = sl__calloc((size_t)R + 1, sizeof(int));
+  int32_t *sh = shard_of(L, n->out[0]);
+  sl_status st = SL_OK;
+  if (!cur || !next || !to_src || !to_dst || !inv_src || !inv_dst || !sh ||
+      !L->shard[n->in[0]]) {
+    st = L->shard[n->in[0]] ? SL_ENOMEM : SL_EINTERNAL;
+    goto out;
+  }
+  SL_CHECK_GOTO(plan_ranks(bp, ps, to_src), st, out);
+  SL_CHECK_GOTO(plan_ranks(bp, pd, to_dst), st, out);
+  for (int q = 0; q < R; q++)
+    inv_src[q] = inv_dst[q] = -1;
+  for (int r = 0; r < ns; r++)
+    inv_src[to_src[r]] = r;
+  for (int t = 0; t < nt; t++)
+    inv_dst[to_dst[t]] = t;
+  for (int q = 0; q < R; q++)
+    cur[q] = -1;
+  for (int r = 0; r < ns; r++)
+    cur[to_src[r]] = L->shard[n->in[0]][r];
+  if (S == 0) { /* a relabel: the same registers */
+    for (int t = 0; t < nt; t++)
+      sh[t] = cur[to_dst[t]];
+    goto out;
+  }
+  for (int s = 0; s < S; s++) {
+    sl_boxing_op op = sl_boxing_step_op(bp, s);
+    sl_nd_sbp from, to;
+    sl_boxing_step_layout(bp, s, &from, &to);
+    bool last = s == S - 1;
+    bool p2p = op == SL_BOXING_SEND_RECV || op == SL_BOXING_COPY;
+    /* After a p2p step the target placement holds the shards. */
+    const sl_placement *after = p2p ? pd : ps;
+    const int *inv_after = p2p ? inv_dst : inv_src;
+    for (int q = 0; q < R; q++)
+      next[q] = -1;
+    /* Tasks: (plan rank, group, member). */
+    int ng = p2p ? 1 : sl_boxing_step_group_count(bp, s);
+    for (int gi = 0; gi < ng; gi++) {
+      const int *ranks = NULL;
+      int gn = p2p ? R : sl_boxing_step_group(bp, s, gi, &ranks);
+      for (int k = 0; k < gn; k++) {
+        int q = p2p ? k : ranks[k];
+        int tr = inv_after[q]; /* its rank after the step, -1: none */
+        bool has_in = cur[q] >= 0, has_out = tr >= 0;
+        if (!has_in && !has_out) continue;
+        int node, dev;
+        sl_boxing_plan_rank_device(bp, q, &node, &dev);
+        sl__task_kind kind = p2p ? SL__TASK_XCHG
+                             : (op == SL_BOXING_SLICE || op == SL_BOXING_ZERO)
+                                 ? SL__TASK_LOCAL
+                                 : SL__TASK_COLL;
+        sl_stream_kind stream =
+            kind == SL__TASK_COLL ? SL_STREAM_COLLECTIVE : SL_STREAM_COPY;
+        uint32_t mach, devu;
+        SL_CHECK_GOTO(rank_where(p2p ? (has_out ? pd : ps) : ps,
+                                 has_out ? tr : inv_src[q], &mach, &devu),
+                      st, out);
+        (void)node;
+        (void)dev;
+        sl__task *t = new_task(L, kind, adup(L, "%s.s%d@p%d", n->name, s, q),
+                               ni, q, mach, devu, stream, 2, 1);
+        if (!t) {
+          st = SL_ENOMEM;
+          goto out;
+        }
+        int32_t id = task_id(L, t);
+        t->step = s;
+        t->group = p2p ? -1 : gi;
+        t->member = p2p ? q : k;
+        if (has_in) t->in[t->n_in++] = cur[q];
+        if (has_out) {
+          int32_t reg;
+          if (last) {
+            SL_CHECK_GOTO(value_regst(L, n->out[0], tr, &reg), st, out);
+            if (L->var_of[n->out[0]] >= 0)
+              SL_CHECK_GOTO(add_tick(L, id), st, out);
+          } else {
+            sl_slice sl;
+            SL_CHECK_GOTO(sl_local_slice(&vin->meta.shape, after, &to, tr, &sl),
+                          st, out);
+            sl_shape shape = slice_shape(&sl);
+            reg = new_regst(L, adup(L, "%s.s%d@p%d", n->name, s, q), &shape,
+                            vin->meta.dtype, mach, devu);
+            if (reg < 0) {
+              st = SL_ENOMEM;
+              goto out;
+            }
+          }
+          t = &L->p->tasks[id];
+          t->n_out = 1;
+          set_output(L, t, 0, reg);
+          next[q] = reg;
+        }
+        if (!has_in) SL_CHECK_GOTO(add_tick(L, id), st, out);
+      }
+    }
+    int32_t *tmp = cur;
+    cur = next;
+    next = tmp;
+  }
+  for (int t = 0; t < nt; t++)
+    if (L->var_of[n->out[0]] < 0) sh[t] = cur[to_dst[t]];
+out:
+  sl__free(to_src);
+  sl__free(to_dst);
+  sl__free(inv_src);
+  sl__free(inv_dst);
+  return st;
+}
+
+/* Fetch tasks on the ranks whose coordinate is 0 on every broadcast mesh
+ * axis: together they hold every part of the value exactly once (partial
+ * parts once per member, to be reduced). */
+static sl_status lower_fetch(lower *L, int32_t ni, const sl__node *n) {
+  const sl__value *v = sl__graph_value(L->g, n->in[0]);
+  int M = sl_placement_mesh_ndim(v->placement);
+  int coord[SL_MAX_MESH_AXES];
+  if (!L->shard[n->in[0]])
+    return sl__fail(SL_EINTERNAL,
+                    "lowering: fetch '%s' of a value with no "
+                    "registers",
+                    n->name);
+  for (int r = 0; r < sl_placement_size(v->placement); r++) {
+    sl_placement_rank_coord(v->placement, r, coord);
+    bool keep = true;
+    for (int m = 0; m < M; m++)
+      if (v->sbp.sbp[m].kind == SL_SBP_BROADCAST && coord[m] != 0) keep = false;
+    if (!keep) continue;
+    uint32_t mach, d;
+    SL_CHECK(rank_where(v->placement, r, &mach, &d));
+    sl__task *t = new_task(L, SL__TASK_FETCH, adup(L, "%s@r%d", n->name, r), ni,
+                           r, mach, d, SL_STREAM_COPY, 1, 0);
+    if (!t) return SL_ENOMEM;
+    t->in[t->n_in++] = L->shard[n->in[0]][r];
+  }
+  return SL_OK;
+}
+
+static sl_status lower_var_copies(lower *L, const bool *needs_copy) {
+  for (int32_t i = 0; i < sl__graph_node_count(L->g); i++) {
+    if (!needs_copy[i]) continue;
+    const sl__node *n = sl__graph_node(L->g, i);
+    const sl__value *var = sl__graph_value(L->g, n->out[0]);
+    int32_t *src = L->shard[n->update];
+    if (!src)
+      return sl__fail(SL_EINTERNAL,
+                      "lowering: variable '%s': its update has "
+                      "no registers",
+                      n->name);
+    for (int r = 0; r < sl_placement_size(var->placement); r++) {
+      uint32_t m, d;
+      SL_CHECK(rank_where(var->placement, r, &m, &d));
+      sl__task *t =
+          new_task(L, SL__TASK_VAR_COPY, adup(L, "%s.next@r%d", n->name, r), i,
+                   r, m, d, SL_STREAM_COMPUTE, 2, 1);
+      if (!t) return SL_ENOMEM;
+      int32_t id = task_id(L, t);
+      t->in[t->n_in++] = src[r];
+      t->n_out = 1;
+      set_output(L, t, 0, L->shard[n->out[0]][r]);
+      SL_CHECK(add_tick(L, id));
+    }
+  }
+  return SL_OK;
+}
+
+/* ---- the plan's copy of the logical nodes ----------------------------------
+ */
+
+static sl_status describe_nodes(lower *L) {
+  const sl_graph *g = L->g;
+  sl__pplan *p = L->p;
+  p->n_nodes = sl__graph_node_count(g);
+  p->nodes =
+      sl__arena_calloc(p->arena, (size_t)p->n_nodes + 1, sizeof *p->nodes);
+  if (!p->nodes) return SL_ENOMEM;
+  for (int32_t i = 0; i < p->n_nodes; i++) {
+    const sl__node *n = sl__graph_node(g, i);
+    sl__pnode *pn = &p->nodes[i];
+    char buf[256], sbp[128] = "";
+    int32_t v = n->n_out ? n->out[0] : n->in[0];
+    const sl__value *val = sl__graph_value(g, v);
+    pn->name = sl__arena_strdup(p->arena, n->name);
+    pn->kind = sl__graph_kind_name(n->kind);
+    pn->op = n->op ? n->op->name : "";
+    sl_placement_print(n->placement ? n->placement : val->placement, buf,
+                       sizeof buf);
+    pn->placement = sl__arena_strdup(p->arena, buf);
+    if (val->sbp.ndim) sl_nd_sbp_print(&val->sbp, sbp, sizeof sbp);
+    pn->sbp = sl__arena_strdup(p->arena, sbp);
+    sl_shape_print(&val->meta.shape, buf, sizeof buf);
+    pn->shape = sl__arena_strdup(p->arena, buf);
+    pn->dtype = sl_dtype_name(val->meta.dtype);
+    pn->backward = n->backward;
+    pn->optimizer = n->optimizer;
+    if (!pn->name || !pn->placement || !pn->sbp || !pn->shape) return SL_ENOMEM;
+    if (n->kind != SL__NODE_BOXING) continue;
+    pn->n_steps = sl_boxing_plan_step_count(n->boxing);
+    pn->steps =
+        sl__arena_calloc(p->arena, (size_t)pn->n_steps + 1, sizeof *pn->steps);
+    if (!pn->steps) return SL_ENOMEM;
+    for (int s = 0; s < pn->n_steps; s++) {
+      sl__pstep *ps = &pn->steps[s];
+      sl_nd_sbp from, to;
+      sl_reduce_op red;
+      sl_boxing_step_layout(n->boxing, s, &from, &to);
+      ps->op = sl_boxing_op_name(sl_boxing_step_op(n->boxing, s));
+      ps->reduce = sl_boxing_step_reduce(n->boxing, s, &red)
+                       ? sl_reduce_op_name(red)
+                       : "";
+      ps->mesh_axis = sl_boxing_step_mesh_axis(n->boxing, s);
+      sl_nd_sbp_print(&from, buf, sizeof buf);
+      ps->from = sl__arena_strdup(p->arena, buf);
+      sl_nd_sbp_print(&to, buf, sizeof buf);
+      ps->to = sl__arena_strdup(p->arena, buf);
+      const int64_t *b = sl_boxing_step_bytes_sent(n->boxing, s);
+      for (int q = 0; q < sl_boxing_plan_rank_count(n->boxing); q++)
+        ps->bytes = SL_MAX(ps->bytes, b[q]);
+      ps->predicted_us = sl_boxing_step_predicted_us(n->boxing, s);
+      if (!ps->from || !ps->to) return SL_ENOMEM;
+    }
+  }
+  return SL_OK;
+}
+
+sl_status sl__lower(const sl_graph *g, sl__pplan **out) {
+  *out = NULL;
+  if (!g) return sl__fail(SL_EINVAL, "lowering: NULL graph");
+  if (!sl__graph_frozen(g))
+    return sl__fail(SL_ESTATE, "lowering: the graph is not compiled");
+  lower L;
+  memset(&L, 0, sizeof L);
+  L.g = g;
+  SL_CHECK(sl__pplan_create(&L.p));
+  int32_t nv = sl__graph_value_count(g), nn = sl__graph_node_count(g);
+  L.shard = sl__calloc((size_t)nv + 1, sizeof *L.shard);
+  L.var_of = sl__calloc((size_t)nv + 1, sizeof *L.var_of);
+  bool *needs_copy = sl__calloc((size_t)nn + 1, sizeof *needs_copy);
+  sl_status st = SL_OK;
+  if (!L.shard || !L.var_of || !needs_copy) {
+    st = SL_ENOMEM;
+    goto out;
+  }
+  for (int32_t v = 0; v < nv; v++)
+    L.var_of[v] = -1;
+  SL_CHECK_GOTO(plan_variables(&L, needs_copy), st, out);
+  for (int32_t i = 0; i < nn && st == SL_OK; i++) {
+    const sl__node *n = sl__graph_node(g, i);
+    switch (n->kind) {
+    case SL__NODE_INPUT: st = lower_input(&L, i, n); break;
+    case SL__NODE_VARIABLE:
+      if (n->update < 0) st = lower_input(&L, i, n);
+      break;
+    case SL__NODE_OP: st = lower_op(&L, i, n); break;
+    case SL__NODE_BOXING: st = lower_boxing(&L, i, n); break;
+    case SL__NODE_FETCH: st = lower_fetch(&L, i, n); break;
+    }
+    if (st != SL_OK) sl__fail_context(st, "node '%s': ", n->name);
+  }
+  if (st != SL_OK) goto out;
+  SL_CHECK_GOTO(lower_var_copies(&L, needs_copy), st, out);
+  /* The driver is the machine after the last real one. */
+  if (L.p->machines == 0) L.p->machines = 1;
+  L.p->driver = L.p->machines;
+  SL_CHECK_GOTO(describe_nodes(&L), st, out);
+  st = sl__pplan_validate(L.p);
+  if (st != SL_OK) {
+    sl__fail_context(SL_EINTERNAL, "lowering produced a bad plan: ");
+    st = SL_EINTERNAL;
+  }
+out:
+  sl__free(L.shard);
+  sl__free(L.var_of);
+  sl__free(L.ticks);
+  sl__free(needs_copy);
+  if (st != SL_OK) {
+    sl__pplan_destroy(L.p);
+    return st;
+  }
+  *out = L.p;
+  return SL_OK;
+}

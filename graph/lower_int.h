@@ -1,0 +1,152 @@
+/* sluice graph — the physical plan: a compiled graph lowered to tasks (one
+ * per device of a node's placement; one per plan rank of each boxing step)
+ * and register descriptors (one per task output, with its byte size,
+ * device and register count). DESIGN.md section 5 steps 5-7; docs/plan.md
+ * describes it and its text, DOT and protobuf forms.
+ *
+ * Machines are the placements' node ids; one more machine, the driver, is
+ * the program itself: it releases each step's tick, one register per
+ * device that gates everything the step starts from nothing (feeds, data
+ * sources, constants, variable updates), so a job never runs ahead of the
+ * steps asked for. */
+#ifndef SLUICE_LOWER_INT_H
+#define SLUICE_LOWER_INT_H
+
+#include <stdio.h>
+
+#include <sluice/actor.h>
+
+#include "graph_int.h"
+
+typedef enum sl__task_kind {
+  SL__TASK_OP = 0,       /* an op's kernel on one rank */
+  SL__TASK_FEED = 1,     /* an input's shard, cut from the fed tensor */
+  SL__TASK_FETCH = 2,    /* a fetched value's shard, handed to the program */
+  SL__TASK_CONST = 3,    /* a variable without update: its value each step */
+  SL__TASK_VAR_COPY = 4, /* a variable's next version copied from its
+                            update value (when that value has other uses) */
+  SL__TASK_COLL = 5,     /* a member of a group collective (boxing step) */
+  SL__TASK_LOCAL = 6,    /* a local boxing step: slice or zero */
+  SL__TASK_XCHG = 7,     /* a member of a send_recv or copy boxing step */
+  SL__TASK_TICK = 8,     /* the step tick of one device, on the driver */
+} sl__task_kind;
+#define SL__TASK_KIND_COUNT 9
+
+/* "op", "feed", "fetch", "const", "var_copy", "collective", "local",
+ * "exchange", "tick". */
+const char *sl__task_kind_name(sl__task_kind k);
+
+typedef struct sl__task {
+  sl__task_kind kind;
+  const char *name; /* unique: "<node>@r<rank>", "<boxing>.s<step>@p<rank>",
+                       "tick@n<machine>.d<device>" */
+  int32_t node;     /* logical node index; -1 for ticks */
+  int32_t rank;     /* placement rank; boxing tasks: plan rank; -1 ticks */
+  int32_t step;     /* boxing step, else -1 */
+  int32_t group;    /* COLL: the group within the step, else -1 */
+  int32_t member;   /* COLL: index within the group; XCHG: the plan rank */
+  uint32_t machine, device, stream; /* stream: sl_stream_kind. Ticks run on
+                                       the driver; their machine is the one
+                                       whose tasks they gate */
+  int32_t n_in, n_out;
+  int32_t *in, *out; /* register ids, in input / output slot order */
+  int32_t tick_slot; /* the input slot holding the tick (not data), -1 */
+} sl__task;
+
+typedef struct sl__regst {
+  const char *name;
+  int32_t producer; /* task id */
+  int32_t out_slot;
+  int32_t value;  /* the value whose shard it holds; -1: a boxing
+                     intermediate or a tick */
+  int32_t rank;   /* the placement rank of that shard, else -1 */
+  sl_shape shape; /* the local shard's shape */
+  sl_dtype dtype;
+  int64_t bytes;
+  uint32_t machine, device;
+  int32_t count;    /* registers (the quota) */
+  int32_t initial;  /* variables: 1 (version 0 starts ready), else 0 */
+  int32_t var_node; /* variables: the node whose initializer fills the
+                       initial register, else -1 */
+  int32_t n_cons;
+  int32_t *cons; /* consumer task ids, in the order they connect */
+} sl__regst;
+
+/* What the plan keeps of a logical node, so that a plan read from a file
+ * prints without its graph. */
+typedef struct sl__pstep {
+  const char *op;     /* sl_boxing_op_name */
+  const char *reduce; /* "sum", "max", "min" or "" */
+  int32_t mesh_axis;
+  const char *from, *to;
+  int64_t bytes; /* the most bytes any plan rank sends */
+  double predicted_us;
+} sl__pstep;
+
+typedef struct sl__pnode {
+  const char *name;
+  const char *kind;      /* sl__graph_kind_name */
+  const char *op;        /* op name, or "" */
+  const char *placement; /* text */
+  const char *sbp;       /* output 0's nd-SBP (boxing: target), text */
+  const char *shape;     /* output 0's logical shape, text */
+  const char *dtype;
+  bool backward, optimizer;
+  int32_t n_steps;
+  sl__pstep *steps; /* boxing nodes */
+} sl__pnode;
+
+typedef struct sl__pplan {
+  sl_arena *arena;
+  uint32_t machines; /* real machines: node ids 0..machines-1 */
+  uint32_t driver;   /* the driver's machine id (= machines) */
+  int32_t n_nodes, n_tasks, n_regsts;
+  sl__pnode *nodes;
+  sl__task *tasks;
+  sl__regst *regsts;
+  int32_t cap_tasks, cap_regsts; /* growth while lowering */
+} sl__pplan;
+
+/* Lowers a compiled graph (sl__graph_compile must have succeeded).
+ * SL_ESTATE for a graph not compiled, SL_EUNSUPPORTED for what lowering
+ * cannot express (a value that is the update of two variables, a device
+ * id beyond the actor runtime's limits), SL_EINTERNAL for an IR that
+ * breaks compile's promises (a consumer on another placement than its
+ * input), SL_ENOMEM. */
+sl_status sl__lower(const sl_graph *g, sl__pplan **out);
+void sl__pplan_destroy(sl__pplan *p);
+
+/* An empty plan to fill (the protobuf reader). */
+sl_status sl__pplan_create(sl__pplan **out);
+/* Appends a task / register (zeroed, arrays empty); NULL on SL_ENOMEM. */
+sl__task *sl__pplan_add_task(sl__pplan *p);
+sl__regst *sl__pplan_add_regst(sl__pplan *p);
+/* Checks that ids are in range and producers/consumers agree with tasks'
+ * slots (what a file must satisfy before anyone indexes with it), and
+ * fills every register's consumer list from the tasks. SL_EINVAL naming
+ * the first bad task or register. */
+sl_status sl__pplan_validate(sl__pplan *p);
+
+/* ---- forms (plan_text.c, plan_pb.c) ---------------------------------------
+ */
+
+/* The plan as text: per machine, device and stream its tasks with their
+ * input and output registers (shape, dtype, bytes, count), then totals. */
+sl_status sl__pplan_write_text(const sl__pplan *p, FILE *f);
+/* Graphviz DOT: a cluster per machine and device, a node per task (boxing
+ * tasks marked), an edge per (register, consumer) labelled with bytes. */
+sl_status sl__pplan_write_dot(const sl__pplan *p, FILE *f);
+/* The protobuf-c message (graph/plan.proto), packed into a malloc'd
+ * buffer. */
+sl_status sl__pplan_pack(const sl__pplan *p, uint8_t **buf, size_t *len);
+/* Parses and validates a packed plan. SL_EINVAL for a malformed one. */
+sl_status sl__pplan_unpack(const uint8_t *buf, size_t len, sl__pplan **out);
+
+/* Writes the plan in the given form (sl_plan_format of session.h: 0 text,
+ * 1 DOT, 2 protobuf) to path ("-": stdout). SL_EIO, SL_EINVAL. */
+sl_status sl__pplan_write_file(const sl__pplan *p, int format,
+                               const char *path);
+/* Reads a protobuf plan file. SL_EIO, SL_EINVAL. */
+sl_status sl__pplan_read_file(const char *path, sl__pplan **out);
+
+#endif

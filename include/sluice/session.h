@@ -1,0 +1,151 @@
+/* sluice — sessions: compile a graph, lower it to a plan of actors and run
+ * training or inference steps (DESIGN.md sections 1, 5, 7; docs/api.md,
+ * "Sessions"; docs/plan.md for plans).
+ *
+ * The local (embedded) session runs in this process: one stream thread per
+ * device and stream used (compute, copy, collective), collectives between
+ * devices in shared memory. A session is one long-lived job: steps are
+ * released one tick at a time, so sl_session_run(s, 1) runs exactly one
+ * step — the program can read the loss after each step and no weight is
+ * updated beyond the steps asked for.
+ *
+ * A session is used from one thread at a time. */
+#ifndef SLUICE_SESSION_H
+#define SLUICE_SESSION_H
+
+#include <stdio.h>
+
+#include <sluice/core.h>
+#include <sluice/graph.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sl_session sl_session;
+
+typedef enum sl_session_kind {
+  SL_SESSION_LOCAL = 0, /* embedded: every device in this process */
+} sl_session_kind;
+
+typedef struct sl_session_config {
+  sl_session_kind kind;
+  /* Chrome trace of every firing, written when the session is finished or
+   * destroyed. NULL: SLUICE_TRACE (unset or "": no trace). */
+  const char *trace_path;
+  /* The plan, written when the session is created: ".pb" protobuf, ".dot"
+   * Graphviz, anything else text. NULL: SLUICE_PLAN_DUMP. */
+  const char *plan_dump_path;
+  /* No progress for this long inside a run is a hang (SL_EHANG with a
+   * report). 0: SLUICE_HANG_TIMEOUT_MS or 10 s; negative: never. */
+  int64_t hang_timeout_ms;
+  /* Collectives whose largest buffer is at most this many bytes run on
+   * one thread ("direct"), larger ones in parallel, one chunk per device.
+   * 0: SLUICE_COMM_DIRECT_MAX or 64 KiB; negative: always parallel. */
+  int64_t comm_direct_max_bytes;
+} sl_session_config;
+
+/* The defaults (all zero). */
+static inline sl_session_config sl_session_config_default(void) {
+  sl_session_config c = {SL_SESSION_LOCAL, NULL, NULL, 0, 0};
+  return c;
+}
+
+/* Compiles g (SBP inference, boxing), lowers it, builds one actor per task
+ * and starts the job, which waits for the first step. The graph must
+ * outlive the session; it is frozen. cfg may be NULL (defaults).
+ * Returns the graph's error for a graph with one, SL_EINVAL (bad config),
+ * SL_EUNSUPPORTED (e.g. CUDA placements in this build), SL_ENOMEM, SL_EIO
+ * (plan dump). */
+SL_API sl_status sl_session_create(sl_graph *g, const sl_session_config *cfg,
+                                   sl_session **out);
+
+/* Gives input `name` its logical (global) value: a row-major buffer of
+ * exactly the input's shape and dtype, copied. It is used by every step
+ * run after this call until fed again. SL_ENOTFOUND (no such input),
+ * SL_EINVAL naming the input and both sizes for a wrong size, SL_ESTATE
+ * after a failure. */
+SL_API sl_status sl_session_feed(sl_session *s, const char *name,
+                                 const void *data, size_t bytes);
+
+/* Runs `steps` steps (>= 1) and returns when they are done. SL_ESTATE when
+ * an input was never fed or the session failed earlier; otherwise a
+ * kernel's error naming the actor and op ("actor 'fc1@r2' (node 0, device
+ * 2, stream 0): op 'fc1' (matmul): ..."), SL_EHANG with the hang report.
+ * After a failure the session only reports it. */
+SL_API sl_status sl_session_run(sl_session *s, int64_t steps);
+
+/* Copies fetch `name`'s logical value into data (bytes must equal its
+ * size): the value of the last step run — for a fetched variable, its
+ * value after that step's update. Shards are assembled from the devices
+ * (partial values reduced in rank order). SL_ENOTFOUND, SL_EINVAL for a
+ * wrong size, SL_ESTATE before the first step or after a failure. */
+SL_API sl_status sl_session_fetch(sl_session *s, const char *name, void *data,
+                                  size_t bytes);
+
+/* The shape and dtype of fetch `name`. SL_ENOTFOUND. Either out may be
+ * NULL. */
+SL_API sl_status sl_session_fetch_info(const sl_session *s, const char *name,
+                                       sl_shape *shape, sl_dtype *dtype);
+
+/* Steps run so far. */
+SL_API int64_t sl_session_steps(const sl_session *s);
+
+typedef struct sl_session_stats {
+  int64_t steps;
+  uint32_t devices, threads, actors;
+  uint64_t registers, register_bytes;
+  uint64_t firings;
+  /* After sl_session_finish: registers still in flight, messages never
+   * handled, and descriptors whose peak exceeded their quota (all 0 in a
+   * healthy run). */
+  uint64_t in_flight, messages_left, over_quota;
+  uint64_t collective_rounds_direct, collective_rounds_parallel;
+  double run_ms; /* job start to finish */
+} sl_session_stats;
+
+/* Ends the job: the steps run are complete, the threads drain and stop,
+ * the trace is written. Returns the session's final status (SL_OK or the
+ * failure). Later runs return SL_ESTATE; fetch still works. Idempotent. */
+SL_API sl_status sl_session_finish(sl_session *s);
+
+/* Statistics; the job's counters are complete after sl_session_finish.
+ * SL_EINVAL for NULL. */
+SL_API sl_status sl_session_get_stats(const sl_session *s,
+                                      sl_session_stats *out);
+
+/* Finishes (if needed) and frees the session. NULL is a no-op. */
+SL_API void sl_session_destroy(sl_session *s);
+
+/* ---- plans -------------------------------------------------------------- */
+
+typedef enum sl_plan_format {
+  SL_PLAN_TEXT = 0,     /* per machine, device, stream: tasks, registers */
+  SL_PLAN_DOT = 1,      /* Graphviz, boxing tasks marked */
+  SL_PLAN_PROTOBUF = 2, /* graph/plan.proto, for `sluice plan FILE.pb` */
+} sl_plan_format;
+
+/* The format a path's extension asks for: ".pb" protobuf, ".dot" DOT,
+ * anything else text. */
+SL_API sl_plan_format sl_plan_format_for_path(const char *path);
+
+/* Writes the session's plan to path ("-": stdout). SL_EIO, SL_EINVAL. */
+SL_API sl_status sl_session_write_plan(const sl_session *s,
+                                       sl_plan_format format, const char *path);
+
+/* Compiles g (it becomes frozen, as sl_session_create would) and writes
+ * its plan without running anything. Returns the graph's error, SL_EIO,
+ * SL_EINVAL. */
+SL_API sl_status sl_graph_write_plan(sl_graph *g, sl_plan_format format,
+                                     const char *path);
+
+/* Reads a protobuf plan file and writes it in another format to out_path
+ * ("-": stdout). SL_EIO, SL_EINVAL for a file that is not a valid plan. */
+SL_API sl_status sl_plan_file_convert(const char *pb_path,
+                                      sl_plan_format format,
+                                      const char *out_path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

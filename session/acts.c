@@ -1,0 +1,172 @@
+/* What each actor does when it fires, by task kind. Every act ends with
+ * sl__step_done once its work is complete (a collective member: when its
+ * round completes), which is how the program learns that a step is done. */
+#include <string.h>
+
+#include "sbp_int.h"
+#include "session_int.h"
+
+void sl__step_done(task_rt *rt) {
+  sl_session *s = rt->s;
+  int64_t k = rt->fired++;
+  atomic_int *slot = &s->ring[k % SL__STEP_RING];
+  if (atomic_fetch_add(slot, 1) + 1 != s->n_counted) return;
+  pthread_mutex_lock(&s->lock);
+  /* Steps complete in order: an actor fires step k+1 only after step k. */
+  while (atomic_load(&s->ring[s->completed % SL__STEP_RING]) == s->n_counted) {
+    atomic_store(&s->ring[s->completed % SL__STEP_RING], 0);
+    s->completed++;
+  }
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+}
+
+/* The data input of an actor with at most one (the other may be a tick). */
+static const sl_register *data_in(const sl_act *a, const task_rt *rt) {
+  for (int32_t k = 0; k < rt->t->n_in; k++)
+    if (k != rt->t->tick_slot) return a->in[rt->slot_of[k]];
+  return NULL;
+}
+
+static sl_status act_op(sl_act *a) {
+  task_rt *rt = a->ctx;
+  sl__kernel_ctx *k = &rt->k;
+  for (int i = 0; i < k->n_in; i++)
+    k->in[i] = a->in[rt->slot_of[i]]->data;
+  for (int j = 0; j < k->n_out; j++)
+    k->out[j] = a->out[j]->data;
+  k->step = rt->fired;
+  sl_clear_error();
+  sl_status st = sl__op_run_cpu(rt->node->op, k);
+  if (st != SL_OK)
+    return sl_act_fail(a, st, "op '%s' (%s): %s", rt->node->name,
+                       rt->node->op->name, sl_last_error());
+  sl__step_done(rt);
+  return SL_OK;
+}
+
+/* This rank's shard of the fed logical tensor. */
+static sl_status act_feed(sl_act *a) {
+  task_rt *rt = a->ctx;
+  const feed_rt *f = &rt->s->feeds[rt->io];
+  if (a->out[0]->bytes) {
+    int64_t zero[SL_MAX_DIMS] = {0};
+    sl__box_move(rt->dtype, rt->ndim, a->out[0]->data, rt->out_dims, zero,
+                 f->data, f->meta.shape.dims, rt->slice.start, rt->out_dims,
+                 false, SL_REDUCE_SUM);
+  }
+  sl__step_done(rt);
+  return SL_OK;
+}
+
+/* Stages this rank's shard for the program, two pieces deep. */
+static sl_status act_fetch(sl_act *a) {
+  task_rt *rt = a->ctx;
+  sl_session *s = rt->s;
+  fetch_rt *f = &s->fetches[rt->io];
+  const sl_register *in = a->in[rt->slot_of[0]];
+  int b = (int)(in->piece & 1);
+  if (in->bytes) memcpy(f->stage[b][rt->io_slot], in->data, in->bytes);
+  pthread_mutex_lock(&s->lock);
+  f->staged[b][rt->io_slot] = in->piece;
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+  sl__step_done(rt);
+  return SL_OK;
+}
+
+static sl_status act_const(sl_act *a) {
+  task_rt *rt = a->ctx;
+  if (rt->bytes) memcpy(a->out[0]->data, rt->init, rt->bytes);
+  sl__step_done(rt);
+  return SL_OK;
+}
+
+static sl_status act_var_copy(sl_act *a) {
+  task_rt *rt = a->ctx;
+  const sl_register *in = data_in(a, rt);
+  if (rt->bytes) memcpy(a->out[0]->data, in->data, rt->bytes);
+  sl__step_done(rt);
+  return SL_OK;
+}
+
+/* slice: member k keeps part k of its copy along the target axis; zero
+ * (docs/boxing.md section 3): from B member 0 keeps its copy and the others
+ * become the identity, from S(i) the shard is padded with the identity to
+ * its place in the group's block. */
+static sl_status act_local(sl_act *a) {
+  task_rt *rt = a->ctx;
+  const sl_register *in = data_in(a, rt);
+  void *out = a->out[0]->data;
+  int64_t zero[SL_MAX_DIMS] = {0}, off[SL_MAX_DIMS] = {0}, st, ext;
+  int64_t cnt = 1;
+  for (int d = 0; d < rt->ndim; d++)
+    cnt *= rt->out_dims[d];
+  if (rt->local_op == SL_BOXING_SLICE) {
+    sl_split_range(rt->in_dims[rt->local_axis], rt->local_n, rt->member, &st,
+                   &ext);
+    off[rt->local_axis] = st;
+    sl__box_move(rt->dtype, rt->ndim, out, rt->out_dims, zero, in->data,
+                 rt->in_dims, off, rt->out_dims, false, SL_REDUCE_SUM);
+  } else if (rt->local_from_b) {
+    if (rt->member == 0) {
+      if (a->out[0]->bytes) memcpy(out, in->data, a->out[0]->bytes);
+    } else {
+      sl__elem_fill_identity(rt->dtype, rt->local_reduce, out, cnt);
+    }
+  } else {
+    sl__elem_fill_identity(rt->dtype, rt->local_reduce, out, cnt);
+    sl_split_range(rt->out_dims[rt->local_axis], rt->local_n, rt->member, &st,
+                   &ext);
+    off[rt->local_axis] = st;
+    sl__box_move(rt->dtype, rt->ndim, out, rt->out_dims, off, in->data,
+                 rt->in_dims, zero, rt->in_dims, false, SL_REDUCE_SUM);
+  }
+  sl__step_done(rt);
+  return SL_OK;
+}
+
+/* A collective round completed: the step is done for this member, then the
+ * deferred firing completes (its registers go out). */
+static void coll_done(void *arg, sl_status st) {
+  task_rt *rt = arg;
+  sl_completion *c = rt->pending;
+  rt->pending = NULL;
+  if (st == SL_OK) sl__step_done(rt);
+  sl_completion_done(c, st);
+}
+
+/* Collective and exchange members deposit their buffers and defer: the
+ * round runs when every member is there (comm/comm.c), on whichever thread
+ * completes it. The stream thread never waits for peers. */
+static sl_status act_coll(sl_act *a) {
+  task_rt *rt = a->ctx;
+  const sl_register *in = data_in(a, rt);
+  sl_register *out = rt->t->n_out ? a->out[0] : NULL;
+  rt->pending = sl_act_defer(a);
+  sl_status st = sl__coll_arrive(rt->coll, rt->member, in ? in->data : NULL,
+                                 in ? in->bytes : 0, out ? out->data : NULL,
+                                 out ? out->bytes : 0, coll_done, rt);
+  if (st != SL_OK) {
+    sl_completion *c = rt->pending;
+    rt->pending = NULL;
+    sl__fail_context(st, "actor '%s': ", rt->t->name);
+    sl_completion_done(c, st);
+  }
+  return SL_OK;
+}
+
+sl_act_fn sl__act_for(sl__task_kind kind) {
+  switch (kind) {
+  case SL__TASK_OP: return act_op;
+  case SL__TASK_FEED: return act_feed;
+  case SL__TASK_FETCH: return act_fetch;
+  case SL__TASK_CONST: return act_const;
+  case SL__TASK_VAR_COPY: return act_var_copy;
+  case SL__TASK_COLL:
+  case SL__TASK_XCHG: return act_coll;
+  case SL__TASK_LOCAL: return act_local;
+  case SL__TASK_TICK: return NULL;
+  }
+  return NULL;
+}

@@ -1,0 +1,628 @@
+/* From the physical plan to the actor plan: one actor per task (node 0 for
+ * real tasks, the driver for ticks), one descriptor per register, edges
+ * in slot order; each actor's context (kernel calls prefilled with local
+ * shapes, slices and global shapes), the collectives of every boxing step,
+ * and the feeds and fetches the program talks to. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sbp_int.h"
+#include "session_int.h"
+
+typedef struct var_init {
+  const sl_graph *g;
+  int32_t node;
+  int rank;
+} var_init;
+
+static sl_status var_init_fn(void *ctx, sl_register *r) {
+  const var_init *v = ctx;
+  return sl__graph_variable_init(v->g, v->node, v->rank, r->data);
+}
+
+static bool any_partial(const sl_nd_sbp *s) {
+  for (int m = 0; m < s->ndim; m++)
+    if (s->sbp[m].kind == SL_SBP_PARTIAL) return true;
+  return false;
+}
+
+static sl_status value_slice(const sl_graph *g, int32_t v, int rank,
+                             sl_slice *out) {
+  const sl__value *val = sl__graph_value(g, v);
+  return sl_local_slice(&val->meta.shape, val->placement, &val->sbp, rank, out);
+}
+
+static void slice_dims(const sl_slice *s, int64_t *dims) {
+  for (int d = 0; d < SL_MAX_DIMS; d++)
+    dims[d] = d < s->ndim ? s->extent[d] : 0;
+}
+
+/* ---- kernel contexts -------------------------------------------------------
+ */
+
+static sl_status setup_op(sl_session *s, task_rt *rt) {
+  const sl__node *n = sl__graph_node(s->g, rt->t->node);
+  rt->node = n;
+  sl__kernel_ctx *k = &rt->k;
+  memset(k, 0, sizeof *k);
+  k->attrs = &n->attrs;
+  k->n_in = n->n_in;
+  k->n_out = n->n_out;
+  for (int i = 0; i < n->n_in; i++) {
+    const sl__value *v = sl__graph_value(s->g, n->in[i]);
+    SL_CHECK(value_slice(s->g, n->in[i], rt->t->rank, &k->in_slice[i]));
+    k->in_meta[i].dtype = v->meta.dtype;
+    k->in_meta[i].shape.ndim = v->meta.shape.ndim;
+    for (int d = 0; d < v->meta.shape.ndim; d++)
+      k->in_meta[i].shape.dims[d] = k->in_slice[i].extent[d];
+    k->in_global[i] = v->meta.shape;
+    k->in_partial[i] = any_partial(&v->sbp);
+  }
+  for (int j = 0; j < n->n_out; j++) {
+    const sl__value *v = sl__graph_value(s->g, n->out[j]);
+    SL_CHECK(value_slice(s->g, n->out[j], rt->t->rank, &k->out_slice[j]));
+    k->out_meta[j].dtype = v->meta.dtype;
+    k->out_meta[j].shape.ndim = v->meta.shape.ndim;
+    for (int d = 0; d < v->meta.shape.ndim; d++)
+      k->out_meta[j].shape.dims[d] = k->out_slice[j].extent[d];
+    k->out_global[j] = v->meta.shape;
+    k->out_partial[j] = any_partial(&v->sbp);
+  }
+  return SL_OK;
+}
+
+/* ---- boxing ----------------------------------------------------------------
+ */
+
+/* Plan rank -> placement rank on one side (-1: not there). */
+static sl_status side_of(const sl_boxing_plan *bp, const sl_placement *p,
+                         int *inv) {
+  int R = sl_boxing_plan_rank_count(bp);
+  for (int q = 0; q < R; q++)
+    inv[q] = -1;
+  for (int r = 0; r < sl_placement_size(p); r++) {
+    int node, dev;
+    SL_CHECK(sl_placement_rank_device(p, r, &node, &dev));
+    for (int q = 0; q < R; q++) {
+      int qn, qd;
+      sl_boxing_plan_rank_device(bp, q, &qn, &qd);
+      if (qn == node && qd == dev) inv[q] = r;
+    }
+  }
+  return SL_OK;
+}
+
+typedef struct coll_key {
+  int32_t node, step, group;
+  sl__coll *coll;
+} coll_key;
+
+/* The placement holding the shards before step `step` (after a send_recv
+ * or copy step, the target's). */
+static const sl_placement *step_placement(const sl_boxing_plan *bp, int step,
+                                          const sl_placement *ps,
+                                          const sl_placement *pd) {
+  for (int s = 0; s < step; s++) {
+    sl_boxing_op op = sl_boxing_step_op(bp, s);
+    if (op == SL_BOXING_SEND_RECV || op == SL_BOXING_COPY) return pd;
+  }
+  return ps;
+}
+
+static sl_status make_exchange(sl_session *s, const sl__node *n, int step,
+                               const int *dev_worker, sl__coll **out) {
+  const sl_boxing_plan *bp = n->boxing;
+  const sl__value *vin = sl__graph_value(s->g, n->in[0]);
+  const sl__value *vout = sl__graph_value(s->g, n->out[0]);
+  const sl_placement *from_p =
+      step_placement(bp, step, vin->placement, vout->placement);
+  const sl_placement *to_p = vout->placement;
+  int R = sl_boxing_plan_rank_count(bp);
+  sl_nd_sbp from, to;
+  sl_boxing_step_layout(bp, step, &from, &to);
+  sl_reduce_op red = SL_REDUCE_SUM;
+  bool has_red = sl_boxing_step_reduce(bp, step, &red);
+  int np = sl_boxing_step_piece_count(bp, step);
+  bool *has_in = sl__calloc((size_t)R, sizeof *has_in);
+  bool *has_out = sl__calloc((size_t)R, sizeof *has_out);
+  sl_slice *isl = sl__calloc((size_t)R, sizeof *isl);
+  sl_slice *osl = sl__calloc((size_t)R, sizeof *osl);
+  int8_t *fill = sl__calloc((size_t)R, sizeof *fill);
+  int *workers = sl__calloc((size_t)R, sizeof *workers);
+  int *inv_from = sl__calloc((size_t)R, sizeof(int));
+  int *inv_to = sl__calloc((size_t)R, sizeof(int));
+  sl__coll_piece *pieces = sl__calloc((size_t)np + 1, sizeof *pieces);
+  sl_status st = SL_OK;
+  if (!has_in || !has_out || !isl || !osl || !fill || !workers || !inv_from ||
+      !inv_to || !pieces) {
+    st = SL_ENOMEM;
+    goto out;
+  }
+  SL_CHECK_GOTO(side_of(bp, from_p, inv_from), st, out);
+  SL_CHECK_GOTO(side_of(bp, to_p, inv_to), st, out);
+  for (int q = 0; q < R; q++) {
+    int node, dev;
+    sl_boxing_plan_rank_device(bp, q, &node, &dev);
+    workers[q] = dev_worker[dev];
+    sl_reduce_op f;
+    fill[q] =
+        sl_boxing_step_fill(bp, step, q, &f) ? (int8_t)f : SL__COLL_FILL_ZERO;
+    if (inv_from[q] >= 0) {
+      has_in[q] = true;
+      SL_CHECK_GOTO(
+          sl_local_slice(&vin->meta.shape, from_p, &from, inv_from[q], &isl[q]),
+          st, out);
+    }
+    if (inv_to[q] >= 0) {
+      has_out[q] = true;
+      SL_CHECK_GOTO(
+          sl_local_slice(&vin->meta.shape, to_p, &to, inv_to[q], &osl[q]), st,
+          out);
+    }
+  }
+  bool preduce = false;
+  for (int i = 0; i < np; i++) {
+    bool r = false;
+    SL_CHECK_GOTO(sl_boxing_step_piece(bp, step, i, &pieces[i].src,
+                                       &pieces[i].dst, &pieces[i].slice, &r),
+                  st, out);
+    preduce |= r;
+  }
+  char name[300];
+  snprintf(name, sizeof name, "%s.s%d", n->name, step);
+  sl__coll_desc d;
+  memset(&d, 0, sizeof d);
+  d.name = name;
+  d.op = SL__COLL_EXCHANGE;
+  d.dtype = vin->meta.dtype;
+  d.reduce = red;
+  d.n = R;
+  d.workers = workers;
+  d.block = vin->meta.shape;
+  d.has_in = has_in;
+  d.has_out = has_out;
+  d.in_slice = isl;
+  d.out_slice = osl;
+  d.fill = fill;
+  d.piece_count = np;
+  d.pieces = pieces;
+  d.piece_reduce = preduce && has_red;
+  st = sl__coll_create(s->comm, &d, out);
+out:
+  sl__free(has_in);
+  sl__free(has_out);
+  sl__free(isl);
+  sl__free(osl);
+  sl__free(fill);
+  sl__free(workers);
+  sl__free(inv_from);
+  sl__free(inv_to);
+  sl__free(pieces);
+  return st;
+}
+
+static sl_status make_group(sl_session *s, const sl__node *n, int step,
+                            int group, const int *dev_worker, sl__coll **out) {
+  const sl_boxing_plan *bp = n->boxing;
+  const sl__value *vin = sl__graph_value(s->g, n->in[0]);
+  const sl_placement *p = vin->placement; /* group steps: one placement */
+  sl_nd_sbp from, to;
+  sl_boxing_step_layout(bp, step, &from, &to);
+  int m = sl_boxing_step_mesh_axis(bp, step);
+  const int *ranks;
+  int gn = sl_boxing_step_group(bp, step, group, &ranks);
+  int workers[SL_MAX_PLACEMENT_RANKS > 4096 ? 4096 : SL_MAX_PLACEMENT_RANKS];
+  if (gn < 1 || gn > (int)SL_ARRAY_LEN(workers) || m < 0 || m >= from.ndim)
+    return sl__fail(SL_EUNSUPPORTED, "boxing '%s' step %d: a group of %d",
+                    n->name, step, gn);
+  for (int k = 0; k < gn; k++) {
+    int node, dev;
+    sl_boxing_plan_rank_device(bp, ranks[k], &node, &dev);
+    workers[k] = dev_worker[dev];
+  }
+  sl_nd_sbp bl = from;
+  bl.sbp[m] = sl_sbp_broadcast();
+  sl_slice blk;
+  SL_CHECK(sl_local_slice(&vin->meta.shape, p, &bl, ranks[0], &blk));
+  sl_reduce_op red = SL_REDUCE_SUM;
+  sl_boxing_step_reduce(bp, step, &red);
+  char name[300];
+  snprintf(name, sizeof name, "%s.s%d.g%d", n->name, step, group);
+  sl__coll_desc d;
+  memset(&d, 0, sizeof d);
+  d.name = name;
+  d.dtype = vin->meta.dtype;
+  d.reduce = red;
+  d.n = gn;
+  d.workers = workers;
+  d.block.ndim = vin->meta.shape.ndim;
+  for (int i = 0; i < d.block.ndim; i++)
+    d.block.dims[i] = blk.extent[i];
+  switch (sl_boxing_step_op(bp, step)) {
+  case SL_BOXING_ALL_REDUCE: d.op = SL__COLL_ALL_REDUCE; break;
+  case SL_BOXING_REDUCE_SCATTER:
+    d.op = SL__COLL_REDUCE_SCATTER;
+    d.out_axis = to.sbp[m].axis;
+    break;
+  case SL_BOXING_ALL_GATHER:
+    d.op = SL__COLL_ALL_GATHER;
+    d.in_axis = from.sbp[m].axis;
+    break;
+  case SL_BOXING_ALL_TO_ALL:
+    d.op = SL__COLL_ALL_TO_ALL;
+    d.in_axis = from.sbp[m].axis;
+    d.out_axis = to.sbp[m].axis;
+    break;
+  default:
+    return sl__fail(SL_EINTERNAL, "boxing '%s' step %d is not a collective",
+                    n->name, step);
+  }
+  return sl__coll_create(s->comm, &d, out);
+}
+
+static sl_status setup_local(sl_session *s, task_rt *rt) {
+  const sl__node *n = sl__graph_node(s->g, rt->t->node);
+  const sl_boxing_plan *bp = n->boxing;
+  const sl__value *vin = sl__graph_value(s->g, n->in[0]);
+  const sl_placement *p = vin->placement;
+  int step = rt->t->step, m = sl_boxing_step_mesh_axis(bp, step);
+  sl_nd_sbp from, to;
+  sl_boxing_step_layout(bp, step, &from, &to);
+  rt->local_op = sl_boxing_step_op(bp, step);
+  rt->local_n = sl_placement_mesh_dim(p, m);
+  rt->member = rt->t->member;
+  rt->dtype = vin->meta.dtype;
+  rt->ndim = vin->meta.shape.ndim;
+  sl_slice a, b;
+  SL_CHECK(sl_local_slice(&vin->meta.shape, p, &from, rt->t->rank, &a));
+  SL_CHECK(sl_local_slice(&vin->meta.shape, p, &to, rt->t->rank, &b));
+  slice_dims(&a, rt->in_dims);
+  slice_dims(&b, rt->out_dims);
+  rt->local_reduce = SL_REDUCE_SUM;
+  sl_boxing_step_reduce(bp, step, &rt->local_reduce);
+  if (rt->local_op == SL_BOXING_SLICE) {
+    rt->local_axis = to.sbp[m].axis;
+  } else {
+    rt->local_from_b = from.sbp[m].kind == SL_SBP_BROADCAST;
+    rt->local_axis = rt->local_from_b ? 0 : from.sbp[m].axis;
+  }
+  return SL_OK;
+}
+
+/* ---- feeds and fetches
+ * ------------------------------------------------------- */
+
+static sl_status setup_io(sl_session *s) {
+  const sl_graph *g = s->g;
+  int32_t nn = sl__graph_node_count(g);
+  for (int32_t i = 0; i < nn; i++) {
+    const sl__node *n = sl__graph_node(g, i);
+    if (n->kind == SL__NODE_INPUT) s->n_feeds++;
+    if (n->kind == SL__NODE_FETCH) s->n_fetches++;
+  }
+  s->feeds = sl__calloc((size_t)s->n_feeds + 1, sizeof *s->feeds);
+  s->fetches = sl__calloc((size_t)s->n_fetches + 1, sizeof *s->fetches);
+  if (!s->feeds || !s->fetches) return SL_ENOMEM;
+  int32_t fi = 0, ti = 0;
+  for (int32_t i = 0; i < nn; i++) {
+    const sl__node *n = sl__graph_node(g, i);
+    if (n->kind == SL__NODE_INPUT) {
+      feed_rt *f = &s->feeds[fi++];
+      const sl__value *v = sl__graph_value(g, n->out[0]);
+      f->name = n->name;
+      f->node = i;
+      f->value = n->out[0];
+      f->meta = v->meta;
+      f->bytes =
+          (size_t)sl_shape_numel(&v->meta.shape) * sl_dtype_size(v->meta.dtype);
+      f->data = sl__calloc(1, f->bytes + 64);
+      if (!f->data) return SL_ENOMEM;
+    } else if (n->kind == SL__NODE_FETCH) {
+      fetch_rt *f = &s->fetches[ti++];
+      const sl__value *v = sl__graph_value(g, n->in[0]);
+      const sl__node *prod = sl__graph_node(g, v->producer);
+      f->name = n->name;
+      f->node = i;
+      f->value = n->in[0];
+      f->meta = v->meta;
+      f->bytes =
+          (size_t)sl_shape_numel(&v->meta.shape) * sl_dtype_size(v->meta.dtype);
+      f->of_variable = prod->kind == SL__NODE_VARIABLE && prod->update >= 0;
+      f->partial = sl__nd_sbp_partial_op(&v->sbp, &f->reduce);
+      int nr = sl_placement_size(v->placement);
+      f->ranks = sl__calloc((size_t)nr, sizeof *f->ranks);
+      f->slices = sl__calloc((size_t)nr, sizeof *f->slices);
+      f->shard_bytes = sl__calloc((size_t)nr, sizeof *f->shard_bytes);
+      for (int b = 0; b < 2; b++) {
+        f->stage[b] = sl__calloc((size_t)nr, sizeof *f->stage[b]);
+        f->staged[b] = sl__calloc((size_t)nr, sizeof *f->staged[b]);
+      }
+      if (!f->ranks || !f->slices || !f->shard_bytes || !f->stage[0] ||
+          !f->stage[1] || !f->staged[0] || !f->staged[1])
+        return SL_ENOMEM;
+    }
+  }
+  /* Fetch tasks, in plan order, are the ranks each fetch assembles from. */
+  for (int32_t t = 0; t < s->n_tasks; t++) {
+    task_rt *rt = &s->rt[t];
+    const sl__task *task = rt->t;
+    if (task->kind != SL__TASK_FEED && task->kind != SL__TASK_FETCH) continue;
+    const sl__node *n = sl__graph_node(g, task->node);
+    if (task->kind == SL__TASK_FEED) {
+      for (int32_t k = 0; k < s->n_feeds; k++)
+        if (s->feeds[k].node == task->node) rt->io = k;
+      SL_CHECK(value_slice(g, n->out[0], task->rank, &rt->slice));
+      rt->dtype = s->feeds[rt->io].meta.dtype;
+      rt->ndim = s->feeds[rt->io].meta.shape.ndim;
+      slice_dims(&rt->slice, rt->out_dims);
+      continue;
+    }
+    for (int32_t k = 0; k < s->n_fetches; k++)
+      if (s->fetches[k].node == task->node) rt->io = k;
+    fetch_rt *f = &s->fetches[rt->io];
+    SL_CHECK(value_slice(g, n->in[0], task->rank, &rt->slice));
+    rt->io_slot = f->n_ranks++;
+    f->ranks[rt->io_slot] = task->rank;
+    f->slices[rt->io_slot] = rt->slice;
+    size_t sb =
+        (size_t)sl_slice_numel(&rt->slice) * sl_dtype_size(f->meta.dtype);
+    f->shard_bytes[rt->io_slot] = sb;
+    for (int b = 0; b < 2; b++) {
+      f->stage[b][rt->io_slot] = sl__malloc(sb + 64);
+      f->staged[b][rt->io_slot] = -1;
+      if (!f->stage[b][rt->io_slot]) return SL_ENOMEM;
+    }
+  }
+  return SL_OK;
+}
+
+/* ---- the actor plan
+ * ------------------------------------------------------------ */
+
+static sl_status add_actors(sl_session *s) {
+  const sl__pplan *pp = s->pp;
+  for (int32_t i = 0; i < pp->n_tasks; i++) {
+    const sl__task *t = &pp->tasks[i];
+    task_rt *rt = &s->rt[i];
+    rt->s = s;
+    rt->t = t;
+    rt->id = i;
+    rt->tick_slot = -1;
+    rt->io = rt->io_slot = -1;
+    bool tick = t->kind == SL__TASK_TICK;
+    sl_actor_desc d;
+    memset(&d, 0, sizeof d);
+    d.name = t->name;
+    d.kind = tick ? SL_ACTOR_SOURCE : SL_ACTOR_KERNEL;
+    d.node = tick ? s->driver : t->machine;
+    d.device = t->device;
+    d.stream = t->stream;
+    d.act = tick ? NULL : sl__act_for(t->kind);
+    d.ctx = rt;
+    d.count = tick ? INT64_MAX : 0;
+    SL_CHECK(sl_plan_add_actor(s->plan, &d, &rt->actor));
+    if (!tick) s->n_counted++;
+  }
+  return SL_OK;
+}
+
+static sl_status add_registers(sl_session *s) {
+  const sl__pplan *pp = s->pp;
+  var_init *vi = sl__calloc((size_t)pp->n_regsts + 1, sizeof *vi);
+  s->actor_desc = sl__calloc((size_t)pp->n_regsts + 1, sizeof *s->actor_desc);
+  if (!vi || !s->actor_desc) {
+    sl__free(vi);
+    return SL_ENOMEM;
+  }
+  s->var_inits = vi;
+  for (int32_t i = 0; i < pp->n_tasks; i++) {
+    const sl__task *t = &pp->tasks[i];
+    for (int32_t j = 0; j < t->n_out; j++) {
+      const sl__regst *r = &pp->regsts[t->out[j]];
+      sl_regst_desc d;
+      memset(&d, 0, sizeof d);
+      d.name = r->name;
+      d.count = r->count;
+      d.bytes = (size_t)r->bytes;
+      d.device = -1;
+      d.initial = r->initial;
+      if (r->var_node >= 0) {
+        var_init *v = &vi[t->out[j]];
+        v->g = s->g;
+        v->node = r->var_node;
+        v->rank = r->rank;
+        d.init = var_init_fn;
+        d.init_ctx = v;
+      }
+      SL_CHECK(sl_plan_add_output(s->plan, s->rt[i].actor, &d,
+                                  &s->actor_desc[t->out[j]]));
+    }
+  }
+  return SL_OK;
+}
+
+static drv_tick *tick_of_regst(sl_session *s, int32_t reg) {
+  for (int32_t i = 0; i < s->n_ticks; i++)
+    if (s->ticks[i].desc == s->actor_desc[reg]) return &s->ticks[i];
+  return NULL;
+}
+
+static sl_status setup_ticks(sl_session *s) {
+  const sl__pplan *pp = s->pp;
+  int32_t n = 0;
+  for (int32_t i = 0; i < pp->n_tasks; i++)
+    n += pp->tasks[i].kind == SL__TASK_TICK;
+  s->ticks = sl__calloc((size_t)n + 1, sizeof *s->ticks);
+  if (!s->ticks) return SL_ENOMEM;
+  for (int32_t i = 0; i < pp->n_tasks; i++) {
+    const sl__task *t = &pp->tasks[i];
+    if (t->kind != SL__TASK_TICK) continue;
+    const sl__regst *r = &pp->regsts[t->out[0]];
+    drv_tick *d = &s->ticks[s->n_ticks++];
+    pthread_mutex_init(&d->lock, NULL);
+    d->actor = s->rt[i].actor;
+    d->desc = s->actor_desc[t->out[0]];
+    d->count = r->count;
+    d->cons = sl__calloc((size_t)r->n_cons + 1, sizeof *d->cons);
+    d->cons_slot = sl__calloc((size_t)r->n_cons + 1, sizeof *d->cons_slot);
+    d->pending = sl__calloc((size_t)r->count, sizeof *d->pending);
+    d->free_q = sl__calloc((size_t)r->count, sizeof *d->free_q);
+    if (!d->cons || !d->cons_slot || !d->pending || !d->free_q)
+      return SL_ENOMEM;
+    for (int32_t j = r->count - 1; j >= 0; j--)
+      d->free_q[d->n_free++] = j;
+  }
+  return SL_OK;
+}
+
+/* Edges in slot order; an actor reading one register twice reads it once. */
+static sl_status connect_all(sl_session *s) {
+  const sl__pplan *pp = s->pp;
+  for (int32_t i = 0; i < pp->n_tasks; i++) {
+    const sl__task *t = &pp->tasks[i];
+    task_rt *rt = &s->rt[i];
+    rt->slot_of = sl__calloc((size_t)t->n_in + 1, sizeof *rt->slot_of);
+    if (!rt->slot_of) return SL_ENOMEM;
+    int32_t slots = 0;
+    for (int32_t k = 0; k < t->n_in; k++) {
+      int32_t dup = -1;
+      for (int32_t j = 0; j < k && dup < 0; j++)
+        if (t->in[j] == t->in[k]) dup = j;
+      if (dup >= 0) {
+        rt->slot_of[k] = rt->slot_of[dup];
+        continue;
+      }
+      SL_CHECK(sl_plan_connect(s->plan, s->actor_desc[t->in[k]], rt->actor));
+      rt->slot_of[k] = slots++;
+      drv_tick *d = tick_of_regst(s, t->in[k]);
+      if (d) {
+        d->cons[d->n_cons] = rt->actor;
+        d->cons_slot[d->n_cons] = (uint16_t)rt->slot_of[k];
+        d->n_cons++;
+      }
+    }
+    rt->tick_slot = t->tick_slot >= 0 ? rt->slot_of[t->tick_slot] : -1;
+  }
+  return SL_OK;
+}
+
+sl_status sl__session_build(sl_session *s) {
+  const sl__pplan *pp = s->pp;
+  s->n_tasks = pp->n_tasks;
+  s->driver = pp->driver;
+  s->rt = sl__calloc((size_t)pp->n_tasks + 1, sizeof *s->rt);
+  if (!s->rt) return SL_ENOMEM;
+  /* Workers: one per device id used. */
+  uint32_t max_dev = 0;
+  for (int32_t i = 0; i < pp->n_tasks; i++)
+    max_dev = SL_MAX(max_dev, pp->tasks[i].device);
+  int *dev_worker = sl__calloc((size_t)max_dev + 1, sizeof *dev_worker);
+  if (!dev_worker) return SL_ENOMEM;
+  for (uint32_t d = 0; d <= max_dev; d++)
+    dev_worker[d] = -1;
+  s->n_workers = 0;
+  for (int32_t i = 0; i < pp->n_tasks; i++) {
+    uint32_t d = pp->tasks[i].device;
+    if (pp->tasks[i].kind != SL__TASK_TICK && dev_worker[d] < 0)
+      dev_worker[d] = s->n_workers++;
+  }
+  s->n_devices = s->n_workers;
+  sl_status st = SL_OK;
+  sl__comm_config cc = {SL_MAX(s->n_workers, 1), s->cfg.comm_direct_max_bytes};
+  coll_key *keys = sl__calloc((size_t)pp->n_tasks + 1, sizeof *keys);
+  int32_t n_keys = 0;
+  if (!keys) {
+    st = SL_ENOMEM;
+    goto out;
+  }
+  SL_CHECK_GOTO(sl__comm_create(&cc, &s->comm), st, out);
+  SL_CHECK_GOTO(sl_plan_create(&s->plan), st, out);
+  SL_CHECK_GOTO(add_actors(s), st, out);
+  SL_CHECK_GOTO(add_registers(s), st, out);
+  SL_CHECK_GOTO(setup_ticks(s), st, out);
+  SL_CHECK_GOTO(connect_all(s), st, out);
+  SL_CHECK_GOTO(setup_io(s), st, out);
+  for (int32_t i = 0; i < pp->n_tasks && st == SL_OK; i++) {
+    task_rt *rt = &s->rt[i];
+    const sl__task *t = rt->t;
+    const sl__node *n = t->node >= 0 ? sl__graph_node(s->g, t->node) : NULL;
+    switch (t->kind) {
+    case SL__TASK_OP: st = setup_op(s, rt); break;
+    case SL__TASK_CONST:
+    case SL__TASK_VAR_COPY: {
+      const sl__regst *r = &pp->regsts[t->out[0]];
+      rt->bytes = (size_t)r->bytes;
+      if (t->kind == SL__TASK_CONST) {
+        rt->init = sl__calloc(1, rt->bytes + 64);
+        if (!rt->init) {
+          st = SL_ENOMEM;
+          break;
+        }
+        st = sl__graph_variable_init(s->g, t->node, t->rank, rt->init);
+      }
+      break;
+    }
+    case SL__TASK_LOCAL: st = setup_local(s, rt); break;
+    case SL__TASK_COLL:
+    case SL__TASK_XCHG: {
+      int32_t group = t->kind == SL__TASK_COLL ? t->group : -1;
+      sl__coll *c = NULL;
+      for (int32_t k = 0; k < n_keys && !c; k++)
+        if (keys[k].node == t->node && keys[k].step == t->step &&
+            keys[k].group == group)
+          c = keys[k].coll;
+      if (!c) {
+        st = t->kind == SL__TASK_COLL
+                 ? make_group(s, n, t->step, group, dev_worker, &c)
+                 : make_exchange(s, n, t->step, dev_worker, &c);
+        if (st != SL_OK) break;
+        keys[n_keys++] = (coll_key){t->node, t->step, group, c};
+      }
+      rt->coll = c;
+      rt->member = t->member;
+      break;
+    }
+    default: break;
+    }
+    if (st != SL_OK && n) sl__fail_context(st, "task '%s': ", t->name);
+  }
+out:
+  sl__free(keys);
+  sl__free(dev_worker);
+  return st;
+}
+
+void sl__session_free_build(sl_session *s) {
+  for (int32_t i = 0; s->rt && i < s->n_tasks; i++) {
+    sl__free(s->rt[i].slot_of);
+    sl__free(s->rt[i].init);
+  }
+  sl__free(s->rt);
+  for (int32_t i = 0; s->feeds && i < s->n_feeds; i++)
+    sl__free(s->feeds[i].data);
+  sl__free(s->feeds);
+  for (int32_t i = 0; s->fetches && i < s->n_fetches; i++) {
+    fetch_rt *f = &s->fetches[i];
+    for (int b = 0; b < 2; b++) {
+      for (int r = 0; f->stage[b] && r < f->n_ranks; r++)
+        sl__free(f->stage[b][r]);
+      sl__free(f->stage[b]);
+      sl__free(f->staged[b]);
+    }
+    sl__free(f->ranks);
+    sl__free(f->slices);
+    sl__free(f->shard_bytes);
+  }
+  sl__free(s->fetches);
+  for (int32_t i = 0; s->ticks && i < s->n_ticks; i++) {
+    drv_tick *d = &s->ticks[i];
+    pthread_mutex_destroy(&d->lock);
+    sl__free(d->cons);
+    sl__free(d->cons_slot);
+    sl__free(d->pending);
+    sl__free(d->free_q);
+  }
+  sl__free(s->ticks);
+  sl__free(s->actor_desc);
+  sl__free(s->var_inits);
+}

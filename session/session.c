@@ -1,0 +1,415 @@
+/* The embedded session's API: create (compile, lower, build, start one
+ * long-lived job), feed, run (release ticks, wait for the steps), fetch
+ * (assemble the logical value from staged shards), finish, destroy, and
+ * plan dumps. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sbp_int.h"
+#include "session_int.h"
+
+static const char *env_or(const char *v, const char *env) {
+  if (v) return v;
+  const char *e = getenv(env);
+  return e && e[0] ? e : NULL;
+}
+
+sl_plan_format sl_plan_format_for_path(const char *path) {
+  size_t n = path ? strlen(path) : 0;
+  if (n >= 3 && strcmp(path + n - 3, ".pb") == 0) return SL_PLAN_PROTOBUF;
+  if (n >= 4 && strcmp(path + n - 4, ".dot") == 0) return SL_PLAN_DOT;
+  return SL_PLAN_TEXT;
+}
+
+static sl_status check_format(sl_plan_format f) {
+  if ((int)f < SL_PLAN_TEXT || f > SL_PLAN_PROTOBUF)
+    return sl__fail(SL_EINVAL, "plan: unknown format %d", (int)f);
+  return SL_OK;
+}
+
+sl_status sl_graph_write_plan(sl_graph *g, sl_plan_format format,
+                              const char *path) {
+  if (!g || !path) return sl__fail(SL_EINVAL, "plan: NULL argument");
+  SL_CHECK(check_format(format));
+  SL_CHECK(sl__graph_compile(g));
+  sl__pplan *pp = NULL;
+  SL_CHECK(sl__lower(g, &pp));
+  sl_status st = sl__pplan_write_file(pp, (int)format, path);
+  sl__pplan_destroy(pp);
+  return st;
+}
+
+sl_status sl_plan_file_convert(const char *pb_path, sl_plan_format format,
+                               const char *out_path) {
+  if (!pb_path || !out_path) return sl__fail(SL_EINVAL, "plan: NULL argument");
+  SL_CHECK(check_format(format));
+  sl__pplan *pp = NULL;
+  SL_CHECK(sl__pplan_read_file(pb_path, &pp));
+  sl_status st = sl__pplan_write_file(pp, (int)format, out_path);
+  sl__pplan_destroy(pp);
+  return st;
+}
+
+sl_status sl_session_write_plan(const sl_session *s, sl_plan_format format,
+                                const char *path) {
+  if (!s || !path) return sl__fail(SL_EINVAL, "plan: NULL argument");
+  SL_CHECK(check_format(format));
+  return sl__pplan_write_file(s->pp, (int)format, path);
+}
+
+/* ---- create ----------------------------------------------------------------
+ */
+
+static sl_status check_devices(const sl_session *s) {
+  const sl_graph *g = s->g;
+  for (int32_t i = 0; i < sl__graph_node_count(g); i++) {
+    const sl__node *n = sl__graph_node(g, i);
+    const sl_placement *p = n->placement;
+    if (!p && n->n_in) p = sl__graph_value(g, n->in[0])->placement;
+    if (p && sl_placement_device_type(p) != SL_DEVICE_CPU)
+      return sl__fail(SL_EUNSUPPORTED,
+                      "session: node '%s' is placed on %s devices; the "
+                      "embedded session runs CPU placements",
+                      n->name,
+                      sl_device_type_name(sl_placement_device_type(p)));
+  }
+  if (s->pp->machines != 1)
+    return sl__fail(SL_EUNSUPPORTED,
+                    "session: the graph spans %u nodes; the embedded session "
+                    "runs node 0 only",
+                    s->pp->machines);
+  for (int32_t i = 0; i < s->pp->n_tasks; i++)
+    if (s->pp->tasks[i].machine != 0)
+      return sl__fail(SL_EUNSUPPORTED,
+                      "session: task '%s' is on node %u; the embedded session "
+                      "runs node 0 only",
+                      s->pp->tasks[i].name, s->pp->tasks[i].machine);
+  return SL_OK;
+}
+
+void sl_session_destroy(sl_session *s);
+
+sl_status sl_session_create(sl_graph *g, const sl_session_config *cfg,
+                            sl_session **out) {
+  if (out) *out = NULL;
+  if (!g || !out) return sl__fail(SL_EINVAL, "session: NULL argument");
+  sl_session_config c = cfg ? *cfg : sl_session_config_default();
+  if (c.kind != SL_SESSION_LOCAL)
+    return sl__fail(SL_EINVAL,
+                    "session: unknown kind %d (only the local, "
+                    "embedded session exists)",
+                    (int)c.kind);
+  SL_CHECK(sl__graph_compile(g));
+  sl_session *s;
+  if (SL_NEW(s) != SL_OK) return SL_ENOMEM;
+  s->g = g;
+  s->cfg = c;
+  pthread_mutex_init(&s->lock, NULL);
+  sl_status st = sl__cond_init(&s->cond);
+  if (st != SL_OK) {
+    pthread_mutex_destroy(&s->lock);
+    sl__free(s);
+    return st;
+  }
+  atomic_init(&s->released, 0);
+  atomic_init(&s->failed, SL_OK);
+  atomic_init(&s->waiting, false);
+  atomic_init(&s->driver_msgs, 0);
+  for (int i = 0; i < SL__STEP_RING; i++)
+    atomic_init(&s->ring[i], 0);
+  SL_CHECK_GOTO(sl__lower(g, &s->pp), st, fail);
+  SL_CHECK_GOTO(check_devices(s), st, fail);
+  const char *dump = env_or(c.plan_dump_path, "SLUICE_PLAN_DUMP");
+  if (dump)
+    SL_CHECK_GOTO(
+        sl__pplan_write_file(s->pp, (int)sl_plan_format_for_path(dump), dump),
+        st, fail);
+  SL_CHECK_GOTO(sl__session_build(s), st, fail);
+  const char *trace = env_or(c.trace_path, "SLUICE_TRACE");
+  if (trace && !(s->trace_path = sl__strdup(trace))) {
+    st = SL_ENOMEM;
+    goto fail;
+  }
+  sl_job_config jc;
+  memset(&jc, 0, sizeof jc);
+  jc.node = 0;
+  jc.hang_timeout_ms = c.hang_timeout_ms;
+  jc.trace_path = trace ? trace : "";
+  jc.transport = (sl_transport){&sl__driver_transport, s};
+  SL_CHECK_GOTO(sl_job_create(s->plan, &jc, &s->job), st, fail);
+  SL_CHECK_GOTO(sl_job_start(s->job), st, fail);
+  s->started = true;
+  *out = s;
+  return SL_OK;
+fail:
+  sl__fail_context(st, "session: ");
+  sl_session_destroy(s);
+  return st;
+}
+
+/* ---- feed, run, fetch
+ * -------------------------------------------------------- */
+
+static sl_status refuse_after_failure(sl_session *s, const char *what) {
+  sl_status st = (sl_status)atomic_load(&s->failed);
+  if (st != SL_OK || s->waited) {
+    if (!s->waited) {
+      /* The job stopped: join it to get its message. */
+      s->final = sl_job_wait(s->job);
+      snprintf(s->errmsg, sizeof s->errmsg, "%s", sl_last_error());
+      s->waited = true;
+    }
+    if (s->final != SL_OK)
+      return sl__fail(SL_ESTATE, "session: %s after the session failed: %s",
+                      what, s->errmsg);
+    return sl__fail(SL_ESTATE, "session: %s after sl_session_finish", what);
+  }
+  return SL_OK;
+}
+
+static const feed_rt *feed_named(const sl_session *s, const char *name) {
+  for (int32_t i = 0; i < s->n_feeds; i++)
+    if (strcmp(s->feeds[i].name, name) == 0) return &s->feeds[i];
+  return NULL;
+}
+
+static fetch_rt *fetch_named(const sl_session *s, const char *name) {
+  for (int32_t i = 0; i < s->n_fetches; i++)
+    if (strcmp(s->fetches[i].name, name) == 0) return &s->fetches[i];
+  return NULL;
+}
+
+sl_status sl_session_feed(sl_session *s, const char *name, const void *data,
+                          size_t bytes) {
+  if (!s || !name) return sl__fail(SL_EINVAL, "feed: NULL argument");
+  feed_rt *f = (feed_rt *)feed_named(s, name);
+  if (!f)
+    return sl__fail(SL_ENOTFOUND, "feed: the graph has no input '%s'", name);
+  if (bytes != f->bytes) {
+    char shape[128];
+    sl_shape_print(&f->meta.shape, shape, sizeof shape);
+    return sl__fail(
+        SL_EINVAL, "feed of input '%s': %zu bytes, the input needs %zu (%s %s)",
+        name, bytes, f->bytes, sl_dtype_name(f->meta.dtype), shape);
+  }
+  if (bytes && !data)
+    return sl__fail(SL_EINVAL, "feed of input '%s': NULL data", name);
+  SL_CHECK(refuse_after_failure(s, "feed"));
+  if (bytes) memcpy(f->data, data, bytes);
+  f->fed = true;
+  return SL_OK;
+}
+
+/* After the job failed: joins it and returns its status and message. */
+static sl_status failure(sl_session *s) {
+  if (!s->waited) {
+    s->final = sl_job_wait(s->job);
+    if (s->final == SL_OK) s->final = (sl_status)atomic_load(&s->failed);
+    snprintf(s->errmsg, sizeof s->errmsg, "%s", sl_last_error());
+    s->waited = true;
+  }
+  return sl__fail(s->final, "%s", s->errmsg);
+}
+
+sl_status sl_session_run(sl_session *s, int64_t steps) {
+  if (!s) return sl__fail(SL_EINVAL, "run: NULL session");
+  if (steps < 1)
+    return sl__fail(SL_EINVAL, "run: %lld steps", (long long)steps);
+  SL_CHECK(refuse_after_failure(s, "run"));
+  for (int32_t i = 0; i < s->n_feeds; i++)
+    if (!s->feeds[i].fed)
+      return sl__fail(SL_ESTATE, "run: input '%s' was never fed",
+                      s->feeds[i].name);
+  int64_t target = s->steps + steps;
+  atomic_store(&s->waiting, true);
+  pthread_mutex_lock(&s->lock);
+  for (;;) {
+    if (atomic_load(&s->failed) != SL_OK || s->completed >= target ||
+        s->n_counted == 0)
+      break;
+    int64_t rel = SL_MIN(target, s->completed + SL__STEP_WINDOW);
+    if (rel > atomic_load(&s->released)) {
+      atomic_store(&s->released, rel);
+      pthread_mutex_unlock(&s->lock);
+      sl__driver_pump(s);
+      pthread_mutex_lock(&s->lock);
+      continue;
+    }
+    pthread_cond_wait(&s->cond, &s->lock);
+  }
+  pthread_mutex_unlock(&s->lock);
+  atomic_store(&s->waiting, false);
+  if (atomic_load(&s->failed) != SL_OK) return failure(s);
+  s->steps = target;
+  return SL_OK;
+}
+
+int64_t sl_session_steps(const sl_session *s) { return s ? s->steps : 0; }
+
+sl_status sl_session_fetch_info(const sl_session *s, const char *name,
+                                sl_shape *shape, sl_dtype *dtype) {
+  if (!s || !name) return sl__fail(SL_EINVAL, "fetch: NULL argument");
+  const fetch_rt *f = fetch_named(s, name);
+  if (!f)
+    return sl__fail(SL_ENOTFOUND, "fetch: the graph has no fetch '%s'", name);
+  if (shape) *shape = f->meta.shape;
+  if (dtype) *dtype = f->meta.dtype;
+  return SL_OK;
+}
+
+sl_status sl_session_fetch(sl_session *s, const char *name, void *data,
+                           size_t bytes) {
+  if (!s || !name) return sl__fail(SL_EINVAL, "fetch: NULL argument");
+  fetch_rt *f = fetch_named(s, name);
+  if (!f)
+    return sl__fail(SL_ENOTFOUND, "fetch: the graph has no fetch '%s'", name);
+  if (bytes != f->bytes)
+    return sl__fail(SL_EINVAL, "fetch '%s': %zu bytes, the value has %zu", name,
+                    bytes, f->bytes);
+  if (bytes && !data) return sl__fail(SL_EINVAL, "fetch '%s': NULL data", name);
+  if (atomic_load(&s->failed) != SL_OK) {
+    failure(s);
+    return sl__fail(SL_ESTATE, "fetch '%s' after the session failed: %s", name,
+                    s->errmsg);
+  }
+  if (s->steps == 0)
+    return sl__fail(SL_ESTATE, "fetch '%s': no step has run", name);
+  /* A variable's pieces are its versions: after n steps, version n. */
+  int64_t want = f->of_variable ? s->steps : s->steps - 1;
+  int b = (int)(want & 1);
+  bool ok = true;
+  atomic_store(&s->waiting, true);
+  pthread_mutex_lock(&s->lock);
+  for (int r = 0; r < f->n_ranks; r++) {
+    while (f->staged[b][r] < want && atomic_load(&s->failed) == SL_OK &&
+           !s->waited)
+      pthread_cond_wait(&s->cond, &s->lock);
+    if (f->staged[b][r] != want) ok = false;
+  }
+  pthread_mutex_unlock(&s->lock);
+  atomic_store(&s->waiting, false);
+  if (atomic_load(&s->failed) != SL_OK) {
+    failure(s);
+    return sl__fail(SL_ESTATE, "fetch '%s' after the session failed: %s", name,
+                    s->errmsg);
+  }
+  if (!ok)
+    return sl__fail(SL_EINTERNAL, "fetch '%s': step %lld's value never arrived",
+                    name, (long long)want);
+  /* Every element of the logical value is held by exactly one fetch rank,
+   * or, for partial values, by every member of its partial group: reduce
+   * those in rank order from the identity. */
+  int nd = f->meta.shape.ndim;
+  int64_t numel = sl_shape_numel(&f->meta.shape);
+  if (f->partial) sl__elem_fill_identity(f->meta.dtype, f->reduce, data, numel);
+  int64_t zero[SL_MAX_DIMS] = {0};
+  for (int r = 0; r < f->n_ranks; r++) {
+    const sl_slice *sl = &f->slices[r];
+    sl__box_move(f->meta.dtype, nd, data, f->meta.shape.dims, sl->start,
+                 f->stage[b][r], sl->extent, zero, sl->extent, f->partial,
+                 f->reduce);
+  }
+  return SL_OK;
+}
+
+/* ---- finish, stats, destroy
+ * ------------------------------------------------------ */
+
+/* The job writes "<stem>.node0<ext>" because the driver counts as a node;
+ * the program asked for the path itself. */
+static void rename_trace(const sl_session *s) {
+  if (!s->trace_path) return;
+  const char *tp = s->trace_path;
+  size_t n = strlen(tp) + 32;
+  char *got = sl__malloc(n);
+  if (!got) return;
+  const char *dot = strrchr(tp, '.'), *slash = strrchr(tp, '/');
+  if (dot && slash && dot < slash) dot = NULL;
+  if (dot)
+    snprintf(got, n, "%.*s.node0%s", (int)(dot - tp), tp, dot);
+  else
+    snprintf(got, n, "%s.node0", tp);
+  if (rename(got, tp) != 0)
+    SL_WARN("session: trace '%s' -> '%s': %s", got, tp, strerror(errno));
+  sl__free(got);
+}
+
+static void collect_stats(sl_session *s) {
+  sl_session_stats *o = &s->stats;
+  sl_job_stats js;
+  if (sl_job_get_stats(s->job, &js) == SL_OK) {
+    o->threads = js.threads;
+    o->actors = js.actors;
+    o->registers = js.registers;
+    o->register_bytes = js.register_bytes;
+    o->firings = js.firings;
+    o->in_flight = js.in_flight;
+    o->messages_left = js.messages_left;
+    o->run_ms = js.run_ms;
+  }
+  for (int32_t r = 0; r < s->pp->n_regsts; r++) {
+    const sl__regst *g = &s->pp->regsts[r];
+    if (s->pp->tasks[g->producer].kind == SL__TASK_TICK) continue;
+    sl_regst_stats rs;
+    if (sl_job_get_regst_stats(s->job, s->actor_desc[r], &rs) == SL_OK &&
+        rs.peak_in_flight > rs.count)
+      o->over_quota++;
+  }
+}
+
+sl_status sl_session_finish(sl_session *s) {
+  if (!s) return sl__fail(SL_EINVAL, "finish: NULL session");
+  if (s->finished) {
+    if (s->final != SL_OK) return sl__fail(s->final, "%s", s->errmsg);
+    return SL_OK;
+  }
+  if (!s->started)
+    return sl__fail(SL_ESTATE, "finish: the session never started");
+  if (!s->waited) {
+    atomic_store(&s->waiting, true);
+    if (atomic_load(&s->failed) == SL_OK) sl__driver_end(s);
+    s->final = sl_job_wait(s->job);
+    if (s->final == SL_OK) s->final = (sl_status)atomic_load(&s->failed);
+    snprintf(s->errmsg, sizeof s->errmsg, "%s", sl_last_error());
+    s->waited = true;
+    atomic_store(&s->waiting, false);
+  }
+  s->finished = true;
+  /* Wake fetches waiting for pieces that will not come. */
+  pthread_mutex_lock(&s->lock);
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+  collect_stats(s);
+  rename_trace(s);
+  if (s->final != SL_OK) return sl__fail(s->final, "%s", s->errmsg);
+  return SL_OK;
+}
+
+sl_status sl_session_get_stats(const sl_session *s, sl_session_stats *out) {
+  if (!s || !out) return sl__fail(SL_EINVAL, "stats: NULL argument");
+  *out = s->stats;
+  out->steps = s->steps;
+  out->devices = (uint32_t)s->n_devices;
+  if (s->comm) {
+    sl__comm_stats cs;
+    sl__comm_get_stats(s->comm, &cs);
+    out->collective_rounds_direct = cs.rounds_direct;
+    out->collective_rounds_parallel = cs.rounds_parallel;
+  }
+  return SL_OK;
+}
+
+void sl_session_destroy(sl_session *s) {
+  if (!s) return;
+  if (s->started && !s->finished) sl_session_finish(s);
+  sl_job_destroy(s->job);
+  sl__comm_destroy(s->comm);
+  sl_plan_destroy(s->plan);
+  sl__session_free_build(s);
+  sl__pplan_destroy(s->pp);
+  sl__free(s->trace_path);
+  pthread_cond_destroy(&s->cond);
+  pthread_mutex_destroy(&s->lock);
+  sl__free(s);
+}

@@ -1,0 +1,160 @@
+/* sluice session — the embedded session's private structures, shared by
+ * session.c (the API), build.c (plan -> actors), acts.c (what each actor
+ * does) and driver.c (the program's side of the job: ticks, abort, step
+ * completion). docs/plan.md, "The embedded session", walks through it. */
+#ifndef SLUICE_SESSION_INT_H
+#define SLUICE_SESSION_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include <sluice/actor.h>
+#include <sluice/session.h>
+
+#include "comm_int.h"
+#include "core_thread.h"
+#include "lower_int.h"
+
+/* Steps whose completion is counted at once: the driver never releases
+ * more than RING - 4 steps beyond the last complete one, and no actor runs
+ * more than one step beyond the released ticks, so slots never collide. */
+#define SL__STEP_RING 64
+#define SL__STEP_WINDOW (SL__STEP_RING - 4)
+
+typedef struct sl_session sl_session;
+
+/* An actor's view of its task: one per plan task, the actor's ctx. */
+typedef struct task_rt {
+  sl_session *s;
+  const sl__task *t;
+  int32_t id;
+  sl_actor_id actor;
+  int64_t fired;     /* firings completed: the step of the next one */
+  int32_t *slot_of;  /* task input -> actor input slot (duplicate
+                        inputs share one) */
+  int32_t tick_slot; /* actor input slot of the tick, -1 */
+  /* OP */
+  const sl__node *node;
+  sl__kernel_ctx k; /* filled at build; pointers set per firing */
+  /* FEED / FETCH: index into s->feeds / s->fetches; FETCH: rank slot */
+  int32_t io, io_slot;
+  sl_slice slice; /* FEED / FETCH / LOCAL: the shard's box */
+  /* CONST: the variable's initial shard */
+  void *init;
+  size_t bytes;
+  /* COLL / XCHG: the collective and this task's member */
+  sl__coll *coll;
+  int member;
+  sl_completion *pending;
+  /* LOCAL: slice (keep part `member` of n along axis) or zero */
+  sl_boxing_op local_op;
+  int local_n, local_axis;
+  bool local_from_b; /* zero: from B (member 0 keeps) or from S */
+  sl_reduce_op local_reduce;
+  int64_t in_dims[SL_MAX_DIMS], out_dims[SL_MAX_DIMS];
+  sl_dtype dtype;
+  int ndim;
+} task_rt;
+
+/* An input: the logical value the program fed, read by feed actors. */
+typedef struct feed_rt {
+  const char *name;
+  int32_t node, value;
+  sl__meta meta;
+  size_t bytes;
+  void *data; /* the whole tensor, 64-byte aligned */
+  bool fed;
+} feed_rt;
+
+/* A fetch: shards staged by fetch actors, two pieces deep. */
+typedef struct fetch_rt {
+  const char *name;
+  int32_t node, value;
+  sl__meta meta;
+  size_t bytes;
+  bool of_variable; /* the value is a variable with an update: its
+                       pieces are versions, the wanted one is `steps` */
+  bool partial;
+  sl_reduce_op reduce;
+  int n_ranks;      /* fetch tasks */
+  int32_t *ranks;   /* their placement ranks */
+  sl_slice *slices; /* their boxes */
+  size_t *shard_bytes;
+  void **stage[2];    /* [piece % 2][rank slot] */
+  int64_t *staged[2]; /* piece held, -1 none (under s->lock) */
+} fetch_rt;
+
+/* A tick source emulated by the driver: its registers and readers. */
+typedef struct drv_tick {
+  pthread_mutex_t lock;
+  sl_actor_id actor;
+  int32_t desc;
+  int32_t count;
+  int32_t n_cons;
+  sl_actor_id *cons;
+  uint16_t *cons_slot;
+  int32_t *pending; /* per register: readers yet to return it */
+  int32_t *free_q;  /* free register indices (count entries) */
+  int32_t n_free;
+  int64_t sent; /* pieces sent */
+} drv_tick;
+
+struct sl_session {
+  sl_graph *g;
+  sl_session_config cfg;
+  sl__pplan *pp;
+  sl_plan *plan;
+  sl_job *job;
+  sl__comm *comm;
+  uint32_t driver;  /* the driver's node id */
+  char *trace_path; /* as asked; the job writes it with ".node0" */
+  int32_t n_tasks;
+  task_rt *rt;
+  int32_t n_counted;   /* actors counted for step completion */
+  int32_t *actor_desc; /* plan register -> actor plan descriptor */
+  void *var_inits;     /* per register: a variable's init context */
+  int32_t n_feeds, n_fetches;
+  feed_rt *feeds;
+  fetch_rt *fetches;
+  int32_t n_ticks;
+  drv_tick *ticks;
+  int32_t n_workers;
+  int n_devices;
+
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  atomic_int_least64_t released; /* ticks released */
+  int64_t completed;             /* steps complete (under lock) */
+  atomic_int ring[SL__STEP_RING];
+  atomic_int failed;   /* sl_status of the job's failure */
+  atomic_bool waiting; /* the program waits inside a call */
+  atomic_uint_least64_t driver_msgs;
+  int64_t steps; /* steps run (program's thread) */
+  bool started, finished, waited;
+  sl_status final;
+  char errmsg[1400];
+  sl_session_stats stats;
+};
+
+/* build.c: the actor plan, task contexts, collectives, feeds and fetches. */
+sl_status sl__session_build(sl_session *s);
+void sl__session_free_build(sl_session *s);
+
+/* acts.c: the act of each task kind; sl__act_for picks one. */
+sl_act_fn sl__act_for(sl__task_kind kind);
+/* Counts task rt's firing for its step (every actor calls it once per
+ * firing, when its work is done). */
+void sl__step_done(task_rt *rt);
+
+/* driver.c */
+extern const sl_transport_vtable sl__driver_transport;
+/* Sends ticks up to s->released on every tick source that has a free
+ * register. Any thread. */
+void sl__driver_pump(sl_session *s);
+/* End-of-data on every tick edge (finish). */
+void sl__driver_end(sl_session *s);
+/* Records a failure (the first one wins), aborts waiting collectives and
+ * wakes the program. Any thread. */
+void sl__session_fail(sl_session *s, sl_status st);
+
+#endif
