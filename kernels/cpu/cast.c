@@ -64,8 +64,8 @@ static int cast_sigs(const sl__attrs *at, int n_in, const sl__meta *in,
 
 /* Saturating float -> integer (see the file comment). lo and hi_excl are
  * exact doubles bounding the values that truncate into range. */
-static inline int64_t sat_int(double v, double lo, double hi_excl,
-                              int64_t imin, int64_t imax) {
+static inline int64_t sat_int(double v, double lo, double hi_excl, int64_t imin,
+                              int64_t imax) {
   if (v != v) return 0;
   if (v < lo) return imin;
   if (v >= hi_excl) return imax;
@@ -88,7 +88,7 @@ static inline int64_t sat_int(double v, double lo, double hi_excl,
  * integers, through int64. */
 static bool cast_fast(const sl__kernel_ctx *k, sl_dtype from, sl_dtype to,
                       int64_t n) {
-#define PAIR(a, b) ((int)(a) * SL_DTYPE_COUNT + (int)(b))
+#define PAIR(a, b) ((int)(a)*SL_DTYPE_COUNT + (int)(b))
   switch (PAIR(from, to)) {
   case PAIR(SL_DTYPE_F32, SL_DTYPE_F64): LOOP(float, double, (double)a); break;
   case PAIR(SL_DTYPE_F64, SL_DTYPE_F32): LOOP(double, float, (float)a); break;
@@ -106,13 +106,17 @@ static bool cast_fast(const sl__kernel_ctx *k, sl_dtype from, sl_dtype to,
     break;
   case PAIR(SL_DTYPE_I32, SL_DTYPE_F32): LOOP(int32_t, float, (float)a); break;
   case PAIR(SL_DTYPE_I64, SL_DTYPE_F32): LOOP(int64_t, float, (float)a); break;
-  case PAIR(SL_DTYPE_I32, SL_DTYPE_F64): LOOP(int32_t, double, (double)a); break;
-  case PAIR(SL_DTYPE_I64, SL_DTYPE_F64): LOOP(int64_t, double, (double)a); break;
+  case PAIR(SL_DTYPE_I32, SL_DTYPE_F64):
+    LOOP(int32_t, double, (double)a);
+    break;
+  case PAIR(SL_DTYPE_I64, SL_DTYPE_F64):
+    LOOP(int64_t, double, (double)a);
+    break;
   case PAIR(SL_DTYPE_I32, SL_DTYPE_I64): LOOP(int32_t, int64_t, a); break;
   case PAIR(SL_DTYPE_F32, SL_DTYPE_I32):
-    LOOP(float, int32_t,
-         (int32_t)sat_int(a, -2147483648.0, 2147483648.0, INT32_MIN,
-                          INT32_MAX));
+    LOOP(
+        float, int32_t,
+        (int32_t)sat_int(a, -2147483648.0, 2147483648.0, INT32_MIN, INT32_MAX));
     break;
   case PAIR(SL_DTYPE_F32, SL_DTYPE_I64):
     LOOP(float, int64_t,

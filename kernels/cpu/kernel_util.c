@@ -6,7 +6,8 @@
 #include "cpu/blas.h"
 #include "cpu/kernel_util.h"
 
-/* ---- instruction sets ------------------------------------------------------ */
+/* ---- instruction sets ------------------------------------------------------
+ */
 
 static atomic_int g_isa_forced = -1;
 
@@ -33,7 +34,9 @@ sl__isa sl__isa_force(int isa) {
 }
 
 const char *sl__isa_name(sl__isa isa) {
-  return isa == SL__ISA_AVX512 ? "avx512" : isa == SL__ISA_AVX2 ? "avx2" : "sse";
+  return isa == SL__ISA_AVX512 ? "avx512"
+         : isa == SL__ISA_AVX2 ? "avx2"
+                               : "sse";
 }
 
 sl__shape_txt sl__shape_text(const sl_shape *s) {
@@ -42,7 +45,8 @@ sl__shape_txt sl__shape_text(const sl_shape *s) {
   return t;
 }
 
-/* ---- argument checks ------------------------------------------------------ */
+/* ---- argument checks ------------------------------------------------------
+ */
 
 sl_status sl__check_dtype(const char *what, sl_dtype dt, unsigned allowed) {
   if ((unsigned)dt < SL_DTYPE_COUNT && (allowed & SL__DT(dt))) return SL_OK;
@@ -68,8 +72,7 @@ sl_status sl__check_arity(int n_in, int min, int max) {
   if (n_in >= min && n_in <= max) return SL_OK;
   if (min == max)
     return sl__fail(SL_EINVAL, "%d inputs given, takes %d", n_in, min);
-  return sl__fail(SL_EINVAL, "%d inputs given, takes %d to %d", n_in, min,
-                  max);
+  return sl__fail(SL_EINVAL, "%d inputs given, takes %d to %d", n_in, min, max);
 }
 
 sl_status sl__axis_norm(const char *what, int64_t axis, int ndim, int *out) {
@@ -82,8 +85,7 @@ sl_status sl__axis_norm(const char *what, int64_t axis, int ndim, int *out) {
   return SL_OK;
 }
 
-sl_status sl__attr_shape(const sl__attrs *at, const char *name,
-                         sl_shape *out) {
+sl_status sl__attr_shape(const sl__attrs *at, const char *name, sl_shape *out) {
   memset(out, 0, sizeof *out);
   if (!sl__attr_has(at, name))
     return sl__fail(SL_EINVAL, "attribute '%s' (a list of extents) missing",
@@ -91,8 +93,7 @@ sl_status sl__attr_shape(const sl__attrs *at, const char *name,
   int n;
   const int64_t *v = sl__attr_ints(at, name, &n);
   if (!v)
-    return sl__fail(SL_EINVAL, "attribute '%s' is not a list of extents",
-                    name);
+    return sl__fail(SL_EINVAL, "attribute '%s' is not a list of extents", name);
   for (int i = 0; i < n; i++)
     if (v[i] < 0)
       return sl__fail(SL_EINVAL, "attribute '%s': extent %lld is negative",
@@ -142,10 +143,11 @@ sl_status sl__broadcast_shapes(const sl_shape *a, const sl_shape *b,
     int ia = i - (n - a->ndim), ib = i - (n - b->ndim);
     int64_t ea = ia >= 0 ? a->dims[ia] : 1, eb = ib >= 0 ? b->dims[ib] : 1;
     if (ea != eb && ea != 1 && eb != 1) {
-      sl_status st = sl__fail(
-          SL_EINVAL, "shapes %s and %s do not broadcast (axis %d: %lld vs %lld)",
-          sl__shape_text(a).s, sl__shape_text(b).s, i, (long long)ea,
-          (long long)eb);
+      sl_status st =
+          sl__fail(SL_EINVAL,
+                   "shapes %s and %s do not broadcast (axis %d: %lld vs %lld)",
+                   sl__shape_text(a).s, sl__shape_text(b).s, i, (long long)ea,
+                   (long long)eb);
       memset(out, 0, sizeof *out);
       return st;
     }
@@ -162,7 +164,8 @@ bool sl__broadcasts_to(const sl_shape *from, const sl_shape *to) {
   return true;
 }
 
-/* ---- signature lists ------------------------------------------------------ */
+/* ---- signature lists ------------------------------------------------------
+ */
 
 void sl__sig_list_init(sl__sig_list *l, sl__sbp_sig *sigs, int max, int n_in,
                        int n_out) {
@@ -205,7 +208,8 @@ void sl__sig_commit(sl__sig_list *l) {
   l->n++;
 }
 
-/* ---- iteration ------------------------------------------------------------ */
+/* ---- iteration ------------------------------------------------------------
+ */
 
 /* Merges dim d into d+1 wherever every operand is contiguous across the
  * pair (stride[d] == stride[d+1] * dims[d+1]), and drops extent-1 dims,
@@ -300,7 +304,8 @@ void sl__iter_row(const sl__iter *it, int64_t r, int64_t *off) {
   }
 }
 
-/* ---- data movement -------------------------------------------------------- */
+/* ---- data movement --------------------------------------------------------
+ */
 
 #define COPY_ROWS(T)                                                           \
   do {                                                                         \
@@ -402,7 +407,8 @@ void sl__copy_strided(size_t es, int ndim, const int64_t *dims, void *dst,
   }
 }
 
-/* ---- global positions ----------------------------------------------------- */
+/* ---- global positions -----------------------------------------------------
+ */
 
 int64_t sl__shape_rows(const sl_shape *s) {
   int64_t r = 1;

@@ -42,8 +42,7 @@ sl_status sl__check_arity(int n_in, int min, int max);
 sl_status sl__axis_norm(const char *what, int64_t axis, int ndim, int *out);
 /* A shape from an INTS attribute (an empty list is a scalar): SL_EINVAL
  * when absent, not a list, or an extent is negative. */
-sl_status sl__attr_shape(const sl__attrs *at, const char *name,
-                         sl_shape *out);
+sl_status sl__attr_shape(const sl__attrs *at, const char *name, sl_shape *out);
 /* A number attribute given as FLOAT or INT: false (and *out untouched)
  * when absent or a list. */
 bool sl__attr_number(const sl__attrs *at, const char *name, double *out);
@@ -91,13 +90,13 @@ static inline sl_sbp sl__Pmax(void) { return sl_sbp_partial(SL_REDUCE_MAX); }
  * row and a bias add is rows of the bias length: the inner loops then see
  * unit or zero strides and vectorise. */
 typedef struct sl__iter {
-  int nops;  /* operand 0 is the output */
-  int ndim;  /* >= 1 after merging */
+  int nops; /* operand 0 is the output */
+  int ndim; /* >= 1 after merging */
   int64_t dims[SL_MAX_DIMS];
   int64_t strides[SL__ITER_MAX_OPS][SL_MAX_DIMS]; /* in elements */
-  int64_t rows;                                  /* product of dims but last */
-  int64_t len;                                   /* the last dim */
-  bool empty;                                    /* some extent is 0 */
+  int64_t rows;                                   /* product of dims but last */
+  int64_t len;                                    /* the last dim */
+  bool empty;                                     /* some extent is 0 */
 } sl__iter;
 
 /* out: the output's shape (contiguous); in[k]: operand k+1's shape, which
@@ -111,7 +110,8 @@ void sl__iter_init_strided(sl__iter *it, const sl_shape *out, int n_in,
 /* Element offsets of row r (0 <= r < rows) for each operand. */
 void sl__iter_row(const sl__iter *it, int64_t r, int64_t *off);
 
-/* ---- data movement -------------------------------------------------------- */
+/* ---- data movement --------------------------------------------------------
+ */
 
 /* dst (contiguous, shape dims) = the strided view of src with element
  * strides sstride; es bytes per element. Handles empty shapes. */
@@ -151,7 +151,8 @@ static inline double sl__rand_unit_f64(uint64_t bits) {
   return (double)(bits >> 11) * 0x1.0p-53;
 }
 
-/* ---- vector code: one instance per instruction set ------------------------- */
+/* ---- vector code: one instance per instruction set -------------------------
+ */
 
 /* The library is built for baseline x86-64 (16-byte SSE vectors), so each
  * hot loop is compiled three times, for SSE, AVX2 and AVX-512 (target
@@ -190,9 +191,9 @@ const char *sl__isa_name(sl__isa isa);
  * calls one of them with ARGS. */
 #define SL__MULTIVERSION(NAME, PARAMS, ARGS, ...)                              \
   static void NAME##_sse PARAMS __VA_ARGS__                                    \
-  SL__ATTR_AVX2 static void NAME##_avx2 PARAMS __VA_ARGS__                     \
-  SL__ATTR_AVX512 static void NAME##_avx512 PARAMS __VA_ARGS__                 \
-  static void NAME PARAMS {                                                    \
+      SL__ATTR_AVX2 static void NAME##_avx2 PARAMS __VA_ARGS__                 \
+          SL__ATTR_AVX512 static void NAME##_avx512 PARAMS                     \
+              __VA_ARGS__ static void NAME PARAMS {                            \
     switch (sl__isa_get()) {                                                   \
     case SL__ISA_AVX512: NAME##_avx512 ARGS; return;                           \
     case SL__ISA_AVX2: NAME##_avx2 ARGS; return;                               \
@@ -200,7 +201,8 @@ const char *sl__isa_name(sl__isa isa);
     }                                                                          \
   }
 
-/* ---- fast math ------------------------------------------------------------ */
+/* ---- fast math ------------------------------------------------------------
+ */
 
 /* exp(x) for float without libm calls, branch-free so loops calling it
  * vectorise. Cody-Waite reduction x = n ln2 + r (ln2 in two parts, the
@@ -248,15 +250,13 @@ static inline float sl__tanhf(float x) {
   float a = x < 0 ? -x : x;
   float t = 1.f - 2.f / (sl__expf(2.f * a) + 1.f);
   float a2 = a * a;
-  float small = a * (1.f + a2 * (-1.f / 3.f +
-                                 a2 * (2.f / 15.f + a2 * (-17.f / 315.f))));
+  float small =
+      a * (1.f + a2 * (-1.f / 3.f + a2 * (2.f / 15.f + a2 * (-17.f / 315.f))));
   t = a < 0.1f ? small : t;
   return x < 0 ? -t : t;
 }
 
 /* The logistic function through sl__expf: 1 / (1 + e^-x). */
-static inline float sl__sigmoidf(float x) {
-  return 1.f / (1.f + sl__expf(-x));
-}
+static inline float sl__sigmoidf(float x) { return 1.f / (1.f + sl__expf(-x)); }
 
 #endif

@@ -60,7 +60,7 @@ static int mask_sigs(const sl__attrs *at, int n_in, const sl__meta *in,
     T f = (T)fill;                                                             \
     for (int64_t r = 0; r < rows; r++) {                                       \
       int64_t pos[SL_MAX_DIMS];                                                \
-      sl__slice_row_global(&k->in_slice[0], &k->in_global[0], r, pos);        \
+      sl__slice_row_global(&k->in_slice[0], &k->in_global[0], r, pos);         \
       int64_t keep = pos[nd - 2] - pos[nd - 1] + 1;                            \
       keep = keep < 0 ? 0 : (keep > n ? n : keep);                             \
       const T *xr = x + r * n;                                                 \

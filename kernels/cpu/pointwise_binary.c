@@ -28,10 +28,10 @@ typedef void (*bin_fn)(void *o, const void *a, const void *b, int64_t n,
 
 /* Partial-input rules (see the file comment). */
 enum {
-  BP_SUM_BOTH = 1, /* (P, P -> P) */
-  BP_SUM_LEFT = 2, /* (P, B -> P) */
+  BP_SUM_BOTH = 1,  /* (P, P -> P) */
+  BP_SUM_LEFT = 2,  /* (P, B -> P) */
   BP_SUM_RIGHT = 4, /* (B, P -> P) */
-  BP_MAX = 8,      /* maximum's P(max) rules */
+  BP_MAX = 8,       /* maximum's P(max) rules */
 };
 
 typedef struct binary_impl {

@@ -28,10 +28,10 @@ typedef void (*un_i64)(int64_t *o, const int64_t *x, int64_t n, double v);
 /* How an op treats partial inputs (see the file comment). */
 enum {
   PART_NONE = 0,
-  PART_SUM = 1,     /* P -> P */
-  PART_MONO = 2,    /* P(max) -> P(max), P(min) -> P(min) */
-  PART_ANTI = 4,    /* P(max) -> P(min), P(min) -> P(max) */
-  PART_MAXMIN = 8,  /* identity: P(max)/P(min) through unchanged */
+  PART_SUM = 1,    /* P -> P */
+  PART_MONO = 2,   /* P(max) -> P(max), P(min) -> P(min) */
+  PART_ANTI = 4,   /* P(max) -> P(min), P(min) -> P(max) */
+  PART_MAXMIN = 8, /* identity: P(max)/P(min) through unchanged */
 };
 
 typedef struct unary_impl {
@@ -39,14 +39,14 @@ typedef struct unary_impl {
   un_f64 f64;
   un_i32 i32;
   un_i64 i64;
-  bool any_dtype;  /* identity: a byte copy, every dtype */
-  bool has_value;  /* takes the `value` attribute */
-  unsigned part;   /* PART_* */
+  bool any_dtype;   /* identity: a byte copy, every dtype */
+  bool has_value;   /* takes the `value` attribute */
+  unsigned part;    /* PART_* */
   bool mono_if_pos; /* scalar_mul: monotone for value > 0 (0 * inf is NaN) */
 } unary_impl;
 
 #define LOOP(fname, T, EXPR)                                                   \
-  SL__MULTIVERSION(fname, (T * o, const T *x, int64_t n, double v),           \
+  SL__MULTIVERSION(fname, (T * o, const T *x, int64_t n, double v),            \
                    (o, x, n, v), {                                             \
                      (void)v;                                                  \
                      for (int64_t i = 0; i < n; i++) {                         \
@@ -114,13 +114,11 @@ static const unary_impl impl_square = {NUMERIC(square)};
 static const unary_impl impl_sqrt = {FLOATS(sqrt)};
 static const unary_impl impl_exp = {FLOATS(exp), .part = PART_MONO};
 static const unary_impl impl_log = {FLOATS(log)};
-static const unary_impl impl_neg = {NUMERIC(neg),
-                                    .part = PART_SUM | PART_ANTI};
+static const unary_impl impl_neg = {NUMERIC(neg), .part = PART_SUM | PART_ANTI};
 static const unary_impl impl_scalar_add = {NUMERIC(sadd), .has_value = true,
                                            .part = PART_MONO};
-static const unary_impl impl_scalar_mul = {NUMERIC(smul), .has_value = true,
-                                           .part = PART_SUM,
-                                           .mono_if_pos = true};
+static const unary_impl impl_scalar_mul = {
+    NUMERIC(smul), .has_value = true, .part = PART_SUM, .mono_if_pos = true};
 
 static unsigned impl_dtypes(const unary_impl *u) {
   if (u->any_dtype) return SL__DT_ALL;
@@ -137,8 +135,8 @@ static double attr_value(const sl__attrs *at) {
   return v;
 }
 
-static sl_status unary_infer(const unary_impl *u, const sl__attrs *at,
-                             int n_in, const sl__meta *in, sl__meta *out) {
+static sl_status unary_infer(const unary_impl *u, const sl__attrs *at, int n_in,
+                             const sl__meta *in, sl__meta *out) {
   SL_CHECK(sl__check_arity(n_in, 1, 1));
   SL_CHECK(sl__check_dtype("input 0", in[0].dtype, impl_dtypes(u)));
   if (u->has_value) {
@@ -147,8 +145,8 @@ static sl_status unary_infer(const unary_impl *u, const sl__attrs *at,
       return sl__fail(SL_EINVAL, "attribute 'value' (a number) missing");
     if (!sl_dtype_is_float(in[0].dtype)) {
       /* An integer tensor takes an integer value it can hold. */
-      double lim = in[0].dtype == SL_DTYPE_I32 ? 2147483648.0
-                                               : 9223372036854775808.0;
+      double lim =
+          in[0].dtype == SL_DTYPE_I32 ? 2147483648.0 : 9223372036854775808.0;
       if (!(v == floor(v) && v >= -lim && v < lim))
         return sl__fail(SL_EINVAL,
                         "value %g is not an integer a %s tensor can hold", v,
@@ -198,7 +196,8 @@ static sl_status unary_cpu(const unary_impl *u, const sl__kernel_ctx *k) {
   double v = u->has_value ? attr_value(k->attrs) : 0;
   if (u->any_dtype) {
     if (k->out[0] != k->in[0])
-      memcpy(k->out[0], k->in[0], (size_t)n * sl_dtype_size(k->in_meta[0].dtype));
+      memcpy(k->out[0], k->in[0],
+             (size_t)n * sl_dtype_size(k->in_meta[0].dtype));
     return SL_OK;
   }
   switch (k->in_meta[0].dtype) {

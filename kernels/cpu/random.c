@@ -22,7 +22,8 @@
 
 #include "cpu/kernel_util.h"
 
-/* ---- shared ------------------------------------------------------------------- */
+/* ---- shared
+ * ------------------------------------------------------------------- */
 
 /* Every S(i) of the output of a source op. */
 static int source_sigs(const sl__attrs *at, int n_in, const sl__meta *in,
@@ -72,7 +73,8 @@ static uint64_t stream_key(const sl__kernel_ctx *k, bool always_step) {
     }                                                                          \
   } while (0)
 
-/* ---- fill --------------------------------------------------------------------- */
+/* ---- fill
+ * --------------------------------------------------------------------- */
 
 static sl_status fill_infer(const sl__attrs *at, int n_in, const sl__meta *in,
                             sl__meta *out) {
@@ -125,7 +127,8 @@ const sl__op_def sl__op_fill = {
     .cpu = fill_cpu,
 };
 
-/* ---- random_uniform ------------------------------------------------------------ */
+/* ---- random_uniform
+ * ------------------------------------------------------------ */
 
 static sl_status uniform_infer(const sl__attrs *at, int n_in,
                                const sl__meta *in, sl__meta *out) {
@@ -176,10 +179,11 @@ const sl__op_def sl__op_random_uniform = {
     .per_step = true,
 };
 
-/* ---- random_normal ------------------------------------------------------------- */
+/* ---- random_normal
+ * ------------------------------------------------------------- */
 
-static sl_status normal_infer(const sl__attrs *at, int n_in,
-                              const sl__meta *in, sl__meta *out) {
+static sl_status normal_infer(const sl__attrs *at, int n_in, const sl__meta *in,
+                              sl__meta *out) {
   SL_CHECK(source_infer(at, n_in, SL_DTYPE_F32, SL__DT_FLOAT, out));
   double mean = attr_num(at, "mean", 0), sd = attr_num(at, "std", 1);
   if (!(isfinite(mean) && isfinite(sd) && sd >= 0))
@@ -191,7 +195,8 @@ static sl_status normal_infer(const sl__attrs *at, int n_in,
 /* Box-Muller on two independent draws of element idx (counters 2 idx and
  * 2 idx + 1), in double so f32 and f64 see the same numbers. */
 static double normal_at(uint64_t key, uint64_t idx) {
-  uint64_t b1 = sl__rand_bits(key, 2 * idx), b2 = sl__rand_bits(key, 2 * idx + 1);
+  uint64_t b1 = sl__rand_bits(key, 2 * idx),
+           b2 = sl__rand_bits(key, 2 * idx + 1);
   double u1 = ((double)(b1 >> 11) + 1.0) * 0x1.0p-53; /* (0, 1]: log finite */
   double u2 = sl__rand_unit_f64(b2);
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
@@ -199,7 +204,8 @@ static double normal_at(uint64_t key, uint64_t idx) {
 
 static sl_status normal_cpu(const sl__kernel_ctx *k) {
   uint64_t key = stream_key(k, false);
-  double mean = attr_num(k->attrs, "mean", 0), sd = attr_num(k->attrs, "std", 1);
+  double mean = attr_num(k->attrs, "mean", 0),
+         sd = attr_num(k->attrs, "std", 1);
   bool f32 = k->out_meta[0].dtype == SL_DTYPE_F32;
   FOR_ROWS(k, &k->out_slice[0], &k->out_global[0], {
     for (int64_t j = 0; j < n; j++) {
@@ -224,7 +230,8 @@ const sl__op_def sl__op_random_normal = {
     .per_step = true,
 };
 
-/* ---- random_int ---------------------------------------------------------------- */
+/* ---- random_int
+ * ---------------------------------------------------------------- */
 
 static sl_status int_infer(const sl__attrs *at, int n_in, const sl__meta *in,
                            sl__meta *out) {
@@ -235,8 +242,7 @@ static sl_status int_infer(const sl__attrs *at, int n_in, const sl__meta *in,
   if (lo >= hi)
     return sl__fail(SL_EINVAL, "empty range [%lld, %lld)", (long long)lo,
                     (long long)hi);
-  if (out[0].dtype == SL_DTYPE_I32 &&
-      (lo < INT32_MIN || hi - 1 > INT32_MAX))
+  if (out[0].dtype == SL_DTYPE_I32 && (lo < INT32_MIN || hi - 1 > INT32_MAX))
     return sl__fail(SL_EINVAL, "range [%lld, %lld) does not fit i32",
                     (long long)lo, (long long)hi);
   return SL_OK;
@@ -274,7 +280,8 @@ const sl__op_def sl__op_random_int = {
     .per_step = true,
 };
 
-/* ---- dropout ------------------------------------------------------------------- */
+/* ---- dropout
+ * ------------------------------------------------------------------- */
 
 static sl_status dropout_infer(const sl__attrs *at, int n_in,
                                const sl__meta *in, sl__meta *out) {
@@ -311,7 +318,7 @@ static int dropout_sigs(const sl__attrs *at, int n_in, const sl__meta *in,
  * multiplies SplitMix64 needs). */
 #define DROP_ROW(fname, T)                                                     \
   SL__MULTIVERSION(fname,                                                      \
-                   (T * o, const T *x, int64_t n, uint64_t key, uint64_t g,   \
+                   (T * o, const T *x, int64_t n, uint64_t key, uint64_t g,    \
                     uint64_t t, T scale),                                      \
                    (o, x, n, key, g, t, scale), {                              \
                      for (int64_t j = 0; j < n; j++) {                         \
@@ -333,8 +340,8 @@ static sl_status dropout_cpu(const sl__kernel_ctx *k) {
       drop_f32((float *)k->out[0] + r * n, (const float *)k->in[0] + r * n, n,
                key, (uint64_t)g, t, (float)scale);
     else
-      drop_f64((double *)k->out[0] + r * n, (const double *)k->in[0] + r * n,
-               n, key, (uint64_t)g, t, scale);
+      drop_f64((double *)k->out[0] + r * n, (const double *)k->in[0] + r * n, n,
+               key, (uint64_t)g, t, scale);
   });
   return SL_OK;
 }

@@ -26,7 +26,8 @@
 
 typedef enum red_kind { RED_SUM, RED_MEAN, RED_MAX } red_kind;
 
-/* ---- axes ---------------------------------------------------------------------- */
+/* ---- axes
+ * ---------------------------------------------------------------------- */
 
 /* The reduced axes of an ndim-dim input from the `axes` attribute: a bit
  * mask. Empty or absent: every axis. */
@@ -64,7 +65,8 @@ static bool keepdims(const sl__attrs *at) {
   return sl__attr_int(at, "keepdims", 0) != 0;
 }
 
-/* ---- inference and signatures ------------------------------------------------------ */
+/* ---- inference and signatures
+ * ------------------------------------------------------ */
 
 static sl_status reduce_infer(red_kind kind, const sl__attrs *at, int n_in,
                               const sl__meta *in, sl__meta *out) {
@@ -149,7 +151,8 @@ static int like_sigs(const sl__attrs *at, int n_in, const sl__meta *in,
   return l.n;
 }
 
-/* ---- the kernel ------------------------------------------------------------------ */
+/* ---- the kernel
+ * ------------------------------------------------------------------ */
 
 /* Row kernels: o[0] = op(o[0], x[0..n)) for a reduced inner axis (stride
  * 0), o[j] = op(o[j], x[j]) for a kept one (a plain loop the compiler
@@ -161,36 +164,36 @@ static int like_sigs(const sl__attrs *at, int n_in, const sl__meta *in,
  * same bits. Integer sums run in the unsigned type, whose wrap-around is
  * defined. */
 #define SUM_ROW(fname, T, U)                                                   \
-  SL__MULTIVERSION(                                                            \
-      fname, (T * o, const T *x, int64_t n, bool inner_reduced),               \
-      (o, x, n, inner_reduced), {                                              \
-        if (!inner_reduced) {                                                  \
-          for (int64_t j = 0; j < n; j++)                                      \
-            o[j] = (T)((U)o[j] + (U)x[j]);                                     \
-          return;                                                              \
-        }                                                                      \
-        typedef U vec __attribute__((vector_size(32)));                        \
-        enum { L = 32 / sizeof(U) };                                           \
-        vec a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, v0, v1, v2, v3;            \
-        int64_t j = 0;                                                         \
-        for (; j + 4 * L <= n; j += 4 * L) {                                   \
-          memcpy(&v0, x + j, sizeof v0);                                       \
-          memcpy(&v1, x + j + L, sizeof v1);                                   \
-          memcpy(&v2, x + j + 2 * L, sizeof v2);                               \
-          memcpy(&v3, x + j + 3 * L, sizeof v3);                               \
-          a0 += v0;                                                            \
-          a1 += v1;                                                            \
-          a2 += v2;                                                            \
-          a3 += v3;                                                            \
-        }                                                                      \
-        a0 = (a0 + a1) + (a2 + a3);                                            \
-        U s = (U)o[0];                                                         \
-        for (int l = 0; l < L; l++)                                            \
-          s += a0[l];                                                          \
-        for (; j < n; j++)                                                     \
-          s += (U)x[j];                                                        \
-        o[0] = (T)s;                                                           \
-      })
+  SL__MULTIVERSION(fname, (T * o, const T *x, int64_t n, bool inner_reduced),  \
+                   (o, x, n, inner_reduced), {                                 \
+                     if (!inner_reduced) {                                     \
+                       for (int64_t j = 0; j < n; j++)                         \
+                         o[j] = (T)((U)o[j] + (U)x[j]);                        \
+                       return;                                                 \
+                     }                                                         \
+                     typedef U vec __attribute__((vector_size(32)));           \
+                     enum { L = 32 / sizeof(U) };                              \
+                     vec a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, v0, v1, v2,   \
+                         v3;                                                   \
+                     int64_t j = 0;                                            \
+                     for (; j + 4 * L <= n; j += 4 * L) {                      \
+                       memcpy(&v0, x + j, sizeof v0);                          \
+                       memcpy(&v1, x + j + L, sizeof v1);                      \
+                       memcpy(&v2, x + j + 2 * L, sizeof v2);                  \
+                       memcpy(&v3, x + j + 3 * L, sizeof v3);                  \
+                       a0 += v0;                                               \
+                       a1 += v1;                                               \
+                       a2 += v2;                                               \
+                       a3 += v3;                                               \
+                     }                                                         \
+                     a0 = (a0 + a1) + (a2 + a3);                               \
+                     U s = (U)o[0];                                            \
+                     for (int l = 0; l < L; l++)                               \
+                       s += a0[l];                                             \
+                     for (; j < n; j++)                                        \
+                       s += (U)x[j];                                           \
+                     o[0] = (T)s;                                              \
+                   })
 
 /* NaN wins, as in numpy's max. */
 #define MAX2(a, b) ((b) > (a) || (b) != (b) ? (b) : (a))
@@ -198,44 +201,44 @@ static int like_sigs(const sl__attrs *at, int n_in, const sl__meta *in,
  * value or a NaN (b != b), and a NaN accumulator stays NaN, so a NaN
  * anywhere wins the final combine. */
 #define MAX_ROW(fname, T)                                                      \
-  SL__MULTIVERSION(                                                            \
-      fname, (T * o, const T *x, int64_t n, bool inner_reduced),               \
-      (o, x, n, inner_reduced), {                                              \
-        if (!inner_reduced) {                                                  \
-          for (int64_t j = 0; j < n; j++)                                      \
-            o[j] = MAX2(o[j], x[j]);                                           \
-          return;                                                              \
-        }                                                                      \
-        typedef T vec __attribute__((vector_size(32)));                        \
-        enum { L = 32 / sizeof(T) };                                           \
-        vec a0 = (vec){0} + o[0], a1 = a0, a2 = a0, a3 = a0, v0, v1, v2, v3;   \
-        int64_t j = 0;                                                         \
-        for (; j + 4 * L <= n; j += 4 * L) {                                   \
-          memcpy(&v0, x + j, sizeof v0);                                       \
-          memcpy(&v1, x + j + L, sizeof v1);                                   \
-          memcpy(&v2, x + j + 2 * L, sizeof v2);                               \
-          memcpy(&v3, x + j + 3 * L, sizeof v3);                               \
-          VMAX(a0, v0);                                                        \
-          VMAX(a1, v1);                                                        \
-          VMAX(a2, v2);                                                        \
-          VMAX(a3, v3);                                                        \
-        }                                                                      \
-        VMAX(a0, a1);                                                          \
-        VMAX(a2, a3);                                                          \
-        VMAX(a0, a2);                                                          \
-        T m = a0[0];                                                           \
-        for (int l = 1; l < L; l++)                                            \
-          m = MAX2(m, a0[l]);                                                  \
-        for (; j < n; j++)                                                     \
-          m = MAX2(m, x[j]);                                                   \
-        o[0] = m;                                                              \
-      })
+  SL__MULTIVERSION(fname, (T * o, const T *x, int64_t n, bool inner_reduced),  \
+                   (o, x, n, inner_reduced), {                                 \
+                     if (!inner_reduced) {                                     \
+                       for (int64_t j = 0; j < n; j++)                         \
+                         o[j] = MAX2(o[j], x[j]);                              \
+                       return;                                                 \
+                     }                                                         \
+                     typedef T vec __attribute__((vector_size(32)));           \
+                     enum { L = 32 / sizeof(T) };                              \
+                     vec a0 = (vec){0} + o[0], a1 = a0, a2 = a0, a3 = a0, v0,  \
+                         v1, v2, v3;                                           \
+                     int64_t j = 0;                                            \
+                     for (; j + 4 * L <= n; j += 4 * L) {                      \
+                       memcpy(&v0, x + j, sizeof v0);                          \
+                       memcpy(&v1, x + j + L, sizeof v1);                      \
+                       memcpy(&v2, x + j + 2 * L, sizeof v2);                  \
+                       memcpy(&v3, x + j + 3 * L, sizeof v3);                  \
+                       VMAX(a0, v0);                                           \
+                       VMAX(a1, v1);                                           \
+                       VMAX(a2, v2);                                           \
+                       VMAX(a3, v3);                                           \
+                     }                                                         \
+                     VMAX(a0, a1);                                             \
+                     VMAX(a2, a3);                                             \
+                     VMAX(a0, a2);                                             \
+                     T m = a0[0];                                              \
+                     for (int l = 1; l < L; l++)                               \
+                       m = MAX2(m, a0[l]);                                     \
+                     for (; j < n; j++)                                        \
+                       m = MAX2(m, x[j]);                                      \
+                     o[0] = m;                                                 \
+                   })
 /* a = MAX2(a, b) lane by lane, as a bitwise select on the comparison mask
  * (C has no vector ?:). */
 #define VMAX(a, b)                                                             \
   do {                                                                         \
     __typeof__((b) > (a)) m_ = ((b) > (a)) | ((b) != (b));                     \
-    (a) = (__typeof__(a))(((__typeof__(m_))(b) & m_) |                         \
+    (a) = (__typeof__(a))(((__typeof__(m_))(b)&m_) |                           \
                           ((__typeof__(m_))(a) & ~m_));                        \
   } while (0)
 
@@ -312,8 +315,7 @@ static sl_status reduce_run(const sl__kernel_ctx *k, unsigned mask,
       CASE(SL_DTYPE_I32, int32_t, sum_i32, max_i32)
       CASE(SL_DTYPE_I64, int64_t, sum_i64, max_i64)
 #undef CASE
-    default:
-      return sl__check_dtype("input 0", dt, SL__DT_NUM);
+    default: return sl__check_dtype("input 0", dt, SL__DT_NUM);
     }
   }
   return SL_OK;

@@ -31,7 +31,8 @@ static void partial_passthrough(sl__sig_list *l, int n_in) {
   }
 }
 
-/* ---- reshape --------------------------------------------------------------------- */
+/* ---- reshape
+ * --------------------------------------------------------------------- */
 
 /* The target shape from the `shape` attribute, with one -1 inferred. */
 static sl_status reshape_target(const sl__attrs *at, const sl_shape *x,
@@ -118,8 +119,7 @@ static sl_status reshape_cpu(const sl__kernel_ctx *k) {
                     sl__shape_text(&k->in_meta[0].shape).s,
                     sl__shape_text(&k->out_meta[0].shape).s);
   if (n && k->out[0] != k->in[0])
-    memcpy(k->out[0], k->in[0],
-           (size_t)n * sl_dtype_size(k->in_meta[0].dtype));
+    memcpy(k->out[0], k->in[0], (size_t)n * sl_dtype_size(k->in_meta[0].dtype));
   return SL_OK;
 }
 
@@ -133,7 +133,8 @@ const sl__op_def sl__op_reshape = {
     .cpu = reshape_cpu,
 };
 
-/* ---- transpose ------------------------------------------------------------------- */
+/* ---- transpose
+ * ------------------------------------------------------------------- */
 
 static sl_status transpose_perm(const sl__attrs *at, int ndim, int *perm) {
   int n;
@@ -204,7 +205,8 @@ const sl__op_def sl__op_transpose = {
     .cpu = transpose_cpu,
 };
 
-/* ---- broadcast_to ---------------------------------------------------------------- */
+/* ---- broadcast_to
+ * ---------------------------------------------------------------- */
 
 static sl_status bto_infer(const sl__attrs *at, int n_in, const sl__meta *in,
                            sl__meta *out) {
@@ -285,7 +287,8 @@ const sl__op_def sl__op_broadcast_to = {
     .cpu = bto_cpu,
 };
 
-/* ---- slice ----------------------------------------------------------------------- */
+/* ---- slice
+ * ----------------------------------------------------------------------- */
 
 /* axis, start, end from the attributes, negative values counted from the
  * end (Python style), checked against the axis's extent. */
@@ -365,15 +368,16 @@ const sl__op_def sl__op_slice = {
     .cpu = slice_cpu,
 };
 
-/* ---- concat ---------------------------------------------------------------------- */
+/* ---- concat
+ * ---------------------------------------------------------------------- */
 
-static sl_status concat_infer(const sl__attrs *at, int n_in,
-                              const sl__meta *in, sl__meta *out) {
+static sl_status concat_infer(const sl__attrs *at, int n_in, const sl__meta *in,
+                              sl__meta *out) {
   SL_CHECK(sl__check_arity(n_in, 2, SL_OP_MAX_INPUTS));
   SL_CHECK(sl__check_same_dtype(n_in, in));
   int axis;
-  SL_CHECK(sl__axis_norm("axis", sl__attr_int(at, "axis", 0),
-                         in[0].shape.ndim, &axis));
+  SL_CHECK(sl__axis_norm("axis", sl__attr_int(at, "axis", 0), in[0].shape.ndim,
+                         &axis));
   out[0] = in[0];
   for (int i = 1; i < n_in; i++) {
     const sl_shape *a = &in[0].shape, *b = &in[i].shape;
@@ -381,8 +385,7 @@ static sl_status concat_infer(const sl__attrs *at, int n_in,
     for (int d = 0; ok && d < a->ndim; d++)
       ok = d == axis || a->dims[d] == b->dims[d];
     if (!ok)
-      return sl__fail(SL_EINVAL,
-                      "inputs 0 %s and %d %s differ outside axis %d",
+      return sl__fail(SL_EINVAL, "inputs 0 %s and %d %s differ outside axis %d",
                       sl__shape_text(a).s, i, sl__shape_text(b).s, axis);
     out[0].shape.dims[axis] += b->dims[axis];
   }
@@ -412,8 +415,8 @@ static int concat_sigs(const sl__attrs *at, int n_in, const sl__meta *in,
 static sl_status concat_cpu(const sl__kernel_ctx *k) {
   const sl_shape *o = &k->out_meta[0].shape;
   int axis;
-  SL_CHECK(sl__axis_norm("axis", sl__attr_int(k->attrs, "axis", 0), o->ndim,
-                         &axis));
+  SL_CHECK(
+      sl__axis_norm("axis", sl__attr_int(k->attrs, "axis", 0), o->ndim, &axis));
   size_t es = sl_dtype_size(k->out_meta[0].dtype);
   int64_t outer = 1, inner = 1;
   for (int d = 0; d < axis; d++)

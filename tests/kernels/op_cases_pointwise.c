@@ -12,7 +12,9 @@
 
 #include "op_harness.h"
 
-static int below(sl_rng *r, int n) { return (int)sl__rng_below(r, (uint64_t)n); }
+static int below(sl_rng *r, int n) {
+  return (int)sl__rng_below(r, (uint64_t)n);
+}
 
 static sl_shape rshape(sl_rng *r, int min_nd, int max_nd) {
   return oph_random_shape(r, min_nd + below(r, max_nd - min_nd + 1), 5, 0.06);
@@ -22,7 +24,8 @@ static sl_shape rshape(sl_rng *r, int min_nd, int max_nd) {
   ((const sl_dtype[]){__VA_ARGS__}[below(                                      \
       r, (int)(sizeof((const sl_dtype[]){__VA_ARGS__}) / sizeof(sl_dtype)))])
 
-/* ---- unary -------------------------------------------------------------------- */
+/* ---- unary
+ * -------------------------------------------------------------------- */
 
 static sl_status unary(sl_rng *r, int *n_in, sl_host_tensor **in, sl_dtype dt,
                        double lo, double hi) {
@@ -41,7 +44,8 @@ static sl_status unary(sl_rng *r, int *n_in, sl_host_tensor **in, sl_dtype dt,
 
 UNARY_CASE(c_identity,
            (r, SL_DTYPE_F32, SL_DTYPE_F64, SL_DTYPE_F16, SL_DTYPE_BF16,
-            SL_DTYPE_I8, SL_DTYPE_I32, SL_DTYPE_I64, SL_DTYPE_U8, SL_DTYPE_BOOL),
+            SL_DTYPE_I8, SL_DTYPE_I32, SL_DTYPE_I64, SL_DTYPE_U8,
+            SL_DTYPE_BOOL),
            -4, 4)
 UNARY_CASE(c_relu, (r, SL_DTYPE_F32, SL_DTYPE_F64, SL_DTYPE_I32, SL_DTYPE_I64),
            -4, 4)
@@ -63,7 +67,8 @@ static sl_status c_scalar(sl_rng *r, sl__attrs *at, int *n_in,
   return unary(r, n_in, in, dt, -4, 4);
 }
 
-/* ---- binary ------------------------------------------------------------------- */
+/* ---- binary
+ * ------------------------------------------------------------------- */
 
 /* Two shapes that broadcast to a random output shape: each input takes a
  * suffix of the output's dims with some extents set to 1. */
@@ -79,8 +84,8 @@ static void broadcast_pair(sl_rng *r, sl_shape *a, sl_shape *b) {
   }
 }
 
-static sl_status binary(sl_rng *r, int *n_in, sl_host_tensor **in,
-                        sl_dtype dt, bool bcast, double blo, double bhi) {
+static sl_status binary(sl_rng *r, int *n_in, sl_host_tensor **in, sl_dtype dt,
+                        bool bcast, double blo, double bhi) {
   sl_shape a, b;
   if (bcast) {
     broadcast_pair(r, &a, &b);
@@ -108,7 +113,8 @@ BINARY_CASE(c_arith,
 BINARY_CASE(c_div, (r, SL_DTYPE_F32, SL_DTYPE_F64), true, 0.25, 4)
 BINARY_CASE(c_grad, (r, SL_DTYPE_F32, SL_DTYPE_F64), false, -1, 1)
 
-/* ---- reductions ----------------------------------------------------------------- */
+/* ---- reductions
+ * ----------------------------------------------------------------- */
 
 static sl_status reduce_case(sl_rng *r, sl__attrs *at, int *n_in,
                              sl_host_tensor **in, sl_dtype dt) {
@@ -127,9 +133,9 @@ static sl_status reduce_case(sl_rng *r, sl__attrs *at, int *n_in,
 
 static sl_status c_reduce_num(sl_rng *r, sl__attrs *at, int *n_in,
                               sl_host_tensor **in) {
-  return reduce_case(r, at, n_in, in,
-                     PICK(r, SL_DTYPE_F32, SL_DTYPE_F64, SL_DTYPE_I32,
-                          SL_DTYPE_I64));
+  return reduce_case(
+      r, at, n_in, in,
+      PICK(r, SL_DTYPE_F32, SL_DTYPE_F64, SL_DTYPE_I32, SL_DTYPE_I64));
 }
 
 static sl_status c_reduce_float(sl_rng *r, sl__attrs *at, int *n_in,
@@ -153,7 +159,8 @@ static sl_status c_sum_like(sl_rng *r, sl__attrs *at, int *n_in,
   return SL_OK;
 }
 
-/* ---- shape ops ------------------------------------------------------------------- */
+/* ---- shape ops
+ * ------------------------------------------------------------------- */
 
 static sl_dtype any_dtype(sl_rng *r) {
   return PICK(r, SL_DTYPE_F32, SL_DTYPE_F32, SL_DTYPE_F64, SL_DTYPE_F16,
@@ -258,7 +265,8 @@ static sl_status c_concat(sl_rng *r, sl__attrs *at, int *n_in,
                           sl_host_tensor **in) {
   sl_shape s = rshape(r, 1, 4);
   int axis = below(r, s.ndim);
-  int n = below(r, 4) == 0 ? 2 + below(r, SL_OP_MAX_INPUTS - 1) : 2 + below(r, 3);
+  int n =
+      below(r, 4) == 0 ? 2 + below(r, SL_OP_MAX_INPUTS - 1) : 2 + below(r, 3);
   sl_dtype dt = any_dtype(r);
   for (int i = 0; i < n; i++) {
     sl_shape si = s;
@@ -270,7 +278,8 @@ static sl_status c_concat(sl_rng *r, sl__attrs *at, int *n_in,
   return SL_OK;
 }
 
-/* ---- cast, mask ------------------------------------------------------------------ */
+/* ---- cast, mask
+ * ------------------------------------------------------------------ */
 
 static sl_status c_cast(sl_rng *r, sl__attrs *at, int *n_in,
                         sl_host_tensor **in) {
@@ -295,7 +304,8 @@ static sl_status c_causal_mask(sl_rng *r, sl__attrs *at, int *n_in,
   return SL_OK;
 }
 
-/* ---- sources and random ops ---------------------------------------------------------- */
+/* ---- sources and random ops
+ * ---------------------------------------------------------- */
 
 static sl_status source_attrs(sl_rng *r, sl__attrs *at) {
   sl_shape s = rshape(r, 0, 4);
@@ -358,9 +368,11 @@ static sl_status c_dropout(sl_rng *r, sl__attrs *at, int *n_in,
   return unary(r, n_in, in, PICK(r, SL_DTYPE_F32, SL_DTYPE_F64), -4, 4);
 }
 
-/* ---- the table ------------------------------------------------------------------ */
+/* ---- the table
+ * ------------------------------------------------------------------ */
 
-#define EXACT {0, 0}
+#define EXACT                                                                  \
+  { 0, 0 }
 /* Exact unless noted: elementwise results do not depend on the layout, and
  * partial parts are multiples of 1/4 (op_harness.h), so their sums and
  * their products with test values are exact. */

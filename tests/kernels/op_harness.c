@@ -15,7 +15,8 @@
 #include "op_harness.h"
 #include "sbp_int.h"
 
-/* ---- test tensors ---------------------------------------------------------- */
+/* ---- test tensors ----------------------------------------------------------
+ */
 
 static bool is_float_dtype(sl_dtype dt) { return sl_dtype_is_float(dt); }
 
@@ -61,10 +62,15 @@ sl_host_tensor *oph_random(sl_rng *r, sl_dtype dt, const sl_shape *shape,
     } else if (is_float_dtype(dt)) {
       /* Multiples of 1/8 in [lo, hi]. */
       int64_t a = (int64_t)ceil(lo * 8), b = (int64_t)floor(hi * 8);
-      v = b < a ? lo : (double)(a + (int64_t)sl__rng_below(r, (uint64_t)(b - a + 1))) / 8;
+      v = b < a
+              ? lo
+              : (double)(a + (int64_t)sl__rng_below(r, (uint64_t)(b - a + 1))) /
+                    8;
     } else {
       int64_t a = (int64_t)ceil(lo), b = (int64_t)floor(hi);
-      v = b < a ? lo : (double)(a + (int64_t)sl__rng_below(r, (uint64_t)(b - a + 1)));
+      v = b < a
+              ? lo
+              : (double)(a + (int64_t)sl__rng_below(r, (uint64_t)(b - a + 1)));
     }
     sl_host_tensor_set(t, i, v);
   }
@@ -90,10 +96,11 @@ uint64_t oph_seed(const char *test_name) {
   return seed;
 }
 
-/* ---- signatures as text ------------------------------------------------------ */
+/* ---- signatures as text
+ * ------------------------------------------------------ */
 
-int oph_nd_print(const sl__sbp_sig *axis_sigs, int ndim, bool output,
-                 int index, char *buf, size_t size) {
+int oph_nd_print(const sl__sbp_sig *axis_sigs, int ndim, bool output, int index,
+                 char *buf, size_t size) {
   sl_nd_sbp nd;
   memset(&nd, 0, sizeof nd);
   nd.ndim = ndim;
@@ -119,7 +126,8 @@ static void layout_text(const sl__sbp_sig *sigs, int ndim, int n_in, int n_out,
   }
 }
 
-/* ---- comparison ---------------------------------------------------------------- */
+/* ---- comparison
+ * ---------------------------------------------------------------- */
 
 static sl_status compare_values(const char *what, sl_dtype dt,
                                 const sl_shape *shape, const void *got,
@@ -175,7 +183,8 @@ sl_status oph_compare(const char *what, const sl_host_tensor *got,
                         sl_host_tensor_cdata(want), tol);
 }
 
-/* ---- single-device runs --------------------------------------------------------- */
+/* ---- single-device runs
+ * --------------------------------------------------------- */
 
 static sl_status infer_outputs(const sl__op_def *op, const sl__attrs *at,
                                int n_in, sl_host_tensor *const *in,
@@ -223,9 +232,9 @@ sl_status oph_run_single(const sl__op_def *op, const sl__attrs *at, int n_in,
   }
   sl_status st = SL_OK;
   for (int o = 0; o < op->n_out; o++) {
-    SL_CHECK_GOTO(sl_host_tensor_create(out_meta[o].dtype, &out_meta[o].shape,
-                                        &out[o]),
-                  st, fail);
+    SL_CHECK_GOTO(
+        sl_host_tensor_create(out_meta[o].dtype, &out_meta[o].shape, &out[o]),
+        st, fail);
     k.out[o] = sl_host_tensor_data(out[o]);
     k.out_meta[o] = out_meta[o];
     k.out_slice[o] = whole_slice(&out_meta[o].shape);
@@ -276,7 +285,8 @@ void oph_expect_infer_error(const char *name, const sl__attrs *at, int n_in,
     fail_msg("op %s: message \"%s\" names the op", name, msg);
 }
 
-/* ---- distributed runs ------------------------------------------------------------ */
+/* ---- distributed runs
+ * ------------------------------------------------------------ */
 
 /* One tensor spread over the ranks of a placement. */
 typedef struct dist {
@@ -306,15 +316,13 @@ static sl_status dist_init(dist *d, const sl_placement *p,
   d->dt = dt;
   d->global = *global;
   d->nranks = sl_placement_size(p);
-  if (d->nranks > 64)
-    return sl__fail(SL_EINVAL, "harness: at most 64 ranks");
+  if (d->nranks > 64) return sl__fail(SL_EINVAL, "harness: at most 64 ranks");
   d->nd.ndim = sl_placement_mesh_ndim(p);
   for (int k = 0; k < d->nd.ndim; k++) {
     sl_sbp s = output ? sigs[k].out[index] : sigs[k].in[index];
     d->nd.sbp[k] = s;
     if (s.kind == SL_SBP_PARTIAL) {
-      if (d->partial && d->reduce != s.reduce)
-        return SL_EUNSUPPORTED;
+      if (d->partial && d->reduce != s.reduce) return SL_EUNSUPPORTED;
       d->partial = true;
       d->reduce = s.reduce;
     }
@@ -344,8 +352,8 @@ static int rank_zeroed(const sl_placement *p, int rank, unsigned mask) {
  * `holder` carries the value, the others random amounts (sum: small
  * multiples of 1/4, so float parts stay exact; max/min: no more / no less
  * than x). */
-static void make_parts(sl_rng *r, sl_dtype dt, sl_reduce_op op, double x,
-                       int g, double *parts) {
+static void make_parts(sl_rng *r, sl_dtype dt, sl_reduce_op op, double x, int g,
+                       double *parts) {
   int holder = (int)sl__rng_below(r, (uint64_t)g);
   bool fl = sl_dtype_is_float(dt);
   double rest = 0;
@@ -360,8 +368,8 @@ static void make_parts(sl_rng *r, sl_dtype dt, sl_reduce_op op, double x,
              : (double)((int64_t)sl__rng_below(r, 7) - 3);
       if (dt == SL_DTYPE_U8) v = 0; /* unsigned: keep parts in range */
     } else {
-      double dv = fl ? (double)sl__rng_below(r, 9) / 4
-                     : (double)sl__rng_below(r, 4);
+      double dv =
+          fl ? (double)sl__rng_below(r, 9) / 4 : (double)sl__rng_below(r, 4);
       v = op == SL_REDUCE_MAX ? x - dv : x + dv;
     }
     parts[m] = v;
@@ -397,8 +405,8 @@ static sl_status dist_scatter(dist *d, const sl_placement *p, const void *src,
     int g = sl__mesh_ranks(p, r, pmask, group);
     int64_t n = sl_slice_numel(&d->slice[r]);
     for (int64_t i = 0; i < n; i++) {
-      make_parts(rng, d->dt, d->reduce,
-                 sl_load_element(d->dt, d->shard[r], i), g, parts);
+      make_parts(rng, d->dt, d->reduce, sl_load_element(d->dt, d->shard[r], i),
+                 g, parts);
       for (int m = 0; m < g; m++)
         sl_store_element(d->dt, d->shard[group[m]], i, parts[m]);
     }
@@ -413,8 +421,7 @@ static sl_status dist_gather(const dist *d, const sl_placement *p, void *dst,
   unsigned bmask = sl__nd_sbp_mask(&d->nd, SL_SBP_BROADCAST);
   int64_t numel = sl_shape_numel(&d->global);
   int64_t zero[SL_MAX_DIMS] = {0};
-  if (d->partial)
-    sl__elem_fill_identity(d->dt, d->reduce, dst, numel);
+  if (d->partial) sl__elem_fill_identity(d->dt, d->reduce, dst, numel);
   for (int r = 0; r < d->nranks; r++) {
     int canon = rank_zeroed(p, r, bmask);
     if (canon != r) {
@@ -468,8 +475,8 @@ sl_status oph_check_layout(const sl__op_def *op, const sl__attrs *at, int n_in,
                   st, done);
   }
   for (int o = 0; o < n_out; o++)
-    SL_CHECK_GOTO(dist_init(&dout[o], p, axis_sigs, true, o,
-                            out_meta[o].dtype, &out_meta[o].shape),
+    SL_CHECK_GOTO(dist_init(&dout[o], p, axis_sigs, true, o, out_meta[o].dtype,
+                            &out_meta[o].shape),
                   st, done);
   for (int i = 0; i < n_in; i++)
     SL_CHECK_GOTO(dist_scatter(&din[i], p, sl_host_tensor_cdata(in[i]), &rng),
@@ -498,7 +505,8 @@ sl_status oph_check_layout(const sl__op_def *op, const sl__attrs *at, int n_in,
     for (int i = 0; i < n_in; i++) {
       k.in[i] = din[i].shard[r];
       k.in_meta[i].dtype = in_meta[i].dtype;
-      k.in_meta[i].shape = oph_shape(din[i].global.ndim, din[i].slice[r].extent);
+      k.in_meta[i].shape =
+          oph_shape(din[i].global.ndim, din[i].slice[r].extent);
       k.in_slice[i] = din[i].slice[r];
       k.in_global[i] = in_meta[i].shape;
       k.in_partial[i] = din[i].partial;
@@ -545,7 +553,8 @@ done:
   return st;
 }
 
-/* ---- every layout ---------------------------------------------------------------- */
+/* ---- every layout
+ * ---------------------------------------------------------------- */
 
 static const char *const placements[] = {
     "cpu:0", "cpu:0-1", "cpu:0-2", "cpu:0-3", "cpu:0-3[2,2]",
@@ -568,10 +577,9 @@ static sl_status check_declared(const sl__op_def *op, int n_in,
           (unsigned)b.kind > SL_SBP_PARTIAL ||
           (b.kind == SL_SBP_PARTIAL && (unsigned)b.reduce > SL_REDUCE_MIN)) {
         sl_sbp_print(b, t, sizeof t);
-        return sl__fail(SL_EINVAL,
-                        "op %s: signature %d: %s %d has %s on a %d-dim tensor",
-                        op->name, s, isout ? "output" : "input", idx, t,
-                        sh->ndim);
+        return sl__fail(
+            SL_EINVAL, "op %s: signature %d: %s %d has %s on a %d-dim tensor",
+            op->name, s, isout ? "output" : "input", idx, t, sh->ndim);
       }
     }
     if (all_b)
@@ -600,9 +608,9 @@ sl_status oph_check_all(const sl__op_def *op, const sl__attrs *at, int n_in,
   SL_CHECK(infer_outputs(op, at, n_in, in, in_meta, out_meta));
   sl__sbp_sig *sigs = calloc(SL_OP_MAX_SIGNATURES + 1, sizeof *sigs);
   if (!sigs) return sl__fail(SL_ENOMEM, "harness");
-  int n = op->signatures ? op->signatures(at, n_in, in_meta, sigs,
-                                          SL_OP_MAX_SIGNATURES)
-                         : 0;
+  int n = op->signatures
+              ? op->signatures(at, n_in, in_meta, sigs, SL_OP_MAX_SIGNATURES)
+              : 0;
   sl_status st = SL_OK;
   if (n < 0 || n > SL_OP_MAX_SIGNATURES) {
     st = sl__fail(SL_EINVAL, "op %s: %d signatures (at most %d)", op->name, n,

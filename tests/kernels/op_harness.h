@@ -28,7 +28,8 @@
 
 #include "op.h"
 
-/* ---- test tensors ---------------------------------------------------------- */
+/* ---- test tensors ----------------------------------------------------------
+ */
 
 /* A tensor of random values in [lo, hi]: float dtypes get multiples of 1/8
  * (so sums and products of a few of them are exact in f32, and random
@@ -52,7 +53,8 @@ sl_shape oph_random_shape(sl_rng *r, int ndim, int64_t max_extent,
  * clock; printed with the test's name so any run can be replayed. */
 uint64_t oph_seed(const char *test_name);
 
-/* ---- runs ------------------------------------------------------------------ */
+/* ---- runs ------------------------------------------------------------------
+ */
 
 typedef struct oph_tol {
   double atol, rtol; /* |got - want| <= atol + rtol * |want|; 0, 0: exact */
@@ -121,10 +123,11 @@ sl_status oph_compare(const char *what, const sl_host_tensor *got,
                       const sl_host_tensor *want, oph_tol tol);
 
 /* "(S(0),B)" for input or output `index` of axis_sigs over ndim mesh axes. */
-int oph_nd_print(const sl__sbp_sig *axis_sigs, int ndim, bool output,
-                 int index, char *buf, size_t size);
+int oph_nd_print(const sl__sbp_sig *axis_sigs, int ndim, bool output, int index,
+                 char *buf, size_t size);
 
-/* ---- per-op cases for the invariance test ----------------------------------- */
+/* ---- per-op cases for the invariance test -----------------------------------
+ */
 
 /* One entry per op: how to make a random valid input for it. Every op in
  * the registry needs one (test_op_signatures fails on an op without one, so
@@ -137,10 +140,9 @@ typedef struct op_case {
    * call; sets *n_in. The caller destroys the inputs. Shapes should have
    * extents that do not divide by 2, 3 or 4 and sometimes 0 or 1, so
    * uneven and empty shards come up. */
-  sl_status (*make)(sl_rng *r, sl__attrs *at, int *n_in,
-                    sl_host_tensor **in);
-  oph_tol tol;  /* between distributed and single-device results */
-  int trials;   /* random cases per run; 0 means the default (4) */
+  sl_status (*make)(sl_rng *r, sl__attrs *at, int *n_in, sl_host_tensor **in);
+  oph_tol tol; /* between distributed and single-device results */
+  int trials;  /* random cases per run; 0 means the default (4) */
 } op_case;
 
 /* Each returns its table and sets *n to its length. */

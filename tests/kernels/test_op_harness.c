@@ -12,7 +12,8 @@
 #include "cpu/kernel_util.h"
 #include "op_harness.h"
 
-/* ---- fake ops ------------------------------------------------------------------ */
+/* ---- fake ops
+ * ------------------------------------------------------------------ */
 
 static sl_status same_infer(const sl__attrs *at, int n_in, const sl__meta *in,
                             sl__meta *out) {
@@ -34,8 +35,10 @@ static sl_status relu_cpu(const sl__kernel_ctx *k) {
     y[i] = x[i] > 0 ? x[i] : 0;
   return SL_OK;
 }
-static const sl__op_def bad_relu = {.name = "bad_relu", .min_in = 1,
-                                    .max_in = 1, .n_out = 1,
+static const sl__op_def bad_relu = {.name = "bad_relu",
+                                    .min_in = 1,
+                                    .max_in = 1,
+                                    .n_out = 1,
                                     .infer = same_infer,
                                     .signatures = relu_p_sigs,
                                     .cpu = relu_cpu};
@@ -54,15 +57,17 @@ static sl_status index_cpu(const sl__kernel_ctx *k) {
   float *y = k->out[0];
   for (int64_t r = 0; r < rows; r++) {
     int64_t g = global ? sl__slice_row_global(&k->out_slice[0],
-                                               &k->out_global[0], r, NULL)
+                                              &k->out_global[0], r, NULL)
                        : r * len;
     for (int64_t j = 0; j < len; j++)
       y[r * len + j] = (float)(g + j);
   }
   return SL_OK;
 }
-static const sl__op_def index_op = {.name = "index", .min_in = 1,
-                                    .max_in = 1, .n_out = 1,
+static const sl__op_def index_op = {.name = "index",
+                                    .min_in = 1,
+                                    .max_in = 1,
+                                    .n_out = 1,
                                     .infer = same_infer,
                                     .signatures = s0_sigs,
                                     .cpu = index_cpu};
@@ -73,9 +78,13 @@ static sl_status lazy_cpu(const sl__kernel_ctx *k) {
   if (n > 0) memcpy(k->out[0], k->in[0], (size_t)(n - 1) * sizeof(float));
   return SL_OK;
 }
-static const sl__op_def lazy_op = {.name = "lazy", .min_in = 1, .max_in = 1,
-                                   .n_out = 1, .infer = same_infer,
-                                   .signatures = s0_sigs, .cpu = lazy_cpu};
+static const sl__op_def lazy_op = {.name = "lazy",
+                                   .min_in = 1,
+                                   .max_in = 1,
+                                   .n_out = 1,
+                                   .infer = same_infer,
+                                   .signatures = s0_sigs,
+                                   .cpu = lazy_cpu};
 
 /* Different values on different calls: B copies disagree. */
 static sl_status counter_cpu(const sl__kernel_ctx *k) {
@@ -87,8 +96,10 @@ static sl_status counter_cpu(const sl__kernel_ctx *k) {
     y[i] = calls;
   return SL_OK;
 }
-static const sl__op_def counter_op = {.name = "counter", .min_in = 1,
-                                      .max_in = 1, .n_out = 1,
+static const sl__op_def counter_op = {.name = "counter",
+                                      .min_in = 1,
+                                      .max_in = 1,
+                                      .n_out = 1,
                                       .infer = same_infer,
                                       .signatures = NULL,
                                       .cpu = counter_cpu};
@@ -99,13 +110,16 @@ static int bad_axis_sigs(const sl__attrs *at, int n_in, const sl__meta *in,
   sigs[0].in[0] = sigs[0].out[0] = sl_sbp_split(3);
   return 1;
 }
-static const sl__op_def bad_axis_op = {.name = "bad_axis", .min_in = 1,
-                                       .max_in = 1, .n_out = 1,
+static const sl__op_def bad_axis_op = {.name = "bad_axis",
+                                       .min_in = 1,
+                                       .max_in = 1,
+                                       .n_out = 1,
                                        .infer = same_infer,
                                        .signatures = bad_axis_sigs,
                                        .cpu = relu_cpu};
 
-/* ---- tests ------------------------------------------------------------------- */
+/* ---- tests
+ * ------------------------------------------------------------------- */
 
 static sl_host_tensor *input(sl_rng *r, int64_t d0, int64_t d1) {
   sl_shape s = oph_shape(2, (int64_t[]){d0, d1});
@@ -161,8 +175,8 @@ static void test_catches_differing_copies(void **state) {
   sl__sbp_sig all_b;
   memset(&all_b, 0, sizeof all_b);
   all_b.in[0] = all_b.out[0] = sl_sbp_broadcast();
-  assert_int_equal(oph_check_layout(&counter_op, NULL, 1, &x, ref, p, &all_b,
-                                    1, 0, (oph_tol){0, 0}),
+  assert_int_equal(oph_check_layout(&counter_op, NULL, 1, &x, ref, p, &all_b, 1,
+                                    0, (oph_tol){0, 0}),
                    SL_EMISMATCH);
   assert_non_null(strstr(sl_last_error(), "broadcast copies differ"));
   sl_placement_destroy(p);

@@ -74,8 +74,8 @@ static void run_op(const sl__op_def *op, const op_case *c, uint64_t seed) {
     int64_t step = (int64_t)sl__rng_below(&rng, 5);
     st = oph_run_single(op, &at, n_in, in, step, ref);
     if (st != SL_OK) fail_msg("%s", sl_last_error());
-    st = oph_check_all(op, &at, n_in, in, ref, sl__rng_next(&rng), step,
-                       c->tol, &stats);
+    st = oph_check_all(op, &at, n_in, in, ref, sl__rng_next(&rng), step, c->tol,
+                       &stats);
     if (st != SL_OK) {
       char attrs[256], shapes[512] = "";
       sl__attrs_print(&at, attrs, sizeof attrs);

@@ -19,7 +19,7 @@
 static uint64_t g_seed;
 
 #define SHAPE(...)                                                             \
-  oph_shape((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),        \
+  oph_shape((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),         \
             (int64_t[]){__VA_ARGS__})
 #define SCALAR oph_shape(0, NULL)
 
@@ -47,7 +47,8 @@ static void expect_close(const char *what, int64_t i, double got, double want,
              want);
 }
 
-/* ---- unary ------------------------------------------------------------------------ */
+/* ---- unary
+ * ------------------------------------------------------------------------ */
 
 static double ref_gelu(double x) {
   return 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
@@ -65,10 +66,10 @@ static double f_square(double x) { return x * x; }
 static double f_neg(double x) { return -x; }
 
 static const unary_ref unary_refs[] = {
-    {"relu", f_relu, -6, 6},       {"gelu", ref_gelu, -6, 6},
-    {"tanh", tanh, -6, 6},         {"sigmoid", f_sigmoid, -20, 20},
-    {"square", f_square, -6, 6},   {"sqrt", sqrt, 0, 50},
-    {"exp", exp, -20, 20},         {"log", log, 0.125, 50},
+    {"relu", f_relu, -6, 6},     {"gelu", ref_gelu, -6, 6},
+    {"tanh", tanh, -6, 6},       {"sigmoid", f_sigmoid, -20, 20},
+    {"square", f_square, -6, 6}, {"sqrt", sqrt, 0, 50},
+    {"exp", exp, -20, 20},       {"log", log, 0.125, 50},
     {"neg", f_neg, -6, 6},
 };
 
@@ -166,10 +167,10 @@ static void test_unary_special_values(void **state) {
  * signed overflow). */
 static void test_integer_wrap(void **state) {
   sl_shape s = SHAPE(4);
-  sl_host_tensor *x = oph_from(SL_DTYPE_I32, &s,
-                               (double[]){INT32_MAX, INT32_MIN, -7, 65536});
+  sl_host_tensor *x =
+      oph_from(SL_DTYPE_I32, &s, (double[]){INT32_MAX, INT32_MIN, -7, 65536});
   sl_host_tensor *y = run1("square", NULL, x);
-  assert_true(sl_host_tensor_get(y, 0) == 1);         /* (2^31-1)^2 mod 2^32 */
+  assert_true(sl_host_tensor_get(y, 0) == 1); /* (2^31-1)^2 mod 2^32 */
   assert_true(sl_host_tensor_get(y, 1) == 0);
   assert_true(sl_host_tensor_get(y, 2) == 49);
   assert_true(sl_host_tensor_get(y, 3) == 0);
@@ -189,12 +190,13 @@ static void test_integer_wrap(void **state) {
   assert_true(sl_host_tensor_get(y, 2) == 21);
   sl_host_tensor_destroy(y);
   y = run1("relu", NULL, x);
-  assert_true(sl_host_tensor_get(y, 1) == 0 && sl_host_tensor_get(y, 3) == 65536);
+  assert_true(sl_host_tensor_get(y, 1) == 0 &&
+              sl_host_tensor_get(y, 3) == 65536);
   sl_host_tensor_destroy(y);
   sl_host_tensor_destroy(x);
 
-  sl_host_tensor *a = oph_from(SL_DTYPE_I64, &s,
-                               (double[]){9.2233720368547758e18, -5, 3, 0});
+  sl_host_tensor *a =
+      oph_from(SL_DTYPE_I64, &s, (double[]){9.2233720368547758e18, -5, 3, 0});
   /* INT64_MAX is not a double: set it exactly. */
   int64_t big = INT64_MAX;
   memcpy(sl_host_tensor_data(a), &big, 8);
@@ -205,7 +207,8 @@ static void test_integer_wrap(void **state) {
   assert_true(got == INT64_MIN);
   sl_host_tensor_destroy(y);
   y = run2("mul", NULL, a, b);
-  assert_true(sl_host_tensor_get(y, 1) == -25 && sl_host_tensor_get(y, 2) == -12);
+  assert_true(sl_host_tensor_get(y, 1) == -25 &&
+              sl_host_tensor_get(y, 2) == -12);
   sl_host_tensor_destroy(y);
   sl_host_tensor_destroy(a);
   sl_host_tensor_destroy(b);
@@ -219,7 +222,8 @@ static void test_scalar_ops(void **state) {
     sl_host_tensor *x = oph_random(&r, dt, &s, -4, 4);
     sl__attrs at = {0};
     sl__attrs_set_float(&at, "value", 0.375);
-    sl_host_tensor *a = run1("scalar_add", &at, x), *m = run1("scalar_mul", &at, x);
+    sl_host_tensor *a = run1("scalar_add", &at, x),
+                   *m = run1("scalar_mul", &at, x);
     for (int64_t i = 0; i < 21; i++) {
       double v = sl_host_tensor_get(x, i);
       assert_true(sl_host_tensor_get(a, i) == v + 0.375);
@@ -268,7 +272,8 @@ static void test_unary_errors(void **state) {
   oph_expect_infer_error("scalar_add", &at, 1, &f32, "'value' (a number)");
 }
 
-/* ---- binary ---------------------------------------------------------------------- */
+/* ---- binary
+ * ---------------------------------------------------------------------- */
 
 /* The flat index into x (shape xs) of output element o (shape os) under
  * numpy broadcasting, computed naively. */
@@ -297,14 +302,14 @@ static void test_broadcasting(void **state) {
   struct {
     sl_shape a, b, out;
   } cases[] = {
-      {SHAPE(5, 7), SHAPE(5, 7), SHAPE(5, 7)},   /* same shape */
-      {SHAPE(5, 7), SHAPE(7), SHAPE(5, 7)},      /* row bias */
-      {SHAPE(5, 7), SHAPE(5, 1), SHAPE(5, 7)},   /* column */
-      {SHAPE(1, 7), SHAPE(5, 1), SHAPE(5, 7)},   /* outer */
-      {SCALAR, SHAPE(3, 4), SHAPE(3, 4)},        /* scalar */
+      {SHAPE(5, 7), SHAPE(5, 7), SHAPE(5, 7)}, /* same shape */
+      {SHAPE(5, 7), SHAPE(7), SHAPE(5, 7)},    /* row bias */
+      {SHAPE(5, 7), SHAPE(5, 1), SHAPE(5, 7)}, /* column */
+      {SHAPE(1, 7), SHAPE(5, 1), SHAPE(5, 7)}, /* outer */
+      {SCALAR, SHAPE(3, 4), SHAPE(3, 4)},      /* scalar */
       {SHAPE(2, 1, 4), SHAPE(3, 1), SHAPE(2, 3, 4)},
       {SHAPE(3, 1, 5, 1), SHAPE(4, 1, 6), SHAPE(3, 4, 5, 6)},
-      {SHAPE(0, 3), SHAPE(3), SHAPE(0, 3)},      /* empty */
+      {SHAPE(0, 3), SHAPE(3), SHAPE(0, 3)}, /* empty */
       {SHAPE(4, 0), SHAPE(1), SHAPE(4, 0)},
       {SHAPE(1), SHAPE(0), SHAPE(0)},
       {SCALAR, SCALAR, SCALAR},
@@ -327,8 +332,10 @@ static void test_broadcasting(void **state) {
           assert_true(sl_shape_equal(sl_host_tensor_shape(y), &cases[c].out));
           int64_t n = sl_shape_numel(&cases[c].out);
           for (int64_t i = 0; i < n; i++) {
-            double av = sl_host_tensor_get(a, bcast_index(&cases[c].out, sa, i));
-            double bv = sl_host_tensor_get(b, bcast_index(&cases[c].out, sb, i));
+            double av =
+                sl_host_tensor_get(a, bcast_index(&cases[c].out, sa, i));
+            double bv =
+                sl_host_tensor_get(b, bcast_index(&cases[c].out, sb, i));
             double want = refs[o](av, bv);
             if (dts[d] == SL_DTYPE_F32) want = (float)want;
             if (sl_host_tensor_get(y, i) != want)
@@ -346,10 +353,12 @@ static void test_broadcasting(void **state) {
 
 static void test_maximum_nan(void **state) {
   sl_shape s = SHAPE(4);
-  sl_host_tensor *a = oph_from(SL_DTYPE_F32, &s, (double[]){NAN, 1, 2, -INFINITY});
+  sl_host_tensor *a =
+      oph_from(SL_DTYPE_F32, &s, (double[]){NAN, 1, 2, -INFINITY});
   sl_host_tensor *b = oph_from(SL_DTYPE_F32, &s, (double[]){1, NAN, 3, -5});
   sl_host_tensor *y = run2("maximum", NULL, a, b);
-  assert_true(isnan(sl_host_tensor_get(y, 0)) && isnan(sl_host_tensor_get(y, 1)));
+  assert_true(isnan(sl_host_tensor_get(y, 0)) &&
+              isnan(sl_host_tensor_get(y, 1)));
   assert_true(sl_host_tensor_get(y, 2) == 3 && sl_host_tensor_get(y, 3) == -5);
   sl_host_tensor_destroy(a);
   sl_host_tensor_destroy(b);
@@ -360,8 +369,9 @@ static void test_binary_errors(void **state) {
   sl__meta m[2];
   m[0] = oph_meta(SL_DTYPE_F32, 2, (int64_t[]){2, 3});
   m[1] = oph_meta(SL_DTYPE_F32, 1, (int64_t[]){4});
-  oph_expect_infer_error("add", NULL, 2, m,
-                         "shapes [2,3] and [4] do not broadcast (axis 1: 3 vs 4)");
+  oph_expect_infer_error(
+      "add", NULL, 2, m,
+      "shapes [2,3] and [4] do not broadcast (axis 1: 3 vs 4)");
   m[1] = oph_meta(SL_DTYPE_F64, 1, (int64_t[]){3});
   oph_expect_infer_error("mul", NULL, 2, m,
                          "inputs 0 and 1: dtypes f32 and f64 differ");
@@ -380,7 +390,8 @@ static void test_binary_errors(void **state) {
                          "shapes [2,3] and [3] differ (no broadcasting)");
 }
 
-/* ---- gradients -------------------------------------------------------------------- */
+/* ---- gradients
+ * -------------------------------------------------------------------- */
 
 static void test_activation_grads(void **state) {
   sl_rng r = {g_seed + 4};
@@ -390,7 +401,8 @@ static void test_activation_grads(void **state) {
       sl_dtype dt = f64 ? SL_DTYPE_F64 : SL_DTYPE_F32;
       sl_host_tensor *dy = oph_random(&r, dt, &shapes[si], -3, 3);
       sl_host_tensor *x = oph_random(&r, dt, &shapes[si], -5, 5);
-      sl_host_tensor *tx = run1("tanh", NULL, x), *sx = run1("sigmoid", NULL, x);
+      sl_host_tensor *tx = run1("tanh", NULL, x),
+                     *sx = run1("sigmoid", NULL, x);
       sl_host_tensor *gr = run2("relu_grad", NULL, dy, x);
       sl_host_tensor *gg = run2("gelu_grad", NULL, dy, x);
       sl_host_tensor *gt = run2("tanh_grad", NULL, dy, tx);
@@ -400,15 +412,15 @@ static void test_activation_grads(void **state) {
       for (int64_t i = 0; i < n; i++) {
         double d = sl_host_tensor_get(dy, i), xv = sl_host_tensor_get(x, i);
         double t = sl_host_tensor_get(tx, i), s = sl_host_tensor_get(sx, i);
-        expect_close("relu_grad", i, sl_host_tensor_get(gr, i),
-                     xv > 0 ? d : 0, 0, 0);
+        expect_close("relu_grad", i, sl_host_tensor_get(gr, i), xv > 0 ? d : 0,
+                     0, 0);
         /* gelu's derivative by central differences in double. */
         double h = 1e-5;
         double fd = (ref_gelu(xv + h) - ref_gelu(xv - h)) / (2 * h);
         expect_close("gelu_grad", i, sl_host_tensor_get(gg, i), d * fd,
                      f64 ? 1e-8 : 2e-6, f64 ? 1e-8 : 2e-6);
-        expect_close("tanh_grad", i, sl_host_tensor_get(gt, i),
-                     d * (1 - t * t), tol, tol);
+        expect_close("tanh_grad", i, sl_host_tensor_get(gt, i), d * (1 - t * t),
+                     tol, tol);
         expect_close("sigmoid_grad", i, sl_host_tensor_get(gs, i),
                      d * s * (1 - s), tol, tol);
       }
@@ -418,7 +430,8 @@ static void test_activation_grads(void **state) {
     }
 }
 
-/* ---- instruction-set instances ---------------------------------------------------- */
+/* ---- instruction-set instances
+ * ---------------------------------------------------- */
 
 /* Every hot loop is compiled for SSE, AVX2 and AVX-512 (SL__MULTIVERSION);
  * each instance this CPU runs must give the bits of the SSE one, on row
@@ -427,9 +440,11 @@ static void test_activation_grads(void **state) {
 static void test_isa_instances_agree(void **state) {
   sl_rng r = {g_seed + 5};
   sl__isa top = sl__isa_force(-1);
-  const char *unary[] = {"relu", "gelu", "tanh", "sigmoid", "square", "sqrt",
-                         "exp", "log", "neg", "scalar_add", "scalar_mul"};
-  const char *binary[] = {"add", "sub", "mul", "div", "maximum", "relu_grad",
+  const char *unary[] = {"relu",   "gelu",       "tanh",      "sigmoid",
+                         "square", "sqrt",       "exp",       "log",
+                         "neg",    "scalar_add", "scalar_mul"};
+  const char *binary[] = {"add",       "sub",       "mul",
+                          "div",       "maximum",   "relu_grad",
                           "gelu_grad", "tanh_grad", "sigmoid_grad"};
   const char *reduce[] = {"reduce_sum", "reduce_mean", "reduce_max"};
   /* and dropout's integer mask test (random.c) */
@@ -489,7 +504,8 @@ static void test_isa_instances_agree(void **state) {
           sl_host_tensor *got[SL_OP_MAX_OUTPUTS] = {0};
           assert_int_equal(sl__isa_force(isa), isa);
           oph_run(op, &at, n_in, in, 0, got);
-          if (memcmp(sl_host_tensor_cdata(got[0]), sl_host_tensor_cdata(want[0]),
+          if (memcmp(sl_host_tensor_cdata(got[0]),
+                     sl_host_tensor_cdata(want[0]),
                      sl_host_tensor_nbytes(want[0])) != 0)
             fail_msg("%s %s [3,%lld]: the %s instance differs from sse", op,
                      sl_dtype_name(dts[d]), (long long)lens[li],

@@ -16,9 +16,9 @@
 #include "op_harness.h"
 
 #define INTS(at, name, ...)                                                    \
-  sl__attrs_set_ints(at, name,                                                 \
-                     (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), \
-                     (int64_t[]){__VA_ARGS__})
+  sl__attrs_set_ints(                                                          \
+      at, name, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),     \
+      (int64_t[]){__VA_ARGS__})
 
 static sl_host_tensor *source(const char *name, const sl__attrs *at,
                               int64_t step) {
@@ -34,7 +34,9 @@ static void test_fill(void **state) {
     sl__attrs_set_int(&at, "dtype", d);
     sl__attrs_set_float(&at, "value", 2.5);
     sl_host_tensor *y = source("fill", &at, 0);
-    double want = sl_dtype_is_float((sl_dtype)d) ? 2.5 : d == SL_DTYPE_BOOL ? 1 : 2;
+    double want = sl_dtype_is_float((sl_dtype)d) ? 2.5
+                  : d == SL_DTYPE_BOOL           ? 1
+                                                 : 2;
     for (int i = 0; i < 15; i++)
       assert_true(sl_host_tensor_get(y, i) == want);
     sl_host_tensor_destroy(y);
@@ -179,7 +181,8 @@ static void test_dropout(void **state) {
   sl_rng r = {17};
   sl_shape s = oph_shape(2, (int64_t[]){100, 1000});
   for (int f64 = 0; f64 < 2; f64++) {
-    sl_host_tensor *x = oph_random(&r, f64 ? SL_DTYPE_F64 : SL_DTYPE_F32, &s, 1, 4);
+    sl_host_tensor *x =
+        oph_random(&r, f64 ? SL_DTYPE_F64 : SL_DTYPE_F32, &s, 1, 4);
     sl__attrs at = {0};
     sl__attrs_set_float(&at, "p", 0.3);
     sl__attrs_set_int(&at, "seed", 8);
@@ -224,11 +227,13 @@ static void test_random_errors(void **state) {
                          "attribute 'shape': extent -1 is negative");
   INTS(&at, "shape", 2, 3);
   sl__attrs_set_int(&at, "dtype", SL_DTYPE_I32);
-  oph_expect_infer_error("random_normal", &at, 0, NULL,
-                         "attribute 'dtype': dtype i32 not supported (f32, f64)");
+  oph_expect_infer_error(
+      "random_normal", &at, 0, NULL,
+      "attribute 'dtype': dtype i32 not supported (f32, f64)");
   sl__attrs_set_int(&at, "dtype", SL_DTYPE_F32);
-  oph_expect_infer_error("random_int", &at, 0, NULL,
-                         "attribute 'dtype': dtype f32 not supported (i32, i64)");
+  oph_expect_infer_error(
+      "random_int", &at, 0, NULL,
+      "attribute 'dtype': dtype f32 not supported (i32, i64)");
   sl__attrs_set_float(&at, "low", 2);
   sl__attrs_set_float(&at, "high", 1);
   oph_expect_infer_error("random_uniform", &at, 0, NULL,
@@ -248,7 +253,8 @@ static void test_random_errors(void **state) {
   oph_expect_infer_error("random_int", &ri, 0, NULL,
                          "range [5, 1099511627776) does not fit i32");
   sl__meta x = oph_meta(SL_DTYPE_F32, 1, (int64_t[]){4});
-  oph_expect_infer_error("random_uniform", &at, 1, &x, "1 inputs given, takes 0");
+  oph_expect_infer_error("random_uniform", &at, 1, &x,
+                         "1 inputs given, takes 0");
   sl__attrs d = {0};
   oph_expect_infer_error("dropout", &d, 1, &x,
                          "drop probability p = nan not in [0, 1)");
@@ -262,9 +268,9 @@ static void test_random_errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_fill),         cmocka_unit_test(test_uniform),
-      cmocka_unit_test(test_normal),       cmocka_unit_test(test_random_int),
-      cmocka_unit_test(test_counter_keys), cmocka_unit_test(test_dropout),
+      cmocka_unit_test(test_fill),          cmocka_unit_test(test_uniform),
+      cmocka_unit_test(test_normal),        cmocka_unit_test(test_random_int),
+      cmocka_unit_test(test_counter_keys),  cmocka_unit_test(test_dropout),
       cmocka_unit_test(test_random_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -18,7 +18,7 @@
 static uint64_t g_seed;
 
 #define SHAPE(...)                                                             \
-  oph_shape((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),        \
+  oph_shape((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),         \
             (int64_t[]){__VA_ARGS__})
 
 static sl_host_tensor *run1(const char *name, const sl__attrs *at,
@@ -70,7 +70,8 @@ static void check_reduce(sl_rng *r, const sl_shape *s, sl_dtype dt,
   for (int d = 0; d < s->ndim; d++)
     if (mask & (1u << d)) axes[n++] = form == 1 ? d - s->ndim : d;
   /* form 2 spells "all axes" as an absent list, form 3 as an empty one. */
-  if (!(all && form == 2)) sl__attrs_set_ints(&at, "axes", all && form == 3 ? 0 : n, axes);
+  if (!(all && form == 2))
+    sl__attrs_set_ints(&at, "axes", all && form == 3 ? 0 : n, axes);
   sl__attrs_set_int(&at, "keepdims", keep);
   for (int kind = SUM; kind <= MAX; kind++) {
     if (kind == MEAN && !sl_dtype_is_float(dt)) continue;
@@ -129,7 +130,8 @@ static void test_reduce_scalar_and_vector(void **state) {
   /* A mean of nothing is NaN, a max of nothing -inf, a sum 0. */
   sl_shape e = SHAPE(0);
   sl_host_tensor *x = oph_random(&r, SL_DTYPE_F32, &e, 0, 0);
-  sl_host_tensor *m = run1("reduce_mean", NULL, x), *mx = run1("reduce_max", NULL, x),
+  sl_host_tensor *m = run1("reduce_mean", NULL, x),
+                 *mx = run1("reduce_max", NULL, x),
                  *s = run1("reduce_sum", NULL, x);
   assert_true(isnan(sl_host_tensor_get(m, 0)));
   assert_true(sl_host_tensor_get(mx, 0) == -INFINITY);
@@ -201,9 +203,8 @@ static void test_sum_like(void **state) {
     sl_shape to;
     unsigned mask;
   } cases[] = {
-      {SHAPE(3, 1), 1u | 4u},   {SHAPE(4), 1u | 2u},
-      {oph_shape(0, NULL), 7u}, {SHAPE(1, 1, 1), 7u},
-      {SHAPE(2, 3, 4), 0u},     {SHAPE(2, 1, 4), 2u},
+      {SHAPE(3, 1), 1u | 4u}, {SHAPE(4), 1u | 2u},  {oph_shape(0, NULL), 7u},
+      {SHAPE(1, 1, 1), 7u},   {SHAPE(2, 3, 4), 0u}, {SHAPE(2, 1, 4), 2u},
       {SHAPE(1, 3, 4), 1u},
   };
   for (size_t c = 0; c < SL_ARRAY_LEN(cases); c++) {
@@ -239,7 +240,8 @@ static void test_reduce_errors(void **state) {
   oph_expect_infer_error("reduce_mean", NULL, 1, &mi,
                          "input 0: dtype i32 not supported (f32, f64)");
   sl__meta mb = oph_meta(SL_DTYPE_BOOL, 1, (int64_t[]){3});
-  oph_expect_infer_error("reduce_sum", NULL, 1, &mb, "dtype bool not supported");
+  oph_expect_infer_error("reduce_sum", NULL, 1, &mb,
+                         "dtype bool not supported");
   sl__attrs like = {0};
   oph_expect_infer_error("reduce_sum_like", &like, 1, &m,
                          "attribute 'shape' (a list of extents) missing");

@@ -18,12 +18,12 @@
 static uint64_t g_seed;
 
 #define SHAPE(...)                                                             \
-  oph_shape((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),        \
+  oph_shape((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),         \
             (int64_t[]){__VA_ARGS__})
 #define INTS(at, name, ...)                                                    \
-  sl__attrs_set_ints(at, name,                                                 \
-                     (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), \
-                     (int64_t[]){__VA_ARGS__})
+  sl__attrs_set_ints(                                                          \
+      at, name, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),     \
+      (int64_t[]){__VA_ARGS__})
 
 static sl_host_tensor *run1(const char *name, const sl__attrs *at,
                             sl_host_tensor *x) {
@@ -47,7 +47,8 @@ static int64_t flat(const sl_shape *s, const int64_t *c) {
   return f;
 }
 
-/* ---- reshape --------------------------------------------------------------------- */
+/* ---- reshape
+ * --------------------------------------------------------------------- */
 
 static void test_reshape(void **state) {
   sl_rng r = {g_seed};
@@ -84,13 +85,15 @@ static void test_reshape(void **state) {
 
   sl__meta m = oph_meta(SL_DTYPE_F32, 2, (int64_t[]){2, 3});
   INTS(&at, "shape", -1, 2, -1);
-  oph_expect_infer_error("reshape", &at, 1, &m, "-1 given twice (dims 0 and 2)");
+  oph_expect_infer_error("reshape", &at, 1, &m,
+                         "-1 given twice (dims 0 and 2)");
   INTS(&at, "shape", 4);
   oph_expect_infer_error("reshape", &at, 1, &m,
                          "cannot reshape [2,3] (6 elements) to [4] (4)");
   INTS(&at, "shape", -1, 4);
-  oph_expect_infer_error("reshape", &at, 1, &m,
-                         "cannot reshape [2,3] (6 elements) to a multiple of 4");
+  oph_expect_infer_error(
+      "reshape", &at, 1, &m,
+      "cannot reshape [2,3] (6 elements) to a multiple of 4");
   INTS(&at, "shape", 3, -2);
   oph_expect_infer_error("reshape", &at, 1, &m, "extent -2 is negative");
   sl__meta z = oph_meta(SL_DTYPE_F32, 2, (int64_t[]){0, 3});
@@ -100,7 +103,8 @@ static void test_reshape(void **state) {
   oph_expect_infer_error("reshape", NULL, 1, &m, "attribute 'shape'");
 }
 
-/* ---- transpose ------------------------------------------------------------------- */
+/* ---- transpose
+ * ------------------------------------------------------------------- */
 
 static void check_transpose(sl_rng *r, const sl_shape *s, const int64_t *perm,
                             sl_dtype dt) {
@@ -159,15 +163,16 @@ static void test_transpose(void **state) {
   oph_expect_infer_error("transpose", NULL, 1, &m, "attribute 'perm'");
 }
 
-/* ---- broadcast_to ---------------------------------------------------------------- */
+/* ---- broadcast_to
+ * ---------------------------------------------------------------- */
 
 static void test_broadcast_to(void **state) {
   sl_rng r = {g_seed + 2};
   struct {
     sl_shape x, to;
   } cases[] = {
-      {SHAPE(3), SHAPE(4, 3)},       {SHAPE(4, 1), SHAPE(4, 5)},
-      {SHAPE(1, 1), SHAPE(2, 3, 4)}, {oph_shape(0, NULL), SHAPE(3, 2)},
+      {SHAPE(3), SHAPE(4, 3)},          {SHAPE(4, 1), SHAPE(4, 5)},
+      {SHAPE(1, 1), SHAPE(2, 3, 4)},    {oph_shape(0, NULL), SHAPE(3, 2)},
       {SHAPE(2, 1, 3), SHAPE(2, 5, 3)}, {SHAPE(1), SHAPE(0, 4)},
       {SHAPE(2, 3), SHAPE(2, 3)},
   };
@@ -178,7 +183,8 @@ static void test_broadcast_to(void **state) {
       sl_host_tensor *x = oph_random(&r, (sl_dtype)d, &cases[c].x, -50, 50);
       sl_host_tensor *y = run1("broadcast_to", &at, x);
       assert_true(sl_shape_equal(sl_host_tensor_shape(y), &cases[c].to));
-      int64_t n = sl_shape_numel(&cases[c].to), oc[SL_MAX_DIMS], ic[SL_MAX_DIMS];
+      int64_t n = sl_shape_numel(&cases[c].to), oc[SL_MAX_DIMS],
+              ic[SL_MAX_DIMS];
       int off = cases[c].to.ndim - cases[c].x.ndim;
       for (int64_t i = 0; i < n; i++) {
         coords(&cases[c].to, i, oc);
@@ -202,7 +208,8 @@ static void test_broadcast_to(void **state) {
   oph_expect_infer_error("broadcast_to", &at, 1, &m, "extent -3 is negative");
 }
 
-/* ---- slice, concat --------------------------------------------------------------- */
+/* ---- slice, concat
+ * --------------------------------------------------------------- */
 
 static void test_slice(void **state) {
   sl_rng r = {g_seed + 3};
@@ -210,8 +217,8 @@ static void test_slice(void **state) {
   struct {
     int64_t axis, start, end, want_start, want_len;
   } cases[] = {
-      {1, 2, 5, 2, 3},  {1, -3, 7, 4, 3}, {-1, 0, -1, 0, 2}, {0, 4, 4, 4, 0},
-      {2, 0, 3, 0, 3},  {1, -7, -5, 0, 2},
+      {1, 2, 5, 2, 3}, {1, -3, 7, 4, 3}, {-1, 0, -1, 0, 2},
+      {0, 4, 4, 4, 0}, {2, 0, 3, 0, 3},  {1, -7, -5, 0, 2},
   };
   for (size_t c = 0; c < SL_ARRAY_LEN(cases); c++) {
     sl__attrs at = {0};
@@ -227,7 +234,8 @@ static void test_slice(void **state) {
     for (int64_t i = 0; i < n; i++) {
       coords(ys, i, oc);
       oc[axis] += cases[c].want_start;
-      assert_true(sl_host_tensor_get(y, i) == sl_host_tensor_get(x, flat(&s, oc)));
+      assert_true(sl_host_tensor_get(y, i) ==
+                  sl_host_tensor_get(x, flat(&s, oc)));
     }
     sl_host_tensor_destroy(x);
     sl_host_tensor_destroy(y);
@@ -270,9 +278,11 @@ static void test_concat(void **state) {
     for (int64_t i = 0; i < n; i++) {
       coords(ys, i, oc);
       int k = 0;
-      while (oc[axis] >= ext[k]) oc[axis] -= ext[k++];
-      assert_true(sl_host_tensor_get(out[0], i) ==
-                  sl_host_tensor_get(in[k], flat(sl_host_tensor_shape(in[k]), oc)));
+      while (oc[axis] >= ext[k])
+        oc[axis] -= ext[k++];
+      assert_true(
+          sl_host_tensor_get(out[0], i) ==
+          sl_host_tensor_get(in[k], flat(sl_host_tensor_shape(in[k]), oc)));
     }
     for (int i = 0; i < 5; i++)
       sl_host_tensor_destroy(in[i]);
@@ -293,7 +303,8 @@ static void test_concat(void **state) {
   oph_expect_infer_error("concat", &at, 2, mix, "differ outside axis 1");
 }
 
-/* ---- cast ------------------------------------------------------------------------ */
+/* ---- cast
+ * ------------------------------------------------------------------------ */
 
 static double cast_one(sl_dtype from, sl_dtype to, double v) {
   sl_shape s = SHAPE(1);
@@ -317,7 +328,8 @@ static void test_cast_rules(void **state) {
   assert_true(cast_one(SL_DTYPE_F64, SL_DTYPE_U8, -5) == 0);
   assert_true(cast_one(SL_DTYPE_F64, SL_DTYPE_U8, 300) == 255);
   assert_true(cast_one(SL_DTYPE_F16, SL_DTYPE_I8, -200) == -128);
-  assert_true(cast_one(SL_DTYPE_F32, SL_DTYPE_I64, 1e30) == 9223372036854775807.0);
+  assert_true(cast_one(SL_DTYPE_F32, SL_DTYPE_I64, 1e30) ==
+              9223372036854775807.0);
   /* int -> int saturates; anything -> bool is x != 0. */
   assert_true(cast_one(SL_DTYPE_I64, SL_DTYPE_I32, 1e12) == INT32_MAX);
   assert_true(cast_one(SL_DTYPE_I32, SL_DTYPE_U8, -1) == 0);
@@ -370,7 +382,8 @@ static void test_cast_every_pair(void **state) {
                          "attribute 'dtype': 42 is not a dtype");
 }
 
-/* ---- causal_mask ----------------------------------------------------------------- */
+/* ---- causal_mask
+ * ----------------------------------------------------------------- */
 
 static void test_causal_mask(void **state) {
   sl_rng r = {g_seed + 5};
@@ -389,8 +402,9 @@ static void test_causal_mask(void **state) {
         int64_t n = sl_shape_numel(&shapes[si]), c[SL_MAX_DIMS];
         for (int64_t i = 0; i < n; i++) {
           coords(&shapes[si], i, c);
-          double want = c[nd - 1] > c[nd - 2] ? (f64 ? fills[fi] : (float)fills[fi])
-                                             : sl_host_tensor_get(x, i);
+          double want = c[nd - 1] > c[nd - 2]
+                            ? (f64 ? fills[fi] : (float)fills[fi])
+                            : sl_host_tensor_get(x, i);
           assert_true(sl_host_tensor_get(y, i) == want);
         }
         sl_host_tensor_destroy(x);
@@ -411,9 +425,12 @@ static void test_causal_mask(void **state) {
 int main(void) {
   g_seed = oph_seed("ops shape");
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_reshape),      cmocka_unit_test(test_transpose),
-      cmocka_unit_test(test_broadcast_to), cmocka_unit_test(test_slice),
-      cmocka_unit_test(test_concat),       cmocka_unit_test(test_cast_rules),
+      cmocka_unit_test(test_reshape),
+      cmocka_unit_test(test_transpose),
+      cmocka_unit_test(test_broadcast_to),
+      cmocka_unit_test(test_slice),
+      cmocka_unit_test(test_concat),
+      cmocka_unit_test(test_cast_rules),
       cmocka_unit_test(test_cast_every_pair),
       cmocka_unit_test(test_causal_mask),
   };
