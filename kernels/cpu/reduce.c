@@ -17,8 +17,8 @@
  * of each row (sl__iter over the input shape with zero output strides on
  * reduced axes): rows whose inner axis is kept accumulate elementwise into
  * the output row (column sums, e.g. a bias gradient, vectorise), rows
- * whose inner axis is reduced are summed with 8 independent accumulators
- * (row sums vectorise) and added to one output element. */
+ * whose inner axis is reduced are summed on vector accumulators in a fixed
+ * lane order (row sums vectorise) and added to one output element. */
 #include <math.h>
 #include <string.h>
 

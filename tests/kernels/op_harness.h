@@ -142,7 +142,7 @@ typedef struct op_case {
    * uneven and empty shards come up. */
   sl_status (*make)(sl_rng *r, sl__attrs *at, int *n_in, sl_host_tensor **in);
   oph_tol tol; /* between distributed and single-device results */
-  int trials;  /* random cases per run; 0 means the default (4) */
+  int trials;  /* random cases per run; 0 means the default (8) */
 } op_case;
 
 /* Each returns its table and sets *n to its length. */

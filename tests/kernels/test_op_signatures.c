@@ -60,7 +60,7 @@ static void test_every_op_has_a_case(void **state) {
 
 static void run_op(const sl__op_def *op, const op_case *c, uint64_t seed) {
   sl_rng rng = {seed};
-  int trials = c->trials ? c->trials : 4;
+  int trials = c->trials ? c->trials : 8;
   oph_stats stats = {0, 0, 0};
   for (int t = 0; t < trials; t++) {
     sl__attrs at;
