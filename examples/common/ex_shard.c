@@ -13,6 +13,7 @@ typedef struct shards {
   size_t *bytes;
   sl_slice *slice; /* n local slices */
   bool partial;    /* some mesh axis is partial */
+  bool borrowed;   /* buf are another value's buffers (in-place update) */
 } shards;
 
 /* A fetch's conversion to the logical tensor (NULL plan: already all-B),
@@ -77,7 +78,7 @@ static void copy_box(void *dst, const void *src, const sl_shape *gs,
 }
 
 static void shards_free(shards *s) {
-  for (int r = 0; s->buf && r < s->n; r++)
+  for (int r = 0; s->buf && r < s->n && !s->borrowed; r++)
     free(s->buf[r]);
   free(s->buf);
   free(s->bytes);
@@ -165,6 +166,57 @@ static sl_status fetch_prepare(ex_shard *x, fetch *ft) {
   return SL_OK;
 }
 
+/* Which input output j of an optimizer update may overwrite (its kernel
+ * reads every chunk before writing it, kernels/cpu/optim.c), or -1. */
+static int inplace_input(const sl__node *p, int j) {
+  if (p->kind != SL__NODE_OP) return -1;
+  if (strcmp(p->op->name, "sgd_update") == 0)
+    return j == 0 ? 0 : j == 1 ? 2 : -1;
+  if (strcmp(p->op->name, "adam_update") == 0)
+    return j == 0 ? 0 : j <= 2 ? j + 1 : -1;
+  return -1;
+}
+
+/* Updates write into their variable's buffers where the variable's last
+ * reader of the step is its update (fetches, taken after the update, aside):
+ * the update then needs no output buffer of its own, and no write-allocate
+ * traffic through memory for one. */
+static sl_status alias_updates(ex_shard *x) {
+  const sl_graph *g = x->g;
+  int32_t nn = sl__graph_node_count(g);
+  int32_t *last = malloc(((size_t)x->nv + 1) * sizeof *last);
+  if (!last) return sl__fail(SL_ENOMEM, "sharded executor: out of memory");
+  for (int32_t v = 0; v < x->nv; v++)
+    last[v] = -1;
+  for (int32_t i = 0; i < nn; i++) {
+    const sl__node *n = sl__graph_node(g, i);
+    if (n->kind == SL__NODE_FETCH) continue;
+    for (int k = 0; k < n->n_in; k++)
+      last[n->in[k]] = i;
+  }
+  for (int32_t i = 0; i < nn; i++) {
+    const sl__node *n = sl__graph_node(g, i);
+    if (n->kind != SL__NODE_VARIABLE || n->update < 0) continue;
+    const sl__value *u = sl__graph_value(g, n->update);
+    const sl__node *p = sl__graph_node(g, u->producer);
+    int k = inplace_input(p, u->index);
+    if (k < 0 || p->in[k] != n->out[0] || last[n->out[0]] != u->producer)
+      continue;
+    shards *vs = &x->v[n->out[0]], *us = &x->v[n->update];
+    bool same = vs->n == us->n && !us->borrowed;
+    for (int r = 0; same && r < vs->n; r++)
+      same = vs->bytes[r] == us->bytes[r];
+    if (!same) continue;
+    for (int r = 0; r < us->n; r++) {
+      free(us->buf[r]);
+      us->buf[r] = vs->buf[r];
+    }
+    us->borrowed = true;
+  }
+  free(last);
+  return SL_OK;
+}
+
 sl_status ex_shard_create(sl_graph *g, const ex_shard_opts *opts,
                           ex_shard **out) {
   *out = NULL;
@@ -183,6 +235,7 @@ sl_status ex_shard_create(sl_graph *g, const ex_shard_opts *opts,
   }
   for (int32_t i = 0; i < x->nv; i++)
     SL_CHECK_GOTO(shards_alloc(&x->v[i], sl__graph_value(g, i)), st, fail);
+  SL_CHECK_GOTO(alias_updates(x), st, fail);
   int32_t nn = sl__graph_node_count(g);
   for (int32_t i = 0; i < nn; i++) {
     const sl__node *n = sl__graph_node(g, i);
@@ -373,9 +426,10 @@ sl_status ex_shard_step(ex_shard *x) {
       SL_CHECK(check_replicas(x, n));
   }
   SL_CHECK(take_fetches(x, false));
-  /* Updates apply after the whole step has read the old values: the
-   * variable takes the update's buffers and the update value gets the old
-   * ones, which the next step overwrites before reading (no copy). */
+  /* Updates apply after the whole step has read the old values: unless
+   * updated in place, the variable takes the update's buffers and the
+   * update value gets the old ones, which the next step overwrites before
+   * reading (no copy). */
   for (int32_t i = 0; i < nn; i++) {
     const sl__node *n = sl__graph_node(g, i);
     if (n->kind != SL__NODE_VARIABLE || n->update < 0) continue;
@@ -388,6 +442,7 @@ sl_status ex_shard_step(ex_shard *x) {
         return sl__fail(SL_EINTERNAL,
                         "variable '%s': update shard size differs on rank %d",
                         n->name, r);
+      if (dst->buf[r] == src->buf[r]) continue; /* updated in place */
       void *t = dst->buf[r];
       dst->buf[r] = src->buf[r];
       src->buf[r] = t;
