@@ -106,20 +106,32 @@ DR_ATTR static inline float DR_FN(bmax)(BLK b) {
 
 /* ---- rows --------------------------------------------------------------- */
 
+/* A max is exact in any order, so four vectors run side by side (short
+ * dependency chains); the lanes only matter for sums. */
+DR_ATTR static inline VF DR_FN(vmax)(VF a, VF b) {
+  return DR_FN(select)(b > a, b, a);
+}
+
 DR_ATTR static float DR_FN(row_max)(const float *x, int64_t n) {
-  BLK acc = DR_FN(bsplat)(x[0]), v;
+  VF acc[4];
+  for (int q = 0; q < 4; q++)
+    acc[q] = DR_FN(splat)(x[0]);
   int64_t j = 0;
-  for (; j + SL__DENSE_LANES <= n; j += SL__DENSE_LANES) {
-    v = DR_FN(bload)(x + j);
-    for (int q = 0; q < DR_Q; q++)
-      acc.v[q] = DR_FN(select)(v.v[q] > acc.v[q], v.v[q], acc.v[q]);
-  }
-  if (j < n) {
-    v = DR_FN(bload_tail)(x + j, n - j, x[0]);
-    for (int q = 0; q < DR_Q; q++)
-      acc.v[q] = DR_FN(select)(v.v[q] > acc.v[q], v.v[q], acc.v[q]);
-  }
-  return DR_FN(bmax)(acc);
+  for (; j + 4 * DR_W <= n; j += 4 * DR_W)
+    for (int q = 0; q < 4; q++)
+      acc[q] = DR_FN(vmax)(acc[q], DR_FN(load)(x + j + q * DR_W));
+  for (; j + DR_W <= n; j += DR_W)
+    acc[0] = DR_FN(vmax)(acc[0], DR_FN(load)(x + j));
+  float t[DR_W];
+  for (int l = 0; l < DR_W; l++)
+    t[l] = j + l < n ? x[j + l] : x[0];
+  acc[1] = DR_FN(vmax)(acc[1], DR_FN(load)(t));
+  BLK b;
+  for (int q = 0; q < DR_Q; q++)
+    b.v[q] = DR_FN(splat)(x[0]);
+  for (int q = 0; q < 4; q++)
+    b.v[0] = DR_FN(vmax)(b.v[0], acc[q]);
+  return DR_FN(bmax)(b);
 }
 
 DR_ATTR static float DR_FN(row_expsum)(const float *x, int64_t n, float m,
@@ -255,6 +267,17 @@ DR_ATTR static void DR_FN(exp_cols)(const float *x, const float *m, float *y,
   }
 }
 
+/* y[j] = (x[j] - a) * s - b, j < n (y may be x). */
+DR_ATTR static void DR_FN(row_affine)(const float *x, float *y, int64_t n,
+                                      float a, float s, float b) {
+  int64_t j = 0;
+  VF va = DR_FN(splat)(a), vs = DR_FN(splat)(s), vb = DR_FN(splat)(b);
+  for (; j + DR_W <= n; j += DR_W)
+    DR_FN(store)(y + j, (DR_FN(load)(x + j) - va) * vs - vb);
+  for (; j < n; j++)
+    y[j] = (x[j] - a) * s - b;
+}
+
 /* dx[j] = dy[j] - exp(y[j]) * s[j * s_step] (s_step 0: one s), j < n. */
 DR_ATTR static void DR_FN(exp_mul_sub)(const float *dy, const float *y,
                                        const float *s, int64_t s_step,
@@ -339,6 +362,7 @@ static const sl__dense_rows DR_FN(table) = {
     .row_ln_grad_sums = DR_FN(row_ln_grad_sums),
     .exp_cols = DR_FN(exp_cols),
     .exp_mul_sub = DR_FN(exp_mul_sub),
+    .row_affine = DR_FN(row_affine),
     .ln_grad_row = DR_FN(ln_grad_row),
     .sgd_chunk = DR_FN(sgd_chunk),
     .adam_chunk = DR_FN(adam_chunk),

@@ -226,6 +226,10 @@ typedef struct sl__dense_rows {
   /* dx[j] = dy[j] - exp(y[j]) * s[j * s_step] (s_step 0: s[0]). */
   void (*exp_mul_sub)(const float *dy, const float *y, const float *s,
                       int64_t s_step, float *dx, int64_t n);
+  /* y[j] = (x[j] - a) s - b (y may be x): softmax's scaling (a = b = 0)
+   * and log_softmax's output (s = 1) with their exact bits. */
+  void (*row_affine)(const float *x, float *y, int64_t n, float a, float s,
+                     float b);
   /* One row of layer_norm_grad: dx[j] = rs ((gamma[j] dy[j] - a) - xhat_j
    * b) with xhat_j = (x[j] - mu) rs; dg[j] += dy[j] xhat_j, db[j] +=
    * dy[j] (in double). */

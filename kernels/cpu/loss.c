@@ -137,8 +137,7 @@ static sl_status ce_grad_cpu(const sl__kernel_ctx *k) {
     float *o = dx + r * classes;
     float m = v->row_max(xr, classes);
     float g = dloss[r], scale = g / v->row_expsum(xr, classes, m, o);
-    for (int64_t j = 0; j < classes; j++)
-      o[j] *= scale;
+    v->row_affine(o, o, classes, 0.0f, scale, 0.0f);
     o[sl__dense_index(lab, dt, r)] -= g;
   }
   return SL_OK;

@@ -331,6 +331,14 @@ static void test_rows_tables_agree(void **state) {
       v->exp_mul_sub(z, ys, &m, 0, o1, n);
       ref->exp_mul_sub(z, ys, &m, 0, o2, n);
       assert_memory_equal(o1, o2, (size_t)n * sizeof(float));
+      v->row_affine(xs, o1, n, 0.75f, 1.5f, -2.0f);
+      ref->row_affine(xs, o2, n, 0.75f, 1.5f, -2.0f);
+      assert_memory_equal(o1, o2, (size_t)n * sizeof(float));
+      for (int64_t i = 0; i < n; i++) { /* its identities are exact */
+        float y1 = (xs[i] - 0.0f) * 1.5f - 0.0f,
+              y2 = (xs[i] - 0.5f) * 1.0f - 3.0f;
+        assert_true(y1 == xs[i] * 1.5f && y2 == (xs[i] - 0.5f) - 3.0f);
+      }
       /* The plain loops: layer_norm_grad rows, sgd and adam chunks. */
       double dg1[1100], db1[1100], dg2[1100], db2[1100];
       for (int64_t i = 0; i < n; i++)
