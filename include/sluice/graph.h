@@ -26,7 +26,10 @@
  * Ops take the placement of their inputs (of the first input when they
  * differ: different placements between producer and consumer are converted
  * by boxing, inserted by the compiler). Use sl_to_global to move a tensor
- * to another placement or fix its SBP. */
+ * to another placement or fix its SBP.
+ *
+ * A graph is not thread-safe: build it from one thread at a time. Builder
+ * calls on a compiled graph (a session compiles it) fail with SL_ESTATE. */
 #ifndef SLUICE_GRAPH_H
 #define SLUICE_GRAPH_H
 
