@@ -6,10 +6,13 @@
 
 #include "cli.h"
 
+int sl_cli_plan(int argc, char **argv); /* cmd_plan.c */
+
 static const sl_cli_command commands[] = {
     {"info", "version, build features and visible devices", sl_cli_info},
     {"boxing", "explain and verify a conversion between layouts",
      sl_cli_boxing},
+    {"plan", "a program's actor plan as text or Graphviz DOT", sl_cli_plan},
 };
 
 static void usage(FILE *f) {

@@ -112,6 +112,7 @@ static inline sl_session_stats st_run_vs_interp(sl_graph *g, int steps,
   sl__interp *it = NULL;
   if (sl__interp_create(g, &it) != SL_OK)
     fail_msg("interp: %s", sl_last_error());
+  int compared = 0;
   for (int step = 0; step < steps; step++) {
     st_feeds f;
     st_feeds_make(g, seed + (uint64_t)step * 7919u, int_hi, &f);
@@ -141,8 +142,11 @@ static inline sl_session_stats st_run_vs_interp(sl_graph *g, int steps,
       st_compare(meta.dtype, got, want, sl_shape_numel(&meta.shape),
                  sl_dtype_is_float(meta.dtype) ? rtol : 0, what);
       free(got);
+      compared++;
     }
   }
+  if (getenv("SLUICE_TEST_VERBOSE"))
+    printf("  %d fetches compared over %d steps\n", compared, steps);
   if (sl_session_finish(s) != SL_OK) fail_msg("finish: %s", sl_last_error());
   sl_session_stats stats;
   assert_int_equal(sl_session_get_stats(s, &stats), SL_OK);

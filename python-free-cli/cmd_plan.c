@@ -1,0 +1,85 @@
+/* sluice plan: prints a program's actor plan — tasks per machine, device
+ * and stream, their registers and bytes — as text or Graphviz DOT.
+ *
+ * The plan comes from a file the program wrote: any program run with
+ * SLUICE_PLAN_DUMP=prog.pb (or calling sl_session_write_plan /
+ * sl_graph_write_plan with SL_PLAN_PROTOBUF) leaves its plan there, e.g.
+ *   SLUICE_PLAN_DUMP=mlp.pb ./mlp --layout dp --devices cpu:4 --steps 1
+ *   sluice plan mlp.pb --dot > mlp.dot
+ * docs/plan.md describes both outputs. */
+#include <stdio.h>
+#include <string.h>
+
+#include <sluice/session.h>
+
+#include "cli.h"
+
+int sl_cli_plan(int argc, char **argv);
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: sluice plan FILE.pb [--dot | --text | --pb] [-o OUT]\n\n"
+             "Prints the actor plan of a program: per machine, device and\n"
+             "stream its tasks (ops, boxing steps, feeds, fetches) with their\n"
+             "input and output registers, shapes, bytes and register counts;\n"
+             "with --dot, a Graphviz graph with boxing tasks marked.\n\n"
+             "FILE.pb is what a program writes when run with\n"
+             "SLUICE_PLAN_DUMP=FILE.pb (or through sl_session_write_plan):\n"
+             "  SLUICE_PLAN_DUMP=mlp.pb ./mlp --layout dp --devices cpu:4 "
+             "--steps 1\n"
+             "  sluice plan mlp.pb --dot -o mlp.dot && dot -Tsvg mlp.dot > "
+             "mlp.svg\n\n"
+             "  --text    text (the default)\n"
+             "  --dot     Graphviz DOT\n"
+             "  --pb      the protobuf plan again (checks and normalises it)\n"
+             "  -o OUT    write to OUT instead of standard output\n");
+}
+
+int sl_cli_plan(int argc, char **argv) {
+  if (sl_cli_wants_help(argc, argv)) {
+    usage(stdout);
+    return 0;
+  }
+  const char *in = NULL, *out = "-";
+  sl_plan_format fmt = SL_PLAN_TEXT;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--dot") == 0) {
+      fmt = SL_PLAN_DOT;
+    } else if (strcmp(a, "--text") == 0) {
+      fmt = SL_PLAN_TEXT;
+    } else if (strcmp(a, "--pb") == 0) {
+      fmt = SL_PLAN_PROTOBUF;
+    } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "sluice plan: %s needs a path\n", a);
+        return 2;
+      }
+      out = argv[++i];
+    } else if (a[0] == '-' && a[1] != '\0') {
+      fprintf(stderr,
+              "sluice plan: unknown flag '%s' (see 'sluice plan --help')\n", a);
+      return 2;
+    } else if (in) {
+      fprintf(stderr, "sluice plan: more than one plan file ('%s', '%s')\n", in,
+              a);
+      return 2;
+    } else {
+      in = a;
+    }
+  }
+  if (!in) {
+    usage(stderr);
+    return 2;
+  }
+  if (fmt == SL_PLAN_PROTOBUF && strcmp(out, "-") == 0) {
+    fprintf(stderr, "sluice plan: --pb writes binary; give -o OUT\n");
+    return 2;
+  }
+  sl_status st = sl_plan_file_convert(in, fmt, out);
+  if (st != SL_OK) {
+    fprintf(stderr, "sluice plan: %s: %s\n", sl_status_str(st),
+            sl_last_error());
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,411 @@
+/* Lowering and register planning on the examples' layouts (tasks per rank,
+ * boxing tasks on their streams, variables' update loops, feeds, ticks,
+ * fetch ranks, register bytes and counts), the plan's protobuf round trip,
+ * text and DOT, bad plan files, plan dumps from programs, and
+ * `sluice plan` end to end. */
+#include <unistd.h>
+
+#include "cli_run.h"
+#include "lower_int.h"
+#include "session_helpers.h"
+
+static sl_graph *mlp(const char *placement, const char *x_sbp,
+                     const char *w1_sbp, const char *w2_sbp) {
+  sl_graph *g = st_graph(placement);
+  sl_shape xs = SL_SHAPE(16, 12), ys = SL_SHAPE(16), w1s = SL_SHAPE(12, 20),
+           w2s = SL_SHAPE(20, 7);
+  sl_tensor x = sl_input(g, "x", &xs, SL_DTYPE_F32, NULL, x_sbp);
+  sl_tensor y = sl_input(g, "y", &ys, SL_DTYPE_I32, NULL, NULL);
+  sl_tensor w1 = sl_variable(g, "w1", &w1s, SL_DTYPE_F32,
+                             sl_init_uniform(-1, 1, 1), NULL, w1_sbp);
+  sl_tensor w2 = sl_variable(g, "w2", &w2s, SL_DTYPE_F32,
+                             sl_init_uniform(-1, 1, 2), NULL, w2_sbp);
+  sl_tensor h = sl_relu(sl_matmul(x, w1, false, false));
+  sl_tensor loss = sl_cross_entropy(sl_matmul(h, w2, false, false), y);
+  sl_optimizer opt = sl_optimizer_sgd(0.1, 0);
+  sl_minimize(loss, &opt);
+  sl_fetch(loss, "loss");
+  sl_fetch(w1, "w1_out");
+  st_check_graph(g);
+  return g;
+}
+
+static sl__pplan *lower(sl_graph *g) {
+  if (sl__graph_compile(g) != SL_OK) fail_msg("compile: %s", sl_last_error());
+  sl__pplan *p = NULL;
+  if (sl__lower(g, &p) != SL_OK) fail_msg("lower: %s", sl_last_error());
+  return p;
+}
+
+static int32_t node_named(const sl_graph *g, const char *name) {
+  int32_t i = sl__graph_find(g, name);
+  if (i < 0) fail_msg("no node '%s'", name);
+  return i;
+}
+
+static int count_tasks(const sl__pplan *p, int32_t node, sl__task_kind kind) {
+  int n = 0;
+  for (int32_t i = 0; i < p->n_tasks; i++)
+    n += p->tasks[i].node == node && p->tasks[i].kind == kind;
+  return n;
+}
+
+static void test_dp_structure(void **state) {
+  sl_graph *g = mlp("cpu:0-1", "S(0)", "B", "B");
+  sl__pplan *p = lower(g);
+  assert_int_equal(p->machines, 1);
+  assert_int_equal(p->driver, 1);
+  int ticks = 0, colls = 0;
+  for (int32_t i = 0; i < p->n_tasks; i++) {
+    const sl__task *t = &p->tasks[i];
+    if (t->kind == SL__TASK_TICK) {
+      ticks++;
+      const sl__regst *r = &p->regsts[t->out[0]];
+      assert_int_equal(r->bytes, 0);
+      assert_int_equal(r->count, 2);
+      assert_true(r->n_cons > 0);
+      /* every reader of a tick is on the tick's device, and reads it in
+       * its tick slot */
+      for (int32_t c = 0; c < r->n_cons; c++) {
+        const sl__task *u = &p->tasks[r->cons[c]];
+        assert_int_equal(u->device, t->device);
+        assert_true(u->tick_slot >= 0 && u->in[u->tick_slot] == t->out[0]);
+      }
+      continue;
+    }
+    const sl__node *n = sl__graph_node(g, t->node);
+    if (n->kind == SL__NODE_OP) {
+      assert_int_equal(t->kind, SL__TASK_OP);
+      assert_int_equal(t->stream, SL_STREAM_COMPUTE);
+      assert_int_equal((int)t->device, t->rank); /* cpu:0-1: rank r on r */
+      /* sources and the producers of variables read the tick */
+      bool writes_var = false;
+      for (int32_t k = 0; k < t->n_out; k++)
+        writes_var |= p->regsts[t->out[k]].var_node >= 0;
+      assert_true((t->tick_slot >= 0) == (n->n_in == 0 || writes_var));
+    }
+    if (t->kind == SL__TASK_COLL) {
+      colls++;
+      assert_int_equal(t->stream, SL_STREAM_COLLECTIVE);
+      assert_true(t->member == 0 || t->member == 1);
+      assert_int_equal(t->group, 0);
+    }
+    if (t->kind == SL__TASK_FEED) {
+      assert_int_equal(p->regsts[t->out[0]].count, 2);
+      assert_true(t->tick_slot == 0);
+    }
+  }
+  assert_int_equal(ticks, 2);
+  assert_true(colls >= 4); /* at least the two weight gradients, 2 ranks */
+  /* one task per rank for every op node; x's shard is 8 rows */
+  int32_t xi = node_named(g, "x");
+  assert_int_equal(count_tasks(p, xi, SL__TASK_FEED), 2);
+  for (int32_t r = 0; r < p->n_regsts; r++) {
+    const sl__regst *rg = &p->regsts[r];
+    if (rg->value == sl__graph_node(g, xi)->out[0]) {
+      assert_int_equal(rg->bytes, 8 * 12 * 4);
+      assert_int_equal(rg->shape.dims[0], 8);
+    }
+  }
+  /* variables: count 2 (1 initial), produced by the update op of their
+   * rank, which also reads them: the loop */
+  int32_t wi = node_named(g, "w1");
+  int vars = 0;
+  for (int32_t r = 0; r < p->n_regsts; r++) {
+    const sl__regst *rg = &p->regsts[r];
+    if (rg->var_node != wi) continue;
+    vars++;
+    assert_int_equal(rg->count, 2);
+    assert_int_equal(rg->initial, 1);
+    assert_int_equal(rg->bytes, 12 * 20 * 4);
+    const sl__task *u = &p->tasks[rg->producer];
+    const sl__node *un = sl__graph_node(g, u->node);
+    assert_true(un->optimizer);
+    assert_string_equal(un->op->name, "sgd_update");
+    assert_int_equal(u->rank, rg->rank);
+    bool loops = false;
+    for (int32_t k = 0; k < u->n_in; k++)
+      loops |= u->in[k] == r;
+    assert_true(loops);
+  }
+  assert_int_equal(vars, 2);
+  /* fetches: the loss is partial (both ranks fetch), w1 is B (rank 0) */
+  int32_t li = node_named(g, "loss"), fi = node_named(g, "w1_out");
+  const sl__value *lv = sl__graph_value(g, sl__graph_node(g, li)->in[0]);
+  int want = lv->sbp.sbp[0].kind == SL_SBP_BROADCAST ? 1 : 2;
+  assert_int_equal(count_tasks(p, li, SL__TASK_FETCH), want);
+  assert_int_equal(count_tasks(p, fi, SL__TASK_FETCH), 1);
+  sl__pplan_destroy(p);
+  sl_graph_destroy(g);
+}
+
+/* Tensor parallel: one all-reduce closes the row-split matmul; hybrid on a
+ * 2x2 mesh: collectives run on groups of 2 along one mesh axis. */
+static void test_tp_hybrid_structure(void **state) {
+  sl_graph *g = mlp("cpu:0-3[2,2]", "(S(0),B)", "(B,S(1))", "(B,S(0))");
+  sl__pplan *p = lower(g);
+  int colls = 0;
+  for (int32_t i = 0; i < p->n_tasks; i++) {
+    const sl__task *t = &p->tasks[i];
+    if (t->kind != SL__TASK_COLL) continue;
+    colls++;
+    const sl__node *n = sl__graph_node(g, t->node);
+    assert_int_equal(n->kind, SL__NODE_BOXING);
+    const int *ranks;
+    int gn = sl_boxing_step_group(n->boxing, t->step, t->group, &ranks);
+    assert_int_equal(gn, 2);
+    assert_int_equal(ranks[t->member], t->rank);
+  }
+  assert_true(colls > 0);
+  sl__pplan_destroy(p);
+  sl_graph_destroy(g);
+  /* send_recv between placements: exchange tasks on the copy stream; a
+   * target-only device reads its tick */
+  g = st_graph("cpu:0-1");
+  sl_shape xs = SL_SHAPE(5, 4);
+  sl_tensor x = sl_input(g, "x", &xs, SL_DTYPE_F32, NULL, "S(0)");
+  sl_fetch(sl_to_global(x, "cpu:1-3", "S(1)"), "moved");
+  p = lower(g);
+  int xchg = 0, only_out = 0;
+  for (int32_t i = 0; i < p->n_tasks; i++) {
+    const sl__task *t = &p->tasks[i];
+    if (t->kind != SL__TASK_XCHG) continue;
+    xchg++;
+    assert_int_equal(t->stream, SL_STREAM_COPY);
+    if (t->tick_slot >= 0) {
+      only_out++;
+      assert_int_equal(t->n_in, 1);
+      assert_int_equal(t->n_out, 1);
+    }
+  }
+  assert_int_equal(xchg, 4);     /* devices 0, 1, 2, 3 */
+  assert_int_equal(only_out, 2); /* devices 2 and 3 hold no source shard */
+  sl__pplan_destroy(p);
+  sl_graph_destroy(g);
+}
+
+static void write_text(const sl__pplan *p, int fmt, char **buf, size_t *len) {
+  FILE *f = open_memstream(buf, len);
+  assert_non_null(f);
+  assert_int_equal(
+      fmt == 0 ? sl__pplan_write_text(p, f) : sl__pplan_write_dot(p, f), SL_OK);
+  fclose(f);
+}
+
+static void test_protobuf_round_trip(void **state) {
+  sl_graph *g = mlp("cpu:0-3[2,2]", "(S(0),B)", "(B,S(1))", "(B,S(0))");
+  sl__pplan *p = lower(g);
+  uint8_t *a = NULL, *b = NULL;
+  size_t na = 0, nb = 0;
+  assert_int_equal(sl__pplan_pack(p, &a, &na), SL_OK);
+  sl__pplan *q = NULL;
+  assert_int_equal(sl__pplan_unpack(a, na, &q), SL_OK);
+  assert_int_equal(sl__pplan_pack(q, &b, &nb), SL_OK);
+  assert_int_equal(na, nb);
+  assert_memory_equal(a, b, na);
+  assert_int_equal(q->n_tasks, p->n_tasks);
+  assert_int_equal(q->n_regsts, p->n_regsts);
+  for (int32_t r = 0; r < p->n_regsts; r++) {
+    assert_int_equal(q->regsts[r].n_cons, p->regsts[r].n_cons);
+    assert_int_equal(q->regsts[r].bytes, p->regsts[r].bytes);
+    assert_true(sl_shape_equal(&q->regsts[r].shape, &p->regsts[r].shape));
+  }
+  for (int fmt = 0; fmt < 2; fmt++) {
+    char *t1 = NULL, *t2 = NULL;
+    size_t l1 = 0, l2 = 0;
+    write_text(p, fmt, &t1, &l1);
+    write_text(q, fmt, &t2, &l2);
+    assert_string_equal(t1, t2);
+    if (fmt == 0) {
+      assert_non_null(strstr(t1, "machine 0"));
+      assert_non_null(strstr(t1, "device 3"));
+      assert_non_null(strstr(t1, "stream collective"));
+      assert_non_null(strstr(t1, "[boxing all_reduce(sum) group"));
+      assert_non_null(strstr(t1, "driver (machine 1)"));
+      assert_non_null(strstr(t1, "(1 initial)"));
+    } else {
+      assert_non_null(strstr(t1, "digraph plan {"));
+      assert_non_null(strstr(t1, "subgraph cluster_m0_d2"));
+      assert_non_null(strstr(t1, "class=boxing"));
+      assert_non_null(strstr(t1, "cluster_driver"));
+    }
+    free(t1);
+    free(t2);
+  }
+  /* Tampering: a task reading a register that does not exist, a register
+   * whose producer does not write it, garbage, truncation, version. */
+  sl__pplan_destroy(q);
+  int32_t saved = p->tasks[3].n_in ? p->tasks[3].in[0] : 0;
+  if (p->tasks[3].n_in) {
+    p->tasks[3].in[0] = p->n_regsts + 5;
+    uint8_t *c = NULL;
+    size_t nc = 0;
+    assert_int_equal(sl__pplan_pack(p, &c, &nc), SL_OK);
+    assert_int_equal(sl__pplan_unpack(c, nc, &q), SL_EINVAL);
+    assert_null(q);
+    assert_non_null(strstr(sl_last_error(), p->tasks[3].name));
+    free(c);
+    p->tasks[3].in[0] = saved;
+  }
+  int32_t prod = p->regsts[0].producer;
+  p->regsts[0].producer = (prod + 1) % p->n_tasks;
+  uint8_t *c = NULL;
+  size_t nc = 0;
+  assert_int_equal(sl__pplan_pack(p, &c, &nc), SL_OK);
+  assert_int_equal(sl__pplan_unpack(c, nc, &q), SL_EINVAL);
+  free(c);
+  p->regsts[0].producer = prod;
+  uint8_t junk[64];
+  for (size_t i = 0; i < sizeof junk; i++)
+    junk[i] = (uint8_t)(i * 37 + 11);
+  assert_int_equal(sl__pplan_unpack(junk, sizeof junk, &q), SL_EINVAL);
+  assert_int_equal(sl__pplan_unpack(a, na / 2, &q), SL_EINVAL);
+  a[1] = 7; /* field 1 is the version: 7 */
+  assert_int_equal(a[0], 0x08);
+  assert_int_equal(sl__pplan_unpack(a, na, &q), SL_EINVAL);
+  assert_non_null(strstr(sl_last_error(), "version 7"));
+  free(a);
+  free(b);
+  sl__pplan_destroy(p);
+  sl_graph_destroy(g);
+}
+
+static char *tmp_path(const char *suffix) {
+  static int k;
+  char *p = malloc(256);
+  snprintf(p, 256, "/tmp/sluice_plan_%d_%d%s", (int)getpid(), k++, suffix);
+  return p;
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *b = malloc((size_t)n + 1);
+  size_t got = fread(b, 1, (size_t)n, f);
+  b[got] = 0;
+  fclose(f);
+  return b;
+}
+
+/* The public calls and the dump of a running program. */
+static void test_dumps(void **state) {
+  assert_int_equal(sl_plan_format_for_path("a/b.pb"), SL_PLAN_PROTOBUF);
+  assert_int_equal(sl_plan_format_for_path("x.dot"), SL_PLAN_DOT);
+  assert_int_equal(sl_plan_format_for_path("plan.txt"), SL_PLAN_TEXT);
+  assert_int_equal(sl_plan_format_for_path("pb"), SL_PLAN_TEXT);
+  char *pb = tmp_path(".pb"), *txt = tmp_path(".txt"), *dot = tmp_path(".dot"),
+       *env = tmp_path(".pb"), *conv = tmp_path(".txt");
+  sl_graph *g = mlp("cpu:0-1", "S(0)", "B", "B");
+  assert_int_equal(sl_graph_write_plan(g, SL_PLAN_PROTOBUF, pb), SL_OK);
+  assert_int_equal(sl_graph_write_plan(g, SL_PLAN_TEXT, txt), SL_OK);
+  assert_int_equal(sl_graph_write_plan(g, SL_PLAN_DOT, dot), SL_OK);
+  assert_int_equal(sl_graph_write_plan(g, (sl_plan_format)9, dot), SL_EINVAL);
+  assert_int_equal(sl_plan_file_convert(pb, SL_PLAN_TEXT, conv), SL_OK);
+  char *a = slurp(txt), *b = slurp(conv);
+  assert_non_null(a);
+  assert_non_null(b);
+  assert_string_equal(a, b);
+  free(a);
+  free(b);
+  /* SLUICE_PLAN_DUMP: the session writes its plan when created, the same
+   * plan as the graph's; the config's path wins over the variable */
+  setenv("SLUICE_PLAN_DUMP", env, 1);
+  sl_session *s;
+  assert_int_equal(sl_session_create(g, NULL, &s), SL_OK);
+  sl_session_destroy(s);
+  unsetenv("SLUICE_PLAN_DUMP");
+  a = slurp(pb);
+  b = slurp(env);
+  assert_non_null(b);
+  assert_int_equal(sl_plan_file_convert(env, SL_PLAN_TEXT, conv), SL_OK);
+  char *c = slurp(conv), *d = slurp(txt);
+  assert_string_equal(c, d);
+  free(a);
+  free(b);
+  free(c);
+  free(d);
+  sl_session_config cfg = sl_session_config_default();
+  cfg.plan_dump_path = dot;
+  unlink(dot);
+  assert_int_equal(sl_session_create(g, &cfg, &s), SL_OK);
+  assert_int_equal(sl_session_write_plan(s, SL_PLAN_TEXT, conv), SL_OK);
+  sl_session_destroy(s);
+  a = slurp(dot);
+  assert_non_null(a);
+  assert_non_null(strstr(a, "digraph plan"));
+  free(a);
+  /* errors */
+  assert_int_equal(
+      sl_plan_file_convert("/nonexistent/plan.pb", SL_PLAN_TEXT, conv), SL_EIO);
+  assert_int_equal(sl_plan_file_convert(txt, SL_PLAN_TEXT, conv), SL_EINVAL);
+  assert_non_null(strstr(sl_last_error(), txt));
+  assert_int_equal(
+      sl_graph_write_plan(g, SL_PLAN_TEXT, "/nonexistent/dir/p.txt"), SL_EIO);
+  sl_graph_destroy(g);
+  const char *all[] = {pb, txt, dot, env, conv};
+  for (int i = 0; i < 5; i++) {
+    unlink(all[i]);
+    free((void *)all[i]);
+  }
+}
+
+static void test_cli(void **state) {
+  char *pb = tmp_path(".pb"), *out = tmp_path(".dot");
+  sl_graph *g = mlp("cpu:0-2", "S(0)", "B", "B");
+  assert_int_equal(sl_graph_write_plan(g, SL_PLAN_PROTOBUF, pb), SL_OK);
+  sl_graph_destroy(g);
+  cli_result r;
+  const char *text[] = {"sluice", "plan", pb, NULL};
+  assert_int_equal(cli_run(SLUICE_CLI_PATH, text, &r), 0);
+  assert_int_equal(r.status, 0);
+  assert_non_null(strstr(r.out, "machine 0"));
+  assert_non_null(strstr(r.out, "device 2"));
+  assert_non_null(strstr(r.out, "stream collective"));
+  cli_result_free(&r);
+  const char *dot[] = {"sluice", "plan", pb, "--dot", "-o", out, NULL};
+  assert_int_equal(cli_run(SLUICE_CLI_PATH, dot, &r), 0);
+  assert_int_equal(r.status, 0);
+  cli_result_free(&r);
+  char *d = slurp(out);
+  assert_non_null(d);
+  assert_non_null(strstr(d, "digraph plan {"));
+  assert_non_null(strstr(d, "class=boxing"));
+  free(d);
+  const char *help[] = {"sluice", "plan", "--help", NULL};
+  assert_int_equal(cli_run(SLUICE_CLI_PATH, help, &r), 0);
+  assert_int_equal(r.status, 0);
+  assert_non_null(strstr(r.out, "SLUICE_PLAN_DUMP"));
+  cli_result_free(&r);
+  const char *missing[] = {"sluice", "plan", "/nonexistent.pb", NULL};
+  assert_int_equal(cli_run(SLUICE_CLI_PATH, missing, &r), 0);
+  assert_int_equal(r.status, 2);
+  assert_non_null(strstr(r.err, "SL_EIO"));
+  cli_result_free(&r);
+  const char *bad[] = {"sluice", "plan", pb, "--svg", NULL};
+  assert_int_equal(cli_run(SLUICE_CLI_PATH, bad, &r), 0);
+  assert_int_equal(r.status, 2);
+  assert_non_null(strstr(r.err, "--svg"));
+  cli_result_free(&r);
+  const char *none[] = {"sluice", "plan", NULL};
+  assert_int_equal(cli_run(SLUICE_CLI_PATH, none, &r), 0);
+  assert_int_equal(r.status, 2);
+  cli_result_free(&r);
+  unlink(pb);
+  unlink(out);
+  free(pb);
+  free(out);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_dp_structure),
+      cmocka_unit_test(test_tp_hybrid_structure),
+      cmocka_unit_test(test_protobuf_round_trip),
+      cmocka_unit_test(test_dumps),
+      cmocka_unit_test(test_cli),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
