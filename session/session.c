@@ -330,7 +330,7 @@ static void rename_trace(const sl_session *s) {
     snprintf(got, n, "%.*s.node0%s", (int)(dot - tp), tp, dot);
   else
     snprintf(got, n, "%s.node0", tp);
-  if (rename(got, tp) != 0)
+  if (rename(got, tp) != 0 && errno != ENOENT)
     SL_WARN("session: trace '%s' -> '%s': %s", got, tp, strerror(errno));
   sl__free(got);
 }

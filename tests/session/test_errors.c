@@ -1,0 +1,164 @@
+/* Bad input to the session gives clear errors, never a crash or a hang:
+ * feeds of the wrong size (naming the input), unknown names, running with
+ * an input never fed, fetching before a step, graphs with errors, devices
+ * the embedded session cannot run; a kernel failing on one rank while the
+ * others wait in collectives stops the job with the actor and op named,
+ * and the session then only reports it. */
+#include "session_helpers.h"
+
+static sl_graph *classifier(const char *placement, const char *x_sbp) {
+  sl_graph *g = st_graph(placement);
+  sl_shape xs = SL_SHAPE(8, 6), ys = SL_SHAPE(8), ws = SL_SHAPE(6, 3);
+  sl_tensor x = sl_input(g, "x", &xs, SL_DTYPE_F32, NULL, x_sbp);
+  sl_tensor y = sl_input(g, "labels", &ys, SL_DTYPE_I32, NULL, x_sbp);
+  sl_tensor w = sl_variable(g, "w", &ws, SL_DTYPE_F32,
+                            sl_init_uniform(-1, 1, 3), NULL, NULL);
+  sl_tensor loss = sl_cross_entropy(sl_matmul(x, w, false, false), y);
+  sl_optimizer opt = sl_optimizer_sgd(0.1, 0);
+  sl_minimize(loss, &opt);
+  sl_fetch(loss, "loss");
+  st_check_graph(g);
+  return g;
+}
+
+static void test_feed_fetch_errors(void **state) {
+  sl_graph *g = classifier("cpu:0-1", "S(0)");
+  sl_session *s;
+  assert_int_equal(sl_session_create(g, NULL, &s), SL_OK);
+  float x[48] = {0};
+  int32_t y[8] = {0};
+  assert_int_equal(sl_session_feed(s, "x", x, sizeof x - 4), SL_EINVAL);
+  assert_non_null(strstr(sl_last_error(), "'x'"));
+  assert_non_null(strstr(sl_last_error(), "188 bytes, the input needs 192"));
+  assert_int_equal(sl_session_feed(s, "x", x, sizeof x + 4), SL_EINVAL);
+  assert_int_equal(sl_session_feed(s, "images", x, sizeof x), SL_ENOTFOUND);
+  assert_non_null(strstr(sl_last_error(), "'images'"));
+  assert_int_equal(sl_session_feed(s, "x", NULL, sizeof x), SL_EINVAL);
+  assert_int_equal(sl_session_feed(NULL, "x", x, sizeof x), SL_EINVAL);
+  float loss;
+  assert_int_equal(sl_session_fetch(s, "loss", &loss, sizeof loss), SL_ESTATE);
+  assert_non_null(strstr(sl_last_error(), "no step has run"));
+  assert_int_equal(sl_session_feed(s, "x", x, sizeof x), SL_OK);
+  assert_int_equal(sl_session_run(s, 1), SL_ESTATE);
+  assert_non_null(strstr(sl_last_error(), "input 'labels' was never fed"));
+  assert_int_equal(sl_session_run(s, 0), SL_EINVAL);
+  assert_int_equal(sl_session_feed(s, "labels", y, sizeof y), SL_OK);
+  assert_int_equal(sl_session_run(s, 2), SL_OK);
+  assert_int_equal(sl_session_fetch(s, "loss", &loss, 8), SL_EINVAL);
+  assert_non_null(
+      strstr(sl_last_error(), "fetch 'loss': 8 bytes, the value has 4"));
+  assert_int_equal(sl_session_fetch(s, "accuracy", &loss, 4), SL_ENOTFOUND);
+  assert_int_equal(sl_session_fetch(s, "loss", &loss, sizeof loss), SL_OK);
+  assert_true(isfinite(loss));
+  sl_shape shape;
+  sl_dtype dt;
+  assert_int_equal(sl_session_fetch_info(s, "loss", &shape, &dt), SL_OK);
+  assert_int_equal(shape.ndim, 0);
+  assert_int_equal(dt, SL_DTYPE_F32);
+  assert_int_equal(sl_session_fetch_info(s, "nope", NULL, NULL), SL_ENOTFOUND);
+  sl_session_destroy(s); /* without finish: destroy finishes */
+  sl_graph_destroy(g);
+}
+
+static void test_bad_graphs_and_devices(void **state) {
+  /* a graph with an error: its first error, unchanged */
+  sl_graph *g = st_graph("cpu:0");
+  sl_shape a = SL_SHAPE(3, 4), b = SL_SHAPE(5, 6);
+  sl_tensor x = sl_input(g, "x", &a, SL_DTYPE_F32, NULL, NULL);
+  sl_tensor w = sl_input(g, "w", &b, SL_DTYPE_F32, NULL, NULL);
+  sl_fetch(sl_name(sl_matmul(x, w, false, false), "fc1"), "y");
+  sl_session *s = (sl_session *)&g; /* must be reset to NULL */
+  assert_int_equal(sl_session_create(g, NULL, &s), SL_EINVAL);
+  assert_null(s);
+  assert_non_null(strstr(sl_last_error(), "op 'fc1' (matmul)"));
+  sl_graph_destroy(g);
+  /* CUDA devices and other nodes: not for the embedded session */
+  g = st_graph("cuda:0-1");
+  sl_tensor c = sl_input(g, "c", &a, SL_DTYPE_F32, NULL, "S(0)");
+  sl_fetch(sl_relu(c), "r");
+  if (sl_graph_status(g) == SL_OK) {
+    assert_int_equal(sl_session_create(g, NULL, &s), SL_EUNSUPPORTED);
+    assert_non_null(strstr(sl_last_error(), "cuda"));
+  }
+  sl_graph_destroy(g);
+  g = st_graph("cpu:0-1/0-1");
+  c = sl_input(g, "c", &a, SL_DTYPE_F32, NULL, "S(0)");
+  sl_fetch(sl_relu(c), "r");
+  st_check_graph(g);
+  assert_int_equal(sl_session_create(g, NULL, &s), SL_EUNSUPPORTED);
+  assert_non_null(strstr(sl_last_error(), "node"));
+  sl_graph_destroy(g);
+  /* bad arguments */
+  g = st_graph("cpu:0");
+  sl_fetch(sl_input(g, "x", &a, SL_DTYPE_F32, NULL, NULL), "x_out");
+  sl_session_config cfg = sl_session_config_default();
+  cfg.kind = (sl_session_kind)7;
+  assert_int_equal(sl_session_create(g, &cfg, &s), SL_EINVAL);
+  assert_int_equal(sl_session_create(NULL, NULL, &s), SL_EINVAL);
+  assert_int_equal(sl_session_create(g, NULL, NULL), SL_EINVAL);
+  sl_session_destroy(NULL);
+  /* an unwritable trace: the job's status at finish */
+  cfg = sl_session_config_default();
+  cfg.trace_path = "/nonexistent/dir/trace.json";
+  assert_int_equal(sl_session_create(g, &cfg, &s), SL_OK);
+  float xs[12] = {0};
+  assert_int_equal(sl_session_feed(s, "x", xs, sizeof xs), SL_OK);
+  assert_int_equal(sl_session_run(s, 1), SL_OK);
+  assert_int_equal(sl_session_finish(s), SL_EIO);
+  assert_non_null(strstr(sl_last_error(), "trace"));
+  sl_session_destroy(s);
+  sl_graph_destroy(g);
+}
+
+/* Labels out of range on rank 2 only, at step 2: rank 2's cross-entropy
+ * fails while ranks 0, 1, 3 go on into the gradient all-reduce and wait
+ * there. The job stops, the waiting collectives are released, and the run
+ * returns the kernel's error naming the actor and the op. */
+static void test_kernel_failure_mid_run(void **state) {
+  for (int algo = 0; algo < 2; algo++) {
+    sl_graph *g = classifier("cpu:0-3", "S(0)");
+    sl_session_config cfg = sl_session_config_default();
+    cfg.comm_direct_max_bytes = algo ? -1 : 0;
+    sl_session *s;
+    assert_int_equal(sl_session_create(g, &cfg, &s), SL_OK);
+    float x[48];
+    int32_t y[8];
+    for (int i = 0; i < 48; i++)
+      x[i] = (float)(i % 7) * 0.1f;
+    for (int i = 0; i < 8; i++)
+      y[i] = i % 3;
+    assert_int_equal(sl_session_feed(s, "x", x, sizeof x), SL_OK);
+    assert_int_equal(sl_session_feed(s, "labels", y, sizeof y), SL_OK);
+    assert_int_equal(sl_session_run(s, 2), SL_OK);
+    y[5] = 7; /* row 5: rank 2 of 4 */
+    assert_int_equal(sl_session_feed(s, "labels", y, sizeof y), SL_OK);
+    assert_int_equal(sl_session_run(s, 3), SL_EINVAL);
+    const char *msg = sl_last_error();
+    assert_non_null(strstr(msg, "@r2"));
+    assert_non_null(strstr(msg, "(sparse_cross_entropy)"));
+    assert_non_null(strstr(msg, "label 7"));
+    char first[1024];
+    snprintf(first, sizeof first, "%s", msg);
+    /* afterwards: every call reports it */
+    assert_int_equal(sl_session_run(s, 1), SL_ESTATE);
+    assert_non_null(strstr(sl_last_error(), "label 7"));
+    assert_int_equal(sl_session_feed(s, "labels", y, sizeof y), SL_ESTATE);
+    float loss;
+    assert_int_equal(sl_session_fetch(s, "loss", &loss, sizeof loss),
+                     SL_ESTATE);
+    assert_int_equal(sl_session_steps(s), 2);
+    assert_int_equal(sl_session_finish(s), SL_EINVAL);
+    assert_string_equal(sl_last_error(), first);
+    sl_session_destroy(s);
+    sl_graph_destroy(g);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_feed_fetch_errors),
+      cmocka_unit_test(test_bad_graphs_and_devices),
+      cmocka_unit_test(test_kernel_failure_mid_run),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
