@@ -17,17 +17,23 @@
  * uses (Debian's torch multiplies in the system OpenBLAS), so both sides use
  * the same sgemm kernels whatever the environment pins.
  *
- * Times are medians of per-step wall times after warm-up steps (the
- * machine may be shared: medians resist outliers); sluice's single-device
- * figure is the better of two rounds run before and after PyTorch's, so a
- * burst of load during one of them does not decide the ratio.
+ * The machine may be shared, and its load drifts. So the measurements run
+ * in lock step: step i of sluice, then the floor's matmuls once, then step i
+ * of PyTorch (the peer waits on a pipe for each "step" line), and so on;
+ * each side is timed alone but all of them meet the same load. Times are
+ * medians of the per-step wall times, after warm-up steps.
  *
  * Usage: bench_mlp_vs_torch [--steps N] [--engine auto|session|sharded]
  *        [--profile] [--no-torch] [--no-dp] [--python PATH] ... (--help) */
+#include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <sluice/graph.h>
 
@@ -84,14 +90,17 @@ typedef struct rig {
 } rig;
 
 static void rig_open(rig *r, const opts *o, ex_layout layout,
-                     const char *placement, ex_engine engine, bool profile) {
+                     const char *placement, ex_engine engine, bool profile,
+                     bool out_of_place) {
   ex_mlp_config c = config(o, layout, placement);
   if (sl_graph_create(&r->g) != SL_OK) die("graph");
   if (ex_mlp_build(r->g, &c) != SL_OK) {
     fprintf(stderr, "bench_mlp_vs_torch: %s\n", sl_graph_error(r->g));
     exit(1);
   }
-  ex_run_opts ro = {engine, NULL, profile, false};
+  ex_run_opts ro = {.engine = engine,
+                    .profile = profile,
+                    .out_of_place_updates = out_of_place};
   if (ex_run_create(r->g, &ro, &r->run) != SL_OK) die("run");
   size_t nx = (size_t)(o->batch * o->in);
   float *x = malloc(nx * sizeof *x);
@@ -112,27 +121,6 @@ static void rig_open(rig *r, const opts *o, ex_layout layout,
 static void rig_close(rig *r) {
   ex_run_destroy(r->run);
   sl_graph_destroy(r->g);
-}
-
-/* Runs warm-up steps, then `steps` timed ones: median ms/step, and the
- * total wall time of the timed steps in *total_ms. */
-static double time_steps(rig *r, const opts *o, double *total_ms, float *loss) {
-  for (int64_t s = 0; s < o->warmup; s++)
-    if (ex_run_step(r->run) != SL_OK) die("step");
-  double *t = malloc((size_t)o->steps * sizeof *t);
-  if (!t) die("malloc");
-  uint64_t start = sl__now_ns();
-  for (int64_t s = 0; s < o->steps; s++) {
-    uint64_t t0 = sl__now_ns();
-    if (ex_run_step(r->run) != SL_OK) die("step");
-    t[s] = (double)(sl__now_ns() - t0) / 1e6;
-  }
-  if (total_ms) *total_ms = (double)(sl__now_ns() - start) / 1e6;
-  if (loss && ex_run_fetch(r->run, "loss", loss, sizeof *loss) != SL_OK)
-    die("fetch");
-  double m = median(t, (int)o->steps);
-  free(t);
-  return m;
 }
 
 /* ---- the matmul-only floor --------------------------------------------- */
@@ -176,90 +164,162 @@ static int step_matmuls(const sl_graph *g, mm_call *calls, int max) {
   return n;
 }
 
-/* Median wall time of the whole sequence of sgemm calls, ms. */
-static double matmul_floor(const mm_call *calls, int n, int reps,
-                           double *gflop) {
-  float **bufs = calloc((size_t)n * 3, sizeof *bufs);
-  if (!bufs) die("malloc");
-  *gflop = 0;
+/* Buffers for the step's matmuls. */
+typedef struct floor_rig {
+  const mm_call *calls;
+  int n;
+  float **bufs; /* a, b, c per call */
+  double gflop;
+} floor_rig;
+
+static void floor_open(floor_rig *f, const mm_call *calls, int n) {
+  f->calls = calls;
+  f->n = n;
+  f->gflop = 0;
+  f->bufs = calloc((size_t)n * 3, sizeof *f->bufs);
+  if (!f->bufs) die("malloc");
   sl_rng rng = {7};
   for (int i = 0; i < n; i++) {
     const mm_call *c = &calls[i];
     int64_t sz[3] = {c->m * c->k, c->k * c->n, c->m * c->n};
     for (int j = 0; j < 3; j++) {
-      bufs[3 * i + j] = malloc((size_t)(sz[j] * c->batch) * sizeof(float));
-      if (!bufs[3 * i + j]) die("malloc");
+      f->bufs[3 * i + j] = malloc((size_t)(sz[j] * c->batch) * sizeof(float));
+      if (!f->bufs[3 * i + j]) die("malloc");
       for (int64_t e = 0; e < sz[j] * c->batch; e++)
-        bufs[3 * i + j][e] =
+        f->bufs[3 * i + j][e] =
             (float)((int)sl__rng_below(&rng, 2001) - 1000) / 1000.0f;
     }
-    *gflop += 2.0 * (double)c->m * (double)c->n * (double)c->k *
-              (double)c->batch / 1e9;
+    f->gflop += 2.0 * (double)c->m * (double)c->n * (double)c->k *
+                (double)c->batch / 1e9;
   }
-  double *t = malloc((size_t)(reps + 1) * sizeof *t);
-  if (!t) die("malloc");
-  for (int r = -1; r < reps; r++) {
-    uint64_t t0 = sl__now_ns();
-    for (int i = 0; i < n; i++) {
-      const mm_call *c = &calls[i];
-      for (int64_t bi = 0; bi < c->batch; bi++) {
-        const float *a = bufs[3 * i] + bi * c->m * c->k,
-                    *b = bufs[3 * i + 1] + bi * c->k * c->n;
-        float *cc = bufs[3 * i + 2] + bi * c->m * c->n;
-        if (sl__blas_sgemm(c->ta, c->tb, c->m, c->n, c->k, 1.0f, a,
-                           c->ta ? c->m : c->k, b, c->tb ? c->k : c->n, 0.0f,
-                           cc, c->n) != SL_OK)
-          die("sgemm");
-      }
+}
+
+/* One pass over the step's matmuls, back to back: wall time in ms. */
+static double floor_run(const floor_rig *f) {
+  uint64_t t0 = sl__now_ns();
+  for (int i = 0; i < f->n; i++) {
+    const mm_call *c = &f->calls[i];
+    for (int64_t bi = 0; bi < c->batch; bi++) {
+      const float *a = f->bufs[3 * i] + bi * c->m * c->k,
+                  *b = f->bufs[3 * i + 1] + bi * c->k * c->n;
+      float *cc = f->bufs[3 * i + 2] + bi * c->m * c->n;
+      if (sl__blas_sgemm(c->ta, c->tb, c->m, c->n, c->k, 1.0f, a,
+                         c->ta ? c->m : c->k, b, c->tb ? c->k : c->n, 0.0f, cc,
+                         c->n) != SL_OK)
+        die("sgemm");
     }
-    if (r >= 0) t[r] = (double)(sl__now_ns() - t0) / 1e6;
   }
-  double m = median(t, reps);
-  free(t);
-  for (int i = 0; i < 3 * n; i++)
-    free(bufs[i]);
-  free(bufs);
-  return m;
+  return (double)(sl__now_ns() - t0) / 1e6;
+}
+
+static void floor_close(floor_rig *f) {
+  for (int i = 0; i < 3 * f->n; i++)
+    free(f->bufs[i]);
+  free(f->bufs);
 }
 
 /* ---- the PyTorch peer --------------------------------------------------- */
 
-/* Runs the peer; returns the value after `key` in its output line starting
- * with `prefix`, or NAN (with the reason printed) when it failed. */
-static double run_peer(const opts *o, const char *mode, const char *prefix,
-                       const char *key, double *second, const char *key2) {
-  const char *core = sl__blas_coretype();
-  char cmd[2048];
-  snprintf(cmd, sizeof cmd,
-           "%s%s %s %s %s --steps %lld --warmup %lld --batch %lld --in %lld "
-           "--hidden %lld --layers %lld --classes %lld 2>&1",
-           core ? "OPENBLAS_CORETYPE=" : "env -u OPENBLAS_CORETYPE",
-           core ? core : "", o->python, MLP_TORCH_PEER, mode,
-           (long long)o->steps, (long long)o->warmup, (long long)o->batch,
-           (long long)o->in, (long long)o->hidden, (long long)o->layers,
-           (long long)o->classes);
-  FILE *p = popen(cmd, "r");
-  if (!p) {
-    perror("popen");
-    return NAN;
+/* The peer in lock step: one "step" line in, one "t MS" line out. */
+typedef struct peer {
+  pid_t pid;
+  FILE *to, *from;
+  char summary[512];
+} peer;
+
+/* Starts the peer in `mode` and waits for its "ready". false (with the
+ * reason printed) when it cannot start. */
+static bool peer_open(peer *p, const opts *o, const char *mode) {
+  memset(p, 0, sizeof *p);
+  int to[2], from[2];
+  if (pipe(to) != 0 || pipe(from) != 0) {
+    perror("pipe");
+    return false;
   }
-  char line[1024], all[8192] = "";
-  double v = NAN;
-  while (fgets(line, sizeof line, p)) {
-    if (strlen(all) + strlen(line) < sizeof all) strcat(all, line);
-    if (strncmp(line, prefix, strlen(prefix)) != 0) continue;
-    const char *at = strstr(line, key);
-    if (at) v = strtod(at + strlen(key), NULL);
-    at = key2 ? strstr(line, key2) : NULL;
-    if (at && second) *second = strtod(at + strlen(key2), NULL);
+  char a[7][32];
+  snprintf(a[0], sizeof a[0], "%lld", (long long)o->warmup);
+  snprintf(a[1], sizeof a[1], "%lld", (long long)o->batch);
+  snprintf(a[2], sizeof a[2], "%lld", (long long)o->in);
+  snprintf(a[3], sizeof a[3], "%lld", (long long)o->hidden);
+  snprintf(a[4], sizeof a[4], "%lld", (long long)o->layers);
+  snprintf(a[5], sizeof a[5], "%lld", (long long)o->classes);
+  snprintf(a[6], sizeof a[6], "%d", 29000 + (int)(getpid() % 1000));
+  fflush(stdout);
+  p->pid = fork();
+  if (p->pid < 0) {
+    perror("fork");
+    return false;
   }
-  int st = pclose(p);
-  if (isnan(v) || st != 0) {
-    fprintf(stderr, "bench_mlp_vs_torch: the PyTorch peer failed (%s):\n%s",
-            mode, all);
-    return NAN;
+  if (p->pid == 0) {
+    dup2(to[0], 0);
+    dup2(from[1], 1);
+    close(to[0]);
+    close(to[1]);
+    close(from[0]);
+    close(from[1]);
+    const char *core = sl__blas_coretype();
+    if (core)
+      setenv("OPENBLAS_CORETYPE", core, 1);
+    else
+      unsetenv("OPENBLAS_CORETYPE");
+    /* One thread: torch.set_num_threads(1) covers torch's own pool, not the
+     * system OpenBLAS's, which would otherwise take every free core. */
+    setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    setenv("OMP_NUM_THREADS", "1", 1);
+    execl(o->python, o->python, MLP_TORCH_PEER, mode, "--lockstep", "--warmup",
+          a[0], "--batch", a[1], "--in", a[2], "--hidden", a[3], "--layers",
+          a[4], "--classes", a[5], "--port", a[6], (char *)NULL);
+    fprintf(stderr, "bench_mlp_vs_torch: cannot run %s: %s\n", o->python,
+            strerror(errno));
+    _exit(127);
   }
-  return v;
+  close(to[0]);
+  close(from[1]);
+  p->to = fdopen(to[1], "w");
+  p->from = fdopen(from[0], "r");
+  char line[512];
+  while (p->from && fgets(line, sizeof line, p->from))
+    if (strncmp(line, "ready", 5) == 0) return true;
+  fprintf(stderr,
+          "bench_mlp_vs_torch: the PyTorch peer (%s) did not start "
+          "(its messages are above)\n",
+          mode);
+  return false;
+}
+
+/* One peer step: its wall time in ms, or NAN; its CPU time in *cpu. */
+static double peer_step(peer *p, double *cpu) {
+  char line[512];
+  fputs("step\n", p->to);
+  fflush(p->to);
+  *cpu = NAN;
+  while (fgets(line, sizeof line, p->from))
+    if (line[0] == 't' && line[1] == ' ') {
+      char *end;
+      double wall = strtod(line + 2, &end);
+      *cpu = strtod(end, NULL);
+      return wall;
+    }
+  return NAN;
+}
+
+static double cpu_ms(clockid_t clock) {
+  struct timespec t;
+  clock_gettime(clock, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static void peer_close(peer *p) {
+  if (p->to) {
+    fputs("quit\n", p->to);
+    fclose(p->to);
+  }
+  char line[512];
+  while (p->from && fgets(line, sizeof line, p->from))
+    if (strncmp(line, "torch ", 6) == 0)
+      snprintf(p->summary, sizeof p->summary, "%s", line);
+  if (p->from) fclose(p->from);
+  if (p->pid > 0) waitpid(p->pid, NULL, 0);
 }
 
 int main(int argc, char **argv) {
@@ -298,9 +358,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_mlp_vs_torch: %s\n", sl_last_error());
     return 2;
   }
+  signal(SIGPIPE, SIG_IGN);
   if (sl__blas_set_threads(1) != SL_OK) die("blas threads");
   printf("bench_mlp_vs_torch: %lld hidden layers of %lld, in %lld, %lld "
-         "classes, batch %lld, SGD; %lld timed steps after %lld warm-up\n",
+         "classes, batch %lld, SGD; %lld timed steps in lock step after %lld "
+         "warm-up\n",
          (long long)o.layers, (long long)o.hidden, (long long)o.in,
          (long long)o.classes, (long long)o.batch, (long long)o.steps,
          (long long)o.warmup);
@@ -310,79 +372,201 @@ int main(int argc, char **argv) {
          "\n",
          o.python, MLP_TORCH_PEER, core ? core : "(unset)");
   fflush(stdout);
+  int n = (int)o.steps;
+  double *ts = calloc((size_t)n, sizeof *ts),
+         *tf = calloc((size_t)n, sizeof *tf),
+         *tt = calloc((size_t)n, sizeof *tt),
+         *td = calloc((size_t)n, sizeof *td),
+         *tq = calloc((size_t)n, sizeof *tq);
+  /* CPU times: sluice's process (every session thread), the floor's
+   * thread, the peer's process. */
+  double *cs = calloc((size_t)n, sizeof *cs),
+         *cf = calloc((size_t)n, sizeof *cf),
+         *ct = calloc((size_t)n, sizeof *ct);
+  /* The sharded reference engine beside the session: the same kernels run
+   * serially in this thread, optimizer updates in place. */
+  double *tr = calloc((size_t)n, sizeof *tr),
+         *cr = calloc((size_t)n, sizeof *cr);
+  /* The calling thread's share of sluice's step CPU time (the session's
+   * devices run on threads of their own). */
+  double *cm = calloc((size_t)n, sizeof *cm),
+         *to = calloc((size_t)n, sizeof *to),
+         *co = calloc((size_t)n, sizeof *co);
+  if (!cm || !to || !co) die("malloc");
+  if (!ts || !tf || !tt || !td || !tq || !cs || !cf || !ct || !tr || !cr)
+    die("malloc");
 
-  /* 1 device: sluice, round 1. */
+  /* 1 device: sluice, the floor and PyTorch in lock step. */
   rig one;
-  rig_open(&one, &o, EX_LAYOUT_SINGLE, "cpu:0", engine, o.profile);
+  rig_open(&one, &o, EX_LAYOUT_SINGLE, "cpu:0", engine, o.profile, false);
   ex_engine used = ex_run_engine(one.run);
+  mm_call calls[256];
+  floor_rig fl;
+  floor_open(&fl, calls, step_matmuls(one.g, calls, 256));
+  rig ref;
+  bool with_ref = used == EX_ENGINE_SESSION;
+  if (with_ref)
+    rig_open(&ref, &o, EX_LAYOUT_SINGLE, "cpu:0", EX_ENGINE_SHARDED, false,
+             false);
+  /* ... and with out-of-place updates, as the session runs them. */
+  rig oop;
+  if (with_ref)
+    rig_open(&oop, &o, EX_LAYOUT_SINGLE, "cpu:0", EX_ENGINE_SHARDED, false,
+             true);
+  for (int64_t s = 0; s < o.warmup; s++) {
+    if (ex_run_step(one.run) != SL_OK) die("step");
+    if (with_ref && ex_run_step(ref.run) != SL_OK) die("step");
+    if (with_ref && ex_run_step(oop.run) != SL_OK) die("step");
+    floor_run(&fl);
+  }
+  peer tp;
+  bool torch_ok = !o.no_torch && peer_open(&tp, &o, "single");
+  for (int i = 0; i < n; i++) {
+    double c0 = cpu_ms(CLOCK_PROCESS_CPUTIME_ID),
+           m0 = cpu_ms(CLOCK_THREAD_CPUTIME_ID);
+    uint64_t t0 = sl__now_ns();
+    if (ex_run_step(one.run) != SL_OK) die("step");
+    ts[i] = (double)(sl__now_ns() - t0) / 1e6;
+    cs[i] = cpu_ms(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    cm[i] = cpu_ms(CLOCK_THREAD_CPUTIME_ID) - m0;
+    c0 = cpu_ms(CLOCK_THREAD_CPUTIME_ID);
+    tf[i] = floor_run(&fl);
+    cf[i] = cpu_ms(CLOCK_THREAD_CPUTIME_ID) - c0;
+    tr[i] = cr[i] = NAN;
+    if (with_ref) {
+      c0 = cpu_ms(CLOCK_THREAD_CPUTIME_ID);
+      t0 = sl__now_ns();
+      if (ex_run_step(ref.run) != SL_OK) die("step");
+      tr[i] = (double)(sl__now_ns() - t0) / 1e6;
+      cr[i] = cpu_ms(CLOCK_THREAD_CPUTIME_ID) - c0;
+      c0 = cpu_ms(CLOCK_THREAD_CPUTIME_ID);
+      t0 = sl__now_ns();
+      if (ex_run_step(oop.run) != SL_OK) die("step");
+      to[i] = (double)(sl__now_ns() - t0) / 1e6;
+      co[i] = cpu_ms(CLOCK_THREAD_CPUTIME_ID) - c0;
+    }
+    ct[i] = NAN;
+    tt[i] = torch_ok ? peer_step(&tp, &ct[i]) : NAN;
+  }
+  if (torch_ok) peer_close(&tp);
   float loss = 0;
-  double s1 = time_steps(&one, &o, NULL, &loss);
+  if (ex_run_fetch(one.run, "loss", &loss, sizeof loss) != SL_OK) die("fetch");
   if (o.profile) {
     printf("\nper-op time of one sluice step (engine %s):\n",
            ex_engine_name(used));
     ex_run_profile_print(one.run, stdout, 14, (int)(o.steps + o.warmup));
   }
-  /* The floor: this step's matmuls alone. */
-  mm_call calls[256];
-  int ncalls = step_matmuls(one.g, calls, 256);
-  double gflop;
-  double floor_ms = matmul_floor(calls, ncalls, 15, &gflop);
-  /* PyTorch, then sluice again. */
-  double t_min = NAN;
-  double torch_ms = o.no_torch ? NAN
-                               : run_peer(&o, "single", "torch single",
-                                          "ms_per_step ", &t_min, "min ");
-  double s2 = time_steps(&one, &o, NULL, NULL);
-  double sluice_ms = fmin(s1, s2);
+  double sluice_ms = median(ts, n), floor_ms = median(tf, n),
+         torch_ms = torch_ok ? median(tt, n) : NAN;
+  double sluice_cpu = median(cs, n), floor_cpu = median(cf, n),
+         torch_cpu = torch_ok ? median(ct, n) : NAN;
+  double ref_ms = with_ref ? median(tr, n) : NAN,
+         ref_cpu = with_ref ? median(cr, n) : NAN,
+         oop_ms = with_ref ? median(to, n) : NAN,
+         oop_cpu = with_ref ? median(co, n) : NAN;
+  if (with_ref) {
+    rig_close(&ref);
+    rig_close(&oop);
+  }
+  int ncalls = fl.n;
+  double gflop = fl.gflop;
+  floor_close(&fl);
   rig_close(&one);
 
-  /* 2 devices, data parallel. */
-  double dp_sps = NAN, dp_ms = NAN, ddp_sps = NAN, ddp_ms = NAN;
+  /* 2 devices, data parallel, against DDP in lock step. */
+  double dp_ms = NAN, ddp_ms = NAN;
   const char *dp_note = "";
   if (!o.no_dp) {
-    if (used == EX_ENGINE_SESSION) {
-      rig two;
-      rig_open(&two, &o, EX_LAYOUT_DP, "cpu:0-1", engine, false);
-      double total;
-      dp_ms = time_steps(&two, &o, &total, NULL);
-      dp_sps = (double)o.batch * (double)o.steps / (total / 1e3);
-      rig_close(&two);
+    rig two;
+    bool run_dp = used == EX_ENGINE_SESSION;
+    if (run_dp) {
+      rig_open(&two, &o, EX_LAYOUT_DP, "cpu:0-1", engine, false, false);
+      for (int64_t s = 0; s < o.warmup; s++)
+        if (ex_run_step(two.run) != SL_OK) die("step");
     } else {
       dp_note = " (needs the session engine: serial engines do not run "
                 "devices in parallel)";
     }
-    if (!o.no_torch)
-      ddp_sps = run_peer(&o, "ddp", "torch ddp", "samples_per_s ", &ddp_ms,
-                         "ms_per_step ");
+    peer dp;
+    bool ddp_ok = !o.no_torch && peer_open(&dp, &o, "ddp");
+    for (int i = 0; i < n; i++) {
+      td[i] = NAN;
+      if (run_dp) {
+        uint64_t t0 = sl__now_ns();
+        if (ex_run_step(two.run) != SL_OK) die("step");
+        td[i] = (double)(sl__now_ns() - t0) / 1e6;
+      }
+      double unused;
+      tq[i] = ddp_ok ? peer_step(&dp, &unused) : NAN;
+    }
+    if (ddp_ok) peer_close(&dp);
+    if (run_dp) rig_close(&two);
+    dp_ms = run_dp ? median(td, n) : NAN;
+    ddp_ms = ddp_ok ? median(tq, n) : NAN;
   }
 
   char label[96];
-  printf("\n%-44s %12s %12s %8s\n", "1 device, one thread", "ms/step",
-         "samples/s", "ratio");
+  printf("\n%-42s %9s %9s %7s %9s %7s\n", "1 device, one thread", "ms/step",
+         "samples/s", "ratio", "cpu ms", "ratio");
   snprintf(label, sizeof label, "sluice (%s engine, cpu:0)",
            ex_engine_name(used));
-  printf("%-44s %12.2f %12.1f %8s\n", label, sluice_ms,
-         (double)o.batch / sluice_ms * 1e3, "1.00");
-  printf("%-44s %12.2f %12.1f %8.3f\n", "PyTorch (1 thread)", torch_ms,
-         (double)o.batch / torch_ms * 1e3, sluice_ms / torch_ms);
+  printf("%-42s %9.2f %9.1f %7s %9.2f %7s\n", label, sluice_ms,
+         (double)o.batch / sluice_ms * 1e3, "", sluice_cpu, "");
+  printf("%-42s %9.2f %9.1f %7.3f %9.2f %7.3f\n", "PyTorch (1 thread)",
+         torch_ms, (double)o.batch / torch_ms * 1e3, sluice_ms / torch_ms,
+         torch_cpu, sluice_cpu / torch_cpu);
   snprintf(label, sizeof label, "matmul-only floor (%d sgemm, %.2f GFLOP)",
            ncalls, gflop);
-  printf("%-44s %12.2f %12.1f %8.3f\n", label, floor_ms,
-         (double)o.batch / floor_ms * 1e3, sluice_ms / floor_ms);
-  printf("  (ratio = sluice's ms/step over the row's; targets: <= 1.00 vs "
-         "PyTorch, <= 1.05 vs the floor; sgemm rate in the floor %.1f "
-         "GFLOP/s)\n",
+  printf("%-42s %9.2f %9.1f %7.3f %9.2f %7.3f\n", label, floor_ms,
+         (double)o.batch / floor_ms * 1e3, sluice_ms / floor_ms, floor_cpu,
+         sluice_cpu / floor_cpu);
+  if (with_ref)
+    printf("%-42s %9.2f %9.1f %7s %9.2f %7s\n",
+           "sluice, sharded engine (in-place updates)", ref_ms,
+           (double)o.batch / ref_ms * 1e3, "", ref_cpu, "");
+  if (with_ref)
+    printf("%-42s %9.2f %9.1f %7s %9.2f %7s\n",
+           "sluice, sharded engine (out-of-place upd.)", oop_ms,
+           (double)o.batch / oop_ms * 1e3, "", oop_cpu, "");
+  if (used == EX_ENGINE_SESSION)
+    printf("  of sluice's cpu ms, the calling thread's (in sl_session_run): "
+           "%.2f\n",
+           median(cm, n));
+  if (with_ref)
+    printf("  the sharded engine's ratios: %.3f / %.3f vs PyTorch, %.3f / %.3f "
+           "vs the floor\n",
+           ref_ms / torch_ms, ref_cpu / torch_cpu, ref_ms / floor_ms,
+           ref_cpu / floor_cpu);
+  printf("  ratio: sluice's time over the row's (targets: <= 1.00 vs PyTorch, "
+         "<= 1.05\n  vs the floor). ms/step: median wall time; cpu ms: median "
+         "CPU time of\n  the step (sluice: every thread of the process; less "
+         "sensitive to a\n  shared machine's load). The floor's sgemm ran at "
+         "%.1f GFLOP/s (wall).\n",
          gflop / floor_ms * 1e3);
   if (!o.no_dp) {
     printf("\n%-44s %12s %12s %8s\n", "2 devices, data parallel, batch 256",
            "ms/step", "samples/s", "ratio");
     printf("%-44s %12.2f %12.1f %8s%s\n", "sluice dp (cpu:0-1, one process)",
-           dp_ms, dp_sps, "1.00", dp_note);
+           dp_ms, (double)o.batch / dp_ms * 1e3, "", dp_note);
     printf("%-44s %12.2f %12.1f %8.3f\n", "PyTorch DDP (gloo, 2 processes)",
-           ddp_ms, ddp_sps, dp_sps / ddp_sps);
-    printf("  (ratio = sluice's samples/s over PyTorch's; > 1 is faster)\n");
+           ddp_ms, (double)o.batch / ddp_ms * 1e3, ddp_ms / dp_ms);
+    printf("  ratio: sluice's samples/s over PyTorch's (> 1: sluice is "
+           "faster)\n");
   }
-  printf("\nfinal loss after %lld steps: %.5f\n",
-         (long long)(o.steps * 2 + o.warmup), (double)loss);
+  printf("\nsluice's loss after %lld steps: %.5f\n",
+         (long long)(o.steps + o.warmup), (double)loss);
+  free(ts);
+  free(tf);
+  free(tt);
+  free(td);
+  free(tq);
+  free(cs);
+  free(cf);
+  free(ct);
+  free(tr);
+  free(cr);
+  free(cm);
+  free(to);
+  free(co);
   return 0;
 }

@@ -3,18 +3,23 @@
 of Linear + ReLU, a linear head, softmax cross-entropy, plain SGD), on fixed
 random data, one thread per process.
 
-  mlp_torch.py single --steps 40            one process, torch.set_num_threads(1)
-  mlp_torch.py ddp --world 2 --steps 40     DistributedDataParallel over gloo,
-                                            `world` processes on this machine,
-                                            the global batch split between them
+  mlp_torch.py single             one process, torch.set_num_threads(1)
+  mlp_torch.py ddp --world 2      DistributedDataParallel over gloo, `world`
+                                  processes on this machine, the global batch
+                                  split between them
 
-Prints one line the C driver parses:
-  single: "torch single ms_per_step MEDIAN min MIN steps N"
-  ddp:    "torch ddp samples_per_s S ms_per_step MEDIAN world W steps N"
-Per-step times are wall-clock times of forward + backward + optimizer step
-(after `--warmup` untimed steps); the median is what the driver compares.
+Lock-step protocol (what the C driver uses, so that sluice's and PyTorch's
+steps alternate and meet the same machine load): after `--warmup` untimed
+steps the peer prints "ready"; for every line "step" on stdin it runs one
+training step (forward + backward + optimizer step; for ddp every rank, in
+step) and prints "t WALL_MS CPU_MS" (the step's wall time, and the CPU
+time this process spent in it); on "quit" or end of input
+it prints a summary line and exits. With --steps N instead, it runs N timed
+steps by itself and prints only the summary:
+  "torch single ms_per_step MEDIAN min MIN steps N loss L"
+  "torch ddp samples_per_s S ms_per_step MEDIAN world W steps N"
 
-The driver runs this with OPENBLAS_CORETYPE set to the kernel set sluice
+The driver runs it with OPENBLAS_CORETYPE set to the kernel set sluice
 itself uses (Debian's torch does its matmuls in the system OpenBLAS), so both
 sides multiply with the same kernels."""
 import argparse
@@ -35,17 +40,32 @@ def build(args, torch):
     return nn.Sequential(*layers)
 
 
-def train_steps(model, opt, x, y, steps, torch):
+def one_step(model, opt, x, y, torch):
     f = torch.nn.functional
-    times = []
+    opt.zero_grad(set_to_none=True)
+    loss = f.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+def train_steps(model, opt, x, y, steps, torch):
+    times, loss = [], None
     for _ in range(steps):
         t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = f.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
+        loss = one_step(model, opt, x, y, torch)
         times.append(time.perf_counter() - t0)
-    return times, float(loss)
+    return times, float(loss) if loss is not None else float("nan")
+
+
+def commands():
+    """Yields True per "step" line on stdin, stops at "quit" or EOF."""
+    for line in sys.stdin:
+        cmd = line.strip()
+        if cmd == "step":
+            yield True
+        elif cmd == "quit":
+            return
 
 
 def run_single(args):
@@ -57,10 +77,23 @@ def run_single(args):
     x = torch.randn(args.batch, args.inp)
     y = torch.randint(0, args.classes, (args.batch,))
     train_steps(model, opt, x, y, args.warmup, torch)
-    times, loss = train_steps(model, opt, x, y, args.steps, torch)
-    print("torch single ms_per_step %.4f min %.4f steps %d loss %.5f" %
-          (statistics.median(times) * 1e3, min(times) * 1e3, len(times), loss),
-          flush=True)
+    if args.lockstep:
+        print("ready", flush=True)
+        times, loss = [], None
+        for _ in commands():
+            c0 = time.process_time()
+            t0 = time.perf_counter()
+            loss = one_step(model, opt, x, y, torch)
+            times.append(time.perf_counter() - t0)
+            cpu = time.process_time() - c0
+            print("t %.4f %.4f" % (times[-1] * 1e3, cpu * 1e3), flush=True)
+        loss = float(loss) if loss is not None else float("nan")
+    else:
+        times, loss = train_steps(model, opt, x, y, args.steps, torch)
+    if times:
+        print("torch single ms_per_step %.4f min %.4f steps %d loss %.5f" %
+              (statistics.median(times) * 1e3, min(times) * 1e3, len(times),
+               loss), flush=True)
 
 
 def ddp_worker(rank, args):
@@ -78,20 +111,53 @@ def ddp_worker(rank, args):
     y = torch.randint(0, args.classes, (local,), generator=g)
     train_steps(model, opt, x, y, args.warmup, torch)
     dist.barrier()
-    t0 = time.perf_counter()
-    times, _ = train_steps(model, opt, x, y, args.steps, torch)
-    dist.barrier()
-    elapsed = time.perf_counter() - t0
-    if rank == 0:
+    if args.lockstep:
+        # Rank 0 reads the commands and tells the others: 1 step, 0 quit.
+        flag = torch.zeros(1, dtype=torch.int32)
+        if rank == 0:
+            print("ready", flush=True)
+            cmds = commands()
+        times = []
+        while True:
+            if rank == 0:
+                flag[0] = 1 if next(cmds, False) else 0
+            dist.broadcast(flag, 0)
+            if not flag[0]:
+                break
+            dist.barrier()
+            t0 = time.perf_counter()
+            one_step(model, opt, x, y, torch)
+            dist.barrier()
+            times.append(time.perf_counter() - t0)
+            if rank == 0:
+                print("t %.4f nan" % (times[-1] * 1e3), flush=True)
+        elapsed = sum(times)
+    else:
+        t0 = time.perf_counter()
+        times, _ = train_steps(model, opt, x, y, args.steps, torch)
+        dist.barrier()
+        elapsed = time.perf_counter() - t0
+    if rank == 0 and times:
         print("torch ddp samples_per_s %.2f ms_per_step %.4f world %d steps %d" %
-              (args.batch * args.steps / elapsed, statistics.median(times) * 1e3,
-               args.world, args.steps), flush=True)
+              (args.batch * len(times) / elapsed, statistics.median(times) * 1e3,
+               args.world, len(times)), flush=True)
     dist.destroy_process_group()
 
 
 def run_ddp(args):
+    # Rank 0 runs in this process: spawned children get no stdin, and rank 0
+    # reads the lock-step commands.
     import torch.multiprocessing as mp
-    mp.spawn(ddp_worker, args=(args,), nprocs=args.world, join=True)
+    ctx = mp.get_context("spawn")
+    others = [ctx.Process(target=ddp_worker, args=(r, args))
+              for r in range(1, args.world)]
+    for p in others:
+        p.start()
+    ddp_worker(0, args)
+    for p in others:
+        p.join()
+    if any(p.exitcode != 0 for p in others):
+        sys.exit(1)
 
 
 def main():
@@ -108,6 +174,8 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--world", type=int, default=2)
     p.add_argument("--port", type=int, default=29517)
+    p.add_argument("--lockstep", action="store_true",
+                   help="one step per 'step' line on stdin (see above)")
     args = p.parse_args()
     try:
         import torch  # noqa: F401

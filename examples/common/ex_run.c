@@ -150,7 +150,9 @@ sl_status ex_run_create(sl_graph *g, const ex_run_opts *opts, ex_run **out) {
   }
   switch (r->engine) {
   case EX_ENGINE_SHARDED: {
-    ex_shard_opts so = {r->opts.check_replicas, NULL, r};
+    ex_shard_opts so = {.check_replicas = r->opts.check_replicas,
+                        .hook_ctx = r,
+                        .out_of_place_updates = r->opts.out_of_place_updates};
     if (r->trace || r->opts.profile) so.hook = shard_hook;
     SL_CHECK_GOTO(ex_shard_create(g, &so, &r->shard), st, fail);
     break;

@@ -37,9 +37,10 @@ bool ex_engine_have_session(void);
 
 typedef struct ex_run_opts {
   ex_engine engine;
-  const char *trace_path; /* Chrome trace of every op run (NULL: none) */
-  bool profile;           /* collect per-op times (ex_run_profile_print) */
-  bool check_replicas;    /* sharded: compare replicas after every node */
+  const char *trace_path;    /* Chrome trace of every op run (NULL: none) */
+  bool profile;              /* collect per-op times (ex_run_profile_print) */
+  bool check_replicas;       /* sharded: compare replicas after every node */
+  bool out_of_place_updates; /* sharded: see ex_shard_opts */
 } ex_run_opts;
 
 typedef struct ex_run ex_run;

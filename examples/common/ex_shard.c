@@ -235,7 +235,7 @@ sl_status ex_shard_create(sl_graph *g, const ex_shard_opts *opts,
   }
   for (int32_t i = 0; i < x->nv; i++)
     SL_CHECK_GOTO(shards_alloc(&x->v[i], sl__graph_value(g, i)), st, fail);
-  SL_CHECK_GOTO(alias_updates(x), st, fail);
+  if (!x->opts.out_of_place_updates) SL_CHECK_GOTO(alias_updates(x), st, fail);
   int32_t nn = sl__graph_node_count(g);
   for (int32_t i = 0; i < nn; i++) {
     const sl__node *n = sl__graph_node(g, i);

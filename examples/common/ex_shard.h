@@ -40,6 +40,9 @@ typedef struct ex_shard_opts {
   bool check_replicas;
   ex_shard_hook hook; /* may be NULL */
   void *hook_ctx;
+  /* Optimizer updates into a buffer of their own, then swapped with the
+   * variable's, instead of in place (to measure what in place saves). */
+  bool out_of_place_updates;
 } ex_shard_opts;
 
 /* Compiles g if needed (sl__graph_compile) and allocates every shard.

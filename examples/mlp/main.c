@@ -65,7 +65,10 @@ int main(int argc, char **argv) {
   case EX_FLAGS_ERROR: fprintf(stderr, "mlp: %s\n", err); return 2;
   case EX_FLAGS_OK: break;
   }
-  ex_run_opts ro = {EX_ENGINE_AUTO, trace, profile, check};
+  ex_run_opts ro = {.engine = EX_ENGINE_AUTO,
+                    .trace_path = trace,
+                    .profile = profile,
+                    .check_replicas = check};
   char placement[512];
   if (ex_layout_parse(layout, &c.layout) != SL_OK ||
       ex_engine_parse(engine, &ro.engine) != SL_OK ||

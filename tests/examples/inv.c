@@ -31,7 +31,8 @@ void inv_train(inv_build_fn build, const void *ctx, ex_layout layout,
   if (build(g, layout, placement, ctx) != SL_OK)
     fail_msg("%s on %s: building: %s", ex_layout_name(layout), placement,
              sl_graph_status(g) ? sl_graph_error(g) : sl_last_error());
-  ex_run_opts o = {engine, NULL, false, engine == EX_ENGINE_SHARDED};
+  ex_run_opts o = {.engine = engine,
+                   .check_replicas = engine == EX_ENGINE_SHARDED};
   ex_run *r;
   if (ex_run_create(g, &o, &r) != SL_OK)
     fail_msg("%s on %s, engine %s: %s", ex_layout_name(layout), placement,

@@ -32,7 +32,7 @@ static sl_graph *rig(const char *placement, const char *sbp) {
 static void run3(const char *placement, const char *sbp, ex_engine e, float *w,
                  float *w2, float *loss) {
   sl_graph *g = rig(placement, sbp);
-  ex_run_opts o = {e, NULL, false, e == EX_ENGINE_SHARDED};
+  ex_run_opts o = {.engine = e, .check_replicas = e == EX_ENGINE_SHARDED};
   ex_run *r;
   INV_OK(ex_run_create(g, &o, &r));
   float t[N];
@@ -85,7 +85,7 @@ static void test_trace(void **state) {
   assert_true(fd >= 0);
   close(fd);
   sl_graph *g = rig("cpu:0-2", "S(0)");
-  ex_run_opts o = {EX_ENGINE_SHARDED, path, false, false};
+  ex_run_opts o = {.engine = EX_ENGINE_SHARDED, .trace_path = path};
   ex_run *r;
   INV_OK(ex_run_create(g, &o, &r));
   float t[N] = {0};

@@ -104,7 +104,7 @@ static void test_feeds(void **state) {
   for (int e = 0; e < n; e++) {
     printf("engine %s:\n", ex_engine_name(engines[e]));
     sl_graph *g = fed_mlp(EX_LAYOUT_DP, "cpu:3");
-    ex_run_opts o = {engines[e], NULL, false, false};
+    ex_run_opts o = {.engine = engines[e]};
     ex_run *r;
     INV_OK(ex_run_create(g, &o, &r));
     float x[6 * 4] = {0};
