@@ -18,6 +18,13 @@
 #include "cpu/blas.h"
 #include "op.h"
 
+/* The bit-identity above needs every a * b + c rounded twice. GCC does not
+ * contract in ISO C mode (-std=c11); clang contracts within an expression
+ * by default, and AVX-512 has FMA, so say it (for the rest of the file). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 #define SL__DENSE_LANES 16
 
 /* ---- infer helpers ----------------------------------------------------- */
@@ -110,8 +117,8 @@ static inline int64_t sl__dense_index(const void *p, sl_dtype dt, int64_t i) {
                             : (int64_t)((const int32_t *)p)[i];
 }
 
-/* Rows of a shape that reduces over its last dim: numel / last (0 when the
- * last dim is 0 or the shape is a scalar gives 1 row of 1). */
+/* Rows of a shape reduced over its last dim: the product of the other
+ * dims; *len gets the last dim. A scalar is 1 row of 1. */
 static inline int64_t sl__dense_rows_of(const sl_shape *s, int64_t *len) {
   int64_t last = s->ndim ? s->dims[s->ndim - 1] : 1;
   int64_t rows = 1;
