@@ -131,6 +131,11 @@ sl_status sl_session_create(sl_graph *g, const sl_session_config *cfg,
     st = SL_ENOMEM;
     goto fail;
   }
+  if (s->pp->n_tasks == 0) { /* an empty graph: nothing to run */
+    s->started = true;
+    *out = s;
+    return SL_OK;
+  }
   sl_job_config jc;
   memset(&jc, 0, sizeof jc);
   jc.node = 0;
@@ -337,6 +342,7 @@ static void rename_trace(const sl_session *s) {
 
 static void collect_stats(sl_session *s) {
   sl_session_stats *o = &s->stats;
+  if (!s->job) return;
   sl_job_stats js;
   if (sl_job_get_stats(s->job, &js) == SL_OK) {
     o->threads = js.threads;
@@ -366,7 +372,7 @@ sl_status sl_session_finish(sl_session *s) {
   }
   if (!s->started)
     return sl__fail(SL_ESTATE, "finish: the session never started");
-  if (!s->waited) {
+  if (!s->waited && s->job) {
     atomic_store(&s->waiting, true);
     if (atomic_load(&s->failed) == SL_OK) sl__driver_end(s);
     s->final = sl_job_wait(s->job);

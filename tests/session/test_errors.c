@@ -154,11 +154,38 @@ static void test_kernel_failure_mid_run(void **state) {
   }
 }
 
+/* Degenerate graphs: nothing at all, an input nobody reads. */
+static void test_degenerate_graphs(void **state) {
+  sl_graph *g = st_graph("cpu:0-1");
+  sl_session *s;
+  assert_int_equal(sl_session_create(g, NULL, &s), SL_OK);
+  assert_int_equal(sl_session_run(s, 3), SL_OK);
+  assert_int_equal(sl_session_steps(s), 3);
+  assert_int_equal(sl_session_finish(s), SL_OK);
+  sl_session_destroy(s);
+  sl_graph_destroy(g);
+  g = st_graph("cpu:0-1");
+  sl_shape xs = SL_SHAPE(4);
+  sl_input(g, "x", &xs, SL_DTYPE_F32, NULL, "S(0)");
+  assert_int_equal(sl_session_create(g, NULL, &s), SL_OK);
+  float x[4] = {1, 2, 3, 4};
+  assert_int_equal(sl_session_feed(s, "x", x, sizeof x), SL_OK);
+  assert_int_equal(sl_session_run(s, 2), SL_OK);
+  assert_int_equal(sl_session_finish(s), SL_OK);
+  sl_session_stats st;
+  assert_int_equal(sl_session_get_stats(s, &st), SL_OK);
+  assert_int_equal(st.steps, 2);
+  assert_int_equal(st.in_flight, 0);
+  sl_session_destroy(s);
+  sl_graph_destroy(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_feed_fetch_errors),
       cmocka_unit_test(test_bad_graphs_and_devices),
       cmocka_unit_test(test_kernel_failure_mid_run),
+      cmocka_unit_test(test_degenerate_graphs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

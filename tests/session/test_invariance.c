@@ -43,6 +43,11 @@ static void test_conversions_exact(void **state) {
           sl_fetch(sl_to_global(x, places[q], sbps1[b]), name);
         }
       }
+      /* to partial layouts (zero / slice steps) and back */
+      sl_tensor xp = sl_to_global(x, NULL, "P");
+      sl_fetch(xp, "to_p");
+      sl_fetch(sl_to_global(xp, NULL, "S(1)"), "p_to_s1");
+      sl_fetch(sl_to_global(x, NULL, "P(max)"), "to_pmax");
       /* integer data through the same paths */
       sl_tensor k = sl_input(g, "k", &xs, SL_DTYPE_I32, NULL, sbps1[a]);
       sl_fetch(sl_to_global(k, "cpu:1-2", "S(1)"), "k_moved");
@@ -62,6 +67,9 @@ static void test_conversions_exact(void **state) {
       sl_fetch(sl_to_global(x, NULL, sbps2[b]), name);
     }
     sl_fetch(sl_to_global(x, "cpu:0-5[3,2]", "(S(1),S(0))"), "to_3x2");
+    sl_tensor xp = sl_to_global(x, NULL, "(S(0),P)");
+    sl_fetch(xp, "to_s0p");
+    sl_fetch(sl_to_global(xp, NULL, "(B,S(1))"), "s0p_to_bs1");
     sl_fetch(sl_to_global(x, "cpu:4", "B"), "to_one");
     st_run_vs_interp(g, 2, 0, seed + 100 + a, 0, NULL);
     sl_graph_destroy(g);
@@ -193,12 +201,45 @@ static void test_training_every_layout(void **state) {
   }
 }
 
+/* Extents smaller than the device count: empty shards on some devices in
+ * data parallel (batch 3 on 4) and tensor parallel (hidden 3 on 4), and a
+ * 2-D mesh where a whole mesh row holds nothing. */
+static void test_empty_shards(void **state) {
+  uint64_t seed = st_seed(15, "empty shards");
+  static const layout tiny[] = {
+      {"cpu:0-3", {"S(0)", "B", "B"}},
+      {"cpu:0-3", {"B", "S(1)", "S(0)"}},
+      {"cpu:0-5[3,2]", {"(S(0),B)", "(B,S(1))", "(B,S(0))"}},
+  };
+  for (size_t i = 0; i < SL_ARRAY_LEN(tiny); i++) {
+    sl_graph *g = st_graph(tiny[i].placement);
+    sl_shape xs = SL_SHAPE(3, 5), w1s = SL_SHAPE(5, 3), w2s = SL_SHAPE(3, 4),
+             ys = SL_SHAPE(3);
+    sl_tensor x = sl_input(g, "x", &xs, SL_DTYPE_F32, NULL, tiny[i].sbp[0]);
+    sl_tensor y = sl_input(g, "y", &ys, SL_DTYPE_I32, NULL, NULL);
+    sl_tensor w1 = sl_variable(g, "w1", &w1s, SL_DTYPE_F32,
+                               sl_init_uniform(-1, 1, 8), NULL, tiny[i].sbp[1]);
+    sl_tensor w2 = sl_variable(g, "w2", &w2s, SL_DTYPE_F32,
+                               sl_init_uniform(-1, 1, 9), NULL, tiny[i].sbp[2]);
+    sl_tensor h = sl_tanh(sl_matmul(x, w1, false, false));
+    sl_tensor loss = sl_cross_entropy(sl_matmul(h, w2, false, false), y);
+    sl_optimizer opt = sl_optimizer_sgd(0.5, 0.5);
+    sl_minimize(loss, &opt);
+    sl_fetch(loss, "loss");
+    sl_fetch(h, "h");
+    sl_fetch(w1, "w1_out");
+    st_run_vs_interp(g, 3, RTOL, seed + i, 4, NULL);
+    sl_graph_destroy(g);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conversions_exact),
       cmocka_unit_test(test_partial_sums),
       cmocka_unit_test(test_ops_every_layout),
       cmocka_unit_test(test_training_every_layout),
+      cmocka_unit_test(test_empty_shards),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
