@@ -41,7 +41,7 @@ int main(int argc, char **argv) {
       {"in", EX_FLAG_INT, &in, "input features (synthetic data)", 1},
       {"hidden", EX_FLAG_INT, &hidden, "width of the hidden layers", 1},
       {"layers", EX_FLAG_INT, &layers, "hidden layers", 1},
-      {"classes", EX_FLAG_INT, &classes, "classes (synthetic data)", 2},
+      {"classes", EX_FLAG_INT, &classes, "classes (the head's outputs)", 2},
       {"seed", EX_FLAG_INT, &seed, "seed of the initializers and data", 0},
       {"lr", EX_FLAG_DOUBLE, &lr, "learning rate (sgd 0.05, adam 0.001)", 0},
       {"momentum", EX_FLAG_DOUBLE, &momentum, "SGD momentum", 0},
