@@ -313,8 +313,7 @@ void sl__comm_destroy(sl__comm *c) {
   sl__free(c);
 }
 
-/* ---- collectives
- * -------------------------------------------------------------- */
+/* ---- collectives --------------------------------------------------------- */
 
 sl_status sl__coll_create(sl__comm *c, const sl__coll_desc *d, sl__coll **out) {
   *out = NULL;

@@ -211,10 +211,13 @@ static sl_status make_group(sl_session *s, const sl__node *n, int step,
   int m = sl_boxing_step_mesh_axis(bp, step);
   const int *ranks;
   int gn = sl_boxing_step_group(bp, step, group, &ranks);
-  int workers[SL_MAX_PLACEMENT_RANKS > 4096 ? 4096 : SL_MAX_PLACEMENT_RANKS];
-  if (gn < 1 || gn > (int)SL_ARRAY_LEN(workers) || m < 0 || m >= from.ndim)
-    return sl__fail(SL_EUNSUPPORTED, "boxing '%s' step %d: a group of %d",
-                    n->name, step, gn);
+  if (gn < 1 || m < 0 || m >= from.ndim)
+    return sl__fail(SL_EINTERNAL,
+                    "boxing '%s' step %d: a group of %d on "
+                    "mesh axis %d",
+                    n->name, step, gn, m);
+  int *workers = sl__calloc((size_t)gn, sizeof *workers);
+  if (!workers) return SL_ENOMEM;
   for (int k = 0; k < gn; k++) {
     int node, dev;
     sl_boxing_plan_rank_device(bp, ranks[k], &node, &dev);
@@ -223,7 +226,11 @@ static sl_status make_group(sl_session *s, const sl__node *n, int step,
   sl_nd_sbp bl = from;
   bl.sbp[m] = sl_sbp_broadcast();
   sl_slice blk;
-  SL_CHECK(sl_local_slice(&vin->meta.shape, p, &bl, ranks[0], &blk));
+  sl_status st = sl_local_slice(&vin->meta.shape, p, &bl, ranks[0], &blk);
+  if (st != SL_OK) {
+    sl__free(workers);
+    return st;
+  }
   sl_reduce_op red = SL_REDUCE_SUM;
   sl_boxing_step_reduce(bp, step, &red);
   char name[300];
@@ -254,10 +261,13 @@ static sl_status make_group(sl_session *s, const sl__node *n, int step,
     d.out_axis = to.sbp[m].axis;
     break;
   default:
+    sl__free(workers);
     return sl__fail(SL_EINTERNAL, "boxing '%s' step %d is not a collective",
                     n->name, step);
   }
-  return sl__coll_create(s->comm, &d, out);
+  st = sl__coll_create(s->comm, &d, out);
+  sl__free(workers);
+  return st;
 }
 
 static sl_status setup_local(sl_session *s, task_rt *rt) {
@@ -289,8 +299,7 @@ static sl_status setup_local(sl_session *s, task_rt *rt) {
   return SL_OK;
 }
 
-/* ---- feeds and fetches
- * ------------------------------------------------------- */
+/* ---- feeds and fetches --------------------------------------------------- */
 
 static sl_status setup_io(sl_session *s) {
   const sl_graph *g = s->g;
@@ -376,8 +385,7 @@ static sl_status setup_io(sl_session *s) {
   return SL_OK;
 }
 
-/* ---- the actor plan
- * ------------------------------------------------------------ */
+/* ---- the actor plan ------------------------------------------------------ */
 
 static sl_status add_actors(sl_session *s) {
   const sl__pplan *pp = s->pp;

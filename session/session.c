@@ -153,8 +153,7 @@ fail:
   return st;
 }
 
-/* ---- feed, run, fetch
- * -------------------------------------------------------- */
+/* ---- feed, run, fetch ---------------------------------------------------- */
 
 static sl_status refuse_after_failure(sl_session *s, const char *what) {
   sl_status st = (sl_status)atomic_load(&s->failed);
@@ -318,8 +317,7 @@ sl_status sl_session_fetch(sl_session *s, const char *name, void *data,
   return SL_OK;
 }
 
-/* ---- finish, stats, destroy
- * ------------------------------------------------------ */
+/* ---- finish, stats, destroy ---------------------------------------------- */
 
 /* The job writes "<stem>.node0<ext>" because the driver counts as a node;
  * the program asked for the path itself. */
