@@ -4,6 +4,8 @@
  * the embedded session cannot run; a kernel failing on one rank while the
  * others wait in collectives stops the job with the actor and op named,
  * and the session then only reports it. */
+#include <unistd.h>
+
 #include "session_helpers.h"
 
 static sl_graph *classifier(const char *placement, const char *x_sbp) {
@@ -175,12 +177,35 @@ static void test_degenerate_graphs(void **state) {
   sl_graph_destroy(g);
 }
 
+/* The watchdog counts only time the program waits inside the session: a
+ * program idle between calls for longer than the hang timeout is not a
+ * hang. */
+static void test_idle_program_is_not_a_hang(void **state) {
+  sl_graph *g = classifier("cpu:0-1", "S(0)");
+  sl_session_config cfg = sl_session_config_default();
+  cfg.hang_timeout_ms = 100;
+  sl_session *s;
+  assert_int_equal(sl_session_create(g, &cfg, &s), SL_OK);
+  float x[48] = {0};
+  int32_t y[8] = {0};
+  assert_int_equal(sl_session_feed(s, "x", x, sizeof x), SL_OK);
+  assert_int_equal(sl_session_feed(s, "labels", y, sizeof y), SL_OK);
+  usleep(400000);
+  assert_int_equal(sl_session_run(s, 1), SL_OK);
+  usleep(400000);
+  assert_int_equal(sl_session_run(s, 2), SL_OK);
+  assert_int_equal(sl_session_finish(s), SL_OK);
+  sl_session_destroy(s);
+  sl_graph_destroy(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_feed_fetch_errors),
       cmocka_unit_test(test_bad_graphs_and_devices),
       cmocka_unit_test(test_kernel_failure_mid_run),
       cmocka_unit_test(test_degenerate_graphs),
+      cmocka_unit_test(test_idle_program_is_not_a_hang),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
