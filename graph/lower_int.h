@@ -108,11 +108,11 @@ typedef struct sl__pplan {
 } sl__pplan;
 
 /* Lowers a compiled graph (sl__graph_compile must have succeeded).
- * SL_ESTATE for a graph not compiled, SL_EUNSUPPORTED for what lowering
- * cannot express (a value that is the update of two variables, a device
- * id beyond the actor runtime's limits), SL_EINTERNAL for an IR that
- * breaks compile's promises (a consumer on another placement than its
- * input), SL_ENOMEM. */
+ * SL_ESTATE for a graph not compiled, SL_EUNSUPPORTED for a node or
+ * device id beyond the actor runtime's limits, SL_EINTERNAL for an IR
+ * that breaks compile's promises (a consumer on another placement or
+ * nd-SBP than its input, a variable whose update has another layout),
+ * SL_ENOMEM. */
 sl_status sl__lower(const sl_graph *g, sl__pplan **out);
 void sl__pplan_destroy(sl__pplan *p);
 

@@ -233,6 +233,39 @@ static void test_empty_shards(void **state) {
   }
 }
 
+/* Variables whose update value has other readers (here: a fetch) or is
+ * another variable: lowered with a var_copy task instead of writing the
+ * variable's registers directly. Updates set through the IR (the public
+ * builder only makes them with sl_minimize). */
+static void test_variable_copies(void **state) {
+  uint64_t seed = st_seed(16, "var copies");
+  for (int split = 0; split < 2; split++) {
+    sl_graph *g = st_graph(split ? "cpu:0-2" : "cpu:0");
+    sl_shape ws = SL_SHAPE(5, 3);
+    /* v first: the interpreter applies updates node by node, so v must
+     * take w's value before w's own update overwrites it */
+    sl_tensor v =
+        sl_variable(g, "v", &ws, SL_DTYPE_F32, sl_init_uniform(-1, 1, 2), NULL,
+                    split ? "S(0)" : NULL);
+    sl_tensor w =
+        sl_variable(g, "w", &ws, SL_DTYPE_F32, sl_init_uniform(-1, 1, 1), NULL,
+                    split ? "S(0)" : NULL);
+    sl_tensor x =
+        sl_input(g, "x", &ws, SL_DTYPE_F32, NULL, split ? "S(0)" : NULL);
+    sl_tensor next = sl_add(sl_mul_scalar(w, 0.5), x); /* w <- w/2 + x */
+    sl_fetch(next, "next");                            /* a second reader */
+    sl_fetch(w, "w_out");
+    sl_fetch(v, "v_out");
+    st_check_graph(g);
+    sl__node *wn = (sl__node *)sl__graph_node(g, sl__graph_find(g, "w"));
+    sl__node *vn = (sl__node *)sl__graph_node(g, sl__graph_find(g, "v"));
+    wn->update = next.id;
+    vn->update = w.id; /* v <- the previous w */
+    st_run_vs_interp(g, 4, 1e-6, seed + (uint64_t)split, 0, NULL);
+    sl_graph_destroy(g);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conversions_exact),
@@ -240,6 +273,7 @@ int main(void) {
       cmocka_unit_test(test_ops_every_layout),
       cmocka_unit_test(test_training_every_layout),
       cmocka_unit_test(test_empty_shards),
+      cmocka_unit_test(test_variable_copies),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
