@@ -350,9 +350,29 @@ static sl_status value_regst(lower *L, int32_t v, int r, int32_t *out) {
   return SL_OK;
 }
 
+/* The input of an optimizer update whose buffer output j may be (its
+ * kernel reads every chunk before writing it, kernels/cpu/optim.c), or -1:
+ * sgd_update (w, g, m) -> (w', m'), adam_update (w, g, m, v) -> (w', m',
+ * v'). */
+static int inplace_input(const sl__node *p, int j) {
+  if (p->kind != SL__NODE_OP || !p->op) return -1;
+  if (strcmp(p->op->name, "sgd_update") == 0)
+    return j == 0 ? 0 : j == 1 ? 2 : -1;
+  if (strcmp(p->op->name, "adam_update") == 0)
+    return j == 0 ? 0 : j <= 2 ? j + 1 : -1;
+  return -1;
+}
+
 /* Variables with an update get their registers before anything reads
  * them. The update's producer writes them directly when the update value
- * has no other use; otherwise a var_copy task does (lowered at the end). */
+ * has no other use; otherwise a var_copy task does (lowered at the end).
+ *
+ * Written directly, a variable is either updated in place — one register:
+ * the optimizer update fires once every reader has returned the current
+ * version, and computes the next one in that same register (the session
+ * binds its input to its output) — or, for any other producer, an update
+ * loop of two registers: version k+1 goes into the free one while version
+ * k is read. */
 static sl_status plan_variables(lower *L, bool *needs_copy) {
   const sl_graph *g = L->g;
   int32_t nv = sl__graph_value_count(g), nn = sl__graph_node_count(g);
@@ -385,6 +405,8 @@ static sl_status plan_variables(lower *L, bool *needs_copy) {
                     sl_boxing_plan_step_count(prod->boxing) > 0));
     needs_copy[i] = !direct;
     if (direct) L->var_of[n->update] = i;
+    int k = direct ? inplace_input(prod, u->index) : -1;
+    bool in_place = k >= 0 && prod->in[k] == n->out[0];
     int32_t *sh = shard_of(L, n->out[0]);
     if (!sh) {
       st = SL_ENOMEM;
@@ -406,7 +428,7 @@ static sl_status plan_variables(lower *L, bool *needs_copy) {
       sl__regst *rg = &L->p->regsts[reg];
       rg->value = n->out[0];
       rg->rank = r;
-      rg->count = VAR_COUNT;
+      rg->count = in_place ? 1 : VAR_COUNT;
       rg->initial = 1;
       rg->var_node = i;
       sh[r] = reg;

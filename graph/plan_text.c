@@ -48,7 +48,7 @@ static void human_bytes(int64_t b, char *buf, size_t n) {
 }
 
 static void regst_line(FILE *f, const sl__pplan *p, const char *dir, int32_t id,
-                       bool with_count) {
+                       bool with_count, bool inplace) {
   const sl__regst *r = &p->regsts[id];
   char shape[128], bytes[32];
   sl_shape_print(&r->shape, shape, sizeof shape);
@@ -61,7 +61,20 @@ static void regst_line(FILE *f, const sl__pplan *p, const char *dir, int32_t id,
   }
   if (r->producer >= 0 && p->tasks[r->producer].kind == SL__TASK_TICK)
     fprintf(f, " [tick]");
+  if (inplace) fprintf(f, " (updated in place)");
   fputc('\n', f);
+}
+
+/* A variable's register a task both reads and writes with one register:
+ * updated in place (lower.c). */
+static bool in_place(const sl__pplan *p, const sl__task *t, int32_t reg) {
+  if (p->regsts[reg].count != 1) return false;
+  bool in = false, out = false;
+  for (int32_t k = 0; k < t->n_in; k++)
+    in |= t->in[k] == reg;
+  for (int32_t k = 0; k < t->n_out; k++)
+    out |= t->out[k] == reg;
+  return in && out;
 }
 
 typedef struct dev_key {
@@ -142,10 +155,11 @@ sl_status sl__pplan_write_text(const sl__pplan *p, FILE *f) {
         task_what(p, t, what, sizeof what);
         fprintf(f, "      %s  [%s]\n", t->name, what);
         for (int32_t k = 0; k < t->n_in; k++)
-          if (k != t->tick_slot) regst_line(f, p, "in ", t->in[k], false);
+          if (k != t->tick_slot)
+            regst_line(f, p, "in ", t->in[k], false, in_place(p, t, t->in[k]));
         if (t->tick_slot >= 0) fprintf(f, "        tick\n");
         for (int32_t k = 0; k < t->n_out; k++)
-          regst_line(f, p, "out", t->out[k], true);
+          regst_line(f, p, "out", t->out[k], true, in_place(p, t, t->out[k]));
       }
     }
   }

@@ -31,8 +31,10 @@ static const sl_register *data_in(const sl_act *a, const task_rt *rt) {
 static sl_status act_op(sl_act *a) {
   task_rt *rt = a->ctx;
   sl__kernel_ctx *k = &rt->k;
-  for (int i = 0; i < k->n_in; i++)
-    k->in[i] = a->in[rt->slot_of[i]]->data;
+  for (int i = 0; i < k->n_in; i++) {
+    int32_t slot = rt->slot_of[i];
+    k->in[i] = slot >= 0 ? a->in[slot]->data : a->out[-1 - slot]->data;
+  }
   for (int j = 0; j < k->n_out; j++)
     k->out[j] = a->out[j]->data;
   k->step = rt->fired;

@@ -493,6 +493,16 @@ static sl_status connect_all(sl_session *s) {
     if (!rt->slot_of) return SL_ENOMEM;
     int32_t slots = 0;
     for (int32_t k = 0; k < t->n_in; k++) {
+      /* A variable updated in place (one register, lower.c): the task reads
+       * the version it replaces through its output register, which the
+       * runtime hands it once every reader returned that version. */
+      int32_t own = -1;
+      for (int32_t j = 0; j < t->n_out && own < 0; j++)
+        if (t->out[j] == t->in[k] && pp->regsts[t->in[k]].count == 1) own = j;
+      if (own >= 0) {
+        rt->slot_of[k] = -1 - own;
+        continue;
+      }
       int32_t dup = -1;
       for (int32_t j = 0; j < k && dup < 0; j++)
         if (t->in[j] == t->in[k]) dup = j;

@@ -31,7 +31,8 @@ typedef struct task_rt {
   sl_actor_id actor;
   int64_t fired;     /* firings completed: the step of the next one */
   int32_t *slot_of;  /* task input -> actor input slot (duplicate
-                        inputs share one) */
+                        inputs share one); -1 - j: output j's register,
+                        a variable updated in place */
   int32_t tick_slot; /* actor input slot of the tick, -1 */
   /* OP */
   const sl__node *node;

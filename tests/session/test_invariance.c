@@ -233,10 +233,10 @@ static void test_empty_shards(void **state) {
   }
 }
 
-/* Variables whose update value has other readers (here: a fetch) or is
- * another variable: lowered with a var_copy task instead of writing the
- * variable's registers directly. Updates set through the IR (the public
- * builder only makes them with sl_minimize). */
+/* Variables updated by something other than an optimizer: a value only the
+ * update uses (a two-register loop), one with other readers (here: a
+ * fetch) or another variable (var_copy tasks). Updates set through the IR (the
+ * public builder only makes them with sl_minimize). */
 static void test_variable_copies(void **state) {
   uint64_t seed = st_seed(16, "var copies");
   for (int split = 0; split < 2; split++) {
@@ -252,6 +252,13 @@ static void test_variable_copies(void **state) {
                     split ? "S(0)" : NULL);
     sl_tensor x =
         sl_input(g, "x", &ws, SL_DTYPE_F32, NULL, split ? "S(0)" : NULL);
+    /* u <- u * 0.9 + x, read by nothing else: written directly by its op
+     * through a two-register loop (not an optimizer: not in place) */
+    sl_tensor u =
+        sl_variable(g, "u", &ws, SL_DTYPE_F32, sl_init_uniform(-1, 1, 3), NULL,
+                    split ? "S(0)" : NULL);
+    sl_tensor unext = sl_add(sl_mul_scalar(u, 0.9), x);
+    sl_fetch(u, "u_out");
     sl_tensor next = sl_add(sl_mul_scalar(w, 0.5), x); /* w <- w/2 + x */
     sl_fetch(next, "next");                            /* a second reader */
     sl_fetch(w, "w_out");
@@ -260,6 +267,7 @@ static void test_variable_copies(void **state) {
     sl__node *wn = (sl__node *)sl__graph_node(g, sl__graph_find(g, "w"));
     sl__node *vn = (sl__node *)sl__graph_node(g, sl__graph_find(g, "v"));
     wn->update = next.id;
+    ((sl__node *)sl__graph_node(g, sl__graph_find(g, "u")))->update = unext.id;
     vn->update = w.id; /* v <- the previous w */
     st_run_vs_interp(g, 4, 1e-6, seed + (uint64_t)split, 0, NULL);
     sl_graph_destroy(g);

@@ -107,15 +107,15 @@ static void test_dp_structure(void **state) {
       assert_int_equal(rg->shape.dims[0], 8);
     }
   }
-  /* variables: count 2 (1 initial), produced by the update op of their
-   * rank, which also reads them: the loop */
+  /* variables: one register, initially ready, produced by the SGD update
+   * of their rank, which also reads it: updated in place */
   int32_t wi = node_named(g, "w1");
   int vars = 0;
   for (int32_t r = 0; r < p->n_regsts; r++) {
     const sl__regst *rg = &p->regsts[r];
     if (rg->var_node != wi) continue;
     vars++;
-    assert_int_equal(rg->count, 2);
+    assert_int_equal(rg->count, 1);
     assert_int_equal(rg->initial, 1);
     assert_int_equal(rg->bytes, 12 * 20 * 4);
     const sl__task *u = &p->tasks[rg->producer];
@@ -223,6 +223,7 @@ static void test_protobuf_round_trip(void **state) {
       assert_non_null(strstr(t1, "[boxing all_reduce(sum) group"));
       assert_non_null(strstr(t1, "driver (machine 1)"));
       assert_non_null(strstr(t1, "(1 initial)"));
+      assert_non_null(strstr(t1, "(updated in place)"));
     } else {
       assert_non_null(strstr(t1, "digraph plan {"));
       assert_non_null(strstr(t1, "subgraph cluster_m0_d2"));
