@@ -32,7 +32,11 @@ static sl_status check_opt(sl_graph *g, const char *name,
 }
 
 /* A zero-initialised state variable "<weight>.<what>" shaped like w. */
-static sl_tensor state_like(sl_graph *g, sl_tensor w, const char *what) {
+/* An optimizer state variable in w's layout; `empty` makes it a [0] tensor
+ * (broadcast), for SGD without momentum, which keeps no state: a full-size
+ * buffer would be read and written for nothing every step. */
+static sl_tensor state_like(sl_graph *g, sl_tensor w, const char *what,
+                            bool empty) {
   const sl__value *v = sl__g_value(g, w.id);
   char name[300];
   snprintf(name, sizeof name, "%.250s.%s", sl_tensor_name(w), what);
@@ -40,8 +44,12 @@ static sl_tensor state_like(sl_graph *g, sl_tensor w, const char *what) {
   char saved[sizeof g->scope];
   memcpy(saved, g->scope, sizeof saved);
   g->scope[0] = '\0';
-  sl_tensor s = sl_variable_p(g, name, &v->meta.shape, v->meta.dtype,
-                              sl_init_zeros(), v->placement, &v->sbp);
+  sl_shape none = {.ndim = 1, .dims = {0}};
+  sl_nd_sbp bcast = {.ndim = v->sbp.ndim};
+  for (int i = 0; i < bcast.ndim; i++) bcast.sbp[i] = sl_sbp_broadcast();
+  sl_tensor s = sl_variable_p(g, name, empty ? &none : &v->meta.shape,
+                              v->meta.dtype, sl_init_zeros(), v->placement,
+                              empty ? &bcast : &v->sbp);
   memcpy(g->scope, saved, sizeof saved);
   if (s.id >= 0) {
     sl__gnode *n = g->nodes[sl__g_value(g, s.id)->producer];
@@ -107,7 +115,7 @@ static void update(sl_graph *g, sl_tensor w, sl_tensor grad,
   sl_tensor st[2];
   if (o->kind == SL_OPTIMIZER_SGD) {
     sl__attrs_set_float(&at, "momentum", o->momentum);
-    st[0] = state_like(g, w, "momentum");
+    st[0] = state_like(g, w, "momentum", o->momentum == 0);
     sl_tensor in[3] = {w, grad, st[0]};
     if (sl__g_op(g, "sgd_update", 3, in, &at, outs).id < 0) return;
   } else {
@@ -115,8 +123,8 @@ static void update(sl_graph *g, sl_tensor w, sl_tensor grad,
     sl__attrs_set_float(&at, "beta2", o->beta2);
     sl__attrs_set_float(&at, "eps", o->eps);
     sl__attrs_set_int(&at, "decoupled", o->kind == SL_OPTIMIZER_ADAMW);
-    st[0] = state_like(g, w, "m");
-    st[1] = state_like(g, w, "v");
+    st[0] = state_like(g, w, "m", false);
+    st[1] = state_like(g, w, "v", false);
     sl_tensor in[4] = {w, grad, st[0], st[1]};
     if (sl__g_op(g, "adam_update", 4, in, &at, outs).id < 0) return;
   }
