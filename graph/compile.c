@@ -365,7 +365,8 @@ static sl_status insert_boxing(sl_graph *g) {
   }
   if (st == SL_OK) {
     SL_ASSERT(b.n_order == g->n_nodes);
-    memcpy(g->nodes, b.order, (size_t)b.n_order * sizeof *g->nodes);
+    if (b.n_order) /* b.order is NULL for an empty graph */
+      memcpy(g->nodes, b.order, (size_t)b.n_order * sizeof *g->nodes);
     for (int32_t i = 0; i < g->n_nodes; i++) {
       sl__gnode *gn = g->nodes[i];
       gn->index = i;

@@ -44,13 +44,15 @@ demo() {
   local sluice="$build_dir/python-free-cli/sluice"
   "$sluice" info
   echo
+  echo "== examples/mlp: 4x1024 MLP, data x tensor parallel on 4 CPU devices [2,2]"
+  "$build_dir/examples/mlp" --devices cpu:4 --layout hybrid --steps 10 --batch 128
+  echo
+  echo "== examples/gpt: a small decoder-only transformer, tensor parallel on 2 devices"
+  "$build_dir/examples/gpt" --devices cpu:2 --layout tp --steps 10
+  echo
   echo "== sluice boxing: a 2x2 mesh, (S(0),P) -> (B,B)"
   "$sluice" boxing --shape 8,6 --dtype f32 --from-placement 'cpu:0-3[2,2]' \
     --from '(S(0),P)' --to '(B,B)' --verify
-  echo
-  echo "== sluice boxing: moving S(0) on 4 devices to S(1) on 3 others"
-  "$sluice" boxing --shape 10,7 --dtype f32 --from-placement 'cpu:0-3' \
-    --from 'S(0)' --to-placement 'cpu:4-6' --to 'S(1)' --verify
 }
 
 fuzz_smoke() {

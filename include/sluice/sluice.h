@@ -8,6 +8,8 @@
 #include <sluice/sbp.h>
 #include <sluice/boxing.h>
 #include <sluice/graph.h>
+#include <sluice/session.h>
+#include <sluice/actor.h>
 #include <sluice/build.h>
 
 #endif
