@@ -157,12 +157,36 @@ sl_status sl__interp_step(sl__interp *it) {
     case SL__NODE_FETCH: break;
     }
   }
-  /* Updates apply after the whole step has read the old values. */
+  /* Updates apply after the whole step has read the old values. An update
+   * whose new value is another variable's value (v <- w) must see w's old
+   * version, so those are staged before any variable changes. */
+  size_t staged_bytes = 0;
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const sl__node *n = &g->nodes[i]->n;
-    if (n->kind == SL__NODE_VARIABLE && n->update >= 0 && it->bytes[n->out[0]])
-      memcpy(it->buf[n->out[0]], it->buf[n->update], it->bytes[n->out[0]]);
+    if (n->kind == SL__NODE_VARIABLE && n->update >= 0 &&
+        g->nodes[g->values[n->update]->producer]->n.kind == SL__NODE_VARIABLE)
+      staged_bytes += it->bytes[n->out[0]];
   }
+  unsigned char *staged = staged_bytes ? sl__malloc(staged_bytes) : NULL;
+  if (staged_bytes && !staged) return SL_ENOMEM;
+  size_t off = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    off = 0;
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+      const sl__node *n = &g->nodes[i]->n;
+      if (n->kind != SL__NODE_VARIABLE || n->update < 0) continue;
+      size_t bytes = it->bytes[n->out[0]];
+      bool from_var =
+          g->nodes[g->values[n->update]->producer]->n.kind == SL__NODE_VARIABLE;
+      if (pass == 0 && from_var && bytes) /* snapshot the old version */
+        memcpy(staged + off, it->buf[n->update], bytes);
+      if (pass == 1 && bytes)
+        memcpy(it->buf[n->out[0]], from_var ? staged + off : it->buf[n->update],
+               bytes);
+      if (from_var) off += bytes;
+    }
+  }
+  sl__free(staged);
   it->step++;
   it->ran = true;
   return SL_OK;

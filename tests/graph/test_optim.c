@@ -3,6 +3,7 @@
  * state variables; sl_minimize's errors. */
 #include <math.h>
 
+#include "graph_priv.h"
 #include "graph_test.h"
 
 #define N 5
@@ -255,6 +256,41 @@ static void test_minimize_errors(void **state) {
   sl_graph_destroy(g);
 }
 
+/* Variable updates apply together, after the step: a variable whose new
+ * value is another variable's (v <- w) gets w's old version even when w is
+ * updated first. */
+static void test_updates_read_old_versions(void **state) {
+  GT_REQUIRE_OPS("scalar_add");
+  sl_graph *g;
+  GT_OK(sl_graph_create(&g));
+  sl_graph_set_default_placement(g, "cpu:0");
+  sl_shape sh = SL_SHAPE(3);
+  sl_tensor w = sl_variable(g, "w", &sh, SL_DTYPE_F32, sl_init_constant(1),
+                            "cpu:0", "B");
+  sl_tensor v = sl_variable(g, "v", &sh, SL_DTYPE_F32, sl_init_constant(0),
+                            "cpu:0", "B");
+  sl_tensor w1 = sl_add_scalar(w, 1);
+  assert_true(sl_tensor_ok(v));
+  GT_GRAPH_OK(g);
+  sl__g_find(g, "w")->n.update = w1.id;
+  sl__g_find(g, "v")->n.update = w.id;
+  sl__interp *it;
+  GT_OK(sl__interp_create(g, &it));
+  for (int step = 0; step < 3; step++) {
+    GT_OK(sl__interp_step(it));
+    void *wd, *vd;
+    sl__meta meta;
+    GT_OK(sl__interp_variable(it, "w", &wd, &meta));
+    GT_OK(sl__interp_variable(it, "v", &vd, &meta));
+    for (int i = 0; i < 3; i++) {
+      assert_true(((float *)wd)[i] == (float)(step + 2));
+      assert_true(((float *)vd)[i] == (float)(step + 1)); /* w before */
+    }
+  }
+  sl__interp_destroy(it);
+  sl_graph_destroy(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sgd),
@@ -262,6 +298,7 @@ int main(void) {
       cmocka_unit_test(test_clip),
       cmocka_unit_test(test_trainable),
       cmocka_unit_test(test_minimize_errors),
+      cmocka_unit_test(test_updates_read_old_versions),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
