@@ -219,6 +219,7 @@ static inline float sl__expf(float x) {
    * if-convert under -ftrapping-math, leaving a branchy scalar loop. */
   float xc = x > 88.7229f ? 88.7229f : x;
   xc = xc < -104.f ? -104.f : xc;
+  xc = xc == xc ? xc : 0.f; /* NaN: keep the int conversion below defined */
   float n = (xc * 1.44269504088896341f + 12582912.f) - 12582912.f;
   float r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
