@@ -11,6 +11,13 @@
 
 #include "op.h"
 
+/* The instruction-set instances must give identical bits, which needs every
+ * a * b + c rounded twice. GCC does not contract in ISO C mode (-std=c11);
+ * clang contracts within an expression by default, and AVX-512 has FMA. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 /* ---- text for messages --------------------------------------------------- */
 
 /* A shape as text ("[2,3]"), returned by value so it can sit inside a
