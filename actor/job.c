@@ -701,7 +701,9 @@ sl_status sl_job_deliver(sl_job *job, const sl_msg *m, const void *payload,
     rt_regst *r = &sl->regs[m->index];
     if (nbytes != r->pub.bytes || (nbytes && !payload))
       return bad_msg(job, m, "payload size does not match the register");
-    if (nbytes) memcpy(r->pub.data, payload, nbytes);
+    /* Transports that received into the register (sl_job_payload_target)
+     * pass it as the payload: nothing to copy. */
+    if (nbytes && payload != r->pub.data) memcpy(r->pub.data, payload, nbytes);
     r->pub.piece = m->piece;
     break;
   }
@@ -720,6 +722,33 @@ sl_status sl_job_deliver(sl_job *job, const sl_msg *m, const void *payload,
     return sl__fail(SL_EINTERNAL, "job on node %u: queue of stream %s full",
                     job->node, a->st->name);
   return SL_OK;
+}
+
+sl_status sl_job_payload_target(sl_job *job, const sl_msg *m, size_t nbytes,
+                                void **out) {
+  *out = NULL;
+  if (!atomic_load(&job->accepting))
+    return sl__fail(SL_ESTATE, "job on node %u: no longer accepts messages",
+                    job->node);
+  if (m->kind != SL_MSG_READY)
+    return bad_msg(job, m, "only register-ready messages carry a payload");
+  rt_actor *a = sl__job_actor(job, m->dst);
+  if (!a) return bad_msg(job, m, "no such actor here");
+  if (m->slot >= a->n_in) return bad_msg(job, m, "no such input slot");
+  in_slot *sl = &a->in[m->slot];
+  if (!sl->remote || sl->desc != m->desc || sl->producer != m->src)
+    return bad_msg(job, m, "input slot does not match the sender");
+  if (m->index < 0 || (uint32_t)m->index >= sl->cap)
+    return bad_msg(job, m, "no such register");
+  rt_regst *r = &sl->regs[m->index];
+  if (nbytes != r->pub.bytes)
+    return bad_msg(job, m, "payload size does not match the register");
+  *out = r->pub.data;
+  return SL_OK;
+}
+
+void sl_job_abort_msg(sl_job *job, sl_status st, const char *msg) {
+  sl__job_abort(job, st, 0, false, msg, true);
 }
 
 bool sl_job_quiescent(const sl_job *job, uint64_t *progress) {

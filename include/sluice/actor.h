@@ -351,6 +351,24 @@ SL_API const char *sl_job_hang_report(const sl_job *job);
 SL_API sl_status sl_job_deliver(sl_job *job, const sl_msg *msg,
                                 const void *payload, size_t nbytes);
 
+/* For transports that receive a READY's payload straight into the
+ * register instead of handing sl_job_deliver a buffer to copy from: sets
+ * *out to the register msg (a READY from another node) will be delivered
+ * into, after the same checks sl_job_deliver makes (nbytes must be the
+ * register's size). The transport writes the payload there, then calls
+ * sl_job_deliver(job, msg, *out, nbytes), which then copies nothing. The
+ * register is the reader's mirror of the producer's register msg->index,
+ * which the producer sends again only after every reader returned it, so
+ * nothing reads it meanwhile. SL_EINVAL for a message that does not fit the
+ * plan, SL_ESTATE once the job was waited for; *out is then NULL. */
+SL_API sl_status sl_job_payload_target(sl_job *job, const sl_msg *msg,
+                                       size_t nbytes, void **out);
+
+/* Like sl_job_abort, with msg (copied; NULL or "": the status name) as the
+ * failure's message, for transports reporting a failure the job cannot see
+ * itself ("data plane: node 0: node 1 (127.0.0.1:4000): lost: ..."). */
+SL_API void sl_job_abort_msg(sl_job *job, sl_status st, const char *msg);
+
 /* For transports: true when no actor of this job can fire, none executes
  * and no message is queued (or the job finished); *progress (may be NULL)
  * grows with every message the job handled. False before start. */

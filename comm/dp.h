@@ -1,0 +1,304 @@
+/* sluice comm — the data plane: one libuv TCP connection per node pair,
+ * opened lazily with a token handshake, carrying the actor runtime's
+ * messages and register bytes as checksummed frames (DESIGN.md section 8;
+ * docs/dataplane.md explains the protocol and its choices).
+ *
+ * An endpoint is one process's end of the data plane: a listening socket,
+ * one event-loop thread that owns every connection, a table of peer
+ * addresses, and at most one attached job at a time. Its sl_transport
+ * (sl__dp_endpoint_transport) goes into the job's sl_job_config; `send` only
+ * enqueues to the loop thread, which writes frames header-and-register
+ * without copying, reads large payloads straight into the receiving job's
+ * register and delivers with sl_job_deliver.
+ *
+ * The pieces, one per file:
+ *   dp_crc.c        CRC32C (SSE4.2 when the CPU has it, else tables)
+ *   dp_frame.c      the frame header codec and its checks
+ *   dp_auth.c       the handshake: HMAC-SHA256 challenge-response messages
+ *   dp_endpoint.c   the loop thread, peers, attach/detach, probes
+ *   dp_conn.c       connections: dialing, handshake, reading, writing,
+ *                   credits, failures
+ *   dp_transport.c  the sl_transport binding (send, quiescent)
+ * Not installed: the control plane and the session use it. */
+#ifndef SLUICE_COMM_DP_H
+#define SLUICE_COMM_DP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <sluice/actor.h>
+
+#include "core_int.h"
+
+/* ---- CRC32C (Castagnoli, reflected polynomial 0x82F63B78) ---------------- */
+
+/* The CRC32C of n bytes continuing from crc (0 to start): crc32c("123456789")
+ * = 0xE3069283, and sl__crc32c(sl__crc32c(0, a, n), b, m) is the CRC of a
+ * followed by b. Uses the SSE4.2 instruction when the CPU has it. */
+uint32_t sl__crc32c(uint32_t crc, const void *p, size_t n);
+/* The same with tables only (tests compare the two). */
+uint32_t sl__crc32c_sw(uint32_t crc, const void *p, size_t n);
+/* True when sl__crc32c uses the CPU instruction. */
+bool sl__crc32c_hw(void);
+
+/* ---- frames -------------------------------------------------------------- */
+
+/* Every frame is a fixed 80-byte header followed by `len` payload bytes.
+ * Integers are little-endian on the wire. Layout (offsets):
+ *   0 magic "SLDP"   4 version   5 kind   6 flags
+ *   8 src   16 dst   24 piece   32 desc   36 index   40 slot   42 consumer
+ *   44 msg_kind   45 cmd   46 origin   48 len
+ *   56 credit_frames   64 credit_bytes   72 payload CRC32C
+ *   76 header CRC32C (of bytes 0..75)
+ * Fields 8..47 are an sl_msg for SL__DP_MSG frames and reused by the
+ * control kinds as documented below. */
+#define SL__DP_MAGIC 0x50444c53u /* "SLDP" as little-endian bytes */
+#define SL__DP_VERSION 1u
+#define SL__DP_HDR_BYTES 80u
+
+typedef enum sl__dp_kind {
+  SL__DP_MSG = 1,        /* an actor message; READY carries the register */
+  SL__DP_CREDIT = 2,     /* only the header's credit fields */
+  SL__DP_CREDIT_REQ = 3, /* "send me credit": the sender's window is full */
+  SL__DP_PING = 4,       /* keeps an idle connection's liveness fresh */
+  SL__DP_PROBE = 5,      /* quiescence probe; desc = sequence number */
+  SL__DP_PROBE_REPLY = 6,/* desc = probe's sequence, src = progress,
+                            dst = messages sent, piece = messages received,
+                            flags & QUIESCENT */
+  SL__DP_DONE = 7,       /* the sender's job ended (detach); fields as a
+                            PROBE_REPLY with its final counts */
+} sl__dp_kind;
+#define SL__DP_KIND_MAX 7
+
+/* Flag bits; any other bit set is a malformed frame. */
+#define SL__DP_FLAG_QUIESCENT 0x1u /* PROBE_REPLY, DONE */
+#define SL__DP_FLAGS_KNOWN 0x1u
+
+typedef struct sl__dp_frame {
+  uint8_t version, kind;
+  uint16_t flags;
+  uint64_t src, dst;
+  int64_t piece;
+  int32_t desc, index;
+  uint16_t slot, consumer;
+  uint8_t msg_kind, cmd;
+  uint16_t origin;
+  uint64_t len;
+  /* Cumulative count of frames (and their payload bytes) the sender of this
+   * frame has consumed from its peer on this connection: the credit. */
+  uint64_t credit_frames, credit_bytes;
+  uint32_t payload_crc;
+} sl__dp_frame;
+
+/* Writes the 80-byte header of f (its header CRC computed here). */
+void sl__dp_frame_encode(const sl__dp_frame *f, uint8_t out[SL__DP_HDR_BYTES]);
+
+/* Parses and checks a header: magic, version, header CRC, kind, flags,
+ * length (at most max_len; zero for every kind but a READY message), and
+ * for messages a known message kind. SL_ECOMM with the failed check in
+ * sl_last_error() ("bad frame: header checksum mismatch"); *out is then
+ * zeroed. */
+sl_status sl__dp_frame_decode(const uint8_t hdr[SL__DP_HDR_BYTES],
+                              uint64_t max_len, sl__dp_frame *out);
+
+/* The message of a SL__DP_MSG frame, and the frame of a message. */
+void sl__dp_frame_to_msg(const sl__dp_frame *f, sl_msg *out);
+void sl__dp_frame_from_msg(const sl_msg *m, uint64_t len, sl__dp_frame *out);
+
+/* "msg", "credit", ... ("?" for others). */
+const char *sl__dp_kind_name(unsigned kind);
+
+/* ---- handshake ------------------------------------------------------------ */
+
+/* A connection opens with three fixed-size messages (magic "SLHS"; the
+ * version byte sits at offset 4 in every version, so a peer speaking
+ * another version is recognised and told so):
+ *   server -> client  HELLO   its rank, the cluster size, nonce Ns
+ *   client -> server  PROOF   its rank, the rank it dialed, the cluster
+ *                             size, nonce Nc, HMAC-SHA256(token, "C"...)
+ *   server -> client  RESULT  a code; for OK, HMAC-SHA256(token, "S"...)
+ * Both MACs cover the label "sluice-dp-v1", a role byte, the version, Ns,
+ * Nc, both ranks and the cluster size, so neither can be replayed,
+ * reflected or moved to another pair of nodes, and the token never crosses
+ * the wire. Verification uses CRYPTO_memcmp. */
+#define SL__DP_HS_MAGIC 0x53484c53u /* "SLHS" */
+#define SL__DP_NONCE_BYTES 32u
+#define SL__DP_MAC_BYTES 32u
+#define SL__DP_HELLO_BYTES 48u
+#define SL__DP_PROOF_BYTES 88u
+#define SL__DP_RESULT_BYTES 48u
+
+typedef enum sl__dp_hs_type {
+  SL__DP_HS_HELLO = 1,
+  SL__DP_HS_PROOF = 2,
+  SL__DP_HS_RESULT = 3,
+} sl__dp_hs_type;
+
+typedef enum sl__dp_hs_code {
+  SL__DP_HS_OK = 0,
+  SL__DP_HS_AUTH = 1,      /* the proof did not verify: wrong token */
+  SL__DP_HS_VERSION = 2,   /* the client speaks another version */
+  SL__DP_HS_RANK = 3,      /* wrong rank or cluster size */
+  SL__DP_HS_DUPLICATE = 4, /* this pair already has (or is opening) its
+                              connection the other way: use that one */
+} sl__dp_hs_code;
+#define SL__DP_HS_CODE_MAX 4
+
+/* A decoded handshake message (fields a message type lacks are zero). */
+typedef struct sl__dp_hs {
+  uint8_t version, type, code;
+  uint32_t rank;      /* HELLO, RESULT: the server's; PROOF: the client's */
+  uint32_t peer_rank; /* PROOF: the rank the client dialed */
+  uint32_t nnodes;    /* HELLO, PROOF */
+  uint8_t nonce[SL__DP_NONCE_BYTES]; /* HELLO: Ns; PROOF: Nc */
+  uint8_t mac[SL__DP_MAC_BYTES];     /* PROOF; RESULT with OK */
+} sl__dp_hs;
+
+/* Size of a message type's encoding (0 for an unknown type). */
+size_t sl__dp_hs_size(unsigned type);
+/* Encodes m (m->type says which) into out, which holds
+ * sl__dp_hs_size(m->type) bytes; returns that size. */
+size_t sl__dp_hs_encode(const sl__dp_hs *m, uint8_t *out);
+/* Decodes a message of the expected type from exactly
+ * sl__dp_hs_size(type) bytes: magic, type, reserved bytes, code. A
+ * different version is not an error here: callers compare m->version
+ * (the rest is decoded only when the version matches; SL_EUNSUPPORTED with
+ * m->version set otherwise). SL_ECOMM for anything malformed. */
+sl_status sl__dp_hs_decode(const uint8_t *in, size_t n, unsigned type,
+                           sl__dp_hs *out);
+
+/* Fills n bytes from OpenSSL's CSPRNG. SL_EINTERNAL on failure. */
+sl_status sl__dp_random(void *p, size_t n);
+/* HMAC-SHA256(token, label || role || version || Ns || Nc || client rank
+ * || server rank || nnodes): role 'C' for the client's proof, 'S' for the
+ * server's. SL_EINTERNAL when libcrypto fails. */
+sl_status sl__dp_mac(const void *token, size_t token_len, char role,
+                     const uint8_t ns[SL__DP_NONCE_BYTES],
+                     const uint8_t nc[SL__DP_NONCE_BYTES], uint32_t client,
+                     uint32_t server, uint32_t nnodes,
+                     uint8_t out[SL__DP_MAC_BYTES]);
+/* Recomputes the MAC and compares in constant time: true when it matches. */
+bool sl__dp_mac_verify(const void *token, size_t token_len, char role,
+                       const uint8_t ns[SL__DP_NONCE_BYTES],
+                       const uint8_t nc[SL__DP_NONCE_BYTES], uint32_t client,
+                       uint32_t server, uint32_t nnodes,
+                       const uint8_t mac[SL__DP_MAC_BYTES]);
+/* "ok", "wrong token", ... */
+const char *sl__dp_hs_code_str(unsigned code);
+
+/* ---- endpoints ------------------------------------------------------------ */
+
+typedef struct sl__dp_endpoint sl__dp_endpoint;
+
+/* Called on the loop thread for every failure the endpoint sees: a peer
+ * lost or unreachable (node = its rank), a bad frame, a refused handshake
+ * (node = UINT32_MAX when the peer never proved who it is). msg names the
+ * peer and the check; valid during the call. */
+typedef void (*sl__dp_error_fn)(void *ctx, uint32_t node, sl_status st,
+                                const char *msg);
+
+typedef struct sl__dp_config {
+  uint32_t node;   /* this endpoint's rank, < nnodes */
+  uint32_t nnodes; /* ranks 0..nnodes-1; >= 1 */
+  const char *listen_host; /* numeric IPv4/IPv6; NULL: "127.0.0.1" */
+  uint16_t listen_port;    /* 0: an ephemeral port (see _port) */
+  const void *token;       /* required, copied: the shared secret */
+  size_t token_len;
+  /* Dialing: each attempt may take connect_timeout_ms; after a failed one
+   * the next starts retry_delay_ms later, doubling each time, up to
+   * connect_retries more attempts; then the peer is unreachable. 0 picks
+   * the default (2000 ms, 4 retries, 50 ms); connect_retries < 0: none. */
+  int32_t connect_timeout_ms;
+  int32_t connect_retries;
+  int32_t retry_delay_ms;
+  int32_t handshake_timeout_ms; /* 0: 5000 */
+  /* Liveness: a connection that sent nothing for ping_interval_ms sends a
+   * PING; one that received nothing for dead_timeout_ms is lost. 0: 1000
+   * and 10000; dead_timeout_ms < 0: never. */
+  int32_t ping_interval_ms;
+  int32_t dead_timeout_ms;
+  /* Credit window per connection: messages (and their payload bytes)
+   * written but not yet consumed by the receiver. A message larger than
+   * window_bytes still goes out, alone. 0: 1024 and 256 MiB. */
+  uint32_t window_frames;
+  uint64_t window_bytes;
+  uint64_t max_frame_bytes; /* largest payload accepted; 0: 16 GiB */
+  sl__dp_error_fn on_error;
+  void *on_error_ctx;
+} sl__dp_config;
+
+/* Binds and listens (so a port in use fails here: SL_EIO
+ * "127.0.0.1:PORT: address in use"), then starts the loop thread.
+ * SL_EINVAL for a bad config (no token, node >= nnodes, bad address),
+ * SL_EIO for socket errors, SL_ENOMEM, SL_EINTERNAL. */
+sl_status sl__dp_endpoint_create(const sl__dp_config *cfg,
+                                 sl__dp_endpoint **out);
+
+/* Closes every connection (peers see this node lost unless it detached
+ * its job first), stops and joins the loop thread and frees the endpoint;
+ * NULL is a no-op. No job may still use its transport: wait for it (and
+ * detach) first. */
+void sl__dp_endpoint_destroy(sl__dp_endpoint *ep);
+
+/* The port the endpoint listens on (the bound one when 0 was asked). */
+uint16_t sl__dp_endpoint_port(const sl__dp_endpoint *ep);
+uint32_t sl__dp_endpoint_node(const sl__dp_endpoint *ep);
+
+/* Sets where node `node` listens (numeric IPv4/IPv6 or a host name,
+ * resolved here). Any thread, any time; a connection already open stays.
+ * SL_EINVAL for a bad node or address. */
+sl_status sl__dp_endpoint_set_peer(sl__dp_endpoint *ep, uint32_t node,
+                                   const char *host, uint16_t port);
+
+/* Starts opening the connection to `node` now instead of on the first
+ * message (it is opened once per pair either way). SL_EINVAL, SL_ESTATE
+ * (endpoint closing). */
+sl_status sl__dp_endpoint_connect(sl__dp_endpoint *ep, uint32_t node);
+
+/* Waits up to timeout_ms for an open connection to `node`. SL_OK,
+ * SL_ETIMEOUT, or the peer's failure (SL_ECOMM, SL_EAUTH). */
+sl_status sl__dp_endpoint_wait_connected(sl__dp_endpoint *ep, uint32_t node,
+                                         int64_t timeout_ms);
+
+/* The transport for the job's sl_job_config. Valid while the endpoint is. */
+sl_transport sl__dp_endpoint_transport(sl__dp_endpoint *ep);
+
+/* Makes incoming messages go to job (created with this endpoint's
+ * transport, for this endpoint's node), and resets the per-job counters
+ * and any earlier peer failure. Every node's job must be attached before
+ * any is started (the control plane's barrier); messages arriving with no
+ * job attached are discarded. SL_EINVAL (wrong node), SL_ESTATE (a job is
+ * attached, or the endpoint is closing). */
+sl_status sl__dp_endpoint_attach(sl__dp_endpoint *ep, sl_job *job);
+
+/* Detaches the job after sl_job_wait returned: drops its register
+ * payloads still queued (only an aborted job leaves any), waits for the
+ * ones being written (at most dead_timeout_ms, then closes that
+ * connection), and tells every connected peer this node's job is done, so
+ * that closing the connection later is not a failure for them. Returns
+ * once the job's memory is no longer referenced: sl_job_destroy may
+ * follow. A no-op without a job. */
+void sl__dp_endpoint_detach(sl__dp_endpoint *ep);
+
+typedef struct sl__dp_stats {
+  uint64_t frames_sent, frames_received; /* every kind */
+  uint64_t messages_sent, messages_received;
+  uint64_t payload_bytes_sent, payload_bytes_received;
+  uint64_t payload_bytes_direct; /* read straight into registers */
+  uint64_t messages_discarded;   /* arrived with no job to take them */
+  uint64_t connections_opened;   /* handshakes completed, both ways */
+  uint64_t connections_dialed;   /* of those, opened by this endpoint */
+  uint64_t duplicates_refused;   /* simultaneous dials resolved */
+  uint64_t handshakes_refused;   /* wrong token, version, rank */
+  uint64_t bad_frames;           /* frames that failed a check */
+  uint64_t credit_stalls;        /* times a window was full */
+  uint64_t peak_window_frames;   /* most messages unacknowledged at once */
+  uint64_t peak_window_bytes;    /* most payload bytes unacknowledged */
+  uint64_t probes_answered;
+} sl__dp_stats;
+
+/* A snapshot of the counters (any thread). */
+void sl__dp_endpoint_get_stats(sl__dp_endpoint *ep, sl__dp_stats *out);
+
+#endif

@@ -1,0 +1,97 @@
+/* The data plane as an sl_transport: `send` queues a frame for the loop
+ * thread (its payload CRC computed here, on the sending stream thread,
+ * so that work is spread over the senders), and `quiescent` answers the
+ * job's hang detector from the last probe replies of every other node.
+ *
+ * Quiescence across processes (docs/dataplane.md): every node counts the
+ * messages its job handed to the transport (sent) and the ones taken out
+ * of transit (received: delivered, discarded or dropped). The whole
+ * cluster is quiescent, with nothing in transit, when every other node
+ * reported itself quiescent and the sum of everyone's sent equals the sum
+ * of everyone's received. The replies are not one snapshot, but the job's
+ * watchdog declares a hang only after these answers (and the sum of the
+ * counts and progress, which it compares) stayed the same for its whole
+ * timeout, over many probe rounds: the counting termination test with
+ * repeated rounds (Mattern, 1987). */
+#include <string.h>
+
+#include "dp_int.h"
+
+static sl_status dp_send(void *ctx, uint32_t node, const sl_msg *m,
+                         const void *payload, size_t nbytes) {
+  sl__dp_endpoint *ep = ctx;
+  if (node >= ep->cfg.nnodes || node == ep->cfg.node)
+    return sl__fail(SL_ECOMM, "data plane: node %u: no peer %u (%u nodes)",
+                    ep->cfg.node, node, ep->cfg.nnodes);
+  if (nbytes > ep->cfg.max_frame_bytes)
+    return sl__fail(SL_ECOMM,
+                    "data plane: a register of %zu bytes exceeds the frame "
+                    "limit of %llu bytes",
+                    nbytes, (unsigned long long)ep->cfg.max_frame_bytes);
+  dp_out *o = sl__malloc(sizeof *o);
+  if (!o) return SL_ENOMEM;
+  sl__dp_frame_from_msg(m, nbytes, &o->f);
+  o->payload = nbytes ? payload : NULL;
+  o->f.payload_crc = nbytes ? sl__crc32c(0, payload, nbytes) : 0;
+  o->next = NULL;
+  dp_peer *p = &ep->peers[node];
+  pthread_mutex_lock(&ep->lock);
+  if (ep->closing || p->failed) {
+    char msg[sizeof p->fail_msg];
+    sl_status st = ep->closing ? SL_ECOMM : p->fail_st;
+    if (ep->closing)
+      snprintf(msg, sizeof msg, "data plane: node %u: endpoint closing",
+               ep->cfg.node);
+    else
+      snprintf(msg, sizeof msg, "%s", p->fail_msg);
+    pthread_mutex_unlock(&ep->lock);
+    sl__free(o);
+    return sl__fail(st, "%s", msg);
+  }
+  dp_fifo_push(&p->inbox, o);
+  ep->job_sent++;
+  if (!p->dirty) {
+    p->dirty = true;
+    p->next_dirty = ep->dirty;
+    ep->dirty = p;
+  }
+  bool wake = !ep->woken;
+  ep->woken = true;
+  pthread_mutex_unlock(&ep->lock);
+  if (wake) uv_async_send(&ep->wake);
+  return SL_OK;
+}
+
+static bool dp_quiescent(void *ctx, uint32_t self, uint64_t *progress) {
+  sl__dp_endpoint *ep = ctx;
+  (void)self;
+  bool all = true;
+  pthread_mutex_lock(&ep->lock);
+  uint64_t sent = ep->job_sent, received = ep->job_received, sum = 0;
+  for (uint32_t i = 0; i < ep->cfg.nnodes; i++) {
+    const dp_peer *p = &ep->peers[i];
+    if (i == ep->cfg.node) continue;
+    if (!p->have_reply || !p->reply_quiescent) {
+      all = false;
+      continue;
+    }
+    sent += p->reply_sent;
+    received += p->reply_received;
+    sum += p->reply_progress;
+  }
+  /* Ask again for the next call. */
+  ep->probe_wanted = true;
+  ep->probe_seq++;
+  bool wake = !ep->woken && !ep->closing;
+  if (wake) ep->woken = true;
+  pthread_mutex_unlock(&ep->lock);
+  if (wake) uv_async_send(&ep->wake);
+  *progress = sum + sent + received;
+  return all && sent == received;
+}
+
+static const sl_transport_vtable dp_vtable = {dp_send, dp_quiescent};
+
+sl_transport sl__dp_endpoint_transport(sl__dp_endpoint *ep) {
+  return (sl_transport){&dp_vtable, ep};
+}
