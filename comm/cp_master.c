@@ -465,9 +465,12 @@ static void do_leave(sl__cp_master *m, sl__cp_call *c, cp_member *x) {
   snprintf(why, sizeof why, "%s left%s%s", who, q->reason[0] ? ": " : "",
            q->reason);
   SL_INFO("control plane: %s", why);
+  /* State first, answer second: the answer may reach the caller before
+   * this thread moves on, and what it does next must see the change. (x
+   * may be freed here; the reply needs only the call's copy of the key.) */
+  member_gone(m, x, SL__CP_MEMBER_LEFT, why);
   Sluice__Cp__Empty r = SLUICE__CP__EMPTY__INIT;
   sl__cp_call_reply(c, &r.base);
-  member_gone(m, x, SL__CP_MEMBER_LEFT, why);
 }
 
 /* ---- dispatch ---------------------------------------------------------- */

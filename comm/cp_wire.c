@@ -12,6 +12,7 @@
  * never an out-of-range index later. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cp_int.h"
@@ -193,7 +194,9 @@ sl_status sl__cp_check(const ProtobufCMessage *m) {
     const Sluice__Cp__MembersReply *x = (const void *)m;
     TRY(range(m, "members", (int64_t)x->n_members, 1, SL__CP_MAX_NODES));
     for (size_t i = 0; i < x->n_members; i++) {
-      TRY(check_member(x->members[i]));
+      sl_status st = check_member(x->members[i]);
+      if (st != SL_OK)
+        return sl__fail_context(st, "MembersReply.members[%zu]: ", i);
       if (x->members[i]->rank != (int32_t)i)
         return bad(m, "members", "entry %zu holds rank %d", i,
                    (int)x->members[i]->rank);
@@ -259,6 +262,34 @@ sl_status sl__cp_check(const ProtobufCMessage *m) {
   return SL_OK;
 }
 
+/* Unknown fields are dropped, in nested messages too: nothing reads them,
+ * and protobuf-c keeps some that it would not accept back (a field number 0
+ * written in a non-canonical varint re-encodes as bytes its own decoder
+ * refuses), so keeping them would break "what decodes, re-encodes". The
+ * unpacked message came from the default allocator, malloc. */
+static void drop_unknown(ProtobufCMessage *m) {
+  for (unsigned i = 0; i < m->n_unknown_fields; i++)
+    free(m->unknown_fields[i].data);
+  free(m->unknown_fields);
+  m->unknown_fields = NULL;
+  m->n_unknown_fields = 0;
+  const ProtobufCMessageDescriptor *d = m->descriptor;
+  for (unsigned f = 0; f < d->n_fields; f++) {
+    const ProtobufCFieldDescriptor *fd = &d->fields[f];
+    if (fd->type != PROTOBUF_C_TYPE_MESSAGE) continue;
+    char *at = (char *)m + fd->offset;
+    if (fd->label == PROTOBUF_C_LABEL_REPEATED) {
+      size_t n = *(size_t *)((char *)m + fd->quantifier_offset);
+      ProtobufCMessage **sub = *(ProtobufCMessage ***)at;
+      for (size_t k = 0; k < n; k++)
+        if (sub[k]) drop_unknown(sub[k]);
+    } else {
+      ProtobufCMessage *sub = *(ProtobufCMessage **)at;
+      if (sub) drop_unknown(sub);
+    }
+  }
+}
+
 sl_status sl__cp_decode(const ProtobufCMessageDescriptor *d, const uint8_t *buf,
                         size_t len, ProtobufCMessage **out) {
   *out = NULL;
@@ -271,6 +302,7 @@ sl_status sl__cp_decode(const ProtobufCMessageDescriptor *d, const uint8_t *buf,
                     "malformed %s: %zu bytes that do not decode (truncated "
                     "or not a %s)",
                     d->short_name, len, d->short_name);
+  drop_unknown(m);
   sl_status st = sl__cp_check(m);
   if (st != SL_OK) {
     protobuf_c_message_free_unpacked(m, NULL);

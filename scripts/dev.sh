@@ -12,7 +12,7 @@ build_dir=${BUILD_DIR:-build}
 jobs=${JOBS:-$(nproc)}
 
 packages=(build-essential cmake ninja-build pkg-config libcmocka-dev
-          libopenblas-dev libuv1-dev libprotobuf-c-dev protobuf-c-compiler
+          libopenblas-dev libuv1-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
           libssl-dev clang libclang-rt-14-dev)
 
 install_missing() {
