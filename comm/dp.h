@@ -218,6 +218,12 @@ typedef struct sl__dp_config {
    * and 10000; dead_timeout_ms < 0: never. */
   int32_t ping_interval_ms;
   int32_t dead_timeout_ms;
+  /* After handling events the loop thread keeps polling (without
+   * sleeping) for this long before it blocks, which can save a thread
+   * wake-up per message where cores are spare; it costs CPU time, and on
+   * a machine with fewer cores than busy threads it makes things slower
+   * (docs/dataplane.md). 0: SLUICE_DP_SPIN_US, else off; negative: off. */
+  int32_t spin_us;
   /* Credit window per connection: messages (and their payload bytes)
    * written but not yet consumed by the receiver. A message larger than
    * window_bytes still goes out, alone. 0: 1024 and 256 MiB. */

@@ -117,6 +117,7 @@ static void on_written(uv_write_t *req, int status) {
   dp_wreq *w = req->data;
   dp_conn *c = w->c;
   sl__dp_endpoint *ep = c->ep;
+  ep->activity++;
   c->writes--;
   c->payload_writes -= w->n_payload;
   dp_out *o = w->frames;
@@ -945,6 +946,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   dp_conn *c = s->data;
   (void)buf;
   if (c->state == DP_CLOSING || nread == 0) return;
+  c->ep->activity++;
   if (nread < 0) {
     conn_lost(c, nread == UV_EOF ? "connection closed by the peer"
                                  : uv_strerror((int)nread));

@@ -20,6 +20,7 @@
 #define DEF_WINDOW_FRAMES 1024u
 #define DEF_WINDOW_BYTES (256ull << 20)
 #define DEF_MAX_FRAME (16ull << 30)
+#define DEF_SPIN_US 0 /* see spin_us in dp.h */
 /* How long destroy lets queued frames (a detach's DONE) drain. */
 #define SHUTDOWN_LINGER_MS 2000
 
@@ -311,6 +312,7 @@ static void do_shutdown(sl__dp_endpoint *ep, dp_call *c) {
 
 static void on_wake(uv_async_t *h) {
   sl__dp_endpoint *ep = h->data;
+  ep->activity++;
   pthread_mutex_lock(&ep->lock);
   ep->woken = false;
   /* next_dirty may be reused by a send as soon as `dirty` is cleared, so
@@ -388,7 +390,18 @@ static void *loop_main(void *arg) {
   sigemptyset(&set);
   sigaddset(&set, SIGPIPE);
   pthread_sigmask(SIG_BLOCK, &set, NULL);
-  uv_run(&ep->loop, UV_RUN_DEFAULT);
+  while (uv_run(&ep->loop, UV_RUN_ONCE)) {
+    /* Poll on while events keep coming, for up to spin_ns after the last
+     * one: the next message then finds the thread awake. */
+    uint64_t seen = ep->activity, last = sl__now_ns();
+    while (ep->spin_ns && sl__now_ns() - last < ep->spin_ns) {
+      if (!uv_run(&ep->loop, UV_RUN_NOWAIT)) return NULL;
+      if (ep->activity != seen) {
+        seen = ep->activity;
+        last = sl__now_ns();
+      }
+    }
+  }
   return NULL;
 }
 
@@ -517,6 +530,11 @@ sl_status sl__dp_endpoint_create(const sl__dp_config *cfg,
   if (!c->window_frames) c->window_frames = DEF_WINDOW_FRAMES;
   if (!c->window_bytes) c->window_bytes = DEF_WINDOW_BYTES;
   if (!c->max_frame_bytes) c->max_frame_bytes = DEF_MAX_FRAME;
+  if (!c->spin_us) {
+    const char *e = getenv("SLUICE_DP_SPIN_US");
+    c->spin_us = e && e[0] ? (int32_t)strtol(e, NULL, 10) : DEF_SPIN_US;
+  }
+  ep->spin_ns = c->spin_us > 0 ? (uint64_t)c->spin_us * 1000ull : 0;
   if (c->connect_timeout_ms < 0 || c->retry_delay_ms < 0 ||
       c->handshake_timeout_ms < 0 || c->ping_interval_ms < 0) {
     release(ep);

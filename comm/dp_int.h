@@ -182,6 +182,8 @@ struct sl__dp_endpoint {
   dp_call *shutdown_call;
 
   dp_counters stats;
+  uint64_t activity; /* (loop) bumped by every callback that did work */
+  uint64_t spin_ns;
 };
 
 /* ---- dp_endpoint.c ---- */
