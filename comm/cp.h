@@ -96,6 +96,7 @@ typedef struct sl__cp_client_opts {
   int node_rank;         /* nodes: SL__CP_RANK_ANY or 0..nnodes-1 */
   const char *devices;   /* nodes: device list, e.g. "cpu:0-3"; may be NULL */
   const char *data_addr; /* nodes: data-plane "host:port"; may be NULL */
+  int nnodes;            /* 0: any; else the master must run this many */
   bool wait_all;         /* connect returns once every node is LIVE */
   uint32_t protocol;     /* 0: SL__CP_PROTOCOL (tests claim others) */
 } sl__cp_client_opts;
@@ -126,7 +127,8 @@ const char *sl__cp_member_state_name(sl__cp_member_state s);
  * is LIVE. The whole of it must finish within timeout_ms, which also covers
  * waiting for a master that is not up yet. SL_EAUTH (token refused, or the
  * master could not prove it knows the token), SL_EUNSUPPORTED (protocol
- * versions differ), SL_ESTATE (rank taken), SL_EINVAL, SL_ETIMEOUT (master
+ * versions differ), SL_ESTATE (rank taken), SL_EINVAL (also: the master
+ * runs another number of nodes than opts->nnodes), SL_ETIMEOUT (master
  * unreachable or nodes missing when the deadline passed), SL_ECOMM. */
 sl_status sl__cp_client_connect(const sl__cp_client_opts *opts,
                                 uint64_t timeout_ms, sl__cp_client **out);

@@ -286,6 +286,12 @@ static sl_status hello(sl__cp_client *c, const sl__cp_client_opts *o,
                     "speaks %u",
                     c->target, r->version, (unsigned)r->protocol,
                     SLUICE_VERSION_STRING, (unsigned)q.protocol);
+    else if (o->nnodes > 0 && (int)r->nnodes != o->nnodes)
+      st = sl__fail(SL_EINVAL,
+                    "Hello: the master at %s runs %u nodes, this process "
+                    "expects %d (check SLUICE_NNODES and the master's "
+                    "settings)",
+                    c->target, (unsigned)r->nnodes, o->nnodes);
     else
       memcpy(nonce, r->nonce.data, SL__CP_NONCE_BYTES);
   }

@@ -178,6 +178,15 @@ static void test_version_mismatch(void **state) {
               "version mismatch");
   assert_non_null(strstr(sl_last_error(), "speaks control protocol 1"));
   assert_null(x);
+  /* Nodes that disagree with the master about the cluster's size. */
+  o.protocol = 0;
+  o.nnodes = 3;
+  CHECK_FAILS(sl__cp_client_connect(&o, LONG_MS, &x), SL_EINVAL,
+              "runs 1 nodes, this process expects 3");
+  assert_null(x);
+  o.nnodes = 1;
+  CHECK_OK(sl__cp_client_connect(&o, LONG_MS, &x));
+  sl__cp_client_destroy(x);
   sl__cp_client *good = join_node(s, 0);
   sl__cp_client_destroy(good);
   sl__cp_server_destroy(s);
