@@ -2,7 +2,8 @@
 # Set-up, build, demo and test in one place, for a fresh Debian 12 machine.
 #   scripts/dev.sh demo   install what is missing, build, run the demo
 #   scripts/dev.sh test   install what is missing, build, run every test
-#   scripts/dev.sh sanitize   the suite under ASan+UBSan and under TSan
+#                         (then the fuzz smoke run and the sanitizer suites)
+#   scripts/dev.sh sanitize   only the suite under ASan+UBSan and under TSan
 # Environment: BUILD_DIR (default build), JOBS (default nproc),
 # SLUICE_SKIP_INSTALL=1 to skip apt-get, SLUICE_FUZZ_SECONDS (default 10).
 set -euo pipefail
@@ -80,12 +81,12 @@ test_all() {
   build "$build_dir"
   (cd "$build_dir" && ctest --output-on-failure -j "$jobs")
   fuzz_smoke
+  sanitize_suites
 }
 
 # The suite under AddressSanitizer+UBSan, then ThreadSanitizer (clang, whose
 # TSan runtime handles this kernel's address-space layout).
-sanitize() {
-  install_missing
+sanitize_suites() {
   local san dir
   for san in address,undefined thread; do
     dir="$build_dir-${san%%,*}"
@@ -94,6 +95,11 @@ sanitize() {
       -DSLUICE_BUILD_BENCH=OFF
     (cd "$dir" && ctest --output-on-failure -j "$jobs")
   done
+}
+
+sanitize() {
+  install_missing
+  sanitize_suites
 }
 
 case "${1:-}" in
