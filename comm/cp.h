@@ -90,8 +90,8 @@ typedef enum sl__cp_role {
 } sl__cp_role;
 
 typedef struct sl__cp_client_opts {
-  const char *master;    /* "host:port" of the master */
-  const char *token;     /* NULL or "": joins without credentials (refused) */
+  const char *master; /* "host:port" of the master */
+  const char *token;  /* NULL or "": joins without credentials (refused) */
   sl__cp_role role;
   int node_rank;         /* nodes: SL__CP_RANK_ANY or 0..nnodes-1 */
   const char *devices;   /* nodes: device list, e.g. "cpu:0-3"; may be NULL */
@@ -201,8 +201,7 @@ sl_status sl__cp_plan_fetch(sl__cp_client *c, uint64_t job, int node,
 
 /* SUBMITTED -> RUNNING. SL_ECOMM naming the node when a node is not LIVE;
  * SL_ESTATE when the job is not SUBMITTED; SL_ENOTFOUND. */
-sl_status sl__cp_job_start(sl__cp_client *c, uint64_t job,
-                           uint64_t timeout_ms);
+sl_status sl__cp_job_start(sl__cp_client *c, uint64_t job, uint64_t timeout_ms);
 /* SUBMITTED or RUNNING -> STOPPED (status SL_EABORTED, the reason in the
  * message). A finished job stays as it is. */
 sl_status sl__cp_job_stop(sl__cp_client *c, uint64_t job, const char *reason,
@@ -225,21 +224,20 @@ sl_status sl__cp_job_status(sl__cp_client *c, uint64_t job,
  * lost") when the job ends without the key, SL_ENOTFOUND when it succeeded
  * without it or does not exist. */
 sl_status sl__cp_result_put(sl__cp_client *c, uint64_t job, const char *key,
-                            const void *value, size_t len,
-                            uint64_t timeout_ms);
+                            const void *value, size_t len, uint64_t timeout_ms);
 sl_status sl__cp_result_get(sl__cp_client *c, uint64_t job, const char *key,
                             uint64_t timeout_ms, uint8_t **value, size_t *len);
 
 /* ---- bootstrap from the environment ------------------------------------ */
 
 typedef struct sl__cp_env {
-  char *master;   /* "host:port" */
-  int node_rank;  /* SL__CP_RANK_ANY when unset */
-  int nnodes;     /* 0 when unset */
-  char *token;    /* NULL when unset */
-  char *bind;     /* the host daemons listen on; "127.0.0.1" unless told */
+  char *master;  /* "host:port" */
+  int node_rank; /* SL__CP_RANK_ANY when unset */
+  int nnodes;    /* 0 when unset */
+  char *token;   /* NULL when unset */
+  char *bind;    /* the host daemons listen on; "127.0.0.1" unless told */
   uint32_t heartbeat_timeout_ms; /* SL__CP_DEFAULT_HEARTBEAT_TIMEOUT_MS */
-  const char *master_from; /* which variables named the master, static */
+  const char *master_from;       /* which variables named the master, static */
 } sl__cp_env;
 
 /* Reads the bootstrap settings from envp ("NAME=value" strings, NULL-ended;

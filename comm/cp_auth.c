@@ -84,14 +84,12 @@ sl_status sl__cp_mac(const uint8_t *key, size_t key_len, sl__cp_mac_label label,
                      uint8_t mac[SL__CP_MAC_BYTES]) {
   pthread_once(&fetch_once, fetch);
   if (!hmac_impl) return ossl_fail("EVP_MAC_fetch(HMAC)");
-  if (key_len == 0)
-    return sl__fail(SL_EINVAL, "an HMAC needs a non-empty key");
+  if (key_len == 0) return sl__fail(SL_EINVAL, "an HMAC needs a non-empty key");
   EVP_MAC_CTX *ctx = EVP_MAC_CTX_new(hmac_impl);
   if (!ctx) return ossl_fail("EVP_MAC_CTX_new");
-  OSSL_PARAM params[] = {
-      OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256",
-                                       0),
-      OSSL_PARAM_construct_end()};
+  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST,
+                                                          (char *)"SHA256", 0),
+                         OSSL_PARAM_construct_end()};
   const char *lab = labels[label];
   const char *name = sl__cp_methods[method].name;
   uint8_t ids[12];

@@ -42,9 +42,8 @@ static uint64_t left_ms(uint64_t deadline_ns) {
 /* ---- calls ------------------------------------------------------------- */
 
 sl_status sl__cp_client_rpc(sl__cp_client *c, const char *path,
-                            const uint8_t *req, size_t len,
-                            uint64_t timeout_ms, uint8_t **reply,
-                            size_t *reply_len) {
+                            const uint8_t *req, size_t len, uint64_t timeout_ms,
+                            uint8_t **reply, size_t *reply_len) {
   return sl__cp_rpc(c->ch, c->target, path, path, req, len, timeout_ms, false,
                     reply, reply_len);
 }
@@ -78,9 +77,9 @@ sl_status sl__cp_client_send(sl__cp_client *c, sl__cp_method m,
   SL_CHECK_GOTO(sl__cp_rpc(c->ch, c->target, md->path, md->name, req, req_len,
                            timeout_ms, false, &rep, &rep_len),
                 st, out);
-  SL_CHECK_GOTO(sl__cp_decode(&sluice__cp__envelope__descriptor, rep, rep_len,
-                              &em),
-                st, out);
+  SL_CHECK_GOTO(
+      sl__cp_decode(&sluice__cp__envelope__descriptor, rep, rep_len, &em), st,
+      out);
   const Sluice__Cp__Envelope *re = (const void *)em;
   if (re->member != c->member || re->counter != counter ||
       !sl__cp_mac_ok(c->key, sizeof c->key, SL__CP_MAC_REPLY, m, re->member,
@@ -114,14 +113,14 @@ static sl_status call(sl__cp_client *c, sl__cp_method m,
   *reply = NULL;
   sl_status st = sl__cp_check(req);
   if (st != SL_OK)
-    return sl__fail_context(st, "%s: invalid argument: ",
-                            sl__cp_methods[m].name);
+    return sl__fail_context(st,
+                            "%s: invalid argument: ", sl__cp_methods[m].name);
   uint8_t *body = NULL, *rep = NULL;
   size_t len, rep_len;
   SL_CHECK_GOTO(sl__cp_pack(req, &body, &len), st, out);
   SL_CHECK_GOTO(
-      sl__cp_client_send(c, m, body, len, true, timeout_ms, &rep, &rep_len),
-      st, out);
+      sl__cp_client_send(c, m, body, len, true, timeout_ms, &rep, &rep_len), st,
+      out);
   st = sl__cp_decode(sl__cp_methods[m].reply, rep, rep_len, reply);
   if (st != SL_OK)
     sl__fail_context(st, "%s: the master's reply: ", sl__cp_methods[m].name);
@@ -154,9 +153,9 @@ static sl_status call_open(sl__cp_client *c, sl__cp_method m,
                            wait_ready, &rep, &rep_len),
                 st, out);
   ProtobufCMessage *em;
-  SL_CHECK_GOTO(sl__cp_decode(&sluice__cp__envelope__descriptor, rep, rep_len,
-                              &em),
-                st, out);
+  SL_CHECK_GOTO(
+      sl__cp_decode(&sluice__cp__envelope__descriptor, rep, rep_len, &em), st,
+      out);
   *reply = (void *)em;
 out:
   sl__free(req);
@@ -352,14 +351,15 @@ static sl_status join(sl__cp_client *c, const sl__cp_client_opts *o,
   const Sluice__Cp__JoinReply *r = (const void *)rep;
   if (!have_token) {
     st = sl__fail(SL_EAUTH, "Join: the master accepted a join without a "
-                  "token; refusing to trust it");
+                            "token; refusing to trust it");
     goto out;
   }
   if ((o->role == SL__CP_NODE) != (r->rank >= 0) ||
       (o->role == SL__CP_NODE && o->node_rank >= 0 &&
        r->rank != o->node_rank) ||
       env->member != r->member || env->counter != 0) {
-    st = sl__fail(SL_EAUTH, "Join: the master's reply does not match the "
+    st = sl__fail(SL_EAUTH,
+                  "Join: the master's reply does not match the "
                   "request (rank %d for %d)",
                   (int)r->rank, o->node_rank);
     goto out;
@@ -413,15 +413,18 @@ sl_status sl__cp_client_connect(const sl__cp_client_opts *opts,
   *out = NULL;
   if (!opts->master || !opts->master[0])
     return sl__fail(SL_EINVAL, "control plane: no master address (set "
-                    "SLUICE_MASTER=host:port)");
+                               "SLUICE_MASTER=host:port)");
   if (opts->role != SL__CP_NODE && opts->role != SL__CP_CLIENT)
-    return sl__fail(SL_EINVAL, "control plane: role %d is neither node nor "
-                    "client", (int)opts->role);
-  if (opts->role == SL__CP_NODE &&
-      (opts->node_rank < SL__CP_RANK_ANY ||
-       opts->node_rank >= SL__CP_MAX_NODES))
-    return sl__fail(SL_EINVAL, "control plane: node rank %d is outside "
-                    "-1..%d", opts->node_rank, SL__CP_MAX_NODES - 1);
+    return sl__fail(SL_EINVAL,
+                    "control plane: role %d is neither node nor "
+                    "client",
+                    (int)opts->role);
+  if (opts->role == SL__CP_NODE && (opts->node_rank < SL__CP_RANK_ANY ||
+                                    opts->node_rank >= SL__CP_MAX_NODES))
+    return sl__fail(SL_EINVAL,
+                    "control plane: node rank %d is outside "
+                    "-1..%d",
+                    opts->node_rank, SL__CP_MAX_NODES - 1);
   uint64_t deadline = sl__now_ns() + timeout_ms * 1000000ull;
   sl__cp_client *c;
   SL_CHECK(SL_NEW(c));
@@ -652,9 +655,9 @@ sl_status sl__cp_job_status(sl__cp_client *c, uint64_t job,
   out->failed_node = -1;
   Sluice__Cp__JobStatusRequest q = SLUICE__CP__JOB_STATUS_REQUEST__INIT;
   q.job = job;
-  q.until = (Sluice__Cp__JobState)(until > SL__CP_JOB_SUCCEEDED
-                                       ? SL__CP_JOB_SUCCEEDED
-                                       : until);
+  q.until =
+      (Sluice__Cp__JobState)(until > SL__CP_JOB_SUCCEEDED ? SL__CP_JOB_SUCCEEDED
+                                                          : until);
   return job_call(c, SL__CP_JOB_STATUS, &q.base, timeout_ms, out);
 }
 
@@ -673,8 +676,7 @@ sl_status sl__cp_result_put(sl__cp_client *c, uint64_t job, const char *key,
 }
 
 sl_status sl__cp_result_get(sl__cp_client *c, uint64_t job, const char *key,
-                            uint64_t timeout_ms, uint8_t **value,
-                            size_t *len) {
+                            uint64_t timeout_ms, uint8_t **value, size_t *len) {
   *value = NULL;
   *len = 0;
   Sluice__Cp__ResultGet q = SLUICE__CP__RESULT_GET__INIT;

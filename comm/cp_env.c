@@ -23,8 +23,8 @@ static sl_status parse_int(const char *name, const char *v, long lo, long hi,
   char *end;
   long x = strtol(v, &end, 10);
   if (end == v || *end || x < lo || x > hi)
-    return sl__fail(SL_EINVAL, "%s='%s': expected an integer in %ld..%ld",
-                    name, v, lo, hi);
+    return sl__fail(SL_EINVAL, "%s='%s': expected an integer in %ld..%ld", name,
+                    v, lo, hi);
   *out = x;
   return SL_OK;
 }
@@ -56,8 +56,7 @@ static sl_status agreed_int(char *const *envp, const char *const *names,
 
 sl_status sl__cp_slurm_first_host(const char *list, char **out) {
   *out = NULL;
-  if (!list || !list[0])
-    return sl__fail(SL_EINVAL, "Slurm host list: empty");
+  if (!list || !list[0]) return sl__fail(SL_EINVAL, "Slurm host list: empty");
   size_t cap = strlen(list) + 1;
   char *host = sl__malloc(cap);
   if (!host) return SL_ENOMEM;
@@ -104,8 +103,7 @@ static sl_status master_from_env(char *const *envp, sl__cp_env *e) {
   if (v) {
     sl_status st = sl__cp_addr_split(v, host, sizeof host, &port);
     if (st != SL_OK) return sl__fail_context(st, "SLUICE_MASTER: ");
-    if (port == 0)
-      return sl__fail(SL_EINVAL, "SLUICE_MASTER='%s': port 0", v);
+    if (port == 0) return sl__fail(SL_EINVAL, "SLUICE_MASTER='%s': port 0", v);
     e->master_from = "SLUICE_MASTER";
     return (e->master = sl__strdup(v)) ? SL_OK : SL_ENOMEM;
   }
@@ -114,14 +112,15 @@ static sl_status master_from_env(char *const *envp, sl__cp_env *e) {
   long p = SL__CP_DEFAULT_PORT;
   if (addr) {
     if (!mport)
-      return sl__fail(SL_EINVAL, "MASTER_ADDR='%s' is set but MASTER_PORT "
-                      "is not", addr);
+      return sl__fail(SL_EINVAL,
+                      "MASTER_ADDR='%s' is set but MASTER_PORT "
+                      "is not",
+                      addr);
     SL_CHECK(parse_int("MASTER_PORT", mport, 1, 65535, &p));
     size_t n = strlen(addr) + 16;
     if (!(e->master = sl__malloc(n))) return SL_ENOMEM;
     /* An IPv6 literal needs brackets before the port. */
-    snprintf(e->master, n, strchr(addr, ':') ? "[%s]:%ld" : "%s:%ld", addr,
-             p);
+    snprintf(e->master, n, strchr(addr, ':') ? "[%s]:%ld" : "%s:%ld", addr, p);
     e->master_from = "MASTER_ADDR and MASTER_PORT";
     return SL_OK;
   }
@@ -149,8 +148,10 @@ static sl_status master_from_env(char *const *envp, sl__cp_env *e) {
     return e->master ? SL_OK : SL_ENOMEM;
   }
   if (mport)
-    return sl__fail(SL_EINVAL, "MASTER_PORT='%s' is set but MASTER_ADDR is "
-                    "not", mport);
+    return sl__fail(SL_EINVAL,
+                    "MASTER_PORT='%s' is set but MASTER_ADDR is "
+                    "not",
+                    mport);
   return sl__fail(SL_EINVAL,
                   "no master: set SLUICE_MASTER=host:port (or MASTER_ADDR and "
                   "MASTER_PORT, or run under Slurm)");
@@ -163,8 +164,8 @@ sl_status sl__cp_env_parse(char *const *envp, sl__cp_env *out) {
   e.heartbeat_timeout_ms = SL__CP_DEFAULT_HEARTBEAT_TIMEOUT_MS;
   static const char *const ranks[] = {"SLUICE_NODE_RANK", "NODE_RANK",
                                       "SLURM_NODEID"};
-  static const char *const sizes[] = {"SLUICE_NNODES", "NNODES",
-                                      "SLURM_NNODES", "SLURM_JOB_NUM_NODES"};
+  static const char *const sizes[] = {"SLUICE_NNODES", "NNODES", "SLURM_NNODES",
+                                      "SLURM_JOB_NUM_NODES"};
   long rank, nnodes;
   const char *rank_from, *nnodes_from;
   sl_status st;

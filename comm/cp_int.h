@@ -143,8 +143,8 @@ void sl__cp_channel_destroy(grpc_channel *ch);
  * message is the master's, or says what the transport saw. */
 sl_status sl__cp_rpc(grpc_channel *ch, const char *target, const char *path,
                      const char *what, const uint8_t *req, size_t len,
-                     uint64_t timeout_ms,
-                     bool wait_ready, uint8_t **reply, size_t *reply_len);
+                     uint64_t timeout_ms, bool wait_ready, uint8_t **reply,
+                     size_t *reply_len);
 
 /* "host:port" -> host and port; [v6]:port too. SL_EINVAL. */
 sl_status sl__cp_addr_split(const char *addr, char *host, size_t host_size,
@@ -172,7 +172,7 @@ struct sl__cp_call {
   bool keyed; /* replies are sealed with key */
 
   /* parking */
-  int wait;        /* wait list index, -1 when not parked */
+  int wait;          /* wait list index, -1 when not parked */
   uint64_t wait_gen; /* barriers: the round this call arrived in */
   sl__cp_call *wnext, *wprev;
 };
@@ -313,9 +313,8 @@ sl_status sl__cp_client_send(sl__cp_client *c, sl__cp_method m,
                              size_t *reply_len);
 /* A raw call to any path on the client's channel. */
 sl_status sl__cp_client_rpc(sl__cp_client *c, const char *path,
-                            const uint8_t *req, size_t len,
-                            uint64_t timeout_ms, uint8_t **reply,
-                            size_t *reply_len);
+                            const uint8_t *req, size_t len, uint64_t timeout_ms,
+                            uint8_t **reply, size_t *reply_len);
 /* Stops the heartbeat thread without telling the master (as a hung node
  * would); the client stays usable for calls. */
 void sl__cp_client_stop_heartbeat(sl__cp_client *c);

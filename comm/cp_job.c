@@ -193,8 +193,7 @@ void sl__cp_do_job_start(sl__cp_master *m, sl__cp_call *c) {
   for (int r = 0; r < m->nnodes; r++) {
     const cp_member *x = m->nodes[r];
     if (!x || x->state != SL__CP_MEMBER_LIVE) {
-      sl__cp_call_fail(c, SL_ECOMM,
-                       "JobStart: job %llu: node %d is %s",
+      sl__cp_call_fail(c, SL_ECOMM, "JobStart: job %llu: node %d is %s",
                        (unsigned long long)j->id, r,
                        x ? sl__cp_member_state_name(x->state)
                          : "not connected");
@@ -277,8 +276,10 @@ void sl__cp_job_member_gone(sl__cp_master *m, const cp_member *who,
     } else if (who->role == SL__CP_CLIENT && !terminal(j->state) &&
                j->submitter == who->id) {
       char msg[512];
-      snprintf(msg, sizeof msg, "stopped: the client that submitted it is "
-               "gone (%s)", why);
+      snprintf(msg, sizeof msg,
+               "stopped: the client that submitted it is "
+               "gone (%s)",
+               why);
       finish(m, j, SL__CP_JOB_STOPPED, SL_EABORTED, -1, msg);
     }
   }
@@ -320,8 +321,7 @@ bool sl__cp_do_result_get(sl__cp_master *m, sl__cp_call *c) {
     return true;
   }
   if (terminal(j->state)) {
-    sl__cp_call_fail(c, j->status, "job %llu %s: %s",
-                     (unsigned long long)j->id,
+    sl__cp_call_fail(c, j->status, "job %llu %s: %s", (unsigned long long)j->id,
                      sl__cp_job_state_name(j->state), j->message);
     return true;
   }

@@ -151,8 +151,7 @@ void sl__cp_master_cancel(sl__cp_master *m, sl__cp_call *c) {
 void sl__cp_master_shutdown(sl__cp_master *m) {
   for (int w = 0; w < CP_N_WAITS; w++)
     while (m->waits[w])
-      sl__cp_call_fail(m->waits[w], SL_ECOMM,
-                       "%s: the master is shutting down",
+      sl__cp_call_fail(m->waits[w], SL_ECOMM, "%s: the master is shutting down",
                        sl__cp_methods[m->waits[w]->method].name);
 }
 
@@ -206,7 +205,8 @@ void sl__cp_master_tick(sl__cp_master *m, uint64_t now) {
       cn = c->wnext;
       if (now >= c->deadline_ns) {
         if (c->method == SL__CP_BARRIER) sl__cp_barrier_cancel(m, c);
-        sl__cp_call_fail(c, SL_ETIMEOUT, "%s: the deadline passed while the "
+        sl__cp_call_fail(c, SL_ETIMEOUT,
+                         "%s: the deadline passed while the "
                          "master waited",
                          sl__cp_methods[c->method].name);
       }
@@ -246,12 +246,13 @@ static void version_mismatch(sl__cp_master *m, sl__cp_call *c,
           "speaks %u",
           sl__cp_methods[c->method].name, c->peer, (unsigned)protocol,
           version[0] ? version : "?", (unsigned)SL__CP_PROTOCOL);
-  sl__cp_call_fail(c, SL_EUNSUPPORTED,
-                   "%s: version mismatch: the master (sluice %s) speaks control "
-                   "protocol %u, this process (sluice %s) speaks %u",
-                   sl__cp_methods[c->method].name, SLUICE_VERSION_STRING,
-                   (unsigned)SL__CP_PROTOCOL, version[0] ? version : "?",
-                   (unsigned)protocol);
+  sl__cp_call_fail(
+      c, SL_EUNSUPPORTED,
+      "%s: version mismatch: the master (sluice %s) speaks control "
+      "protocol %u, this process (sluice %s) speaks %u",
+      sl__cp_methods[c->method].name, SLUICE_VERSION_STRING,
+      (unsigned)SL__CP_PROTOCOL, version[0] ? version : "?",
+      (unsigned)protocol);
 }
 
 /* ---- Hello and Join ---------------------------------------------------- */
@@ -342,8 +343,7 @@ static void do_join(sl__cp_master *m, sl__cp_call *c,
     rank = q->rank >= 0 ? q->rank : pick_rank(m);
     if (rank < 0) {
       sl__cp_call_fail(c, SL_ESTATE,
-                       "Join: all %d ranks are held by live nodes",
-                       m->nnodes);
+                       "Join: all %d ranks are held by live nodes", m->nnodes);
       return;
     }
     cp_member *old = m->nodes[rank];
@@ -509,11 +509,10 @@ void sl__cp_master_dispatch(sl__cp_master *m, sl__cp_call *c) {
   } else if (!sl__cp_mac_ok(x->key, sizeof x->key, SL__CP_MAC_CALL, c->method,
                             env->member, env->counter, env->body.data,
                             env->body.len, env->mac.data, env->mac.len)) {
-    refuse(m, c, "credentials of %s do not match",
-           who_str(x, who, sizeof who));
+    refuse(m, c, "credentials of %s do not match", who_str(x, who, sizeof who));
   } else if (x->state != SL__CP_MEMBER_LIVE) {
-    refuse(m, c, "%s was declared %s; join again",
-           who_str(x, who, sizeof who), sl__cp_member_state_name(x->state));
+    refuse(m, c, "%s was declared %s; join again", who_str(x, who, sizeof who),
+           sl__cp_member_state_name(x->state));
   } else if (!sl__cp_replay_accept(&x->replay, env->counter)) {
     refuse(m, c, "call %llu of %s was already seen or is too old (replayed?)",
            (unsigned long long)env->counter, who_str(x, who, sizeof who));

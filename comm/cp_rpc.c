@@ -56,14 +56,14 @@ sl_status sl__cp_addr_split(const char *addr, char *host, size_t host_size,
   if (hlen == 0)
     return sl__fail(SL_EINVAL, "address '%s': no host before the port", addr);
   if (hlen >= host_size)
-    return sl__fail(SL_EINVAL, "address '%s': host longer than %zu bytes",
-                    addr, host_size - 1);
+    return sl__fail(SL_EINVAL, "address '%s': host longer than %zu bytes", addr,
+                    host_size - 1);
   char *end;
   const char *p = colon + 1;
   long v = strtol(p, &end, 10);
   if (!*p || *end || p[0] == '-' || p[0] == '+' || v < 0 || v > 65535)
-    return sl__fail(SL_EINVAL, "address '%s': port '%s' is not 0..65535",
-                    addr, p);
+    return sl__fail(SL_EINVAL, "address '%s': port '%s' is not 0..65535", addr,
+                    p);
   memcpy(host, h, hlen);
   host[hlen] = '\0';
   *port = (int)v;
@@ -81,11 +81,14 @@ sl_status sl__cp_channel_create(const char *target, size_t max_message,
   /* Reconnect quickly: a daemon may start before its master, and a master
    * that restarts should be found again within a heartbeat or two. */
   grpc_arg args[] = {
-      {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+      {GRPC_ARG_INTEGER,
+       GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
        {.integer = (int)max_message}},
-      {GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
+      {GRPC_ARG_INTEGER,
+       GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
        {.integer = (int)max_message}},
-      {GRPC_ARG_INTEGER, GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+      {GRPC_ARG_INTEGER,
+       GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
        {.integer = 100}},
       {GRPC_ARG_INTEGER, GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, {.integer = 100}},
       {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, {.integer = 1000}},
@@ -107,8 +110,7 @@ void sl__cp_channel_destroy(grpc_channel *ch) {
   if (ch) grpc_channel_destroy(ch);
 }
 
-static sl_status read_buffer(grpc_byte_buffer *bb, uint8_t **out,
-                             size_t *len) {
+static sl_status read_buffer(grpc_byte_buffer *bb, uint8_t **out, size_t *len) {
   grpc_byte_buffer_reader r;
   if (!grpc_byte_buffer_reader_init(&r, bb))
     return sl__fail(SL_ECOMM, "cannot read a received message");
@@ -153,15 +155,16 @@ sl_status sl__cp_rpc(grpc_channel *ch, const char *target, const char *path,
                      size_t *reply_len) {
   *reply = NULL;
   *reply_len = 0;
-  if (timeout_ms > (uint64_t)INT64_MAX / 2) timeout_ms = (uint64_t)INT64_MAX / 2;
+  if (timeout_ms > (uint64_t)INT64_MAX / 2)
+    timeout_ms = (uint64_t)INT64_MAX / 2;
   gpr_timespec deadline =
       gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                    gpr_time_from_millis((int64_t)timeout_ms, GPR_TIMESPAN));
   grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
   if (!cq) return sl__fail(SL_ECOMM, "cannot create a completion queue");
   grpc_call *call = grpc_channel_create_call(
-      ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, grpc_slice_from_static_string(path),
-      NULL, deadline, NULL);
+      ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
+      grpc_slice_from_static_string(path), NULL, deadline, NULL);
   grpc_slice body = grpc_slice_from_copied_buffer((const char *)req, len);
   grpc_byte_buffer *send = grpc_raw_byte_buffer_create(&body, 1);
   grpc_slice_unref(body);
@@ -203,16 +206,17 @@ sl_status sl__cp_rpc(grpc_channel *ch, const char *target, const char *path,
     int mine = trailer_status(&trailing_md);
     if (code == GRPC_STATUS_OK) {
       if (!recv)
-        st = sl__fail(SL_ECOMM, "%s: the reply of the master at %s carried "
-                      "no message", what, target);
+        st = sl__fail(SL_ECOMM,
+                      "%s: the reply of the master at %s carried "
+                      "no message",
+                      what, target);
       else
         st = read_buffer(recv, reply, reply_len);
     } else if (mine > 0) {
       /* The master's own verdict and words. */
       st = sl__fail((sl_status)mine, "%s", msg);
     } else if (code == GRPC_STATUS_DEADLINE_EXCEEDED) {
-      grpc_connectivity_state cs =
-          grpc_channel_check_connectivity_state(ch, 0);
+      grpc_connectivity_state cs = grpc_channel_check_connectivity_state(ch, 0);
       if (cs != GRPC_CHANNEL_READY)
         st = sl__fail(SL_ETIMEOUT,
                       "%s: could not reach the master at %s within %llu ms "
@@ -239,9 +243,9 @@ sl_status sl__cp_rpc(grpc_channel *ch, const char *target, const char *path,
   grpc_metadata_array_destroy(&trailing_md);
   grpc_call_unref(call);
   grpc_completion_queue_shutdown(cq);
-  while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_MONOTONIC),
-                                    NULL)
-             .type != GRPC_QUEUE_SHUTDOWN) {
+  while (
+      grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
+          .type != GRPC_QUEUE_SHUTDOWN) {
   }
   grpc_completion_queue_destroy(cq);
   return st;

@@ -71,7 +71,7 @@ struct sl__cp_server {
   atomic_bool stop;
   uint64_t tick_ns;
   /* the thread's own */
-  bool pending; /* a grpc_server_request_call is outstanding */
+  bool pending;   /* a grpc_server_request_call is outstanding */
   int live_calls; /* allocated srv_calls, the pending request included */
   bool shutting_down, shutdown_done, cancelled_all, cq_shut;
   uint64_t shutdown_started;
@@ -119,8 +119,8 @@ static void request_new(sl__cp_server *s) {
   grpc_metadata_array_init(&c->request_md);
   s->live_calls++;
   grpc_call_error e =
-      grpc_server_request_call(s->server, &c->call, &c->details,
-                               &c->request_md, s->cq, s->cq, &c->t_new);
+      grpc_server_request_call(s->server, &c->call, &c->details, &c->request_md,
+                               s->cq, s->cq, &c->t_new);
   if (e != GRPC_CALL_OK) {
     SL_ERROR("control plane: grpc_server_request_call: %s",
              grpc_call_error_to_string(e));
@@ -174,8 +174,8 @@ void sl__cp_call_fail(sl__cp_call *pc, sl_status st, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(text, sizeof text, fmt, ap);
   va_end(ap);
-  SL_DEBUG("control plane: %s from %s: %s: %s",
-           sl__cp_methods[pc->method].name, pc->peer, sl_status_str(st), text);
+  SL_DEBUG("control plane: %s from %s: %s: %s", sl__cp_methods[pc->method].name,
+           pc->peer, sl_status_str(st), text);
   send_answer(of(pc), NULL, (grpc_status_code)sl__cp_status_to_grpc(st), st,
               text);
 }
@@ -404,9 +404,8 @@ sl_status sl__cp_server_create(const sl__cp_server_opts *opts,
                     max_message);
   sl__cp_server *s;
   SL_CHECK(SL_NEW(s));
-  sl_status st =
-      sl__cp_master_init(&s->master, opts->nnodes, opts->token, timeout,
-                         max_message);
+  sl_status st = sl__cp_master_init(&s->master, opts->nnodes, opts->token,
+                                    timeout, max_message);
   if (st != SL_OK) {
     sl__free(s);
     return st;
@@ -419,9 +418,11 @@ sl_status sl__cp_server_create(const sl__cp_server_opts *opts,
   /* No SO_REUSEPORT: a second master on a port in use must fail, not share
    * the port's connections with the first. */
   grpc_arg args[] = {
-      {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+      {GRPC_ARG_INTEGER,
+       GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
        {.integer = (int)max_message}},
-      {GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
+      {GRPC_ARG_INTEGER,
+       GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
        {.integer = (int)max_message}},
       {GRPC_ARG_INTEGER, GRPC_ARG_ALLOW_REUSEPORT, {.integer = 0}},
   };

@@ -168,8 +168,7 @@ void sl__cp_do_barrier(sl__cp_master *m, sl__cp_call *c) {
   const Sluice__Cp__BarrierRequest *q = (const void *)c->body;
   if (c->rank < 0) {
     sl__cp_call_fail(c, SL_EINVAL,
-                     "Barrier '%s': only nodes take part in barriers",
-                     q->name);
+                     "Barrier '%s': only nodes take part in barriers", q->name);
     return;
   }
   /* A barrier cannot complete while a node is missing: say so now rather
@@ -177,9 +176,9 @@ void sl__cp_do_barrier(sl__cp_master *m, sl__cp_call *c) {
   for (int r = 0; r < m->nnodes; r++) {
     const cp_member *x = m->nodes[r];
     if (!x || x->state != SL__CP_MEMBER_LIVE) {
-      sl__cp_call_fail(c, SL_ECOMM, "Barrier '%s': node %d is %s", q->name,
-                       r, x ? sl__cp_member_state_name(x->state)
-                            : "not connected");
+      sl__cp_call_fail(c, SL_ECOMM, "Barrier '%s': node %d is %s", q->name, r,
+                       x ? sl__cp_member_state_name(x->state)
+                         : "not connected");
       return;
     }
   }

@@ -19,8 +19,10 @@
 
 #define SERVICE "/sluice.cp.Control/"
 #define METHOD(n, req, rep)                                                    \
-  {n, SERVICE n, &sluice__cp__##req##__descriptor,                             \
-   &sluice__cp__##rep##__descriptor}
+  {                                                                            \
+    n, SERVICE n, &sluice__cp__##req##__descriptor,                            \
+        &sluice__cp__##rep##__descriptor                                       \
+  }
 
 const sl__cp_method_desc sl__cp_methods[SL__CP_N_METHODS] = {
     [SL__CP_HELLO] = METHOD("Hello", hello_request, hello_reply),
@@ -117,8 +119,8 @@ static sl_status exact(const ProtobufCMessage *m, const char *field,
   return bad(m, field, "%zu bytes, expected %zu", b.len, want);
 }
 
-static sl_status range(const ProtobufCMessage *m, const char *field,
-                       int64_t v, int64_t lo, int64_t hi) {
+static sl_status range(const ProtobufCMessage *m, const char *field, int64_t v,
+                       int64_t lo, int64_t hi) {
   if (v >= lo && v <= hi) return SL_OK;
   return bad(m, field, "%lld is outside [%lld, %lld]", (long long)v,
              (long long)lo, (long long)hi);
@@ -296,7 +298,8 @@ sl_status sl__cp_decode(const ProtobufCMessageDescriptor *d, const uint8_t *buf,
   /* protobuf-c reads nothing through a NULL buffer of length 0, but keep
    * sanitizers away from the question. */
   static const uint8_t none[1];
-  ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, len, buf ? buf : none);
+  ProtobufCMessage *m =
+      protobuf_c_message_unpack(d, NULL, len, buf ? buf : none);
   if (!m)
     return sl__fail(SL_EINVAL,
                     "malformed %s: %zu bytes that do not decode (truncated "

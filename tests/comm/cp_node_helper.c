@@ -57,8 +57,7 @@ int main(int argc, char **argv) {
     if (sl__cp_plan_fetch(c, job, sl__cp_client_rank(c), WAIT_MS, &plan,
                           &len) != SL_OK)
       return die("plan fetch");
-    if (sl__cp_job_status(c, job, SL__CP_JOB_RUNNING, WAIT_MS, &info) !=
-        SL_OK)
+    if (sl__cp_job_status(c, job, SL__CP_JOB_RUNNING, WAIT_MS, &info) != SL_OK)
       return die("job status");
     if (info.state == SL__CP_JOB_RUNNING) {
       if (sl__cp_result_put(c, job, key, plan, len, WAIT_MS) != SL_OK)

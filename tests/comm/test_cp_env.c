@@ -30,8 +30,8 @@ static void test_sluice_variables(void **state) {
   assert_int_equal(e.heartbeat_timeout_ms, 1500);
   sl__cp_env_free(&e);
   /* Unset (or empty) rank, nnodes and token; a bind address. */
-  CHECK_OK(parse(&e, "SLUICE_MASTER=[::1]:7000", "SLUICE_NODE_RANK=",
-                 "SLUICE_BIND=0.0.0.0", NULL));
+  CHECK_OK(parse(&e, "SLUICE_MASTER=[::1]:7000",
+                 "SLUICE_NODE_RANK=", "SLUICE_BIND=0.0.0.0", NULL));
   assert_string_equal(e.master, "[::1]:7000");
   assert_int_equal(e.node_rank, SL__CP_RANK_ANY);
   assert_int_equal(e.nnodes, 0);
@@ -44,8 +44,8 @@ static void test_sluice_variables(void **state) {
 static void test_torchrun_variables(void **state) {
   (void)state;
   sl__cp_env e;
-  CHECK_OK(parse(&e, "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29500",
-                 "NODE_RANK=1", "NNODES=2", NULL));
+  CHECK_OK(parse(&e, "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29500", "NODE_RANK=1",
+                 "NNODES=2", NULL));
   assert_string_equal(e.master, "10.0.0.1:29500");
   assert_string_equal(e.master_from, "MASTER_ADDR and MASTER_PORT");
   assert_int_equal(e.node_rank, 1);
@@ -95,29 +95,30 @@ static void test_inconsistent(void **state) {
               "MASTER_PORT is not");
   CHECK_FAILS(parse(&e, "MASTER_PORT=5", NULL), SL_EINVAL,
               "MASTER_ADDR is not");
-  CHECK_FAILS(parse(&e, "MASTER_ADDR=h", "MASTER_PORT=99999", NULL),
-              SL_EINVAL, "MASTER_PORT='99999'");
+  CHECK_FAILS(parse(&e, "MASTER_ADDR=h", "MASTER_PORT=99999", NULL), SL_EINVAL,
+              "MASTER_PORT='99999'");
   CHECK_FAILS(parse(&e, "SLUICE_MASTER=h:1", "SLUICE_NODE_RANK=x", NULL),
               SL_EINVAL, "SLUICE_NODE_RANK='x'");
   CHECK_FAILS(parse(&e, "SLUICE_MASTER=h:1", "SLUICE_NODE_RANK=-1", NULL),
               SL_EINVAL, "SLUICE_NODE_RANK='-1'");
   CHECK_FAILS(parse(&e, "SLUICE_MASTER=h:1", "SLUICE_NNODES=0", NULL),
               SL_EINVAL, "SLUICE_NNODES='0'");
-  CHECK_FAILS(parse(&e, "SLUICE_MASTER=h:1", "SLUICE_NODE_RANK=1",
-                    "NODE_RANK=2", NULL),
-              SL_EINVAL, "SLUICE_NODE_RANK=1 but NODE_RANK=2");
+  CHECK_FAILS(
+      parse(&e, "SLUICE_MASTER=h:1", "SLUICE_NODE_RANK=1", "NODE_RANK=2", NULL),
+      SL_EINVAL, "SLUICE_NODE_RANK=1 but NODE_RANK=2");
   CHECK_FAILS(parse(&e, "SLUICE_MASTER=h:1", "SLUICE_NODE_RANK=1",
                     "SLURM_NODEID=0", NULL),
               SL_EINVAL, "SLUICE_NODE_RANK=1 but SLURM_NODEID=0");
-  CHECK_FAILS(parse(&e, "SLUICE_MASTER=h:1", "NNODES=2", "SLURM_NNODES=3",
-                    NULL),
-              SL_EINVAL, "NNODES=2 but SLURM_NNODES=3");
+  CHECK_FAILS(
+      parse(&e, "SLUICE_MASTER=h:1", "NNODES=2", "SLURM_NNODES=3", NULL),
+      SL_EINVAL, "NNODES=2 but SLURM_NNODES=3");
   CHECK_FAILS(parse(&e, "SLUICE_MASTER=h:1", "NODE_RANK=2", "NNODES=2", NULL),
-              SL_EINVAL, "node rank 2 (NODE_RANK) is not below the node "
+              SL_EINVAL,
+              "node rank 2 (NODE_RANK) is not below the node "
               "count 2 (NNODES)");
-  CHECK_FAILS(parse(&e, "SLUICE_MASTER=h:1",
-                    "SLUICE_HEARTBEAT_TIMEOUT_MS=0", NULL),
-              SL_EINVAL, "SLUICE_HEARTBEAT_TIMEOUT_MS='0'");
+  CHECK_FAILS(
+      parse(&e, "SLUICE_MASTER=h:1", "SLUICE_HEARTBEAT_TIMEOUT_MS=0", NULL),
+      SL_EINVAL, "SLUICE_HEARTBEAT_TIMEOUT_MS='0'");
   CHECK_FAILS(parse(&e, "SLURM_STEP_NODELIST=gpu[07", NULL), SL_EINVAL,
               "SLURM_STEP_NODELIST: Slurm host list 'gpu[07'");
   /* Failures leave nothing behind. */
@@ -142,8 +143,8 @@ static void test_slurm_host_lists(void **state) {
     assert_string_equal(h, ok[i][1]);
     sl__free(h);
   }
-  static const char *const bad[] = {"", ",a", "n[", "n[]", "n[a-b]",
-                                    "n]1", "n[1-2", "[x]"};
+  static const char *const bad[] = {"",       ",a",  "n[",    "n[]",
+                                    "n[a-b]", "n]1", "n[1-2", "[x]"};
   for (size_t i = 0; i < SL_ARRAY_LEN(bad); i++) {
     char *h = (char *)1;
     CHECK_FAILS(sl__cp_slurm_first_host(bad[i], &h), SL_EINVAL,

@@ -234,8 +234,8 @@ static void test_malformed(void **state) {
               SL_EINVAL, "malformed Envelope");
   /* A truncated envelope: a body field promising more bytes than follow. */
   static const uint8_t cut[] = {0x08, 0x01, 0x22, 0x40, 'a', 'b'};
-  CHECK_FAILS(sl__cp_client_rpc(c, kv_get->path, cut, sizeof cut, LONG_MS,
-                                &rep, &rep_len),
+  CHECK_FAILS(sl__cp_client_rpc(c, kv_get->path, cut, sizeof cut, LONG_MS, &rep,
+                                &rep_len),
               SL_EINVAL, "do not decode");
   /* An envelope whose MAC has the wrong length. */
   static const uint8_t short_mac[] = {0x08, 0x01, 0x1a, 0x02, 0x00, 0x00};
@@ -253,14 +253,14 @@ static void test_malformed(void **state) {
   uint8_t *body;
   size_t len;
   CHECK_OK(sl__cp_pack(&bad.base, &body, &len));
-  CHECK_FAILS(sl__cp_client_send(c, SL__CP_JOB_STATUS, body, len, true,
-                                 LONG_MS, &rep, &rep_len),
+  CHECK_FAILS(sl__cp_client_send(c, SL__CP_JOB_STATUS, body, len, true, LONG_MS,
+                                 &rep, &rep_len),
               SL_EINVAL, "JobStatusRequest.until: 9 is outside");
   sl__free(body);
   /* An empty message is an empty envelope: no credentials. */
-  CHECK_FAILS(sl__cp_client_rpc(c, kv_get->path, NULL, 0, LONG_MS, &rep,
-                                &rep_len),
-              SL_EAUTH, "unknown");
+  CHECK_FAILS(
+      sl__cp_client_rpc(c, kv_get->path, NULL, 0, LONG_MS, &rep, &rep_len),
+      SL_EAUTH, "unknown");
   /* ... and for Hello, protocol 0. */
   CHECK_FAILS(sl__cp_client_rpc(c, sl__cp_methods[SL__CP_HELLO].path, NULL, 0,
                                 LONG_MS, &rep, &rep_len),
@@ -289,15 +289,15 @@ static void test_malformed(void **state) {
   uint8_t *ebuf;
   size_t elen;
   CHECK_OK(sl__cp_pack(&env.base, &ebuf, &elen));
-  CHECK_FAILS(sl__cp_client_rpc(c, kv_get->path, ebuf, elen, LONG_MS, &rep,
-                                &rep_len),
-              SL_EAUTH, "member 99 is unknown");
+  CHECK_FAILS(
+      sl__cp_client_rpc(c, kv_get->path, ebuf, elen, LONG_MS, &rep, &rep_len),
+      SL_EAUTH, "member 99 is unknown");
   sl__free(ebuf);
   env.member = 1;
   CHECK_OK(sl__cp_pack(&env.base, &ebuf, &elen));
-  CHECK_FAILS(sl__cp_client_rpc(c, kv_get->path, ebuf, elen, LONG_MS, &rep,
-                                &rep_len),
-              SL_EAUTH, "credentials of node 0 do not match");
+  CHECK_FAILS(
+      sl__cp_client_rpc(c, kv_get->path, ebuf, elen, LONG_MS, &rep, &rep_len),
+      SL_EAUTH, "credentials of node 0 do not match");
   sl__free(ebuf);
   sl__free(body);
   /* A Join with made-up credentials and a nonce the master never issued. */
@@ -315,8 +315,8 @@ static void test_malformed(void **state) {
   env.body.data = body;
   env.body.len = len;
   CHECK_OK(sl__cp_pack(&env.base, &ebuf, &elen));
-  CHECK_FAILS(sl__cp_client_rpc(c, sl__cp_methods[SL__CP_JOIN].path, ebuf,
-                                elen, LONG_MS, &rep, &rep_len),
+  CHECK_FAILS(sl__cp_client_rpc(c, sl__cp_methods[SL__CP_JOIN].path, ebuf, elen,
+                                LONG_MS, &rep, &rep_len),
               SL_EAUTH, "nonce is unknown");
   sl__free(ebuf);
   sl__free(body);

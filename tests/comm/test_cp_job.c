@@ -102,8 +102,9 @@ static void test_plan_distribution(void **state) {
   CHECK_FAILS(sl__cp_plan_submit(prog, 9, 2, two, two_len, LONG_MS), SL_EINVAL,
               "2 plans for 3 nodes");
   /* A job not yet finished cannot be replaced. */
-  CHECK_FAILS(sl__cp_plan_submit(prog, 7, 3, (const uint8_t *const[]){two[0],
-              two[0], two[0]}, (size_t[]){1, 1, 1}, LONG_MS),
+  CHECK_FAILS(sl__cp_plan_submit(
+                  prog, 7, 3, (const uint8_t *const[]){two[0], two[0], two[0]},
+                  (size_t[]){1, 1, 1}, LONG_MS),
               SL_ESTATE, "job 7 is submitted");
   for (int i = 0; i < 3; i++)
     sl__cp_client_destroy(n[i]);
@@ -166,8 +167,8 @@ static void test_job_lifecycle(void **state) {
    * later success report changes nothing. */
   submit(prog, 2, 2, "two");
   CHECK_OK(sl__cp_job_start(prog, 2, LONG_MS));
-  CHECK_OK(sl__cp_job_report(b, 2, SL_EINVAL, "matmul 'mm': bad shape",
-                             LONG_MS));
+  CHECK_OK(
+      sl__cp_job_report(b, 2, SL_EINVAL, "matmul 'mm': bad shape", LONG_MS));
   CHECK_OK(sl__cp_job_report(a, 2, SL_EIO, "disk full", LONG_MS));
   CHECK_OK(sl__cp_job_report(a, 2, SL_OK, "", LONG_MS));
   CHECK_OK(sl__cp_job_status(prog, 2, SL__CP_JOB_SUCCEEDED, LONG_MS, &info));
@@ -178,8 +179,8 @@ static void test_job_lifecycle(void **state) {
   assert_non_null(strstr(info.message, "bad shape"));
   assert_null(strstr(info.message, "disk full"));
   /* A result that never came: the get reports the job's failure. */
-  CHECK_FAILS(sl__cp_result_get(prog, 2, "loss", LONG_MS, &v, &len),
-              SL_EINVAL, "bad shape");
+  CHECK_FAILS(sl__cp_result_get(prog, 2, "loss", LONG_MS, &v, &len), SL_EINVAL,
+              "bad shape");
 
   /* Job 3: stopped by the client. */
   submit(prog, 3, 2, "three");

@@ -107,16 +107,16 @@ static void test_ranks_taken_and_freed(void **state) {
   sl__cp_client *a = join_node(s, 1);
   assert_int_equal(sl__cp_client_rank(a), 1);
   sl__cp_client *x = NULL;
-  CHECK_FAILS(join_as(s, SL__CP_NODE, 1, TOKEN, false, LONG_MS, &x),
-              SL_ESTATE, "rank 1 is held by a live node");
+  CHECK_FAILS(join_as(s, SL__CP_NODE, 1, TOKEN, false, LONG_MS, &x), SL_ESTATE,
+              "rank 1 is held by a live node");
   assert_null(x);
-  CHECK_FAILS(join_as(s, SL__CP_NODE, 2, TOKEN, false, LONG_MS, &x),
-              SL_EINVAL, "rank 2 is outside 0..1");
+  CHECK_FAILS(join_as(s, SL__CP_NODE, 2, TOKEN, false, LONG_MS, &x), SL_EINVAL,
+              "rank 2 is outside 0..1");
   sl__cp_client *b = join_node(s, SL__CP_RANK_ANY);
   assert_int_equal(sl__cp_client_rank(b), 0);
-  CHECK_FAILS(join_as(s, SL__CP_NODE, SL__CP_RANK_ANY, TOKEN, false, LONG_MS,
-                      &x),
-              SL_ESTATE, "all 2 ranks are held");
+  CHECK_FAILS(
+      join_as(s, SL__CP_NODE, SL__CP_RANK_ANY, TOKEN, false, LONG_MS, &x),
+      SL_ESTATE, "all 2 ranks are held");
   /* Clients hold no rank and do not count. */
   sl__cp_client *prog = join_client(s, true);
   assert_int_equal(sl__cp_client_rank(prog), -1);

@@ -115,9 +115,9 @@ static void test_other_checks(void **state) {
               "BarrierRequest.name: longer than 256 bytes");
   /* Bytes that are no message of the type at all. */
   static const uint8_t junk[] = {0x0a, 0x80};
-  CHECK_FAILS(sl__cp_decode(&sluice__cp__kv_get__descriptor, junk,
-                            sizeof junk, &m),
-              SL_EINVAL, "malformed KvGet: 2 bytes that do not decode");
+  CHECK_FAILS(
+      sl__cp_decode(&sluice__cp__kv_get__descriptor, junk, sizeof junk, &m),
+      SL_EINVAL, "malformed KvGet: 2 bytes that do not decode");
   /* Zero bytes decode to the empty message. */
   CHECK_OK(sl__cp_decode(&sluice__cp__empty__descriptor, NULL, 0, &m));
   sl__cp_msg_free(m);
@@ -135,9 +135,9 @@ static void test_methods_and_statuses(void **state) {
   }
   assert_int_equal(sl__cp_method_find("/sluice.cp.Control/Joi", 22), -1);
   assert_int_equal(sl__cp_method_find("/sluice.cp.Control/JoinX", 24), -1);
-  static const sl_status same[] = {SL_OK,       SL_EINVAL,   SL_ETIMEOUT,
-                                   SL_EAUTH,    SL_ECOMM,    SL_ENOTFOUND,
-                                   SL_ESTATE,   SL_EABORTED, SL_ENOMEM};
+  static const sl_status same[] = {SL_OK,     SL_EINVAL,   SL_ETIMEOUT,
+                                   SL_EAUTH,  SL_ECOMM,    SL_ENOTFOUND,
+                                   SL_ESTATE, SL_EABORTED, SL_ENOMEM};
   for (size_t i = 0; i < SL_ARRAY_LEN(same); i++)
     assert_int_equal(sl__cp_status_from_grpc(sl__cp_status_to_grpc(same[i])),
                      same[i]);
@@ -166,8 +166,8 @@ static void test_mac(void **state) {
     memcpy(msg + n + 8, pieces[p], l);
     n += 8 + l;
   }
-  static const uint8_t ids[] = {0, 0, 0, 0, 0, 0, 0, 12, 0, 0, 0, 5,
-                                0, 0, 0, 0, 0, 0, 1,  2};
+  static const uint8_t ids[] = {0, 0, 0, 0, 0, 0, 0, 12, 0, 0,
+                                0, 5, 0, 0, 0, 0, 0, 0,  1, 2};
   memcpy(msg + n, ids, sizeof ids);
   n += sizeof ids;
   memset(msg + n, 0, 7);
@@ -182,23 +182,23 @@ static void test_mac(void **state) {
   assert_true(sl__cp_mac_ok(key, 3, SL__CP_MAC_CALL, SL__CP_KV_PUT, 5, 0x0102,
                             body, sizeof body, mac, sizeof mac));
   /* Any change of any input is a different MAC. */
-  assert_false(sl__cp_mac_ok(key, 2, SL__CP_MAC_CALL, SL__CP_KV_PUT, 5,
-                             0x0102, body, sizeof body, mac, sizeof mac));
-  assert_false(sl__cp_mac_ok(key, 3, SL__CP_MAC_REPLY, SL__CP_KV_PUT, 5,
-                             0x0102, body, sizeof body, mac, sizeof mac));
-  assert_false(sl__cp_mac_ok(key, 3, SL__CP_MAC_CALL, SL__CP_KV_GET, 5,
-                             0x0102, body, sizeof body, mac, sizeof mac));
-  assert_false(sl__cp_mac_ok(key, 3, SL__CP_MAC_CALL, SL__CP_KV_PUT, 6,
-                             0x0102, body, sizeof body, mac, sizeof mac));
-  assert_false(sl__cp_mac_ok(key, 3, SL__CP_MAC_CALL, SL__CP_KV_PUT, 5,
-                             0x0103, body, sizeof body, mac, sizeof mac));
-  assert_false(sl__cp_mac_ok(key, 3, SL__CP_MAC_CALL, SL__CP_KV_PUT, 5,
-                             0x0102, body, 2, mac, sizeof mac));
-  assert_false(sl__cp_mac_ok(key, 3, SL__CP_MAC_CALL, SL__CP_KV_PUT, 5,
-                             0x0102, body, sizeof body, mac, 31));
+  assert_false(sl__cp_mac_ok(key, 2, SL__CP_MAC_CALL, SL__CP_KV_PUT, 5, 0x0102,
+                             body, sizeof body, mac, sizeof mac));
+  assert_false(sl__cp_mac_ok(key, 3, SL__CP_MAC_REPLY, SL__CP_KV_PUT, 5, 0x0102,
+                             body, sizeof body, mac, sizeof mac));
+  assert_false(sl__cp_mac_ok(key, 3, SL__CP_MAC_CALL, SL__CP_KV_GET, 5, 0x0102,
+                             body, sizeof body, mac, sizeof mac));
+  assert_false(sl__cp_mac_ok(key, 3, SL__CP_MAC_CALL, SL__CP_KV_PUT, 6, 0x0102,
+                             body, sizeof body, mac, sizeof mac));
+  assert_false(sl__cp_mac_ok(key, 3, SL__CP_MAC_CALL, SL__CP_KV_PUT, 5, 0x0103,
+                             body, sizeof body, mac, sizeof mac));
+  assert_false(sl__cp_mac_ok(key, 3, SL__CP_MAC_CALL, SL__CP_KV_PUT, 5, 0x0102,
+                             body, 2, mac, sizeof mac));
+  assert_false(sl__cp_mac_ok(key, 3, SL__CP_MAC_CALL, SL__CP_KV_PUT, 5, 0x0102,
+                             body, sizeof body, mac, 31));
   mac[31] ^= 1;
-  assert_false(sl__cp_mac_ok(key, 3, SL__CP_MAC_CALL, SL__CP_KV_PUT, 5,
-                             0x0102, body, sizeof body, mac, sizeof mac));
+  assert_false(sl__cp_mac_ok(key, 3, SL__CP_MAC_CALL, SL__CP_KV_PUT, 5, 0x0102,
+                             body, sizeof body, mac, sizeof mac));
   CHECK_FAILS(sl__cp_mac(key, 0, SL__CP_MAC_CALL, SL__CP_KV_PUT, 5, 1, body,
                          sizeof body, mac),
               SL_EINVAL, "non-empty key");
@@ -256,8 +256,8 @@ static void test_replay_window(void **state) {
     uint64_t base = top > 300 ? top - 300 : 0;
     uint64_t c = base + sl__rng_below(&rng, 330);
     if (c >= MAX_C) break;
-    bool want = c != 0 && !seen[c] &&
-                (c > top || top - c < SL__CP_REPLAY_WINDOW);
+    bool want =
+        c != 0 && !seen[c] && (c > top || top - c < SL__CP_REPLAY_WINDOW);
     bool got = sl__cp_replay_accept(&r, c);
     if (got != want)
       fail_msg("step %d: counter %llu (top %llu): got %d, want %d", i,

@@ -34,8 +34,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
              sl_last_error());
   FUZZ_CHECK(sl__cp_pack(m2, &b, &blen) == SL_OK, "pack");
   FUZZ_CHECK(alen == blen && memcmp(a, b, alen) == 0,
-             "%s: re-encoding changed (%zu vs %zu bytes)", d->short_name,
-             alen, blen);
+             "%s: re-encoding changed (%zu vs %zu bytes)", d->short_name, alen,
+             blen);
   sl__free(a);
   sl__free(b);
   sl__cp_msg_free(m);
