@@ -194,7 +194,9 @@ typedef struct sl__dp_endpoint sl__dp_endpoint;
 /* Called on the loop thread for every failure the endpoint sees: a peer
  * lost or unreachable (node = its rank), a bad frame, a refused handshake
  * (node = UINT32_MAX when the peer never proved who it is). msg names the
- * peer and the check; valid during the call. */
+ * peer and the check; valid during the call. It must not call the
+ * endpoint functions that wait for the loop thread (attach, detach,
+ * connect, destroy). */
 typedef void (*sl__dp_error_fn)(void *ctx, uint32_t node, sl_status st,
                                 const char *msg);
 

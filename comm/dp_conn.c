@@ -243,7 +243,6 @@ void sl__dp_flush(dp_conn *c) {
     if (!l) break;
     if (!submit(c, l)) return;
   }
-  c->stalled = false;
   while (p->pending.head && !c->stalled) {
     dp_out *l = take(c, &p->pending, true);
     if (!l) break;
@@ -785,7 +784,7 @@ static void frame_begin(dp_conn *c, const uint8_t *hdr) {
     return;
   }
   if (f.credit_frames != c->acked_frames || f.credit_bytes != c->acked_bytes)
-    c->credit_requested = false;
+    c->credit_requested = c->stalled = false; /* flushed after this read */
   c->acked_frames = f.credit_frames;
   c->acked_bytes = f.credit_bytes;
   dp_peer *p = c->peer;

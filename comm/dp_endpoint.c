@@ -160,6 +160,10 @@ static void do_attach(sl__dp_endpoint *ep, dp_call *c) {
   }
   ep->job = c->job;
   ep->job_ended = false;
+  /* A peer that said DONE for the last job runs this one too: losing it
+   * is a failure again. */
+  for (uint32_t i = 0; i < ep->cfg.nnodes; i++)
+    ep->peers[i].departed = false;
   pthread_mutex_lock(&ep->lock);
   ep->has_job = true;
   ep->job_sent = ep->job_received = 0;

@@ -99,6 +99,56 @@ static inline bool errlog_has(errlog *e, const char *needle) {
   return r;
 }
 
+/* ---- bounded waits for jobs ------------------------------------------------- */
+
+typedef struct wait_guard {
+  sl_job *job;
+  pthread_mutex_t m;
+  pthread_cond_t cv;
+  bool done;
+} wait_guard;
+
+static inline void *wait_guard_main(void *arg) {
+  wait_guard *g = arg;
+  uint64_t end = sl__now_ns() + (uint64_t)SOON_MS * 1000000ull;
+  pthread_mutex_lock(&g->m);
+  while (!g->done) {
+    uint64_t now = sl__now_ns();
+    if (now >= end) break;
+    sl__cond_wait_ns(&g->cv, &g->m, end - now);
+  }
+  bool late = !g->done;
+  pthread_mutex_unlock(&g->m);
+  if (late)
+    sl_job_abort_msg(g->job, SL_ETIMEOUT,
+                     "test: the job did not end within SOON_MS");
+  return NULL;
+}
+
+/* sl_job_wait, but a job still running after SOON_MS is aborted with
+ * SL_ETIMEOUT, so a failure to detect a failure fails instead of hanging.
+ * The message stays in sl_last_error(). */
+static inline sl_status wait_bounded(sl_job *job) {
+  wait_guard g = {.job = job};
+  pthread_mutex_init(&g.m, NULL);
+  sl__cond_init(&g.cv);
+  sl__thread t = {0};
+  if (sl__thread_start(&t, wait_guard_main, &g, "guard") != SL_OK)
+    fail_msg("guard thread: %s", sl_last_error());
+  sl_status st = sl_job_wait(job);
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", sl_last_error());
+  pthread_mutex_lock(&g.m);
+  g.done = true;
+  pthread_cond_broadcast(&g.cv);
+  pthread_mutex_unlock(&g.m);
+  sl__thread_join(&t);
+  pthread_mutex_destroy(&g.m);
+  pthread_cond_destroy(&g.cv);
+  if (st != SL_OK) return sl__fail(st, "%s", msg);
+  return SL_OK;
+}
+
 /* ---- endpoints ------------------------------------------------------------- */
 
 static inline sl__dp_config dp_cfg(uint32_t node, uint32_t nnodes) {

@@ -111,7 +111,7 @@ static void cluster_load(cluster *c, sl_plan *p, int64_t hang_ms) {
 static void cluster_wait(cluster *c) {
   for (uint32_t i = 0; i < c->n; i++) {
     if (!c->jobs[i]) continue;
-    c->st[i] = sl_job_wait(c->jobs[i]);
+    c->st[i] = wait_bounded(c->jobs[i]);
     snprintf(c->msg[i], sizeof c->msg[i], "%s",
              c->st[i] == SL_OK ? "" : sl_last_error());
   }
@@ -407,12 +407,13 @@ static const sl_transport_vtable sw_vtable = {sw_send, NULL};
 
 typedef struct gate {
   atomic_int blocked, release;
+  int64_t at; /* the piece it blocks at */
 } gate;
 
-/* Blocks at piece 5 until released (bounded). */
+/* Blocks at piece g->at until released (bounded). */
 static sl_status act_block(sl_act *a) {
   gate *g = a->ctx;
-  if (a->piece == 5) {
+  if (a->piece == g->at) {
     atomic_store(&g->blocked, 1);
     for (int i = 0; i < SOON_MS && !atomic_load(&g->release); i++)
       sl__sleep_ns(1000000);
@@ -422,10 +423,11 @@ static sl_status act_block(sl_act *a) {
 }
 
 /* Node 1's endpoint is destroyed while its job runs: node 0's job fails
- * naming node 1. */
-static void test_peer_lost_mid_job(void **state) {
-  (void)state;
-  gate g = {0};
+ * naming node 1. With `after_a_job`, the two first run a job to its end
+ * (node 1 then said DONE), and node 1 is lost in the next job before it
+ * sent node 0 anything: that is a failure again. */
+static void peer_lost(bool after_a_job) {
+  gate g = {.at = after_a_job ? 0 : 5};
   seen s0 = {0};
   sl_plan *p;
   assert_int_equal(sl_plan_create(&p), SL_OK);
@@ -438,6 +440,29 @@ static void test_peer_lost_mid_job(void **state) {
   connect_to(p, add_out(p, k, 2, 64), z);
   cluster c;
   cluster_up(&c, 2, NULL);
+  if (after_a_job) {
+    seen s1 = {0};
+    cluster pair = c;
+    /* A two-node job: src (0) -> k (1) -> sink (0), k not blocking. */
+    sl_plan *q;
+    assert_int_equal(sl_plan_create(&q), SL_OK);
+    sl_actor_id qs =
+        add_actor(q, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_fill, NULL, 20);
+    sl_actor_id qk =
+        add_actor(q, "k", SL_ACTOR_KERNEL, 1, 0, 0, act_copy_check, NULL, 0);
+    sl_actor_id qz =
+        add_actor(q, "sink", SL_ACTOR_SINK, 0, 1, 0, act_sink_check, &s1, 0);
+    connect_to(q, add_out(q, qs, 2, 64), qk);
+    connect_to(q, add_out(q, qk, 2, 64), qz);
+    cluster_run(&pair, q, 0);
+    expect_ok(&pair);
+    assert_int_equal(s1.n, 20);
+    for (uint32_t i = 0; i < 2; i++) {
+      sl__dp_endpoint_detach(c.eps[i]);
+      sl_job_destroy(pair.jobs[i]);
+    }
+    sl_plan_destroy(q);
+  }
   switchable sw;
   atomic_init(&sw.ep, c.eps[1]);
   sl_job_config cfg0 = {.node = 0,
@@ -457,7 +482,7 @@ static void test_peer_lost_mid_job(void **state) {
   atomic_store(&sw.ep, NULL);
   sl__dp_endpoint_destroy(c.eps[1]);
   c.eps[1] = NULL;
-  sl_status st = sl_job_wait(c.jobs[0]);
+  sl_status st = wait_bounded(c.jobs[0]);
   const char *msg = sl_last_error();
   printf("node 0: %s\n", msg);
   assert_int_equal(st, SL_ECOMM);
@@ -465,9 +490,19 @@ static void test_peer_lost_mid_job(void **state) {
   expect_in(msg, "lost");
   atomic_store(&g.release, 1);
   /* Node 1's next send fails: its job ends too. */
-  assert_int_not_equal(sl_job_wait(c.jobs[1]), SL_OK);
+  assert_int_not_equal(wait_bounded(c.jobs[1]), SL_OK);
   cluster_down(&c);
   sl_plan_destroy(p);
+}
+
+static void test_peer_lost_mid_job(void **state) {
+  (void)state;
+  peer_lost(false);
+}
+
+static void test_peer_lost_in_second_job(void **state) {
+  (void)state;
+  peer_lost(true);
 }
 
 /* A "node 1" that passes the handshake and then sends frames: a valid one
@@ -527,7 +562,7 @@ static void test_bad_frame_fails_job(void **state) {
     if (k == 2) hdr[30] ^= 1;
     fake_write_all(s, hdr, sizeof hdr);
     fake_write_all(s, data, sizeof data);
-    sl_status st = sl_job_wait(job);
+    sl_status st = wait_bounded(job);
     const char *msg = sl_last_error();
     printf("case %d: %s\n", k, msg);
     assert_int_equal(st, SL_ECOMM);
@@ -628,6 +663,7 @@ int main(void) {
       cmocka_unit_test(test_credit_window),
       cmocka_unit_test(test_kernel_error_aborts_all),
       cmocka_unit_test(test_peer_lost_mid_job),
+      cmocka_unit_test(test_peer_lost_in_second_job),
       cmocka_unit_test(test_bad_frame_fails_job),
       cmocka_unit_test(test_hang_across_nodes),
       cmocka_unit_test(test_slow_remote_is_not_a_hang),

@@ -237,7 +237,7 @@ static void test_two_processes(void **state) {
   node0 n;
   sl__dp_config cfg = dp_cfg(0, 2);
   start_both(&n, &c, &cfg);
-  sl_status st = sl_job_wait(n.job);
+  sl_status st = wait_bounded(n.job);
   if (st != SL_OK) fail_msg("node 0: %s", sl_last_error());
   assert_int_equal(n.s.n, PIECES);
   assert_int_equal(n.s.bad, 0);
@@ -266,7 +266,7 @@ static void lose_node1(int sig) {
   assert_int_equal(b, 'B');
   uint64_t t0 = sl__now_ns();
   assert_int_equal(kill(c.pid, sig), 0);
-  sl_status st = sl_job_wait(n.job);
+  sl_status st = wait_bounded(n.job);
   const char *msg = sl_last_error();
   printf("node 0 after %s of node 1 (%.0f ms): %s\n",
          sig == SIGKILL ? "SIGKILL" : "SIGSTOP",
