@@ -34,6 +34,19 @@ int sl_cli_info(int argc, char **argv) {
   printf("\n  blas: %s\n", sl_build_blas_detail());
   printf("devices:\n");
   printf("  cpu: %d\n", sl_device_count(SL_DEVICE_CPU));
-  printf("  cuda: %d\n", sl_device_count(SL_DEVICE_CUDA));
+  int ngpu = sl_device_count(SL_DEVICE_CUDA);
+  printf("  cuda: %d\n", ngpu);
+  for (int i = 0; i < ngpu; i++) {
+    sl_cuda_device_info g;
+    if (sl_build_cuda_device_info(i, &g) != SL_OK) {
+      printf("    cuda:%d: %s\n", i, sl_last_error());
+      continue;
+    }
+    printf("    cuda:%d: %s, %.1f GiB, compute capability %d.%d, %d SMs, "
+           "PCI %04x:%02x:%02x\n",
+           i, g.name, (double)g.total_memory / (1024.0 * 1024.0 * 1024.0),
+           g.compute_major, g.compute_minor, g.multiprocessors, g.pci_domain,
+           g.pci_bus, g.pci_device);
+  }
   return 0;
 }

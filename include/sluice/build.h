@@ -25,6 +25,22 @@ SL_API const char *sl_build_cuda_runtime_version(void);
 SL_API const char *sl_build_cuda_driver_version(void);
 SL_API const char *sl_build_nccl_version(void);
 
+/* One GPU as the CUDA runtime describes it. */
+typedef struct sl_cuda_device_info {
+  char name[256];      /* "NVIDIA H100 80GB HBM3" */
+  size_t total_memory; /* bytes of device memory */
+  int compute_major;   /* compute capability, e.g. 9.0 */
+  int compute_minor;
+  int multiprocessors;
+  int pci_domain, pci_bus, pci_device;
+} sl_cuda_device_info;
+
+/* Describes CUDA device `device`, 0 .. sl_device_count(SL_DEVICE_CUDA)-1.
+ * SL_EUNSUPPORTED in a build without CUDA, SL_EINVAL for an index the
+ * process cannot see, SL_ECUDA with the runtime's message. *out is zeroed
+ * on failure. */
+SL_API sl_status sl_build_cuda_device_info(int device, sl_cuda_device_info *out);
+
 #ifdef __cplusplus
 }
 #endif
