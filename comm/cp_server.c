@@ -254,11 +254,9 @@ static void on_recv(sl__cp_server *s, srv_call *c) {
   const char *path = (const char *)GRPC_SLICE_START_PTR(c->details.method);
   size_t path_len = GRPC_SLICE_LENGTH(c->details.method);
   int m = sl__cp_method_find(path, path_len);
-  if (!c->recv) {
-    /* The caller half-closed without a message, or went away. */
-    if (!c->closed)
-      send_answer(c, NULL, GRPC_STATUS_INVALID_ARGUMENT, SL_EINVAL,
-                  "the call carried no request message");
+  if (!c->recv) { /* the caller half-closed without a message */
+    send_answer(c, NULL, GRPC_STATUS_INVALID_ARGUMENT, SL_EINVAL,
+                "the call carried no request message");
     return;
   }
   grpc_byte_buffer_reader r;
@@ -305,7 +303,8 @@ static void handle(sl__cp_server *s, grpc_event ev) {
   case T_NEW: on_new(s, c, ev.success); return;
   case T_RECV:
     c->ops--;
-    if (!c->answered) on_recv(s, c);
+    /* A caller that is gone already gets no answer (nor a parked call). */
+    if (!c->answered && !c->closed) on_recv(s, c);
     break;
   case T_SEND: c->ops--; break;
   case T_CLOSE:

@@ -12,7 +12,9 @@
 
 extern char **environ;
 
-#define HB_TIMEOUT_MS 500
+/* Short, so the tests are quick; not so short that a heartbeat thread
+ * starved on a loaded machine (sanitizers) loses a healthy node. */
+#define HB_TIMEOUT_MS 1000
 
 /* ---- helper daemons (tests/comm/cp_node_helper.c) ---------------------- */
 
