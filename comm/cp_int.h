@@ -123,9 +123,12 @@ bool sl__cp_replay_accept(sl__cp_replay *w, uint64_t counter);
 
 /* ---- client-side calls (cp_rpc.c) -------------------------------------- */
 
-/* grpc_init / grpc_shutdown, counted. */
+/* grpc_init / grpc_shutdown, counted: sl__cp_grpc_users() is how many
+ * servers and clients hold gRPC now (tests check that failures give their
+ * reference back). */
 void sl__cp_grpc_ref(void);
 void sl__cp_grpc_unref(void);
+int sl__cp_grpc_users(void);
 
 typedef struct grpc_channel grpc_channel;
 

@@ -18,8 +18,7 @@
 #include "cp_int.h"
 
 /* grpc_init and grpc_shutdown are reference counted by gRPC itself; the
- * count here only lets tests check that every user gave its reference
- * back. */
+ * count here lets tests check that every user gave its reference back. */
 static atomic_int grpc_users;
 
 void sl__cp_grpc_ref(void) {
@@ -31,6 +30,8 @@ void sl__cp_grpc_unref(void) {
   atomic_fetch_sub(&grpc_users, 1);
   grpc_shutdown();
 }
+
+int sl__cp_grpc_users(void) { return atomic_load(&grpc_users); }
 
 sl_status sl__cp_addr_split(const char *addr, char *host, size_t host_size,
                             int *port) {

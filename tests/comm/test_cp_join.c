@@ -317,17 +317,22 @@ static void test_nodes_missing(void **state) {
   sl__cp_server_destroy(s);
 }
 
+/* Every server and client, failed ones included, gave gRPC back. */
+static int no_grpc_users(void **state) {
+  (void)state;
+  assert_int_equal(sl__cp_grpc_users(), 0);
+  return 0;
+}
+
+#define T(f) cmocka_unit_test_teardown(f, no_grpc_users)
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_join_1_to_4),
-      cmocka_unit_test(test_ranks_taken_and_freed),
-      cmocka_unit_test(test_bad_tokens),
-      cmocka_unit_test(test_version_mismatch),
-      cmocka_unit_test(test_port_in_use),
-      cmocka_unit_test(test_bad_server_options),
-      cmocka_unit_test(test_unreachable_master),
-      cmocka_unit_test(test_master_starts_late),
-      cmocka_unit_test(test_nodes_missing),
+      T(test_join_1_to_4),        T(test_ranks_taken_and_freed),
+      T(test_bad_tokens),         T(test_version_mismatch),
+      T(test_port_in_use),        T(test_bad_server_options),
+      T(test_unreachable_master), T(test_master_starts_late),
+      T(test_nodes_missing),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
