@@ -35,10 +35,8 @@ static double median(double *v, int n) {
 }
 
 static sl__dp_endpoint *make_ep(uint32_t node) {
-  sl__dp_config c = {.node = node,
-                     .nnodes = 2,
-                     .token = token,
-                     .token_len = sizeof token - 1};
+  sl__dp_config c = {
+      .node = node, .nnodes = 2, .token = token, .token_len = sizeof token - 1};
   sl__dp_endpoint *ep;
   if (sl__dp_endpoint_create(&c, &ep) != SL_OK) {
     fprintf(stderr, "endpoint: %s\n", sl_last_error());
@@ -131,7 +129,8 @@ static double round_trip(sl__dp_endpoint **eps, size_t bytes, int64_t pieces) {
   return s / (double)pieces * 1e6;
 }
 
-/* ---- references --------------------------------------------------------------- */
+/* ---- references
+ * --------------------------------------------------------------- */
 
 static double crc_speed(void) {
   size_t n = 64u << 20;
@@ -176,8 +175,8 @@ static double raw_tcp(size_t total) {
   struct sockaddr_in a = {.sin_family = AF_INET};
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof a;
-  if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof a) ||
-      listen(ls, 1) || getsockname(ls, (struct sockaddr *)&a, &len))
+  if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof a) || listen(ls, 1) ||
+      getsockname(ls, (struct sockaddr *)&a, &len))
     return 0;
   int c = socket(AF_INET, SOCK_STREAM, 0);
   if (connect(c, (struct sockaddr *)&a, sizeof a)) return 0;
@@ -237,8 +236,8 @@ int main(int argc, char **argv) {
   printf("| message | registers | messages | GB/s (median of %d) | min-max |\n"
          "|---|---|---|---|---|\n",
          reps);
-  size_t sizes[] = {4u << 10, 64u << 10, 1u << 20, 4u << 20, 16u << 20,
-                    64u << 20};
+  size_t sizes[] = {4u << 10, 64u << 10, 1u << 20,
+                    4u << 20, 16u << 20, 64u << 20};
   /* First 4 KiB with only 4 registers: bound by round trips. */
   for (int k = -1; k < (int)SL_ARRAY_LEN(sizes); k++) {
     size_t b = sizes[k < 0 ? 0 : k];
@@ -246,8 +245,8 @@ int main(int argc, char **argv) {
      * registers for about 8 MiB in flight: a message's register comes back
      * only after a round trip, so fewer would measure the quota, not the
      * data plane (bench_dp_throughput's first rows show it). */
-    int64_t pieces = (int64_t)SL_MAX((quick ? (256u << 20) : (1u << 30)) / b,
-                                     (size_t)16);
+    int64_t pieces =
+        (int64_t)SL_MAX((quick ? (256u << 20) : (1u << 30)) / b, (size_t)16);
     int32_t regs = (int32_t)SL_MIN(SL_MAX((8u << 20) / b, (size_t)2), 256);
     if (k < 0) regs = 4;
     double v[9];

@@ -58,18 +58,19 @@ bool sl__crc32c_hw(void);
 #define SL__DP_HDR_BYTES 80u
 
 typedef enum sl__dp_kind {
-  SL__DP_MSG = 1,        /* an actor message; READY carries the register */
-  SL__DP_CREDIT = 2,     /* only the header's credit fields */
-  SL__DP_CREDIT_REQ = 3, /* "send me credit": the sender's window is full */
-  SL__DP_PING = 4,       /* keeps an idle connection's liveness fresh */
-  SL__DP_PROBE = 5,      /* quiescence probe; desc = sequence number */
-  SL__DP_PROBE_REPLY = 6,/* desc = probe's sequence, src = progress,
-                            dst = messages sent, piece = messages received,
-                            flags & QUIESCENT */
-  SL__DP_DONE = 7,       /* the sender's job ended (detach); fields as a
-                            PROBE_REPLY with its final counts */
+  SL__DP_MSG = 1,         /* an actor message; READY carries the register */
+  SL__DP_CREDIT = 2,      /* only the header's credit fields */
+  SL__DP_CREDIT_REQ = 3,  /* "send me credit": the sender's window is full */
+  SL__DP_PING = 4,        /* keeps an idle connection's liveness fresh */
+  SL__DP_PROBE = 5,       /* quiescence probe; desc = sequence number */
+  SL__DP_PROBE_REPLY = 6, /* desc = probe's sequence, src = progress,
+                             dst = messages sent, piece = messages received,
+                             flags & QUIESCENT */
+  SL__DP_DONE = 7,        /* the sender's job ended (detach); fields as a
+                             PROBE_REPLY with its final counts */
+  SL__DP_DONE_ACK = 8,    /* DONE was received */
 } sl__dp_kind;
-#define SL__DP_KIND_MAX 7
+#define SL__DP_KIND_MAX 8
 
 /* Flag bits; any other bit set is a malformed frame. */
 #define SL__DP_FLAG_QUIESCENT 0x1u /* PROBE_REPLY, DONE */
@@ -109,7 +110,8 @@ void sl__dp_frame_from_msg(const sl_msg *m, uint64_t len, sl__dp_frame *out);
 /* "msg", "credit", ... ("?" for others). */
 const char *sl__dp_kind_name(unsigned kind);
 
-/* ---- handshake ------------------------------------------------------------ */
+/* ---- handshake ------------------------------------------------------------
+ */
 
 /* A connection opens with three fixed-size messages (magic "SLHS"; the
  * version byte sits at offset 4 in every version, so a peer speaking
@@ -187,7 +189,8 @@ bool sl__dp_mac_verify(const void *token, size_t token_len, char role,
 /* "ok", "wrong token", ... */
 const char *sl__dp_hs_code_str(unsigned code);
 
-/* ---- endpoints ------------------------------------------------------------ */
+/* ---- endpoints ------------------------------------------------------------
+ */
 
 typedef struct sl__dp_endpoint sl__dp_endpoint;
 
@@ -201,8 +204,8 @@ typedef void (*sl__dp_error_fn)(void *ctx, uint32_t node, sl_status st,
                                 const char *msg);
 
 typedef struct sl__dp_config {
-  uint32_t node;   /* this endpoint's rank, < nnodes */
-  uint32_t nnodes; /* ranks 0..nnodes-1; >= 1 */
+  uint32_t node;           /* this endpoint's rank, < nnodes */
+  uint32_t nnodes;         /* ranks 0..nnodes-1; >= 1 */
   const char *listen_host; /* numeric IPv4/IPv6; NULL: "127.0.0.1" */
   uint16_t listen_port;    /* 0: an ephemeral port (see _port) */
   const void *token;       /* required, copied: the shared secret */
@@ -284,9 +287,10 @@ sl_status sl__dp_endpoint_attach(sl__dp_endpoint *ep, sl_job *job);
  * payloads still queued (only an aborted job leaves any), waits for the
  * ones being written (at most dead_timeout_ms, then closes that
  * connection), and tells every connected peer this node's job is done, so
- * that closing the connection later is not a failure for them. Returns
- * once the job's memory is no longer referenced: sl_job_destroy may
- * follow. A no-op without a job. */
+ * that closing the connection later is not a failure for them; returns
+ * when they acknowledged it (within the same deadline). The job's memory
+ * is then no longer referenced: sl_job_destroy may follow. A no-op
+ * without a job. */
 void sl__dp_endpoint_detach(sl__dp_endpoint *ep);
 
 typedef struct sl__dp_stats {

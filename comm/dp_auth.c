@@ -127,8 +127,7 @@ sl_status sl__dp_hs_decode(const uint8_t *in, size_t n, unsigned type,
     if (in[7] != 0 || !all_zero(in + 12, 4))
       return sl__fail(SL_ECOMM, "bad handshake: reserved bytes set");
     if (in[6] > SL__DP_HS_CODE_MAX)
-      return sl__fail(SL_ECOMM, "bad handshake: unknown result code %u",
-                      in[6]);
+      return sl__fail(SL_ECOMM, "bad handshake: unknown result code %u", in[6]);
     out->code = in[6];
     out->rank = get32(in + 8);
     memcpy(out->mac, in + 16, SL__DP_MAC_BYTES);

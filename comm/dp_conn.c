@@ -110,7 +110,8 @@ static void remote_text(dp_conn *c) {
   }
 }
 
-/* ---- writing ------------------------------------------------------------------
+/* ---- writing
+ * ------------------------------------------------------------------
  */
 
 static void on_written(uv_write_t *req, int status) {
@@ -257,7 +258,8 @@ void sl__dp_flush(dp_conn *c) {
   }
 }
 
-/* ---- failures -------------------------------------------------------------------
+/* ---- failures
+ * -------------------------------------------------------------------
  */
 
 static void fail_peer(dp_conn *c, sl_status st, const char *fmt, ...)
@@ -338,7 +340,8 @@ static void conn_lost(dp_conn *c, const char *why) {
   fail_peer(c, SL_ECOMM, "lost: %s", why);
 }
 
-/* ---- dialing ------------------------------------------------------------------
+/* ---- dialing
+ * ------------------------------------------------------------------
  */
 
 static void hs_written(uv_write_t *req, int status) {
@@ -408,8 +411,8 @@ void sl__dp_dial(sl__dp_endpoint *ep, dp_peer *p) {
   char msg[320];
   if (!has) {
     snprintf(msg, sizeof msg,
-             "data plane: node %u: no address known for node %u",
-             ep->cfg.node, p->node);
+             "data plane: node %u: no address known for node %u", ep->cfg.node,
+             p->node);
     sl__dp_peer_fail(ep, p, SL_ECOMM, msg);
     return;
   }
@@ -435,7 +438,8 @@ void sl__dp_dial(sl__dp_endpoint *ep, dp_peer *p) {
   if (rc) dial_failed(c, uv_strerror(rc));
 }
 
-/* ---- the handshake ------------------------------------------------------------
+/* ---- the handshake
+ * ------------------------------------------------------------
  */
 
 static void conn_open(dp_conn *c) {
@@ -465,8 +469,7 @@ static void conn_open(dp_conn *c) {
   pthread_cond_broadcast(&ep->cond);
   pthread_mutex_unlock(&ep->lock);
   SL_DEBUG("data plane: node %u: connection with node %u (%s) open (%s)",
-           ep->cfg.node, p->node, c->addr,
-           c->outgoing ? "dialed" : "accepted");
+           ep->cfg.node, p->node, c->addr, c->outgoing ? "dialed" : "accepted");
   sl__dp_flush(c);
 }
 
@@ -502,8 +505,8 @@ static void client_hello(dp_conn *c, const uint8_t *in) {
                  .peer_rank = p->node,
                  .nnodes = ep->cfg.nnodes};
   if (sl__dp_random(c->nc, sizeof c->nc) != SL_OK ||
-      sl__dp_mac(ep->token, ep->cfg.token_len, 'C', c->ns, c->nc,
-                 ep->cfg.node, p->node, ep->cfg.nnodes, m.mac) != SL_OK) {
+      sl__dp_mac(ep->token, ep->cfg.token_len, 'C', c->ns, c->nc, ep->cfg.node,
+                 p->node, ep->cfg.nnodes, m.mac) != SL_OK) {
     hs_fatal(c, SL_EINTERNAL, sl_last_error());
     return;
   }
@@ -650,8 +653,8 @@ static void server_proof(dp_conn *c, const uint8_t *in) {
                  .type = SL__DP_HS_RESULT,
                  .code = SL__DP_HS_OK,
                  .rank = self};
-  if (sl__dp_mac(ep->token, ep->cfg.token_len, 'S', c->ns, c->nc, h.rank,
-                 self, n, m.mac) != SL_OK) {
+  if (sl__dp_mac(ep->token, ep->cfg.token_len, 'S', c->ns, c->nc, h.rank, self,
+                 n, m.mac) != SL_OK) {
     SL_ERROR("data plane: node %u: %s", self, sl_last_error());
     sl__dp_conn_close(c);
     return;
@@ -707,7 +710,8 @@ void sl__dp_on_connection(uv_stream_t *server, int status) {
   if (hs_write(c, &m)) start_reading(c);
 }
 
-/* ---- reading -----------------------------------------------------------------
+/* ---- reading
+ * -----------------------------------------------------------------
  */
 
 static void count_in(dp_conn *c, uint64_t len, bool delivered) {
@@ -729,8 +733,7 @@ static void deliver(dp_conn *c) {
     if (st == SL_OK) {
       delivered = true;
     } else if (st != SL_ESTATE) {
-      bad_frame(c, "a message that does not fit the plan: %s",
-                sl_last_error());
+      bad_frame(c, "a message that does not fit the plan: %s", sl_last_error());
       return;
     }
   }
@@ -777,8 +780,7 @@ static void frame_begin(dp_conn *c, const uint8_t *hdr) {
               "(%llu bytes) were sent and %llu (%llu) acknowledged",
               (unsigned long long)f.credit_frames,
               (unsigned long long)f.credit_bytes,
-              (unsigned long long)c->tx_frames,
-              (unsigned long long)c->tx_bytes,
+              (unsigned long long)c->tx_frames, (unsigned long long)c->tx_bytes,
               (unsigned long long)c->acked_frames,
               (unsigned long long)c->acked_bytes);
     return;
@@ -837,6 +839,13 @@ static void frame_begin(dp_conn *c, const uint8_t *hdr) {
   case SL__DP_DONE:
     p->departed = true;
     sl__dp_peer_reply(ep, p, &f);
+    sl__dp_send_ctl(c, SL__DP_DONE_ACK, NULL);
+    return;
+  case SL__DP_DONE_ACK:
+    if (c->done_unacked) {
+      c->done_unacked = false;
+      sl__dp_check_detach(ep);
+    }
     return;
   default: return; /* CREDIT, PING: the header said it all */
   }

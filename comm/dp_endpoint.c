@@ -79,7 +79,8 @@ void sl__dp_peer_want(sl__dp_endpoint *ep, dp_peer *p) {
   sl__dp_dial(ep, p);
 }
 
-/* ---- probes ---------------------------------------------------------------- */
+/* ---- probes ----------------------------------------------------------------
+ */
 
 void sl__dp_local_state(sl__dp_endpoint *ep, bool *quiescent,
                         uint64_t *progress, uint64_t *sent,
@@ -94,8 +95,7 @@ void sl__dp_local_state(sl__dp_endpoint *ep, bool *quiescent,
   pthread_mutex_unlock(&ep->lock);
 }
 
-void sl__dp_peer_reply(sl__dp_endpoint *ep, dp_peer *p,
-                       const sl__dp_frame *f) {
+void sl__dp_peer_reply(sl__dp_endpoint *ep, dp_peer *p, const sl__dp_frame *f) {
   pthread_mutex_lock(&ep->lock);
   p->have_reply = true;
   p->reply_quiescent = (f->flags & SL__DP_FLAG_QUIESCENT) != 0;
@@ -180,7 +180,7 @@ static void do_attach(sl__dp_endpoint *ep, dp_call *c) {
  * the messages still queued (returns, end-of-data), so the peer sees them
  * first; its counts let the peer's quiescence test account for this node
  * after it is gone. */
-static void queue_done(sl__dp_endpoint *ep) {
+static void queue_done(sl__dp_endpoint *ep, bool want_ack) {
   bool q;
   uint64_t progress, sent, received;
   sl__dp_local_state(ep, &q, &progress, &sent, &received);
@@ -196,27 +196,43 @@ static void queue_done(sl__dp_endpoint *ep) {
     o->f.dst = sent;
     o->f.piece = (int64_t)received;
     dp_fifo_push(&p->pending, o);
+    p->conn->done_unacked = want_ack;
     sl__dp_flush(p->conn);
   }
 }
 
-static void finish_detach(sl__dp_endpoint *ep) {
-  dp_call *c = ep->detaching;
-  ep->detaching = NULL;
-  ep->job = NULL;
-  ep->job_ended = true;
-  pthread_mutex_lock(&ep->lock);
-  ep->has_job = false;
-  pthread_mutex_unlock(&ep->lock);
-  queue_done(ep);
-  call_done(ep, c);
-}
-
+/* A detach ends in two steps: once no payload of the job is being written
+ * (its registers are free), the job is let go and DONE goes to every
+ * connected peer; once each of them acknowledged it (or its connection
+ * closed), the call returns. So when a node's detach has returned, its
+ * peers know its job ended, and a later DONE cannot arrive after one of
+ * them attached its next job (there is a barrier between the two) and
+ * mark a node that is running that job as departed. Both steps end at the
+ * detach deadline in any case. */
 void sl__dp_check_detach(sl__dp_endpoint *ep) {
   if (!ep->detaching) return;
-  for (dp_conn *c = ep->conns; c; c = c->next)
-    if (c->payload_writes) return;
-  finish_detach(ep);
+  if (!ep->detach_acks) {
+    for (dp_conn *c = ep->conns; c; c = c->next)
+      if (c->payload_writes) return;
+    ep->job = NULL;
+    ep->job_ended = true;
+    pthread_mutex_lock(&ep->lock);
+    ep->has_job = false;
+    pthread_mutex_unlock(&ep->lock);
+    ep->detach_acks = true;
+    queue_done(ep, true);
+  }
+  bool late = sl__now_ns() >= ep->detach_deadline_ns;
+  for (dp_conn *c = ep->conns; c && !late; c = c->next)
+    if (c->state == DP_OPEN && c->done_unacked) return;
+  if (late)
+    SL_WARN("data plane: node %u: detach: not every peer acknowledged the "
+            "end of the job in time",
+            ep->cfg.node);
+  dp_call *c = ep->detaching;
+  ep->detaching = NULL;
+  ep->detach_acks = false;
+  call_done(ep, c);
 }
 
 static void do_detach(sl__dp_endpoint *ep, dp_call *c) {
@@ -280,8 +296,7 @@ void sl__dp_check_shutdown(sl__dp_endpoint *ep) {
     drained = true;
     for (uint32_t i = 0; i < ep->cfg.nnodes && drained; i++) {
       dp_peer *p = &ep->peers[i];
-      if (p->conn && (p->pending.n || p->conn->ctl.n))
-        drained = false;
+      if (p->conn && (p->pending.n || p->conn->ctl.n)) drained = false;
     }
     for (dp_conn *c = ep->conns; c && drained; c = c->next)
       if (c->state == DP_OPEN && c->writes) drained = false;
@@ -294,7 +309,7 @@ static void do_shutdown(sl__dp_endpoint *ep, dp_call *c) {
    * (as if its process had died): no DONE. */
   if (!ep->job) {
     ep->job_ended = true;
-    queue_done(ep);
+    queue_done(ep, false); /* ahead of the close on the same connection */
   }
   ep->shutting_down = true;
   ep->shutdown_call = c;
@@ -370,7 +385,8 @@ static void on_tick(uv_timer_t *t) {
     }
   }
   sl__dp_conns_tick(ep, now);
-  if (ep->detaching && now >= ep->detach_deadline_ns) {
+  if (ep->detaching && ep->detach_acks) sl__dp_check_detach(ep);
+  if (ep->detaching && !ep->detach_acks && now >= ep->detach_deadline_ns) {
     /* A peer that takes no bytes for this long is as good as lost; closing
      * cancels the writes, whose callbacks then complete the detach. */
     for (dp_conn *c = ep->conns; c; c = c->next)
@@ -409,7 +425,8 @@ static void *loop_main(void *arg) {
   return NULL;
 }
 
-/* ---- create and destroy ------------------------------------------------------
+/* ---- create and destroy
+ * ------------------------------------------------------
  */
 
 static int32_t pick(int32_t v, int32_t dflt) { return v ? v : dflt; }
@@ -419,8 +436,7 @@ static sl_status parse_numeric(const char *host, uint16_t port,
   memset(out, 0, sizeof *out);
   if (uv_ip4_addr(host, port, (struct sockaddr_in *)out) == 0) return SL_OK;
   if (uv_ip6_addr(host, port, (struct sockaddr_in6 *)out) == 0) return SL_OK;
-  return sl__fail(SL_EINVAL, "data plane: '%s' is not a numeric address",
-                  host);
+  return sl__fail(SL_EINVAL, "data plane: '%s' is not a numeric address", host);
 }
 
 static void addr_text(const struct sockaddr_storage *a, char *buf, size_t n) {
@@ -458,8 +474,8 @@ static sl_status listen_on(sl__dp_endpoint *ep) {
   ep->listener.data = ep;
   rc = uv_tcp_bind(&ep->listener, (const struct sockaddr *)&sa, 0);
   /* libuv may report a port in use from bind or only from listen. */
-  if (!rc) rc = uv_listen((uv_stream_t *)&ep->listener, 128,
-                          sl__dp_on_connection);
+  if (!rc)
+    rc = uv_listen((uv_stream_t *)&ep->listener, 128, sl__dp_on_connection);
   if (rc == UV_EADDRINUSE)
     return sl__fail(SL_EIO, "%s: address in use", ep->listen_text);
   if (rc) return sl__fail(SL_EIO, "%s: %s", ep->listen_text, uv_strerror(rc));

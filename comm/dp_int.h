@@ -31,7 +31,7 @@
 /* One frame waiting to be written (header and the register's bytes). */
 typedef struct dp_out {
   struct dp_out *next;
-  sl__dp_frame f; /* credit fields are filled when it is written */
+  sl__dp_frame f;      /* credit fields are filled when it is written */
   const void *payload; /* READY: the sending job's register, not owned */
   uint8_t hdr[SL__DP_HDR_BYTES];
 } dp_out;
@@ -42,13 +42,13 @@ typedef struct dp_fifo {
 } dp_fifo;
 
 enum dp_conn_state {
-  DP_CONNECTING,   /* outgoing, TCP connect in progress */
-  DP_HS_HELLO,     /* outgoing, waiting for the server's HELLO */
-  DP_HS_RESULT,    /* outgoing, PROOF sent, waiting for RESULT */
-  DP_HS_PROOF,     /* incoming, HELLO sent, waiting for PROOF */
-  DP_HS_REFUSING,  /* incoming, refusal written, closing after it */
-  DP_OPEN,         /* frames flow */
-  DP_CLOSING,      /* uv_close called; freed in its callback */
+  DP_CONNECTING,  /* outgoing, TCP connect in progress */
+  DP_HS_HELLO,    /* outgoing, waiting for the server's HELLO */
+  DP_HS_RESULT,   /* outgoing, PROOF sent, waiting for RESULT */
+  DP_HS_PROOF,    /* incoming, HELLO sent, waiting for PROOF */
+  DP_HS_REFUSING, /* incoming, refusal written, closing after it */
+  DP_OPEN,        /* frames flow */
+  DP_CLOSING,     /* uv_close called; freed in its callback */
 };
 
 struct dp_peer;
@@ -62,8 +62,8 @@ typedef struct dp_conn {
   struct dp_conn *next, *prev; /* ep->conns */
   enum dp_conn_state state;
   bool outgoing;
-  bool hs_counted; /* incoming, counted in ep->handshaking */
-  char addr[80]; /* the remote address, "127.0.0.1:40123" */
+  bool hs_counted;      /* incoming, counted in ep->handshaking */
+  char addr[80];        /* the remote address, "127.0.0.1:40123" */
   uint64_t deadline_ns; /* connect or handshake deadline */
   uint64_t last_rx_ns, last_tx_ns;
   uint8_t ns[SL__DP_NONCE_BYTES], nc[SL__DP_NONCE_BYTES];
@@ -80,14 +80,15 @@ typedef struct dp_conn {
   uint32_t crc;
 
   /* writing */
-  dp_fifo ctl;              /* control frames, written before messages */
-  size_t writes;            /* uv_write requests in flight */
-  size_t payload_writes;    /* frames carrying a job's register, in flight */
-  bool stalled;             /* the credit window is full */
-  bool credit_requested;    /* a CREDIT_REQ is out, no credit came since */
+  dp_fifo ctl;           /* control frames, written before messages */
+  size_t writes;         /* uv_write requests in flight */
+  size_t payload_writes; /* frames carrying a job's register, in flight */
+  bool stalled;          /* the credit window is full */
+  bool done_unacked;     /* a detach's DONE awaits its DONE_ACK */
+  bool credit_requested; /* a CREDIT_REQ is out, no credit came since */
 
   /* credits: cumulative messages and payload bytes */
-  uint64_t tx_frames, tx_bytes;      /* written */
+  uint64_t tx_frames, tx_bytes;       /* written */
   uint64_t acked_frames, acked_bytes; /* consumed by the peer, as it said */
   uint64_t rx_frames, rx_bytes;       /* consumed here */
   uint64_t credited_frames, credited_bytes; /* told the peer */
@@ -116,9 +117,9 @@ typedef struct dp_peer {
   dp_conn *conn; /* the open connection */
   dp_conn *dial; /* our connection attempt in progress */
   int32_t attempts;
-  uint64_t retry_at_ns; /* 0: none scheduled */
+  uint64_t retry_at_ns;      /* 0: none scheduled */
   struct dp_peer *next_work; /* the wake handler's list */
-  bool departed;        /* it sent DONE: closing is not a failure */
+  bool departed;             /* it sent DONE: closing is not a failure */
 } dp_peer;
 
 /* A request run on the loop thread for another thread, which waits. */
@@ -175,7 +176,8 @@ struct sl__dp_endpoint {
   bool job_ended; /* a job was detached since the last attach */
   dp_conn *conns; /* every live connection */
   int32_t handshaking;
-  dp_call *detaching; /* a detach waiting for payload writes */
+  dp_call *detaching; /* a detach waiting for payload writes or acks */
+  bool detach_acks;   /* DONE sent: waiting for the acknowledgements */
   uint64_t detach_deadline_ns;
   bool shutting_down;
   uint64_t shutdown_deadline_ns;
@@ -205,7 +207,8 @@ void sl__dp_peer_reply(sl__dp_endpoint *ep, dp_peer *p, const sl__dp_frame *f);
 /* The reply this node gives a probe: its job's state and counts. */
 void sl__dp_local_state(sl__dp_endpoint *ep, bool *quiescent,
                         uint64_t *progress, uint64_t *sent, uint64_t *received);
-/* Called when a payload write finishes, to complete a waiting detach. */
+/* Called when a payload write finishes, a DONE_ACK arrives or a
+ * connection closes, to move a waiting detach on. */
 void sl__dp_check_detach(sl__dp_endpoint *ep);
 /* Called when a write finishes during shutdown. */
 void sl__dp_check_shutdown(sl__dp_endpoint *ep);

@@ -79,8 +79,12 @@ static void test_receive_in_place(void **state) {
   }
   /* The checks sl_job_deliver makes, before any byte is written. */
   void *t = (void *)1;
-  sl_msg m = {.dst = sink, .src = src, .desc = desc, .index = 0,
-              .kind = SL_MSG_READY, .origin_node = 0};
+  sl_msg m = {.dst = sink,
+              .src = src,
+              .desc = desc,
+              .index = 0,
+              .kind = SL_MSG_READY,
+              .origin_node = 0};
   assert_int_equal(sl_job_payload_target(jobs[1], &m, BYTES, &t), SL_OK);
   assert_non_null(t);
   void *t1 = NULL;

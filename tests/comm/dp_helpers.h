@@ -99,7 +99,8 @@ static inline bool errlog_has(errlog *e, const char *needle) {
   return r;
 }
 
-/* ---- bounded waits for jobs ------------------------------------------------- */
+/* ---- bounded waits for jobs -------------------------------------------------
+ */
 
 typedef struct wait_guard {
   sl_job *job;
@@ -149,7 +150,8 @@ static inline sl_status wait_bounded(sl_job *job) {
   return SL_OK;
 }
 
-/* ---- endpoints ------------------------------------------------------------- */
+/* ---- endpoints -------------------------------------------------------------
+ */
 
 static inline sl__dp_config dp_cfg(uint32_t node, uint32_t nnodes) {
   sl__dp_config c = {0};
@@ -177,9 +179,8 @@ static inline void dp_mesh(sl__dp_endpoint **eps, uint32_t n,
   for (uint32_t i = 0; i < n; i++)
     for (uint32_t j = 0; j < n; j++)
       if (i != j)
-        assert_int_equal(sl__dp_endpoint_set_peer(
-                             eps[i], j, "127.0.0.1",
-                             sl__dp_endpoint_port(eps[j])),
+        assert_int_equal(sl__dp_endpoint_set_peer(eps[i], j, "127.0.0.1",
+                                                  sl__dp_endpoint_port(eps[j])),
                          SL_OK);
 }
 
@@ -196,7 +197,8 @@ static inline uint16_t dead_port(void) {
   return ntohs(a.sin_port);
 }
 
-/* ---- the fake peer: blocking sockets with timeouts -------------------------- */
+/* ---- the fake peer: blocking sockets with timeouts --------------------------
+ */
 
 static inline int fake_connect(uint16_t port) {
   int s = socket(AF_INET, SOCK_STREAM, 0);

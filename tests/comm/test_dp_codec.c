@@ -5,7 +5,8 @@
 
 static sl_rng rng;
 
-/* ---- CRC32C --------------------------------------------------------------- */
+/* ---- CRC32C ---------------------------------------------------------------
+ */
 
 static void test_crc_vectors(void **state) {
   (void)state;
@@ -38,8 +39,8 @@ static void test_crc_agree(void **state) {
     buf[i] = (uint8_t)sl__rng_next(&rng);
   for (int t = 0; t < 300; t++) {
     size_t off = sl__rng_below(&rng, 64);
-    size_t n = t < 100 ? sl__rng_below(&rng, 100)
-                       : sl__rng_below(&rng, cap - off);
+    size_t n =
+        t < 100 ? sl__rng_below(&rng, 100) : sl__rng_below(&rng, cap - off);
     uint32_t whole = sl__crc32c(0, buf + off, n);
     assert_int_equal(whole, sl__crc32c_sw(0, buf + off, n));
     uint32_t c = 0;
@@ -62,7 +63,8 @@ static void test_crc_agree(void **state) {
   free(buf);
 }
 
-/* ---- frames ------------------------------------------------------------------ */
+/* ---- frames
+ * ------------------------------------------------------------------ */
 
 static sl__dp_frame random_msg_frame(void) {
   sl__dp_frame f = {0};
@@ -201,7 +203,8 @@ static void test_frame_rejects(void **state) {
   assert_int_equal(sl__dp_frame_decode(hdr, 4096, &g), SL_OK);
 }
 
-/* ---- handshake messages ------------------------------------------------------ */
+/* ---- handshake messages
+ * ------------------------------------------------------ */
 
 static void test_hs_round_trip(void **state) {
   (void)state;
@@ -225,8 +228,8 @@ static void test_hs_round_trip(void **state) {
     assert_int_equal(sl__dp_hs_decode(buf, n, type, &d), SL_ECOMM);
     assert_non_null(strstr(sl_last_error(), "magic"));
     buf[0] ^= 1;
-    unsigned other = type == SL__DP_HS_HELLO ? SL__DP_HS_RESULT
-                                             : SL__DP_HS_HELLO;
+    unsigned other =
+        type == SL__DP_HS_HELLO ? SL__DP_HS_RESULT : SL__DP_HS_HELLO;
     if (sl__dp_hs_size(other) == n) {
       assert_int_equal(sl__dp_hs_decode(buf, n, other, &d), SL_ECOMM);
       assert_non_null(strstr(sl_last_error(), "message type"));
@@ -244,15 +247,15 @@ static void test_hs_round_trip(void **state) {
   sl__dp_hs r = {.version = SL__DP_VERSION, .type = SL__DP_HS_RESULT}, d;
   r.code = SL__DP_HS_CODE_MAX + 1;
   sl__dp_hs_encode(&r, buf);
-  assert_int_equal(sl__dp_hs_decode(buf, SL__DP_RESULT_BYTES,
-                                    SL__DP_HS_RESULT, &d),
-                   SL_ECOMM);
+  assert_int_equal(
+      sl__dp_hs_decode(buf, SL__DP_RESULT_BYTES, SL__DP_HS_RESULT, &d),
+      SL_ECOMM);
   r.code = SL__DP_HS_AUTH;
   r.mac[5] = 1;
   sl__dp_hs_encode(&r, buf);
-  assert_int_equal(sl__dp_hs_decode(buf, SL__DP_RESULT_BYTES,
-                                    SL__DP_HS_RESULT, &d),
-                   SL_ECOMM);
+  assert_int_equal(
+      sl__dp_hs_decode(buf, SL__DP_RESULT_BYTES, SL__DP_HS_RESULT, &d),
+      SL_ECOMM);
   assert_int_equal(sl__dp_hs_decode(buf, 3, 9, &d), SL_EINVAL);
 }
 
@@ -267,8 +270,8 @@ static void test_mac(void **state) {
   size_t tl = strlen(tok);
   assert_int_equal(sl__dp_mac(tok, tl, 'C', ns, nc, 1, 2, 3, mac), SL_OK);
   assert_true(sl__dp_mac_verify(tok, tl, 'C', ns, nc, 1, 2, 3, mac));
-  assert_false(sl__dp_mac_verify("test-token-0123456788", tl, 'C', ns, nc, 1,
-                                 2, 3, mac));
+  assert_false(sl__dp_mac_verify("test-token-0123456788", tl, 'C', ns, nc, 1, 2,
+                                 3, mac));
   assert_false(sl__dp_mac_verify(tok, tl - 1, 'C', ns, nc, 1, 2, 3, mac));
   assert_false(sl__dp_mac_verify(tok, tl, 'S', ns, nc, 1, 2, 3, mac));
   assert_false(sl__dp_mac_verify(tok, tl, 'C', nc, ns, 1, 2, 3, mac));

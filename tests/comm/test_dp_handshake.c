@@ -40,9 +40,9 @@ static void test_connect(void **state) {
   assert_int_equal(sl__dp_endpoint_connect(eps[0], 2), SL_EINVAL);
   assert_int_equal(sl__dp_endpoint_set_peer(eps[0], 5, "127.0.0.1", 1),
                    SL_EINVAL);
-  assert_int_equal(sl__dp_endpoint_set_peer(eps[0], 1, "no such host.invalid",
-                                            1),
-                   SL_EINVAL);
+  assert_int_equal(
+      sl__dp_endpoint_set_peer(eps[0], 1, "no such host.invalid", 1),
+      SL_EINVAL);
   assert_non_null(strstr(sl_last_error(), "no such host.invalid"));
   sl__dp_endpoint_destroy(eps[0]);
   sl__dp_endpoint_destroy(eps[1]);
@@ -263,8 +263,8 @@ static void *fake_server(void *arg) {
                      .rank = 1,
                      .nnodes = 2};
   sl__dp_hs_encode(&hello, buf);
-  if (a[1] == 0) buf[4] = 9;       /* another version */
-  if (a[1] == 1) buf[8] = 5;       /* "node 5" */
+  if (a[1] == 0) buf[4] = 9; /* another version */
+  if (a[1] == 1) buf[8] = 5; /* "node 5" */
   if (a[1] != 2) fake_write(s, buf, sizeof buf);
   a[2] = fake_sees_close(s, SOON_MS) ? 1 : 0;
   close(s);
@@ -275,8 +275,9 @@ static void test_dial_refusals(void **state) {
   (void)state;
   const char *want[] = {"version mismatch: the peer speaks data-plane "
                         "version 9, this build 1",
-                        "answered as node 5 of 2", "unreachable: handshake "
-                                                   "timed out after 200 ms"};
+                        "answered as node 5 of 2",
+                        "unreachable: handshake "
+                        "timed out after 200 ms"};
   for (int mode = 0; mode < 3; mode++) {
     uint16_t port;
     int ls = fake_listen(&port);
@@ -287,8 +288,7 @@ static void test_dial_refusals(void **state) {
     c.handshake_timeout_ms = 200;
     c.connect_retries = -1; /* one attempt: the fake accepts only one */
     sl__dp_endpoint *ep = dp_make(&c);
-    assert_int_equal(sl__dp_endpoint_set_peer(ep, 1, "127.0.0.1", port),
-                     SL_OK);
+    assert_int_equal(sl__dp_endpoint_set_peer(ep, 1, "127.0.0.1", port), SL_OK);
     assert_int_equal(sl__dp_endpoint_connect(ep, 1), SL_OK);
     sl_status st = sl__dp_endpoint_wait_connected(ep, 1, SOON_MS);
     assert_int_equal(st, SL_ECOMM);
@@ -314,8 +314,7 @@ static void test_unreachable(void **state) {
   c.on_error_ctx = &e;
   sl__dp_endpoint *ep = dp_make(&c);
   uint16_t port = dead_port();
-  assert_int_equal(sl__dp_endpoint_set_peer(ep, 1, "127.0.0.1", port),
-                   SL_OK);
+  assert_int_equal(sl__dp_endpoint_set_peer(ep, 1, "127.0.0.1", port), SL_OK);
   assert_int_equal(sl__dp_endpoint_connect(ep, 1), SL_OK);
   assert_int_equal(sl__dp_endpoint_wait_connected(ep, 1, SOON_MS), SL_ECOMM);
   char want[128];
@@ -401,8 +400,19 @@ static void test_bad_frames(void **state) {
   c.max_frame_bytes = 1u << 20;
   sl__dp_endpoint *ep = dp_make(&c);
   uint16_t port = sl__dp_endpoint_port(ep);
-  enum { BAD_MAGIC, BAD_VERSION, BAD_HCRC, BAD_KIND, BAD_PAYLOAD_KIND,
-         TOO_LONG, BAD_PCRC, WRONG_ORIGIN, BAD_CREDIT, TRUNCATED, N_CASES };
+  enum {
+    BAD_MAGIC,
+    BAD_VERSION,
+    BAD_HCRC,
+    BAD_KIND,
+    BAD_PAYLOAD_KIND,
+    TOO_LONG,
+    BAD_PCRC,
+    WRONG_ORIGIN,
+    BAD_CREDIT,
+    TRUNCATED,
+    N_CASES
+  };
   const char *want[N_CASES] = {
       "bad frame: magic",
       "bad frame: version 3",
@@ -439,15 +449,26 @@ static void test_bad_frames(void **state) {
       if (k == BAD_HCRC) hdr[20] ^= 0x40;
       fake_write(s, hdr, sizeof hdr);
       break;
-    case BAD_KIND: f.kind = 42; fake_frame(s, &f, payload); break;
-    case BAD_PAYLOAD_KIND: f.kind = SL__DP_PING; fake_frame(s, &f, payload);
+    case BAD_KIND:
+      f.kind = 42;
+      fake_frame(s, &f, payload);
       break;
-    case TOO_LONG: f.len = (1u << 20) + 1; fake_frame(s, &f, NULL); break;
+    case BAD_PAYLOAD_KIND:
+      f.kind = SL__DP_PING;
+      fake_frame(s, &f, payload);
+      break;
+    case TOO_LONG:
+      f.len = (1u << 20) + 1;
+      fake_frame(s, &f, NULL);
+      break;
     case BAD_PCRC:
       f.payload_crc ^= 1;
       fake_frame(s, &f, payload);
       break;
-    case WRONG_ORIGIN: f.origin = 2; fake_frame(s, &f, payload); break;
+    case WRONG_ORIGIN:
+      f.origin = 2;
+      fake_frame(s, &f, payload);
+      break;
     case BAD_CREDIT:
       f.kind = SL__DP_CREDIT;
       f.len = 0;

@@ -40,7 +40,8 @@ static void expect_in(const char *text, const char *needle) {
   if (!strstr(text, needle)) fail_msg("'%s' not in:\n%s", needle, text);
 }
 
-/* ---- acts: a byte pattern per piece, checked at every hop ------------------ */
+/* ---- acts: a byte pattern per piece, checked at every hop ------------------
+ */
 
 static unsigned char pattern(int64_t piece, size_t i) {
   return (unsigned char)(piece * 31 + (int64_t)i * 7 + (int64_t)(i >> 9));
@@ -81,7 +82,8 @@ static sl_status act_sink_check(sl_act *a) {
   return SL_OK;
 }
 
-/* ---- a cluster of endpoints and jobs ------------------------------------------ */
+/* ---- a cluster of endpoints and jobs
+ * ------------------------------------------ */
 
 typedef struct cluster {
   uint32_t n;
@@ -160,7 +162,8 @@ static void expect_drained(cluster *c) {
   assert_int_equal(sent, recv);
 }
 
-/* ---- bytes and order ------------------------------------------------------------ */
+/* ---- bytes and order
+ * ------------------------------------------------------------ */
 
 /* src (node 0) -> a (node 1) -> b (node 2) -> c (node 1) -> sink0 (node 0);
  * a's output is also read by sink2 on node 2. */
@@ -313,7 +316,8 @@ static void test_jobs_in_sequence(void **state) {
   cluster_down(&c);
 }
 
-/* ---- credits ------------------------------------------------------------------- */
+/* ---- credits
+ * ------------------------------------------------------------------- */
 
 static void test_credit_window(void **state) {
   (void)state;
@@ -359,7 +363,8 @@ static void test_credit_window(void **state) {
   sl_plan_destroy(p);
 }
 
-/* ---- failures ------------------------------------------------------------------ */
+/* ---- failures
+ * ------------------------------------------------------------------ */
 
 static sl_status act_fail_at_37(sl_act *a) {
   if (a->piece == 37)
@@ -510,8 +515,8 @@ static void test_peer_lost_in_second_job(void **state) {
  * fit the plan, fails node 0's job naming node 1. */
 static void test_bad_frame_fails_job(void **state) {
   (void)state;
-  const char *want[] = {"payload checksum mismatch",
-                        "does not fit the plan", "header checksum mismatch"};
+  const char *want[] = {"payload checksum mismatch", "does not fit the plan",
+                        "header checksum mismatch"};
   for (int k = 0; k < 3; k++) {
     sl_plan *p;
     assert_int_equal(sl_plan_create(&p), SL_OK);
@@ -524,8 +529,7 @@ static void test_bad_frame_fails_job(void **state) {
     connect_to(p, r, z);
     sl__dp_config cfg = dp_cfg(0, 2);
     sl__dp_endpoint *ep = dp_make(&cfg);
-    sl_job_config jc = {.node = 0,
-                        .transport = sl__dp_endpoint_transport(ep)};
+    sl_job_config jc = {.node = 0, .transport = sl__dp_endpoint_transport(ep)};
     sl_job *job;
     assert_int_equal(sl_job_create(p, &jc, &job), SL_OK);
     assert_int_equal(sl__dp_endpoint_attach(ep, job), SL_OK);
@@ -534,8 +538,14 @@ static void test_bad_frame_fails_job(void **state) {
     uint8_t data[64];
     for (size_t i = 0; i < sizeof data; i++)
       data[i] = pattern(0, i);
-    sl_msg m = {.dst = z, .src = src, .piece = 0, .desc = r, .index = 0,
-                .slot = 0, .kind = SL_MSG_READY, .origin_node = 1};
+    sl_msg m = {.dst = z,
+                .src = src,
+                .piece = 0,
+                .desc = r,
+                .index = 0,
+                .slot = 0,
+                .kind = SL_MSG_READY,
+                .origin_node = 1};
     sl__dp_frame f;
     sl__dp_frame_from_msg(&m, sizeof data, &f);
     f.payload_crc = sl__crc32c(0, data, sizeof data);
@@ -579,7 +589,8 @@ static void test_bad_frame_fails_job(void **state) {
   }
 }
 
-/* ---- hang detection across nodes ------------------------------------------------ */
+/* ---- hang detection across nodes
+ * ------------------------------------------------ */
 
 static sl_status act_sum(sl_act *a) { return SL_OK; }
 
@@ -590,7 +601,8 @@ static void test_hang_across_nodes(void **state) {
   (void)state;
   sl_plan *p;
   assert_int_equal(sl_plan_create(&p), SL_OK);
-  sl_actor_id src = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 8);
+  sl_actor_id src =
+      add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 8);
   sl_actor_id acc =
       add_actor(p, "acc", SL_ACTOR_ACCUMULATE, 1, 1, 0, act_sum, NULL, 4);
   sl_actor_id join =
@@ -615,7 +627,8 @@ static void test_hang_across_nodes(void **state) {
   printf("%s%s", r0, r1);
   expect_in(r0, "'src' (source, node 0, device 0, stream 0): produced 2 of 8 "
                 "pieces");
-  expect_in(r1, "'join' (kernel, node 1, device 2, stream 0): waits for input 1");
+  expect_in(r1,
+            "'join' (kernel, node 1, device 2, stream 0): waits for input 1");
   cluster_down(&c);
   sl_plan_destroy(p);
 }

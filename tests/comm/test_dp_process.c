@@ -88,15 +88,13 @@ static sl_plan *make_plan(child_ctx *c, seen *s) {
                                          .act = act_sink,
                                          .ctx = s},
                         &sink) != SL_OK ||
-      sl_plan_add_output(p, src,
-                         &(sl_regst_desc){.count = 3, .bytes = BYTES,
-                                          .device = -1},
-                         &r1) != SL_OK ||
+      sl_plan_add_output(
+          p, src, &(sl_regst_desc){.count = 3, .bytes = BYTES, .device = -1},
+          &r1) != SL_OK ||
       sl_plan_connect(p, r1, relay) != SL_OK ||
-      sl_plan_add_output(p, relay,
-                         &(sl_regst_desc){.count = 3, .bytes = BYTES,
-                                          .device = -1},
-                         &r2) != SL_OK ||
+      sl_plan_add_output(
+          p, relay, &(sl_regst_desc){.count = 3, .bytes = BYTES, .device = -1},
+          &r2) != SL_OK ||
       sl_plan_connect(p, r2, sink) != SL_OK) {
     fprintf(stderr, "plan: %s\n", sl_last_error());
     sl_plan_destroy(p);
@@ -105,7 +103,8 @@ static sl_plan *make_plan(child_ctx *c, seen *s) {
   return p;
 }
 
-/* ---- pipes ----------------------------------------------------------------- */
+/* ---- pipes -----------------------------------------------------------------
+ */
 
 static bool pipe_read(int fd, void *buf, size_t n, int64_t ms) {
   return fake_read(fd, buf, n, ms) == (ssize_t)n;
@@ -115,7 +114,8 @@ static bool pipe_write(int fd, const void *buf, size_t n) {
   return fake_write_all(fd, buf, n);
 }
 
-/* ---- node 1: the child process ------------------------------------------------ */
+/* ---- node 1: the child process
+ * ------------------------------------------------ */
 
 static int child_main(const char *mode, int fd_in, int fd_out) {
   child_ctx c = {.fd_out = fd_out, .block = strcmp(mode, "ok") != 0};
@@ -147,7 +147,8 @@ static int child_main(const char *mode, int fd_in, int fd_out) {
   return 0;
 }
 
-/* ---- node 0: the test ------------------------------------------------------------- */
+/* ---- node 0: the test
+ * ------------------------------------------------------------- */
 
 typedef struct child {
   pid_t pid;
@@ -166,8 +167,8 @@ static child spawn(const char *mode) {
     char in[16], out[16];
     snprintf(in, sizeof in, "%d", p2c[0]);
     snprintf(out, sizeof out, "%d", c2p[1]);
-    char *argv[] = {"test_comm_dp_process", "--child", (char *)mode, in, out,
-                    NULL};
+    char *argv[] = {
+        "test_comm_dp_process", "--child", (char *)mode, in, out, NULL};
     execv("/proc/self/exe", argv);
     _exit(127);
   }
@@ -210,8 +211,7 @@ static void start_both(node0 *n, child *c, const sl__dp_config *cfg) {
   assert_true(pipe_write(c->to, &port, sizeof port));
   assert_int_equal(sl__dp_endpoint_set_peer(n->ep, 1, "127.0.0.1", peer),
                    SL_OK);
-  sl_job_config jc = {.node = 0,
-                      .transport = sl__dp_endpoint_transport(n->ep)};
+  sl_job_config jc = {.node = 0, .transport = sl__dp_endpoint_transport(n->ep)};
   assert_int_equal(sl_job_create(n->plan, &jc, &n->job), SL_OK);
   assert_int_equal(sl__dp_endpoint_attach(n->ep, n->job), SL_OK);
   char r = 0;
