@@ -138,6 +138,22 @@ static sl_status matmul_infer(const sl__attrs *at, int n_in, const sl__meta *in,
   return SL_OK;
 }
 
+/* The signatures matmul and batch_matmul share: b split by columns gives
+ * out split by its last axis; a and b split along k give partial sums; a
+ * partial operand times a broadcast one stays partial. */
+static int column_and_partial_sigs(const mm_dims *d, int na, sl__sbp_sig *sigs,
+                                   int n, int max) {
+  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){B(), S(d->b_n)}, 1,
+                        (sl_sbp[]){S(na - 1)});
+  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){S(d->a_k), S(d->b_k)}, 1,
+                        (sl_sbp[]){P()});
+  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){P(), B()}, 1,
+                        (sl_sbp[]){P()});
+  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){B(), P()}, 1,
+                        (sl_sbp[]){P()});
+  return n;
+}
+
 static int matmul_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
                              sl__sbp_sig *sigs, int max) {
   bool ta = sl__attr_int(at, "trans_a", 0), tb = sl__attr_int(at, "trans_b", 0);
@@ -152,15 +168,7 @@ static int matmul_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
     n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){S(i), B()}, 1,
                           (sl_sbp[]){S(o)});
   }
-  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){B(), S(d.b_n)}, 1,
-                        (sl_sbp[]){S(na - 1)});
-  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){S(d.a_k), S(d.b_k)}, 1,
-                        (sl_sbp[]){P()});
-  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){P(), B()}, 1,
-                        (sl_sbp[]){P()});
-  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){B(), P()}, 1,
-                        (sl_sbp[]){P()});
-  return n;
+  return column_and_partial_sigs(&d, na, sigs, n, max);
 }
 
 /* One sgemm over the whole shard: a's rows are contiguous whether it is
@@ -257,15 +265,7 @@ static int bmm_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
                           (sl_sbp[]){S(i)});
   n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){S(d.a_m), B()}, 1,
                         (sl_sbp[]){S(na - 2)});
-  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){B(), S(d.b_n)}, 1,
-                        (sl_sbp[]){S(na - 1)});
-  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){S(d.a_k), S(d.b_k)}, 1,
-                        (sl_sbp[]){P()});
-  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){P(), B()}, 1,
-                        (sl_sbp[]){P()});
-  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){B(), P()}, 1,
-                        (sl_sbp[]){P()});
-  return n;
+  return column_and_partial_sigs(&d, na, sigs, n, max);
 }
 
 static sl_status bmm_cpu(const sl__kernel_ctx *k) {
