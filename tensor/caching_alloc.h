@@ -24,8 +24,8 @@
  *   a large request falls back from a shared segment to its own size.
  * - free() of a pointer it did not hand out, or of one already freed, is
  *   SL_EINVAL with a message, never a crash. All calls are thread-safe (one
- *   mutex: allocation is a few hundred nanoseconds next to the kernels
- *   that use the memory). */
+ *   mutex: an alloc/free pair is tens of nanoseconds uncontended, small
+ *   next to the kernels that use the memory). */
 #ifndef SLUICE_CACHING_ALLOC_H
 #define SLUICE_CACHING_ALLOC_H
 

@@ -689,6 +689,62 @@ static void run_actor(sl__notify_mode mode) {
   assert_int_equal(atomic_load(&e.early), 0);
 }
 
+/* The CPU device in callback mode completes the firing inside the act,
+ * before it returns: the runtime must take that too. */
+typedef struct cpu_kern {
+  sl__notifier *n;
+  sl__stream *s;
+} cpu_kern;
+
+static sl_status act_cpu_kernel(sl_act *a) {
+  cpu_kern *kc = a->ctx;
+  uint64_t now = sl__now_ns();
+  memcpy(a->out[0]->data, &now, sizeof now);
+  sl_completion *c = sl_act_defer(a);
+  sl_status st = sl__notifier_watch_completion(kc->n, kc->s, c);
+  if (st != SL_OK) sl_completion_done(c, st);
+  return SL_OK;
+}
+
+static void test_cpu_device_actor(void **state) {
+  sl__device *d;
+  assert_int_equal(sl__device_open(SL_DEVICE_CPU, 1, &d), SL_OK);
+  for (int m = 0; m < 2; m++) {
+    cpu_kern kc = {.n = notifier(d, (sl__notify_mode)m)};
+    assert_int_equal(sl__device_stream_create(d, &kc.s), SL_OK);
+    sink out = {0};
+    sl_plan *p;
+    assert_int_equal(sl_plan_create(&p), SL_OK);
+    sl_actor_id src, ker, snk;
+    sl_actor_desc d1 = {.name = "src", .kind = SL_ACTOR_SOURCE, .act = act_source,
+                        .count = 50};
+    sl_actor_desc d2 = {.name = "kern", .kind = SL_ACTOR_KERNEL, .device = 1,
+                        .act = act_cpu_kernel, .ctx = &kc};
+    sl_actor_desc d3 = {.name = "sink", .kind = SL_ACTOR_SINK, .act = act_sink,
+                        .ctx = &out};
+    assert_int_equal(sl_plan_add_actor(p, &d1, &src), SL_OK);
+    assert_int_equal(sl_plan_add_actor(p, &d2, &ker), SL_OK);
+    assert_int_equal(sl_plan_add_actor(p, &d3, &snk), SL_OK);
+    sl_regst_desc r = {.count = 2, .bytes = 8, .device = -1};
+    int32_t r1, r2;
+    assert_int_equal(sl_plan_add_output(p, src, &r, &r1), SL_OK);
+    assert_int_equal(sl_plan_connect(p, r1, ker), SL_OK);
+    assert_int_equal(sl_plan_add_output(p, ker, &r, &r2), SL_OK);
+    assert_int_equal(sl_plan_connect(p, r2, snk), SL_OK);
+    sl_job *job;
+    assert_int_equal(sl_job_create(p, NULL, &job), SL_OK);
+    sl_status st = sl_job_run(job);
+    if (st != SL_OK) fail_msg("%s: %s", sl__notify_mode_name((sl__notify_mode)m),
+                              sl_last_error());
+    assert_int_equal(atomic_load(&out.pieces), 50);
+    sl_job_destroy(job);
+    sl_plan_destroy(p);
+    sl__notifier_destroy(kc.n);
+    assert_int_equal(sl__device_stream_destroy(d, kc.s), SL_OK);
+  }
+  sl__device_close(d);
+}
+
 static void test_poll_actor(void **state) { run_actor(SL__NOTIFY_POLL); }
 static void test_callback_actor(void **state) { run_actor(SL__NOTIFY_CALLBACK); }
 
@@ -708,6 +764,7 @@ int main(void) {
       cmocka_unit_test(test_cpu_device),
       cmocka_unit_test(test_poll_actor),
       cmocka_unit_test(test_callback_actor),
+      cmocka_unit_test(test_cpu_device_actor),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
