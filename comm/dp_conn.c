@@ -337,7 +337,18 @@ static void conn_lost(dp_conn *c, const char *why) {
     sl__dp_conn_close(c);
     return;
   }
-  fail_peer(c, SL_ECOMM, "lost: %s", why);
+  if (c->in_payload)
+    fail_peer(c, SL_ECOMM,
+              "lost: %s in the middle of a frame (%llu of %llu payload bytes "
+              "received)",
+              why, (unsigned long long)c->got, (unsigned long long)c->cur.len);
+  else if (c->stg_len)
+    fail_peer(c, SL_ECOMM,
+              "lost: %s in the middle of a frame (%zu of %u header bytes "
+              "received)",
+              why, c->stg_len, SL__DP_HDR_BYTES);
+  else
+    fail_peer(c, SL_ECOMM, "lost: %s", why);
 }
 
 /* ---- dialing

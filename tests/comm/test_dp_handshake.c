@@ -411,6 +411,7 @@ static void test_bad_frames(void **state) {
     WRONG_ORIGIN,
     BAD_CREDIT,
     TRUNCATED,
+    TRUNCATED_HEADER,
     N_CASES
   };
   const char *want[N_CASES] = {
@@ -423,7 +424,10 @@ static void test_bad_frames(void **state) {
       "payload checksum mismatch",
       "a message from node 2 on node 1's connection",
       "credit for 5 messages",
-      "lost: connection closed by the peer",
+      "lost: connection closed by the peer in the middle of a frame (10 "
+      "of 100 payload bytes received)",
+      "lost: connection closed by the peer in the middle of a frame (30 "
+      "of 80 header bytes received)",
   };
   uint8_t payload[100];
   memset(payload, 7, sizeof payload);
@@ -481,8 +485,12 @@ static void test_bad_frames(void **state) {
       fake_write(s, hdr, sizeof hdr);
       fake_write(s, payload, 10); /* then the connection ends */
       break;
+    case TRUNCATED_HEADER:
+      sl__dp_frame_encode(&f, hdr);
+      fake_write(s, hdr, 30);
+      break;
     }
-    if (k == TRUNCATED) {
+    if (k == TRUNCATED || k == TRUNCATED_HEADER) {
       shutdown(s, SHUT_WR);
     } else {
       assert_true(fake_sees_close(s, SOON_MS));
@@ -497,7 +505,7 @@ static void test_bad_frames(void **state) {
   assert_int_equal(e.last, SL_ECOMM);
   sl__dp_stats st;
   sl__dp_endpoint_get_stats(ep, &st);
-  assert_int_equal(st.bad_frames, N_CASES - 1);
+  assert_int_equal(st.bad_frames, N_CASES - 2);
   /* The valid frames were taken (and discarded: no job). */
   assert_true(st.messages_discarded >= N_CASES);
   assert_still_serving(ep, 3);
