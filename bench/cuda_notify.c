@@ -69,7 +69,7 @@ typedef struct result {
   do {                                                                         \
     sl_status st_ = (call);                                                    \
     if (st_ != SL_OK) {                                                        \
-      fprintf(stderr, "bench_cuda_notify: %s: %s\n", #call, sl_last_error()); \
+      fprintf(stderr, "bench_cuda_notify: %s: %s\n", #call, sl_last_error());  \
       exit(1);                                                                 \
     }                                                                          \
   } while (0)
@@ -88,12 +88,14 @@ static result run_mode(sl__device *d, int mode, int iters) {
   result r = {0};
   sl__notifier *n = NULL;
   if (mode > 0) {
-    sl__notifier_config c = {.mode = mode == 1 ? SL__NOTIFY_POLL : SL__NOTIFY_CALLBACK};
+    sl__notifier_config c = {.mode = mode == 1 ? SL__NOTIFY_POLL
+                                               : SL__NOTIFY_CALLBACK};
     CHECK(sl__notifier_create(d, &c, &n));
   }
   enum { STREAMS = 4, FAN = 500, CHAIN = 1000 };
   sl__stream *s[STREAMS];
-  for (int i = 0; i < STREAMS; i++) CHECK(sl__device_stream_create(d, &s[i]));
+  for (int i = 0; i < STREAMS; i++)
+    CHECK(sl__device_stream_create(d, &s[i]));
   void *tiny, *big;
   size_t big_bytes = (size_t)1 << 30;
   CHECK(sl__device_alloc(d, 4096, &tiny));
@@ -136,13 +138,15 @@ static result run_mode(sl__device *d, int mode, int iters) {
     uint64_t t0 = sl__now_ns();
     for (int i = 0; i < FAN; i++)
       for (int k = 0; k < STREAMS; k++) {
-        CHECK(sl__device_memset(d, (char *)tiny + 1024 * k, i & 0xff, 64, s[k]));
+        CHECK(
+            sl__device_memset(d, (char *)tiny + 1024 * k, i & 0xff, 64, s[k]));
         if (n) CHECK(sl__notifier_watch(n, s[k], on_done, &f));
       }
     if (n) {
       wait_flag(&f, FAN * STREAMS);
     } else {
-      for (int k = 0; k < STREAMS; k++) CHECK(sl__device_stream_synchronize(d, s[k]));
+      for (int k = 0; k < STREAMS; k++)
+        CHECK(sl__device_stream_synchronize(d, s[k]));
     }
     double wall = (sl__now_ns() - t0) / 1e9;
     r.fanin_per_s = FAN * STREAMS / wall;
@@ -159,10 +163,12 @@ static result run_mode(sl__device *d, int mode, int iters) {
     flag f = {0};
     double c0 = cpu_seconds();
     t0 = sl__now_ns();
-    for (int i = 0; i < reps; i++) CHECK(sl__device_memset(d, big, i, big_bytes, s[1]));
+    for (int i = 0; i < reps; i++)
+      CHECK(sl__device_memset(d, big, i, big_bytes, s[1]));
     if (n) {
       CHECK(sl__notifier_watch(n, s[1], on_done, &f));
-      while (atomic_load(&f.count) == 0) sl__sleep_ns(1000 * 1000);
+      while (atomic_load(&f.count) == 0)
+        sl__sleep_ns(1000 * 1000);
     } else {
       CHECK(sl__device_stream_synchronize(d, s[1])); /* spins by default */
     }
@@ -173,7 +179,8 @@ static result run_mode(sl__device *d, int mode, int iters) {
   sl__notifier_destroy(n);
   CHECK(sl__device_free(d, tiny));
   CHECK(sl__device_free(d, big));
-  for (int i = 0; i < STREAMS; i++) CHECK(sl__device_stream_destroy(d, s[i]));
+  for (int i = 0; i < STREAMS; i++)
+    CHECK(sl__device_stream_destroy(d, s[i]));
   return r;
 }
 
@@ -196,11 +203,13 @@ int main(int argc, char **argv) {
     return 0;
   }
   result r[MODES];
-  for (int m = 0; m < MODES; m++) r[m] = run_mode(d, m, iters);
-  printf("CUDA stream-completion notification on %s (%d round trips)\n\n", d->name,
-         iters);
+  for (int m = 0; m < MODES; m++)
+    r[m] = run_mode(d, m, iters);
+  printf("CUDA stream-completion notification on %s (%d round trips)\n\n",
+         d->name, iters);
   printf("%-9s %12s %10s %12s %14s %14s %12s\n", "mode", "rt median us",
-         "rt p99 us", "chain1000 ms", "fan-in /s", "cpu us/notif", "idle cpu %");
+         "rt p99 us", "chain1000 ms", "fan-in /s", "cpu us/notif",
+         "idle cpu %");
   for (int m = 0; m < MODES; m++)
     printf("%-9s %12.1f %10.1f %12.2f %14.0f %14.2f %12.1f\n", mode_names[m],
            r[m].rt_median_us, r[m].rt_p99_us, r[m].chain_ms, r[m].fanin_per_s,

@@ -147,9 +147,8 @@ static block *find_fit(const sl__caching_alloc *a, const pool *p, size_t size) {
   for (int i = next_bin(p, bin_of(a, size)); i >= 0; i = next_bin(p, i + 1)) {
     block *best = NULL;
     for (block *b = p->bins[i]; b; b = b->fnext)
-      if (b->size >= size &&
-          (!best || b->size < best->size ||
-           (b->size == best->size && b->addr < best->addr)))
+      if (b->size >= size && (!best || b->size < best->size ||
+                              (b->size == best->size && b->addr < best->addr)))
         best = b;
     if (best) return best;
   }
@@ -172,7 +171,8 @@ static block *index_get(const ptr_index *ix, uintptr_t key) {
 
 static void index_put_nogrow(ptr_index *ix, uintptr_t key, block *b) {
   size_t i = slot_of(ix, key);
-  while (ix->keys[i] != 0 && ix->keys[i] != key) i = (i + 1) & (ix->cap - 1);
+  while (ix->keys[i] != 0 && ix->keys[i] != key)
+    i = (i + 1) & (ix->cap - 1);
   if (ix->keys[i] == 0) ix->n++;
   ix->keys[i] = key;
   ix->vals[i] = b;
@@ -223,7 +223,8 @@ static void index_del(ptr_index *ix, uintptr_t key) {
   }
 }
 
-/* ---- block headers -------------------------------------------------------- */
+/* ---- block headers --------------------------------------------------------
+ */
 
 static block *block_new(sl__caching_alloc *a) {
   block *b = a->spare;
@@ -286,7 +287,8 @@ sl_status sl__caching_alloc_create(sl__raw_allocator raw,
   return SL_OK;
 }
 
-/* ---- segments ------------------------------------------------------------- */
+/* ---- segments -------------------------------------------------------------
+ */
 
 static void segment_release(sl__caching_alloc *a, segment *s) {
   pool *p = s->pool;
@@ -343,7 +345,8 @@ static sl_status flush(sl__caching_alloc *a, size_t *released) {
  * block spanning it (not yet in a bin). */
 static sl_status segment_new(sl__caching_alloc *a, pool *p, size_t size,
                              block **out) {
-  if (a->limit && (a->st.reserved > a->limit || size > a->limit - a->st.reserved)) {
+  if (a->limit &&
+      (a->st.reserved > a->limit || size > a->limit - a->st.reserved)) {
     char l[32], r[32];
     a->st.raw_failures++;
     return sl__fail(SL_ENOMEM, "limit of %s reached (%s reserved)",
@@ -360,7 +363,8 @@ static sl_status segment_new(sl__caching_alloc *a, pool *p, size_t size,
   void *base = NULL;
   sl_status st = a->raw.vt->alloc(a->raw.ctx, size, &base);
   if (st == SL_OK && !base)
-    st = sl__fail(SL_EINTERNAL, "raw allocator returned NULL for %zu bytes", size);
+    st = sl__fail(SL_EINTERNAL, "raw allocator returned NULL for %zu bytes",
+                  size);
   if (st == SL_OK && (st = index_put(&a->index, (uintptr_t)base, b)) != SL_OK)
     (void)a->raw.vt->free(a->raw.ctx, base);
   if (st != SL_OK) {
@@ -382,7 +386,8 @@ static sl_status segment_new(sl__caching_alloc *a, pool *p, size_t size,
   b->seg = s;
   a->st.segments++;
   a->st.reserved += size;
-  if (a->st.reserved > a->st.peak_reserved) a->st.peak_reserved = a->st.reserved;
+  if (a->st.reserved > a->st.peak_reserved)
+    a->st.peak_reserved = a->st.reserved;
   *out = b;
   return SL_OK;
 }
@@ -429,7 +434,8 @@ static sl_status pool_get(sl__caching_alloc *a, const void *stream, bool small,
   return SL_OK;
 }
 
-/* ---- alloc and free ------------------------------------------------------- */
+/* ---- alloc and free -------------------------------------------------------
+ */
 
 /* Takes free block b (not in a bin) for a request of `size` rounded bytes,
  * splitting off a tail another request of the pool could use. */
@@ -492,8 +498,9 @@ sl_status sl__caching_alloc_alloc(sl__caching_alloc *a, size_t bytes,
   pthread_mutex_unlock(&a->mu);
   if (st != SL_OK) {
     char rq[32], rs[32], al[32];
-    return sl__fail_context(st, "%s: cannot allocate %s (%s reserved, %s "
-                                "allocated): ",
+    return sl__fail_context(st,
+                            "%s: cannot allocate %s (%s reserved, %s "
+                            "allocated): ",
                             a->name, size_text(bytes, rq, sizeof rq),
                             size_text(s.reserved, rs, sizeof rs),
                             size_text(s.allocated, al, sizeof al));
@@ -513,8 +520,9 @@ static block *live_block(sl__caching_alloc *a, const void *p, const char *op,
     return NULL;
   }
   if (!b->allocated) {
-    *st = sl__fail(SL_EINVAL, "%s: %s of %p, which is already free (double "
-                              "free)",
+    *st = sl__fail(SL_EINVAL,
+                   "%s: %s of %p, which is already free (double "
+                   "free)",
                    a->name, op, p);
     return NULL;
   }
@@ -565,7 +573,8 @@ sl_status sl__caching_alloc_free(sl__caching_alloc *a, void *p) {
 sl_status sl__caching_alloc_block_size(sl__caching_alloc *a, const void *p,
                                        size_t *out) {
   if (out) *out = 0;
-  if (!a || !out) return sl__fail(SL_EINVAL, "caching block size: NULL argument");
+  if (!a || !out)
+    return sl__fail(SL_EINVAL, "caching block size: NULL argument");
   sl_status st = SL_OK;
   pthread_mutex_lock(&a->mu);
   block *b = live_block(a, p, "size query", &st);
@@ -631,7 +640,8 @@ void sl__caching_alloc_destroy(sl__caching_alloc *a) {
   sl__free(a);
 }
 
-/* ---- invariants ----------------------------------------------------------- */
+/* ---- invariants -----------------------------------------------------------
+ */
 
 #define BROKEN(...) (st = sl__fail(SL_EINTERNAL, __VA_ARGS__))
 
@@ -675,7 +685,8 @@ static sl_status check_locked(sl__caching_alloc *a) {
           if (b->requested > b->size) BROKEN("block smaller than its request");
         } else {
           nfree++;
-          if (b->bin < 0) BROKEN("free block %#lx in no bin", (unsigned long)b->addr);
+          if (b->bin < 0)
+            BROKEN("free block %#lx in no bin", (unsigned long)b->addr);
         }
       }
       if (st == SL_OK && at != s->base + s->size)
@@ -694,9 +705,9 @@ static sl_status check_locked(sl__caching_alloc *a) {
     return BROKEN("stats disagree with the blocks: allocated %zu/%zu "
                   "requested %zu/%zu reserved %zu/%zu segments %zu/%zu live "
                   "%zu/%zu free %zu/%zu",
-                  S->allocated, allocated, S->requested, requested,
-                  S->reserved, reserved, S->segments, segments,
-                  S->live_blocks, live, S->free_blocks, nfree);
+                  S->allocated, allocated, S->requested, requested, S->reserved,
+                  reserved, S->segments, segments, S->live_blocks, live,
+                  S->free_blocks, nfree);
   if (S->peak_allocated < S->allocated || S->peak_reserved < S->reserved ||
       S->allocated > S->reserved ||
       S->raw_allocs - S->raw_frees != (uint64_t)S->segments ||
@@ -716,12 +727,15 @@ sl_status sl__caching_alloc_check(sl__caching_alloc *a) {
   return SL_OK;
 }
 
-/* ---- device memory as raw allocators -------------------------------------- */
+/* ---- device memory as raw allocators --------------------------------------
+ */
 
 static sl_status dev_alloc(void *ctx, size_t bytes, void **out) {
   return sl__device_alloc(ctx, bytes, out);
 }
-static sl_status dev_free(void *ctx, void *p) { return sl__device_free(ctx, p); }
+static sl_status dev_free(void *ctx, void *p) {
+  return sl__device_free(ctx, p);
+}
 static sl_status pinned_alloc(void *ctx, size_t bytes, void **out) {
   return sl__device_host_alloc(ctx, bytes, out);
 }
@@ -730,7 +744,8 @@ static sl_status pinned_free(void *ctx, void *p) {
 }
 
 static const sl__raw_alloc_vtable device_memory_vt = {dev_alloc, dev_free};
-static const sl__raw_alloc_vtable device_pinned_vt = {pinned_alloc, pinned_free};
+static const sl__raw_alloc_vtable device_pinned_vt = {pinned_alloc,
+                                                      pinned_free};
 
 sl__raw_allocator sl__device_raw_memory(sl__device *d) {
   return (sl__raw_allocator){.vt = &device_memory_vt, .ctx = d};

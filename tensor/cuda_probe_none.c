@@ -15,6 +15,6 @@ const char *sl_build_nccl_version(void) { return NULL; }
 
 sl_status sl_build_cuda_device_info(int device, sl_cuda_device_info *out) {
   if (out) memset(out, 0, sizeof *out);
-  return sl__fail(SL_EUNSUPPORTED,
-                  "cuda:%d: this build of sluice has no CUDA", device);
+  return sl__fail(SL_EUNSUPPORTED, "cuda:%d: this build of sluice has no CUDA",
+                  device);
 }

@@ -182,7 +182,8 @@ sl_status sl__device_cpu_open(int index, sl__device **out) {
   cpu_dev *c;
   if (SL_NEW(c) != SL_OK) return SL_ENOMEM;
   c->index = index;
-  sl_status st = sl__device_wrap(&cpu_vtable, c, SL_DEVICE_CPU, index, NULL, out);
+  sl_status st =
+      sl__device_wrap(&cpu_vtable, c, SL_DEVICE_CPU, index, NULL, out);
   if (st != SL_OK) sl__free(c);
   return st;
 }

@@ -64,7 +64,8 @@ static sl_status cuda_alloc(void *ctx, size_t bytes, void **out) {
   cudaError_t e = cudaMalloc(&p, bytes);
   if (e != cudaSuccess) {
     char what[64], sz[32];
-    snprintf(what, sizeof what, "cudaMalloc(%s)", size_text(bytes, sz, sizeof sz));
+    snprintf(what, sizeof what, "cudaMalloc(%s)",
+             size_text(bytes, sz, sizeof sz));
     return cuda_fail(c, e, what);
   }
   *out = p;
@@ -148,7 +149,8 @@ static sl_status cuda_stream_synchronize(void *ctx, sl__stream *s) {
   return SL_OK;
 }
 
-static sl_status cuda_stream_wait_event(void *ctx, sl__stream *s, sl__event *e) {
+static sl_status cuda_stream_wait_event(void *ctx, sl__stream *s,
+                                        sl__event *e) {
   cuda_dev *c = ctx;
   SL_CHECK(use(c));
   CU(c, cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0),
@@ -227,7 +229,8 @@ static sl_status cuda_stream_add_callback(void *ctx, sl__stream *s,
   callback_rec *r = sl__malloc(sizeof *r);
   if (!r) return SL_ENOMEM;
   *r = (callback_rec){.fn = fn, .arg = arg, .ordinal = c->ordinal};
-  cudaError_t e = cudaStreamAddCallback((cudaStream_t)s, callback_trampoline, r, 0);
+  cudaError_t e =
+      cudaStreamAddCallback((cudaStream_t)s, callback_trampoline, r, 0);
   if (e != cudaSuccess) {
     sl__free(r);
     return cuda_fail(c, e, "cudaStreamAddCallback");

@@ -21,7 +21,8 @@ sl_status sl__device_wrap(const sl__device_vtable *vt, void *ctx,
   if (name)
     snprintf(d->name, sizeof d->name, "%s", name);
   else
-    snprintf(d->name, sizeof d->name, "%s:%d", vt->name ? vt->name : "?", index);
+    snprintf(d->name, sizeof d->name, "%s:%d", vt->name ? vt->name : "?",
+             index);
   *out = d;
   return SL_OK;
 }

@@ -50,8 +50,8 @@ typedef struct sl__device_vtable {
   sl_status (*host_free)(void *ctx, void *p);
   /* Queued on s; bytes > 0 and pointers non-NULL (the wrappers skip empty
    * copies). */
-  sl_status (*memcpy_async)(void *ctx, void *dst, const void *src,
-                            size_t bytes, sl__copy_kind kind, sl__stream *s);
+  sl_status (*memcpy_async)(void *ctx, void *dst, const void *src, size_t bytes,
+                            sl__copy_kind kind, sl__stream *s);
   sl_status (*memset_async)(void *ctx, void *dst, int value, size_t bytes,
                             sl__stream *s);
   sl_status (*stream_create)(void *ctx, sl__stream **out);

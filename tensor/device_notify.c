@@ -103,7 +103,8 @@ static void event_put(sl__notifier *n, sl__event *ev) {
   n->events[n->n_events++] = ev;
 }
 
-/* ---- the poller ------------------------------------------------------------ */
+/* ---- the poller ------------------------------------------------------------
+ */
 
 static sl_status fifo_push(sl__notifier *n, item *it) {
   stream_fifo *f = NULL, *idle = NULL;
@@ -246,7 +247,8 @@ static void *poller_main(void *arg) {
   return NULL;
 }
 
-/* ---- creation and destruction ----------------------------------------------- */
+/* ---- creation and destruction -----------------------------------------------
+ */
 
 sl_status sl__notifier_create(sl__device *dev, const sl__notifier_config *cfg,
                               sl__notifier **out) {
@@ -260,7 +262,8 @@ sl_status sl__notifier_create(sl__device *dev, const sl__notifier_config *cfg,
   if (!c.min_sleep_ns) c.min_sleep_ns = 2000;
   if (!c.max_sleep_ns) c.max_sleep_ns = 100000;
   if (c.min_sleep_ns > c.max_sleep_ns)
-    return sl__fail(SL_EINVAL, "notifier on %s: min sleep %llu ns above max %llu",
+    return sl__fail(SL_EINVAL,
+                    "notifier on %s: min sleep %llu ns above max %llu",
                     dev->name, (unsigned long long)c.min_sleep_ns,
                     (unsigned long long)c.max_sleep_ns);
   if (c.mode == SL__NOTIFY_POLL &&
@@ -328,7 +331,8 @@ void sl__notifier_destroy(sl__notifier *n) {
   sl__free(n);
 }
 
-/* ---- watching ---------------------------------------------------------------- */
+/* ---- watching
+ * ---------------------------------------------------------------- */
 
 static void callback_trampoline(void *arg, sl_status st) {
   item *it = arg;
@@ -355,7 +359,8 @@ static sl_status watch_callback(sl__notifier *n, sl__stream *s,
   /* Counted first: the CPU device calls back before add_callback returns,
    * and completions must never exceed watches. */
   bump(&n->watches);
-  sl_status st = sl__device_stream_add_callback(n->dev, s, callback_trampoline, it);
+  sl_status st =
+      sl__device_stream_add_callback(n->dev, s, callback_trampoline, it);
   if (st != SL_OK) {
     atomic_fetch_sub_explicit(&n->watches, 1, memory_order_relaxed);
     pthread_mutex_lock(&n->mu);
@@ -402,12 +407,15 @@ static sl_status watch_poll(sl__notifier *n, sl__stream *s, sl__stream_fn fn,
 
 sl_status sl__notifier_watch(sl__notifier *n, sl__stream *s, sl__stream_fn fn,
                              void *arg) {
-  if (!n || !s || !fn) return sl__fail(SL_EINVAL, "notifier watch: NULL argument");
+  if (!n || !s || !fn)
+    return sl__fail(SL_EINVAL, "notifier watch: NULL argument");
   return n->mode == SL__NOTIFY_POLL ? watch_poll(n, s, fn, arg)
                                     : watch_callback(n, s, fn, arg);
 }
 
-static void complete_fn(void *arg, sl_status st) { sl_completion_done(arg, st); }
+static void complete_fn(void *arg, sl_status st) {
+  sl_completion_done(arg, st);
+}
 
 sl_status sl__notifier_watch_completion(sl__notifier *n, sl__stream *s,
                                         sl_completion *c) {

@@ -44,21 +44,24 @@ sl_status launched(const char *what) {
                   cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
-}  // namespace
+} // namespace
 
 extern "C" sl_status sl__cuda_fill_f32(float *dst, float value, int64_t n,
                                        sl__stream *s) {
   if (n < 0 || (n > 0 && !dst) || !s)
-    return sl__fail(SL_EINVAL, "cuda fill: bad arguments (n %lld)", (long long)n);
+    return sl__fail(SL_EINVAL, "cuda fill: bad arguments (n %lld)",
+                    (long long)n);
   if (n == 0) return SL_OK;
   fill_f32<<<blocks_for(n), kThreads, 0, (cudaStream_t)s>>>(dst, value, n);
   return launched("cuda fill");
 }
 
 extern "C" sl_status sl__cuda_add_f32(float *out, const float *a,
-                                      const float *b, int64_t n, sl__stream *s) {
+                                      const float *b, int64_t n,
+                                      sl__stream *s) {
   if (n < 0 || (n > 0 && (!out || !a || !b)) || !s)
-    return sl__fail(SL_EINVAL, "cuda add: bad arguments (n %lld)", (long long)n);
+    return sl__fail(SL_EINVAL, "cuda add: bad arguments (n %lld)",
+                    (long long)n);
   if (n == 0) return SL_OK;
   add_f32<<<blocks_for(n), kThreads, 0, (cudaStream_t)s>>>(out, a, b, n);
   return launched("cuda add");

@@ -17,7 +17,8 @@
 #include "caching_alloc.h"
 #include "core_int.h"
 
-/* ---- a counting raw allocator ----------------------------------------------- */
+/* ---- a counting raw allocator -----------------------------------------------
+ */
 
 #define RAW_MAX 4096
 
@@ -94,7 +95,8 @@ static inline void raw_delete(counting_raw *r) {
 }
 
 /* The segment holding [p, p+n), or NULL. */
-static inline const raw_seg *raw_find(counting_raw *r, const void *p, size_t n) {
+static inline const raw_seg *raw_find(counting_raw *r, const void *p,
+                                      size_t n) {
   uintptr_t a = (uintptr_t)p;
   for (int i = 0; i < r->n; i++)
     if (a >= r->segs[i].base && a + n <= r->segs[i].base + r->segs[i].size)
@@ -114,7 +116,8 @@ static const sl__caching_alloc_config small_cfg = {
     .medium_segment = 65536,
 };
 
-static inline sl__caching_alloc *make(counting_raw *r, const sl__caching_alloc_config *c) {
+static inline sl__caching_alloc *make(counting_raw *r,
+                                      const sl__caching_alloc_config *c) {
   sl__caching_alloc *a = NULL;
   sl__raw_allocator raw = {&counting_vt, r};
   assert_int_equal(sl__caching_alloc_create(raw, c, &a), SL_OK);
@@ -127,7 +130,8 @@ static inline sl__caching_alloc_stats stats(sl__caching_alloc *a) {
   return s;
 }
 
-static inline void *alloc_ok(sl__caching_alloc *a, size_t n, const void *stream) {
+static inline void *alloc_ok(sl__caching_alloc *a, size_t n,
+                             const void *stream) {
   void *p = NULL;
   assert_int_equal(sl__caching_alloc_alloc(a, n, stream, &p), SL_OK);
   assert_non_null(p);

@@ -8,7 +8,8 @@
  * threads: test_caching_alloc_random.c. */
 #include "caching_alloc_test.h"
 
-/* ---- configuration and rounding ----------------------------------------------- */
+/* ---- configuration and rounding
+ * ----------------------------------------------- */
 
 static void test_config(void **state) {
   counting_raw *r = raw_new();
@@ -35,7 +36,7 @@ static void test_config(void **state) {
   void *p = alloc_ok(a, 100, NULL);
   sl__caching_alloc_stats s = stats(a);
   assert_int_equal(s.allocated, 512);
-  assert_int_equal(s.reserved, 2 << 20); /* one small segment */
+  assert_int_equal(s.reserved, 2 << 20);      /* one small segment */
   void *q = alloc_ok(a, (1 << 20) + 1, NULL); /* large, below 10 MiB */
   assert_int_equal(stats(a).reserved, (2 << 20) + (20 << 20));
   /* On another stream, so it cannot use the shared segment's free part:
@@ -84,7 +85,8 @@ static void test_rounding_and_pools(void **state) {
    * + 512 or more), so it is split off. */
   assert_int_equal(sz, 40448);
   assert_int_equal(stats(a).segments, 3);
-  for (int i = 0; i < 5; i++) assert_int_equal(sl__caching_alloc_free(a, ps[i]), SL_OK);
+  for (int i = 0; i < 5; i++)
+    assert_int_equal(sl__caching_alloc_free(a, ps[i]), SL_OK);
   assert_int_equal(sl__caching_alloc_free(a, l1), SL_OK);
   assert_int_equal(sl__caching_alloc_free(a, l2), SL_OK);
   assert_int_equal(sl__caching_alloc_free(a, l3), SL_OK);
@@ -100,7 +102,8 @@ static void test_rounding_and_pools(void **state) {
   assert_int_equal(sl__caching_alloc_free(a, l4), SL_OK);
   /* Too big to round: refused before touching the raw allocator. */
   void *p = (void *)&p;
-  assert_int_equal(sl__caching_alloc_alloc(a, SIZE_MAX - 3, NULL, &p), SL_ENOMEM);
+  assert_int_equal(sl__caching_alloc_alloc(a, SIZE_MAX - 3, NULL, &p),
+                   SL_ENOMEM);
   assert_null(p);
   assert_int_equal(stats(a).raw_allocs, 3);
   sl__caching_alloc_destroy(a);
@@ -128,7 +131,8 @@ static void test_large_tail_not_split(void **state) {
   raw_delete(r);
 }
 
-/* ---- reuse, streams, best fit, coalescing ----------------------------------- */
+/* ---- reuse, streams, best fit, coalescing -----------------------------------
+ */
 
 static void test_reuse_per_stream(void **state) {
   counting_raw *r = raw_new();
@@ -170,7 +174,7 @@ static void test_best_fit(void **state) {
   assert_int_equal(sl__caching_alloc_free(a, D), SL_OK);
   /* Free: B (2048), D (1024) and the tail (16384 - 5120). */
   assert_ptr_equal(alloc_ok(a, 1000, NULL), D); /* the exact fit */
-  char *b2 = alloc_ok(a, 1500, NULL);            /* 1536: B, split */
+  char *b2 = alloc_ok(a, 1500, NULL);           /* 1536: B, split */
   assert_ptr_equal(b2, B);
   assert_int_equal(stats(a).free_blocks, 2); /* B's 512 tail, segment tail */
   assert_ptr_equal(alloc_ok(a, 300, NULL), B + 1536); /* the 512 tail */
@@ -185,12 +189,14 @@ static void test_coalescing(void **state) {
   counting_raw *r = raw_new();
   sl__caching_alloc *a = make(r, &small_cfg);
   void *p[8];
-  for (int i = 0; i < 8; i++) p[i] = alloc_ok(a, 2048, NULL); /* fills 16 KiB */
+  for (int i = 0; i < 8; i++)
+    p[i] = alloc_ok(a, 2048, NULL); /* fills 16 KiB */
   sl__caching_alloc_stats s = stats(a);
   assert_int_equal(s.segments, 1);
   assert_int_equal(s.free_blocks, 0);
   /* Free 1, 3, 5: three separate holes. */
-  for (int i = 1; i < 7; i += 2) assert_int_equal(sl__caching_alloc_free(a, p[i]), SL_OK);
+  for (int i = 1; i < 7; i += 2)
+    assert_int_equal(sl__caching_alloc_free(a, p[i]), SL_OK);
   assert_int_equal(stats(a).free_blocks, 3);
   uint64_t merges = stats(a).merges;
   /* Freeing 2 joins 1, 2, 3 (two merges); 4 then joins that and 5. */
@@ -209,7 +215,8 @@ static void test_coalescing(void **state) {
   assert_int_equal(stats(a).raw_allocs, 1);
   assert_int_equal(sl__caching_alloc_free(a, x), SL_OK);
   assert_int_equal(sl__caching_alloc_free(a, y), SL_OK);
-  for (int i = 0; i < 8; i += 7) assert_int_equal(sl__caching_alloc_free(a, p[i]), SL_OK);
+  for (int i = 0; i < 8; i += 7)
+    assert_int_equal(sl__caching_alloc_free(a, p[i]), SL_OK);
   assert_int_equal(sl__caching_alloc_free(a, p[6]), SL_OK);
   s = stats(a);
   assert_int_equal(s.free_blocks, 1); /* the whole segment, one block */
@@ -248,7 +255,8 @@ static void test_empty_cache_keeps_used_segments(void **state) {
   raw_delete(r);
 }
 
-/* ---- errors ------------------------------------------------------------------- */
+/* ---- errors
+ * ------------------------------------------------------------------- */
 
 static void test_bad_frees(void **state) {
   counting_raw *r = raw_new();
@@ -260,7 +268,8 @@ static void test_bad_frees(void **state) {
   int local;
   assert_int_equal(sl__caching_alloc_free(a, &local), SL_EINVAL);
   assert_non_null(strstr(sl_last_error(), "did not allocate"));
-  assert_int_equal(sl__caching_alloc_free(a, p + 512), SL_EINVAL); /* interior */
+  assert_int_equal(sl__caching_alloc_free(a, p + 512),
+                   SL_EINVAL); /* interior */
   size_t sz = 7;
   assert_int_equal(sl__caching_alloc_block_size(a, p + 512, &sz), SL_EINVAL);
   assert_int_equal(sz, 0);
@@ -365,16 +374,17 @@ static void test_limit(void **state) {
   raw_delete(r);
 }
 
-/* ---- the training loop: raw allocations in the first step only --------------- */
+/* ---- the training loop: raw allocations in the first step only
+ * --------------- */
 
 static void test_training_loop(void **state) {
   counting_raw *r = raw_new();
   sl__caching_alloc *a = make(r, NULL); /* the real defaults */
   int compute, copy;
   /* Activation sizes of a small MLP/transformer step, bytes. */
-  static const size_t act[] = {4 << 10,   64 << 10,  (1 << 20) + 4096,
-                               3 << 20,   12 << 20,  700 << 10,
-                               256,       (6 << 20) + 100, 48 << 10};
+  static const size_t act[] = {4 << 10, 64 << 10,        (1 << 20) + 4096,
+                               3 << 20, 12 << 20,        700 << 10,
+                               256,     (6 << 20) + 100, 48 << 10};
   enum { NACT = sizeof act / sizeof act[0] };
   uint64_t raw_after_first = 0;
   size_t peak_after_first = 0;
@@ -383,7 +393,8 @@ static void test_training_loop(void **state) {
     if (step == 1) t1 = sl__now_ns();
     void *in = alloc_ok(a, 2 << 20, &copy); /* the batch, on the copy stream */
     void *acts[NACT], *grads[NACT];
-    for (int i = 0; i < NACT; i++) acts[i] = alloc_ok(a, act[i], &compute);
+    for (int i = 0; i < NACT; i++)
+      acts[i] = alloc_ok(a, act[i], &compute);
     /* Backward: gradients appear as activations die, in reverse. */
     for (int i = NACT - 1; i >= 0; i--) {
       grads[i] = alloc_ok(a, act[i], &compute);
@@ -444,24 +455,27 @@ static void test_peaks(void **state) {
   raw_delete(r);
 }
 
-/* ---- over the CPU device's memory ----------------------------------------------- */
+/* ---- over the CPU device's memory
+ * ----------------------------------------------- */
 
 static void test_over_cpu_device(void **state) {
   sl__device *d;
   assert_int_equal(sl__device_open(SL_DEVICE_CPU, 0, &d), SL_OK);
   sl__caching_alloc *dev = NULL, *pinned = NULL;
   sl__caching_alloc_config c = {.name = "cpu:0 memory"};
-  assert_int_equal(sl__caching_alloc_create(sl__device_raw_memory(d), &c, &dev), SL_OK);
-  c.name = "cpu:0 pinned";
-  assert_int_equal(sl__caching_alloc_create(sl__device_raw_pinned(d), &c, &pinned),
+  assert_int_equal(sl__caching_alloc_create(sl__device_raw_memory(d), &c, &dev),
                    SL_OK);
+  c.name = "cpu:0 pinned";
+  assert_int_equal(
+      sl__caching_alloc_create(sl__device_raw_pinned(d), &c, &pinned), SL_OK);
   sl__stream *s;
   assert_int_equal(sl__device_stream_create(d, &s), SL_OK);
   void *vsrc = NULL, *vdst = NULL;
   assert_int_equal(sl__caching_alloc_alloc(pinned, 5000, s, &vsrc), SL_OK);
   assert_int_equal(sl__caching_alloc_alloc(dev, 5000, s, &vdst), SL_OK);
   char *src = vsrc, *dst = vdst;
-  for (int i = 0; i < 5000; i++) src[i] = (char)i;
+  for (int i = 0; i < 5000; i++)
+    src[i] = (char)i;
   assert_int_equal(sl__device_memcpy_h2d(d, dst, src, 5000, s), SL_OK);
   assert_memory_equal(dst, src, 5000);
   assert_int_equal(sl__caching_alloc_free(dev, dst), SL_OK);

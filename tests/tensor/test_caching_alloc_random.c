@@ -6,7 +6,8 @@
  * once (run under TSan). Seeds print and SLUICE_TEST_SEED replays them. */
 #include "caching_alloc_test.h"
 
-/* ---- randomised against a model ----------------------------------------------- */
+/* ---- randomised against a model
+ * ----------------------------------------------- */
 
 typedef struct live {
   unsigned char *p;
@@ -19,7 +20,8 @@ typedef struct live {
  * handed out twice, or overlapping another, breaks some tag. */
 static void stamp(const live *l) {
   size_t n = l->n ? l->n : 1;
-  for (size_t i = 0; i < n; i += 1 + n / 64) l->p[i] = l->tag;
+  for (size_t i = 0; i < n; i += 1 + n / 64)
+    l->p[i] = l->tag;
   l->p[n - 1] = l->tag;
 }
 
@@ -46,8 +48,8 @@ static size_t random_size(sl_rng *g) {
   switch (sl__rng_below(g, 6)) {
   case 0: return (size_t)sl__rng_below(g, 600); /* tiny, 0 included */
   case 1:
-  case 2: return 1 + (size_t)sl__rng_below(g, 4096); /* small pool */
-  case 3: return 4097 + (size_t)sl__rng_below(g, 28000); /* shared large */
+  case 2: return 1 + (size_t)sl__rng_below(g, 4096);       /* small pool */
+  case 3: return 4097 + (size_t)sl__rng_below(g, 28000);   /* shared large */
   case 4: return 32768 + (size_t)sl__rng_below(g, 100000); /* own segment */
   default: return (size_t)1 << sl__rng_below(g, 16);
   }
@@ -69,7 +71,8 @@ static void random_run(uint64_t seed, size_t limit, int ops) {
   for (int op = 0; op < ops; op++) {
     uint64_t k = sl__rng_below(&g, 100);
     if (k < 55 && n < MAXLIVE) {
-      live l = {.n = random_size(&g), .stream = keys[sl__rng_below(&g, 4)],
+      live l = {.n = random_size(&g),
+                .stream = keys[sl__rng_below(&g, 4)],
                 .tag = (unsigned char)(1 + op % 255)};
       void *p = NULL;
       sl_status st = sl__caching_alloc_alloc(a, l.n, l.stream, &p);
@@ -86,7 +89,8 @@ static void random_run(uint64_t seed, size_t limit, int ops) {
       assert_int_equal(sl__caching_alloc_block_size(a, p, &bs), SL_OK);
       assert_true(bs >= l.n && bs % 512 == 0);
       const raw_seg *seg = raw_find(r, p, bs);
-      if (!seg) fail_msg("op %d: block %p+%zu outside every segment", op, p, bs);
+      if (!seg)
+        fail_msg("op %d: block %p+%zu outside every segment", op, p, bs);
       assert_int_equal(((uintptr_t)p - seg->base) % 512, 0);
       for (int i = 0; i < n; i++) /* disjoint from every live block */
         if (!(l.p + bs <= L[i].p || L[i].p + (L[i].n ? L[i].n : 1) <= l.p))
@@ -139,7 +143,8 @@ static void random_run(uint64_t seed, size_t limit, int ops) {
 
 static void test_random_model(void **state) {
   uint64_t seed = test_seed(20240601, "test_random_model");
-  for (int run = 0; run < 4; run++) random_run(seed + (uint64_t)run, 0, 4000);
+  for (int run = 0; run < 4; run++)
+    random_run(seed + (uint64_t)run, 0, 4000);
 }
 
 static void test_random_with_limit(void **state) {
@@ -148,7 +153,8 @@ static void test_random_with_limit(void **state) {
     random_run(seed + (uint64_t)run, 512 * 1024, 4000);
 }
 
-/* ---- threads -------------------------------------------------------------------- */
+/* ---- threads
+ * -------------------------------------------------------------------- */
 
 typedef struct worker {
   sl__caching_alloc *a;
@@ -166,8 +172,10 @@ static void *worker_main(void *arg) {
   for (int op = 0; op < 6000; op++) {
     if (n < KEEP && (n == 0 || sl__rng_below(&g, 2))) {
       /* Half the allocations on the thread's stream, half on a shared one. */
-      const void *stream = sl__rng_below(&g, 2) ? (const void *)&w->stream_key : NULL;
-      live l = {.n = random_size(&g), .stream = stream,
+      const void *stream =
+          sl__rng_below(&g, 2) ? (const void *)&w->stream_key : NULL;
+      live l = {.n = random_size(&g),
+                .stream = stream,
                 .tag = (unsigned char)(1 + w->id)};
       void *p = NULL;
       must(sl__caching_alloc_alloc(w->a, l.n, stream, &p) == SL_OK, "alloc");
@@ -205,7 +213,8 @@ static void test_threads(void **state) {
     w[i] = (worker){.a = a, .seed = seed * 31 + (uint64_t)i, .id = i};
     assert_int_equal(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
   }
-  for (int i = 0; i < T; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < T; i++)
+    pthread_join(th[i], NULL);
   check(a);
   sl__caching_alloc_stats s = stats(a);
   assert_int_equal(s.allocated, 0);

@@ -47,7 +47,8 @@ static void test_fill_and_add(void **state) {
     assert_int_equal(sl__device_alloc(d, bytes, &b), SL_OK);
     assert_int_equal(sl__device_host_alloc(d, bytes, &host_v), SL_OK);
     float *host = host_v;
-    for (int64_t i = 0; i < n; i++) host[i] = (float)(i % 1000) * 0.5f;
+    for (int64_t i = 0; i < n; i++)
+      host[i] = (float)(i % 1000) * 0.5f;
     assert_int_equal(sl__device_memcpy_h2d(d, b, host, bytes, s), SL_OK);
     assert_int_equal(sl__cuda_fill_f32(a, 2.25f, n, s), SL_OK);
     assert_int_equal(sl__cuda_add_f32(a, a, b, n, s), SL_OK); /* aliasing out */

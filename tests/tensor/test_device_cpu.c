@@ -71,7 +71,8 @@ static void test_copies(void **state) {
   assert_int_equal(sl__device_stream_create(d, &s), SL_OK);
   enum { N = 1000 };
   unsigned char host[N], back[N];
-  for (int i = 0; i < N; i++) host[i] = (unsigned char)(i * 7 + 1);
+  for (int i = 0; i < N; i++)
+    host[i] = (unsigned char)(i * 7 + 1);
   void *a, *b;
   assert_int_equal(sl__device_alloc(d, N, &a), SL_OK);
   assert_int_equal(sl__device_alloc(d, N, &b), SL_OK);
@@ -131,16 +132,20 @@ static void test_streams_events(void **state) {
 
   /* The callback has run by the time add_callback returns. */
   int calls = 0;
-  assert_int_equal(sl__device_stream_add_callback(d, s1, on_done, &calls), SL_OK);
+  assert_int_equal(sl__device_stream_add_callback(d, s1, on_done, &calls),
+                   SL_OK);
   assert_int_equal(calls, 1);
-  assert_int_equal(sl__device_stream_add_callback(d, s1, NULL, &calls), SL_EINVAL);
+  assert_int_equal(sl__device_stream_add_callback(d, s1, NULL, &calls),
+                   SL_EINVAL);
 
   /* A handle of the other kind is refused, not trusted. */
-  assert_int_equal(sl__device_event_query(d, (sl__event *)s1, &done), SL_EINVAL);
+  assert_int_equal(sl__device_event_query(d, (sl__event *)s1, &done),
+                   SL_EINVAL);
   assert_false(done);
   assert_non_null(strstr(sl_last_error(), "cpu:1: event is not a live handle"));
   assert_int_equal(sl__device_event_record(d, e, (sl__stream *)e), SL_EINVAL);
-  assert_int_equal(sl__device_stream_synchronize(d, (sl__stream *)e), SL_EINVAL);
+  assert_int_equal(sl__device_stream_synchronize(d, (sl__stream *)e),
+                   SL_EINVAL);
   assert_int_equal(sl__device_event_query(d, NULL, &done), SL_EINVAL);
   assert_int_equal(sl__device_event_query(d, e, NULL), SL_EINVAL);
   assert_int_equal(sl__device_event_record(d, NULL, s1), SL_EINVAL);
@@ -159,8 +164,8 @@ static const sl__device_vtable empty_vt = {.name = "empty"};
 
 static void test_missing_entries(void **state) {
   sl__device *d;
-  assert_int_equal(sl__device_wrap(&empty_vt, NULL, SL_DEVICE_CUDA, 2, NULL, &d),
-                   SL_OK);
+  assert_int_equal(
+      sl__device_wrap(&empty_vt, NULL, SL_DEVICE_CUDA, 2, NULL, &d), SL_OK);
   assert_string_equal(d->name, "empty:2");
   void *p = (void *)&p;
   char buf[8];

@@ -35,14 +35,16 @@ static sl__device *open_or_skip(void) {
   return NULL;
 }
 
-/* ---- without a GPU ------------------------------------------------------------- */
+/* ---- without a GPU
+ * ------------------------------------------------------------- */
 
 static void test_open_without_gpu(void **state) {
   sl__device *d = (sl__device *)&d;
   if (!sl_build_has_cuda()) {
     assert_int_equal(sl__device_open(SL_DEVICE_CUDA, 0, &d), SL_EUNSUPPORTED);
     assert_null(d);
-    assert_non_null(strstr(sl_last_error(), "this build of sluice has no CUDA"));
+    assert_non_null(
+        strstr(sl_last_error(), "this build of sluice has no CUDA"));
     return;
   }
   if (sl_device_count(SL_DEVICE_CUDA) > 0) {
@@ -80,7 +82,8 @@ static void test_device_info_without_gpu(void **state) {
   }
 }
 
-/* ---- with a GPU ---------------------------------------------------------------- */
+/* ---- with a GPU
+ * ---------------------------------------------------------------- */
 
 static void test_device_info(void **state) {
   sl__device_close(open_or_skip());
@@ -88,8 +91,8 @@ static void test_device_info(void **state) {
   for (int i = 0; i < n; i++) {
     sl_cuda_device_info g;
     assert_int_equal(sl_build_cuda_device_info(i, &g), SL_OK);
-    printf("cuda:%d: %s, %zu bytes, sm_%d%d, %d SMs\n", i, g.name, g.total_memory,
-           g.compute_major, g.compute_minor, g.multiprocessors);
+    printf("cuda:%d: %s, %zu bytes, sm_%d%d, %d SMs\n", i, g.name,
+           g.total_memory, g.compute_major, g.compute_minor, g.multiprocessors);
     assert_true(g.name[0] != 0);
     assert_true(g.total_memory > 0);
     assert_true(g.compute_major >= 7); /* what CUDA 13 supports at least */
@@ -110,7 +113,8 @@ static void test_memory_and_copies(void **state) {
   assert_int_equal(sl__device_alloc(d, N, &a), SL_OK);
   assert_int_equal(sl__device_alloc(d, N, &b), SL_OK);
   assert_int_equal((uintptr_t)a % 256, 0);
-  for (int i = 0; i < N; i++) pin[i] = (unsigned char)(i * 13 + 5);
+  for (int i = 0; i < N; i++)
+    pin[i] = (unsigned char)(i * 13 + 5);
   assert_int_equal(sl__device_memcpy_h2d(d, a, pin, N, s), SL_OK);
   assert_int_equal(sl__device_memcpy_d2d(d, b, a, N, s), SL_OK);
   assert_int_equal(sl__device_memset(d, a, 0x3c, N / 2, s), SL_OK);
@@ -157,12 +161,14 @@ static void test_streams_and_events(void **state) {
     assert_int_equal(sl__device_memset(d, buf, v, N, compute), SL_OK);
     assert_int_equal(sl__device_event_record(d, e, compute), SL_OK);
     assert_int_equal(sl__device_stream_wait_event(d, copy, e), SL_OK);
-    assert_int_equal(sl__device_memcpy_d2h(d, host, (char *)buf + N - 4096, 4096, copy),
-                     SL_OK);
+    assert_int_equal(
+        sl__device_memcpy_d2h(d, host, (char *)buf + N - 4096, 4096, copy),
+        SL_OK);
     assert_int_equal(sl__device_stream_synchronize(d, copy), SL_OK);
     assert_int_equal(sl__device_event_query(d, e, &done), SL_OK);
     assert_true(done);
-    for (int i = 0; i < 4096; i++) assert_int_equal(host[i], v);
+    for (int i = 0; i < 4096; i++)
+      assert_int_equal(host[i], v);
   }
   assert_int_equal(sl__device_event_synchronize(d, e), SL_OK);
   assert_int_equal(sl__device_free(d, buf), SL_OK);
@@ -180,7 +186,8 @@ static void on_called(void *arg, sl_status st) {
 
 static void wait_count(atomic_int *c, int want) {
   uint64_t deadline = sl__now_ns() + 10ull * 1000 * 1000 * 1000;
-  while (atomic_load(c) < want && sl__now_ns() < deadline) sl__sleep_ns(100000);
+  while (atomic_load(c) < want && sl__now_ns() < deadline)
+    sl__sleep_ns(100000);
   assert_int_equal(atomic_load(c), want);
 }
 
@@ -190,7 +197,8 @@ static void test_callbacks(void **state) {
   assert_int_equal(sl__device_stream_create(d, &s), SL_OK);
   atomic_int calls = 0;
   for (int i = 0; i < 10; i++)
-    assert_int_equal(sl__device_stream_add_callback(d, s, on_called, &calls), SL_OK);
+    assert_int_equal(sl__device_stream_add_callback(d, s, on_called, &calls),
+                     SL_OK);
   wait_count(&calls, 10);
   assert_int_equal(sl__device_stream_destroy(d, s), SL_OK);
   sl__device_close(d);
@@ -218,10 +226,11 @@ static void test_caching_over_cuda(void **state) {
   sl__device *d = open_or_skip();
   sl__caching_alloc *mem = NULL, *pinned = NULL;
   sl__caching_alloc_config c = {.name = "cuda:0 memory"};
-  assert_int_equal(sl__caching_alloc_create(sl__device_raw_memory(d), &c, &mem), SL_OK);
-  c.name = "cuda:0 pinned";
-  assert_int_equal(sl__caching_alloc_create(sl__device_raw_pinned(d), &c, &pinned),
+  assert_int_equal(sl__caching_alloc_create(sl__device_raw_memory(d), &c, &mem),
                    SL_OK);
+  c.name = "cuda:0 pinned";
+  assert_int_equal(
+      sl__caching_alloc_create(sl__device_raw_pinned(d), &c, &pinned), SL_OK);
   sl__stream *s;
   assert_int_equal(sl__device_stream_create(d, &s), SL_OK);
   static const size_t sizes[] = {256, 4096, 1 << 20, (3 << 20) + 7, 12 << 20};
@@ -229,10 +238,13 @@ static void test_caching_over_cuda(void **state) {
   for (int step = 0; step < 10; step++) {
     void *dv[5], *hv[5];
     for (int i = 0; i < 5; i++) {
-      assert_int_equal(sl__caching_alloc_alloc(mem, sizes[i], s, &dv[i]), SL_OK);
-      assert_int_equal(sl__caching_alloc_alloc(pinned, sizes[i], s, &hv[i]), SL_OK);
+      assert_int_equal(sl__caching_alloc_alloc(mem, sizes[i], s, &dv[i]),
+                       SL_OK);
+      assert_int_equal(sl__caching_alloc_alloc(pinned, sizes[i], s, &hv[i]),
+                       SL_OK);
       memset(hv[i], step, sizes[i]);
-      assert_int_equal(sl__device_memcpy_h2d(d, dv[i], hv[i], sizes[i], s), SL_OK);
+      assert_int_equal(sl__device_memcpy_h2d(d, dv[i], hv[i], sizes[i], s),
+                       SL_OK);
     }
     assert_int_equal(sl__device_stream_synchronize(d, s), SL_OK);
     for (int i = 0; i < 5; i++) {
@@ -286,8 +298,8 @@ static void run_notifier(sl__notify_mode mode) {
     host[0] = 0;
     seen sn = {.host = host};
     assert_int_equal(sl__device_memset(d, buf, round, N, s), SL_OK);
-    assert_int_equal(sl__device_memcpy_d2h(d, host, (char *)buf + N - 64, 64, s),
-                     SL_OK);
+    assert_int_equal(
+        sl__device_memcpy_d2h(d, host, (char *)buf + N - 64, 64, s), SL_OK);
     assert_int_equal(sl__notifier_watch(n, s, on_copy_done, &sn), SL_OK);
     uint64_t deadline = sl__now_ns() + 10ull * 1000 * 1000 * 1000;
     while (atomic_load(&sn.calls) == 0 && sl__now_ns() < deadline)
@@ -303,7 +315,9 @@ static void run_notifier(sl__notify_mode mode) {
 }
 
 static void test_notifier_poll(void **state) { run_notifier(SL__NOTIFY_POLL); }
-static void test_notifier_callback(void **state) { run_notifier(SL__NOTIFY_CALLBACK); }
+static void test_notifier_callback(void **state) {
+  run_notifier(SL__NOTIFY_CALLBACK);
+}
 
 int main(void) {
   const struct CMUnitTest tests[] = {

@@ -25,7 +25,8 @@
 #include "core_thread.h"
 #include "device_notify.h"
 
-/* ---- the fake device -------------------------------------------------------- */
+/* ---- the fake device --------------------------------------------------------
+ */
 
 typedef struct fake_stream {
   uint64_t busy_until; /* when the work queued so far ends */
@@ -170,8 +171,8 @@ static void *timer_main(void *arg) {
     timer t = f->timers[best];
     f->timers[best] = f->timers[--f->n_timers];
     pthread_mutex_unlock(&f->mu);
-    sl_status st = t.fail ? sl__fail(SL_ECUDA, "fake device fault (callback)")
-                          : SL_OK;
+    sl_status st =
+        t.fail ? sl__fail(SL_ECUDA, "fake device fault (callback)") : SL_OK;
     t.fn(t.arg, st);
     pthread_mutex_lock(&f->mu);
   }
@@ -199,10 +200,11 @@ static fake *fake_new(void) {
   assert_non_null(k);
   pthread_mutex_init(&k->f.mu, NULL);
   assert_int_equal(sl__cond_init(&k->f.cv), SL_OK);
-  assert_int_equal(sl__thread_start(&k->f.th, timer_main, &k->f, "fake-timer"), SL_OK);
-  assert_int_equal(sl__device_wrap(&fake_vt, &k->f, SL_DEVICE_CUDA, 0, "fake:0",
-                                   &k->dev),
+  assert_int_equal(sl__thread_start(&k->f.th, timer_main, &k->f, "fake-timer"),
                    SL_OK);
+  assert_int_equal(
+      sl__device_wrap(&fake_vt, &k->f, SL_DEVICE_CUDA, 0, "fake:0", &k->dev),
+      SL_OK);
   return k;
 }
 
@@ -228,7 +230,8 @@ static sl__notifier *notifier(sl__device *d, sl__notify_mode mode) {
   return n;
 }
 
-/* ---- what the callbacks record ------------------------------------------------ */
+/* ---- what the callbacks record
+ * ------------------------------------------------ */
 
 typedef struct rec {
   int stream, seq;
@@ -265,7 +268,8 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* ---- order, timing, errors -------------------------------------------------- */
+/* ---- order, timing, errors --------------------------------------------------
+ */
 
 enum { NS = 8, PER = 40 };
 
@@ -276,7 +280,8 @@ static void run_streams(sl__notify_mode mode) {
   static rec R[NS][PER];
   atomic_int next[NS], order_errors = 0, total = 0;
   memset(R, 0, sizeof R);
-  for (int s = 0; s < NS; s++) atomic_init(&next[s], 0);
+  for (int s = 0; s < NS; s++)
+    atomic_init(&next[s], 0);
   sl_rng g = {42};
   for (int j = 0; j < PER; j++)
     for (int s = 0; s < NS; s++) {
@@ -287,9 +292,10 @@ static void run_streams(sl__notify_mode mode) {
       r->order_errors = &order_errors;
       r->total = &total;
       /* Zero-length work too: already complete when watched. */
-      r->done_at = fake_enqueue(&k->f, &streams[s], sl__rng_below(&g, 300) * 1000);
-      assert_int_equal(sl__notifier_watch(n, (sl__stream *)&streams[s], on_done, r),
-                       SL_OK);
+      r->done_at =
+          fake_enqueue(&k->f, &streams[s], sl__rng_below(&g, 300) * 1000);
+      assert_int_equal(
+          sl__notifier_watch(n, (sl__stream *)&streams[s], on_done, r), SL_OK);
     }
   wait_total(&total, NS * PER);
   uint64_t lat[NS * PER];
@@ -324,8 +330,9 @@ static void run_streams(sl__notify_mode mode) {
     for (int j = 0; j < 10; j++) {
       rec r1 = {.total = &total};
       fake_enqueue(&k->f, &streams[0], 10000);
-      assert_int_equal(sl__notifier_watch(n, (sl__stream *)&streams[0], on_done, &r1),
-                       SL_OK);
+      assert_int_equal(
+          sl__notifier_watch(n, (sl__stream *)&streams[0], on_done, &r1),
+          SL_OK);
       wait_total(&total, NS * PER + j + 1);
     }
     sl__notifier_get_stats(n, &st);
@@ -338,7 +345,9 @@ static void run_streams(sl__notify_mode mode) {
   fake_delete(k);
 }
 
-static void test_poll_order_and_timing(void **state) { run_streams(SL__NOTIFY_POLL); }
+static void test_poll_order_and_timing(void **state) {
+  run_streams(SL__NOTIFY_POLL);
+}
 static void test_callback_order_and_timing(void **state) {
   run_streams(SL__NOTIFY_CALLBACK);
 }
@@ -355,7 +364,8 @@ static void run_errors(sl__notify_mode mode) {
     fake_stream *s = i % 2 ? &bad : &good;
     if (i == 1) fake_break(&k->f, &bad, true); /* faults from here on */
     R[i].done_at = fake_enqueue(&k->f, s, 2000);
-    assert_int_equal(sl__notifier_watch(n, (sl__stream *)s, on_done, &R[i]), SL_OK);
+    assert_int_equal(sl__notifier_watch(n, (sl__stream *)s, on_done, &R[i]),
+                     SL_OK);
   }
   wait_total(&total, 6);
   for (int i = 0; i < 6; i++) {
@@ -377,9 +387,12 @@ static void run_errors(sl__notify_mode mode) {
 }
 
 static void test_poll_errors(void **state) { run_errors(SL__NOTIFY_POLL); }
-static void test_callback_errors(void **state) { run_errors(SL__NOTIFY_CALLBACK); }
+static void test_callback_errors(void **state) {
+  run_errors(SL__NOTIFY_CALLBACK);
+}
 
-/* ---- the poller's back-off and idle sleep ------------------------------------ */
+/* ---- the poller's back-off and idle sleep
+ * ------------------------------------ */
 
 static void test_poll_backoff(void **state) {
   fake *k = fake_new();
@@ -431,7 +444,8 @@ static void test_poll_idle(void **state) {
   fake_delete(k);
 }
 
-/* ---- destroy, threads, refusals ---------------------------------------------- */
+/* ---- destroy, threads, refusals
+ * ---------------------------------------------- */
 
 static void run_destroy_waits(sl__notify_mode mode) {
   fake *k = fake_new();
@@ -445,8 +459,8 @@ static void run_destroy_waits(sl__notify_mode mode) {
     R[i].total = &total;
     R[i].done_at = fake_enqueue(&k->f, &s[i % 4], 5ull * 1000 * 1000);
     last = SL_MAX(last, R[i].done_at);
-    assert_int_equal(sl__notifier_watch(n, (sl__stream *)&s[i % 4], on_done, &R[i]),
-                     SL_OK);
+    assert_int_equal(
+        sl__notifier_watch(n, (sl__stream *)&s[i % 4], on_done, &R[i]), SL_OK);
   }
   sl__notifier_destroy(n);
   assert_int_equal(atomic_load(&total), 16);
@@ -454,7 +468,9 @@ static void run_destroy_waits(sl__notify_mode mode) {
   fake_delete(k);
 }
 
-static void test_poll_destroy_waits(void **state) { run_destroy_waits(SL__NOTIFY_POLL); }
+static void test_poll_destroy_waits(void **state) {
+  run_destroy_waits(SL__NOTIFY_POLL);
+}
 static void test_callback_destroy_waits(void **state) {
   run_destroy_waits(SL__NOTIFY_CALLBACK);
 }
@@ -505,7 +521,8 @@ static void run_threads(sl__notify_mode mode) {
     W[i].id = i;
     assert_int_equal(pthread_create(&th[i], NULL, watcher_main, &W[i]), 0);
   }
-  for (int i = 0; i < WT; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < WT; i++)
+    pthread_join(th[i], NULL);
   wait_total(&total, WT * WPER);
   for (int i = 0; i < WT; i++) {
     assert_int_equal(W[i].st, SL_OK);
@@ -520,7 +537,9 @@ static void run_threads(sl__notify_mode mode) {
 }
 
 static void test_poll_threads(void **state) { run_threads(SL__NOTIFY_POLL); }
-static void test_callback_threads(void **state) { run_threads(SL__NOTIFY_CALLBACK); }
+static void test_callback_threads(void **state) {
+  run_threads(SL__NOTIFY_CALLBACK);
+}
 
 static void test_refusals(void **state) {
   fake *k = fake_new();
@@ -534,21 +553,23 @@ static void test_refusals(void **state) {
 
   /* A device without events cannot be polled; without callbacks it cannot
    * call back. */
-  static const sl__device_vtable no_events = {.name = "noev",
-                                              .stream_add_callback = f_add_callback};
+  static const sl__device_vtable no_events = {
+      .name = "noev", .stream_add_callback = f_add_callback};
   static const sl__device_vtable no_callbacks = {.name = "nocb",
                                                  .event_create = f_event_create,
-                                                 .event_destroy = f_event_destroy,
+                                                 .event_destroy =
+                                                     f_event_destroy,
                                                  .event_record = f_event_record,
                                                  .event_query = f_event_query};
   sl__device *d;
-  assert_int_equal(sl__device_wrap(&no_events, &k->f, SL_DEVICE_CUDA, 0, NULL, &d),
-                   SL_OK);
+  assert_int_equal(
+      sl__device_wrap(&no_events, &k->f, SL_DEVICE_CUDA, 0, NULL, &d), SL_OK);
   assert_int_equal(sl__notifier_create(d, NULL, &n), SL_EUNSUPPORTED);
   assert_non_null(strstr(sl_last_error(), "no events"));
   sl__device_close(d);
-  assert_int_equal(sl__device_wrap(&no_callbacks, &k->f, SL_DEVICE_CUDA, 0, NULL, &d),
-                   SL_OK);
+  assert_int_equal(
+      sl__device_wrap(&no_callbacks, &k->f, SL_DEVICE_CUDA, 0, NULL, &d),
+      SL_OK);
   c = (sl__notifier_config){.mode = SL__NOTIFY_CALLBACK};
   assert_int_equal(sl__notifier_create(d, &c, &n), SL_EUNSUPPORTED);
   sl__device_close(d);
@@ -559,10 +580,12 @@ static void test_refusals(void **state) {
     fake_stream s = {0};
     rec r = {0};
     k->f.fail_record = k->f.fail_callback = true;
-    assert_int_equal(sl__notifier_watch(nn, (sl__stream *)&s, on_done, &r), SL_ECUDA);
+    assert_int_equal(sl__notifier_watch(nn, (sl__stream *)&s, on_done, &r),
+                     SL_ECUDA);
     assert_non_null(strstr(sl_last_error(), "refused"));
     assert_int_equal(sl__notifier_watch(nn, NULL, on_done, &r), SL_EINVAL);
-    assert_int_equal(sl__notifier_watch(nn, (sl__stream *)&s, NULL, &r), SL_EINVAL);
+    assert_int_equal(sl__notifier_watch(nn, (sl__stream *)&s, NULL, &r),
+                     SL_EINVAL);
     assert_int_equal(sl__notifier_watch_completion(nn, (sl__stream *)&s, NULL),
                      SL_EINVAL);
     k->f.fail_record = k->f.fail_callback = false;
@@ -594,7 +617,8 @@ static void test_cpu_device(void **state) {
   sl__device_close(d);
 }
 
-/* ---- an actor completed through the notifier ------------------------------------ */
+/* ---- an actor completed through the notifier
+ * ------------------------------------ */
 
 typedef struct kern {
   fake *k;
@@ -642,12 +666,19 @@ static sl_status run_job(sl__notify_mode mode, int64_t break_at, sink *out,
   sl_plan *p;
   assert_int_equal(sl_plan_create(&p), SL_OK);
   sl_actor_id src, ker, snk;
-  sl_actor_desc d1 = {.name = "src", .kind = SL_ACTOR_SOURCE, .act = act_source,
-                      .count = 20};
-  sl_actor_desc d2 = {.name = "kern", .kind = SL_ACTOR_KERNEL, .device = 1,
-                      .act = act_kernel, .ctx = &kc};
-  sl_actor_desc d3 = {.name = "sink", .kind = SL_ACTOR_SINK, .device = 1,
-                      .stream = SL_STREAM_COPY, .act = act_sink, .ctx = out};
+  sl_actor_desc d1 = {
+      .name = "src", .kind = SL_ACTOR_SOURCE, .act = act_source, .count = 20};
+  sl_actor_desc d2 = {.name = "kern",
+                      .kind = SL_ACTOR_KERNEL,
+                      .device = 1,
+                      .act = act_kernel,
+                      .ctx = &kc};
+  sl_actor_desc d3 = {.name = "sink",
+                      .kind = SL_ACTOR_SINK,
+                      .device = 1,
+                      .stream = SL_STREAM_COPY,
+                      .act = act_sink,
+                      .ctx = out};
   assert_int_equal(sl_plan_add_actor(p, &d1, &src), SL_OK);
   assert_int_equal(sl_plan_add_actor(p, &d2, &ker), SL_OK);
   assert_int_equal(sl_plan_add_actor(p, &d3, &snk), SL_OK);
@@ -716,12 +747,15 @@ static void test_cpu_device_actor(void **state) {
     sl_plan *p;
     assert_int_equal(sl_plan_create(&p), SL_OK);
     sl_actor_id src, ker, snk;
-    sl_actor_desc d1 = {.name = "src", .kind = SL_ACTOR_SOURCE, .act = act_source,
-                        .count = 50};
-    sl_actor_desc d2 = {.name = "kern", .kind = SL_ACTOR_KERNEL, .device = 1,
-                        .act = act_cpu_kernel, .ctx = &kc};
-    sl_actor_desc d3 = {.name = "sink", .kind = SL_ACTOR_SINK, .act = act_sink,
-                        .ctx = &out};
+    sl_actor_desc d1 = {
+        .name = "src", .kind = SL_ACTOR_SOURCE, .act = act_source, .count = 50};
+    sl_actor_desc d2 = {.name = "kern",
+                        .kind = SL_ACTOR_KERNEL,
+                        .device = 1,
+                        .act = act_cpu_kernel,
+                        .ctx = &kc};
+    sl_actor_desc d3 = {
+        .name = "sink", .kind = SL_ACTOR_SINK, .act = act_sink, .ctx = &out};
     assert_int_equal(sl_plan_add_actor(p, &d1, &src), SL_OK);
     assert_int_equal(sl_plan_add_actor(p, &d2, &ker), SL_OK);
     assert_int_equal(sl_plan_add_actor(p, &d3, &snk), SL_OK);
@@ -734,8 +768,9 @@ static void test_cpu_device_actor(void **state) {
     sl_job *job;
     assert_int_equal(sl_job_create(p, NULL, &job), SL_OK);
     sl_status st = sl_job_run(job);
-    if (st != SL_OK) fail_msg("%s: %s", sl__notify_mode_name((sl__notify_mode)m),
-                              sl_last_error());
+    if (st != SL_OK)
+      fail_msg("%s: %s", sl__notify_mode_name((sl__notify_mode)m),
+               sl_last_error());
     assert_int_equal(atomic_load(&out.pieces), 50);
     sl_job_destroy(job);
     sl_plan_destroy(p);
@@ -746,7 +781,9 @@ static void test_cpu_device_actor(void **state) {
 }
 
 static void test_poll_actor(void **state) { run_actor(SL__NOTIFY_POLL); }
-static void test_callback_actor(void **state) { run_actor(SL__NOTIFY_CALLBACK); }
+static void test_callback_actor(void **state) {
+  run_actor(SL__NOTIFY_CALLBACK);
+}
 
 int main(void) {
   const struct CMUnitTest tests[] = {
