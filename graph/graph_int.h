@@ -91,6 +91,15 @@ sl_status sl__graph_variable_init(const sl_graph *g, int32_t node, int rank,
  * variable's placement and nd-SBP (a boxing node is inserted if needed). */
 sl_status sl__graph_compile(sl_graph *g);
 
+/* A compiled graph as bytes (graph_wire.c), for daemons of the same build:
+ * unpack gives a frozen graph with the same node indices and value ids,
+ * which lowers to the same plan. pack: SL_ESTATE (not compiled),
+ * SL_EUNSUPPORTED (a .npy source: the file is the program's), SL_ENOMEM;
+ * *buf is malloc'd (sl__free). unpack: SL_EINVAL for malformed bytes or
+ * another build's (struct sizes differ), SL_ENOMEM. */
+sl_status sl__graph_pack(const sl_graph *g, uint8_t **buf, size_t *len);
+sl_status sl__graph_unpack(const uint8_t *buf, size_t len, sl_graph **out);
+
 /* ---- autodiff ------------------------------------------------------------ */
 
 /* Gradients of the scalar `loss` with respect to n tensors: grads[i] is a
