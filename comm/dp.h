@@ -69,8 +69,14 @@ typedef enum sl__dp_kind {
   SL__DP_DONE = 7,        /* the sender's job ended (detach); fields as a
                              PROBE_REPLY with its final counts */
   SL__DP_DONE_ACK = 8,    /* DONE was received */
+  SL__DP_COLL = 9,        /* a chunk of a collective between nodes
+                             (comm/net_coll.h): src = group, dst = sequence,
+                             piece = byte offset, desc = step, index = lane,
+                             slot = op, consumer = dtype; may carry a
+                             payload; counted in the credit window like a
+                             message, but not in the job's message counts */
 } sl__dp_kind;
-#define SL__DP_KIND_MAX 8
+#define SL__DP_KIND_MAX 9
 
 /* Flag bits; any other bit set is a malformed frame. */
 #define SL__DP_FLAG_QUIESCENT 0x1u /* PROBE_REPLY, DONE */
@@ -312,5 +318,44 @@ typedef struct sl__dp_stats {
 
 /* A snapshot of the counters (any thread). */
 void sl__dp_endpoint_get_stats(sl__dp_endpoint *ep, sl__dp_stats *out);
+
+/* ---- collective chunks (SL__DP_COLL) ---------------------------------------
+ * A second client of the connections besides the job: comm/net_coll.c. Its
+ * hooks run on the loop thread, never with the endpoint's lock held. */
+typedef struct sl__dp_coll_hooks {
+  /* A COLL frame from `node` begins: *buf gets where its f->len payload
+   * bytes go (NULL: they are read and dropped). Another status makes it a
+   * bad frame (the pair fails) with sl_last_error() as the reason. */
+  sl_status (*target)(void *ctx, uint32_t node, const sl__dp_frame *f,
+                      void **buf);
+  /* Its payload arrived in *buf (checksum verified). */
+  void (*received)(void *ctx, uint32_t node, const sl__dp_frame *f,
+                   void *buf);
+  /* A frame given to sl__dp_endpoint_send_coll is written (SL_OK) or
+   * dropped (the pair failed, the endpoint closed): its payload is no
+   * longer referenced. Called exactly once per accepted send. */
+  void (*sent)(void *ctx, void *token, sl_status st);
+  /* The pair with `node` failed (after its queued frames were dropped). */
+  void (*failed)(void *ctx, uint32_t node, sl_status st, const char *msg);
+  /* `node` closed its connection after saying its job ended (DONE), which
+   * is no failure of the pair (it may come back), but ends whatever it
+   * was part of. */
+  void (*closed)(void *ctx, uint32_t node, const char *msg);
+} sl__dp_coll_hooks;
+
+/* Installs the hooks (copied); before any COLL frame is sent or can
+ * arrive. Frames arriving with no hooks are dropped. */
+void sl__dp_endpoint_set_coll(sl__dp_endpoint *ep, const sl__dp_coll_hooks *h,
+                              void *ctx);
+
+/* Queues a COLL frame (f's kind, version, length and checksum are set
+ * here) with len payload bytes, written straight from payload, which must
+ * stay unchanged until the sent hook is called with token. Any thread,
+ * including the loop thread inside a hook. SL_OK: `sent` will be called;
+ * SL_ECOMM (no such peer, pair failed, endpoint closing), SL_ENOMEM: it
+ * will not. */
+sl_status sl__dp_endpoint_send_coll(sl__dp_endpoint *ep, uint32_t node,
+                                    const sl__dp_frame *f, const void *payload,
+                                    uint64_t len, void *token);
 
 #endif

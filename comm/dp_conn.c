@@ -124,7 +124,7 @@ static void on_written(uv_write_t *req, int status) {
   dp_out *o = w->frames;
   while (o) {
     dp_out *n = o->next;
-    sl__free(o);
+    sl__dp_out_free(ep, o, status < 0 ? SL_ECOMM : SL_OK);
     o = n;
   }
   uint32_t npay = w->n_payload;
@@ -175,7 +175,7 @@ static bool submit(dp_conn *c, dp_out *list) {
     sl__free(w);
     while (list) {
       dp_out *n = list->next;
-      sl__free(list);
+      sl__dp_out_free(ep, list, SL_ECOMM);
       list = n;
     }
     conn_lost(c, uv_strerror(rc));
@@ -212,7 +212,7 @@ static dp_out *take(dp_conn *c, dp_fifo *q, bool credit) {
   dp_out *head = NULL, *tail = NULL;
   for (int n = 0; n < DP_BATCH && q->head; n++) {
     dp_out *o = q->head;
-    if (credit && o->f.kind == SL__DP_MSG) {
+    if (credit && (o->f.kind == SL__DP_MSG || o->f.kind == SL__DP_COLL)) {
       uint64_t of = c->tx_frames - c->acked_frames;
       uint64_t ob = c->tx_bytes - c->acked_bytes;
       if (of >= ep->cfg.window_frames ||
@@ -335,6 +335,13 @@ static void conn_lost(dp_conn *c, const char *why) {
              "its job ended",
              ep->cfg.node, p->node, c->addr);
     sl__dp_conn_close(c);
+    if (ep->coll.closed && !ep->shutting_down) {
+      char msg[200];
+      snprintf(msg, sizeof msg,
+               "data plane: node %u: node %u (%s) closed its connection",
+               ep->cfg.node, p->node, c->addr);
+      ep->coll.closed(ep->coll_ctx, p->node, msg);
+    }
     return;
   }
   if (c->in_payload)
@@ -763,6 +770,18 @@ static void payload_bytes(dp_conn *c, const uint8_t *p, uint64_t n,
   c->got += n;
 }
 
+/* A collective chunk is complete: handed to the hook, counted for the
+ * credit only (it is not a job message). */
+static void coll_deliver(dp_conn *c) {
+  sl__dp_endpoint *ep = c->ep;
+  c->rx_frames++;
+  c->rx_bytes += c->cur.len;
+  dp_count(&ep->stats.payload_bytes_received, c->cur.len);
+  if (ep->coll.received)
+    ep->coll.received(ep->coll_ctx, c->peer->node, &c->cur, c->target);
+  c->target = NULL;
+}
+
 static void payload_end(dp_conn *c) {
   c->in_payload = false;
   if (c->crc != c->cur.payload_crc) {
@@ -770,6 +789,10 @@ static void payload_end(dp_conn *c) {
               "bad frame: payload checksum mismatch (%llu bytes, 0x%08x in "
               "the frame, 0x%08x computed)",
               (unsigned long long)c->cur.len, c->cur.payload_crc, c->crc);
+    return;
+  }
+  if (c->cur.kind == SL__DP_COLL) {
+    coll_deliver(c);
     return;
   }
   deliver(c);
@@ -826,6 +849,25 @@ static void frame_begin(dp_conn *c, const uint8_t *hdr) {
                   sl_last_error());
         return;
       }
+    }
+    c->in_payload = true;
+    c->got = 0;
+    c->crc = 0;
+    return;
+  case SL__DP_COLL:
+    c->target = NULL;
+    if (ep->coll.target) {
+      void *t = NULL;
+      if (ep->coll.target(ep->coll_ctx, p->node, &f, &t) != SL_OK) {
+        bad_frame(c, "a collective chunk that fits no collective: %s",
+                  sl_last_error());
+        return;
+      }
+      c->target = t;
+    }
+    if (f.len == 0) {
+      coll_deliver(c);
+      return;
     }
     c->in_payload = true;
     c->got = 0;

@@ -24,10 +24,21 @@
 /* How long destroy lets queued frames (a detach's DONE) drain. */
 #define SHUTDOWN_LINGER_MS 2000
 
-static void free_fifo(dp_fifo *q) {
+void sl__dp_out_free(sl__dp_endpoint *ep, dp_out *o, sl_status st) {
+  if (o->f.kind == SL__DP_COLL && ep->coll.sent)
+    ep->coll.sent(ep->coll_ctx, o->token, st);
+  sl__free(o);
+}
+
+/* Frees q's frames; returns how many were job messages. */
+static size_t free_fifo(sl__dp_endpoint *ep, dp_fifo *q) {
   dp_out *o;
-  while ((o = dp_fifo_pop(q)))
-    sl__free(o);
+  size_t msgs = 0;
+  while ((o = dp_fifo_pop(q))) {
+    msgs += o->f.kind == SL__DP_MSG;
+    sl__dp_out_free(ep, o, SL_ECOMM);
+  }
+  return msgs;
 }
 
 /* ---- failures ------------------------------------------------------------ */
@@ -51,11 +62,13 @@ void sl__dp_peer_fail(sl__dp_endpoint *ep, dp_peer *p, sl_status st,
   p->conn = p->dial = NULL;
   p->retry_at_ns = 0;
   p->attempts = 0;
-  size_t dropped = p->pending.n;
-  free_fifo(&p->pending);
+  size_t dropped = free_fifo(ep, &p->pending);
   pthread_mutex_lock(&ep->lock);
-  dropped += p->inbox.n;
-  free_fifo(&p->inbox);
+  /* Freed after unlocking: the sent hook may take its own lock. */
+  dp_fifo inbox = p->inbox;
+  p->inbox = (dp_fifo){0};
+  for (dp_out *o = inbox.head; o; o = o->next)
+    dropped += o->f.kind == SL__DP_MSG;
   p->failed = true;
   p->fail_st = st;
   snprintf(p->fail_msg, sizeof p->fail_msg, "%s", msg);
@@ -64,7 +77,9 @@ void sl__dp_peer_fail(sl__dp_endpoint *ep, dp_peer *p, sl_status st,
   ep->job_received += dropped; /* out of transit: they will never arrive */
   pthread_cond_broadcast(&ep->cond);
   pthread_mutex_unlock(&ep->lock);
+  free_fifo(ep, &inbox);
   if (ep->job) sl_job_abort_msg(ep->job, st, msg);
+  if (ep->coll.failed) ep->coll.failed(ep->coll_ctx, p->node, st, msg);
   sl__dp_report(ep, p->node, st, msg);
 }
 
@@ -248,7 +263,7 @@ static void do_detach(sl__dp_endpoint *ep, dp_call *c) {
     dp_fifo keep = {0};
     dp_out *o;
     while ((o = dp_fifo_pop(&ep->peers[i].pending))) {
-      if (o->payload) {
+      if (o->payload && o->f.kind == SL__DP_MSG) {
         sl__free(o);
         dropped++;
       } else {
@@ -505,8 +520,8 @@ static void release(sl__dp_endpoint *ep) {
   }
   if (ep->peers)
     for (uint32_t i = 0; i < ep->cfg.nnodes; i++) {
-      free_fifo(&ep->peers[i].inbox);
-      free_fifo(&ep->peers[i].pending);
+      free_fifo(ep, &ep->peers[i].inbox);
+      free_fifo(ep, &ep->peers[i].pending);
     }
   sl__free(ep->peers);
   if (ep->token) memset(ep->token, 0, ep->cfg.token_len);

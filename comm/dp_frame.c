@@ -36,7 +36,8 @@ static uint64_t get64(const uint8_t *p) {
 const char *sl__dp_kind_name(unsigned kind) {
   static const char *names[] = {"?",           "msg",  "credit",
                                 "credit-req",  "ping", "probe",
-                                "probe-reply", "done", "done-ack"};
+                                "probe-reply", "done", "done-ack",
+                                "coll"};
   return kind < SL_ARRAY_LEN(names) ? names[kind] : "?";
 }
 
@@ -110,11 +111,13 @@ sl_status sl__dp_frame_decode(const uint8_t hdr[SL__DP_HDR_BYTES],
         (f.cmd < SL_CMD_START || f.cmd > SL_CMD_ABORT))
       return sl__fail(SL_ECOMM, "bad frame: unknown command %u", f.cmd);
   }
-  bool may_carry = f.kind == SL__DP_MSG && f.msg_kind == SL_MSG_READY;
+  bool may_carry = (f.kind == SL__DP_MSG && f.msg_kind == SL_MSG_READY) ||
+                   f.kind == SL__DP_COLL;
   if (f.len && !may_carry)
     return sl__fail(SL_ECOMM,
                     "bad frame: a payload of %llu bytes on a %s frame (only "
-                    "register-ready messages carry one)",
+                    "register-ready messages and collective chunks carry "
+                    "one)",
                     (unsigned long long)f.len, sl__dp_kind_name(f.kind));
   if (f.len > max_len)
     return sl__fail(SL_ECOMM,

@@ -33,6 +33,7 @@ typedef struct dp_out {
   struct dp_out *next;
   sl__dp_frame f;      /* credit fields are filled when it is written */
   const void *payload; /* READY: the sending job's register, not owned */
+  void *token;         /* COLL: handed to the sent hook */
   uint8_t hdr[SL__DP_HDR_BYTES];
 } dp_out;
 
@@ -183,6 +184,9 @@ struct sl__dp_endpoint {
   uint64_t shutdown_deadline_ns;
   dp_call *shutdown_call;
 
+  sl__dp_coll_hooks coll; /* set before traffic; all NULL: none */
+  void *coll_ctx;
+
   dp_counters stats;
   uint64_t activity; /* (loop) bumped by every callback that did work */
   uint64_t spin_ns;
@@ -212,6 +216,9 @@ void sl__dp_local_state(sl__dp_endpoint *ep, bool *quiescent,
 void sl__dp_check_detach(sl__dp_endpoint *ep);
 /* Called when a write finishes during shutdown. */
 void sl__dp_check_shutdown(sl__dp_endpoint *ep);
+
+/* Frees a queued frame; a COLL frame's sent hook gets st. */
+void sl__dp_out_free(sl__dp_endpoint *ep, dp_out *o, sl_status st);
 
 /* ---- dp_conn.c ---- */
 void sl__dp_on_connection(uv_stream_t *server, int status);

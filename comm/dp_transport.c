@@ -90,6 +90,62 @@ static bool dp_quiescent(void *ctx, uint32_t self, uint64_t *progress) {
   return all && sent == received;
 }
 
+void sl__dp_endpoint_set_coll(sl__dp_endpoint *ep, const sl__dp_coll_hooks *h,
+                              void *ctx) {
+  ep->coll = h ? *h : (sl__dp_coll_hooks){0};
+  ep->coll_ctx = ctx;
+}
+
+sl_status sl__dp_endpoint_send_coll(sl__dp_endpoint *ep, uint32_t node,
+                                    const sl__dp_frame *f, const void *payload,
+                                    uint64_t len, void *token) {
+  if (node >= ep->cfg.nnodes || node == ep->cfg.node)
+    return sl__fail(SL_ECOMM, "data plane: node %u: no peer %u (%u nodes)",
+                    ep->cfg.node, node, ep->cfg.nnodes);
+  if (len > ep->cfg.max_frame_bytes)
+    return sl__fail(SL_ECOMM,
+                    "data plane: a collective chunk of %llu bytes exceeds "
+                    "the frame limit of %llu bytes",
+                    (unsigned long long)len,
+                    (unsigned long long)ep->cfg.max_frame_bytes);
+  dp_out *o = sl__malloc(sizeof *o);
+  if (!o) return SL_ENOMEM;
+  o->f = *f;
+  o->f.version = SL__DP_VERSION;
+  o->f.kind = SL__DP_COLL;
+  o->f.flags = 0;
+  o->f.len = len;
+  o->f.payload_crc = len ? sl__crc32c(0, payload, (size_t)len) : 0;
+  o->payload = len ? payload : NULL;
+  o->token = token;
+  o->next = NULL;
+  dp_peer *p = &ep->peers[node];
+  pthread_mutex_lock(&ep->lock);
+  if (ep->closing || p->failed) {
+    char msg[sizeof p->fail_msg];
+    sl_status st = ep->closing ? SL_ECOMM : p->fail_st;
+    if (ep->closing)
+      snprintf(msg, sizeof msg, "data plane: node %u: endpoint closing",
+               ep->cfg.node);
+    else
+      snprintf(msg, sizeof msg, "%s", p->fail_msg);
+    pthread_mutex_unlock(&ep->lock);
+    sl__free(o);
+    return sl__fail(st, "%s", msg);
+  }
+  dp_fifo_push(&p->inbox, o);
+  if (!p->dirty) {
+    p->dirty = true;
+    p->next_dirty = ep->dirty;
+    ep->dirty = p;
+  }
+  bool wake = !ep->woken;
+  ep->woken = true;
+  pthread_mutex_unlock(&ep->lock);
+  if (wake) uv_async_send(&ep->wake);
+  return SL_OK;
+}
+
 static const sl_transport_vtable dp_vtable = {dp_send, dp_quiescent};
 
 sl_transport sl__dp_endpoint_transport(sl__dp_endpoint *ep) {

@@ -1,0 +1,692 @@
+/* sluice comm — ring collectives between nodes over the data plane
+ * (net_coll.h explains the algorithm and the threading).
+ *
+ * Every instance's state is under nc->lock; the work (reductions, copies,
+ * the next send) runs under it on the thread that made it possible: the
+ * loop thread in the hooks, the starting thread for chunks staged before
+ * the start. Done callbacks are called after the lock is released. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <pthread.h>
+
+#include "dp_int.h"
+#include "net_coll.h"
+#include "sbp_int.h"
+
+#define DEF_CHUNK (1ull << 20)
+
+enum { OP_ALL_REDUCE = 1, OP_ALL_GATHER = 2, OP_REDUCE_SCATTER = 3 };
+
+/* A chunk that arrived before its instance could take it. */
+typedef struct staged {
+  struct staged *next;
+  uint32_t node;
+  sl__dp_frame f;
+  void *buf; /* f.len bytes, owned */
+  bool complete;
+} staged;
+
+typedef struct inst {
+  struct inst *next;
+  uint64_t group, seq;
+  bool started;
+  bool failed;   /* no more sends; done once the sends drain */
+  bool finished; /* done was called: a tombstone that drops late chunks */
+  sl_status fail_st;
+  char fail_msg[320];
+  staged *sq, *sq_tail;
+
+  int op;
+  sl_dtype dt;
+  sl_reduce_op rop;
+  size_t esize;
+  uint32_t n, r, right, left;
+  uint32_t *nodes;
+  uint64_t *seg_start, *seg_cnt; /* elements */
+  uint32_t lanes, steps, rs_steps;
+  uint8_t *base;    /* the buffer the steps work on */
+  uint8_t *scratch; /* lanes * piece_max bytes: reduce-scatter receives */
+  uint64_t piece_max;
+  uint8_t *work; /* reduce-scatter: owned copy of in */
+  uint8_t *out;  /* reduce-scatter: where segment r ends up */
+  uint64_t recv_total, recv_done, send_issued, send_done;
+  sl__net_coll_done_fn done;
+  void *arg;
+} inst;
+
+struct sl__net_coll {
+  sl__dp_endpoint *ep;
+  uint32_t node, nnodes;
+  uint64_t chunk;
+  pthread_mutex_t lock;
+  inst *insts;
+  bool *node_failed; /* nnodes */
+  sl_status *node_st;
+  char (*node_msg)[320];
+  uint8_t *spare; /* one scratch buffer kept for the next instance */
+  uint64_t spare_bytes;
+  sl__net_coll_stats stats;
+};
+
+/* A callback to make once the lock is released. */
+typedef struct pending_done {
+  sl__net_coll_done_fn fn;
+  void *arg;
+  sl_status st;
+  char msg[320];
+} pending_done;
+
+static uint32_t mod(int64_t a, uint32_t n) {
+  int64_t m = a % (int64_t)n;
+  return (uint32_t)(m < 0 ? m + n : m);
+}
+
+static inst *find(sl__net_coll *nc, uint64_t group, uint64_t seq) {
+  for (inst *x = nc->insts; x; x = x->next)
+    if (x->group == group && x->seq == seq) return x;
+  return NULL;
+}
+
+static void free_inst(sl__net_coll *nc, inst *x) {
+  for (staged *s = x->sq, *n; s; s = n) {
+    n = s->next;
+    sl__free(s->buf);
+    sl__free(s);
+  }
+  x->sq = x->sq_tail = NULL;
+  sl__free(x->nodes);
+  sl__free(x->seg_start);
+  sl__free(x->seg_cnt);
+  x->nodes = NULL;
+  x->seg_start = x->seg_cnt = NULL;
+  if (x->scratch) {
+    uint64_t bytes = x->lanes * x->piece_max;
+    if (bytes > nc->spare_bytes) {
+      sl__free(nc->spare);
+      nc->spare = x->scratch;
+      nc->spare_bytes = bytes;
+    } else {
+      sl__free(x->scratch);
+    }
+    x->scratch = NULL;
+  }
+  sl__free(x->work);
+  x->work = NULL;
+}
+
+static void unlink_inst(sl__net_coll *nc, inst *x) {
+  for (inst **pp = &nc->insts; *pp; pp = &(*pp)->next)
+    if (*pp == x) {
+      *pp = x->next;
+      return;
+    }
+}
+
+/* Byte offset and length of lane `lane`'s piece of segment k. */
+static void piece(const inst *x, uint32_t k, uint32_t lane, uint64_t *off,
+                  uint64_t *len) {
+  uint64_t c = x->seg_cnt[k];
+  uint64_t a = x->seg_start[k] + c * lane / x->lanes;
+  uint64_t b = x->seg_start[k] + c * (lane + 1) / x->lanes;
+  *off = a * x->esize;
+  *len = (b - a) * x->esize;
+}
+
+/* The segment received at step t; the one sent at step t+1 is the same. */
+static uint32_t recv_seg(const inst *x, uint32_t t) {
+  if (t < x->rs_steps) return mod((int64_t)x->r - t - 2, x->n);
+  return mod((int64_t)x->r - (t - x->rs_steps) - 1, x->n);
+}
+
+static uint32_t send_seg(const inst *x, uint32_t t) {
+  if (t > 0) return recv_seg(x, t - 1);
+  return x->rs_steps ? mod((int64_t)x->r - 1, x->n) : x->r;
+}
+
+static void fail_inst(inst *x, sl_status st, const char *msg) {
+  if (x->failed) return;
+  x->failed = true;
+  x->fail_st = st;
+  snprintf(x->fail_msg, sizeof x->fail_msg, "%s", msg);
+}
+
+/* Calls done (later, via pd) when the instance is over. */
+static bool check_done(sl__net_coll *nc, inst *x, pending_done *pd) {
+  if (!x->started || x->finished) return false;
+  if (x->send_done != x->send_issued) return false;
+  if (!x->failed && x->recv_done < x->recv_total) return false;
+  x->finished = true;
+  pd->fn = x->done;
+  pd->arg = x->arg;
+  pd->st = x->failed ? x->fail_st : SL_OK;
+  snprintf(pd->msg, sizeof pd->msg, "%s", x->fail_msg);
+  if (x->failed) {
+    nc->stats.failed++;
+    free_inst(nc, x); /* the tombstone stays listed */
+  } else {
+    nc->stats.completed++;
+    unlink_inst(nc, x);
+    free_inst(nc, x);
+    sl__free(x);
+  }
+  return true;
+}
+
+static void send_step(sl__net_coll *nc, inst *x, uint32_t t, uint32_t lane) {
+  if (x->failed) return;
+  uint64_t off, len;
+  piece(x, send_seg(x, t), lane, &off, &len);
+  sl__dp_frame f = {0};
+  f.src = x->group;
+  f.dst = x->seq;
+  f.piece = (int64_t)off;
+  f.desc = (int32_t)t;
+  f.index = (int32_t)lane;
+  f.slot = (uint16_t)x->op;
+  f.consumer = (uint16_t)x->dt;
+  x->send_issued++;
+  sl_status st = sl__dp_endpoint_send_coll(
+      nc->ep, x->right, &f, len ? x->base + off : NULL, len, x);
+  if (st != SL_OK) {
+    x->send_issued--;
+    fail_inst(x, st, sl_last_error());
+    return;
+  }
+  nc->stats.chunks_sent++;
+}
+
+/* Checks a chunk against the instance: SL_ECOMM with the reason. */
+static sl_status check_chunk(const inst *x, uint32_t node,
+                             const sl__dp_frame *f) {
+  if (node != x->left)
+    return sl__fail(SL_ECOMM,
+                    "collective %llu/%llu: a chunk from node %u, whose left "
+                    "neighbour is node %u",
+                    (unsigned long long)x->group, (unsigned long long)x->seq,
+                    node, x->left);
+  if (f->slot != x->op || f->consumer != x->dt || f->desc < 0 ||
+      (uint32_t)f->desc >= x->steps || f->index < 0 ||
+      (uint32_t)f->index >= x->lanes)
+    return sl__fail(SL_ECOMM,
+                    "collective %llu/%llu: a chunk for op %u dtype %u step %d "
+                    "lane %d, but this member runs op %d dtype %d with %u "
+                    "steps of %u lanes",
+                    (unsigned long long)x->group, (unsigned long long)x->seq,
+                    f->slot, f->consumer, f->desc, f->index, x->op, (int)x->dt,
+                    x->steps, x->lanes);
+  uint64_t off, len;
+  piece(x, recv_seg(x, (uint32_t)f->desc), (uint32_t)f->index, &off, &len);
+  if ((uint64_t)f->piece != off || f->len != len)
+    return sl__fail(SL_ECOMM,
+                    "collective %llu/%llu: step %d lane %d: %llu bytes at "
+                    "%lld, expected %llu at %llu (sizes differ between "
+                    "members)",
+                    (unsigned long long)x->group, (unsigned long long)x->seq,
+                    f->desc, f->index, (unsigned long long)f->len,
+                    (long long)f->piece, (unsigned long long)len,
+                    (unsigned long long)off);
+  return SL_OK;
+}
+
+/* A chunk is in buf: reduce or store it, forward it, count it. */
+static void take_chunk(sl__net_coll *nc, inst *x, const sl__dp_frame *f,
+                       const void *buf) {
+  if (x->failed) return;
+  uint32_t t = (uint32_t)f->desc, lane = (uint32_t)f->index;
+  uint64_t off = (uint64_t)f->piece, len = f->len;
+  if (!len) {
+    /* an empty piece */
+  } else if (t < x->rs_steps)
+    sl__elem_reduce(x->dt, x->rop, x->base + off, buf,
+                    (int64_t)(len / x->esize));
+  else if (buf != x->base + off)
+    memcpy(x->base + off, buf, len);
+  if (x->op == OP_REDUCE_SCATTER && t + 1 == x->rs_steps && len)
+    memcpy(x->out + (off - x->seg_start[x->r] * x->esize), x->base + off, len);
+  x->recv_done++;
+  nc->stats.chunks_received++;
+  if (t + 1 < x->steps) send_step(nc, x, t + 1, lane);
+}
+
+/* Takes the staged chunks that are complete, in arrival order. */
+static void drain(sl__net_coll *nc, inst *x) {
+  while (x->sq && x->sq->complete) {
+    staged *s = x->sq;
+    x->sq = s->next;
+    if (!x->sq) x->sq_tail = NULL;
+    if (!x->failed) {
+      if (check_chunk(x, s->node, &s->f) != SL_OK)
+        fail_inst(x, SL_ECOMM, sl_last_error());
+      else
+        take_chunk(nc, x, &s->f, s->buf);
+    }
+    sl__free(s->buf);
+    sl__free(s);
+  }
+}
+
+static void call_done(const pending_done *pd) {
+  if (!pd->fn) return;
+  if (pd->st != SL_OK) sl__fail(pd->st, "%s", pd->msg);
+  pd->fn(pd->arg, pd->st);
+}
+
+/* ---- the data plane's hooks (loop thread) ------------------------------- */
+
+static sl_status hook_target(void *ctx, uint32_t node, const sl__dp_frame *f,
+                             void **buf) {
+  sl__net_coll *nc = ctx;
+  sl_status st = SL_OK;
+  *buf = NULL;
+  pthread_mutex_lock(&nc->lock);
+  inst *x = find(nc, f->src, f->dst);
+  if (!x) {
+    x = sl__calloc(1, sizeof *x);
+    if (!x) {
+      st = SL_ENOMEM;
+      goto out;
+    }
+    x->group = f->src;
+    x->seq = f->dst;
+    x->next = nc->insts;
+    nc->insts = x;
+  }
+  if (x->finished || x->failed) goto out; /* dropped */
+  if (!x->started || x->sq) {
+    staged *s = sl__calloc(1, sizeof *s);
+    void *b = f->len ? sl__malloc((size_t)f->len) : NULL;
+    if (!s || (f->len && !b)) {
+      sl__free(s);
+      sl__free(b);
+      st = SL_ENOMEM;
+      goto out;
+    }
+    s->node = node;
+    s->f = *f;
+    s->buf = b;
+    if (x->sq_tail)
+      x->sq_tail->next = s;
+    else
+      x->sq = s;
+    x->sq_tail = s;
+    nc->stats.chunks_staged++;
+    *buf = b;
+    goto out;
+  }
+  st = check_chunk(x, node, f);
+  if (st != SL_OK) goto out;
+  uint32_t t = (uint32_t)f->desc;
+  if (!f->len) goto out;
+  *buf = t < x->rs_steps
+             ? x->scratch + (uint64_t)f->index * x->piece_max
+             : x->base + f->piece;
+out:
+  pthread_mutex_unlock(&nc->lock);
+  return st;
+}
+
+static void hook_received(void *ctx, uint32_t node, const sl__dp_frame *f,
+                          void *buf) {
+  sl__net_coll *nc = ctx;
+  pending_done pd = {0};
+  pthread_mutex_lock(&nc->lock);
+  inst *x = find(nc, f->src, f->dst);
+  if (x && !x->finished) {
+    staged *s = x->sq;
+    while (s && (s->complete || s->node != node))
+      s = s->next;
+    if (s) {
+      s->complete = true;
+      if (x->started) drain(nc, x);
+    } else if (!x->failed) {
+      take_chunk(nc, x, f, buf);
+    }
+    check_done(nc, x, &pd);
+  }
+  pthread_mutex_unlock(&nc->lock);
+  call_done(&pd);
+}
+
+static void hook_sent(void *ctx, void *token, sl_status st) {
+  sl__net_coll *nc = ctx;
+  inst *x = token;
+  pending_done pd = {0};
+  pthread_mutex_lock(&nc->lock);
+  x->send_done++;
+  /* A dropped chunk means its pair failed: the failed hook, called after
+   * the pair's queues are dropped, fails the instance with the reason. */
+  if (st != SL_OK && x->right < nc->nnodes && nc->node_failed[x->right])
+    fail_inst(x, nc->node_st[x->right], nc->node_msg[x->right]);
+  check_done(nc, x, &pd);
+  pthread_mutex_unlock(&nc->lock);
+  call_done(&pd);
+}
+
+/* Fails the instances `node` is a member of; `mark`: and later starts. */
+static void fail_node(sl__net_coll *nc, uint32_t node, sl_status st,
+                      const char *msg, bool mark) {
+  if (node >= nc->nnodes) return;
+  pending_done *pds = NULL;
+  size_t npd = 0;
+  pthread_mutex_lock(&nc->lock);
+  if (mark) {
+    nc->node_failed[node] = true;
+    nc->node_st[node] = st;
+    snprintf(nc->node_msg[node], sizeof nc->node_msg[node], "%s", msg);
+  }
+  size_t cap = 0;
+  for (inst *x = nc->insts; x; x = x->next) cap++;
+  pds = cap ? sl__calloc(cap, sizeof *pds) : NULL;
+  for (inst *x = nc->insts, *next; x; x = next) {
+    next = x->next; /* check_done may free x */
+    if (!x->started || x->finished) continue;
+    bool member = false;
+    for (uint32_t i = 0; i < x->n; i++)
+      member |= x->nodes[i] == node;
+    if (!member) continue;
+    fail_inst(x, st, msg);
+    pending_done pd = {0};
+    if (check_done(nc, x, &pd) && pds) pds[npd++] = pd;
+  }
+  pthread_mutex_unlock(&nc->lock);
+  for (size_t i = 0; i < npd; i++)
+    call_done(&pds[i]);
+  sl__free(pds);
+}
+
+static void hook_failed(void *ctx, uint32_t node, sl_status st,
+                        const char *msg) {
+  fail_node(ctx, node, st, msg, true);
+}
+
+static void hook_closed(void *ctx, uint32_t node, const char *msg) {
+  fail_node(ctx, node, SL_ECOMM, msg, false);
+}
+
+/* ---- create, destroy ---------------------------------------------------- */
+
+sl_status sl__net_coll_create(sl__dp_endpoint *ep,
+                              const sl__net_coll_config *cfg,
+                              sl__net_coll **out) {
+  *out = NULL;
+  sl__net_coll *nc = sl__calloc(1, sizeof *nc);
+  if (!nc) return SL_ENOMEM;
+  nc->ep = ep;
+  nc->node = sl__dp_endpoint_node(ep);
+  nc->nnodes = ep->cfg.nnodes;
+  uint64_t chunk = cfg ? cfg->chunk_bytes : 0;
+  if (!chunk) {
+    const char *e = getenv("SLUICE_NET_COLL_CHUNK");
+    chunk = e && e[0] ? strtoull(e, NULL, 0) : 0;
+  }
+  nc->chunk = chunk ? chunk : DEF_CHUNK;
+  nc->node_failed = sl__calloc(nc->nnodes, sizeof *nc->node_failed);
+  nc->node_st = sl__calloc(nc->nnodes, sizeof *nc->node_st);
+  nc->node_msg = sl__calloc(nc->nnodes, sizeof *nc->node_msg);
+  if (!nc->node_failed || !nc->node_st || !nc->node_msg) {
+    sl__free(nc->node_failed);
+    sl__free(nc->node_st);
+    sl__free(nc->node_msg);
+    sl__free(nc);
+    return SL_ENOMEM;
+  }
+  pthread_mutex_init(&nc->lock, NULL);
+  static const sl__dp_coll_hooks hooks = {hook_target, hook_received,
+                                          hook_sent, hook_failed,
+                                          hook_closed};
+  sl__dp_endpoint_set_coll(ep, &hooks, nc);
+  *out = nc;
+  return SL_OK;
+}
+
+void sl__net_coll_destroy(sl__net_coll *nc) {
+  if (!nc) return;
+  for (inst *x = nc->insts, *n; x; x = n) {
+    n = x->next;
+    free_inst(nc, x);
+    sl__free(x);
+  }
+  sl__free(nc->spare);
+  sl__free(nc->node_failed);
+  sl__free(nc->node_st);
+  sl__free(nc->node_msg);
+  pthread_mutex_destroy(&nc->lock);
+  sl__free(nc);
+}
+
+void sl__net_coll_get_stats(sl__net_coll *nc, sl__net_coll_stats *out) {
+  pthread_mutex_lock(&nc->lock);
+  *out = nc->stats;
+  pthread_mutex_unlock(&nc->lock);
+}
+
+/* ---- starting ----------------------------------------------------------- */
+
+static bool dtype_ok(sl_dtype dt) {
+  return (unsigned)dt < SL_DTYPE_COUNT;
+}
+
+/* Checks the group and finds this node's place: SL_EINVAL. */
+static sl_status check_group(const sl__net_coll *nc, const sl__net_group *g,
+                             uint32_t *rank) {
+  if (!g || !g->nodes || g->n == 0 || g->n > nc->nnodes)
+    return sl__fail(SL_EINVAL, "collective: a group needs 1..%u nodes",
+                    nc->nnodes);
+  bool found = false;
+  for (uint32_t i = 0; i < g->n; i++) {
+    if (g->nodes[i] >= nc->nnodes)
+      return sl__fail(SL_EINVAL, "collective group %llu: node %u of %u",
+                      (unsigned long long)g->id, g->nodes[i], nc->nnodes);
+    for (uint32_t j = 0; j < i; j++)
+      if (g->nodes[j] == g->nodes[i])
+        return sl__fail(SL_EINVAL, "collective group %llu: node %u twice",
+                        (unsigned long long)g->id, g->nodes[i]);
+    if (g->nodes[i] == nc->node) {
+      found = true;
+      *rank = i;
+    }
+  }
+  if (!found)
+    return sl__fail(SL_EINVAL, "collective group %llu: node %u is not in it",
+                    (unsigned long long)g->id, nc->node);
+  return SL_OK;
+}
+
+typedef struct start_args {
+  int op;
+  const sl__net_group *g;
+  uint64_t seq;
+  uint8_t *base;
+  const uint8_t *in; /* reduce-scatter, all-gather */
+  uint8_t *out;
+  const size_t *counts; /* NULL: count split evenly */
+  size_t count;
+  sl_dtype dt;
+  sl_reduce_op rop;
+  sl__net_coll_done_fn done;
+  void *arg;
+} start_args;
+
+static sl_status start(sl__net_coll *nc, const start_args *a) {
+  uint32_t r = 0;
+  sl_status st = check_group(nc, a->g, &r);
+  if (st != SL_OK) return st;
+  if (!dtype_ok(a->dt))
+    return sl__fail(SL_EINVAL, "collective: dtype %d", (int)a->dt);
+  if (a->op != OP_ALL_GATHER && (unsigned)a->rop > SL_REDUCE_MIN)
+    return sl__fail(SL_EINVAL, "collective: reduce op %d", (int)a->rop);
+  if (!a->done) return sl__fail(SL_EINVAL, "collective: no done callback");
+  uint32_t n = a->g->n;
+  size_t es = sl_dtype_size(a->dt);
+  inst tmp = {0};
+  tmp.nodes = sl__malloc(n * sizeof *tmp.nodes);
+  tmp.seg_start = sl__malloc(n * sizeof *tmp.seg_start);
+  tmp.seg_cnt = sl__malloc(n * sizeof *tmp.seg_cnt);
+  if (!tmp.nodes || !tmp.seg_start || !tmp.seg_cnt) {
+    st = SL_ENOMEM;
+    goto fail;
+  }
+  memcpy(tmp.nodes, a->g->nodes, n * sizeof *tmp.nodes);
+  uint64_t total = 0, seg_max = 0;
+  for (uint32_t k = 0; k < n; k++) {
+    uint64_t c = a->counts ? a->counts[k]
+                           : (uint64_t)a->count * (k + 1) / n -
+                                 (uint64_t)a->count * k / n;
+    tmp.seg_start[k] = total;
+    tmp.seg_cnt[k] = c;
+    total += c;
+    seg_max = SL_MAX(seg_max, c * es);
+  }
+  tmp.op = a->op;
+  tmp.dt = a->dt;
+  tmp.rop = a->rop;
+  tmp.esize = es;
+  tmp.n = n;
+  tmp.r = r;
+  tmp.right = a->g->nodes[(r + 1) % n];
+  tmp.left = a->g->nodes[(r + n - 1) % n];
+  tmp.lanes = (uint32_t)SL_MAX(1, (seg_max + nc->chunk - 1) / nc->chunk);
+  tmp.piece_max = 0;
+  for (uint32_t k = 0; k < n; k++) {
+    uint64_t c = tmp.seg_cnt[k];
+    /* the largest piece: ceil(c / lanes) elements */
+    tmp.piece_max = SL_MAX(tmp.piece_max, (c + tmp.lanes - 1) / tmp.lanes * es);
+  }
+  tmp.rs_steps = a->op == OP_ALL_GATHER ? 0 : n - 1;
+  tmp.steps = a->op == OP_ALL_REDUCE ? 2 * (n - 1) : n - 1;
+  tmp.done = a->done;
+  tmp.arg = a->arg;
+  tmp.out = a->out;
+  tmp.base = a->base;
+  if (a->op == OP_REDUCE_SCATTER) {
+    if (n == 1) {
+      if (total) memcpy(a->out, a->in, total * es);
+    } else if (total) {
+      tmp.work = sl__malloc(total * es);
+      if (!tmp.work) {
+        st = SL_ENOMEM;
+        goto fail;
+      }
+      memcpy(tmp.work, a->in, total * es);
+    }
+    tmp.base = tmp.work;
+  } else if (a->op == OP_ALL_GATHER) {
+    uint8_t *mine = a->out + tmp.seg_start[r] * es;
+    if (tmp.seg_cnt[r] && mine != a->in)
+      memmove(mine, a->in, tmp.seg_cnt[r] * es);
+  }
+  tmp.recv_total = (uint64_t)tmp.steps * tmp.lanes;
+  pending_done pd = {0};
+  pthread_mutex_lock(&nc->lock);
+  for (uint32_t i = 0; i < n; i++)
+    if (nc->node_failed[tmp.nodes[i]] && tmp.nodes[i] != nc->node) {
+      st = sl__fail(nc->node_st[tmp.nodes[i]], "%s",
+                    nc->node_msg[tmp.nodes[i]]);
+      pthread_mutex_unlock(&nc->lock);
+      goto fail;
+    }
+  inst *x = find(nc, a->g->id, a->seq);
+  if (x && x->started) {
+    pthread_mutex_unlock(&nc->lock);
+    st = sl__fail(SL_EINVAL, "collective %llu/%llu: started twice",
+                  (unsigned long long)a->g->id, (unsigned long long)a->seq);
+    goto fail;
+  }
+  if (tmp.rs_steps && tmp.steps) {
+    uint64_t bytes = tmp.lanes * tmp.piece_max;
+    if (bytes && nc->spare && nc->spare_bytes >= bytes) {
+      tmp.scratch = nc->spare;
+      tmp.piece_max = nc->spare_bytes / tmp.lanes; /* what free_inst keeps */
+      nc->spare = NULL;
+      nc->spare_bytes = 0;
+    } else if (bytes) {
+      tmp.scratch = sl__malloc(bytes);
+      if (!tmp.scratch) {
+        pthread_mutex_unlock(&nc->lock);
+        st = SL_ENOMEM;
+        goto fail;
+      }
+    }
+  }
+  if (!x) {
+    x = sl__calloc(1, sizeof *x);
+    if (!x) {
+      pthread_mutex_unlock(&nc->lock);
+      st = SL_ENOMEM;
+      goto fail;
+    }
+    x->next = nc->insts;
+    nc->insts = x;
+  }
+  tmp.next = x->next;
+  tmp.sq = x->sq;
+  tmp.sq_tail = x->sq_tail;
+  tmp.group = a->g->id;
+  tmp.seq = a->seq;
+  tmp.started = true;
+  *x = tmp;
+  tmp = (inst){0};
+  nc->stats.started++;
+  for (uint32_t lane = 0; lane < x->lanes && x->steps; lane++)
+    send_step(nc, x, 0, lane);
+  drain(nc, x);
+  check_done(nc, x, &pd);
+  pthread_mutex_unlock(&nc->lock);
+  call_done(&pd);
+  return SL_OK;
+fail:
+  sl__free(tmp.nodes);
+  sl__free(tmp.seg_start);
+  sl__free(tmp.seg_cnt);
+  sl__free(tmp.work);
+  sl__free(tmp.scratch);
+  return st;
+}
+
+sl_status sl__net_all_reduce(sl__net_coll *nc, const sl__net_group *g,
+                             uint64_t seq, void *buf, size_t count,
+                             sl_dtype dt, sl_reduce_op op,
+                             sl__net_coll_done_fn done, void *arg) {
+  if (count && !buf) return sl__fail(SL_EINVAL, "collective: no buffer");
+  start_args a = {.op = OP_ALL_REDUCE, .g = g, .seq = seq, .base = buf,
+                  .count = count, .dt = dt, .rop = op, .done = done,
+                  .arg = arg};
+  return start(nc, &a);
+}
+
+static size_t sum_counts(const size_t *counts, uint32_t n) {
+  size_t t = 0;
+  for (uint32_t i = 0; i < n; i++)
+    t += counts[i];
+  return t;
+}
+
+sl_status sl__net_all_gather(sl__net_coll *nc, const sl__net_group *g,
+                             uint64_t seq, const void *in, void *out,
+                             const size_t *counts, sl_dtype dt,
+                             sl__net_coll_done_fn done, void *arg) {
+  if (!g || !counts)
+    return sl__fail(SL_EINVAL, "collective: all-gather needs counts");
+  if (sum_counts(counts, g->n) && !out)
+    return sl__fail(SL_EINVAL, "collective: no output buffer");
+  start_args a = {.op = OP_ALL_GATHER, .g = g, .seq = seq, .base = out,
+                  .in = in, .out = out, .counts = counts, .dt = dt,
+                  .done = done, .arg = arg};
+  return start(nc, &a);
+}
+
+sl_status sl__net_reduce_scatter(sl__net_coll *nc, const sl__net_group *g,
+                                 uint64_t seq, const void *in, void *out,
+                                 const size_t *counts, sl_dtype dt,
+                                 sl_reduce_op op, sl__net_coll_done_fn done,
+                                 void *arg) {
+  if (!g || !counts)
+    return sl__fail(SL_EINVAL, "collective: reduce-scatter needs counts");
+  if (sum_counts(counts, g->n) && !in)
+    return sl__fail(SL_EINVAL, "collective: no input buffer");
+  start_args a = {.op = OP_REDUCE_SCATTER, .g = g, .seq = seq, .in = in,
+                  .out = out, .counts = counts, .dt = dt, .rop = op,
+                  .done = done, .arg = arg};
+  return start(nc, &a);
+}

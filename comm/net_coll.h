@@ -1,0 +1,100 @@
+/* sluice comm — collectives between nodes over the data plane (DESIGN.md
+ * section 8; issue 5): ring all-reduce, reduce-scatter and all-gather for
+ * CPU groups with one member per node, their chunks carried as
+ * SL__DP_COLL frames on the node pairs' connections (comm/dp.h).
+ *
+ * A group is a list of distinct nodes (the ring order) with an id chosen
+ * by the caller; a collective instance is (group id, sequence number),
+ * which every member must use for the same operation with the same sizes
+ * (the caller numbers them, e.g. one counter per group). Chunks carry the
+ * pair, so any number of instances may run at once, and a member may
+ * start its part before or after its peers: chunks that arrive before the
+ * local start are staged and consumed in arrival order once it starts.
+ *
+ * The algorithm is the ring (Patarasuk and Yuan, 2009): the buffer is cut
+ * into one segment per member and each segment into `lanes` pieces of at
+ * most chunk_bytes; each lane is an independent ring, so the lanes
+ * pipeline — while one lane's piece is being reduced the others are on the
+ * wire. A reduce-scatter step reduces the piece received from the left
+ * neighbour into the local one and forwards it to the right; after n-1
+ * steps member r holds segment r reduced; an all-gather step stores the
+ * received piece and forwards it. Reductions combine values in ring order,
+ * so float sums may differ from a serial sum in the last bits.
+ *
+ * Nothing blocks: start returns after queueing the first chunks, the work
+ * runs on the endpoint's loop thread as chunks arrive, and the done
+ * callback is called once, on the loop thread (or on the starting thread,
+ * before start returns, for an empty or one-member collective).
+ * Not installed. */
+#ifndef SLUICE_COMM_NET_COLL_H
+#define SLUICE_COMM_NET_COLL_H
+
+#include <sluice/sbp.h>
+#include <sluice/tensor.h>
+
+#include "dp.h"
+
+typedef struct sl__net_coll sl__net_coll;
+
+typedef struct sl__net_coll_config {
+  /* Largest piece per frame; 0: SLUICE_NET_COLL_CHUNK or 1 MiB. */
+  uint64_t chunk_bytes;
+} sl__net_coll_config;
+
+/* The collectives of endpoint ep: installs the endpoint's COLL hooks (an
+ * endpoint has at most one sl__net_coll). cfg may be NULL. SL_ENOMEM. */
+sl_status sl__net_coll_create(sl__dp_endpoint *ep,
+                              const sl__net_coll_config *cfg,
+                              sl__net_coll **out);
+
+/* Frees it; NULL is a no-op. Every started collective must be done, and
+ * the endpoint destroyed first (so no hook can still run). */
+void sl__net_coll_destroy(sl__net_coll *nc);
+
+/* Called once per successful start; on failure the calling thread's
+ * sl_last_error() holds the detail. */
+typedef void (*sl__net_coll_done_fn)(void *arg, sl_status st);
+
+/* The group: n distinct nodes in ring order, this endpoint's among them;
+ * id and seq name the instance. */
+typedef struct sl__net_group {
+  uint64_t id;
+  const uint32_t *nodes;
+  uint32_t n;
+} sl__net_group;
+
+/* buf (count elements of dt) becomes the reduction over the members, in
+ * place. buf stays valid and untouched by the caller until done. SL_OK:
+ * done will be called; SL_EINVAL (bad group, dtype, op, a (group, seq)
+ * already started here), SL_ECOMM (a member's pair has failed), SL_ENOMEM:
+ * it will not. */
+sl_status sl__net_all_reduce(sl__net_coll *nc, const sl__net_group *g,
+                             uint64_t seq, void *buf, size_t count,
+                             sl_dtype dt, sl_reduce_op op,
+                             sl__net_coll_done_fn done, void *arg);
+
+/* Member k hands in counts[k] elements (in; NULL when 0); out gets every
+ * member's part in member order (sum of counts elements). in may equal
+ * out + its offset. Statuses as sl__net_all_reduce. */
+sl_status sl__net_all_gather(sl__net_coll *nc, const sl__net_group *g,
+                             uint64_t seq, const void *in, void *out,
+                             const size_t *counts, sl_dtype dt,
+                             sl__net_coll_done_fn done, void *arg);
+
+/* in holds sum of counts elements (unchanged); member k's out gets the
+ * reduction of part k (counts[k] elements). Statuses as
+ * sl__net_all_reduce. */
+sl_status sl__net_reduce_scatter(sl__net_coll *nc, const sl__net_group *g,
+                                 uint64_t seq, const void *in, void *out,
+                                 const size_t *counts, sl_dtype dt,
+                                 sl_reduce_op op, sl__net_coll_done_fn done,
+                                 void *arg);
+
+typedef struct sl__net_coll_stats {
+  uint64_t started, completed, failed;
+  uint64_t chunks_sent, chunks_received, chunks_staged;
+} sl__net_coll_stats;
+
+void sl__net_coll_get_stats(sl__net_coll *nc, sl__net_coll_stats *out);
+
+#endif

@@ -1,0 +1,475 @@
+/* Collectives between nodes over the data plane (comm/net_coll.h): 2 to 4
+ * endpoints in this process on 127.0.0.1 ephemeral ports. Every op on
+ * every dtype with every reduce op, sizes 0, 1, uneven and 1 MiB, against
+ * a reference computed here; instances of several groups at once; chunks
+ * that arrive before their member started are staged; a lost peer fails
+ * the collective instead of hanging it; members that disagree on sizes
+ * fail with the reason. Every wait is bounded (SOON_MS). */
+#include <time.h>
+
+#include "dp_helpers.h"
+#include "net_coll.h"
+
+/* ---- completion counting ------------------------------------------------ */
+
+typedef struct waiter {
+  pthread_mutex_t m;
+  pthread_cond_t cv;
+  int done, failed;
+  sl_status last;
+  char msg[512];
+} waiter;
+
+static void waiter_init(waiter *w) {
+  memset(w, 0, sizeof *w);
+  pthread_mutex_init(&w->m, NULL);
+  sl__cond_init(&w->cv);
+}
+
+static void waiter_fini(waiter *w) {
+  pthread_mutex_destroy(&w->m);
+  pthread_cond_destroy(&w->cv);
+}
+
+static void waiter_cb(void *arg, sl_status st) {
+  waiter *w = arg;
+  pthread_mutex_lock(&w->m);
+  w->done++;
+  if (st != SL_OK) {
+    w->failed++;
+    w->last = st;
+    snprintf(w->msg, sizeof w->msg, "%s", sl_last_error());
+  }
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->m);
+}
+
+static void waiter_wait(waiter *w, int n) {
+  struct timespec dl;
+  clock_gettime(CLOCK_MONOTONIC, &dl);
+  dl.tv_sec += SOON_MS / 1000;
+  pthread_mutex_lock(&w->m);
+  while (w->done < n)
+    if (pthread_cond_timedwait(&w->cv, &w->m, &dl) != 0) break;
+  int done = w->done;
+  pthread_mutex_unlock(&w->m);
+  if (done < n)
+    fail_msg("only %d of %d collectives completed within %d ms", done, n,
+             SOON_MS);
+}
+
+/* ---- a mesh of endpoints with their collectives ------------------------- */
+
+typedef struct mesh {
+  uint32_t n;
+  sl__dp_endpoint *ep[4];
+  sl__net_coll *nc[4];
+} mesh;
+
+static void mesh_up(mesh *m, uint32_t n, uint64_t chunk) {
+  memset(m, 0, sizeof *m);
+  m->n = n;
+  dp_mesh(m->ep, n, NULL);
+  sl__net_coll_config cfg = {.chunk_bytes = chunk};
+  for (uint32_t i = 0; i < n; i++)
+    assert_int_equal(sl__net_coll_create(m->ep[i], &cfg, &m->nc[i]), SL_OK);
+}
+
+static void mesh_down(mesh *m) {
+  /* endpoints first: their queued chunks' sent hooks need the collectives */
+  for (uint32_t i = 0; i < m->n; i++)
+    sl__dp_endpoint_destroy(m->ep[i]);
+  for (uint32_t i = 0; i < m->n; i++)
+    sl__net_coll_destroy(m->nc[i]);
+}
+
+/* ---- values and the reference ------------------------------------------- */
+
+static double value(sl_dtype dt, uint32_t member, size_t i, uint64_t salt) {
+  uint64_t r = sl__mix64(salt * 1000003u + member * 7919u + i);
+  if (dt == SL_DTYPE_BOOL) return (double)(r & 1);
+  if (dt == SL_DTYPE_U8) return (double)(r % 9);
+  return (double)((int)(r % 17) - 8); /* sums of 4 fit every dtype exactly */
+}
+
+static double ref_op(sl_dtype dt, sl_reduce_op op, double a, double b) {
+  switch (op) {
+  case SL_REDUCE_SUM: return dt == SL_DTYPE_BOOL ? (a != 0 || b != 0) : a + b;
+  case SL_REDUCE_MAX: return a > b ? a : b;
+  case SL_REDUCE_MIN: return a < b ? a : b;
+  }
+  return 0;
+}
+
+static void *fill(sl_dtype dt, uint32_t member, size_t count, uint64_t salt) {
+  void *p = calloc(count ? count : 1, sl_dtype_size(dt));
+  for (size_t i = 0; i < count; i++)
+    sl_store_element(dt, p, (int64_t)i, value(dt, member, i, salt));
+  return p;
+}
+
+static double reduced(sl_dtype dt, sl_reduce_op op, uint32_t n, size_t i,
+                      uint64_t salt) {
+  double v = value(dt, 0, i, salt);
+  for (uint32_t k = 1; k < n; k++)
+    v = ref_op(dt, op, v, value(dt, k, i, salt));
+  return v;
+}
+
+static void check_value(const char *what, sl_dtype dt, const void *buf,
+                         size_t i, double want, uint32_t member) {
+  double got = sl_load_element(dt, buf, (int64_t)i);
+  if (got != want)
+    fail_msg("%s %s: member %u element %zu: got %g, want %g", what,
+             sl_dtype_name(dt), member, i, got, want);
+}
+
+enum { OP_AR, OP_AG, OP_RS };
+
+/* One instance of `op` on every member of the mesh (group = all nodes),
+ * checked against the reference. counts: member k's part. */
+static void run_case(mesh *m, int op, sl_dtype dt, sl_reduce_op rop,
+                     const size_t *counts, uint64_t seq) {
+  uint32_t n = m->n, nodes[4];
+  for (uint32_t i = 0; i < n; i++)
+    nodes[i] = i;
+  sl__net_group g = {.id = 1, .nodes = nodes, .n = n};
+  size_t total = 0, start[4];
+  for (uint32_t k = 0; k < n; k++) {
+    start[k] = total;
+    total += counts[k];
+  }
+  size_t es = sl_dtype_size(dt);
+  void *in[4], *out[4];
+  waiter w;
+  waiter_init(&w);
+  for (uint32_t k = 0; k < n; k++) {
+    in[k] = fill(dt, k, op == OP_AG ? counts[k] : total, seq);
+    out[k] = calloc(total ? total : 1, es);
+  }
+  for (uint32_t k = 0; k < n; k++) {
+    sl_status st;
+    if (op == OP_AR)
+      st = sl__net_all_reduce(m->nc[k], &g, seq, in[k], total, dt, rop,
+                              waiter_cb, &w);
+    else if (op == OP_AG)
+      st = sl__net_all_gather(m->nc[k], &g, seq, in[k], out[k], counts, dt,
+                              waiter_cb, &w);
+    else
+      st = sl__net_reduce_scatter(m->nc[k], &g, seq, in[k], out[k], counts,
+                                  dt, rop, waiter_cb, &w);
+    if (st != SL_OK) fail_msg("start member %u: %s", k, sl_last_error());
+  }
+  waiter_wait(&w, (int)n);
+  if (w.failed) fail_msg("a member failed: %s", w.msg);
+  for (uint32_t k = 0; k < n; k++) {
+    if (op == OP_AR) {
+      for (size_t i = 0; i < total; i++)
+        check_value("all_reduce", dt, in[k], i, reduced(dt, rop, n, i, seq),
+                     k);
+    } else if (op == OP_AG) {
+      for (uint32_t j = 0; j < n; j++)
+        for (size_t i = 0; i < counts[j]; i++)
+          check_value("all_gather", dt, out[k], start[j] + i,
+                       value(dt, j, i, seq), k);
+    } else {
+      for (size_t i = 0; i < counts[k]; i++)
+        check_value("reduce_scatter", dt, out[k], i,
+                     reduced(dt, rop, n, start[k] + i, seq), k);
+      /* in is left as it was */
+      for (size_t i = 0; i < total; i++)
+        check_value("reduce_scatter input", dt, in[k], i,
+                     value(dt, k, i, seq), k);
+    }
+  }
+  for (uint32_t k = 0; k < n; k++) {
+    free(in[k]);
+    free(out[k]);
+  }
+  waiter_fini(&w);
+}
+
+/* Sizes: 0, 1 (one member has it), uneven, about 1 MiB in all. */
+static void sizes_for(uint32_t n, size_t es, int which, size_t *counts) {
+  for (uint32_t k = 0; k < n; k++) {
+    switch (which) {
+    case 0: counts[k] = 0; break;
+    case 1: counts[k] = k == n - 1; break;
+    case 2: counts[k] = (k * 5 + 3) % 7; break; /* 3, 1, 6, 4 */
+    default: counts[k] = (1u << 20) / es / n + k; break;
+    }
+  }
+}
+
+static void matrix(uint32_t n) {
+  mesh m;
+  /* small chunks, so 1 MiB runs many lanes */
+  mesh_up(&m, n, 4096);
+  uint64_t seq = 0;
+  for (int op = OP_AR; op <= OP_RS; op++)
+    for (int dt = 0; dt < SL_DTYPE_COUNT; dt++)
+      for (int rop = SL_REDUCE_SUM; rop <= SL_REDUCE_MIN; rop++) {
+        if (op == OP_AG && rop != SL_REDUCE_SUM) continue;
+        for (int which = 0; which < 4; which++) {
+          size_t counts[4];
+          sizes_for(n, sl_dtype_size((sl_dtype)dt), which, counts);
+          if (op == OP_AR) {
+            /* all-reduce takes the total and splits it evenly */
+            size_t total = 0;
+            for (uint32_t k = 0; k < n; k++)
+              total += counts[k];
+            for (uint32_t k = 0; k < n; k++)
+              counts[k] = total * (k + 1) / n - total * k / n;
+          }
+          run_case(&m, op, (sl_dtype)dt, (sl_reduce_op)rop, counts, seq++);
+        }
+      }
+  sl__net_coll_stats s;
+  sl__net_coll_get_stats(m.nc[0], &s);
+  assert_int_equal(s.started, seq);
+  assert_int_equal(s.completed, seq);
+  assert_int_equal(s.failed, 0);
+  mesh_down(&m);
+}
+
+static void test_two_nodes(void **state) {
+  (void)state;
+  matrix(2);
+}
+
+static void test_three_nodes(void **state) {
+  (void)state;
+  matrix(3);
+}
+
+static void test_four_nodes(void **state) {
+  (void)state;
+  mesh m;
+  mesh_up(&m, 4, 0); /* the default chunk */
+  size_t counts[4];
+  sizes_for(4, 4, 3, counts);
+  counts[2] += 12345; /* uneven and several chunks */
+  run_case(&m, OP_AR, SL_DTYPE_F32, SL_REDUCE_SUM, counts, 1);
+  run_case(&m, OP_AG, SL_DTYPE_I32, SL_REDUCE_SUM, counts, 2);
+  run_case(&m, OP_RS, SL_DTYPE_F64, SL_REDUCE_MAX, counts, 3);
+  mesh_down(&m);
+}
+
+/* Independent groups and sequence numbers in flight at once: the whole
+ * mesh, a pair that reverses the order, another pair; several instances
+ * each, started in an order that differs between members. */
+static void test_concurrent(void **state) {
+  (void)state;
+  mesh m;
+  mesh_up(&m, 4, 8192);
+  enum { SEQS = 4, COUNT = 50000 };
+  uint32_t all[4] = {0, 1, 2, 3}, b[2] = {3, 1}, c[2] = {2, 0};
+  sl__net_group groups[3] = {
+      {.id = 10, .nodes = all, .n = 4},
+      {.id = 11, .nodes = b, .n = 2},
+      {.id = 12, .nodes = c, .n = 2},
+  };
+  float *bufs[3][SEQS][4] = {{{0}}};
+  waiter w;
+  waiter_init(&w);
+  int expected = 0;
+  for (int member_pass = 0; member_pass < 4; member_pass++) {
+    /* members start in the order 3, 2, 1, 0 */
+    uint32_t node = 3 - (uint32_t)member_pass;
+    for (int gi = 0; gi < 3; gi++) {
+      const sl__net_group *g = &groups[gi];
+      for (uint32_t k = 0; k < g->n; k++) {
+        if (g->nodes[k] != node) continue;
+        for (int s = 0; s < SEQS; s++) {
+          /* later sequence numbers first on odd nodes */
+          int sq = node % 2 ? SEQS - 1 - s : s;
+          float *p = malloc(COUNT * sizeof *p);
+          for (int i = 0; i < COUNT; i++)
+            p[i] = (float)value(SL_DTYPE_F32, k, (size_t)i,
+                                (uint64_t)(gi * 100 + sq));
+          bufs[gi][sq][k] = p;
+          assert_int_equal(sl__net_all_reduce(m.nc[node], g, (uint64_t)sq, p,
+                                              COUNT, SL_DTYPE_F32,
+                                              SL_REDUCE_SUM, waiter_cb, &w),
+                           SL_OK);
+          expected++;
+        }
+      }
+    }
+  }
+  waiter_wait(&w, expected);
+  if (w.failed) fail_msg("a member failed: %s", w.msg);
+  for (int gi = 0; gi < 3; gi++)
+    for (int s = 0; s < SEQS; s++)
+      for (uint32_t k = 0; k < groups[gi].n; k++) {
+        for (int i = 0; i < COUNT; i++)
+          check_value("concurrent", SL_DTYPE_F32, bufs[gi][s][k], (size_t)i,
+                       reduced(SL_DTYPE_F32, SL_REDUCE_SUM, groups[gi].n,
+                               (size_t)i, (uint64_t)(gi * 100 + s)),
+                       k);
+        free(bufs[gi][s][k]);
+      }
+  waiter_fini(&w);
+  mesh_down(&m);
+}
+
+/* Member 1 starts only after member 0's first chunks reached it: they are
+ * staged and consumed at the start. */
+static void test_early_chunks_staged(void **state) {
+  (void)state;
+  mesh m;
+  mesh_up(&m, 2, 1024);
+  uint32_t nodes[2] = {0, 1};
+  sl__net_group g = {.id = 5, .nodes = nodes, .n = 2};
+  enum { COUNT = 4096 };
+  int32_t *a = fill(SL_DTYPE_I32, 0, COUNT, 9), *b = fill(SL_DTYPE_I32, 1,
+                                                          COUNT, 9);
+  waiter w;
+  waiter_init(&w);
+  assert_int_equal(sl__net_all_reduce(m.nc[0], &g, 0, a, COUNT, SL_DTYPE_I32,
+                                      SL_REDUCE_SUM, waiter_cb, &w),
+                   SL_OK);
+  sl__net_coll_stats s = {0};
+  uint64_t t0 = sl__now_ns();
+  while (sl__now_ns() - t0 < (uint64_t)SOON_MS * 1000000u) {
+    sl__net_coll_get_stats(m.nc[1], &s);
+    if (s.chunks_staged > 0) break;
+    usleep(1000);
+  }
+  assert_true(s.chunks_staged > 0);
+  assert_int_equal(sl__net_all_reduce(m.nc[1], &g, 0, b, COUNT, SL_DTYPE_I32,
+                                      SL_REDUCE_SUM, waiter_cb, &w),
+                   SL_OK);
+  waiter_wait(&w, 2);
+  assert_int_equal(w.failed, 0);
+  for (size_t i = 0; i < COUNT; i++) {
+    double want = reduced(SL_DTYPE_I32, SL_REDUCE_SUM, 2, i, 9);
+    check_value("staged", SL_DTYPE_I32, a, i, want, 0);
+    check_value("staged", SL_DTYPE_I32, b, i, want, 1);
+  }
+  /* a second start of the same instance is refused */
+  assert_int_equal(sl__net_all_reduce(m.nc[0], &g, 1, a, COUNT, SL_DTYPE_I32,
+                                      SL_REDUCE_SUM, waiter_cb, &w),
+                   SL_OK);
+  assert_int_equal(sl__net_all_reduce(m.nc[0], &g, 1, a, COUNT, SL_DTYPE_I32,
+                                      SL_REDUCE_SUM, waiter_cb, &w),
+                   SL_EINVAL);
+  assert_int_equal(sl__net_all_reduce(m.nc[1], &g, 1, b, COUNT, SL_DTYPE_I32,
+                                      SL_REDUCE_SUM, waiter_cb, &w),
+                   SL_OK);
+  waiter_wait(&w, 4);
+  assert_int_equal(w.failed, 0);
+  free(a);
+  free(b);
+  waiter_fini(&w);
+  mesh_down(&m);
+}
+
+/* A member whose peer goes away completes with an error naming it. */
+static void test_peer_lost(void **state) {
+  (void)state;
+  mesh m;
+  mesh_up(&m, 2, 0);
+  uint32_t nodes[2] = {0, 1};
+  sl__net_group g = {.id = 6, .nodes = nodes, .n = 2};
+  float *a = fill(SL_DTYPE_F32, 0, 1000, 1);
+  waiter w;
+  waiter_init(&w);
+  assert_int_equal(sl__dp_endpoint_connect(m.ep[0], 1), SL_OK);
+  assert_int_equal(sl__dp_endpoint_wait_connected(m.ep[0], 1, SOON_MS), SL_OK);
+  assert_int_equal(sl__net_all_reduce(m.nc[0], &g, 0, a, 1000, SL_DTYPE_F32,
+                                      SL_REDUCE_SUM, waiter_cb, &w),
+                   SL_OK);
+  sl__dp_endpoint_destroy(m.ep[1]);
+  m.ep[1] = NULL;
+  waiter_wait(&w, 1);
+  assert_int_equal(w.failed, 1);
+  assert_int_equal(w.last, SL_ECOMM);
+  if (!strstr(w.msg, "node 1")) fail_msg("message: %s", w.msg);
+  /* a later start with that peer fails: at once, or when redialing it
+   * fails (it left in order, so it may come back) */
+  sl_status st = sl__net_all_reduce(m.nc[0], &g, 1, a, 1000, SL_DTYPE_F32,
+                                    SL_REDUCE_SUM, waiter_cb, &w);
+  if (st == SL_OK) {
+    waiter_wait(&w, 2);
+    assert_int_equal(w.failed, 2);
+  } else {
+    assert_int_equal(st, SL_ECOMM);
+  }
+  free(a);
+  waiter_fini(&w);
+  mesh_down(&m);
+}
+
+/* Members that disagree on the size: the chunk does not fit, the pair
+ * fails with the reason, both members complete with an error. */
+static void test_size_mismatch(void **state) {
+  (void)state;
+  mesh m;
+  mesh_up(&m, 2, 0);
+  uint32_t nodes[2] = {0, 1};
+  sl__net_group g = {.id = 7, .nodes = nodes, .n = 2};
+  float *a = fill(SL_DTYPE_F32, 0, 1000, 1), *b = fill(SL_DTYPE_F32, 1, 999, 1);
+  waiter w;
+  waiter_init(&w);
+  assert_int_equal(sl__net_all_reduce(m.nc[0], &g, 0, a, 1000, SL_DTYPE_F32,
+                                      SL_REDUCE_SUM, waiter_cb, &w),
+                   SL_OK);
+  assert_int_equal(sl__net_all_reduce(m.nc[1], &g, 0, b, 999, SL_DTYPE_F32,
+                                      SL_REDUCE_SUM, waiter_cb, &w),
+                   SL_OK);
+  waiter_wait(&w, 2);
+  assert_int_equal(w.failed, 2);
+  free(a);
+  free(b);
+  waiter_fini(&w);
+  mesh_down(&m);
+}
+
+static void test_bad_args(void **state) {
+  (void)state;
+  mesh m;
+  mesh_up(&m, 2, 0);
+  uint32_t nodes[2] = {0, 1}, dup[2] = {1, 1}, other[1] = {1};
+  float x[4] = {0};
+  waiter w;
+  waiter_init(&w);
+  sl__net_group g = {.id = 1, .nodes = dup, .n = 2};
+  assert_int_equal(sl__net_all_reduce(m.nc[0], &g, 0, x, 4, SL_DTYPE_F32,
+                                      SL_REDUCE_SUM, waiter_cb, &w),
+                   SL_EINVAL);
+  g.nodes = other;
+  g.n = 1;
+  assert_int_equal(sl__net_all_reduce(m.nc[0], &g, 0, x, 4, SL_DTYPE_F32,
+                                      SL_REDUCE_SUM, waiter_cb, &w),
+                   SL_EINVAL);
+  g.nodes = nodes;
+  g.n = 2;
+  assert_int_equal(sl__net_all_reduce(m.nc[0], &g, 0, x, 4, (sl_dtype)99,
+                                      SL_REDUCE_SUM, waiter_cb, &w),
+                   SL_EINVAL);
+  /* a group of one completes before start returns */
+  g.nodes = nodes;
+  g.n = 1;
+  assert_int_equal(sl__net_all_reduce(m.nc[0], &g, 0, x, 4, SL_DTYPE_F32,
+                                      SL_REDUCE_SUM, waiter_cb, &w),
+                   SL_OK);
+  assert_int_equal(w.done, 1);
+  waiter_fini(&w);
+  mesh_down(&m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_two_nodes),
+      cmocka_unit_test(test_three_nodes),
+      cmocka_unit_test(test_four_nodes),
+      cmocka_unit_test(test_concurrent),
+      cmocka_unit_test(test_early_chunks_staged),
+      cmocka_unit_test(test_peer_lost),
+      cmocka_unit_test(test_size_mismatch),
+      cmocka_unit_test(test_bad_args),
+  };
+  signal(SIGPIPE, SIG_IGN);
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
