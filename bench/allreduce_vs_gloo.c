@@ -1,0 +1,178 @@
+/* All-reduce of float32 between two nodes: sluice's ring over the data
+ * plane (comm/net_coll.c; two endpoints in this process on 127.0.0.1, so
+ * two loop threads and real TCP) against two PyTorch gloo processes on
+ * 127.0.0.1 (bench/peers/allreduce_gloo.py), 4 KiB to 64 MiB, one table.
+ *
+ *   bench_allreduce_vs_gloo [--budget S] [--no-gloo] [--python PATH]
+ *
+ * Time per all-reduce is the median over repetitions (each from both
+ * starts to both completions); bus bandwidth follows nccl-tests:
+ * 2(n-1)/n x bytes / time, n = 2. Each size gets about `budget` seconds
+ * (default 0.4) on each side. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core_thread.h"
+#include "dp.h"
+#include "net_coll.h"
+
+#ifndef ALLREDUCE_GLOO_PEER
+#define ALLREDUCE_GLOO_PEER "bench/peers/allreduce_gloo.py"
+#endif
+
+static const char token[] = "bench-token";
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void die(const char *what) {
+  fprintf(stderr, "%s: %s\n", what, sl_last_error());
+  exit(1);
+}
+
+typedef struct waiter {
+  pthread_mutex_t m;
+  pthread_cond_t cv;
+  int done, failed;
+} waiter;
+
+static void on_done(void *arg, sl_status st) {
+  waiter *w = arg;
+  pthread_mutex_lock(&w->m);
+  w->done++;
+  w->failed += st != SL_OK;
+  pthread_cond_signal(&w->cv);
+  pthread_mutex_unlock(&w->m);
+}
+
+enum { NSIZES = 8, MAXREPS = 200 };
+
+int main(int argc, char **argv) {
+  double budget = 0.4;
+  bool gloo = true;
+  const char *python = "/usr/bin/python3";
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--budget") && i + 1 < argc)
+      budget = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--no-gloo"))
+      gloo = false;
+    else if (!strcmp(argv[i], "--python") && i + 1 < argc)
+      python = argv[++i];
+    else {
+      fprintf(stderr, "usage: %s [--budget S] [--no-gloo] [--python PATH]\n",
+              argv[0]);
+      return 2;
+    }
+  }
+  size_t sizes[NSIZES];
+  for (int i = 0; i < NSIZES; i++)
+    sizes[i] = (size_t)4096 << (2 * i); /* 4 KiB .. 64 MiB */
+
+  /* gloo first, while this process is idle */
+  double gloo_s[NSIZES] = {0};
+  if (gloo) {
+    char cmd[4096];
+    int port = 20000 + (int)(getpid() % 20000);
+    int n = snprintf(cmd, sizeof cmd, "%s %s %d %g", python,
+                     ALLREDUCE_GLOO_PEER, port, budget);
+    for (int i = 0; i < NSIZES; i++)
+      n += snprintf(cmd + n, sizeof cmd - (size_t)n, " %zu", sizes[i]);
+    FILE *f = popen(cmd, "r");
+    if (!f) {
+      perror("popen");
+      gloo = false;
+    } else {
+      size_t b;
+      double s;
+      while (fscanf(f, "%zu %lf", &b, &s) == 2)
+        for (int i = 0; i < NSIZES; i++)
+          if (sizes[i] == b) gloo_s[i] = s;
+      if (pclose(f) != 0) fprintf(stderr, "gloo peer failed: '%s'\n", cmd);
+    }
+  }
+
+  sl__dp_endpoint *ep[2];
+  sl__net_coll *nc[2];
+  for (uint32_t i = 0; i < 2; i++) {
+    sl__dp_config c = {.node = i,
+                       .nnodes = 2,
+                       .token = token,
+                       .token_len = sizeof token - 1};
+    if (sl__dp_endpoint_create(&c, &ep[i]) != SL_OK) die("endpoint");
+    if (sl__net_coll_create(ep[i], NULL, &nc[i]) != SL_OK) die("net_coll");
+  }
+  for (uint32_t i = 0; i < 2; i++)
+    if (sl__dp_endpoint_set_peer(ep[i], 1 - i, "127.0.0.1",
+                                 sl__dp_endpoint_port(ep[1 - i])) != SL_OK)
+      die("peer");
+  if (sl__dp_endpoint_connect(ep[0], 1) != SL_OK ||
+      sl__dp_endpoint_wait_connected(ep[0], 1, 10000) != SL_OK)
+    die("connect");
+  uint32_t nodes[2] = {0, 1};
+  sl__net_group g = {.id = 1, .nodes = nodes, .n = 2};
+  uint64_t seq = 0;
+  waiter w = {.done = 0};
+  pthread_mutex_init(&w.m, NULL);
+  sl__cond_init(&w.cv);
+
+  printf("all-reduce f32, 2 nodes on 127.0.0.1; bus bandwidth = "
+         "2(n-1)/n x bytes / time\n");
+  printf("%10s %12s %10s %12s %10s %8s\n", "bytes", "sluice us", "GB/s",
+         "gloo us", "GB/s", "ratio");
+  for (int si = 0; si < NSIZES; si++) {
+    size_t count = sizes[si] / 4;
+    float *a = malloc(sizes[si]), *b = malloc(sizes[si]);
+    for (size_t i = 0; i < count; i++)
+      a[i] = b[i] = 0.0f; /* stays 0 however many times it is reduced */
+    double t[MAXREPS];
+    int reps = 0;
+    uint64_t t_end = 0;
+    for (int it = -1; it < MAXREPS; it++) {
+      uint64_t t0 = sl__now_ns();
+      if (it == 0) t_end = t0 + (uint64_t)(budget * 1e9);
+      pthread_mutex_lock(&w.m);
+      w.done = 0;
+      pthread_mutex_unlock(&w.m);
+      if (sl__net_all_reduce(nc[0], &g, seq, a, count, SL_DTYPE_F32,
+                             SL_REDUCE_SUM, on_done, &w) != SL_OK ||
+          sl__net_all_reduce(nc[1], &g, seq, b, count, SL_DTYPE_F32,
+                             SL_REDUCE_SUM, on_done, &w) != SL_OK)
+        die("all_reduce");
+      seq++;
+      pthread_mutex_lock(&w.m);
+      while (w.done < 2)
+        pthread_cond_wait(&w.cv, &w.m);
+      int failed = w.failed;
+      pthread_mutex_unlock(&w.m);
+      if (failed) die("all_reduce completed");
+      uint64_t t1 = sl__now_ns();
+      if (it >= 0) t[reps++] = (double)(t1 - t0) * 1e-9;
+      if (it >= 2 && t1 > t_end) break;
+    }
+    qsort(t, (size_t)reps, sizeof *t, cmp_double);
+    double s = t[reps / 2];
+    double bus = (double)sizes[si] / s * 1e-9; /* 2(n-1)/n = 1 for n = 2 */
+    if (gloo && gloo_s[si] > 0) {
+      double gbus = (double)sizes[si] / gloo_s[si] * 1e-9;
+      printf("%10zu %12.1f %10.3f %12.1f %10.3f %8.2f\n", sizes[si], s * 1e6,
+             bus, gloo_s[si] * 1e6, gbus, gloo_s[si] / s);
+    } else {
+      printf("%10zu %12.1f %10.3f %12s %10s %8s\n", sizes[si], s * 1e6, bus,
+             "-", "-", "-");
+    }
+    fflush(stdout);
+    free(a);
+    free(b);
+  }
+  for (uint32_t i = 0; i < 2; i++)
+    sl__dp_endpoint_destroy(ep[i]);
+  for (uint32_t i = 0; i < 2; i++)
+    sl__net_coll_destroy(nc[i]);
+  pthread_mutex_destroy(&w.m);
+  pthread_cond_destroy(&w.cv);
+  return 0;
+}
