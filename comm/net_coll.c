@@ -16,7 +16,17 @@
 
 #define DEF_CHUNK (1ull << 20)
 
-enum { OP_ALL_REDUCE = 1, OP_ALL_GATHER = 2, OP_REDUCE_SCATTER = 3 };
+/* OP_EXCHANGE is the all-reduce for small buffers: every member sends its
+ * whole buffer to every other one (one hop instead of the ring's 2(n-1)),
+ * and each reduces all of them in member order, so every member gets the
+ * same bits. */
+enum {
+  OP_ALL_REDUCE = 1,
+  OP_ALL_GATHER = 2,
+  OP_REDUCE_SCATTER = 3,
+  OP_EXCHANGE = 4
+};
+#define DEF_SMALL (64ull << 10)
 
 /* A chunk that arrived before its instance could take it. */
 typedef struct staged {
@@ -48,6 +58,7 @@ typedef struct inst {
   uint8_t *base;    /* the buffer the steps work on */
   uint8_t *scratch; /* lanes * piece_max bytes: reduce-scatter receives */
   uint64_t piece_max;
+  uint64_t total_bytes;
   uint8_t *work; /* reduce-scatter: owned copy of in */
   uint8_t *out;  /* reduce-scatter: where segment r ends up */
   uint64_t recv_total, recv_done, send_issued, send_done;
@@ -59,6 +70,7 @@ struct sl__net_coll {
   sl__dp_endpoint *ep;
   uint32_t node, nnodes;
   uint64_t chunk;
+  int64_t small;
   pthread_mutex_t lock;
   inst *insts;
   bool *node_failed; /* nnodes */
@@ -156,6 +168,14 @@ static bool check_done(sl__net_coll *nc, inst *x, pending_done *pd) {
   if (!x->started || x->finished) return false;
   if (x->send_done != x->send_issued) return false;
   if (!x->failed && x->recv_done < x->recv_total) return false;
+  if (x->op == OP_EXCHANGE && !x->failed && x->total_bytes && x->n > 1) {
+    uint64_t tb = x->total_bytes;
+    memcpy(x->scratch + x->r * tb, x->base, tb);
+    memcpy(x->base, x->scratch, tb);
+    for (uint32_t k = 1; k < x->n; k++)
+      sl__elem_reduce(x->dt, x->rop, x->base, x->scratch + k * tb,
+                      (int64_t)(tb / x->esize));
+  }
   x->finished = true;
   pd->fn = x->done;
   pd->arg = x->arg;
@@ -196,9 +216,49 @@ static void send_step(sl__net_coll *nc, inst *x, uint32_t t, uint32_t lane) {
   nc->stats.chunks_sent++;
 }
 
+static void send_exchange(sl__net_coll *nc, inst *x, uint32_t node) {
+  if (x->failed) return;
+  sl__dp_frame f = {0};
+  f.src = x->group;
+  f.dst = x->seq;
+  f.index = (int32_t)x->r;
+  f.slot = (uint16_t)x->op;
+  f.consumer = (uint16_t)x->dt;
+  x->send_issued++;
+  sl_status st = sl__dp_endpoint_send_coll(
+      nc->ep, node, &f, x->total_bytes ? x->base : NULL, x->total_bytes, x);
+  if (st != SL_OK) {
+    x->send_issued--;
+    fail_inst(x, st, sl_last_error());
+    return;
+  }
+  nc->stats.chunks_sent++;
+}
+
 /* Checks a chunk against the instance: SL_ECOMM with the reason. */
+static int member_of(const inst *x, uint32_t node) {
+  for (uint32_t i = 0; i < x->n; i++)
+    if (x->nodes[i] == node) return (int)i;
+  return -1;
+}
+
 static sl_status check_chunk(const inst *x, uint32_t node,
                              const sl__dp_frame *f) {
+  if (x->op == OP_EXCHANGE) {
+    int k = member_of(x, node);
+    if (f->slot == x->op && f->consumer == x->dt && f->desc == 0 &&
+        k >= 0 && (uint32_t)k != x->r && f->index == k && f->piece == 0 &&
+        f->len == x->total_bytes)
+      return SL_OK;
+    return sl__fail(SL_ECOMM,
+                    "collective %llu/%llu: a chunk from node %u (op %u dtype "
+                    "%u, %llu bytes) that does not match this member's "
+                    "exchange of %llu bytes of dtype %d (sizes, dtypes or "
+                    "the small-message threshold differ between members)",
+                    (unsigned long long)x->group, (unsigned long long)x->seq,
+                    node, f->slot, f->consumer, (unsigned long long)f->len,
+                    (unsigned long long)x->total_bytes, (int)x->dt);
+  }
   if (node != x->left)
     return sl__fail(SL_ECOMM,
                     "collective %llu/%llu: a chunk from node %u, whose left "
@@ -233,6 +293,13 @@ static sl_status check_chunk(const inst *x, uint32_t node,
 static void take_chunk(sl__net_coll *nc, inst *x, const sl__dp_frame *f,
                        const void *buf) {
   if (x->failed) return;
+  if (x->op == OP_EXCHANGE) {
+    uint8_t *slot = x->scratch + (uint64_t)f->index * x->total_bytes;
+    if (f->len && buf != slot) memcpy(slot, buf, f->len);
+    x->recv_done++;
+    nc->stats.chunks_received++;
+    return;
+  }
   uint32_t t = (uint32_t)f->desc, lane = (uint32_t)f->index;
   uint64_t off = (uint64_t)f->piece, len = f->len;
   if (!len) {
@@ -318,6 +385,10 @@ static sl_status hook_target(void *ctx, uint32_t node, const sl__dp_frame *f,
   if (st != SL_OK) goto out;
   uint32_t t = (uint32_t)f->desc;
   if (!f->len) goto out;
+  if (x->op == OP_EXCHANGE) {
+    *buf = x->scratch + (uint64_t)f->index * x->total_bytes;
+    goto out;
+  }
   *buf = t < x->rs_steps
              ? x->scratch + (uint64_t)f->index * x->piece_max
              : x->base + f->piece;
@@ -421,6 +492,12 @@ sl_status sl__net_coll_create(sl__dp_endpoint *ep,
     chunk = e && e[0] ? strtoull(e, NULL, 0) : 0;
   }
   nc->chunk = chunk ? chunk : DEF_CHUNK;
+  int64_t small = cfg ? cfg->small_bytes : 0;
+  if (!small) {
+    const char *e = getenv("SLUICE_NET_COLL_SMALL");
+    small = e && e[0] ? strtoll(e, NULL, 0) : 0;
+  }
+  nc->small = small ? small : (int64_t)DEF_SMALL;
   nc->node_failed = sl__calloc(nc->nnodes, sizeof *nc->node_failed);
   nc->node_st = sl__calloc(nc->nnodes, sizeof *nc->node_st);
   nc->node_msg = sl__calloc(nc->nnodes, sizeof *nc->node_msg);
@@ -555,6 +632,13 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
   }
   tmp.rs_steps = a->op == OP_ALL_GATHER ? 0 : n - 1;
   tmp.steps = a->op == OP_ALL_REDUCE ? 2 * (n - 1) : n - 1;
+  tmp.total_bytes = total * es;
+  if (a->op == OP_EXCHANGE) {
+    tmp.lanes = 1;
+    tmp.rs_steps = 0;
+    tmp.steps = n > 1;
+    tmp.piece_max = tmp.total_bytes * n; /* one slot per member */
+  }
   tmp.done = a->done;
   tmp.arg = a->arg;
   tmp.out = a->out;
@@ -577,6 +661,7 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
       memmove(mine, a->in, tmp.seg_cnt[r] * es);
   }
   tmp.recv_total = (uint64_t)tmp.steps * tmp.lanes;
+  if (a->op == OP_EXCHANGE) tmp.recv_total = n - 1;
   pending_done pd = {0};
   pthread_mutex_lock(&nc->lock);
   for (uint32_t i = 0; i < n; i++)
@@ -593,7 +678,7 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
                   (unsigned long long)a->g->id, (unsigned long long)a->seq);
     goto fail;
   }
-  if (tmp.rs_steps && tmp.steps) {
+  if ((tmp.rs_steps || a->op == OP_EXCHANGE) && tmp.steps) {
     uint64_t bytes = tmp.lanes * tmp.piece_max;
     if (bytes && nc->spare && nc->spare_bytes >= bytes) {
       tmp.scratch = nc->spare;
@@ -628,8 +713,13 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
   *x = tmp;
   tmp = (inst){0};
   nc->stats.started++;
-  for (uint32_t lane = 0; lane < x->lanes && x->steps; lane++)
-    send_step(nc, x, 0, lane);
+  if (x->op == OP_EXCHANGE) {
+    for (uint32_t k = 0; k < x->n && x->steps; k++)
+      if (k != x->r) send_exchange(nc, x, x->nodes[k]);
+  } else {
+    for (uint32_t lane = 0; lane < x->lanes && x->steps; lane++)
+      send_step(nc, x, 0, lane);
+  }
   drain(nc, x);
   check_done(nc, x, &pd);
   pthread_mutex_unlock(&nc->lock);
@@ -649,7 +739,14 @@ sl_status sl__net_all_reduce(sl__net_coll *nc, const sl__net_group *g,
                              sl_dtype dt, sl_reduce_op op,
                              sl__net_coll_done_fn done, void *arg) {
   if (count && !buf) return sl__fail(SL_EINVAL, "collective: no buffer");
-  start_args a = {.op = OP_ALL_REDUCE, .g = g, .seq = seq, .base = buf,
+  /* The cost model: one hop of (n-1) x bytes beats 2(n-1) hops of bytes/n
+   * while the bytes are few (bench/allreduce_vs_gloo.c measures both). */
+  int op_code = OP_ALL_REDUCE;
+  size_t es = (unsigned)dt < SL_DTYPE_COUNT ? sl_dtype_size(dt) : 1;
+  if (g && g->n > 1 && nc->small > 0 &&
+      (uint64_t)count * es * (g->n - 1) <= (uint64_t)nc->small)
+    op_code = OP_EXCHANGE;
+  start_args a = {.op = op_code, .g = g, .seq = seq, .base = buf,
                   .count = count, .dt = dt, .rop = op, .done = done,
                   .arg = arg};
   return start(nc, &a);

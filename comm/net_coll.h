@@ -39,6 +39,12 @@ typedef struct sl__net_coll sl__net_coll;
 typedef struct sl__net_coll_config {
   /* Largest piece per frame; 0: SLUICE_NET_COLL_CHUNK or 1 MiB. */
   uint64_t chunk_bytes;
+  /* All-reduces whose (members - 1) x bytes are at most this use the
+   * exchange instead of the ring: every member sends its buffer to every
+   * other one and reduces them all in member order (one hop, and the same
+   * bits on every member). Members must agree on it. 0:
+   * SLUICE_NET_COLL_SMALL or 64 KiB; negative: never. */
+  int64_t small_bytes;
 } sl__net_coll_config;
 
 /* The collectives of endpoint ep: installs the endpoint's COLL hooks (an

@@ -66,13 +66,17 @@ typedef struct mesh {
   sl__net_coll *nc[4];
 } mesh;
 
-static void mesh_up(mesh *m, uint32_t n, uint64_t chunk) {
+static void mesh_up_small(mesh *m, uint32_t n, uint64_t chunk, int64_t small) {
   memset(m, 0, sizeof *m);
   m->n = n;
   dp_mesh(m->ep, n, NULL);
-  sl__net_coll_config cfg = {.chunk_bytes = chunk};
+  sl__net_coll_config cfg = {.chunk_bytes = chunk, .small_bytes = small};
   for (uint32_t i = 0; i < n; i++)
     assert_int_equal(sl__net_coll_create(m->ep[i], &cfg, &m->nc[i]), SL_OK);
+}
+
+static void mesh_up(mesh *m, uint32_t n, uint64_t chunk) {
+  mesh_up_small(m, n, chunk, 0);
 }
 
 static void mesh_down(mesh *m) {
@@ -201,10 +205,12 @@ static void sizes_for(uint32_t n, size_t es, int which, size_t *counts) {
   }
 }
 
-static void matrix(uint32_t n) {
+/* small: the exchange threshold (-1: the ring for every size; 0: the
+ * default, so the small sizes use the exchange). */
+static void matrix(uint32_t n, int64_t small) {
   mesh m;
   /* small chunks, so 1 MiB runs many lanes */
-  mesh_up(&m, n, 4096);
+  mesh_up_small(&m, n, 4096, small);
   uint64_t seq = 0;
   for (int op = OP_AR; op <= OP_RS; op++)
     for (int dt = 0; dt < SL_DTYPE_COUNT; dt++)
@@ -234,12 +240,14 @@ static void matrix(uint32_t n) {
 
 static void test_two_nodes(void **state) {
   (void)state;
-  matrix(2);
+  matrix(2, -1);
+  matrix(2, 0);
 }
 
 static void test_three_nodes(void **state) {
   (void)state;
-  matrix(3);
+  matrix(3, -1);
+  matrix(3, 0);
 }
 
 static void test_four_nodes(void **state) {
