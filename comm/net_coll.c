@@ -44,7 +44,7 @@ typedef struct inst {
   bool failed;   /* no more sends; done once the sends drain */
   bool finished; /* done was called: a tombstone that drops late chunks */
   sl_status fail_st;
-  char fail_msg[320];
+  char fail_msg[600];
   staged *sq, *sq_tail;
 
   int op;
@@ -86,7 +86,7 @@ typedef struct pending_done {
   sl__net_coll_done_fn fn;
   void *arg;
   sl_status st;
-  char msg[320];
+  char msg[600];
 } pending_done;
 
 static uint32_t mod(int64_t a, uint32_t n) {
@@ -235,6 +235,28 @@ static void send_exchange(sl__net_coll *nc, inst *x, uint32_t node) {
   nc->stats.chunks_sent++;
 }
 
+/* A member that finds the instance broken (a chunk that does not match)
+ * tells every other member, which would otherwise wait for it: a frame
+ * with step -1 carrying the reason. */
+#define ABORT_STEP (-1)
+#define ABORT_MAX 400u
+
+static void send_abort(sl__net_coll *nc, inst *x) {
+  size_t len = strnlen(x->fail_msg, ABORT_MAX);
+  for (uint32_t k = 0; k < x->n; k++) {
+    if (k == x->r) continue;
+    sl__dp_frame f = {0};
+    f.src = x->group;
+    f.dst = x->seq;
+    f.desc = ABORT_STEP;
+    f.slot = (uint16_t)x->op;
+    x->send_issued++;
+    if (sl__dp_endpoint_send_coll(nc->ep, x->nodes[k], &f, x->fail_msg, len,
+                                  x) != SL_OK)
+      x->send_issued--;
+  }
+}
+
 /* Checks a chunk against the instance: SL_ECOMM with the reason. */
 static int member_of(const inst *x, uint32_t node) {
   for (uint32_t i = 0; i < x->n; i++)
@@ -323,10 +345,12 @@ static void drain(sl__net_coll *nc, inst *x) {
     x->sq = s->next;
     if (!x->sq) x->sq_tail = NULL;
     if (!x->failed) {
-      if (check_chunk(x, s->node, &s->f) != SL_OK)
+      if (check_chunk(x, s->node, &s->f) != SL_OK) {
         fail_inst(x, SL_ECOMM, sl_last_error());
-      else
+        send_abort(nc, x);
+      } else {
         take_chunk(nc, x, &s->f, s->buf);
+      }
     }
     sl__free(s->buf);
     sl__free(s);
@@ -346,6 +370,13 @@ static sl_status hook_target(void *ctx, uint32_t node, const sl__dp_frame *f,
   sl__net_coll *nc = ctx;
   sl_status st = SL_OK;
   *buf = NULL;
+  if (f->desc == ABORT_STEP) {
+    if (f->len > ABORT_MAX)
+      return sl__fail(SL_ECOMM, "collective: an abort of %llu bytes",
+                      (unsigned long long)f->len);
+    *buf = f->len ? sl__malloc((size_t)f->len) : NULL;
+    return f->len && !*buf ? SL_ENOMEM : SL_OK;
+  }
   pthread_mutex_lock(&nc->lock);
   inst *x = find(nc, f->src, f->dst);
   if (!x) {
@@ -381,8 +412,13 @@ static sl_status hook_target(void *ctx, uint32_t node, const sl__dp_frame *f,
     *buf = b;
     goto out;
   }
-  st = check_chunk(x, node, f);
-  if (st != SL_OK) goto out;
+  if (check_chunk(x, node, f) != SL_OK) {
+    /* the members disagree: this collective fails on all of them, the
+     * pair stays (the chunk is read and dropped) */
+    fail_inst(x, SL_ECOMM, sl_last_error());
+    send_abort(nc, x);
+    goto out;
+  }
   uint32_t t = (uint32_t)f->desc;
   if (!f->len) goto out;
   if (x->op == OP_EXCHANGE) {
@@ -401,6 +437,29 @@ static void hook_received(void *ctx, uint32_t node, const sl__dp_frame *f,
                           void *buf) {
   sl__net_coll *nc = ctx;
   pending_done pd = {0};
+  if (f->desc == ABORT_STEP) {
+    char msg[ABORT_MAX + 160];
+    snprintf(msg, sizeof msg,
+             "collective %llu/%llu: node %u gave up on it: %.*s",
+             (unsigned long long)f->src, (unsigned long long)f->dst, node,
+             (int)f->len, buf ? (const char *)buf : "");
+    sl__free(buf);
+    pthread_mutex_lock(&nc->lock);
+    inst *x = find(nc, f->src, f->dst);
+    if (!x && (x = sl__calloc(1, sizeof *x))) { /* not started here yet */
+      x->group = f->src;
+      x->seq = f->dst;
+      x->next = nc->insts;
+      nc->insts = x;
+    }
+    if (x && !x->finished) {
+      fail_inst(x, SL_ECOMM, msg);
+      check_done(nc, x, &pd);
+    }
+    pthread_mutex_unlock(&nc->lock);
+    call_done(&pd);
+    return;
+  }
   pthread_mutex_lock(&nc->lock);
   inst *x = find(nc, f->src, f->dst);
   if (x && !x->finished) {
@@ -704,6 +763,10 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
     x->next = nc->insts;
     nc->insts = x;
   }
+  bool pre_failed = x->failed;
+  sl_status pre_st = x->fail_st;
+  char pre_msg[sizeof x->fail_msg];
+  memcpy(pre_msg, x->fail_msg, sizeof pre_msg);
   tmp.next = x->next;
   tmp.sq = x->sq;
   tmp.sq_tail = x->sq_tail;
@@ -713,6 +776,7 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
   *x = tmp;
   tmp = (inst){0};
   nc->stats.started++;
+  if (pre_failed) fail_inst(x, pre_st, pre_msg); /* another member gave up */
   if (x->op == OP_EXCHANGE) {
     for (uint32_t k = 0; k < x->n && x->steps; k++)
       if (k != x->r) send_exchange(nc, x, x->nodes[k]);

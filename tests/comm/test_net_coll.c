@@ -409,8 +409,8 @@ static void test_peer_lost(void **state) {
   mesh_down(&m);
 }
 
-/* Members that disagree on the size: the chunk does not fit, the pair
- * fails with the reason, both members complete with an error. */
+/* Members that disagree on the size: the chunk does not fit, both
+ * members complete with an error naming the sizes. */
 static void test_size_mismatch(void **state) {
   (void)state;
   mesh m;
@@ -430,6 +430,50 @@ static void test_size_mismatch(void **state) {
   assert_int_equal(w.failed, 2);
   free(a);
   free(b);
+  waiter_fini(&w);
+  mesh_down(&m);
+}
+
+/* Three members, one with another size: every member fails (none waits
+ * for a chunk that never comes), the pairs stay up, and the next instance
+ * works. */
+static void test_size_mismatch_three(void **state) {
+  (void)state;
+  mesh m;
+  mesh_up_small(&m, 3, 1024, -1);
+  uint32_t nodes[3] = {0, 1, 2};
+  sl__net_group g = {.id = 8, .nodes = nodes, .n = 3};
+  enum { COUNT = 3000 };
+  float *bufs[3];
+  waiter w;
+  waiter_init(&w);
+  for (uint32_t k = 0; k < 3; k++) {
+    bufs[k] = fill(SL_DTYPE_F32, k, COUNT, 2);
+    size_t count = k == 2 ? COUNT - 300 : COUNT;
+    assert_int_equal(sl__net_all_reduce(m.nc[k], &g, 0, bufs[k], count,
+                                        SL_DTYPE_F32, SL_REDUCE_SUM,
+                                        waiter_cb, &w),
+                     SL_OK);
+  }
+  waiter_wait(&w, 3);
+  assert_int_equal(w.failed, 3);
+  if (!strstr(w.msg, "collective 8/0")) fail_msg("message: %s", w.msg);
+  for (uint32_t k = 0; k < 3; k++) {
+    free(bufs[k]);
+    bufs[k] = fill(SL_DTYPE_F32, k, COUNT, 3);
+    assert_int_equal(sl__net_all_reduce(m.nc[k], &g, 1, bufs[k], COUNT,
+                                        SL_DTYPE_F32, SL_REDUCE_SUM,
+                                        waiter_cb, &w),
+                     SL_OK);
+  }
+  waiter_wait(&w, 6);
+  assert_int_equal(w.failed, 3);
+  for (uint32_t k = 0; k < 3; k++) {
+    for (size_t i = 0; i < COUNT; i++)
+      check_value("after a mismatch", SL_DTYPE_F32, bufs[k], i,
+                  reduced(SL_DTYPE_F32, SL_REDUCE_SUM, 3, i, 3), k);
+    free(bufs[k]);
+  }
   waiter_fini(&w);
   mesh_down(&m);
 }
@@ -476,6 +520,7 @@ int main(void) {
       cmocka_unit_test(test_early_chunks_staged),
       cmocka_unit_test(test_peer_lost),
       cmocka_unit_test(test_size_mismatch),
+      cmocka_unit_test(test_size_mismatch_three),
       cmocka_unit_test(test_bad_args),
   };
   signal(SIGPIPE, SIG_IGN);
