@@ -98,10 +98,8 @@ int main(int argc, char **argv) {
   sl__dp_endpoint *ep[2];
   sl__net_coll *nc[2];
   for (uint32_t i = 0; i < 2; i++) {
-    sl__dp_config c = {.node = i,
-                       .nnodes = 2,
-                       .token = token,
-                       .token_len = sizeof token - 1};
+    sl__dp_config c = {
+        .node = i, .nnodes = 2, .token = token, .token_len = sizeof token - 1};
     if (sl__dp_endpoint_create(&c, &ep[i]) != SL_OK) die("endpoint");
     if (sl__net_coll_create(ep[i], NULL, &nc[i]) != SL_OK) die("net_coll");
   }

@@ -24,7 +24,8 @@ enum {
   OP_ALL_REDUCE = 1,
   OP_ALL_GATHER = 2,
   OP_REDUCE_SCATTER = 3,
-  OP_EXCHANGE = 4
+  OP_EXCHANGE = 4,
+  OP_ALL_TO_ALL = 5 /* pairwise: member k's part j goes to member j */
 };
 #define DEF_SMALL (64ull << 10)
 
@@ -59,8 +60,9 @@ typedef struct inst {
   uint8_t *scratch; /* lanes * piece_max bytes: reduce-scatter receives */
   uint64_t piece_max;
   uint64_t total_bytes;
-  uint8_t *work; /* reduce-scatter: owned copy of in */
-  uint8_t *out;  /* reduce-scatter: where segment r ends up */
+  uint8_t *work;     /* reduce-scatter: owned copy of in */
+  const uint8_t *in; /* all-to-all: the parts to send */
+  uint8_t *out;      /* reduce-scatter: where segment r ends up */
   uint64_t recv_total, recv_done, send_issued, send_done;
   sl__net_coll_done_fn done;
   void *arg;
@@ -206,8 +208,8 @@ static void send_step(sl__net_coll *nc, inst *x, uint32_t t, uint32_t lane) {
   f.slot = (uint16_t)x->op;
   f.consumer = (uint16_t)x->dt;
   x->send_issued++;
-  sl_status st = sl__dp_endpoint_send_coll(
-      nc->ep, x->right, &f, len ? x->base + off : NULL, len, x);
+  sl_status st = sl__dp_endpoint_send_coll(nc->ep, x->right, &f,
+                                           len ? x->base + off : NULL, len, x);
   if (st != SL_OK) {
     x->send_issued--;
     fail_inst(x, st, sl_last_error());
@@ -216,8 +218,27 @@ static void send_step(sl__net_coll *nc, inst *x, uint32_t t, uint32_t lane) {
   nc->stats.chunks_sent++;
 }
 
-static void send_exchange(sl__net_coll *nc, inst *x, uint32_t node) {
+/* The exchange and the all-to-all send straight to every member. */
+static bool is_direct(const inst *x) {
+  return x->op == OP_EXCHANGE || x->op == OP_ALL_TO_ALL;
+}
+
+/* Bytes one member sends another, and where member k's arrive. */
+static uint64_t direct_bytes(const inst *x) {
+  return x->op == OP_EXCHANGE ? x->total_bytes : x->seg_cnt[0] * x->esize;
+}
+
+static uint8_t *direct_slot(const inst *x, uint32_t k) {
+  return x->op == OP_EXCHANGE ? x->scratch + k * x->total_bytes
+                              : x->base + x->seg_start[k] * x->esize;
+}
+
+static void send_exchange(sl__net_coll *nc, inst *x, uint32_t k) {
   if (x->failed) return;
+  uint32_t node = x->nodes[k];
+  uint64_t len = direct_bytes(x);
+  const uint8_t *payload =
+      x->op == OP_EXCHANGE ? x->base : x->in + x->seg_start[k] * x->esize;
   sl__dp_frame f = {0};
   f.src = x->group;
   f.dst = x->seq;
@@ -225,8 +246,8 @@ static void send_exchange(sl__net_coll *nc, inst *x, uint32_t node) {
   f.slot = (uint16_t)x->op;
   f.consumer = (uint16_t)x->dt;
   x->send_issued++;
-  sl_status st = sl__dp_endpoint_send_coll(
-      nc->ep, node, &f, x->total_bytes ? x->base : NULL, x->total_bytes, x);
+  sl_status st =
+      sl__dp_endpoint_send_coll(nc->ep, node, &f, len ? payload : NULL, len, x);
   if (st != SL_OK) {
     x->send_issued--;
     fail_inst(x, st, sl_last_error());
@@ -266,20 +287,20 @@ static int member_of(const inst *x, uint32_t node) {
 
 static sl_status check_chunk(const inst *x, uint32_t node,
                              const sl__dp_frame *f) {
-  if (x->op == OP_EXCHANGE) {
+  if (is_direct(x)) {
     int k = member_of(x, node);
-    if (f->slot == x->op && f->consumer == x->dt && f->desc == 0 &&
-        k >= 0 && (uint32_t)k != x->r && f->index == k && f->piece == 0 &&
-        f->len == x->total_bytes)
+    if (f->slot == x->op && f->consumer == x->dt && f->desc == 0 && k >= 0 &&
+        (uint32_t)k != x->r && f->index == k && f->piece == 0 &&
+        f->len == direct_bytes(x))
       return SL_OK;
     return sl__fail(SL_ECOMM,
                     "collective %llu/%llu: a chunk from node %u (op %u dtype "
                     "%u, %llu bytes) that does not match this member's "
-                    "exchange of %llu bytes of dtype %d (sizes, dtypes or "
+                    "op %d of %llu bytes of dtype %d (sizes, dtypes or "
                     "the small-message threshold differ between members)",
                     (unsigned long long)x->group, (unsigned long long)x->seq,
                     node, f->slot, f->consumer, (unsigned long long)f->len,
-                    (unsigned long long)x->total_bytes, (int)x->dt);
+                    x->op, (unsigned long long)direct_bytes(x), (int)x->dt);
   }
   if (node != x->left)
     return sl__fail(SL_ECOMM,
@@ -315,8 +336,8 @@ static sl_status check_chunk(const inst *x, uint32_t node,
 static void take_chunk(sl__net_coll *nc, inst *x, const sl__dp_frame *f,
                        const void *buf) {
   if (x->failed) return;
-  if (x->op == OP_EXCHANGE) {
-    uint8_t *slot = x->scratch + (uint64_t)f->index * x->total_bytes;
+  if (is_direct(x)) {
+    uint8_t *slot = direct_slot(x, (uint32_t)f->index);
     if (f->len && buf != slot) memcpy(slot, buf, f->len);
     x->recv_done++;
     nc->stats.chunks_received++;
@@ -421,13 +442,12 @@ static sl_status hook_target(void *ctx, uint32_t node, const sl__dp_frame *f,
   }
   uint32_t t = (uint32_t)f->desc;
   if (!f->len) goto out;
-  if (x->op == OP_EXCHANGE) {
-    *buf = x->scratch + (uint64_t)f->index * x->total_bytes;
+  if (is_direct(x)) {
+    *buf = direct_slot(x, (uint32_t)f->index);
     goto out;
   }
-  *buf = t < x->rs_steps
-             ? x->scratch + (uint64_t)f->index * x->piece_max
-             : x->base + f->piece;
+  *buf = t < x->rs_steps ? x->scratch + (uint64_t)f->index * x->piece_max
+                         : x->base + f->piece;
 out:
   pthread_mutex_unlock(&nc->lock);
   return st;
@@ -506,7 +526,8 @@ static void fail_node(sl__net_coll *nc, uint32_t node, sl_status st,
     snprintf(nc->node_msg[node], sizeof nc->node_msg[node], "%s", msg);
   }
   size_t cap = 0;
-  for (inst *x = nc->insts; x; x = x->next) cap++;
+  for (inst *x = nc->insts; x; x = x->next)
+    cap++;
   pds = cap ? sl__calloc(cap, sizeof *pds) : NULL;
   for (inst *x = nc->insts, *next; x; x = next) {
     next = x->next; /* check_done may free x */
@@ -568,9 +589,8 @@ sl_status sl__net_coll_create(sl__dp_endpoint *ep,
     return SL_ENOMEM;
   }
   pthread_mutex_init(&nc->lock, NULL);
-  static const sl__dp_coll_hooks hooks = {hook_target, hook_received,
-                                          hook_sent, hook_failed,
-                                          hook_closed};
+  static const sl__dp_coll_hooks hooks = {hook_target, hook_received, hook_sent,
+                                          hook_failed, hook_closed};
   sl__dp_endpoint_set_coll(ep, &hooks, nc);
   *out = nc;
   return SL_OK;
@@ -599,9 +619,7 @@ void sl__net_coll_get_stats(sl__net_coll *nc, sl__net_coll_stats *out) {
 
 /* ---- starting ----------------------------------------------------------- */
 
-static bool dtype_ok(sl_dtype dt) {
-  return (unsigned)dt < SL_DTYPE_COUNT;
-}
+static bool dtype_ok(sl_dtype dt) { return (unsigned)dt < SL_DTYPE_COUNT; }
 
 /* Checks the group and finds this node's place: SL_EINVAL. */
 static sl_status check_group(const sl__net_coll *nc, const sl__net_group *g,
@@ -692,11 +710,18 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
   tmp.rs_steps = a->op == OP_ALL_GATHER ? 0 : n - 1;
   tmp.steps = a->op == OP_ALL_REDUCE ? 2 * (n - 1) : n - 1;
   tmp.total_bytes = total * es;
-  if (a->op == OP_EXCHANGE) {
+  if (a->op == OP_EXCHANGE || a->op == OP_ALL_TO_ALL) {
     tmp.lanes = 1;
     tmp.rs_steps = 0;
     tmp.steps = n > 1;
-    tmp.piece_max = tmp.total_bytes * n; /* one slot per member */
+    /* the exchange's scratch: one slot per member */
+    tmp.piece_max = a->op == OP_EXCHANGE ? tmp.total_bytes * n : 0;
+  }
+  if (a->op == OP_ALL_TO_ALL) {
+    uint64_t pb = tmp.seg_cnt[r] * es;
+    tmp.in = a->in;
+    if (pb)
+      memcpy(a->out + tmp.seg_start[r] * es, a->in + tmp.seg_start[r] * es, pb);
   }
   tmp.done = a->done;
   tmp.arg = a->arg;
@@ -720,13 +745,13 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
       memmove(mine, a->in, tmp.seg_cnt[r] * es);
   }
   tmp.recv_total = (uint64_t)tmp.steps * tmp.lanes;
-  if (a->op == OP_EXCHANGE) tmp.recv_total = n - 1;
+  if (a->op == OP_EXCHANGE || a->op == OP_ALL_TO_ALL) tmp.recv_total = n - 1;
   pending_done pd = {0};
   pthread_mutex_lock(&nc->lock);
   for (uint32_t i = 0; i < n; i++)
     if (nc->node_failed[tmp.nodes[i]] && tmp.nodes[i] != nc->node) {
-      st = sl__fail(nc->node_st[tmp.nodes[i]], "%s",
-                    nc->node_msg[tmp.nodes[i]]);
+      st =
+          sl__fail(nc->node_st[tmp.nodes[i]], "%s", nc->node_msg[tmp.nodes[i]]);
       pthread_mutex_unlock(&nc->lock);
       goto fail;
     }
@@ -777,9 +802,9 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
   tmp = (inst){0};
   nc->stats.started++;
   if (pre_failed) fail_inst(x, pre_st, pre_msg); /* another member gave up */
-  if (x->op == OP_EXCHANGE) {
+  if (is_direct(x)) {
     for (uint32_t k = 0; k < x->n && x->steps; k++)
-      if (k != x->r) send_exchange(nc, x, x->nodes[k]);
+      if (k != x->r) send_exchange(nc, x, k);
   } else {
     for (uint32_t lane = 0; lane < x->lanes && x->steps; lane++)
       send_step(nc, x, 0, lane);
@@ -799,9 +824,9 @@ fail:
 }
 
 sl_status sl__net_all_reduce(sl__net_coll *nc, const sl__net_group *g,
-                             uint64_t seq, void *buf, size_t count,
-                             sl_dtype dt, sl_reduce_op op,
-                             sl__net_coll_done_fn done, void *arg) {
+                             uint64_t seq, void *buf, size_t count, sl_dtype dt,
+                             sl_reduce_op op, sl__net_coll_done_fn done,
+                             void *arg) {
   if (count && !buf) return sl__fail(SL_EINVAL, "collective: no buffer");
   /* The cost model: one hop of (n-1) x bytes beats 2(n-1) hops of bytes/n
    * while the bytes are few (bench/allreduce_vs_gloo.c measures both). */
@@ -810,8 +835,14 @@ sl_status sl__net_all_reduce(sl__net_coll *nc, const sl__net_group *g,
   if (g && g->n > 1 && nc->small > 0 &&
       (uint64_t)count * es * (g->n - 1) <= (uint64_t)nc->small)
     op_code = OP_EXCHANGE;
-  start_args a = {.op = op_code, .g = g, .seq = seq, .base = buf,
-                  .count = count, .dt = dt, .rop = op, .done = done,
+  start_args a = {.op = op_code,
+                  .g = g,
+                  .seq = seq,
+                  .base = buf,
+                  .count = count,
+                  .dt = dt,
+                  .rop = op,
+                  .done = done,
                   .arg = arg};
   return start(nc, &a);
 }
@@ -831,9 +862,16 @@ sl_status sl__net_all_gather(sl__net_coll *nc, const sl__net_group *g,
     return sl__fail(SL_EINVAL, "collective: all-gather needs counts");
   if (sum_counts(counts, g->n) && !out)
     return sl__fail(SL_EINVAL, "collective: no output buffer");
-  start_args a = {.op = OP_ALL_GATHER, .g = g, .seq = seq, .base = out,
-                  .in = in, .out = out, .counts = counts, .dt = dt,
-                  .done = done, .arg = arg};
+  start_args a = {.op = OP_ALL_GATHER,
+                  .g = g,
+                  .seq = seq,
+                  .base = out,
+                  .in = in,
+                  .out = out,
+                  .counts = counts,
+                  .dt = dt,
+                  .done = done,
+                  .arg = arg};
   return start(nc, &a);
 }
 
@@ -846,8 +884,36 @@ sl_status sl__net_reduce_scatter(sl__net_coll *nc, const sl__net_group *g,
     return sl__fail(SL_EINVAL, "collective: reduce-scatter needs counts");
   if (sum_counts(counts, g->n) && !in)
     return sl__fail(SL_EINVAL, "collective: no input buffer");
-  start_args a = {.op = OP_REDUCE_SCATTER, .g = g, .seq = seq, .in = in,
-                  .out = out, .counts = counts, .dt = dt, .rop = op,
-                  .done = done, .arg = arg};
+  start_args a = {.op = OP_REDUCE_SCATTER,
+                  .g = g,
+                  .seq = seq,
+                  .in = in,
+                  .out = out,
+                  .counts = counts,
+                  .dt = dt,
+                  .rop = op,
+                  .done = done,
+                  .arg = arg};
+  return start(nc, &a);
+}
+
+sl_status sl__net_all_to_all(sl__net_coll *nc, const sl__net_group *g,
+                             uint64_t seq, const void *in, void *out,
+                             size_t count, sl_dtype dt,
+                             sl__net_coll_done_fn done, void *arg) {
+  if (!g || g->n == 0)
+    return sl__fail(SL_EINVAL, "collective: all-to-all needs a group");
+  if (count && (!in || !out))
+    return sl__fail(SL_EINVAL, "collective: no buffer");
+  start_args a = {.op = OP_ALL_TO_ALL,
+                  .g = g,
+                  .seq = seq,
+                  .base = out,
+                  .in = in,
+                  .out = out,
+                  .count = count * g->n,
+                  .dt = dt,
+                  .done = done,
+                  .arg = arg};
   return start(nc, &a);
 }

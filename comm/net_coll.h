@@ -1,5 +1,6 @@
 /* sluice comm — collectives between nodes over the data plane (DESIGN.md
- * section 8; issue 5): ring all-reduce, reduce-scatter and all-gather for
+ * section 8; issue 5): ring all-reduce, reduce-scatter and all-gather,
+ * an exchange all-reduce for small buffers and a pairwise all-to-all, for
  * CPU groups with one member per node, their chunks carried as
  * SL__DP_COLL frames on the node pairs' connections (comm/dp.h).
  *
@@ -75,9 +76,9 @@ typedef struct sl__net_group {
  * already started here), SL_ECOMM (a member's pair has failed), SL_ENOMEM:
  * it will not. */
 sl_status sl__net_all_reduce(sl__net_coll *nc, const sl__net_group *g,
-                             uint64_t seq, void *buf, size_t count,
-                             sl_dtype dt, sl_reduce_op op,
-                             sl__net_coll_done_fn done, void *arg);
+                             uint64_t seq, void *buf, size_t count, sl_dtype dt,
+                             sl_reduce_op op, sl__net_coll_done_fn done,
+                             void *arg);
 
 /* Member k hands in counts[k] elements (in; NULL when 0); out gets every
  * member's part in member order (sum of counts elements). in may equal
@@ -95,6 +96,15 @@ sl_status sl__net_reduce_scatter(sl__net_coll *nc, const sl__net_group *g,
                                  const size_t *counts, sl_dtype dt,
                                  sl_reduce_op op, sl__net_coll_done_fn done,
                                  void *arg);
+
+/* Pairwise all-to-all: in and out hold n parts of count elements each;
+ * in's part j goes to member j, whose out part k gets it (k = this
+ * member). One frame per pair, all sent at once. in and out must not
+ * overlap. Statuses as sl__net_all_reduce. */
+sl_status sl__net_all_to_all(sl__net_coll *nc, const sl__net_group *g,
+                             uint64_t seq, const void *in, void *out,
+                             size_t count, sl_dtype dt,
+                             sl__net_coll_done_fn done, void *arg);
 
 typedef struct sl__net_coll_stats {
   uint64_t started, completed, failed;

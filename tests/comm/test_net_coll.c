@@ -1,8 +1,9 @@
 /* Collectives between nodes over the data plane (comm/net_coll.h): 2 to 4
  * endpoints in this process on 127.0.0.1 ephemeral ports. Every op on
- * every dtype with every reduce op, sizes 0, 1, uneven and 1 MiB, against
- * a reference computed here; instances of several groups at once; chunks
- * that arrive before their member started are staged; a lost peer fails
+ * every dtype with every reduce op (all-reduce by ring and by exchange,
+ * reduce-scatter, all-gather, all-to-all), sizes 0, 1, uneven and 1 MiB,
+ * against a reference computed here; instances of several groups at once;
+ * chunks that arrive before their member started are staged; a lost peer fails
  * the collective instead of hanging it; members that disagree on sizes
  * fail with the reason. Every wait is bounded (SOON_MS). */
 #include <time.h>
@@ -121,14 +122,14 @@ static double reduced(sl_dtype dt, sl_reduce_op op, uint32_t n, size_t i,
 }
 
 static void check_value(const char *what, sl_dtype dt, const void *buf,
-                         size_t i, double want, uint32_t member) {
+                        size_t i, double want, uint32_t member) {
   double got = sl_load_element(dt, buf, (int64_t)i);
   if (got != want)
     fail_msg("%s %s: member %u element %zu: got %g, want %g", what,
              sl_dtype_name(dt), member, i, got, want);
 }
 
-enum { OP_AR, OP_AG, OP_RS };
+enum { OP_AR, OP_AG, OP_RS, OP_A2A };
 
 /* One instance of `op` on every member of the mesh (group = all nodes),
  * checked against the reference. counts: member k's part. */
@@ -148,6 +149,8 @@ static void run_case(mesh *m, int op, sl_dtype dt, sl_reduce_op rop,
   waiter w;
   waiter_init(&w);
   for (uint32_t k = 0; k < n; k++) {
+    /* all-to-all: counts[0] elements per pair, n parts */
+    if (op == OP_A2A) total = counts[0] * n;
     in[k] = fill(dt, k, op == OP_AG ? counts[k] : total, seq);
     out[k] = calloc(total ? total : 1, es);
   }
@@ -156,12 +159,15 @@ static void run_case(mesh *m, int op, sl_dtype dt, sl_reduce_op rop,
     if (op == OP_AR)
       st = sl__net_all_reduce(m->nc[k], &g, seq, in[k], total, dt, rop,
                               waiter_cb, &w);
+    else if (op == OP_A2A)
+      st = sl__net_all_to_all(m->nc[k], &g, seq, in[k], out[k], counts[0], dt,
+                              waiter_cb, &w);
     else if (op == OP_AG)
       st = sl__net_all_gather(m->nc[k], &g, seq, in[k], out[k], counts, dt,
                               waiter_cb, &w);
     else
-      st = sl__net_reduce_scatter(m->nc[k], &g, seq, in[k], out[k], counts,
-                                  dt, rop, waiter_cb, &w);
+      st = sl__net_reduce_scatter(m->nc[k], &g, seq, in[k], out[k], counts, dt,
+                                  rop, waiter_cb, &w);
     if (st != SL_OK) fail_msg("start member %u: %s", k, sl_last_error());
   }
   waiter_wait(&w, (int)n);
@@ -169,21 +175,26 @@ static void run_case(mesh *m, int op, sl_dtype dt, sl_reduce_op rop,
   for (uint32_t k = 0; k < n; k++) {
     if (op == OP_AR) {
       for (size_t i = 0; i < total; i++)
-        check_value("all_reduce", dt, in[k], i, reduced(dt, rop, n, i, seq),
-                     k);
+        check_value("all_reduce", dt, in[k], i, reduced(dt, rop, n, i, seq), k);
+    } else if (op == OP_A2A) {
+      /* part j of member k's out is part k of member j's in */
+      for (uint32_t j = 0; j < n; j++)
+        for (size_t i = 0; i < counts[0]; i++)
+          check_value("all_to_all", dt, out[k], j * counts[0] + i,
+                      value(dt, j, k * counts[0] + i, seq), k);
     } else if (op == OP_AG) {
       for (uint32_t j = 0; j < n; j++)
         for (size_t i = 0; i < counts[j]; i++)
           check_value("all_gather", dt, out[k], start[j] + i,
-                       value(dt, j, i, seq), k);
+                      value(dt, j, i, seq), k);
     } else {
       for (size_t i = 0; i < counts[k]; i++)
         check_value("reduce_scatter", dt, out[k], i,
-                     reduced(dt, rop, n, start[k] + i, seq), k);
+                    reduced(dt, rop, n, start[k] + i, seq), k);
       /* in is left as it was */
       for (size_t i = 0; i < total; i++)
-        check_value("reduce_scatter input", dt, in[k], i,
-                     value(dt, k, i, seq), k);
+        check_value("reduce_scatter input", dt, in[k], i, value(dt, k, i, seq),
+                    k);
     }
   }
   for (uint32_t k = 0; k < n; k++) {
@@ -212,13 +223,15 @@ static void matrix(uint32_t n, int64_t small) {
   /* small chunks, so 1 MiB runs many lanes */
   mesh_up_small(&m, n, 4096, small);
   uint64_t seq = 0;
-  for (int op = OP_AR; op <= OP_RS; op++)
+  for (int op = OP_AR; op <= OP_A2A; op++)
     for (int dt = 0; dt < SL_DTYPE_COUNT; dt++)
       for (int rop = SL_REDUCE_SUM; rop <= SL_REDUCE_MIN; rop++) {
-        if (op == OP_AG && rop != SL_REDUCE_SUM) continue;
+        if ((op == OP_AG || op == OP_A2A) && rop != SL_REDUCE_SUM) continue;
         for (int which = 0; which < 4; which++) {
           size_t counts[4];
           sizes_for(n, sl_dtype_size((sl_dtype)dt), which, counts);
+          if (op == OP_A2A) /* per pair: 0, 1, 2-3, ~1 MiB / n in all */
+            counts[0] = which == 1 ? 1 : (counts[0] + counts[n - 1]) / 2;
           if (op == OP_AR) {
             /* all-reduce takes the total and splits it evenly */
             size_t total = 0;
@@ -260,6 +273,7 @@ static void test_four_nodes(void **state) {
   run_case(&m, OP_AR, SL_DTYPE_F32, SL_REDUCE_SUM, counts, 1);
   run_case(&m, OP_AG, SL_DTYPE_I32, SL_REDUCE_SUM, counts, 2);
   run_case(&m, OP_RS, SL_DTYPE_F64, SL_REDUCE_MAX, counts, 3);
+  run_case(&m, OP_A2A, SL_DTYPE_I64, SL_REDUCE_SUM, counts, 4);
   mesh_down(&m);
 }
 
@@ -312,9 +326,9 @@ static void test_concurrent(void **state) {
       for (uint32_t k = 0; k < groups[gi].n; k++) {
         for (int i = 0; i < COUNT; i++)
           check_value("concurrent", SL_DTYPE_F32, bufs[gi][s][k], (size_t)i,
-                       reduced(SL_DTYPE_F32, SL_REDUCE_SUM, groups[gi].n,
-                               (size_t)i, (uint64_t)(gi * 100 + s)),
-                       k);
+                      reduced(SL_DTYPE_F32, SL_REDUCE_SUM, groups[gi].n,
+                              (size_t)i, (uint64_t)(gi * 100 + s)),
+                      k);
         free(bufs[gi][s][k]);
       }
   waiter_fini(&w);
@@ -330,8 +344,8 @@ static void test_early_chunks_staged(void **state) {
   uint32_t nodes[2] = {0, 1};
   sl__net_group g = {.id = 5, .nodes = nodes, .n = 2};
   enum { COUNT = 4096 };
-  int32_t *a = fill(SL_DTYPE_I32, 0, COUNT, 9), *b = fill(SL_DTYPE_I32, 1,
-                                                          COUNT, 9);
+  int32_t *a = fill(SL_DTYPE_I32, 0, COUNT, 9),
+          *b = fill(SL_DTYPE_I32, 1, COUNT, 9);
   waiter w;
   waiter_init(&w);
   assert_int_equal(sl__net_all_reduce(m.nc[0], &g, 0, a, COUNT, SL_DTYPE_I32,
@@ -451,8 +465,8 @@ static void test_size_mismatch_three(void **state) {
     bufs[k] = fill(SL_DTYPE_F32, k, COUNT, 2);
     size_t count = k == 2 ? COUNT - 300 : COUNT;
     assert_int_equal(sl__net_all_reduce(m.nc[k], &g, 0, bufs[k], count,
-                                        SL_DTYPE_F32, SL_REDUCE_SUM,
-                                        waiter_cb, &w),
+                                        SL_DTYPE_F32, SL_REDUCE_SUM, waiter_cb,
+                                        &w),
                      SL_OK);
   }
   waiter_wait(&w, 3);
@@ -462,8 +476,8 @@ static void test_size_mismatch_three(void **state) {
     free(bufs[k]);
     bufs[k] = fill(SL_DTYPE_F32, k, COUNT, 3);
     assert_int_equal(sl__net_all_reduce(m.nc[k], &g, 1, bufs[k], COUNT,
-                                        SL_DTYPE_F32, SL_REDUCE_SUM,
-                                        waiter_cb, &w),
+                                        SL_DTYPE_F32, SL_REDUCE_SUM, waiter_cb,
+                                        &w),
                      SL_OK);
   }
   waiter_wait(&w, 6);
