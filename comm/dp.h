@@ -329,8 +329,7 @@ typedef struct sl__dp_coll_hooks {
   sl_status (*target)(void *ctx, uint32_t node, const sl__dp_frame *f,
                       void **buf);
   /* Its payload arrived in *buf (checksum verified). */
-  void (*received)(void *ctx, uint32_t node, const sl__dp_frame *f,
-                   void *buf);
+  void (*received)(void *ctx, uint32_t node, const sl__dp_frame *f, void *buf);
   /* A frame given to sl__dp_endpoint_send_coll is written (SL_OK) or
    * dropped (the pair failed, the endpoint closed): its payload is no
    * longer referenced. Called exactly once per accepted send. */

@@ -34,10 +34,9 @@ static uint64_t get64(const uint8_t *p) {
 }
 
 const char *sl__dp_kind_name(unsigned kind) {
-  static const char *names[] = {"?",           "msg",  "credit",
-                                "credit-req",  "ping", "probe",
-                                "probe-reply", "done", "done-ack",
-                                "coll"};
+  static const char *names[] = {
+      "?",     "msg",         "credit", "credit-req", "ping",
+      "probe", "probe-reply", "done",   "done-ack",   "coll"};
   return kind < SL_ARRAY_LEN(names) ? names[kind] : "?";
 }
 
