@@ -194,6 +194,21 @@ static void test_frame_rejects(void **state) {
   expect_field_reject(&g, UINT64_MAX, "on a ping frame");
   g = f;
   expect_field_reject(&g, 4095, "exceeds the limit of 4095");
+  /* A collective's chunk carries a payload too, whatever its message
+   * kind byte (unused there), with the same length limit. */
+  g = f;
+  g.kind = SL__DP_COLL;
+  g.msg_kind = 0;
+  {
+    uint8_t h2[SL__DP_HDR_BYTES];
+    sl__dp_frame back;
+    sl__dp_frame_encode(&g, h2);
+    assert_int_equal(sl__dp_frame_decode(h2, UINT64_MAX, &back), SL_OK);
+    assert_int_equal(back.kind, SL__DP_COLL);
+    assert_int_equal(back.len, g.len);
+    assert_string_equal(sl__dp_kind_name(SL__DP_COLL), "coll");
+  }
+  expect_field_reject(&g, 4095, "exceeds the limit of 4095");
   g = f;
   g.len = 0;
   g.payload_crc = 0x1234;
