@@ -10,6 +10,7 @@
 
 #include "dp_helpers.h"
 #include "net_coll.h"
+#include "net_hier.h"
 
 /* ---- completion counting ------------------------------------------------ */
 
@@ -492,6 +493,77 @@ static void test_size_mismatch_three(void **state) {
   mesh_down(&m);
 }
 
+/* Two nodes with three members each: reduce inside each node, all-reduce
+ * between the leaders, broadcast inside; three rounds, small (exchange)
+ * and large (ring) sizes. */
+static void test_hierarchical(void **state) {
+  (void)state;
+  mesh m;
+  mesh_up(&m, 2, 16384);
+  enum { LOCAL = 3 };
+  uint32_t nodes[2] = {0, 1};
+  sl__net_group g = {.id = 20, .nodes = nodes, .n = 2};
+  int workers[LOCAL] = {0, 1, 2};
+  size_t sizes[2] = {100, 70001};
+  for (int si = 0; si < 2; si++) {
+    size_t count = sizes[si];
+    sl__comm *comm[2];
+    sl__net_hier *h[2];
+    for (int nd = 0; nd < 2; nd++) {
+      sl__comm_config cc = {.workers = LOCAL};
+      assert_int_equal(sl__comm_create(&cc, &comm[nd]), SL_OK);
+      sl__net_hier_desc d = {.name = "hier",
+                             .comm = comm[nd],
+                             .workers = workers,
+                             .local_members = LOCAL,
+                             .nc = m.nc[nd],
+                             .group = &g,
+                             .dtype = SL_DTYPE_F32,
+                             .op = SL_REDUCE_SUM,
+                             .count = count};
+      g.id = 20 + (uint64_t)si; /* the same on both nodes */
+      if (sl__net_hier_create(&d, &h[nd]) != SL_OK)
+        fail_msg("hier: %s", sl_last_error());
+    }
+    for (int round = 0; round < 3; round++) {
+      uint64_t salt = (uint64_t)(si * 10 + round);
+      void *in[2][LOCAL], *out[2][LOCAL];
+      waiter w;
+      waiter_init(&w);
+      for (int nd = 0; nd < 2; nd++)
+        for (int k = 0; k < LOCAL; k++) {
+          in[nd][k] =
+              fill(SL_DTYPE_F32, (uint32_t)(nd * LOCAL + k), count, salt);
+          out[nd][k] = calloc(count, sizeof(float));
+        }
+      /* node 1's members first, in reverse */
+      for (int nd = 1; nd >= 0; nd--)
+        for (int k = LOCAL - 1; k >= 0; k--)
+          if (sl__net_hier_arrive(h[nd], k, in[nd][k], out[nd][k], waiter_cb,
+                                  &w) != SL_OK)
+            fail_msg("arrive: %s", sl_last_error());
+      waiter_wait(&w, 2 * LOCAL);
+      if (w.failed) fail_msg("a member failed: %s", w.msg);
+      for (int nd = 0; nd < 2; nd++)
+        for (int k = 0; k < LOCAL; k++) {
+          for (size_t i = 0; i < count; i++)
+            check_value(
+                "hierarchical", SL_DTYPE_F32, out[nd][k], i,
+                reduced(SL_DTYPE_F32, SL_REDUCE_SUM, 2 * LOCAL, i, salt),
+                (uint32_t)(nd * LOCAL + k));
+          free(in[nd][k]);
+          free(out[nd][k]);
+        }
+      waiter_fini(&w);
+    }
+    for (int nd = 0; nd < 2; nd++) {
+      sl__comm_destroy(comm[nd]);
+      sl__net_hier_destroy(h[nd]);
+    }
+  }
+  mesh_down(&m);
+}
+
 static void test_bad_args(void **state) {
   (void)state;
   mesh m;
@@ -535,6 +607,7 @@ int main(void) {
       cmocka_unit_test(test_peer_lost),
       cmocka_unit_test(test_size_mismatch),
       cmocka_unit_test(test_size_mismatch_three),
+      cmocka_unit_test(test_hierarchical),
       cmocka_unit_test(test_bad_args),
   };
   signal(SIGPIPE, SIG_IGN);
