@@ -356,5 +356,11 @@ void sl__dp_endpoint_set_coll(sl__dp_endpoint *ep, const sl__dp_coll_hooks *h,
 sl_status sl__dp_endpoint_send_coll(sl__dp_endpoint *ep, uint32_t node,
                                     const sl__dp_frame *f, const void *payload,
                                     uint64_t len, void *token);
+/* The same with the payload's CRC32C given (a chunk forwarded unchanged
+ * keeps the CRC it arrived with, verified then). */
+sl_status sl__dp_endpoint_send_coll_crc(sl__dp_endpoint *ep, uint32_t node,
+                                        const sl__dp_frame *f,
+                                        const void *payload, uint64_t len,
+                                        uint32_t crc, void *token);
 
 #endif

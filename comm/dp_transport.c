@@ -99,6 +99,14 @@ void sl__dp_endpoint_set_coll(sl__dp_endpoint *ep, const sl__dp_coll_hooks *h,
 sl_status sl__dp_endpoint_send_coll(sl__dp_endpoint *ep, uint32_t node,
                                     const sl__dp_frame *f, const void *payload,
                                     uint64_t len, void *token) {
+  uint32_t crc = len ? sl__crc32c(0, payload, (size_t)len) : 0;
+  return sl__dp_endpoint_send_coll_crc(ep, node, f, payload, len, crc, token);
+}
+
+sl_status sl__dp_endpoint_send_coll_crc(sl__dp_endpoint *ep, uint32_t node,
+                                        const sl__dp_frame *f,
+                                        const void *payload, uint64_t len,
+                                        uint32_t crc, void *token) {
   if (node >= ep->cfg.nnodes || node == ep->cfg.node)
     return sl__fail(SL_ECOMM, "data plane: node %u: no peer %u (%u nodes)",
                     ep->cfg.node, node, ep->cfg.nnodes);
@@ -115,7 +123,7 @@ sl_status sl__dp_endpoint_send_coll(sl__dp_endpoint *ep, uint32_t node,
   o->f.kind = SL__DP_COLL;
   o->f.flags = 0;
   o->f.len = len;
-  o->f.payload_crc = len ? sl__crc32c(0, payload, (size_t)len) : 0;
+  o->f.payload_crc = len ? crc : 0;
   o->payload = len ? payload : NULL;
   o->token = token;
   o->next = NULL;

@@ -195,7 +195,10 @@ static bool check_done(sl__net_coll *nc, inst *x, pending_done *pd) {
   return true;
 }
 
-static void send_step(sl__net_coll *nc, inst *x, uint32_t t, uint32_t lane) {
+/* crc: the piece's CRC32C when known (an all-gather step forwards the
+ * bytes it received unchanged), else NULL. */
+static void send_step(sl__net_coll *nc, inst *x, uint32_t t, uint32_t lane,
+                      const uint32_t *crc) {
   if (x->failed) return;
   uint64_t off, len;
   piece(x, send_seg(x, t), lane, &off, &len);
@@ -208,8 +211,11 @@ static void send_step(sl__net_coll *nc, inst *x, uint32_t t, uint32_t lane) {
   f.slot = (uint16_t)x->op;
   f.consumer = (uint16_t)x->dt;
   x->send_issued++;
-  sl_status st = sl__dp_endpoint_send_coll(nc->ep, x->right, &f,
-                                           len ? x->base + off : NULL, len, x);
+  const void *payload = len ? x->base + off : NULL;
+  sl_status st =
+      crc ? sl__dp_endpoint_send_coll_crc(nc->ep, x->right, &f, payload, len,
+                                          *crc, x)
+          : sl__dp_endpoint_send_coll(nc->ep, x->right, &f, payload, len, x);
   if (st != SL_OK) {
     x->send_issued--;
     fail_inst(x, st, sl_last_error());
@@ -356,7 +362,8 @@ static void take_chunk(sl__net_coll *nc, inst *x, const sl__dp_frame *f,
     memcpy(x->out + (off - x->seg_start[x->r] * x->esize), x->base + off, len);
   x->recv_done++;
   nc->stats.chunks_received++;
-  if (t + 1 < x->steps) send_step(nc, x, t + 1, lane);
+  if (t + 1 < x->steps)
+    send_step(nc, x, t + 1, lane, t >= x->rs_steps ? &f->payload_crc : NULL);
 }
 
 /* Takes the staged chunks that are complete, in arrival order. */
@@ -807,7 +814,7 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
       if (k != x->r) send_exchange(nc, x, k);
   } else {
     for (uint32_t lane = 0; lane < x->lanes && x->steps; lane++)
-      send_step(nc, x, 0, lane);
+      send_step(nc, x, 0, lane, NULL);
   }
   drain(nc, x);
   check_done(nc, x, &pd);
