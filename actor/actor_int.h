@@ -192,6 +192,10 @@ struct sl_job {
   atomic_int status;    /* first failure */
   char errmsg[1024];    /* its message, under lock */
   atomic_int accepting; /* sl_job_deliver allowed */
+  /* The outcome when accepting was cleared (written before it): senders
+   * that find the job gone learn why, so an abort's cause wins over their
+   * own "no longer accepts" failure. */
+  sl_status ended_status;
   atomic_int started;
   atomic_int done;      /* every stream thread exited */
   atomic_int stop_sent; /* sl_job_stop was called */

@@ -595,6 +595,7 @@ sl_status sl_job_wait(sl_job *job) {
     job->state = JOB_WAITED;
     pthread_mutex_unlock(&job->lock);
     job->messages_left = messages_left(job);
+    job->ended_status = atomic_load(&job->status);
     atomic_store(&job->accepting, 0);
     sl_status st = atomic_load(&job->status);
     if (st == SL_EHANG) sl__hang_report_build(job);
@@ -667,11 +668,20 @@ static sl_status bad_msg(const sl_job *job, const sl_msg *m, const char *why) {
                   (unsigned long long)m->dst, why);
 }
 
+/* The failure for a message that reaches a job after it ended: the job's
+ * own failure when it aborted (the sender's job then fails with that cause,
+ * not with a message about a closed door), else SL_ESTATE. */
+static sl_status ended(const sl_job *job) {
+  if (job->ended_status != SL_OK)
+    return sl__fail(job->ended_status, "job on node %u ended: %s", job->node,
+                    job->errmsg);
+  return sl__fail(SL_ESTATE, "job on node %u: no longer accepts messages",
+                  job->node);
+}
+
 sl_status sl_job_deliver(sl_job *job, const sl_msg *m, const void *payload,
                          size_t nbytes) {
-  if (!atomic_load(&job->accepting))
-    return sl__fail(SL_ESTATE, "job on node %u: no longer accepts messages",
-                    job->node);
+  if (!atomic_load(&job->accepting)) return ended(job);
   if (m->kind == SL_MSG_CMD) {
     if (m->cmd != SL_CMD_ABORT)
       return bad_msg(job, m, "only ABORT commands cross nodes");
@@ -727,9 +737,7 @@ sl_status sl_job_deliver(sl_job *job, const sl_msg *m, const void *payload,
 sl_status sl_job_payload_target(sl_job *job, const sl_msg *m, size_t nbytes,
                                 void **out) {
   *out = NULL;
-  if (!atomic_load(&job->accepting))
-    return sl__fail(SL_ESTATE, "job on node %u: no longer accepts messages",
-                    job->node);
+  if (!atomic_load(&job->accepting)) return ended(job);
   if (m->kind != SL_MSG_READY)
     return bad_msg(job, m, "only register-ready messages carry a payload");
   rt_actor *a = sl__job_actor(job, m->dst);

@@ -346,8 +346,10 @@ SL_API const char *sl_job_hang_report(const sl_job *job);
 /* Delivers a message that arrived from another node (transports call it,
  * from any thread). For READY, payload holds the register's bytes.
  * SL_EINVAL for a message that does not fit this job's plan (wrong node,
- * unknown actor, slot or register, wrong size), SL_ESTATE once the job was
- * waited for. */
+ * unknown actor, slot or register, wrong size). Once the job was waited
+ * for: the job's own failure status and message when it aborted (so the
+ * sender's job fails with the cause, not with a closed door), else
+ * SL_ESTATE. */
 SL_API sl_status sl_job_deliver(sl_job *job, const sl_msg *msg,
                                 const void *payload, size_t nbytes);
 
@@ -360,7 +362,8 @@ SL_API sl_status sl_job_deliver(sl_job *job, const sl_msg *msg,
  * register is the reader's mirror of the producer's register msg->index,
  * which the producer sends again only after every reader returned it, so
  * nothing reads it meanwhile. SL_EINVAL for a message that does not fit the
- * plan, SL_ESTATE once the job was waited for; *out is then NULL. */
+ * plan; once the job was waited for, what sl_job_deliver returns then;
+ * *out is then NULL. */
 SL_API sl_status sl_job_payload_target(sl_job *job, const sl_msg *msg,
                                        size_t nbytes, void **out);
 
