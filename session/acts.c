@@ -158,6 +158,22 @@ static sl_status act_coll(sl_act *a) {
   return SL_OK;
 }
 
+sl_status sl__act_tick(sl_act *a) {
+  task_rt *rt = a->ctx;
+  sl_session *s = rt->s;
+  drv_tick *d = NULL;
+  for (int32_t i = 0; i < s->n_ticks && !d; i++)
+    if (s->ticks[i].actor == rt->actor) d = &s->ticks[i];
+  if (!d) return sl_act_fail(a, SL_EINTERNAL, "tick: no tick source");
+  pthread_mutex_lock(&d->lock);
+  if (a->piece >= atomic_load(&s->released)) {
+    d->parked = sl_act_defer(a);
+    d->sent = a->piece; /* the piece waiting for its release */
+  }
+  pthread_mutex_unlock(&d->lock);
+  return SL_OK;
+}
+
 sl_act_fn sl__act_for(sl__task_kind kind) {
   switch (kind) {
   case SL__TASK_OP: return act_op;

@@ -398,18 +398,22 @@ static sl_status add_actors(sl_session *s) {
     rt->tick_slot = -1;
     rt->io = rt->io_slot = -1;
     bool tick = t->kind == SL__TASK_TICK;
+    /* Remote: the program feeds and fetches, so those actors are its. */
+    bool on_driver = tick || (s->remote && (t->kind == SL__TASK_FEED ||
+                                            t->kind == SL__TASK_FETCH));
     sl_actor_desc d;
     memset(&d, 0, sizeof d);
     d.name = t->name;
     d.kind = tick ? SL_ACTOR_SOURCE : SL_ACTOR_KERNEL;
-    d.node = tick ? s->driver : t->machine;
+    d.node = on_driver ? s->driver : t->machine;
     d.device = t->device;
     d.stream = t->stream;
-    d.act = tick ? NULL : sl__act_for(t->kind);
+    d.act = tick ? (s->remote ? sl__act_tick : NULL) : sl__act_for(t->kind);
     d.ctx = rt;
     d.count = tick ? INT64_MAX : 0;
     SL_CHECK(sl_plan_add_actor(s->plan, &d, &rt->actor));
-    if (!tick) s->n_counted++;
+    /* Steps are counted by the actors of this process's node. */
+    if (!tick && d.node == s->self_node) s->n_counted++;
   }
   return SL_OK;
 }
@@ -527,7 +531,7 @@ static sl_status connect_all(sl_session *s) {
 sl_status sl__session_build(sl_session *s) {
   const sl__pplan *pp = s->pp;
   s->n_tasks = pp->n_tasks;
-  s->driver = pp->driver;
+  if (!s->remote) s->driver = pp->driver; /* remote: the cluster's size */
   s->rt = sl__calloc((size_t)pp->n_tasks + 1, sizeof *s->rt);
   if (!s->rt) return SL_ENOMEM;
   /* Workers: one per device id used. */

@@ -74,6 +74,7 @@ static sl_status check_devices(const sl_session *s) {
                       n->name,
                       sl_device_type_name(sl_placement_device_type(p)));
   }
+  if (s->remote) return SL_OK; /* remote.c checks the nodes */
   if (s->pp->machines != 1)
     return sl__fail(SL_EUNSUPPORTED,
                     "session: the graph spans %u nodes; the embedded session "
@@ -95,11 +96,8 @@ sl_status sl_session_create(sl_graph *g, const sl_session_config *cfg,
   if (out) *out = NULL;
   if (!g || !out) return sl__fail(SL_EINVAL, "session: NULL argument");
   sl_session_config c = cfg ? *cfg : sl_session_config_default();
-  if (c.kind != SL_SESSION_LOCAL)
-    return sl__fail(SL_EINVAL,
-                    "session: unknown kind %d (only the local, "
-                    "embedded session exists)",
-                    (int)c.kind);
+  if (c.kind != SL_SESSION_LOCAL && c.kind != SL_SESSION_REMOTE)
+    return sl__fail(SL_EINVAL, "session: unknown kind %d", (int)c.kind);
   SL_CHECK(sl__graph_compile(g));
   sl_session *s;
   if (SL_NEW(s) != SL_OK) return SL_ENOMEM;
@@ -118,6 +116,7 @@ sl_status sl_session_create(sl_graph *g, const sl_session_config *cfg,
   atomic_init(&s->driver_msgs, 0);
   for (int i = 0; i < SL__STEP_RING; i++)
     atomic_init(&s->ring[i], 0);
+  s->remote = sl__remote_wanted(&c);
   SL_CHECK_GOTO(sl__lower(g, &s->pp), st, fail);
   SL_CHECK_GOTO(check_devices(s), st, fail);
   const char *dump = env_or(c.plan_dump_path, "SLUICE_PLAN_DUMP");
@@ -125,6 +124,12 @@ sl_status sl_session_create(sl_graph *g, const sl_session_config *cfg,
     SL_CHECK_GOTO(
         sl__pplan_write_file(s->pp, (int)sl_plan_format_for_path(dump), dump),
         st, fail);
+  if (s->remote) {
+    SL_CHECK_GOTO(sl__remote_start(s), st, fail);
+    s->started = true;
+    *out = s;
+    return SL_OK;
+  }
   SL_CHECK_GOTO(sl__session_build(s), st, fail);
   const char *trace = env_or(c.trace_path, "SLUICE_TRACE");
   if (trace && !(s->trace_path = sl__strdup(trace))) {
@@ -155,12 +160,18 @@ fail:
 
 /* ---- feed, run, fetch ---------------------------------------------------- */
 
+/* Joins the job: its status, with the message in sl_last_error(). */
+static sl_status job_wait(sl_session *s) {
+  if (s->remote) return sl__remote_wait(s);
+  return sl_job_wait(s->job);
+}
+
 static sl_status refuse_after_failure(sl_session *s, const char *what) {
   sl_status st = (sl_status)atomic_load(&s->failed);
   if (st != SL_OK || s->waited) {
     if (!s->waited) {
       /* The job stopped: join it to get its message. */
-      s->final = sl_job_wait(s->job);
+      s->final = job_wait(s);
       snprintf(s->errmsg, sizeof s->errmsg, "%s", sl_last_error());
       s->waited = true;
     }
@@ -208,7 +219,7 @@ sl_status sl_session_feed(sl_session *s, const char *name, const void *data,
 /* After the job failed: joins it and returns its status and message. */
 static sl_status failure(sl_session *s) {
   if (!s->waited) {
-    s->final = sl_job_wait(s->job);
+    s->final = job_wait(s);
     if (s->final == SL_OK) s->final = (sl_status)atomic_load(&s->failed);
     snprintf(s->errmsg, sizeof s->errmsg, "%s", sl_last_error());
     s->waited = true;
@@ -229,14 +240,26 @@ sl_status sl_session_run(sl_session *s, int64_t steps) {
   atomic_store(&s->waiting, true);
   pthread_mutex_lock(&s->lock);
   for (;;) {
-    if (atomic_load(&s->failed) != SL_OK || s->completed >= target ||
-        s->n_counted == 0)
+    if (atomic_load(&s->failed) != SL_OK || s->completed >= target)
       break;
+    if (s->n_counted == 0) {
+      /* Remote, nothing fed or fetched: release the steps, wait for none. */
+      if (s->remote) {
+        atomic_store(&s->released, target);
+        pthread_mutex_unlock(&s->lock);
+        sl__remote_pump(s);
+        pthread_mutex_lock(&s->lock);
+      }
+      break;
+    }
     int64_t rel = SL_MIN(target, s->completed + SL__STEP_WINDOW);
     if (rel > atomic_load(&s->released)) {
       atomic_store(&s->released, rel);
       pthread_mutex_unlock(&s->lock);
-      sl__driver_pump(s);
+      if (s->remote)
+        sl__remote_pump(s);
+      else
+        sl__driver_pump(s);
       pthread_mutex_lock(&s->lock);
       continue;
     }
@@ -372,8 +395,13 @@ sl_status sl_session_finish(sl_session *s) {
     return sl__fail(SL_ESTATE, "finish: the session never started");
   if (!s->waited && s->job) {
     atomic_store(&s->waiting, true);
-    if (atomic_load(&s->failed) == SL_OK) sl__driver_end(s);
-    s->final = sl_job_wait(s->job);
+    if (atomic_load(&s->failed) == SL_OK) {
+      if (s->remote)
+        sl__remote_end(s);
+      else
+        sl__driver_end(s);
+    }
+    s->final = job_wait(s);
     if (s->final == SL_OK) s->final = (sl_status)atomic_load(&s->failed);
     snprintf(s->errmsg, sizeof s->errmsg, "%s", sl_last_error());
     s->waited = true;
@@ -407,7 +435,9 @@ sl_status sl_session_get_stats(const sl_session *s, sl_session_stats *out) {
 void sl_session_destroy(sl_session *s) {
   if (!s) return;
   if (s->started && !s->finished) sl_session_finish(s);
+  sl__remote_destroy(s);
   sl_job_destroy(s->job);
+  sl__remote_free(s);
   sl__comm_destroy(s->comm);
   sl_plan_destroy(s->plan);
   sl__session_free_build(s);

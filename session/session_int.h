@@ -98,7 +98,12 @@ typedef struct drv_tick {
   int32_t *free_q;  /* free register indices (count entries) */
   int32_t n_free;
   int64_t sent; /* pieces sent */
+  /* Remote sessions: the tick is a real source actor of the program's job
+   * whose firing for a step not yet released is deferred until it is. */
+  sl_completion *parked;
 } drv_tick;
+
+typedef struct sl__remote sl__remote;
 
 struct sl_session {
   sl_graph *g;
@@ -108,6 +113,13 @@ struct sl_session {
   sl_job *job;
   sl__comm *comm;
   uint32_t driver;  /* the driver's node id */
+  /* Remote sessions (remote.c) and daemons (daemon.c) build the whole
+   * actor plan in every process: feeds, fetches and ticks are actors of
+   * the driver (the program, data-plane rank nnodes); each process runs
+   * the job of its own node, self_node. Embedded: false, 0. */
+  bool remote;
+  uint32_t self_node;
+  sl__remote *rm;
   char *trace_path; /* as asked; the job writes it with ".node0" */
   int32_t n_tasks;
   task_rt *rt;
@@ -143,6 +155,9 @@ void sl__session_free_build(sl_session *s);
 
 /* acts.c: the act of each task kind; sl__act_for picks one. */
 sl_act_fn sl__act_for(sl__task_kind kind);
+/* A remote session's tick source: fires for released steps, defers the
+ * firing of the next one until the program releases it. */
+sl_status sl__act_tick(sl_act *a);
 /* Counts task rt's firing for its step (every actor calls it once per
  * firing, when its work is done). */
 void sl__step_done(task_rt *rt);
@@ -157,5 +172,27 @@ void sl__driver_end(sl_session *s);
 /* Records a failure (the first one wins), aborts waiting collectives and
  * wakes the program. Any thread. */
 void sl__session_fail(sl_session *s, sl_status st);
+
+/* remote.c: the program's side over daemons (SLUICE_MASTER set). */
+/* Whether this session should use daemons (cfg or SLUICE_MASTER). */
+bool sl__remote_wanted(const sl_session_config *c);
+/* After lowering: connects, builds, submits the job and starts the
+ * program's share of it. */
+sl_status sl__remote_start(sl_session *s);
+/* Waits for the program's job to end (joining its watcher) and for the
+ * daemons' outcome; sets s->final and s->errmsg. */
+sl_status sl__remote_wait(sl_session *s);
+/* Completes the ticks parked for released steps (remote pump). */
+void sl__remote_pump(sl_session *s);
+/* Ends the job: no more ticks after those released. */
+void sl__remote_end(sl_session *s);
+/* Before the job is destroyed: joins the watcher (aborting a job still
+ * running) and detaches. */
+void sl__remote_destroy(sl_session *s);
+/* After: frees the endpoint and leaves the cluster. */
+void sl__remote_free(sl_session *s);
+/* Tasks of one collective on several nodes: SL_EUNSUPPORTED naming the
+ * boxing (the data plane carries registers, not collectives, yet). */
+sl_status sl__remote_check_plan(const sl__pplan *pp);
 
 #endif

@@ -26,6 +26,10 @@ typedef struct sl_session sl_session;
 
 typedef enum sl_session_kind {
   SL_SESSION_LOCAL = 0, /* embedded: every device in this process */
+  /* Daemons of a cluster (docs/daemon.md): the master from SLUICE_MASTER
+   * (or MASTER_ADDR/MASTER_PORT, Slurm), the token from SLUICE_TOKEN.
+   * SLUICE_MASTER set makes every session remote. */
+  SL_SESSION_REMOTE = 1,
 } sl_session_kind;
 
 typedef struct sl_session_config {

@@ -1,0 +1,481 @@
+/* A daemon's service loop (docs/daemon.md). Each job: fetch this node's
+ * blob, rebuild the program's compiled graph and check that it lowers to
+ * the plan the program submitted, build the whole actor plan with
+ * build.c (the same code as the embedded session; feeds, fetches and
+ * ticks are the program's actors), create this node's job on the data
+ * plane, attach it and say so in the key-value store, run it, report the
+ * outcome and detach. A monitor thread follows the job on the control
+ * plane: when another node fails it, the program stops it or the master
+ * declares a node lost, the local job is aborted at once, collectives
+ * waiting for members included. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "session_int.h"
+
+#define BLOB_MAGIC 0x424a4c53u /* "SLJB" */
+#define BLOB_VERSION 1u
+/* Waits inside the loop are sliced so that a stop request is seen. */
+#define POLL_MS 500u
+#define CALL_MS 30000u
+#define READY_MS 120000
+
+/* ---- the job blob -------------------------------------------------------- */
+
+static void wr(uint8_t **p, const void *src, size_t n) {
+  memcpy(*p, src, n);
+  *p += n;
+}
+
+sl_status sl__job_blob_pack(const sl__job_blob *b, uint8_t **buf,
+                            size_t *len) {
+  *buf = NULL;
+  *len = 0;
+  uint32_t alen = (uint32_t)strlen(b->driver_addr);
+  uint64_t gl = b->graph_len, pl = b->plan_len;
+  size_t n = 4 * 4 + alen + 8 + 8 + 8 + gl + pl;
+  uint8_t *out = sl__malloc(n), *p = out;
+  if (!out) return SL_ENOMEM;
+  uint32_t hdr[4] = {BLOB_MAGIC, BLOB_VERSION, b->nnodes, alen};
+  wr(&p, hdr, sizeof hdr);
+  wr(&p, b->driver_addr, alen);
+  wr(&p, &b->hang_timeout_ms, 8);
+  wr(&p, &gl, 8);
+  wr(&p, &pl, 8);
+  wr(&p, b->graph, gl);
+  wr(&p, b->plan, pl);
+  *buf = out;
+  *len = n;
+  return SL_OK;
+}
+
+sl_status sl__job_blob_unpack(const uint8_t *buf, size_t len, char *out_addr,
+                              sl__job_blob *out) {
+  memset(out, 0, sizeof *out);
+  uint32_t hdr[4];
+  uint64_t gl, pl;
+  if (len < sizeof hdr) goto bad;
+  memcpy(hdr, buf, sizeof hdr);
+  if (hdr[0] != BLOB_MAGIC || hdr[1] != BLOB_VERSION || hdr[3] >= 256)
+    goto bad;
+  size_t off = sizeof hdr;
+  if (len - off < hdr[3] + 24u) goto bad;
+  memcpy(out_addr, buf + off, hdr[3]);
+  out_addr[hdr[3]] = '\0';
+  off += hdr[3];
+  memcpy(&out->hang_timeout_ms, buf + off, 8);
+  memcpy(&gl, buf + off + 8, 8);
+  memcpy(&pl, buf + off + 16, 8);
+  off += 24;
+  if (gl > len - off || pl != len - off - gl) goto bad;
+  out->driver_addr = out_addr;
+  out->nnodes = hdr[2];
+  out->graph = buf + off;
+  out->graph_len = (size_t)gl;
+  out->plan = buf + off + gl;
+  out->plan_len = (size_t)pl;
+  return SL_OK;
+bad:
+  return sl__fail(SL_EINVAL, "daemon: a malformed job blob (%zu bytes)", len);
+}
+
+void sl__daemon_ready_key(uint64_t job, int rank, char *buf, size_t n) {
+  snprintf(buf, n, "sluice/job/%" PRIu64 "/ready/%d", job, rank);
+}
+
+sl_status sl__daemon_split_addr(const char *addr, char *host, size_t n,
+                                uint16_t *port) {
+  const char *colon = addr ? strrchr(addr, ':') : NULL;
+  if (!colon || colon == addr)
+    return sl__fail(SL_EINVAL, "address '%s': expected host:port",
+                    addr ? addr : "(null)");
+  const char *h = addr;
+  size_t hl = (size_t)(colon - addr);
+  if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
+    h++;
+    hl -= 2;
+  }
+  char *end = NULL;
+  long p = strtol(colon + 1, &end, 10);
+  if (hl == 0 || hl >= n || !end || *end || p <= 0 || p > 65535)
+    return sl__fail(SL_EINVAL, "address '%s': bad host or port", addr);
+  memcpy(host, h, hl);
+  host[hl] = '\0';
+  *port = (uint16_t)p;
+  return SL_OK;
+}
+
+/* ---- one job ------------------------------------------------------------- */
+
+typedef struct djob {
+  const sl__daemon_opts *o;
+  sl_session *s;
+  uint64_t id;
+  atomic_bool done;
+  pthread_t monitor;
+  bool monitor_started;
+} djob;
+
+/* The data plane's transport, watching for this node's own ABORT going
+ * out: collectives waiting for members must give up too. */
+static sl_status dj_send(void *ctx, uint32_t node, const sl_msg *m,
+                         const void *payload, size_t nbytes) {
+  djob *j = ctx;
+  if (m->kind == SL_MSG_CMD && m->cmd == SL_CMD_ABORT)
+    sl__comm_abort(j->s->comm, (sl_status)m->index);
+  sl_transport t = sl__dp_endpoint_transport(j->o->dp);
+  return t.vt->send(t.ctx, node, m, payload, nbytes);
+}
+
+static bool dj_quiescent(void *ctx, uint32_t self, uint64_t *progress) {
+  djob *j = ctx;
+  sl_transport t = sl__dp_endpoint_transport(j->o->dp);
+  if (!t.vt->quiescent) {
+    *progress = 0;
+    return false;
+  }
+  return t.vt->quiescent(t.ctx, self, progress);
+}
+
+static const sl_transport_vtable dj_transport = {dj_send, dj_quiescent};
+
+static void *monitor_main(void *arg) {
+  djob *j = arg;
+  while (!atomic_load(&j->done)) {
+    sl__cp_job_info info;
+    sl_status st = sl__cp_job_status(j->o->cp, j->id, SL__CP_JOB_SUCCEEDED,
+                                     POLL_MS, &info);
+    if (st == SL_ETIMEOUT) continue;
+    if (st != SL_OK) {
+      /* The master is gone: nobody can start or finish this job. */
+      if (sl__cp_client_health(j->o->cp) != SL_OK) {
+        sl__comm_abort(j->s->comm, SL_ECOMM);
+        sl_job_abort_msg(j->s->job, SL_ECOMM,
+                         "daemon: lost the master during the job");
+        return NULL;
+      }
+      continue;
+    }
+    if (info.state == SL__CP_JOB_FAILED || info.state == SL__CP_JOB_STOPPED) {
+      sl_status why = info.status != SL_OK ? info.status : SL_EABORTED;
+      sl__comm_abort(j->s->comm, why);
+      sl_job_abort_msg(j->s->job, why, info.message);
+      return NULL;
+    }
+    if (info.state == SL__CP_JOB_SUCCEEDED) return NULL;
+  }
+  return NULL;
+}
+
+static sl_session *session_new(void) {
+  sl_session *s;
+  if (SL_NEW(s) != SL_OK) return NULL;
+  pthread_mutex_init(&s->lock, NULL);
+  if (sl__cond_init(&s->cond) != SL_OK) {
+    pthread_mutex_destroy(&s->lock);
+    sl__free(s);
+    return NULL;
+  }
+  s->cfg = sl_session_config_default();
+  atomic_init(&s->released, 0);
+  atomic_init(&s->failed, SL_OK);
+  atomic_init(&s->waiting, false);
+  atomic_init(&s->driver_msgs, 0);
+  for (int i = 0; i < SL__STEP_RING; i++)
+    atomic_init(&s->ring[i], 0);
+  return s;
+}
+
+static void session_free(sl_session *s) {
+  if (!s) return;
+  sl_job_destroy(s->job);
+  sl__comm_destroy(s->comm);
+  sl_plan_destroy(s->plan);
+  sl__session_free_build(s);
+  sl__pplan_destroy(s->pp);
+  sl_graph_destroy(s->g);
+  pthread_cond_destroy(&s->cond);
+  pthread_mutex_destroy(&s->lock);
+  sl__free(s);
+}
+
+/* Rebuilds the job from its blob: graph, plan (checked), actors. */
+static sl_status job_build(djob *j, const uint8_t *blob, size_t len,
+                           int64_t *hang_ms) {
+  const sl__daemon_opts *o = j->o;
+  char addr[256], host[256];
+  sl__job_blob b;
+  SL_CHECK(sl__job_blob_unpack(blob, len, addr, &b));
+  uint32_t self = sl__dp_endpoint_node(o->dp);
+  int nn = sl__cp_client_nnodes(o->cp);
+  if (b.nnodes != (uint32_t)nn)
+    return sl__fail(SL_EINVAL, "the job is for %u nodes, this cluster has %d",
+                    b.nnodes, nn);
+  uint16_t port = 0;
+  SL_CHECK(sl__daemon_split_addr(b.driver_addr, host, sizeof host, &port));
+  SL_CHECK(sl__dp_endpoint_set_peer(o->dp, (uint32_t)nn, host, port));
+  *hang_ms = b.hang_timeout_ms;
+  /* The other daemons' addresses: the table of now (nodes may have
+   * restarted since this one joined). */
+  sl__cp_members mem;
+  memset(&mem, 0, sizeof mem);
+  SL_CHECK(sl__cp_members_get(o->cp, false, CALL_MS, &mem));
+  sl_status pst = SL_OK;
+  for (int r = 0; r < mem.n && pst == SL_OK; r++) {
+    if ((uint32_t)r == self || !mem.m[r].data_addr[0]) continue;
+    uint16_t pp = 0;
+    pst = sl__daemon_split_addr(mem.m[r].data_addr, host, sizeof host, &pp);
+    if (pst == SL_OK)
+      pst = sl__dp_endpoint_set_peer(o->dp, (uint32_t)r, host, pp);
+  }
+  sl__cp_members_free(&mem);
+  SL_CHECK(pst);
+  sl_session *s = session_new();
+  if (!s) return SL_ENOMEM;
+  j->s = s;
+  s->remote = true;
+  s->self_node = self;
+  s->driver = (uint32_t)nn;
+  SL_CHECK(sl__graph_unpack(b.graph, b.graph_len, &s->g));
+  SL_CHECK(sl__lower(s->g, &s->pp));
+  uint8_t *mine = NULL;
+  size_t mlen = 0;
+  SL_CHECK(sl__pplan_pack(s->pp, &mine, &mlen));
+  bool same = mlen == b.plan_len && memcmp(mine, b.plan, mlen) == 0;
+  sl__free(mine);
+  if (!same)
+    return sl__fail(SL_EINVAL,
+                    "the submitted plan differs from this daemon's lowering "
+                    "of the graph (another build of sluice?)");
+  SL_CHECK(sl__remote_check_plan(s->pp));
+  return sl__session_build(s);
+}
+
+static sl_status wait_running(djob *j) {
+  const sl__daemon_opts *o = j->o;
+  for (int64_t waited = 0; waited < READY_MS; waited += POLL_MS) {
+    if (o->stop && atomic_load(o->stop))
+      return sl__fail(SL_EABORTED, "daemon stopped before the job started");
+    sl__cp_job_info info;
+    sl_status st =
+        sl__cp_job_status(o->cp, j->id, SL__CP_JOB_RUNNING, POLL_MS, &info);
+    if (st == SL_ETIMEOUT) continue;
+    SL_CHECK(st);
+    if (info.state == SL__CP_JOB_RUNNING || info.state == SL__CP_JOB_SUCCEEDED)
+      return SL_OK;
+    if (info.state >= SL__CP_JOB_FAILED)
+      return sl__fail(info.status != SL_OK ? info.status : SL_EABORTED,
+                      "job %" PRIu64 " ended before it started: %s", j->id,
+                      info.message);
+  }
+  return sl__fail(SL_ETIMEOUT, "job %" PRIu64 " was never started", j->id);
+}
+
+static sl_status job_prepare(djob *j, const uint8_t *blob, size_t len) {
+  int64_t hang_ms = 0;
+  SL_CHECK(job_build(j, blob, len, &hang_ms));
+  sl_session *s = j->s;
+  sl_job_config jc;
+  memset(&jc, 0, sizeof jc);
+  jc.node = s->self_node;
+  jc.hang_timeout_ms = hang_ms;
+  jc.trace_path = "";
+  jc.transport = (sl_transport){&dj_transport, j};
+  SL_CHECK(sl_job_create(s->plan, &jc, &s->job));
+  return sl__dp_endpoint_attach(j->o->dp, s->job);
+}
+
+static sl_status job_run(djob *j, const uint8_t *blob, size_t len) {
+  const sl__daemon_opts *o = j->o;
+  char key[128];
+  sl__daemon_ready_key(j->id, (int)sl__dp_endpoint_node(o->dp), key,
+                       sizeof key);
+  sl_status st = job_prepare(j, blob, len);
+  if (st != SL_OK) {
+    /* The program waits for this key: tell it why instead. */
+    char m[1400];
+    snprintf(m, sizeof m, "E%s", sl_last_error());
+    sl__cp_kv_put(o->cp, key, m, strlen(m), CALL_MS);
+    sl__dp_endpoint_detach(o->dp);
+    return sl__fail(st, "%s", m + 1);
+  }
+  sl_session *s = j->s;
+  SL_CHECK_GOTO(sl__cp_kv_put(o->cp, key, "1", 1, CALL_MS), st, detach);
+  if (pthread_create(&j->monitor, NULL, monitor_main, j) != 0) {
+    st = sl__fail(SL_EINTERNAL, "daemon: cannot start the monitor thread");
+    goto detach;
+  }
+  j->monitor_started = true;
+  /* Start only once the program attached its share (it starts the job on
+   * the control plane then): what this node sends at once, a variable's
+   * initial version for a fetch, must find it. */
+  st = wait_running(j);
+  if (st == SL_OK) st = sl_job_start(s->job);
+  if (st == SL_OK) st = sl_job_wait(s->job);
+detach:;
+  char msg[1400];
+  snprintf(msg, sizeof msg, "%s", st == SL_OK ? "" : sl_last_error());
+  atomic_store(&j->done, true);
+  if (j->monitor_started) pthread_join(j->monitor, NULL);
+  sl__dp_endpoint_detach(o->dp);
+  if (st != SL_OK) sl__fail(st, "%s", msg);
+  return st;
+}
+
+static void log_line(const sl__daemon_opts *o, const char *fmt, ...)
+    SL__PRINTF(2, 3);
+static void log_line(const sl__daemon_opts *o, const char *fmt, ...) {
+  FILE *f = o->log ? o->log : stderr;
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(f, fmt, ap);
+  va_end(ap);
+  fputc('\n', f);
+  fflush(f);
+}
+
+/* The first job id to wait for: one past the last the cluster started. */
+static uint64_t next_job_id(sl__cp_client *cp) {
+  uint8_t *v = NULL;
+  size_t n = 0;
+  uint64_t last = 0;
+  if (sl__cp_kv_get(cp, SL__DAEMON_LAST_JOB_KEY, false, CALL_MS, &v, &n) ==
+      SL_OK) {
+    char tmp[32];
+    size_t k = n < sizeof tmp - 1 ? n : sizeof tmp - 1;
+    memcpy(tmp, v, k);
+    tmp[k] = '\0';
+    last = strtoull(tmp, NULL, 10);
+  }
+  sl__free(v);
+  return last + 1;
+}
+
+sl_status sl__daemon_serve(const sl__daemon_opts *o) {
+  if (!o || !o->cp || !o->dp)
+    return sl__fail(SL_EINVAL, "daemon: NULL argument");
+  int rank = sl__cp_client_rank(o->cp);
+  uint64_t id = next_job_id(o->cp);
+  int64_t served = 0;
+  while (!(o->stop && atomic_load(o->stop)) &&
+         (o->max_jobs <= 0 || served < o->max_jobs)) {
+    uint8_t *blob = NULL;
+    size_t len = 0;
+    sl_status st = sl__cp_plan_fetch(o->cp, id, rank, POLL_MS, &blob, &len);
+    if (st == SL_ETIMEOUT) {
+      /* A program may have taken a later id (another one's job failed
+       * before it was started); follow the cluster's counter. */
+      uint64_t next = next_job_id(o->cp);
+      if (next > id) id = next;
+      continue;
+    }
+    if (st != SL_OK) {
+      if (sl__cp_client_health(o->cp) != SL_OK) {
+        log_line(o, "sluice daemon %d: lost the master: %s", rank,
+                 sl_last_error());
+        return SL_ECOMM;
+      }
+      id++;
+      continue;
+    }
+    djob j;
+    memset(&j, 0, sizeof j);
+    j.o = o;
+    j.id = id;
+    atomic_init(&j.done, false);
+    st = job_run(&j, blob, len);
+    sl__free(blob);
+    char msg[1400];
+    snprintf(msg, sizeof msg, "%s", st == SL_OK ? "" : sl_last_error());
+    sl_job_stats js;
+    memset(&js, 0, sizeof js);
+    if (j.s && j.s->job) sl_job_get_stats(j.s->job, &js);
+    session_free(j.s);
+    char rep[1500];
+    snprintf(rep, sizeof rep, "node %d: %s", rank, msg);
+    sl_status rst = sl__cp_job_report(o->cp, id, st, st == SL_OK ? "" : rep,
+                                      CALL_MS);
+    if (st == SL_OK)
+      log_line(o,
+               "sluice daemon %d: job %" PRIu64 ": succeeded (%u actors, "
+               "%" PRIu64 " firings, %.1f ms)",
+               rank, id, js.actors, js.firings, js.run_ms);
+    else
+      log_line(o, "sluice daemon %d: job %" PRIu64 ": failed: %s: %s", rank,
+               id, sl_status_str(st), msg);
+    if (rst != SL_OK && sl__cp_client_health(o->cp) != SL_OK) {
+      log_line(o, "sluice daemon %d: lost the master: %s", rank,
+               sl_last_error());
+      return SL_ECOMM;
+    }
+    served++;
+    id++;
+  }
+  return SL_OK;
+}
+
+sl_status sl__daemon_run(const sl__daemon_run_opts *o) {
+  const char *listen = o->listen && o->listen[0] ? o->listen : "127.0.0.1";
+  if (!o->token || !o->token[0])
+    return sl__fail(SL_EAUTH, "daemon: no token (--token-file or "
+                              "SLUICE_TOKEN)");
+  char mhost[256], addr[300];
+  uint16_t mport = 0;
+  SL_CHECK(sl__daemon_split_addr(o->master, mhost, sizeof mhost, &mport));
+  sl__cp_server *srv = NULL;
+  sl__dp_endpoint *ep = NULL;
+  sl__cp_client *cp = NULL;
+  sl_status st = SL_OK;
+  if (o->host_master) {
+    snprintf(addr, sizeof addr, strchr(listen, ':') ? "[%s]:%u" : "%s:%u",
+             listen, (unsigned)mport);
+    sl__cp_server_opts so;
+    memset(&so, 0, sizeof so);
+    so.listen = addr;
+    so.nnodes = o->nnodes;
+    so.token = o->token;
+    so.heartbeat_timeout_ms = o->heartbeat_timeout_ms;
+    SL_CHECK_GOTO(sl__cp_server_create(&so, &srv), st, out);
+  }
+  sl__dp_config dc;
+  memset(&dc, 0, sizeof dc);
+  dc.node = (uint32_t)o->rank;
+  dc.nnodes = (uint32_t)o->nnodes + 1;
+  dc.listen_host = listen;
+  dc.token = o->token;
+  dc.token_len = strlen(o->token);
+  SL_CHECK_GOTO(sl__dp_endpoint_create(&dc, &ep), st, out);
+  snprintf(addr, sizeof addr, strchr(listen, ':') ? "[%s]:%u" : "%s:%u",
+           listen, (unsigned)sl__dp_endpoint_port(ep));
+  sl__cp_client_opts co;
+  memset(&co, 0, sizeof co);
+  co.master = o->master;
+  co.token = o->token;
+  co.role = SL__CP_NODE;
+  co.node_rank = o->rank;
+  co.devices = o->devices;
+  co.data_addr = addr;
+  co.nnodes = o->nnodes;
+  SL_CHECK_GOTO(sl__cp_client_connect(&co, 60000, &cp), st, out);
+  sl__daemon_opts so2 = {cp, ep, o->stop, o->max_jobs, o->log};
+  log_line(&so2, "sluice daemon %d: node %d of %d, data plane %s, master %s%s",
+           o->rank, o->rank, o->nnodes, addr, o->master,
+           o->host_master ? " (hosted here)" : "");
+  st = sl__daemon_serve(&so2);
+out:
+  if (st != SL_OK) {
+    char msg[1400];
+    snprintf(msg, sizeof msg, "%s", sl_last_error());
+    sl__cp_client_destroy(cp);
+    sl__dp_endpoint_destroy(ep);
+    sl__cp_server_destroy(srv);
+    return sl__fail(st, "%s", msg);
+  }
+  sl__cp_client_destroy(cp);
+  sl__dp_endpoint_destroy(ep);
+  sl__cp_server_destroy(srv);
+  return SL_OK;
+}

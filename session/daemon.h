@@ -1,0 +1,82 @@
+/* sluice session — daemons (docs/daemon.md): a node's service loop over
+ * the control plane (jobs, plans, reports) and the data plane (actor
+ * messages), and the job blob a remote session submits to every node.
+ * Internal: `sluice daemon` and the remote session use it. */
+#ifndef SLUICE_SESSION_DAEMON_H
+#define SLUICE_SESSION_DAEMON_H
+
+#include <stdatomic.h>
+#include <stdio.h>
+
+#include "cp.h"
+#include "dp.h"
+
+/* What every node receives for a job (the same bytes for all): the
+ * program's data-plane address (it is rank `nnodes` there), the cluster
+ * size, the job's hang timeout, the compiled graph (sl__graph_pack) and
+ * its plan (sl__pplan_pack), which the daemon checks against its own
+ * lowering of the graph. */
+typedef struct sl__job_blob {
+  const char *driver_addr; /* "host:port" */
+  uint32_t nnodes;
+  int64_t hang_timeout_ms;
+  const uint8_t *graph;
+  size_t graph_len;
+  const uint8_t *plan;
+  size_t plan_len;
+} sl__job_blob;
+
+/* Packs b into a malloc'd buffer (sl__free). SL_ENOMEM. */
+sl_status sl__job_blob_pack(const sl__job_blob *b, uint8_t **buf, size_t *len);
+/* Parses buf; the pointers of *out point into buf (driver_addr into a
+ * static-size copy in out_addr, 256 bytes). SL_EINVAL for malformed. */
+sl_status sl__job_blob_unpack(const uint8_t *buf, size_t len, char *out_addr,
+                              sl__job_blob *out);
+
+/* The control plane's keys of the job protocol. */
+#define SL__DAEMON_LAST_JOB_KEY "sluice/last_job"
+/* "sluice/job/<job>/ready/<rank>": the node attached the job. */
+void sl__daemon_ready_key(uint64_t job, int rank, char *buf, size_t n);
+
+typedef struct sl__daemon_opts {
+  sl__cp_client *cp;   /* joined as a node */
+  sl__dp_endpoint *dp; /* rank = the cp rank, nnodes = the cluster's + 1 */
+  atomic_bool *stop;   /* set: return after the current job; may be NULL */
+  int64_t max_jobs;    /* return after this many jobs; <= 0: no limit */
+  FILE *log;           /* one line per job; NULL: stderr */
+} sl__daemon_opts;
+
+/* Serves jobs until *stop, max_jobs, or the master is gone: waits for the
+ * next job's plan, rebuilds the graph and actor plan, runs this node's
+ * share on the data plane, reports the outcome (a failure names this node
+ * and the actor) and logs "job J: succeeded|failed: ..." Returns SL_OK
+ * when stopped or done, SL_ECOMM when the master is unreachable. */
+sl_status sl__daemon_serve(const sl__daemon_opts *o);
+
+/* A whole daemon, as `sluice daemon` runs it: the master's service too
+ * when host_master (on the master address's port, bound to listen), a
+ * data-plane endpoint on listen (an ephemeral port), the control-plane
+ * join as node `rank`, then sl__daemon_serve. */
+typedef struct sl__daemon_run_opts {
+  const char *master;  /* "host:port" */
+  int rank, nnodes;
+  const char *devices; /* told to the master, e.g. "cpu:2" */
+  const char *listen;  /* host to bind; NULL: "127.0.0.1" */
+  const char *token;
+  uint32_t heartbeat_timeout_ms; /* the master's, when hosting it; 0 */
+  bool host_master;
+  atomic_bool *stop;
+  int64_t max_jobs;
+  FILE *log;
+} sl__daemon_run_opts;
+
+/* SL_OK when stopped; the failure of a step otherwise (the master
+ * unreachable: SL_ETIMEOUT / SL_ECOMM; a port in use: SL_EIO / SL_ECOMM;
+ * a wrong token: SL_EAUTH). */
+sl_status sl__daemon_run(const sl__daemon_run_opts *o);
+
+/* Splits "host:port" (IPv6 in brackets) into host and port. SL_EINVAL. */
+sl_status sl__daemon_split_addr(const char *addr, char *host, size_t n,
+                                uint16_t *port);
+
+#endif

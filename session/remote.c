@@ -1,0 +1,411 @@
+/* The remote session (docs/daemon.md): with SLUICE_MASTER set, the program
+ * joins the cluster as a client, submits the compiled graph and its plan
+ * to every daemon, and takes part in the job as the driver node (data-plane
+ * rank nnodes): its actors are the tick sources, the feeds and the
+ * fetches, so ticks and fed shards go out and fetched shards come in as
+ * plain registers over the data plane, and steps run exactly as in the
+ * embedded session. A watcher thread waits for the program's share of the
+ * job; a failure anywhere (a kernel on a daemon, a lost node) ends it with
+ * the node's or actor's name, and the job is stopped on the control plane
+ * so every daemon gives up and serves the next job. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "session_int.h"
+
+extern char **environ;
+
+#define CONNECT_MS 60000u
+#define CALL_MS 30000u
+#define READY_MS 120000u
+
+struct sl__remote {
+  sl_session *s;
+  sl__cp_client *cp;
+  pthread_t monitor;
+  bool monitor_started;
+  atomic_bool done;
+  sl__dp_endpoint *ep;
+  uint64_t job;
+  bool submitted, started, attached;
+  pthread_t watcher;
+  bool watcher_started, joined;
+  sl_status job_st;
+  char job_msg[1400];
+};
+
+bool sl__remote_wanted(const sl_session_config *c) {
+  if (c->kind == SL_SESSION_REMOTE) return true;
+  const char *m = getenv("SLUICE_MASTER");
+  return m && m[0];
+}
+
+sl_status sl__remote_check_plan(const sl__pplan *pp) {
+  for (int32_t i = 0; i < pp->n_tasks; i++) {
+    const sl__task *a = &pp->tasks[i];
+    if (a->kind != SL__TASK_COLL && a->kind != SL__TASK_XCHG) continue;
+    for (int32_t k = i + 1; k < pp->n_tasks; k++) {
+      const sl__task *b = &pp->tasks[k];
+      if (b->kind != a->kind || b->node != a->node || b->step != a->step ||
+          (a->kind == SL__TASK_COLL && b->group != a->group))
+        continue;
+      if (b->machine != a->machine)
+        return sl__fail(SL_EUNSUPPORTED,
+                        "boxing '%s' step %d spans nodes %u and %u: "
+                        "collectives between nodes are not available to "
+                        "remote sessions yet (place each boxing group on one "
+                        "node)",
+                        pp->nodes[a->node].name, (int)a->step, a->machine,
+                        b->machine);
+    }
+  }
+  return SL_OK;
+}
+
+/* Completes the ticks parked for steps never released with st: an
+ * aborted job waits for its deferred firings. */
+static void release_parked(sl_session *s, sl_status st) {
+  for (int32_t i = 0; i < s->n_ticks; i++) {
+    drv_tick *d = &s->ticks[i];
+    pthread_mutex_lock(&d->lock);
+    sl_completion *c = d->parked;
+    d->parked = NULL;
+    pthread_mutex_unlock(&d->lock);
+    if (c) sl_completion_done(c, st);
+  }
+}
+
+/* The data plane's transport, watching for the program's own ABORT going
+ * out (a lost peer, a failed feed or fetch). */
+static sl_status rm_send(void *ctx, uint32_t node, const sl_msg *m,
+                         const void *payload, size_t nbytes) {
+  sl_session *s = ctx;
+  if (m->kind == SL_MSG_CMD && m->cmd == SL_CMD_ABORT)
+    release_parked(s, SL_EABORTED);
+  sl_transport t = sl__dp_endpoint_transport(s->rm->ep);
+  return t.vt->send(t.ctx, node, m, payload, nbytes);
+}
+
+static bool rm_quiescent(void *ctx, uint32_t self, uint64_t *progress) {
+  sl_session *s = ctx;
+  sl_transport t = sl__dp_endpoint_transport(s->rm->ep);
+  if (!t.vt->quiescent) {
+    *progress = 0;
+    return false;
+  }
+  return t.vt->quiescent(t.ctx, self, progress);
+}
+
+static const sl_transport_vtable rm_transport = {rm_send, rm_quiescent};
+
+/* Follows the job on the control plane: a node that failed it or was
+ * lost ends the program's share at once, whatever the data plane saw. */
+static void *monitor_main(void *arg) {
+  sl__remote *rm = arg;
+  while (!atomic_load(&rm->done)) {
+    sl__cp_job_info info;
+    sl_status st = sl__cp_job_status(rm->cp, rm->job, SL__CP_JOB_SUCCEEDED,
+                                     500, &info);
+    if (st != SL_OK) {
+      if (st != SL_ETIMEOUT && sl__cp_client_health(rm->cp) != SL_OK) {
+        sl_job_abort_msg(rm->s->job, SL_ECOMM,
+                         "remote session: lost the master");
+        release_parked(rm->s, SL_ECOMM);
+        return NULL;
+      }
+      continue;
+    }
+    if (info.state == SL__CP_JOB_FAILED || info.state == SL__CP_JOB_STOPPED) {
+      sl_status why = info.status != SL_OK ? info.status : SL_EABORTED;
+      sl__comm_abort(rm->s->comm, why);
+      sl_job_abort_msg(rm->s->job, why, info.message);
+      release_parked(rm->s, why);
+      return NULL;
+    }
+    if (info.state == SL__CP_JOB_SUCCEEDED) return NULL;
+  }
+  return NULL;
+}
+
+static void *watcher_main(void *arg) {
+  sl_session *s = arg;
+  sl__remote *rm = s->rm;
+  sl_status st = sl_job_wait(s->job);
+  snprintf(rm->job_msg, sizeof rm->job_msg, "%s",
+           st == SL_OK ? "" : sl_last_error());
+  rm->job_st = st;
+  if (st != SL_OK) {
+    /* Every daemon gives up at once (their monitors see the stop). */
+    sl__cp_job_stop(rm->cp, rm->job, rm->job_msg, CALL_MS);
+    sl__session_fail(s, st);
+  }
+  return NULL;
+}
+
+/* "host:port" of the program's data-plane endpoint. */
+static void self_addr(const char *bind, uint16_t port, char *buf, size_t n) {
+  if (strchr(bind, ':'))
+    snprintf(buf, n, "[%s]:%u", bind, (unsigned)port);
+  else
+    snprintf(buf, n, "%s:%u", bind, (unsigned)port);
+}
+
+static uint64_t next_job(sl__cp_client *cp) {
+  uint8_t *v = NULL;
+  size_t n = 0;
+  uint64_t last = 0;
+  if (sl__cp_kv_get(cp, SL__DAEMON_LAST_JOB_KEY, false, CALL_MS, &v, &n) ==
+      SL_OK) {
+    char tmp[32];
+    size_t k = n < sizeof tmp - 1 ? n : sizeof tmp - 1;
+    memcpy(tmp, v, k);
+    tmp[k] = '\0';
+    last = strtoull(tmp, NULL, 10);
+  }
+  sl__free(v);
+  return last + 1;
+}
+
+static sl_status connect_cluster(sl_session *s, sl__cp_env *env) {
+  sl__remote *rm = s->rm;
+  SL_CHECK(sl__cp_env_parse(environ, env));
+  sl__cp_client_opts co;
+  memset(&co, 0, sizeof co);
+  co.master = env->master;
+  co.token = env->token;
+  co.role = SL__CP_CLIENT;
+  co.node_rank = SL__CP_RANK_ANY;
+  co.wait_all = true;
+  SL_CHECK(sl__cp_client_connect(&co, CONNECT_MS, &rm->cp));
+  int nn = sl__cp_client_nnodes(rm->cp);
+  if (s->pp->machines > (uint32_t)nn)
+    return sl__fail(SL_EUNSUPPORTED,
+                    "the graph is placed on %u nodes; the cluster at %s has "
+                    "%d",
+                    s->pp->machines, env->master, nn);
+  SL_CHECK(sl__remote_check_plan(s->pp));
+  sl__dp_config dc;
+  memset(&dc, 0, sizeof dc);
+  dc.node = (uint32_t)nn;
+  dc.nnodes = (uint32_t)nn + 1;
+  dc.listen_host = env->bind;
+  dc.token = env->token ? env->token : "";
+  dc.token_len = strlen(dc.token);
+  if (!dc.token_len)
+    return sl__fail(SL_EAUTH, "remote session: no token (set SLUICE_TOKEN)");
+  SL_CHECK(sl__dp_endpoint_create(&dc, &rm->ep));
+  const sl__cp_members *mem = sl__cp_client_members(rm->cp);
+  for (int r = 0; r < mem->n; r++) {
+    char host[256];
+    uint16_t port = 0;
+    SL_CHECK(sl__daemon_split_addr(mem->m[r].data_addr, host, sizeof host,
+                                   &port));
+    SL_CHECK(sl__dp_endpoint_set_peer(rm->ep, (uint32_t)r, host, port));
+  }
+  return SL_OK;
+}
+
+static sl_status submit(sl_session *s, const sl__cp_env *env) {
+  sl__remote *rm = s->rm;
+  int nn = sl__cp_client_nnodes(rm->cp);
+  uint8_t *graph = NULL, *plan = NULL, *blob = NULL;
+  size_t gl = 0, pl = 0, bl = 0;
+  char addr[300];
+  self_addr(env->bind, sl__dp_endpoint_port(rm->ep), addr, sizeof addr);
+  sl_status st = sl__graph_pack(s->g, &graph, &gl);
+  if (st == SL_OK) st = sl__pplan_pack(s->pp, &plan, &pl);
+  if (st == SL_OK) {
+    sl__job_blob b = {addr,  (uint32_t)nn, s->cfg.hang_timeout_ms,
+                      graph, gl,           plan,
+                      pl};
+    st = sl__job_blob_pack(&b, &blob, &bl);
+  }
+  const uint8_t **plans = sl__calloc((size_t)nn, sizeof *plans);
+  size_t *lens = sl__calloc((size_t)nn, sizeof *lens);
+  if (st == SL_OK && (!plans || !lens)) st = SL_ENOMEM;
+  for (int r = 0; st == SL_OK && r < nn; r++) {
+    plans[r] = blob;
+    lens[r] = bl;
+  }
+  if (st == SL_OK) {
+    rm->job = next_job(rm->cp);
+    st = sl__cp_plan_submit(rm->cp, rm->job, nn, plans, lens, CALL_MS);
+  }
+  if (st == SL_OK) {
+    rm->submitted = true;
+    char v[32];
+    snprintf(v, sizeof v, "%" PRIu64, rm->job);
+    st = sl__cp_kv_put(rm->cp, SL__DAEMON_LAST_JOB_KEY, v, strlen(v),
+                       CALL_MS);
+  }
+  sl__free(plans);
+  sl__free(lens);
+  sl__free(graph);
+  sl__free(plan);
+  sl__free(blob);
+  return st;
+}
+
+/* Every daemon attached its job (or says why it could not). */
+static sl_status wait_ready(sl_session *s) {
+  sl__remote *rm = s->rm;
+  int nn = sl__cp_client_nnodes(rm->cp);
+  for (int r = 0; r < nn; r++) {
+    char key[128];
+    sl__daemon_ready_key(rm->job, r, key, sizeof key);
+    uint8_t *v = NULL;
+    size_t n = 0;
+    sl_status st = sl__cp_kv_get(rm->cp, key, true, READY_MS, &v, &n);
+    if (st != SL_OK)
+      return sl__fail(st, "node %d did not take job %" PRIu64 ": %s", r,
+                      rm->job, sl_last_error());
+    if (n > 0 && v[0] == 'E') {
+      st = sl__fail(SL_EINVAL, "node %d refused job %" PRIu64 ": %.*s", r,
+                    rm->job, (int)(n - 1), (const char *)v + 1);
+      sl__free(v);
+      return st;
+    }
+    sl__free(v);
+  }
+  return SL_OK;
+}
+
+sl_status sl__remote_start(sl_session *s) {
+  sl__remote *rm;
+  if (SL_NEW(rm) != SL_OK) return SL_ENOMEM;
+  s->rm = rm;
+  rm->s = s;
+  atomic_init(&rm->done, false);
+  s->remote = true;
+  sl__cp_env env;
+  memset(&env, 0, sizeof env);
+  sl_status st = connect_cluster(s, &env);
+  if (st != SL_OK) goto out;
+  int nn = sl__cp_client_nnodes(rm->cp);
+  s->driver = (uint32_t)nn;
+  s->self_node = (uint32_t)nn;
+  SL_CHECK_GOTO(sl__session_build(s), st, out);
+  SL_CHECK_GOTO(submit(s, &env), st, out);
+  SL_CHECK_GOTO(wait_ready(s), st, out);
+  sl_job_config jc;
+  memset(&jc, 0, sizeof jc);
+  jc.node = s->self_node;
+  jc.hang_timeout_ms = s->cfg.hang_timeout_ms;
+  jc.trace_path = "";
+  jc.transport = (sl_transport){&rm_transport, s};
+  SL_CHECK_GOTO(sl_job_create(s->plan, &jc, &s->job), st, out);
+  SL_CHECK_GOTO(sl__dp_endpoint_attach(rm->ep, s->job), st, out);
+  rm->attached = true;
+  /* The daemons start their shares when the job is RUNNING: after this
+   * attach, so nothing they send first is dropped. */
+  SL_CHECK_GOTO(sl__cp_job_start(rm->cp, rm->job, CALL_MS), st, out);
+  rm->started = true;
+  SL_CHECK_GOTO(sl_job_start(s->job), st, out);
+  if (pthread_create(&rm->watcher, NULL, watcher_main, s) != 0) {
+    sl_job_abort(s->job, SL_EINTERNAL);
+    release_parked(s, SL_EINTERNAL);
+    sl_job_wait(s->job);
+    st = sl__fail(SL_EINTERNAL, "remote session: no watcher thread");
+    goto out;
+  }
+  rm->watcher_started = true;
+  if (pthread_create(&rm->monitor, NULL, monitor_main, rm) == 0)
+    rm->monitor_started = true;
+out:
+  if (st != SL_OK && rm->submitted && rm->cp) {
+    char why[1400];
+    snprintf(why, sizeof why, "%s", sl_last_error());
+    sl__cp_job_stop(rm->cp, rm->job, why, CALL_MS);
+    sl__fail(st, "%s", why);
+  }
+  sl__cp_env_free(&env);
+  return st;
+}
+
+void sl__remote_pump(sl_session *s) {
+  int64_t rel = atomic_load(&s->released);
+  for (int32_t i = 0; i < s->n_ticks; i++) {
+    drv_tick *d = &s->ticks[i];
+    pthread_mutex_lock(&d->lock);
+    sl_completion *c = NULL;
+    if (d->parked && d->sent < rel) {
+      c = d->parked;
+      d->parked = NULL;
+    }
+    pthread_mutex_unlock(&d->lock);
+    if (c) sl_completion_done(c, SL_OK);
+  }
+}
+
+void sl__remote_end(sl_session *s) {
+  if (!s->job) return;
+  /* The sources stop after the tick each has deferred, which still goes
+   * out: the daemons run one step more than released, which nobody reads
+   * (the runtime has no way to drop a deferred source firing). */
+  sl_job_stop(s->job);
+  for (int32_t i = 0; i < s->n_ticks; i++) {
+    drv_tick *d = &s->ticks[i];
+    pthread_mutex_lock(&d->lock);
+    sl_completion *c = d->parked;
+    d->parked = NULL;
+    pthread_mutex_unlock(&d->lock);
+    if (c) sl_completion_done(c, SL_OK);
+  }
+}
+
+sl_status sl__remote_wait(sl_session *s) {
+  sl__remote *rm = s->rm;
+  if (!rm->joined && rm->watcher_started) {
+    pthread_join(rm->watcher, NULL);
+    rm->joined = true;
+    atomic_store(&rm->done, true);
+    if (rm->monitor_started) pthread_join(rm->monitor, NULL);
+    rm->monitor_started = false;
+    if (rm->job_st == SL_OK) {
+      /* The program's share ended; the daemons' reports say the rest. */
+      sl__cp_job_info info;
+      sl_status st = sl__cp_job_status(rm->cp, rm->job, SL__CP_JOB_SUCCEEDED,
+                                       CALL_MS, &info);
+      if (st != SL_OK) {
+        rm->job_st = st;
+        snprintf(rm->job_msg, sizeof rm->job_msg, "job %" PRIu64 ": %s",
+                 rm->job, sl_last_error());
+      } else if (info.state != SL__CP_JOB_SUCCEEDED) {
+        rm->job_st = info.status != SL_OK ? info.status : SL_EABORTED;
+        snprintf(rm->job_msg, sizeof rm->job_msg, "%s", info.message);
+      }
+    }
+    if (rm->attached) sl__dp_endpoint_detach(rm->ep);
+    rm->attached = false;
+  }
+  if (rm->job_st != SL_OK) return sl__fail(rm->job_st, "%s", rm->job_msg);
+  return SL_OK;
+}
+
+void sl__remote_destroy(sl_session *s) {
+  sl__remote *rm = s->rm;
+  if (!rm) return;
+  if (rm->watcher_started && !rm->joined) {
+    sl_job_abort(s->job, SL_EABORTED);
+    release_parked(s, SL_EABORTED);
+    pthread_join(rm->watcher, NULL);
+    rm->joined = true;
+  }
+  atomic_store(&rm->done, true);
+  if (rm->monitor_started) pthread_join(rm->monitor, NULL);
+  rm->monitor_started = false;
+  if (rm->attached) sl__dp_endpoint_detach(rm->ep);
+  rm->attached = false;
+}
+
+void sl__remote_free(sl_session *s) {
+  sl__remote *rm = s->rm;
+  if (!rm) return;
+  sl__dp_endpoint_destroy(rm->ep);
+  sl__cp_client_destroy(rm->cp);
+  sl__free(rm);
+  s->rm = NULL;
+}

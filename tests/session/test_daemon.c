@@ -1,0 +1,251 @@
+/* Remote sessions against daemons in this process: a master on 127.0.0.1,
+ * two daemon threads (each its own control-plane client and data-plane
+ * endpoint, serving jobs with sl__daemon_serve), and the program's session
+ * with SLUICE_MASTER set. The losses and weights equal the embedded
+ * session's bit for bit; a kernel failing on a daemon fails the program
+ * naming the node and actor and the daemons serve the next job; a plan
+ * whose collectives span nodes is refused naming the boxing; a daemon of
+ * a graph it cannot rebuild says why. */
+#include <pthread.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "session_helpers.h"
+
+#define TOKEN "daemon-test-token"
+#define NNODES 2
+#define LONG_MS 60000u
+
+typedef struct dthread {
+  int rank;
+  sl__cp_server *master;
+  atomic_bool stop;
+  pthread_t th;
+  sl_status st;
+  char log[8192];
+} dthread;
+
+static void *daemon_main(void *arg) {
+  dthread *d = arg;
+  sl__dp_config dc = {0};
+  dc.node = (uint32_t)d->rank;
+  dc.nnodes = NNODES + 1;
+  dc.token = TOKEN;
+  dc.token_len = strlen(TOKEN);
+  sl__dp_endpoint *ep = NULL;
+  d->st = sl__dp_endpoint_create(&dc, &ep);
+  if (d->st != SL_OK) return NULL;
+  char master[64], data[64];
+  snprintf(master, sizeof master, "127.0.0.1:%d",
+           sl__cp_server_port(d->master));
+  snprintf(data, sizeof data, "127.0.0.1:%u", sl__dp_endpoint_port(ep));
+  sl__cp_client_opts co = {0};
+  co.master = master;
+  co.token = TOKEN;
+  co.role = SL__CP_NODE;
+  co.node_rank = d->rank;
+  co.devices = "cpu:0-1";
+  co.data_addr = data;
+  sl__cp_client *cp = NULL;
+  d->st = sl__cp_client_connect(&co, LONG_MS, &cp);
+  if (d->st == SL_OK) {
+    FILE *log = fmemopen(d->log, sizeof d->log - 1, "w");
+    setvbuf(log, NULL, _IONBF, 0);
+    sl__daemon_opts o = {cp, ep, &d->stop, 0, log};
+    d->st = sl__daemon_serve(&o);
+    fclose(log);
+  }
+  sl__cp_client_destroy(cp);
+  sl__dp_endpoint_destroy(ep);
+  return NULL;
+}
+
+typedef struct cluster {
+  sl__cp_server *master;
+  dthread d[NNODES];
+} cluster;
+
+static int setup(void **state) {
+  cluster *c = calloc(1, sizeof *c);
+  sl__cp_server_opts so = {0};
+  so.nnodes = NNODES;
+  so.token = TOKEN;
+  so.heartbeat_timeout_ms = 2000;
+  if (sl__cp_server_create(&so, &c->master) != SL_OK) return -1;
+  for (int r = 0; r < NNODES; r++) {
+    c->d[r].rank = r;
+    c->d[r].master = c->master;
+    atomic_init(&c->d[r].stop, false);
+    pthread_create(&c->d[r].th, NULL, daemon_main, &c->d[r]);
+  }
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", sl__cp_server_port(c->master));
+  setenv("SLUICE_TOKEN", TOKEN, 1);
+  setenv("SLUICE_MASTER_SAVED", addr, 1);
+  *state = c;
+  return 0;
+}
+
+static int teardown(void **state) {
+  cluster *c = *state;
+  for (int r = 0; r < NNODES; r++)
+    atomic_store(&c->d[r].stop, true);
+  for (int r = 0; r < NNODES; r++) {
+    pthread_join(c->d[r].th, NULL);
+    printf("daemon %d (%s):\n%s", r, sl_status_str(c->d[r].st), c->d[r].log);
+  }
+  sl__cp_server_destroy(c->master);
+  free(c);
+  return 0;
+}
+
+static void remote_on(bool on) {
+  if (on)
+    setenv("SLUICE_MASTER", getenv("SLUICE_MASTER_SAVED"), 1);
+  else
+    unsetenv("SLUICE_MASTER");
+}
+
+/* Two models, one on each node's two devices (data parallel inside a
+ * node): node 0's trains, node 1's evaluates. */
+static sl_graph *two_models(bool two_nodes) {
+  sl_graph *g = st_graph(NULL);
+  for (int k = 0; k < 2; k++) {
+    char pl[32], nx[8], ny[8], nw[8], nl[8];
+    snprintf(pl, sizeof pl, "cpu:%d/0-1", two_nodes ? k : 0);
+    snprintf(nx, sizeof nx, "x%d", k);
+    snprintf(ny, sizeof ny, "y%d", k);
+    snprintf(nw, sizeof nw, "w%d", k);
+    snprintf(nl, sizeof nl, "loss%d", k);
+    sl_shape xs = SL_SHAPE(8, 6), ys = SL_SHAPE(8), ws = SL_SHAPE(6, 5);
+    sl_tensor x = sl_input(g, nx, &xs, SL_DTYPE_F32, pl, "S(0)");
+    sl_tensor y = sl_input(g, ny, &ys, SL_DTYPE_I32, pl, "S(0)");
+    sl_tensor w = sl_variable(g, nw, &ws, SL_DTYPE_F32,
+                              sl_init_uniform(-1, 1, 7 + (uint64_t)k), pl,
+                              "B");
+    sl_tensor loss = sl_cross_entropy(sl_matmul(x, w, false, false), y);
+    if (k == 0) { /* node 1's model only evaluates (one minimize) */
+      sl_optimizer opt = sl_optimizer_sgd(0.1, 0);
+      sl_minimize(loss, &opt);
+    }
+    sl_fetch(loss, nl);
+    char nwo[8];
+    snprintf(nwo, sizeof nwo, "w%d_out", k);
+    sl_fetch(w, nwo);
+  }
+  st_check_graph(g);
+  return g;
+}
+
+static void feed_step(sl_session *s, int step, bool bad) {
+  float x[48];
+  int32_t y[8];
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < 48; i++)
+      x[i] = (float)((i * 7 + step * 3 + k) % 11) / 11.0f - 0.5f;
+    for (int i = 0; i < 8; i++)
+      y[i] = (i + step + k) % 5;
+    if (bad && k == 1 && step == 2) y[3] = 99;
+    char nx[8], ny[8];
+    snprintf(nx, sizeof nx, "x%d", k);
+    snprintf(ny, sizeof ny, "y%d", k);
+    assert_int_equal(sl_session_feed(s, nx, x, sizeof x), SL_OK);
+    assert_int_equal(sl_session_feed(s, ny, y, sizeof y), SL_OK);
+  }
+}
+
+#define STEPS 5
+
+/* Losses of every step and the weights after the last. */
+static sl_status train(bool remote, bool bad, float *losses, float *w) {
+  remote_on(remote);
+  sl_graph *g = two_models(remote); /* embedded: both on node 0 */
+  sl_session *s = NULL;
+  sl_status st = sl_session_create(g, NULL, &s);
+  remote_on(false);
+  if (st != SL_OK) fail_msg("create: %s", sl_last_error());
+  for (int step = 0; step < STEPS && st == SL_OK; step++) {
+    feed_step(s, step, bad);
+    st = sl_session_run(s, 1);
+    for (int k = 0; k < 2 && st == SL_OK; k++) {
+      char nl[8];
+      snprintf(nl, sizeof nl, "loss%d", k);
+      st = sl_session_fetch(s, nl, &losses[step * 2 + k], sizeof(float));
+    }
+  }
+  for (int k = 0; k < 2 && st == SL_OK; k++) {
+    char nw[8];
+    snprintf(nw, sizeof nw, "w%d_out", k);
+    st = sl_session_fetch(s, nw, w + 30 * k, 30 * sizeof(float));
+  }
+  char msg[1400];
+  snprintf(msg, sizeof msg, "%s", sl_last_error());
+  sl_status fst = sl_session_finish(s);
+  if (st == SL_OK) st = fst;
+  else sl__fail(st, "%s", msg);
+  snprintf(msg, sizeof msg, "%s", sl_last_error());
+  sl_session_destroy(s);
+  sl_graph_destroy(g);
+  if (st != SL_OK) sl__fail(st, "%s", msg);
+  return st;
+}
+
+static void test_losses_equal_embedded(void **state) {
+  (void)state;
+  float la[STEPS * 2], lb[STEPS * 2], wa[60], wb[60];
+  if (train(false, false, la, wa) != SL_OK)
+    fail_msg("embedded: %s", sl_last_error());
+  for (int rep = 0; rep < 2; rep++) { /* the daemons serve job after job */
+    if (train(true, false, lb, wb) != SL_OK)
+      fail_msg("remote: %s", sl_last_error());
+    for (int i = 0; i < STEPS * 2; i++)
+      printf("loss[%d] embedded %.7f remote %.7f\n", i, la[i], lb[i]);
+    assert_memory_equal(la, lb, sizeof la);
+    assert_memory_equal(wa, wb, sizeof wa);
+  }
+}
+
+static void test_kernel_failure_names_node(void **state) {
+  (void)state;
+  float l[STEPS * 2], w[60];
+  sl_status st = train(true, true, l, w);
+  assert_int_not_equal(st, SL_OK);
+  printf("failure: %s: %s\n", sl_status_str(st), sl_last_error());
+  /* The actor that failed, on node 1, with the kernel's reason or the
+   * node that reported it. */
+  assert_non_null(strstr(sl_last_error(), "sparse_cross_entropy"));
+  assert_non_null(strstr(sl_last_error(), "node 1"));
+  /* And the next job runs. */
+  if (train(true, false, l, w) != SL_OK)
+    fail_msg("after a failure: %s", sl_last_error());
+}
+
+static void test_cross_node_collective_refused(void **state) {
+  (void)state;
+  sl_graph *g = st_graph("cpu:0-1/0");
+  sl_shape xs = SL_SHAPE(8, 6), ws = SL_SHAPE(6, 5);
+  sl_tensor x = sl_input(g, "x", &xs, SL_DTYPE_F32, NULL, "S(0)");
+  sl_tensor w = sl_variable(g, "w", &ws, SL_DTYPE_F32, sl_init_constant(1), NULL,
+                            "B");
+  sl_tensor y = sl_matmul(x, w, false, false);
+  sl_fetch(sl_to_global(y, NULL, "B"), "y");
+  st_check_graph(g);
+  remote_on(true);
+  sl_session *s = NULL;
+  sl_status st = sl_session_create(g, NULL, &s);
+  remote_on(false);
+  assert_int_equal(st, SL_EUNSUPPORTED);
+  printf("refused: %s\n", sl_last_error());
+  assert_non_null(strstr(sl_last_error(), "spans nodes"));
+  assert_null(s);
+  sl_graph_destroy(g);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_losses_equal_embedded),
+      cmocka_unit_test(test_kernel_failure_names_node),
+      cmocka_unit_test(test_cross_node_collective_refused),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
