@@ -25,7 +25,9 @@ static void fuzz_header(const uint8_t *in, size_t n, bool fix_crc,
   if (sl__dp_frame_decode(hdr, max_len, &f) == SL_OK) {
     FUZZ_CHECK(f.kind >= 1 && f.kind <= SL__DP_KIND_MAX, "kind %u", f.kind);
     FUZZ_CHECK(f.len <= max_len, "len %llu", (unsigned long long)f.len);
-    FUZZ_CHECK(!f.len || (f.kind == SL__DP_MSG && f.msg_kind == SL_MSG_READY),
+    /* Only register-ready messages and collective chunks carry bytes. */
+    FUZZ_CHECK(!f.len || f.kind == SL__DP_COLL ||
+                   (f.kind == SL__DP_MSG && f.msg_kind == SL_MSG_READY),
                "payload on kind %u/%u", f.kind, f.msg_kind);
     uint8_t again[SL__DP_HDR_BYTES];
     sl__dp_frame_encode(&f, again);
