@@ -6,13 +6,17 @@
 
 #include "cli.h"
 
-int sl_cli_plan(int argc, char **argv); /* cmd_plan.c */
+int sl_cli_plan(int argc, char **argv);   /* cmd_plan.c */
+int sl_cli_daemon(int argc, char **argv); /* cmd_daemon.c */
+int sl_cli_launch(int argc, char **argv); /* cmd_launch.c */
 
 static const sl_cli_command commands[] = {
     {"info", "version, build features and visible devices", sl_cli_info},
     {"boxing", "explain and verify a conversion between layouts",
      sl_cli_boxing},
     {"plan", "a program's actor plan as text or Graphviz DOT", sl_cli_plan},
+    {"daemon", "serve one node of a cluster", sl_cli_daemon},
+    {"launch", "run a program on N daemons of this machine", sl_cli_launch},
 };
 
 static void usage(FILE *f) {

@@ -166,7 +166,7 @@ sl_status sl__act_tick(sl_act *a) {
     if (s->ticks[i].actor == rt->actor) d = &s->ticks[i];
   if (!d) return sl_act_fail(a, SL_EINTERNAL, "tick: no tick source");
   pthread_mutex_lock(&d->lock);
-  if (a->piece >= atomic_load(&s->released)) {
+  if (a->piece >= atomic_load(&s->released) && !atomic_load(&s->ending)) {
     d->parked = sl_act_defer(a);
     d->sent = a->piece; /* the piece waiting for its release */
   }

@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "daemon.h"
 #include "session_int.h"
@@ -351,6 +352,12 @@ static uint64_t next_job_id(sl__cp_client *cp) {
     last = strtoull(tmp, NULL, 10);
   }
   sl__free(v);
+  /* A job submitted while this node was (re)joining is still its to take. */
+  sl__cp_job_info info;
+  if (last > 0 &&
+      sl__cp_job_status(cp, last, SL__CP_JOB_NONE, CALL_MS, &info) == SL_OK &&
+      info.state == SL__CP_JOB_SUBMITTED)
+    return last;
   return last + 1;
 }
 
@@ -459,7 +466,18 @@ sl_status sl__daemon_run(const sl__daemon_run_opts *o) {
   co.devices = o->devices;
   co.data_addr = addr;
   co.nnodes = o->nnodes;
-  SL_CHECK_GOTO(sl__cp_client_connect(&co, 60000, &cp), st, out);
+  /* A restarted node waits for the master to declare its predecessor
+   * lost (the rank is held until the heartbeat timeout). */
+  for (int tries = 0;; tries++) {
+    st = sl__cp_client_connect(&co, 60000, &cp);
+    if (st != SL_ESTATE || tries >= 120 || (o->stop && atomic_load(o->stop)))
+      break;
+    if (tries == 0)
+      log_line(&(sl__daemon_opts){NULL, NULL, NULL, 0, o->log},
+               "sluice daemon %d: %s; retrying", o->rank, sl_last_error());
+    usleep(500 * 1000);
+  }
+  if (st != SL_OK) goto out;
   sl__daemon_opts so2 = {cp, ep, o->stop, o->max_jobs, o->log};
   log_line(&so2, "sluice daemon %d: node %d of %d, data plane %s, master %s%s",
            o->rank, o->rank, o->nnodes, addr, o->master,

@@ -259,9 +259,12 @@ static sl_status wait_ready(sl_session *s) {
     uint8_t *v = NULL;
     size_t n = 0;
     sl_status st = sl__cp_kv_get(rm->cp, key, true, READY_MS, &v, &n);
-    if (st != SL_OK)
+    if (st != SL_OK) {
+      char why[1024];
+      snprintf(why, sizeof why, "%s", sl_last_error());
       return sl__fail(st, "node %d did not take job %" PRIu64 ": %s", r,
-                      rm->job, sl_last_error());
+                      rm->job, why);
+    }
     if (n > 0 && v[0] == 'E') {
       st = sl__fail(SL_EINVAL, "node %d refused job %" PRIu64 ": %.*s", r,
                     rm->job, (int)(n - 1), (const char *)v + 1);
@@ -343,8 +346,10 @@ void sl__remote_pump(sl_session *s) {
 void sl__remote_end(sl_session *s) {
   if (!s->job) return;
   /* The sources stop after the tick each has deferred, which still goes
-   * out: the daemons run one step more than released, which nobody reads
-   * (the runtime has no way to drop a deferred source firing). */
+   * out, and any they fire before the stop reaches them: the daemons may
+   * run a step or two more than released, which nobody reads (the runtime
+   * has no way to drop a deferred source firing). */
+  atomic_store(&s->ending, true);
   sl_job_stop(s->job);
   for (int32_t i = 0; i < s->n_ticks; i++) {
     drv_tick *d = &s->ticks[i];

@@ -1,0 +1,235 @@
+/* `sluice daemon` and `sluice launch` as processes, with the mlp example
+ * as the program: under `sluice launch` it prints the embedded session's
+ * losses, the launcher returns the program's status and prefixes the
+ * daemons' logs; a daemon SIGKILLed in the middle of a job fails the
+ * program with an error naming the node, and once it is restarted the
+ * cluster runs the next program. Waits are bounded (the guards below only
+ * stop a broken run; no test measures a duration). */
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli_run.h"
+#include "session_helpers.h"
+
+#define GUARD_S 120
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return strdup("");
+  char *buf = calloc(1, 1 << 20);
+  size_t n = fread(buf, 1, (1 << 20) - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  return buf;
+}
+
+/* Every process started, so that a failed test leaves none behind. */
+static pid_t spawned[16];
+static int n_spawned;
+
+static int kill_spawned(void **state) {
+  (void)state;
+  for (int i = 0; i < n_spawned; i++)
+    if (waitpid(spawned[i], NULL, WNOHANG) == 0) {
+      kill(spawned[i], SIGKILL);
+      waitpid(spawned[i], NULL, 0);
+    }
+  n_spawned = 0;
+  return 0;
+}
+
+/* Starts argv with stdout and stderr appended to path. */
+static pid_t spawn(const char *const *argv, const char *path) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    close(fd);
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  assert_true(pid > 0);
+  if (n_spawned < 16) spawned[n_spawned++] = pid;
+  return pid;
+}
+
+/* Waits for pid (at most GUARD_S); its status, 128+signal when killed. */
+static int wait_for(pid_t pid) {
+  for (int i = 0; i < GUARD_S * 10; i++) {
+    int ws;
+    if (waitpid(pid, &ws, WNOHANG) == pid)
+      return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+    usleep(100 * 1000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  fail_msg("process %d did not end within the guard", (int)pid);
+  return -1;
+}
+
+static bool wait_text(const char *path, const char *text) {
+  for (int i = 0; i < GUARD_S * 10; i++) {
+    char *s = slurp(path);
+    bool found = strstr(s, text) != NULL;
+    free(s);
+    if (found) return true;
+    usleep(100 * 1000);
+  }
+  return false;
+}
+
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, (struct sockaddr *)&a, sizeof a);
+  socklen_t n = sizeof a;
+  getsockname(fd, (struct sockaddr *)&a, &n);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+/* The "step N loss X" lines of an output. */
+static void losses(const char *out, char *buf, size_t n) {
+  buf[0] = '\0';
+  for (const char *p = strstr(out, "step "); p; p = strstr(p + 1, "step ")) {
+    if (p != out && p[-1] != '\n') continue;
+    const char *e = strchr(p, '\n');
+    size_t len = e ? (size_t)(e - p + 1) : strlen(p);
+    strncat(buf, p, SL_MIN(len, n - strlen(buf) - 1));
+  }
+}
+
+static void test_launch_mlp_equals_embedded(void **state) {
+  (void)state;
+  const char *mlp[] = {SLUICE_MLP_PATH, "--devices", "cpu:0/0-1", "--layout",
+                       "dp", "--steps", "4", "--hidden", "64", NULL};
+  cli_result a, b;
+  assert_int_equal(cli_run(SLUICE_MLP_PATH, mlp, &a), 0);
+  assert_int_equal(a.status, 0);
+  const char *launch[] = {SLUICE_CLI_PATH, "launch", "--nnodes", "2",
+                          "--devices", "cpu:2", "--", SLUICE_MLP_PATH,
+                          "--devices", "cpu:0/0-1", "--layout", "dp",
+                          "--steps", "4", "--hidden", "64", NULL};
+  assert_int_equal(cli_run(SLUICE_CLI_PATH, launch, &b), 0);
+  printf("launch stdout:\n%s\nlaunch stderr:\n%s\n", b.out, b.err);
+  assert_int_equal(b.status, 0);
+  char la[4096], lb[4096];
+  losses(a.out, la, sizeof la);
+  losses(b.out, lb, sizeof lb);
+  assert_true(strlen(la) > 0);
+  assert_string_equal(la, lb);
+  assert_non_null(strstr(b.err, "[node 0] sluice daemon 0: job 1: succeeded"));
+  assert_non_null(strstr(b.err, "[node 1] sluice daemon 1: job 1: succeeded"));
+  assert_non_null(strstr(b.err, "[node 1] sluice daemon 1: stopped"));
+  cli_result_free(&a);
+  cli_result_free(&b);
+}
+
+static void test_launch_status_and_flags(void **state) {
+  (void)state;
+  cli_result r;
+  const char *exit7[] = {SLUICE_CLI_PATH, "launch", "--nnodes", "1",
+                         "--devices", "cpu:1", "--", "/bin/sh", "-c",
+                         "test -n \"$SLUICE_MASTER\" && exit 7", NULL};
+  assert_int_equal(cli_run(SLUICE_CLI_PATH, exit7, &r), 0);
+  assert_int_equal(r.status, 7);
+  cli_result_free(&r);
+  const char *bad[] = {SLUICE_CLI_PATH, "launch", "--nnodes", "0",
+                       "--devices", "cpu:1", "--", "/bin/true", NULL};
+  assert_int_equal(cli_run(SLUICE_CLI_PATH, bad, &r), 0);
+  assert_int_equal(r.status, 2);
+  cli_result_free(&r);
+  const char *noprog[] = {SLUICE_CLI_PATH, "launch", "--nnodes", "1",
+                          "--devices", "cpu:1", NULL};
+  assert_int_equal(cli_run(SLUICE_CLI_PATH, noprog, &r), 0);
+  assert_int_equal(r.status, 2);
+  cli_result_free(&r);
+  const char *dbad[] = {SLUICE_CLI_PATH, "daemon", "--node-rank", "x", NULL};
+  assert_int_equal(cli_run(SLUICE_CLI_PATH, dbad, &r), 0);
+  assert_int_equal(r.status, 2);
+  cli_result_free(&r);
+  const char *help[] = {SLUICE_CLI_PATH, "daemon", "--help", NULL};
+  assert_int_equal(cli_run(SLUICE_CLI_PATH, help, &r), 0);
+  assert_int_equal(r.status, 0);
+  assert_non_null(strstr(r.out, "--node-rank"));
+  cli_result_free(&r);
+}
+
+static void test_daemon_killed_mid_job(void **state) {
+  (void)state;
+  char master[64], port[16], d0log[] = "/tmp/sl-d0-XXXXXX",
+                             d1log[] = "/tmp/sl-d1-XXXXXX",
+                             plog[] = "/tmp/sl-prog-XXXXXX";
+  close(mkstemp(d0log));
+  close(mkstemp(d1log));
+  close(mkstemp(plog));
+  int p = free_port();
+  snprintf(port, sizeof port, "%d", p);
+  snprintf(master, sizeof master, "127.0.0.1:%d", p);
+  setenv("SLUICE_TOKEN", "process-test-token", 1);
+  const char *d0[] = {SLUICE_CLI_PATH, "daemon", "--master", master,
+                      "--node-rank", "0", "--nnodes", "2", "--devices",
+                      "cpu:2", "--heartbeat-timeout-ms", "2000", NULL};
+  const char *d1[] = {SLUICE_CLI_PATH, "daemon", "--master", master,
+                      "--node-rank", "1", "--nnodes", "2", "--devices",
+                      "cpu:2", NULL};
+  pid_t p0 = spawn(d0, d0log), p1 = spawn(d1, d1log);
+  setenv("SLUICE_MASTER", master, 1);
+  /* A long job on node 1; node 1 is killed once steps are coming. */
+  const char *prog[] = {SLUICE_MLP_PATH, "--devices", "cpu:1/0-1", "--layout",
+                        "dp", "--steps", "100000000", "--hidden", "64", NULL};
+  pid_t pp = spawn(prog, plog);
+  assert_true(wait_text(plog, "step 3 "));
+  kill(p1, SIGKILL);
+  waitpid(p1, NULL, 0);
+  int st = wait_for(pp);
+  char *out = slurp(plog);
+  printf("program (status %d):\n%s\n", st, out);
+  assert_int_equal(st, 1);
+  assert_non_null(strstr(out, "node 1"));
+  free(out);
+  /* Node 1 restarted (it waits for the master to declare the old one
+   * lost); the next program runs on node 0 and finishes. */
+  p1 = spawn(d1, d1log);
+  const char *next[] = {SLUICE_MLP_PATH, "--devices", "cpu:0/0-1",
+                        "--layout", "dp", "--steps", "3", "--hidden", "64",
+                        NULL};
+  cli_result r;
+  assert_int_equal(cli_run(SLUICE_MLP_PATH, next, &r), 0);
+  printf("next program (status %d):\n%s%s\n", r.status, r.out, r.err);
+  assert_int_equal(r.status, 0);
+  assert_non_null(strstr(r.out, "step 2 loss"));
+  cli_result_free(&r);
+  unsetenv("SLUICE_MASTER");
+  kill(p1, SIGTERM);
+  kill(p0, SIGTERM);
+  assert_int_equal(wait_for(p1), 0);
+  assert_int_equal(wait_for(p0), 0);
+  char *l0 = slurp(d0log), *l1 = slurp(d1log);
+  printf("daemon 0:\n%s\ndaemon 1:\n%s\n", l0, l1);
+  assert_non_null(strstr(l0, "job 2: succeeded"));
+  assert_non_null(strstr(l1, "sluice daemon 1: job 2: succeeded"));
+  free(l0);
+  free(l1);
+  unlink(d0log);
+  unlink(d1log);
+  unlink(plog);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_launch_mlp_equals_embedded),
+      cmocka_unit_test(test_launch_status_and_flags),
+      cmocka_unit_test_teardown(test_daemon_killed_mid_job, kill_spawned),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
