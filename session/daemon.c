@@ -109,6 +109,25 @@ sl_status sl__daemon_split_addr(const char *addr, char *host, size_t n,
   return SL_OK;
 }
 
+sl_status sl__daemon_set_peers(sl__cp_client *cp, sl__dp_endpoint *ep) {
+  uint32_t self = sl__dp_endpoint_node(ep);
+  sl__cp_members mem;
+  memset(&mem, 0, sizeof mem);
+  SL_CHECK(sl__cp_members_get(cp, false, CALL_MS, &mem));
+  sl_status st = SL_OK;
+  char host[256];
+  for (int r = 0; r < mem.n && st == SL_OK; r++) {
+    if ((uint32_t)r == self || mem.m[r].state != SL__CP_MEMBER_LIVE ||
+        !mem.m[r].data_addr[0])
+      continue;
+    uint16_t port = 0;
+    st = sl__daemon_split_addr(mem.m[r].data_addr, host, sizeof host, &port);
+    if (st == SL_OK) st = sl__dp_endpoint_set_peer(ep, (uint32_t)r, host, port);
+  }
+  sl__cp_members_free(&mem);
+  return st;
+}
+
 /* ---- one job ------------------------------------------------------------- */
 
 typedef struct djob {
@@ -219,21 +238,7 @@ static sl_status job_build(djob *j, const uint8_t *blob, size_t len,
   SL_CHECK(sl__daemon_split_addr(b.driver_addr, host, sizeof host, &port));
   SL_CHECK(sl__dp_endpoint_set_peer(o->dp, (uint32_t)nn, host, port));
   *hang_ms = b.hang_timeout_ms;
-  /* The other daemons' addresses: the table of now (nodes may have
-   * restarted since this one joined). */
-  sl__cp_members mem;
-  memset(&mem, 0, sizeof mem);
-  SL_CHECK(sl__cp_members_get(o->cp, false, CALL_MS, &mem));
-  sl_status pst = SL_OK;
-  for (int r = 0; r < mem.n && pst == SL_OK; r++) {
-    if ((uint32_t)r == self || !mem.m[r].data_addr[0]) continue;
-    uint16_t pp = 0;
-    pst = sl__daemon_split_addr(mem.m[r].data_addr, host, sizeof host, &pp);
-    if (pst == SL_OK)
-      pst = sl__dp_endpoint_set_peer(o->dp, (uint32_t)r, host, pp);
-  }
-  sl__cp_members_free(&mem);
-  SL_CHECK(pst);
+  SL_CHECK(sl__daemon_set_peers(o->cp, o->dp));
   sl_session *s = session_new();
   if (!s) return SL_ENOMEM;
   j->s = s;
@@ -314,6 +319,9 @@ static sl_status job_run(djob *j, const uint8_t *blob, size_t len) {
    * the control plane then): what this node sends at once, a variable's
    * initial version for a fetch, must find it. */
   st = wait_running(j);
+  /* Every node is LIVE now: a node restarted since the build has its new
+   * address. */
+  if (st == SL_OK) st = sl__daemon_set_peers(o->cp, o->dp);
   if (st == SL_OK) st = sl_job_start(s->job);
   if (st == SL_OK) st = sl_job_wait(s->job);
 detach:;

@@ -75,6 +75,10 @@ typedef struct sl__daemon_run_opts {
  * a wrong token: SL_EAUTH). */
 sl_status sl__daemon_run(const sl__daemon_run_opts *o);
 
+/* Sets ep's peers (every LIVE node but itself) from the master's member
+ * table of now. SL_EINVAL for a bad address, the call's failure. */
+sl_status sl__daemon_set_peers(sl__cp_client *cp, sl__dp_endpoint *ep);
+
 /* Splits "host:port" (IPv6 in brackets) into host and port. SL_EINVAL. */
 sl_status sl__daemon_split_addr(const char *addr, char *host, size_t n,
                                 uint16_t *port);

@@ -196,16 +196,7 @@ static sl_status connect_cluster(sl_session *s, sl__cp_env *env) {
   dc.token_len = strlen(dc.token);
   if (!dc.token_len)
     return sl__fail(SL_EAUTH, "remote session: no token (set SLUICE_TOKEN)");
-  SL_CHECK(sl__dp_endpoint_create(&dc, &rm->ep));
-  const sl__cp_members *mem = sl__cp_client_members(rm->cp);
-  for (int r = 0; r < mem->n; r++) {
-    char host[256];
-    uint16_t port = 0;
-    SL_CHECK(sl__daemon_split_addr(mem->m[r].data_addr, host, sizeof host,
-                                   &port));
-    SL_CHECK(sl__dp_endpoint_set_peer(rm->ep, (uint32_t)r, host, port));
-  }
-  return SL_OK;
+  return sl__dp_endpoint_create(&dc, &rm->ep);
 }
 
 static sl_status submit(sl_session *s, const sl__cp_env *env) {
@@ -293,6 +284,9 @@ sl_status sl__remote_start(sl_session *s) {
   SL_CHECK_GOTO(sl__session_build(s), st, out);
   SL_CHECK_GOTO(submit(s, &env), st, out);
   SL_CHECK_GOTO(wait_ready(s), st, out);
+  /* The table of now: every daemon has taken the job (one restarted since
+   * this program joined has a new address). */
+  SL_CHECK_GOTO(sl__daemon_set_peers(rm->cp, rm->ep), st, out);
   sl_job_config jc;
   memset(&jc, 0, sizeof jc);
   jc.node = s->self_node;
