@@ -235,8 +235,11 @@ static uint64_t direct_bytes(const inst *x) {
 }
 
 static uint8_t *direct_slot(const inst *x, uint32_t k) {
-  return x->op == OP_EXCHANGE ? x->scratch + k * x->total_bytes
-                              : x->base + x->seg_start[k] * x->esize;
+  uint8_t *p = x->op == OP_EXCHANGE ? x->scratch : x->base;
+  uint64_t off = x->op == OP_EXCHANGE ? k * x->total_bytes
+                                      : x->seg_start[k] * x->esize;
+  /* An empty collective has no buffers: NULL + 0 is undefined in C. */
+  return p ? p + off : p;
 }
 
 static void send_exchange(sl__net_coll *nc, inst *x, uint32_t k) {
