@@ -211,10 +211,12 @@ static void test_daemon_killed_mid_job(void **state) {
   unsetenv("SLUICE_MASTER");
   kill(p1, SIGTERM);
   kill(p0, SIGTERM);
-  assert_int_equal(wait_for(p1), 0);
-  assert_int_equal(wait_for(p0), 0);
+  int s1 = wait_for(p1), s0 = wait_for(p0);
   char *l0 = slurp(d0log), *l1 = slurp(d1log);
-  printf("daemon 0:\n%s\ndaemon 1:\n%s\n", l0, l1);
+  printf("daemon 0 (status %d):\n%s\ndaemon 1 (status %d):\n%s\n", s0, l0,
+         s1, l1);
+  assert_int_equal(s1, 0);
+  assert_int_equal(s0, 0);
   assert_non_null(strstr(l0, "job 2: succeeded"));
   assert_non_null(strstr(l1, "sluice daemon 1: job 2: succeeded"));
   free(l0);
