@@ -7,13 +7,12 @@
  * stop a broken run; no test measures a duration). */
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <netinet/in.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cli_run.h"
+#include "cp.h"
 #include "session_helpers.h"
 
 #define GUARD_S 120
@@ -82,18 +81,6 @@ static bool wait_text(const char *path, const char *text) {
     usleep(100 * 1000);
   }
   return false;
-}
-
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {0};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, (struct sockaddr *)&a, sizeof a);
-  socklen_t n = sizeof a;
-  getsockname(fd, (struct sockaddr *)&a, &n);
-  close(fd);
-  return ntohs(a.sin_port);
 }
 
 /* The "step N loss X" lines of an output. */
@@ -165,19 +152,25 @@ static void test_launch_status_and_flags(void **state) {
 
 static void test_daemon_killed_mid_job(void **state) {
   (void)state;
-  char master[64], port[16], d0log[] = "/tmp/sl-d0-XXXXXX",
+  char master[64], d0log[] = "/tmp/sl-d0-XXXXXX",
                              d1log[] = "/tmp/sl-d1-XXXXXX",
                              plog[] = "/tmp/sl-prog-XXXXXX";
   close(mkstemp(d0log));
   close(mkstemp(d1log));
   close(mkstemp(plog));
-  int p = free_port();
-  snprintf(port, sizeof port, "%d", p);
-  snprintf(master, sizeof master, "127.0.0.1:%d", p);
+  /* The master in this process (as sluice launch hosts it), so that the
+   * daemons may die in any order; --external-master tells rank 0. */
+  sl__cp_server_opts so = {0};
+  so.nnodes = 2;
+  so.token = "process-test-token";
+  so.heartbeat_timeout_ms = 2000;
+  sl__cp_server *srv = NULL;
+  assert_int_equal(sl__cp_server_create(&so, &srv), SL_OK);
+  snprintf(master, sizeof master, "127.0.0.1:%d", sl__cp_server_port(srv));
   setenv("SLUICE_TOKEN", "process-test-token", 1);
   const char *d0[] = {SLUICE_CLI_PATH, "daemon", "--master", master,
                       "--node-rank", "0", "--nnodes", "2", "--devices",
-                      "cpu:2", "--heartbeat-timeout-ms", "2000", NULL};
+                      "cpu:2", "--external-master", NULL};
   const char *d1[] = {SLUICE_CLI_PATH, "daemon", "--master", master,
                       "--node-rank", "1", "--nnodes", "2", "--devices",
                       "cpu:2", NULL};
@@ -224,6 +217,7 @@ static void test_daemon_killed_mid_job(void **state) {
   unlink(d0log);
   unlink(d1log);
   unlink(plog);
+  sl__cp_server_destroy(srv);
 }
 
 int main(void) {
