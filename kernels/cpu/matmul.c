@@ -86,6 +86,19 @@ static sl_status want_flags(const sl__attrs *at) {
 
 /* ---- matmul ------------------------------------------------------------- */
 
+/* a's k extent (d->k, read at d->a_k) must equal b's at d->b_k. */
+static sl_status check_contraction(bool ta, bool tb, const sl_shape *as,
+                                   const sl_shape *bs, const mm_dims *d) {
+  char sa[96], sb[96];
+  if (bs->dims[d->b_k] == d->k) return SL_OK;
+  return sl__fail(SL_EINVAL,
+                  "a %s%s and b %s%s: contraction extents differ (%lld vs "
+                  "%lld)",
+                  SL__DENSE_SHAPE_STR(sa, as), ta ? " (transposed)" : "",
+                  SL__DENSE_SHAPE_STR(sb, bs), tb ? " (transposed)" : "",
+                  (long long)d->k, (long long)bs->dims[d->b_k]);
+}
+
 /* Dims of a matmul on (global or local) shapes; SL_EINVAL when they do not
  * fit together. */
 static sl_status matmul_dims(bool ta, bool tb, const sl_shape *as,
@@ -112,14 +125,7 @@ static sl_status matmul_dims(bool ta, bool tb, const sl_shape *as,
   for (int i = 0; i < na; i++)
     if (i != d->a_k) d->m *= as->dims[i];
   d->batch = 1;
-  if (bs->dims[d->b_k] != d->k)
-    return sl__fail(SL_EINVAL,
-                    "a %s%s and b %s%s: contraction extents differ (%lld vs "
-                    "%lld)",
-                    SL__DENSE_SHAPE_STR(sa, as), ta ? " (transposed)" : "",
-                    SL__DENSE_SHAPE_STR(sb, bs), tb ? " (transposed)" : "",
-                    (long long)d->k, (long long)bs->dims[d->b_k]);
-  return SL_OK;
+  return check_contraction(ta, tb, as, bs, d);
 }
 
 static sl_status matmul_infer(const sl__attrs *at, int n_in, const sl__meta *in,
@@ -227,14 +233,7 @@ static sl_status bmm_dims(bool ta, bool tb, const sl_shape *as,
   d->m = as->dims[d->a_m];
   d->k = as->dims[d->a_k];
   d->n = bs->dims[d->b_n];
-  if (bs->dims[d->b_k] != d->k)
-    return sl__fail(SL_EINVAL,
-                    "a %s%s and b %s%s: contraction extents differ (%lld vs "
-                    "%lld)",
-                    SL__DENSE_SHAPE_STR(sa, as), ta ? " (transposed)" : "",
-                    SL__DENSE_SHAPE_STR(sb, bs), tb ? " (transposed)" : "",
-                    (long long)d->k, (long long)bs->dims[d->b_k]);
-  return SL_OK;
+  return check_contraction(ta, tb, as, bs, d);
 }
 
 static sl_status bmm_infer(const sl__attrs *at, int n_in, const sl__meta *in,
