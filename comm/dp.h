@@ -281,6 +281,14 @@ sl_status sl__dp_endpoint_wait_connected(sl__dp_endpoint *ep, uint32_t node,
 /* The transport for the job's sl_job_config. Valid while the endpoint is. */
 sl_transport sl__dp_endpoint_transport(sl__dp_endpoint *ep);
 
+/* The transport's two calls, for transports that wrap this one (the
+ * daemon's and the remote session's add their own steps around them). */
+sl_status sl__dp_endpoint_send(sl__dp_endpoint *ep, uint32_t node,
+                               const sl_msg *m, const void *payload,
+                               size_t nbytes);
+bool sl__dp_endpoint_quiescent(sl__dp_endpoint *ep, uint32_t self,
+                               uint64_t *progress);
+
 /* Makes incoming messages go to job (created with this endpoint's
  * transport, for this endpoint's node), and resets the per-job counters
  * and any earlier peer failure. Every node's job must be attached before

@@ -17,6 +17,22 @@
 
 #include "dp_int.h"
 
+/* With ep->lock held: SL_OK when peer p still takes frames (the lock stays
+ * held); otherwise releases the lock and fails with why: the endpoint is
+ * closing, or the peer's own failure. */
+static sl_status refuse_if_closed(sl__dp_endpoint *ep, dp_peer *p) {
+  if (!ep->closing && !p->failed) return SL_OK;
+  char msg[sizeof p->fail_msg];
+  sl_status st = ep->closing ? SL_ECOMM : p->fail_st;
+  if (ep->closing)
+    snprintf(msg, sizeof msg, "data plane: node %u: endpoint closing",
+             ep->cfg.node);
+  else
+    snprintf(msg, sizeof msg, "%s", p->fail_msg);
+  pthread_mutex_unlock(&ep->lock);
+  return sl__fail(st, "%s", msg);
+}
+
 static sl_status dp_send(void *ctx, uint32_t node, const sl_msg *m,
                          const void *payload, size_t nbytes) {
   sl__dp_endpoint *ep = ctx;
@@ -36,17 +52,10 @@ static sl_status dp_send(void *ctx, uint32_t node, const sl_msg *m,
   o->next = NULL;
   dp_peer *p = &ep->peers[node];
   pthread_mutex_lock(&ep->lock);
-  if (ep->closing || p->failed) {
-    char msg[sizeof p->fail_msg];
-    sl_status st = ep->closing ? SL_ECOMM : p->fail_st;
-    if (ep->closing)
-      snprintf(msg, sizeof msg, "data plane: node %u: endpoint closing",
-               ep->cfg.node);
-    else
-      snprintf(msg, sizeof msg, "%s", p->fail_msg);
-    pthread_mutex_unlock(&ep->lock);
+  sl_status refused = refuse_if_closed(ep, p);
+  if (refused != SL_OK) {
     sl__free(o);
-    return sl__fail(st, "%s", msg);
+    return refused;
   }
   dp_fifo_push(&p->inbox, o);
   ep->job_sent++;
@@ -129,17 +138,10 @@ sl_status sl__dp_endpoint_send_coll_crc(sl__dp_endpoint *ep, uint32_t node,
   o->next = NULL;
   dp_peer *p = &ep->peers[node];
   pthread_mutex_lock(&ep->lock);
-  if (ep->closing || p->failed) {
-    char msg[sizeof p->fail_msg];
-    sl_status st = ep->closing ? SL_ECOMM : p->fail_st;
-    if (ep->closing)
-      snprintf(msg, sizeof msg, "data plane: node %u: endpoint closing",
-               ep->cfg.node);
-    else
-      snprintf(msg, sizeof msg, "%s", p->fail_msg);
-    pthread_mutex_unlock(&ep->lock);
+  sl_status refused = refuse_if_closed(ep, p);
+  if (refused != SL_OK) {
     sl__free(o);
-    return sl__fail(st, "%s", msg);
+    return refused;
   }
   dp_fifo_push(&p->inbox, o);
   if (!p->dirty) {
@@ -158,4 +160,15 @@ static const sl_transport_vtable dp_vtable = {dp_send, dp_quiescent};
 
 sl_transport sl__dp_endpoint_transport(sl__dp_endpoint *ep) {
   return (sl_transport){&dp_vtable, ep};
+}
+
+sl_status sl__dp_endpoint_send(sl__dp_endpoint *ep, uint32_t node,
+                               const sl_msg *m, const void *payload,
+                               size_t nbytes) {
+  return dp_send(ep, node, m, payload, nbytes);
+}
+
+bool sl__dp_endpoint_quiescent(sl__dp_endpoint *ep, uint32_t self,
+                               uint64_t *progress) {
+  return dp_quiescent(ep, self, progress);
 }

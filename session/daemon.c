@@ -146,18 +146,12 @@ static sl_status dj_send(void *ctx, uint32_t node, const sl_msg *m,
   djob *j = ctx;
   if (m->kind == SL_MSG_CMD && m->cmd == SL_CMD_ABORT)
     sl__comm_abort(j->s->comm, (sl_status)m->index);
-  sl_transport t = sl__dp_endpoint_transport(j->o->dp);
-  return t.vt->send(t.ctx, node, m, payload, nbytes);
+  return sl__dp_endpoint_send(j->o->dp, node, m, payload, nbytes);
 }
 
 static bool dj_quiescent(void *ctx, uint32_t self, uint64_t *progress) {
   djob *j = ctx;
-  sl_transport t = sl__dp_endpoint_transport(j->o->dp);
-  if (!t.vt->quiescent) {
-    *progress = 0;
-    return false;
-  }
-  return t.vt->quiescent(t.ctx, self, progress);
+  return sl__dp_endpoint_quiescent(j->o->dp, self, progress);
 }
 
 static const sl_transport_vtable dj_transport = {dj_send, dj_quiescent};

@@ -85,18 +85,12 @@ static sl_status rm_send(void *ctx, uint32_t node, const sl_msg *m,
   sl_session *s = ctx;
   if (m->kind == SL_MSG_CMD && m->cmd == SL_CMD_ABORT)
     release_parked(s, SL_EABORTED);
-  sl_transport t = sl__dp_endpoint_transport(s->rm->ep);
-  return t.vt->send(t.ctx, node, m, payload, nbytes);
+  return sl__dp_endpoint_send(s->rm->ep, node, m, payload, nbytes);
 }
 
 static bool rm_quiescent(void *ctx, uint32_t self, uint64_t *progress) {
   sl_session *s = ctx;
-  sl_transport t = sl__dp_endpoint_transport(s->rm->ep);
-  if (!t.vt->quiescent) {
-    *progress = 0;
-    return false;
-  }
-  return t.vt->quiescent(t.ctx, self, progress);
+  return sl__dp_endpoint_quiescent(s->rm->ep, self, progress);
 }
 
 static const sl_transport_vtable rm_transport = {rm_send, rm_quiescent};
