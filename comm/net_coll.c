@@ -54,7 +54,8 @@ typedef struct inst {
   size_t esize;
   uint32_t n, r, right, left;
   uint32_t *nodes;
-  uint64_t *seg_start, *seg_cnt; /* elements */
+  uint64_t *seg_start, *seg_cnt; /* elements; all-to-all: out's parts */
+  uint64_t *send_start, *send_cnt; /* all-to-all: in's parts */
   uint32_t lanes, steps, rs_steps;
   uint8_t *base;    /* the buffer the steps work on */
   uint8_t *scratch; /* lanes * piece_max bytes: reduce-scatter receives */
@@ -81,6 +82,10 @@ struct sl__net_coll {
   uint8_t *spare; /* one scratch buffer kept for the next instance */
   uint64_t spare_bytes;
   sl__net_coll_stats stats;
+  /* sl__net_coll_abort: later starts fail with this until the reset */
+  bool aborted;
+  sl_status abort_st;
+  char abort_msg[320];
 };
 
 /* A callback to make once the lock is released. */
@@ -112,8 +117,10 @@ static void free_inst(sl__net_coll *nc, inst *x) {
   sl__free(x->nodes);
   sl__free(x->seg_start);
   sl__free(x->seg_cnt);
+  sl__free(x->send_start);
+  sl__free(x->send_cnt);
   x->nodes = NULL;
-  x->seg_start = x->seg_cnt = NULL;
+  x->seg_start = x->seg_cnt = x->send_start = x->send_cnt = NULL;
   if (x->scratch) {
     uint64_t bytes = x->lanes * x->piece_max;
     if (bytes > nc->spare_bytes) {
@@ -229,9 +236,14 @@ static bool is_direct(const inst *x) {
   return x->op == OP_EXCHANGE || x->op == OP_ALL_TO_ALL;
 }
 
-/* Bytes one member sends another, and where member k's arrive. */
-static uint64_t direct_bytes(const inst *x) {
-  return x->op == OP_EXCHANGE ? x->total_bytes : x->seg_cnt[0] * x->esize;
+/* Bytes this member receives from member k and sends it, and where
+ * member k's arrive. */
+static uint64_t direct_recv_bytes(const inst *x, uint32_t k) {
+  return x->op == OP_EXCHANGE ? x->total_bytes : x->seg_cnt[k] * x->esize;
+}
+
+static uint64_t direct_send_bytes(const inst *x, uint32_t k) {
+  return x->op == OP_EXCHANGE ? x->total_bytes : x->send_cnt[k] * x->esize;
 }
 
 static uint8_t *direct_slot(const inst *x, uint32_t k) {
@@ -245,9 +257,9 @@ static uint8_t *direct_slot(const inst *x, uint32_t k) {
 static void send_exchange(sl__net_coll *nc, inst *x, uint32_t k) {
   if (x->failed) return;
   uint32_t node = x->nodes[k];
-  uint64_t len = direct_bytes(x);
+  uint64_t len = direct_send_bytes(x, k);
   const uint8_t *payload =
-      x->op == OP_EXCHANGE ? x->base : x->in + x->seg_start[k] * x->esize;
+      x->op == OP_EXCHANGE ? x->base : x->in + x->send_start[k] * x->esize;
   sl__dp_frame f = {0};
   f.src = x->group;
   f.dst = x->seq;
@@ -300,7 +312,7 @@ static sl_status check_chunk(const inst *x, uint32_t node,
     int k = member_of(x, node);
     if (f->slot == x->op && f->consumer == x->dt && f->desc == 0 && k >= 0 &&
         (uint32_t)k != x->r && f->index == k && f->piece == 0 &&
-        f->len == direct_bytes(x))
+        f->len == direct_recv_bytes(x, (uint32_t)k))
       return SL_OK;
     return sl__fail(SL_ECOMM,
                     "collective %llu/%llu: a chunk from node %u (op %u dtype "
@@ -309,7 +321,10 @@ static sl_status check_chunk(const inst *x, uint32_t node,
                     "the small-message threshold differ between members)",
                     (unsigned long long)x->group, (unsigned long long)x->seq,
                     node, f->slot, f->consumer, (unsigned long long)f->len,
-                    x->op, (unsigned long long)direct_bytes(x), (int)x->dt);
+                    x->op,
+                    (unsigned long long)(k >= 0 ? direct_recv_bytes(x, (uint32_t)k)
+                                                : 0),
+                    (int)x->dt);
   }
   if (node != x->left)
     return sl__fail(SL_ECOMM,
@@ -627,6 +642,54 @@ void sl__net_coll_get_stats(sl__net_coll *nc, sl__net_coll_stats *out) {
   pthread_mutex_unlock(&nc->lock);
 }
 
+void sl__net_coll_abort(sl__net_coll *nc, sl_status st, const char *msg) {
+  pending_done *pds = NULL;
+  size_t npd = 0, cap = 0;
+  pthread_mutex_lock(&nc->lock);
+  if (!nc->aborted) {
+    nc->aborted = true;
+    nc->abort_st = st;
+    snprintf(nc->abort_msg, sizeof nc->abort_msg, "%s", msg ? msg : "");
+  }
+  for (inst *x = nc->insts; x; x = x->next)
+    cap++;
+  pds = cap ? sl__calloc(cap, sizeof *pds) : NULL;
+  for (inst *x = nc->insts, *next; x; x = next) {
+    next = x->next; /* check_done may free x */
+    if (!x->started || x->finished) continue;
+    fail_inst(x, st, nc->abort_msg);
+    pending_done pd = {0};
+    if (check_done(nc, x, &pd) && pds) pds[npd++] = pd;
+  }
+  pthread_mutex_unlock(&nc->lock);
+  for (size_t i = 0; i < npd; i++)
+    call_done(&pds[i]);
+  sl__free(pds);
+}
+
+void sl__net_coll_reset(sl__net_coll *nc) {
+  pthread_mutex_lock(&nc->lock);
+  nc->aborted = false;
+  for (uint32_t i = 0; i < nc->nnodes; i++)
+    nc->node_failed[i] = false;
+  for (inst **pp = &nc->insts; *pp;) {
+    inst *x = *pp;
+    /* An instance still running, or one whose staged chunk is being read
+     * by the loop thread, stays. */
+    bool busy = x->started && !x->finished;
+    for (staged *q = x->sq; q && !busy; q = q->next)
+      busy = !q->complete;
+    if (busy) {
+      pp = &x->next;
+      continue;
+    }
+    *pp = x->next;
+    free_inst(nc, x);
+    sl__free(x);
+  }
+  pthread_mutex_unlock(&nc->lock);
+}
+
 /* ---- starting ----------------------------------------------------------- */
 
 static bool dtype_ok(sl_dtype dt) { return (unsigned)dt < SL_DTYPE_COUNT; }
@@ -665,6 +728,7 @@ typedef struct start_args {
   const uint8_t *in; /* reduce-scatter, all-gather */
   uint8_t *out;
   const size_t *counts; /* NULL: count split evenly */
+  const size_t *send_counts; /* all-to-all: in's parts */
   size_t count;
   sl_dtype dt;
   sl_reduce_op rop;
@@ -690,6 +754,28 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
   if (!tmp.nodes || !tmp.seg_start || !tmp.seg_cnt) {
     st = SL_ENOMEM;
     goto fail;
+  }
+  if (a->op == OP_ALL_TO_ALL) {
+    tmp.send_start = sl__malloc(n * sizeof *tmp.send_start);
+    tmp.send_cnt = sl__malloc(n * sizeof *tmp.send_cnt);
+    if (!tmp.send_start || !tmp.send_cnt) {
+      st = SL_ENOMEM;
+      goto fail;
+    }
+    uint64_t off = 0;
+    for (uint32_t k = 0; k < n; k++) {
+      tmp.send_start[k] = off;
+      tmp.send_cnt[k] = a->send_counts[k];
+      off += a->send_counts[k];
+    }
+    if (a->send_counts[r] != a->counts[r]) {
+      st = sl__fail(SL_EINVAL,
+                    "collective %llu/%llu: all-to-all keeps %zu elements "
+                    "of its own but receives %zu from itself",
+                    (unsigned long long)a->g->id, (unsigned long long)a->seq,
+                    a->send_counts[r], a->counts[r]);
+      goto fail;
+    }
   }
   memcpy(tmp.nodes, a->g->nodes, n * sizeof *tmp.nodes);
   uint64_t total = 0, seg_max = 0;
@@ -731,7 +817,8 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
     uint64_t pb = tmp.seg_cnt[r] * es;
     tmp.in = a->in;
     if (pb)
-      memcpy(a->out + tmp.seg_start[r] * es, a->in + tmp.seg_start[r] * es, pb);
+      memcpy(a->out + tmp.seg_start[r] * es, a->in + tmp.send_start[r] * es,
+             pb);
   }
   tmp.done = a->done;
   tmp.arg = a->arg;
@@ -758,6 +845,11 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
   if (a->op == OP_EXCHANGE || a->op == OP_ALL_TO_ALL) tmp.recv_total = n - 1;
   pending_done pd = {0};
   pthread_mutex_lock(&nc->lock);
+  if (nc->aborted) {
+    st = sl__fail(nc->abort_st, "%s", nc->abort_msg);
+    pthread_mutex_unlock(&nc->lock);
+    goto fail;
+  }
   for (uint32_t i = 0; i < n; i++)
     if (nc->node_failed[tmp.nodes[i]] && tmp.nodes[i] != nc->node) {
       st =
@@ -828,6 +920,8 @@ fail:
   sl__free(tmp.nodes);
   sl__free(tmp.seg_start);
   sl__free(tmp.seg_cnt);
+  sl__free(tmp.send_start);
+  sl__free(tmp.send_cnt);
   sl__free(tmp.work);
   sl__free(tmp.scratch);
   return st;
@@ -907,13 +1001,16 @@ sl_status sl__net_reduce_scatter(sl__net_coll *nc, const sl__net_group *g,
   return start(nc, &a);
 }
 
-sl_status sl__net_all_to_all(sl__net_coll *nc, const sl__net_group *g,
-                             uint64_t seq, const void *in, void *out,
-                             size_t count, sl_dtype dt,
-                             sl__net_coll_done_fn done, void *arg) {
-  if (!g || g->n == 0)
-    return sl__fail(SL_EINVAL, "collective: all-to-all needs a group");
-  if (count && (!in || !out))
+sl_status sl__net_all_to_allv(sl__net_coll *nc, const sl__net_group *g,
+                              uint64_t seq, const void *in,
+                              const size_t *send_counts, void *out,
+                              const size_t *recv_counts, sl_dtype dt,
+                              sl__net_coll_done_fn done, void *arg) {
+  if (!g || g->n == 0 || !send_counts || !recv_counts)
+    return sl__fail(SL_EINVAL, "collective: all-to-all needs a group and "
+                               "counts");
+  if ((sum_counts(send_counts, g->n) && !in) ||
+      (sum_counts(recv_counts, g->n) && !out))
     return sl__fail(SL_EINVAL, "collective: no buffer");
   start_args a = {.op = OP_ALL_TO_ALL,
                   .g = g,
@@ -921,9 +1018,26 @@ sl_status sl__net_all_to_all(sl__net_coll *nc, const sl__net_group *g,
                   .base = out,
                   .in = in,
                   .out = out,
-                  .count = count * g->n,
+                  .counts = recv_counts,
+                  .send_counts = send_counts,
                   .dt = dt,
                   .done = done,
                   .arg = arg};
   return start(nc, &a);
+}
+
+sl_status sl__net_all_to_all(sl__net_coll *nc, const sl__net_group *g,
+                             uint64_t seq, const void *in, void *out,
+                             size_t count, sl_dtype dt,
+                             sl__net_coll_done_fn done, void *arg) {
+  if (!g || g->n == 0 || g->n > nc->nnodes)
+    return sl__fail(SL_EINVAL, "collective: all-to-all needs a group");
+  size_t *counts = sl__malloc(g->n * sizeof *counts);
+  if (!counts) return SL_ENOMEM;
+  for (uint32_t k = 0; k < g->n; k++)
+    counts[k] = count;
+  sl_status st = sl__net_all_to_allv(nc, g, seq, in, counts, out, counts, dt,
+                                     done, arg);
+  sl__free(counts);
+  return st;
 }

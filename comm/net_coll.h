@@ -106,6 +106,32 @@ sl_status sl__net_all_to_all(sl__net_coll *nc, const sl__net_group *g,
                              size_t count, sl_dtype dt,
                              sl__net_coll_done_fn done, void *arg);
 
+/* The general form: member k's in holds one part per member in member
+ * order (send_counts[j] elements for member j), out one part per member
+ * (recv_counts[j] elements from member j); send_counts[k] must equal
+ * recv_counts[k] (the member's own part is copied). One frame per pair,
+ * empty ones included. in and out must not overlap. Statuses as
+ * sl__net_all_reduce. */
+sl_status sl__net_all_to_allv(sl__net_coll *nc, const sl__net_group *g,
+                              uint64_t seq, const void *in,
+                              const size_t *send_counts, void *out,
+                              const size_t *recv_counts, sl_dtype dt,
+                              sl__net_coll_done_fn done, void *arg);
+
+/* Gives up on everything: every started instance fails with st and msg
+ * (its done is called once its queued chunks are written or dropped, so
+ * no chunk still points at the caller's buffer), and every later start
+ * fails at once with st until sl__net_coll_reset. For a job that ends
+ * while its collectives wait for peers that will never come. Any thread
+ * but inside a done callback. */
+void sl__net_coll_abort(sl__net_coll *nc, sl_status st, const char *msg);
+
+/* Before the next job: clears the abort and the nodes marked failed (a
+ * restarted node may come back), and frees what earlier instances left:
+ * failed ones kept to drop their late chunks, and chunks staged for
+ * instances never started here. Instances still running stay. */
+void sl__net_coll_reset(sl__net_coll *nc);
+
 typedef struct sl__net_coll_stats {
   uint64_t started, completed, failed;
   uint64_t chunks_sent, chunks_received, chunks_staged;

@@ -564,6 +564,109 @@ static void test_hierarchical(void **state) {
   mesh_down(&m);
 }
 
+
+/* All-to-all with a different count for every ordered pair (zero
+ * included) on 3 nodes: member k's out part j is exactly member j's in
+ * part k. */
+static void test_all_to_allv(void **state) {
+  (void)state;
+  mesh m;
+  mesh_up(&m, 3, 0);
+  uint32_t nodes[3] = {2, 0, 1}; /* ring order need not be node order */
+  sl__net_group g = {.id = 11, .nodes = nodes, .n = 3};
+  size_t cnt[3][3]; /* cnt[from][to] elements */
+  for (int a = 0; a < 3; a++)
+    for (int b = 0; b < 3; b++)
+      cnt[a][b] = (size_t)((a * 3 + b) % 4) * 1000 + (a == b ? 1 : 0);
+  cnt[0][2] = 0;
+  waiter w;
+  waiter_init(&w);
+  int32_t *in[3], *out[3];
+  size_t sendc[3][3], recvc[3][3];
+  for (int k = 0; k < 3; k++) {
+    size_t ti = 0, to = 0;
+    for (int j = 0; j < 3; j++) {
+      sendc[k][j] = cnt[k][j];
+      recvc[k][j] = cnt[j][k];
+      ti += cnt[k][j];
+      to += cnt[j][k];
+    }
+    in[k] = calloc(ti + 1, sizeof(int32_t));
+    out[k] = calloc(to + 1, sizeof(int32_t));
+    size_t o = 0;
+    for (int j = 0; j < 3; j++)
+      for (size_t i = 0; i < cnt[k][j]; i++)
+        in[k][o++] = (int32_t)(k * 1000000 + j * 100000 + (int)i);
+  }
+  for (int k = 2; k >= 0; k--) /* members start in another order */
+    assert_int_equal(sl__net_all_to_allv(m.nc[nodes[k]], &g, 0, in[k],
+                                         sendc[k], out[k], recvc[k],
+                                         SL_DTYPE_I32, waiter_cb, &w),
+                     SL_OK);
+  waiter_wait(&w, 3);
+  assert_int_equal(w.failed, 0);
+  for (int k = 0; k < 3; k++) {
+    size_t o = 0;
+    for (int j = 0; j < 3; j++)
+      for (size_t i = 0; i < cnt[j][k]; i++, o++)
+        if (out[k][o] != (int32_t)(j * 1000000 + k * 100000 + (int)i))
+          fail_msg("member %d part %d element %zu: %d", k, j, i, out[k][o]);
+    free(in[k]);
+    free(out[k]);
+  }
+  waiter_fini(&w);
+  mesh_down(&m);
+}
+
+/* A member whose job ends while its collective waits for a peer that
+ * never starts: sl__net_coll_abort completes it with the reason, later
+ * starts fail at once, and after sl__net_coll_reset the pair works again
+ * (the peer's chunks of the abandoned instance are dropped, not kept). */
+static void test_abort_and_reset(void **state) {
+  (void)state;
+  mesh m;
+  mesh_up_small(&m, 2, 4096, -1);
+  uint32_t nodes[2] = {0, 1};
+  sl__net_group g = {.id = 12, .nodes = nodes, .n = 2};
+  float *a = fill(SL_DTYPE_F32, 0, 100000, 3);
+  float *b = fill(SL_DTYPE_F32, 1, 100000, 3);
+  waiter w;
+  waiter_init(&w);
+  assert_int_equal(sl__net_all_reduce(m.nc[0], &g, 0, a, 100000, SL_DTYPE_F32,
+                                      SL_REDUCE_SUM, waiter_cb, &w),
+                   SL_OK);
+  sl__net_coll_abort(m.nc[0], SL_EABORTED, "job 3 was stopped");
+  waiter_wait(&w, 1);
+  assert_int_equal(w.failed, 1);
+  assert_int_equal(w.last, SL_EABORTED);
+  if (!strstr(w.msg, "job 3 was stopped")) fail_msg("message: %s", w.msg);
+  assert_int_equal(sl__net_all_reduce(m.nc[0], &g, 1, a, 100000, SL_DTYPE_F32,
+                                      SL_REDUCE_SUM, waiter_cb, &w),
+                   SL_EABORTED);
+  /* the peer aborts as well (its job was stopped too), then both reset */
+  sl__net_coll_abort(m.nc[1], SL_EABORTED, "job 3 was stopped");
+  sl__net_coll_reset(m.nc[0]);
+  sl__net_coll_reset(m.nc[1]);
+  for (int i = 0; i < 100000; i++) {
+    a[i] = 1.0f;
+    b[i] = 2.0f;
+  }
+  assert_int_equal(sl__net_all_reduce(m.nc[0], &g, 2, a, 100000, SL_DTYPE_F32,
+                                      SL_REDUCE_SUM, waiter_cb, &w),
+                   SL_OK);
+  assert_int_equal(sl__net_all_reduce(m.nc[1], &g, 2, b, 100000, SL_DTYPE_F32,
+                                      SL_REDUCE_SUM, waiter_cb, &w),
+                   SL_OK);
+  waiter_wait(&w, 3);
+  assert_int_equal(w.failed, 1);
+  for (int i = 0; i < 100000; i++)
+    if (a[i] != 3.0f || b[i] != 3.0f) fail_msg("element %d: %g %g", i, a[i], b[i]);
+  free(a);
+  free(b);
+  waiter_fini(&w);
+  mesh_down(&m);
+}
+
 static void test_bad_args(void **state) {
   (void)state;
   mesh m;
@@ -608,6 +711,8 @@ int main(void) {
       cmocka_unit_test(test_size_mismatch),
       cmocka_unit_test(test_size_mismatch_three),
       cmocka_unit_test(test_hierarchical),
+      cmocka_unit_test(test_all_to_allv),
+      cmocka_unit_test(test_abort_and_reset),
       cmocka_unit_test(test_bad_args),
   };
   signal(SIGPIPE, SIG_IGN);
