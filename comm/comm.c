@@ -405,6 +405,8 @@ size_t sl__coll_out_bytes(const sl__coll *x, int member) {
 
 sl__coll_algo sl__coll_algo_of(const sl__coll *x) { return x->algo; }
 
+int sl__coll_members(const sl__coll *x) { return x->n; }
+
 const char *sl__coll_name(const sl__coll *x) { return x->name; }
 
 void sl__comm_get_stats(sl__comm *c, sl__comm_stats *out) {

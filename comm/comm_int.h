@@ -128,6 +128,7 @@ size_t sl__coll_out_bytes(const sl__coll *x, int member);
 /* The algorithm the collective runs (never SL__COLL_AUTO). */
 sl__coll_algo sl__coll_algo_of(const sl__coll *x);
 const char *sl__coll_name(const sl__coll *x);
+int sl__coll_members(const sl__coll *x);
 
 /* Called exactly once per successful arrival, from the thread that
  * completed the round (a worker or an arriving member, possibly the caller

@@ -35,6 +35,7 @@ typedef struct waiting {
 
 struct sl__span {
   sl__coll *geo;
+  int n; /* geo's members (geo may be freed before the span) */
   sl__net_coll *nc;
   uint64_t id;
   uint32_t *node_of; /* per member: index into nodes */
@@ -223,6 +224,7 @@ sl_status sl__span_create(const sl__span_desc *d, sl__span **out) {
   if (SL_NEW(x) != SL_OK) return SL_ENOMEM;
   pthread_mutex_init(&x->lock, NULL);
   x->geo = d->geo;
+  x->n = g->n;
   x->nc = d->nc;
   x->id = d->id;
   x->aborted = SL_OK;
@@ -278,7 +280,7 @@ fail:
 
 void sl__span_destroy(sl__span *x) {
   if (!x) return;
-  for (int k = 0; x->remote_in && k < x->geo->n; k++)
+  for (int k = 0; x->remote_in && k < x->n; k++)
     sl__free(x->remote_in[k]);
   sl__free(x->remote_in);
   sl__free(x->node_of);

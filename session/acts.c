@@ -139,16 +139,23 @@ static void coll_done(void *arg, sl_status st) {
 }
 
 /* Collective and exchange members deposit their buffers and defer: the
- * round runs when every member is there (comm/comm.c), on whichever thread
- * completes it. The stream thread never waits for peers. */
+ * round runs when every member is there (comm/comm.c; members on other
+ * nodes: comm/span_coll.c), on whichever thread completes it. The stream
+ * thread never waits for peers. */
 static sl_status act_coll(sl_act *a) {
   task_rt *rt = a->ctx;
   const sl_register *in = data_in(a, rt);
   sl_register *out = rt->t->n_out ? a->out[0] : NULL;
   rt->pending = sl_act_defer(a);
-  sl_status st = sl__coll_arrive(rt->coll, rt->member, in ? in->data : NULL,
-                                 in ? in->bytes : 0, out ? out->data : NULL,
-                                 out ? out->bytes : 0, coll_done, rt);
+  const void *ip = in ? in->data : NULL;
+  size_t ib = in ? in->bytes : 0;
+  void *op = out ? out->data : NULL;
+  size_t ob = out ? out->bytes : 0;
+  sl_status st =
+      rt->span ? sl__span_arrive(rt->span, rt->member, ip, ib, op, ob,
+                                 coll_done, rt)
+               : sl__coll_arrive(rt->coll, rt->member, ip, ib, op, ob,
+                                 coll_done, rt);
   if (st != SL_OK) {
     sl_completion *c = rt->pending;
     rt->pending = NULL;

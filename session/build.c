@@ -95,6 +95,7 @@ static sl_status side_of(const sl_boxing_plan *bp, const sl_placement *p,
 typedef struct coll_key {
   int32_t node, step, group;
   sl__coll *coll;
+  sl__span *span;
 } coll_key;
 
 /* The placement holding the shards before step `step` (after a send_recv
@@ -109,8 +110,11 @@ static const sl_placement *step_placement(const sl_boxing_plan *bp, int step,
   return ps;
 }
 
+/* The collectives' constructors also give the node of every member
+ * (*mnode, n entries, sl__free). */
 static sl_status make_exchange(sl_session *s, const sl__node *n, int step,
-                               const int *dev_worker, sl__coll **out) {
+                               const int *dev_worker, sl__coll **out,
+                               uint32_t **mnode) {
   const sl_boxing_plan *bp = n->boxing;
   const sl__value *vin = sl__graph_value(s->g, n->in[0]);
   const sl__value *vout = sl__graph_value(s->g, n->out[0]);
@@ -132,9 +136,10 @@ static sl_status make_exchange(sl_session *s, const sl__node *n, int step,
   int *inv_from = sl__calloc((size_t)R, sizeof(int));
   int *inv_to = sl__calloc((size_t)R, sizeof(int));
   sl__coll_piece *pieces = sl__calloc((size_t)np + 1, sizeof *pieces);
+  uint32_t *nodes = sl__calloc((size_t)R, sizeof *nodes);
   sl_status st = SL_OK;
   if (!has_in || !has_out || !isl || !osl || !fill || !workers || !inv_from ||
-      !inv_to || !pieces) {
+      !inv_to || !pieces || !nodes) {
     st = SL_ENOMEM;
     goto out;
   }
@@ -144,6 +149,7 @@ static sl_status make_exchange(sl_session *s, const sl__node *n, int step,
     int node, dev;
     sl_boxing_plan_rank_device(bp, q, &node, &dev);
     workers[q] = dev_worker[dev];
+    nodes[q] = (uint32_t)node;
     sl_reduce_op f;
     fill[q] =
         sl_boxing_step_fill(bp, step, q, &f) ? (int8_t)f : SL__COLL_FILL_ZERO;
@@ -188,7 +194,12 @@ static sl_status make_exchange(sl_session *s, const sl__node *n, int step,
   d.pieces = pieces;
   d.piece_reduce = preduce && has_red;
   st = sl__coll_create(s->comm, &d, out);
+  if (st == SL_OK) {
+    *mnode = nodes;
+    nodes = NULL;
+  }
 out:
+  sl__free(nodes);
   sl__free(has_in);
   sl__free(has_out);
   sl__free(isl);
@@ -202,7 +213,8 @@ out:
 }
 
 static sl_status make_group(sl_session *s, const sl__node *n, int step,
-                            int group, const int *dev_worker, sl__coll **out) {
+                            int group, const int *dev_worker, sl__coll **out,
+                            uint32_t **mnode) {
   const sl_boxing_plan *bp = n->boxing;
   const sl__value *vin = sl__graph_value(s->g, n->in[0]);
   const sl_placement *p = vin->placement; /* group steps: one placement */
@@ -217,11 +229,17 @@ static sl_status make_group(sl_session *s, const sl__node *n, int step,
                     "mesh axis %d",
                     n->name, step, gn, m);
   int *workers = sl__calloc((size_t)gn, sizeof *workers);
-  if (!workers) return SL_ENOMEM;
+  uint32_t *nodes = sl__calloc((size_t)gn, sizeof *nodes);
+  if (!workers || !nodes) {
+    sl__free(workers);
+    sl__free(nodes);
+    return SL_ENOMEM;
+  }
   for (int k = 0; k < gn; k++) {
     int node, dev;
     sl_boxing_plan_rank_device(bp, ranks[k], &node, &dev);
     workers[k] = dev_worker[dev];
+    nodes[k] = (uint32_t)node;
   }
   sl_nd_sbp bl = from;
   bl.sbp[m] = sl_sbp_broadcast();
@@ -229,6 +247,7 @@ static sl_status make_group(sl_session *s, const sl__node *n, int step,
   sl_status st = sl_local_slice(&vin->meta.shape, p, &bl, ranks[0], &blk);
   if (st != SL_OK) {
     sl__free(workers);
+    sl__free(nodes);
     return st;
   }
   sl_reduce_op red = SL_REDUCE_SUM;
@@ -262,12 +281,66 @@ static sl_status make_group(sl_session *s, const sl__node *n, int step,
     break;
   default:
     sl__free(workers);
+    sl__free(nodes);
     return sl__fail(SL_EINTERNAL, "boxing '%s' step %d is not a collective",
                     n->name, step);
   }
   st = sl__coll_create(s->comm, &d, out);
   sl__free(workers);
+  if (st == SL_OK)
+    *mnode = nodes;
+  else
+    sl__free(nodes);
   return st;
+}
+
+/* The same on every node, different for every group of every job. */
+static uint64_t span_id(uint64_t job, int32_t node, int32_t step,
+                        int32_t group) {
+  uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a over the four numbers */
+  uint64_t v[4] = {job, (uint64_t)(uint32_t)node, (uint64_t)(uint32_t)step,
+                   (uint64_t)(uint32_t)group};
+  for (int i = 0; i < 4; i++)
+    for (int b = 0; b < 8; b++) {
+      h ^= (v[i] >> (8 * b)) & 0xff;
+      h *= 0x100000001b3ull;
+    }
+  return h;
+}
+
+/* When the members of c live on several nodes, the span collective that
+ * this node's members arrive at instead (*out stays NULL otherwise). */
+static sl_status make_span(sl_session *s, const sl__task *t, sl__coll *c,
+                           const uint32_t *mnode, sl__span **out) {
+  *out = NULL;
+  int n = sl__coll_members(c);
+  uint32_t other = mnode[0];
+  for (int k = 0; k < n && other == mnode[0]; k++)
+    other = mnode[k];
+  if (other == mnode[0]) return SL_OK;
+  if (!s->nc)
+    return sl__fail(SL_EUNSUPPORTED,
+                    "boxing '%s' step %d has members on nodes %u and %u: "
+                    "collectives between nodes need daemons",
+                    sl__graph_node(s->g, t->node)->name, (int)t->step,
+                    mnode[0], other);
+  sl__span **grown =
+      sl__realloc(s->spans, ((size_t)s->n_spans + 1) * sizeof *grown);
+  if (!grown) return SL_ENOMEM;
+  s->spans = grown;
+  sl__span_desc d = {c, mnode, s->self_node, s->nc,
+                     span_id(s->job_id, t->node, t->step, t->group)};
+  SL_CHECK(sl__span_create(&d, out));
+  s->spans[s->n_spans++] = *out;
+  return SL_OK;
+}
+
+void sl__session_abort_collectives(sl_session *s, sl_status st,
+                                   const char *msg) {
+  if (s->comm) sl__comm_abort(s->comm, st);
+  for (int32_t i = 0; i < s->n_spans; i++)
+    sl__span_abort(s->spans[i], st);
+  if (s->nc) sl__net_coll_abort(s->nc, st, msg);
 }
 
 static sl_status setup_local(sl_session *s, task_rt *rt) {
@@ -587,20 +660,28 @@ sl_status sl__session_build(sl_session *s) {
     case SL__TASK_LOCAL: st = setup_local(s, rt); break;
     case SL__TASK_COLL:
     case SL__TASK_XCHG: {
+      if (t->machine != s->self_node) break; /* another node's member */
       int32_t group = t->kind == SL__TASK_COLL ? t->group : -1;
-      sl__coll *c = NULL;
-      for (int32_t k = 0; k < n_keys && !c; k++)
+      coll_key *key = NULL;
+      for (int32_t k = 0; k < n_keys && !key; k++)
         if (keys[k].node == t->node && keys[k].step == t->step &&
             keys[k].group == group)
-          c = keys[k].coll;
-      if (!c) {
+          key = &keys[k];
+      if (!key) {
+        sl__coll *c = NULL;
+        sl__span *sp = NULL;
+        uint32_t *mnode = NULL;
         st = t->kind == SL__TASK_COLL
-                 ? make_group(s, n, t->step, group, dev_worker, &c)
-                 : make_exchange(s, n, t->step, dev_worker, &c);
+                 ? make_group(s, n, t->step, group, dev_worker, &c, &mnode)
+                 : make_exchange(s, n, t->step, dev_worker, &c, &mnode);
+        if (st == SL_OK) st = make_span(s, t, c, mnode, &sp);
+        sl__free(mnode);
         if (st != SL_OK) break;
-        keys[n_keys++] = (coll_key){t->node, t->step, group, c};
+        key = &keys[n_keys++];
+        *key = (coll_key){t->node, t->step, group, c, sp};
       }
-      rt->coll = c;
+      rt->coll = key->span ? NULL : key->coll;
+      rt->span = key->span;
       rt->member = t->member;
       break;
     }
@@ -615,6 +696,11 @@ out:
 }
 
 void sl__session_free_build(sl_session *s) {
+  for (int32_t i = 0; i < s->n_spans; i++)
+    sl__span_destroy(s->spans[i]);
+  sl__free(s->spans);
+  s->spans = NULL;
+  s->n_spans = 0;
   for (int32_t i = 0; s->rt && i < s->n_tasks; i++) {
     sl__free(s->rt[i].slot_of);
     sl__free(s->rt[i].init);

@@ -145,7 +145,8 @@ static sl_status dj_send(void *ctx, uint32_t node, const sl_msg *m,
                          const void *payload, size_t nbytes) {
   djob *j = ctx;
   if (m->kind == SL_MSG_CMD && m->cmd == SL_CMD_ABORT)
-    sl__comm_abort(j->s->comm, (sl_status)m->index);
+    sl__session_abort_collectives(j->s, (sl_status)m->index,
+                                  "this node aborted the job");
   return sl__dp_endpoint_send(j->o->dp, node, m, payload, nbytes);
 }
 
@@ -166,7 +167,8 @@ static void *monitor_main(void *arg) {
     if (st != SL_OK) {
       /* The master is gone: nobody can start or finish this job. */
       if (sl__cp_client_health(j->o->cp) != SL_OK) {
-        sl__comm_abort(j->s->comm, SL_ECOMM);
+        sl__session_abort_collectives(j->s, SL_ECOMM,
+                                      "daemon: lost the master");
         sl_job_abort_msg(j->s->job, SL_ECOMM,
                          "daemon: lost the master during the job");
         return NULL;
@@ -175,7 +177,7 @@ static void *monitor_main(void *arg) {
     }
     if (info.state == SL__CP_JOB_FAILED || info.state == SL__CP_JOB_STOPPED) {
       sl_status why = info.status != SL_OK ? info.status : SL_EABORTED;
-      sl__comm_abort(j->s->comm, why);
+      sl__session_abort_collectives(j->s, why, info.message);
       sl_job_abort_msg(j->s->job, why, info.message);
       return NULL;
     }
@@ -239,6 +241,11 @@ static sl_status job_build(djob *j, const uint8_t *blob, size_t len,
   s->remote = true;
   s->self_node = self;
   s->driver = (uint32_t)nn;
+  s->nc = o->nc;
+  s->job_id = j->id;
+  /* What the last job's collectives left goes; an abort of that job no
+   * longer applies. */
+  if (s->nc) sl__net_coll_reset(s->nc);
   SL_CHECK(sl__graph_unpack(b.graph, b.graph_len, &s->g));
   SL_CHECK(sl__lower(s->g, &s->pp));
   uint8_t *mine = NULL;
@@ -250,7 +257,6 @@ static sl_status job_build(djob *j, const uint8_t *blob, size_t len,
     return sl__fail(SL_EINVAL,
                     "the submitted plan differs from this daemon's lowering "
                     "of the graph (another build of sluice?)");
-  SL_CHECK(sl__remote_check_plan(s->pp));
   return sl__session_build(s);
 }
 
@@ -436,6 +442,7 @@ sl_status sl__daemon_run(const sl__daemon_run_opts *o) {
   SL_CHECK(sl__daemon_split_addr(o->master, mhost, sizeof mhost, &mport));
   sl__cp_server *srv = NULL;
   sl__dp_endpoint *ep = NULL;
+  sl__net_coll *nc = NULL;
   sl__cp_client *cp = NULL;
   sl_status st = SL_OK;
   if (o->host_master) {
@@ -475,12 +482,13 @@ sl_status sl__daemon_run(const sl__daemon_run_opts *o) {
     if (st != SL_ESTATE || tries >= 120 || (o->stop && atomic_load(o->stop)))
       break;
     if (tries == 0)
-      log_line(&(sl__daemon_opts){NULL, NULL, NULL, 0, o->log},
+      log_line(&(sl__daemon_opts){NULL, NULL, NULL, NULL, 0, o->log},
                "sluice daemon %d: %s; retrying", o->rank, sl_last_error());
     usleep(500 * 1000);
   }
   if (st != SL_OK) goto out;
-  sl__daemon_opts so2 = {cp, ep, o->stop, o->max_jobs, o->log};
+  SL_CHECK_GOTO(sl__net_coll_create(ep, NULL, &nc), st, out);
+  sl__daemon_opts so2 = {cp, ep, nc, o->stop, o->max_jobs, o->log};
   log_line(&so2, "sluice daemon %d: node %d of %d, data plane %s, master %s%s",
            o->rank, o->rank, o->nnodes, addr, o->master,
            o->host_master ? " (hosted here)" : "");
@@ -491,11 +499,13 @@ out:
     snprintf(msg, sizeof msg, "%s", sl_last_error());
     sl__cp_client_destroy(cp);
     sl__dp_endpoint_destroy(ep);
+    sl__net_coll_destroy(nc); /* after the endpoint: no hook can run */
     sl__cp_server_destroy(srv);
     return sl__fail(st, "%s", msg);
   }
   sl__cp_client_destroy(cp);
   sl__dp_endpoint_destroy(ep);
+  sl__net_coll_destroy(nc);
   sl__cp_server_destroy(srv);
   return SL_OK;
 }

@@ -10,6 +10,7 @@
 
 #include "cp.h"
 #include "dp.h"
+#include "net_coll.h"
 
 /* What every node receives for a job (the same bytes for all): the
  * program's data-plane address (it is rank `nnodes` there), the cluster
@@ -41,6 +42,8 @@ void sl__daemon_ready_key(uint64_t job, int rank, char *buf, size_t n);
 typedef struct sl__daemon_opts {
   sl__cp_client *cp;   /* joined as a node */
   sl__dp_endpoint *dp; /* rank = the cp rank, nnodes = the cluster's + 1 */
+  sl__net_coll *nc;    /* dp's collectives between nodes: boxing whose
+                          members span nodes; NULL: such jobs fail */
   atomic_bool *stop;   /* set: return after the current job; may be NULL */
   int64_t max_jobs;    /* return after this many jobs; <= 0: no limit */
   FILE *log;           /* one line per job; NULL: stderr */

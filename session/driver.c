@@ -77,7 +77,7 @@ void sl__session_fail(sl_session *s, sl_status st) {
   if (st == SL_OK) st = SL_EABORTED;
   int expect = SL_OK;
   if (!atomic_compare_exchange_strong(&s->failed, &expect, (int)st)) return;
-  sl__comm_abort(s->comm, st);
+  sl__session_abort_collectives(s, st, sl_status_str(st));
   pthread_mutex_lock(&s->lock);
   pthread_cond_broadcast(&s->cond);
   pthread_mutex_unlock(&s->lock);

@@ -43,28 +43,6 @@ bool sl__remote_wanted(const sl_session_config *c) {
   return m && m[0];
 }
 
-sl_status sl__remote_check_plan(const sl__pplan *pp) {
-  for (int32_t i = 0; i < pp->n_tasks; i++) {
-    const sl__task *a = &pp->tasks[i];
-    if (a->kind != SL__TASK_COLL && a->kind != SL__TASK_XCHG) continue;
-    for (int32_t k = i + 1; k < pp->n_tasks; k++) {
-      const sl__task *b = &pp->tasks[k];
-      if (b->kind != a->kind || b->node != a->node || b->step != a->step ||
-          (a->kind == SL__TASK_COLL && b->group != a->group))
-        continue;
-      if (b->machine != a->machine)
-        return sl__fail(SL_EUNSUPPORTED,
-                        "boxing '%s' step %d spans nodes %u and %u: "
-                        "collectives between nodes are not available to "
-                        "remote sessions yet (place each boxing group on one "
-                        "node)",
-                        pp->nodes[a->node].name, (int)a->step, a->machine,
-                        b->machine);
-    }
-  }
-  return SL_OK;
-}
-
 /* Completes the ticks parked for steps never released with st: an
  * aborted job waits for its deferred firings. */
 static void release_parked(sl_session *s, sl_status st) {
@@ -114,7 +92,7 @@ static void *monitor_main(void *arg) {
     }
     if (info.state == SL__CP_JOB_FAILED || info.state == SL__CP_JOB_STOPPED) {
       sl_status why = info.status != SL_OK ? info.status : SL_EABORTED;
-      sl__comm_abort(rm->s->comm, why);
+      sl__session_abort_collectives(rm->s, why, info.message);
       sl_job_abort_msg(rm->s->job, why, info.message);
       release_parked(rm->s, why);
       return NULL;
@@ -180,7 +158,6 @@ static sl_status connect_cluster(sl_session *s, sl__cp_env *env) {
                     "the graph is placed on %u nodes; the cluster at %s has "
                     "%d",
                     s->pp->machines, env->master, nn);
-  SL_CHECK(sl__remote_check_plan(s->pp));
   sl__dp_config dc;
   memset(&dc, 0, sizeof dc);
   dc.node = (uint32_t)nn;

@@ -12,6 +12,7 @@
 #include <sluice/session.h>
 
 #include "comm_int.h"
+#include "span_coll.h"
 #include "core_thread.h"
 #include "lower_int.h"
 
@@ -43,8 +44,10 @@ typedef struct task_rt {
   /* CONST: the variable's initial shard */
   void *init;
   size_t bytes;
-  /* COLL / XCHG: the collective and this task's member */
+  /* COLL / XCHG: the collective and this task's member; span: instead,
+   * when the collective's members live on several nodes */
   sl__coll *coll;
+  sl__span *span;
   int member;
   sl_completion *pending;
   /* LOCAL: slice (keep part `member` of n along axis) or zero */
@@ -112,6 +115,13 @@ struct sl_session {
   sl_plan *plan;
   sl_job *job;
   sl__comm *comm;
+  /* Daemons: this node's collectives between nodes (borrowed), the job
+   * (it names the collectives' instances) and the collectives spanning
+   * nodes that this node takes part in. */
+  sl__net_coll *nc;
+  uint64_t job_id;
+  int32_t n_spans;
+  sl__span **spans;
   uint32_t driver;  /* the driver's node id */
   /* Remote sessions (remote.c) and daemons (daemon.c) build the whole
    * actor plan in every process: feeds, fetches and ticks are actors of
@@ -153,6 +163,11 @@ struct sl_session {
 /* build.c: the actor plan, task contexts, collectives, feeds and fetches. */
 sl_status sl__session_build(sl_session *s);
 void sl__session_free_build(sl_session *s);
+/* Ends every collective of this node's job with st: members waiting for
+ * peers (in this process or on other nodes) complete with it, and so does
+ * every later arrival. Any thread. */
+void sl__session_abort_collectives(sl_session *s, sl_status st,
+                                   const char *msg);
 
 /* acts.c: the act of each task kind; sl__act_for picks one. */
 sl_act_fn sl__act_for(sl__task_kind kind);
@@ -192,8 +207,5 @@ void sl__remote_end(sl_session *s);
 void sl__remote_destroy(sl_session *s);
 /* After: frees the endpoint and leaves the cluster. */
 void sl__remote_free(sl_session *s);
-/* Tasks of one collective on several nodes: SL_EUNSUPPORTED naming the
- * boxing (the data plane carries registers, not collectives, yet). */
-sl_status sl__remote_check_plan(const sl__pplan *pp);
 
 #endif
