@@ -1,0 +1,127 @@
+/* Multi-node invariance: examples/mlp and examples/gpt under `sluice
+ * launch` (real daemon processes on 127.0.0.1) with data, tensor and
+ * hybrid parallelism on 2 and 3 nodes of 1 and 2 CPU devices each print
+ * the single-device run's losses, within the parallel-invariance
+ * tolerance (docs/api.md: 1e-4 relative; sums are reordered across
+ * devices). Every run's boxing spans the nodes, so the collectives go
+ * over the data plane. Each run is bounded by the launcher's own guard
+ * and ctest's timeout. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cli_run.h"
+
+#define STEPS 4
+#define TOL 1e-4
+
+typedef struct example {
+  const char *name, *path;
+  const char *extra[6]; /* small sizes, so the matrix stays quick */
+} example;
+
+static const example examples[] = {
+    {"mlp", SLUICE_MLP_PATH, {"--hidden", "64", "--in", "32", NULL}},
+    {"gpt", SLUICE_GPT_PATH, {NULL}},
+};
+
+/* The losses printed as "step N loss X"; returns how many. */
+static int parse_losses(const char *out, double *loss, int max) {
+  int n = 0;
+  for (const char *p = out; p && *p && n < max; p = strchr(p, '\n')) {
+    if (*p == '\n') p++;
+    int step;
+    double v;
+    if (sscanf(p, "step %d loss %lf", &step, &v) == 2 && step == n)
+      loss[n++] = v;
+  }
+  return n;
+}
+
+static void run(const example *ex, const char *launch_nodes,
+                const char *launch_devices, const char *devices,
+                const char *layout, double *loss) {
+  const char *argv[32];
+  int a = 0;
+  if (launch_nodes) {
+    argv[a++] = SLUICE_CLI_PATH;
+    argv[a++] = "launch";
+    argv[a++] = "--nnodes";
+    argv[a++] = launch_nodes;
+    argv[a++] = "--devices";
+    argv[a++] = launch_devices;
+    argv[a++] = "--";
+  }
+  argv[a++] = ex->path;
+  argv[a++] = "--devices";
+  argv[a++] = devices;
+  argv[a++] = "--layout";
+  argv[a++] = layout;
+  argv[a++] = "--steps";
+  argv[a++] = "4";
+  for (int i = 0; ex->extra[i]; i++)
+    argv[a++] = ex->extra[i];
+  argv[a] = NULL;
+  cli_result r;
+  assert_int_equal(cli_run(argv[0], argv, &r), 0);
+  if (r.status != 0 || parse_losses(r.out, loss, STEPS) != STEPS)
+    fail_msg("%s --devices %s --layout %s (launch %s x %s): status %d\n"
+             "stdout:\n%s\nstderr:\n%s",
+             ex->name, devices, layout, launch_nodes ? launch_nodes : "-",
+             launch_devices ? launch_devices : "-", r.status, r.out, r.err);
+  cli_result_free(&r);
+}
+
+static void matrix(const example *ex) {
+  double ref[STEPS];
+  run(ex, NULL, NULL, "cpu:1", "single", ref);
+  static const char *const layouts[] = {"dp", "tp", "hybrid"};
+  static const int shapes[][2] = {{2, 1}, {2, 2}, {3, 1}, {3, 2}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    int nodes = shapes[s][0], devs = shapes[s][1];
+    char nn[8], dd[16], pl[32];
+    snprintf(nn, sizeof nn, "%d", nodes);
+    snprintf(dd, sizeof dd, "cpu:%d", devs);
+    if (devs == 1)
+      snprintf(pl, sizeof pl, "cpu:0-%d/0", nodes - 1);
+    else
+      snprintf(pl, sizeof pl, "cpu:0-%d/0-%d", nodes - 1, devs - 1);
+    for (int l = 0; l < 3; l++) {
+      if (!strcmp(layouts[l], "hybrid") && (nodes * devs) % 2) continue;
+      double got[STEPS];
+      run(ex, nn, dd, pl, layouts[l], got);
+      for (int k = 0; k < STEPS; k++) {
+        printf("%s %s on %s: step %d loss %.7f (one device %.7f)\n", ex->name,
+               layouts[l], pl, k, got[k], ref[k]);
+        if (fabs(got[k] - ref[k]) > TOL * fabs(ref[k]))
+          fail_msg("%s %s on %s: step %d loss %.9g, one device %.9g",
+                   ex->name, layouts[l], pl, k, got[k], ref[k]);
+      }
+    }
+  }
+}
+
+static void test_mlp(void **state) {
+  (void)state;
+  matrix(&examples[0]);
+}
+
+static void test_gpt(void **state) {
+  (void)state;
+  matrix(&examples[1]);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_mlp),
+      cmocka_unit_test(test_gpt),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
