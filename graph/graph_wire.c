@@ -14,10 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/npy.h"
 #include "graph_priv.h"
 
 #define WIRE_MAGIC 0x52474c53u /* "SLGR" */
-#define WIRE_VERSION 1u
+#define WIRE_VERSION 2u
 
 typedef struct wbuf {
   uint8_t *p;
@@ -146,14 +147,18 @@ sl_status sl__graph_pack(const sl_graph *g, uint8_t **buf, size_t *len) {
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const sl__gnode *gn = g->nodes[i];
     const sl__node *n = &gn->n;
+    /* A .npy source travels as its absolute path: the daemon opens the
+     * same file (this machine, or a shared file system). */
+    char npy[4096] = "";
     if (gn->npy_id >= 0) {
-      sl__free(b.p);
-      return sl__fail(SL_EUNSUPPORTED,
-                      "graph pack: node '%s' reads a .npy file, which "
-                      "daemons cannot open (use synthetic data or feeds)",
-                      n->name);
+      sl_status st = sl__npy_path(gn->npy_id, npy, sizeof npy);
+      if (st != SL_OK) {
+        sl__free(b.p);
+        return sl__fail_context(st, "graph pack: node '%s': ", n->name);
+      }
     }
     put_str(&b, n->name);
+    put_str(&b, npy);
     put_i32(&b, (int32_t)n->kind);
     put_str(&b, n->op ? n->op->name : "");
     put_i32(&b, n->attrs.n);
@@ -249,6 +254,7 @@ sl_status sl__graph_unpack(const uint8_t *buf, size_t len, sl_graph **out) {
     gn->npy_id = -1;
     sl__node *n = &gn->n;
     n->name = get_str(&b, g->arena);
+    const char *npy = get_str(&b, g->arena);
     n->kind = (sl__node_kind)get_i32(&b);
     const char *opname = get_str(&b, g->arena);
     if (b.bad || !n->name || !opname || n->kind < SL__NODE_OP ||
@@ -270,6 +276,19 @@ sl_status sl__graph_unpack(const uint8_t *buf, size_t len, sl_graph **out) {
       const char *an = get_str(&b, g->arena);
       get(&b, &n->attrs.a[k], sizeof n->attrs.a[k]);
       n->attrs.a[k].name = an;
+    }
+    if (npy && npy[0]) { /* this process's id of the same file */
+      if (b.bad || !n->op || strcmp(n->op->name, "npy_read")) {
+        st = bad("a .npy path on a node that is not npy_read");
+        goto fail;
+      }
+      st = sl__npy_open(npy, &gn->npy_id);
+      if (st == SL_OK)
+        st = sl__attrs_set_int(&n->attrs, "file", gn->npy_id);
+      if (st != SL_OK) {
+        sl__fail_context(st, "graph unpack: node '%s': ", n->name);
+        goto fail;
+      }
     }
     n->n_in = get_i32(&b);
     n->n_out = get_i32(&b);

@@ -237,6 +237,25 @@ void sl__npy_release(int32_t id) {
   pthread_mutex_unlock(&table_lock);
 }
 
+sl_status sl__npy_path(int32_t id, char *buf, size_t n) {
+  char *abs = NULL;
+  pthread_mutex_lock(&table_lock);
+  bool ok = id >= 0 && id < table_len && table[id].fd >= 0;
+  if (ok) abs = realpath(table[id].path, NULL);
+  int err = errno;
+  pthread_mutex_unlock(&table_lock);
+  if (!ok) return sl__fail(SL_ENOTFOUND, "npy: no open file %d", (int)id);
+  if (!abs) return sl__fail(SL_EIO, "npy: file %d: %s", (int)id, strerror(err));
+  size_t len = strlen(abs);
+  sl_status st = SL_OK;
+  if (len >= n)
+    st = sl__fail(SL_EINVAL, "npy '%s': path longer than %zu bytes", abs, n);
+  else
+    memcpy(buf, abs, len + 1);
+  free(abs);
+  return st;
+}
+
 /* A copy of the entry (its fd stays open while the graph holds the id). */
 static sl_status lookup(int32_t id, npy_file *out) {
   pthread_mutex_lock(&table_lock);

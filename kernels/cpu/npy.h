@@ -19,6 +19,11 @@
 sl_status sl__npy_open(const char *path, int32_t *id);
 /* Closes the file; id is never reused. Unknown ids are ignored. */
 void sl__npy_release(int32_t id);
+/* The path the file was opened with, made absolute (so another process on
+ * this machine, or one sharing the file system, can open it too), into
+ * buf of n bytes. SL_ENOTFOUND for an unknown id, SL_EIO when the path no
+ * longer resolves, SL_EINVAL when it does not fit. */
+sl_status sl__npy_path(int32_t id, char *buf, size_t n);
 /* The whole file's shape and dtype. SL_ENOTFOUND for an unknown id. */
 sl_status sl__npy_meta(int32_t id, sl__meta *out);
 

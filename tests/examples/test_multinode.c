@@ -4,7 +4,8 @@
  * the single-device run's losses, within the parallel-invariance
  * tolerance (docs/api.md: 1e-4 relative; sums are reordered across
  * devices). Every run's boxing spans the nodes, so the collectives go
- * over the data plane. Each run is bounded by the launcher's own guard
+ * over the data plane; a program reading .npy files runs too. Each run is
+ * bounded by the launcher's own guard
  * and ctest's timeout. */
 #include <math.h>
 #include <setjmp.h>
@@ -14,10 +15,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "cli_run.h"
+#include "cpu/npy.h"
 
 #define STEPS 4
 #define TOL 1e-4
@@ -108,6 +111,42 @@ static void matrix(const example *ex) {
   }
 }
 
+/* A program reading .npy files: the daemons open the same files (the
+ * graph carries their absolute paths) and train to the same losses. */
+static void test_npy_data(void **state) {
+  (void)state;
+  char dir[] = "/tmp/sluice-npy-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char xp[128], lp[128], data[300];
+  snprintf(xp, sizeof xp, "%s/x.npy", dir);
+  snprintf(lp, sizeof lp, "%s/labels.npy", dir);
+  enum { N = 512, IN = 32 };
+  static float x[N * IN];
+  static int32_t y[N];
+  for (int i = 0; i < N * IN; i++)
+    x[i] = (float)((i * 37) % 101) / 101.0f - 0.5f;
+  for (int i = 0; i < N; i++)
+    y[i] = (i * 7) % 10;
+  sl_shape xs = {2, {N, IN}}, ys = {1, {N}};
+  assert_int_equal(sl__npy_write(xp, SL_DTYPE_F32, &xs, x), SL_OK);
+  assert_int_equal(sl__npy_write(lp, SL_DTYPE_I32, &ys, y), SL_OK);
+  snprintf(data, sizeof data, "%s,%s", xp, lp);
+  example ex = {"mlp-npy", SLUICE_MLP_PATH,
+                {"--hidden", "64", "--data", data, NULL}};
+  double ref[STEPS], got[STEPS];
+  run(&ex, NULL, NULL, "cpu:1", "single", ref);
+  run(&ex, "2", "cpu:1", "cpu:0-1/0", "dp", got);
+  for (int k = 0; k < STEPS; k++) {
+    printf("npy dp on cpu:0-1/0: step %d loss %.7f (one device %.7f)\n", k,
+           got[k], ref[k]);
+    if (fabs(got[k] - ref[k]) > TOL * fabs(ref[k]))
+      fail_msg("npy: step %d loss %.9g, one device %.9g", k, got[k], ref[k]);
+  }
+  unlink(xp);
+  unlink(lp);
+  rmdir(dir);
+}
+
 static void test_mlp(void **state) {
   (void)state;
   matrix(&examples[0]);
@@ -122,6 +161,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mlp),
       cmocka_unit_test(test_gpt),
+      cmocka_unit_test(test_npy_data),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
