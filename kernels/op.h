@@ -17,7 +17,9 @@
 #include <sluice/sbp.h>
 #include <sluice/tensor.h>
 
+#include "caching_alloc.h"
 #include "core_int.h"
+#include "device_iface.h"
 
 #define SL_OP_MAX_INPUTS 16
 #define SL_OP_MAX_OUTPUTS 4
@@ -100,9 +102,30 @@ typedef struct sl__kernel_ctx {
   bool out_partial[SL_OP_MAX_OUTPUTS];
   int64_t step;       /* the training step (piece id): random ops and
                          optimizers key on it */
-  void *workspace;    /* op->workspace bytes, 64-byte aligned, or NULL */
+  void *workspace;    /* op->workspace bytes, 64-byte aligned, or NULL;
+                         for a CUDA run op->cuda->workspace bytes of
+                         device memory, 256-byte aligned */
   size_t workspace_bytes;
 } sl__kernel_ctx;
+
+/* An op's CUDA kernel (kernels/cuda/, one .cu per family). `run` queues
+ * the op on stream s of the CUDA device that holds every in/out pointer of
+ * k (and its workspace) and returns once the work is queued: the outputs
+ * exist when s reaches that point. The context follows the CPU kernel's
+ * conventions (local shards, slices, global shapes, step); attrs, metas
+ * and slices are host memory, the tensors device memory. Computes what the
+ * CPU kernel computes (docs/cuda.md lists where the last bits may
+ * differ), handles empty shards by launching nothing, and returns SL_ECUDA
+ * (or the cuBLAS error) with the library's message when a launch fails.
+ * What only the device sees cannot come back as a status without
+ * synchronising the stream: an id or label out of range makes the affected
+ * outputs NaN instead of the CPU kernel's SL_EINVAL. */
+typedef struct sl__cuda_kernel {
+  sl_status (*run)(const sl__kernel_ctx *k, sl__stream *s);
+  /* Device workspace bytes a call needs (NULL: none); sl__op_run_cuda
+   * allocates it (256-byte aligned) before run. */
+  size_t (*workspace)(const sl__kernel_ctx *k);
+} sl__cuda_kernel;
 
 typedef struct sl__op_def {
   const char *name;
@@ -122,6 +145,9 @@ typedef struct sl__op_def {
   /* The CPU kernel. Must handle empty shards. SL_EINVAL etc. with a
    * message; never aborts. */
   sl_status (*cpu)(const sl__kernel_ctx *k);
+  /* The CUDA kernel; NULL in builds without CUDA (kernels/cuda_kernels.h
+   * says how the definitions name it) and for an op that has none. */
+  const sl__cuda_kernel *cuda;
   /* A source op (no inputs) whose value changes each step (data, random):
    * the compiler does not fold or cache it. */
   bool per_step;
@@ -134,5 +160,18 @@ const sl__op_def *sl__op_at(int i);
 
 /* Runs the op's kernel with its workspace allocated. */
 sl_status sl__op_run_cpu(const sl__op_def *op, sl__kernel_ctx *k);
+
+/* Queues the op's CUDA kernel on stream s (a stream of the CUDA device
+ * holding k's tensors), with its workspace from mem, a caching allocator
+ * over that device's memory (sl__device_raw_memory): the block is taken
+ * for s and handed back once the kernel is queued, which is safe because
+ * the allocator gives a block freed on a stream only to that stream again,
+ * whose order puts the next user after this kernel. mem may be NULL for an
+ * op that needs no workspace. SL_EUNSUPPORTED when the op has no CUDA
+ * kernel (every op in a build without CUDA), SL_EINVAL for a NULL stream
+ * or a missing allocator, the allocator's or the kernel's status
+ * otherwise. k->workspace is restored to NULL on return. */
+sl_status sl__op_run_cuda(const sl__op_def *op, sl__kernel_ctx *k,
+                          sl__caching_alloc *mem, sl__stream *s);
 
 #endif

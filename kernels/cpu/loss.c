@@ -17,6 +17,7 @@
 #include <math.h>
 
 #include "cpu/dense_util.h"
+#include "cuda_kernels.h"
 
 #define S sl__dense_S
 #define B sl__dense_B
@@ -151,6 +152,7 @@ const sl__op_def sl__op_sparse_cross_entropy = {
     .infer = ce_infer,
     .signatures = ce_signatures,
     .cpu = ce_cpu,
+    .cuda = SL__CUDA_KERNEL(sparse_cross_entropy),
 };
 
 const sl__op_def sl__op_sparse_cross_entropy_grad = {
@@ -161,4 +163,5 @@ const sl__op_def sl__op_sparse_cross_entropy_grad = {
     .infer = ce_grad_infer,
     .signatures = ce_grad_signatures,
     .cpu = ce_grad_cpu,
+    .cuda = SL__CUDA_KERNEL(sparse_cross_entropy_grad),
 };

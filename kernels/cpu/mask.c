@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cpu/kernel_util.h"
+#include "cuda_kernels.h"
 
 static double fill_value(const sl__attrs *at) {
   double v = 0;
@@ -92,4 +93,5 @@ const sl__op_def sl__op_causal_mask = {
     .infer = mask_infer,
     .signatures = mask_sigs,
     .cpu = mask_cpu,
+    .cuda = SL__CUDA_KERNEL(causal_mask),
 };

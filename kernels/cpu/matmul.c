@@ -18,6 +18,7 @@
  *   (B, S(n) -> S(n)); (S(k), S(k) -> P); (P, B -> P); (B, P -> P). */
 #include "cpu/blas.h"
 #include "cpu/dense_util.h"
+#include "cuda_kernels.h"
 
 #define S sl__dense_S
 #define B sl__dense_B
@@ -206,6 +207,7 @@ const sl__op_def sl__op_matmul = {
     .signatures = matmul_signatures,
     .workspace = mm_workspace,
     .cpu = matmul_cpu,
+    .cuda = SL__CUDA_KERNEL(matmul),
 };
 
 /* ---- batch_matmul ------------------------------------------------------- */
@@ -298,4 +300,5 @@ const sl__op_def sl__op_batch_matmul = {
     .signatures = bmm_signatures,
     .workspace = mm_workspace,
     .cpu = bmm_cpu,
+    .cuda = SL__CUDA_KERNEL(batch_matmul),
 };

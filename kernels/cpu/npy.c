@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "npy.h"
+#include "cuda_kernels.h"
 
 typedef struct npy_file {
   char *path;
@@ -418,5 +419,6 @@ const sl__op_def sl__op_npy_read = {
     .infer = npy_infer,
     .signatures = npy_signatures,
     .cpu = npy_cpu,
+    .cuda = SL__CUDA_KERNEL(npy_read),
     .per_step = true,
 };

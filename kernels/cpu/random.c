@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "cpu/kernel_util.h"
+#include "cuda_kernels.h"
 
 /* ---- shared
  * ------------------------------------------------------------------- */
@@ -125,6 +126,7 @@ const sl__op_def sl__op_fill = {
     .infer = fill_infer,
     .signatures = source_sigs,
     .cpu = fill_cpu,
+    .cuda = SL__CUDA_KERNEL(fill),
 };
 
 /* ---- random_uniform
@@ -176,6 +178,7 @@ const sl__op_def sl__op_random_uniform = {
     .infer = uniform_infer,
     .signatures = source_sigs,
     .cpu = uniform_cpu,
+    .cuda = SL__CUDA_KERNEL(random_uniform),
     .per_step = true,
 };
 
@@ -227,6 +230,7 @@ const sl__op_def sl__op_random_normal = {
     .infer = normal_infer,
     .signatures = source_sigs,
     .cpu = normal_cpu,
+    .cuda = SL__CUDA_KERNEL(random_normal),
     .per_step = true,
 };
 
@@ -277,6 +281,7 @@ const sl__op_def sl__op_random_int = {
     .infer = int_infer,
     .signatures = source_sigs,
     .cpu = int_cpu,
+    .cuda = SL__CUDA_KERNEL(random_int),
     .per_step = true,
 };
 
@@ -354,6 +359,7 @@ const sl__op_def sl__op_dropout = {
     .infer = dropout_infer,
     .signatures = dropout_sigs,
     .cpu = dropout_cpu,
+    .cuda = SL__CUDA_KERNEL(dropout),
 };
 
 /* dropout's gradient applies the same mask and scale to dy: the same
@@ -366,4 +372,5 @@ const sl__op_def sl__op_dropout_grad = {
     .infer = dropout_infer,
     .signatures = dropout_sigs,
     .cpu = dropout_cpu,
+    .cuda = SL__CUDA_KERNEL(dropout_grad),
 };

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cpu/kernel_util.h"
+#include "cuda_kernels.h"
 
 /* P, P(max), P(min) -> the same, for ops that only move data. */
 static void partial_passthrough(sl__sig_list *l, int n_in) {
@@ -131,6 +132,7 @@ const sl__op_def sl__op_reshape = {
     .infer = reshape_infer,
     .signatures = reshape_sigs,
     .cpu = reshape_cpu,
+    .cuda = SL__CUDA_KERNEL(reshape),
 };
 
 /* ---- transpose
@@ -203,6 +205,7 @@ const sl__op_def sl__op_transpose = {
     .infer = transpose_infer,
     .signatures = transpose_sigs,
     .cpu = transpose_cpu,
+    .cuda = SL__CUDA_KERNEL(transpose),
 };
 
 /* ---- broadcast_to
@@ -285,6 +288,7 @@ const sl__op_def sl__op_broadcast_to = {
     .infer = bto_infer,
     .signatures = bto_sigs,
     .cpu = bto_cpu,
+    .cuda = SL__CUDA_KERNEL(broadcast_to),
 };
 
 /* ---- slice
@@ -366,6 +370,7 @@ const sl__op_def sl__op_slice = {
     .infer = slice_infer,
     .signatures = slice_sigs,
     .cpu = slice_cpu,
+    .cuda = SL__CUDA_KERNEL(slice),
 };
 
 /* ---- concat
@@ -447,4 +452,5 @@ const sl__op_def sl__op_concat = {
     .infer = concat_infer,
     .signatures = concat_sigs,
     .cpu = concat_cpu,
+    .cuda = SL__CUDA_KERNEL(concat),
 };

@@ -1,0 +1,227 @@
+// CUDA kernels of the optimizer updates and the clipping scale
+// (cpu/optim.c): sgd_update (plain, momentum, Nesterov, weight decay),
+// adam_update (Adam and AdamW) and global_norm_scale, with PyTorch's
+// formulas in PyTorch's operation order.
+//
+// The updates are elementwise and use the scalars the CPU kernel forms
+// (on the host, the same way), with the same float operations in the same
+// order and no FMA contraction, so w_new, m_new and v_new are
+// bit-identical to the CPU's. An output may be its input's very buffer
+// (each thread reads its element before writing it). Contiguous 16-byte
+// aligned tensors are processed four floats at a time.
+#include "cuda_util.cuh"
+
+namespace {
+
+using namespace slc;
+
+// ---- sgd ------------------------------------------------------------------
+
+// dense_util.h's sl__dense_sgd, by value.
+struct sgd_args {
+  float lr, mom, damp1, wd;
+  bool has_wd, first, nesterov, use_mom;
+};
+
+// dense_rows_impl.h's sgd_chunk, one element.
+__device__ inline void sgd_one(const sgd_args &c, float wi, float gi, float mi,
+                               float *wl, float *ml) {
+  float d = c.has_wd ? gi + c.wd * wi : gi;
+  float later = mi * c.mom + c.damp1 * d;
+  float buf = c.first ? d : later;
+  float nest = d + c.mom * buf;
+  float dm = c.nesterov ? nest : buf;
+  d = c.use_mom ? dm : d;
+  *ml = buf;
+  *wl = wi - c.lr * d;
+}
+
+struct alignas(16) f4 {
+  float v[4];
+};
+
+// VEC: n / 4 groups of four, then the tail one by one (pointers 16-byte
+// aligned). m may be g when there is no state (never read then: use_mom is
+// false).
+template <bool VEC>
+__global__ void sgd_k(sgd_args c, const float *w, const float *g,
+                      const float *m, float *wn, float *mn, int64_t n) {
+  int64_t start = 0;
+  if constexpr (VEC) {
+    int64_t nv = n / 4;
+    for (int64_t i = thread_index(); i < nv; i += thread_count()) {
+      f4 a = ((const f4 *)w)[i], b = ((const f4 *)g)[i];
+      f4 mm = c.use_mom ? ((const f4 *)m)[i] : b;
+      f4 wo, mo;
+#pragma unroll
+      for (int l = 0; l < 4; l++)
+        sgd_one(c, a.v[l], b.v[l], mm.v[l], &wo.v[l], &mo.v[l]);
+      ((f4 *)wn)[i] = wo;
+      if (c.use_mom) ((f4 *)mn)[i] = mo;
+    }
+    start = nv * 4;
+  }
+  for (int64_t i = start + thread_index(); i < n; i += thread_count()) {
+    float wo, mo;
+    sgd_one(c, w[i], g[i], c.use_mom ? m[i] : 0.0f, &wo, &mo);
+    wn[i] = wo;
+    if (c.use_mom) mn[i] = mo;
+  }
+}
+
+sl_status sgd_run(const sl__kernel_ctx *k, sl__stream *s) {
+  int64_t n = sl_shape_numel(&k->in_meta[0].shape);
+  const float *w = (const float *)k->in[0], *g = (const float *)k->in[1],
+              *m = (const float *)k->in[2];
+  float *wn = (float *)k->out[0], *mn = (float *)k->out[1];
+  sgd_args c;
+  c.lr = (float)sl__attr_float(k->attrs, "lr", 0.0);
+  c.mom = (float)sl__attr_float(k->attrs, "momentum", 0.0);
+  c.damp1 = (float)(1.0 - sl__attr_float(k->attrs, "dampening", 0.0));
+  c.wd = (float)sl__attr_float(k->attrs, "weight_decay", 0.0);
+  c.nesterov = sl__attr_int(k->attrs, "nesterov", 0) != 0;
+  c.has_wd = c.wd != 0.0f;
+  c.use_mom = c.mom != 0.0f;
+  c.first = c.use_mom && k->step == 0;
+  bool no_state = sl_shape_numel(&k->in_meta[2].shape) != n;
+  if (no_state) m = g; // never read
+  cudaStream_t cs = stream_of(s);
+  if (n == 0) return SL_OK;
+  if (!c.use_mom && !no_state && mn != m)
+    SL_CHECK(cuda_check(cudaMemcpyAsync(mn, m, (size_t)n * sizeof(float),
+                                        cudaMemcpyDeviceToDevice, cs),
+                        "sgd_update: cudaMemcpyAsync"));
+  if (aligned(16, w, g, m, wn, mn) && n >= 4)
+    sgd_k<true><<<blocks_for(n / 4), kThreads, 0, cs>>>(c, w, g, m, wn, mn,
+                                                         n);
+  else
+    sgd_k<false><<<blocks_for(n), kThreads, 0, cs>>>(c, w, g, m, wn, mn, n);
+  return launched("sgd_update");
+}
+
+// ---- adam -----------------------------------------------------------------
+
+// dense_util.h's sl__dense_adam, by value.
+struct adam_args {
+  float decay, l2, one_b1, b2, one_b2, bc2_sqrt, eps, step_size;
+  bool has_decay, has_l2;
+};
+
+// dense_rows_impl.h's adam_chunk, one element.
+__device__ inline void adam_one(const adam_args &c, float w0, float gi,
+                                float m0, float v0, float *wl, float *ml,
+                                float *vl) {
+  float wi = c.has_decay ? w0 * c.decay : w0;
+  float d = c.has_l2 ? gi + c.l2 * w0 : gi;
+  float mi = m0 + c.one_b1 * (d - m0);
+  float vi = v0 * c.b2 + (c.one_b2 * d) * d;
+  float denom = sqrtf(vi) / c.bc2_sqrt + c.eps;
+  *ml = mi;
+  *vl = vi;
+  *wl = wi - c.step_size * (mi / denom);
+}
+
+template <bool VEC>
+__global__ void adam_k(adam_args c, const float *w, const float *g,
+                       const float *m, const float *v, float *wn, float *mn,
+                       float *vn, int64_t n) {
+  int64_t start = 0;
+  if constexpr (VEC) {
+    int64_t nv = n / 4;
+    for (int64_t i = thread_index(); i < nv; i += thread_count()) {
+      f4 a = ((const f4 *)w)[i], b = ((const f4 *)g)[i],
+         mm = ((const f4 *)m)[i], vv = ((const f4 *)v)[i], wo, mo, vo;
+#pragma unroll
+      for (int l = 0; l < 4; l++)
+        adam_one(c, a.v[l], b.v[l], mm.v[l], vv.v[l], &wo.v[l], &mo.v[l],
+                 &vo.v[l]);
+      ((f4 *)wn)[i] = wo;
+      ((f4 *)mn)[i] = mo;
+      ((f4 *)vn)[i] = vo;
+    }
+    start = nv * 4;
+  }
+  for (int64_t i = start + thread_index(); i < n; i += thread_count()) {
+    float wo, mo, vo;
+    adam_one(c, w[i], g[i], m[i], v[i], &wo, &mo, &vo);
+    wn[i] = wo;
+    mn[i] = mo;
+    vn[i] = vo;
+  }
+}
+
+sl_status adam_run(const sl__kernel_ctx *k, sl__stream *s) {
+  int64_t n = sl_shape_numel(&k->in_meta[0].shape);
+  const float *w = (const float *)k->in[0], *g = (const float *)k->in[1],
+              *m = (const float *)k->in[2], *v = (const float *)k->in[3];
+  float *wn = (float *)k->out[0], *mn = (float *)k->out[1],
+        *vn = (float *)k->out[2];
+  double lr = sl__attr_float(k->attrs, "lr", 1e-3);
+  double b1 = sl__attr_float(k->attrs, "beta1", 0.9);
+  double b2 = sl__attr_float(k->attrs, "beta2", 0.999);
+  float eps = (float)sl__attr_float(k->attrs, "eps", 1e-8);
+  double wd = sl__attr_float(k->attrs, "weight_decay", 0.0);
+  bool decoupled = sl__attr_int(k->attrs, "decoupled", 0) != 0;
+  if (k->step < 0)
+    return sl__fail(SL_EINVAL, "adam_update: step %lld is negative",
+                    (long long)k->step);
+  // The scalars exactly as optim.c's adam_cpu forms them.
+  double t = (double)k->step + 1.0;
+  adam_args c;
+  c.step_size = (float)(lr / (1.0 - pow(b1, t)));
+  c.bc2_sqrt = (float)sqrt(1.0 - pow(b2, t));
+  c.one_b1 = (float)(1.0 - b1);
+  c.b2 = (float)b2;
+  c.one_b2 = (float)(1.0 - b2);
+  c.decay = decoupled ? (float)(1.0 - lr * wd) : 1.0f;
+  c.l2 = decoupled ? 0.0f : (float)wd;
+  c.eps = eps;
+  c.has_l2 = c.l2 != 0.0f;
+  c.has_decay = decoupled && wd != 0.0;
+  if (n == 0) return SL_OK;
+  cudaStream_t cs = stream_of(s);
+  if (aligned(16, w, g, m, v, wn, mn, vn) && n >= 4)
+    adam_k<true><<<blocks_for(n / 4), kThreads, 0, cs>>>(c, w, g, m, v, wn, mn,
+                                                          vn, n);
+  else
+    adam_k<false><<<blocks_for(n), kThreads, 0, cs>>>(c, w, g, m, v, wn, mn,
+                                                      vn, n);
+  return launched("adam_update");
+}
+
+// ---- global_norm_scale ------------------------------------------------------
+
+struct gns_args {
+  int n;
+  const float *in[SL_OP_MAX_INPUTS];
+  float max_norm;
+};
+
+// One thread: the sum in input order, in double, then optim.c's gns_cpu.
+__global__ void gns_k(gns_args a, float *out) {
+  double sum = 0.0;
+  for (int i = 0; i < a.n; i++)
+    sum += a.in[i][0];
+  float total = (float)sqrt(sum);
+  float coef = a.max_norm / (total + 1e-6f);
+  out[0] = coef < 1.0f ? coef : (coef == coef ? 1.0f : coef);
+}
+
+sl_status gns_run(const sl__kernel_ctx *k, sl__stream *s) {
+  if (k->n_in < 1 || k->n_in > SL_OP_MAX_INPUTS)
+    return sl__fail(SL_EINVAL, "global_norm_scale: %d inputs", k->n_in);
+  gns_args a;
+  memset(&a, 0, sizeof a);
+  a.n = k->n_in;
+  for (int i = 0; i < k->n_in; i++)
+    a.in[i] = (const float *)k->in[i];
+  a.max_norm = (float)sl__attr_float(k->attrs, "max_norm", NAN);
+  gns_k<<<1, 1, 0, stream_of(s)>>>(a, (float *)k->out[0]);
+  return launched("global_norm_scale");
+}
+
+} // namespace
+
+extern "C" const sl__cuda_kernel sl__cuda_sgd_update = {sgd_run, NULL};
+extern "C" const sl__cuda_kernel sl__cuda_adam_update = {adam_run, NULL};
+extern "C" const sl__cuda_kernel sl__cuda_global_norm_scale = {gns_run, NULL};
