@@ -42,8 +42,8 @@ void sl__elem_fill_identity(sl_dtype dt, sl_reduce_op op, void *dst,
 
 #define REDUCE_LOOP(T, SUM)                                                    \
   do {                                                                         \
-    T *d = dst;                                                                \
-    const T *s = src;                                                          \
+    T *restrict d = dst;                                                       \
+    const T *restrict s = src;                                                 \
     switch (op) {                                                              \
     case SL_REDUCE_SUM:                                                        \
       for (int64_t k = 0; k < n; k++)                                          \

@@ -120,7 +120,8 @@ bool sl__plan_ranks_inter(const sl_boxing_plan *plan, int n, const int *ranks);
  * are logical or (identity 0), min is logical and (identity 1). */
 void sl__elem_fill_identity(sl_dtype dt, sl_reduce_op op, void *dst, int64_t n);
 /* dst[k] = op(dst[k], src[k]) for n elements, computed in the dtype
- * (integers wrap, f16/bf16 through float). */
+ * (integers wrap, f16/bf16 through float). dst and src must not overlap
+ * (the loops are vectorised on that promise). */
 void sl__elem_reduce(sl_dtype dt, sl_reduce_op op, void *dst, const void *src,
                      int64_t n);
 
