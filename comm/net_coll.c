@@ -538,28 +538,22 @@ static void hook_sent(void *ctx, void *token, sl_status st) {
   call_done(&pd);
 }
 
-/* Fails the instances `node` is a member of; `mark`: and later starts. */
-static void fail_node(sl__net_coll *nc, uint32_t node, sl_status st,
-                      const char *msg, bool mark) {
-  if (node >= nc->nnodes) return;
-  pending_done *pds = NULL;
-  size_t npd = 0;
-  pthread_mutex_lock(&nc->lock);
-  if (mark) {
-    nc->node_failed[node] = true;
-    nc->node_st[node] = st;
-    snprintf(nc->node_msg[node], sizeof nc->node_msg[node], "%s", msg);
-  }
-  size_t cap = 0;
+#define ANY_NODE UINT32_MAX
+
+/* With the lock held: fails the running instances `node` is a member of
+ * (ANY_NODE: all), releases the lock, then calls their dones. */
+static void fail_running_unlock(sl__net_coll *nc, uint32_t node, sl_status st,
+                                const char *msg) {
+  size_t cap = 0, npd = 0;
   for (inst *x = nc->insts; x; x = x->next)
     cap++;
-  pds = cap ? sl__calloc(cap, sizeof *pds) : NULL;
+  pending_done *pds = cap ? sl__calloc(cap, sizeof *pds) : NULL;
   for (inst *x = nc->insts, *next; x; x = next) {
     next = x->next; /* check_done may free x */
     if (!x->started || x->finished) continue;
-    bool member = false;
-    for (uint32_t i = 0; i < x->n; i++)
-      member |= x->nodes[i] == node;
+    bool member = node == ANY_NODE;
+    for (uint32_t i = 0; i < x->n && !member; i++)
+      member = x->nodes[i] == node;
     if (!member) continue;
     fail_inst(x, st, msg);
     pending_done pd = {0};
@@ -569,6 +563,19 @@ static void fail_node(sl__net_coll *nc, uint32_t node, sl_status st,
   for (size_t i = 0; i < npd; i++)
     call_done(&pds[i]);
   sl__free(pds);
+}
+
+/* Fails the instances `node` is a member of; `mark`: and later starts. */
+static void fail_node(sl__net_coll *nc, uint32_t node, sl_status st,
+                      const char *msg, bool mark) {
+  if (node >= nc->nnodes) return;
+  pthread_mutex_lock(&nc->lock);
+  if (mark) {
+    nc->node_failed[node] = true;
+    nc->node_st[node] = st;
+    snprintf(nc->node_msg[node], sizeof nc->node_msg[node], "%s", msg);
+  }
+  fail_running_unlock(nc, node, st, msg);
 }
 
 static void hook_failed(void *ctx, uint32_t node, sl_status st,
@@ -643,28 +650,13 @@ void sl__net_coll_get_stats(sl__net_coll *nc, sl__net_coll_stats *out) {
 }
 
 void sl__net_coll_abort(sl__net_coll *nc, sl_status st, const char *msg) {
-  pending_done *pds = NULL;
-  size_t npd = 0, cap = 0;
   pthread_mutex_lock(&nc->lock);
   if (!nc->aborted) {
     nc->aborted = true;
     nc->abort_st = st;
     snprintf(nc->abort_msg, sizeof nc->abort_msg, "%s", msg ? msg : "");
   }
-  for (inst *x = nc->insts; x; x = x->next)
-    cap++;
-  pds = cap ? sl__calloc(cap, sizeof *pds) : NULL;
-  for (inst *x = nc->insts, *next; x; x = next) {
-    next = x->next; /* check_done may free x */
-    if (!x->started || x->finished) continue;
-    fail_inst(x, st, nc->abort_msg);
-    pending_done pd = {0};
-    if (check_done(nc, x, &pd) && pds) pds[npd++] = pd;
-  }
-  pthread_mutex_unlock(&nc->lock);
-  for (size_t i = 0; i < npd; i++)
-    call_done(&pds[i]);
-  sl__free(pds);
+  fail_running_unlock(nc, ANY_NODE, st, nc->abort_msg);
 }
 
 void sl__net_coll_reset(sl__net_coll *nc) {
