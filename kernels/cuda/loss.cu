@@ -21,7 +21,8 @@ __device__ inline int64_t label_at(const void *lab, bool i64, int64_t r) {
 
 // GRAD false: loss[r]; true: dx rows from dloss[r].
 template <int TPR, bool GRAD>
-__global__ void ce_k(const float *x, const void *lab, bool lab_i64,
+__global__ void __launch_bounds__(TPR == 16 ? 256 : TPR)
+ce_k(const float *x, const void *lab, bool lab_i64,
                      const float *dloss, float *out, int64_t rows,
                      int64_t classes) {
   using G = row_group<TPR>;

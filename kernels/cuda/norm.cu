@@ -22,7 +22,8 @@ namespace {
 using namespace slc;
 
 template <int TPR>
-__global__ void ln_k(const float *x, const float *gamma, const float *beta,
+__global__ void __launch_bounds__(TPR == 16 ? 256 : TPR)
+ln_k(const float *x, const float *gamma, const float *beta,
                      float *y, float *mean, float *rstd, int64_t rows,
                      int64_t d, float inv_d, float eps) {
   using G = row_group<TPR>;
@@ -56,7 +57,8 @@ __global__ void ln_k(const float *x, const float *gamma, const float *beta,
 
 // dx rows (row_ln_grad_sums, then ln_grad_row's dx).
 template <int TPR>
-__global__ void ln_grad_dx_k(const float *dy, const float *x,
+__global__ void __launch_bounds__(TPR == 16 ? 256 : TPR)
+ln_grad_dx_k(const float *dy, const float *x,
                              const float *gamma, const float *mean,
                              const float *rstd, float *dx, int64_t rows,
                              int64_t d, float inv_d) {

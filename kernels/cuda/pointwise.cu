@@ -181,11 +181,10 @@ sl_status unary_num(const sl__kernel_ctx *k, sl__stream *s, F f,
   case SL_DTYPE_I64:
     return map1((int64_t *)k->out[0], (const int64_t *)k->in[0], n, f, s,
                 what);
-  default: break;
+  case SL_DTYPE_F32:
+  case SL_DTYPE_F64: return unary_float(k, s, f, what);
+  default: return sl__check_dtype("input 0", k->in_meta[0].dtype, SL__DT_NUM);
   }
-  if (!sl_dtype_is_float(k->in_meta[0].dtype))
-    return sl__check_dtype("input 0", k->in_meta[0].dtype, SL__DT_NUM);
-  return unary_float(k, s, f, what);
 }
 
 sl_status identity_run(const sl__kernel_ctx *k, sl__stream *s) {
@@ -437,11 +436,10 @@ sl_status binary_num(const sl__kernel_ctx *k, sl__stream *s, F f,
   switch (k->out_meta[0].dtype) {
   case SL_DTYPE_I32: return map2<int32_t>(k, f, s, what);
   case SL_DTYPE_I64: return map2<int64_t>(k, f, s, what);
-  default: break;
+  case SL_DTYPE_F32:
+  case SL_DTYPE_F64: return binary_float(k, s, f, what);
+  default: return sl__check_dtype("input 0", k->out_meta[0].dtype, SL__DT_NUM);
   }
-  if (!sl_dtype_is_float(k->out_meta[0].dtype))
-    return sl__check_dtype("input 0", k->out_meta[0].dtype, SL__DT_NUM);
-  return binary_float(k, s, f, what);
 }
 
 sl_status add_run(const sl__kernel_ctx *k, sl__stream *s) {

@@ -171,7 +171,7 @@ __device__ inline double finish<double>(double v, const mean_info &m) {
 // A warp per output (TPR 32, blockDim (32, 8)) or a block per output (TPR
 // 256, blockDim (256, 1)); the innermost reduced dim has stride 1.
 template <typename T, bool MAX, int TPR>
-__global__ void reduce_inner_k(T *out, const T *x, red_plan p, mean_info m) {
+__global__ void __launch_bounds__(256) reduce_inner_k(T *out, const T *x, red_plan p, mean_info m) {
   using R = red<T, MAX>;
   using A = typename R::A;
   __shared__ A smem[TPR >= 64 ? TPR / 32 : 1];

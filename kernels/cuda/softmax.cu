@@ -28,7 +28,8 @@ enum sm_kind {
 
 // Rows of len along the last axis; x is dy for the gradients, y their y.
 template <int TPR, int KIND>
-__global__ void rows_k(const float *x, const float *y, float *out,
+__global__ void __launch_bounds__(TPR == 16 ? 256 : TPR)
+rows_k(const float *x, const float *y, float *out,
                        int64_t rows, int64_t len) {
   using G = row_group<TPR>;
   __shared__ float sm[G::smem];
