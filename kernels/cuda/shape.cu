@@ -123,7 +123,12 @@ sl_status gather_es(void *o, const void *x, const sl__iter &it, int64_t n,
     p.dims[d] = it.dims[d];
     p.str[d] = it.strides[1][d];
   }
-  if (n < INT32_MAX)
+  // 32-bit index arithmetic when every output index and input offset fits
+  // (a slice may read far into a larger input).
+  int64_t last = 0;
+  for (int d = 0; d < it.ndim; d++)
+    last += (it.dims[d] - 1) * it.strides[1][d];
+  if (n < INT32_MAX && last < INT32_MAX)
     gather_k<E, int32_t><<<blocks_for(n), kThreads, 0, cs>>>(
         (E *)o, (const E *)x, n, p);
   else
