@@ -114,8 +114,7 @@ sl_status grad_layout(int64_t n, int64_t nrows, grad_ws *w) {
   cudaError_t e = cub::DeviceRadixSort::SortPairs(
       (void *)NULL, temp, (const uint32_t *)NULL, (uint32_t *)NULL,
       (const int32_t *)NULL, (int32_t *)NULL, (int)n, 0, key_bits(nrows));
-  if (e != cudaSuccess)
-    return cuda_check(e, "embedding_grad: cub sort size");
+  if (e != cudaSuccess) return cuda_check(e, "embedding_grad: cub sort size");
   size_t a = round256((size_t)n * sizeof(int32_t));
   w->keys_in = 0;
   w->keys_out = a;

@@ -22,9 +22,8 @@ __device__ inline int64_t label_at(const void *lab, bool i64, int64_t r) {
 // GRAD false: loss[r]; true: dx rows from dloss[r].
 template <int TPR, bool GRAD>
 __global__ void __launch_bounds__(TPR == 16 ? 256 : TPR)
-ce_k(const float *x, const void *lab, bool lab_i64,
-                     const float *dloss, float *out, int64_t rows,
-                     int64_t classes) {
+    ce_k(const float *x, const void *lab, bool lab_i64, const float *dloss,
+         float *out, int64_t rows, int64_t classes) {
   using G = row_group<TPR>;
   __shared__ float sm[G::smem];
   const int lane = threadIdx.x;
@@ -45,7 +44,8 @@ ce_k(const float *x, const void *lab, bool lab_i64,
     float s = G::sum(acc, sm);
     if (!valid) continue;
     if constexpr (!GRAD) {
-      if (lane == 0) out[r] = bad ? __int_as_float(0x7fc00000) : logf(s) - (xr[c] - m);
+      if (lane == 0)
+        out[r] = bad ? __int_as_float(0x7fc00000) : logf(s) - (xr[c] - m);
     } else {
       float g = dloss[r], scale = g / s;
       float *o = out + r * classes;
@@ -102,15 +102,13 @@ sl_status ce_grad_run(const sl__kernel_ctx *k, sl__stream *s) {
   SL_CHECK(ce_dims(k, 1, &rows, &classes));
   if (rows == 0) return SL_OK;
   ce_launch<true>((const float *)k->in[1], k->in[2],
-                  k->in_meta[2].dtype == SL_DTYPE_I64,
-                  (const float *)k->in[0], (float *)k->out[0], rows, classes,
-                  stream_of(s));
+                  k->in_meta[2].dtype == SL_DTYPE_I64, (const float *)k->in[0],
+                  (float *)k->out[0], rows, classes, stream_of(s));
   return launched("sparse_cross_entropy_grad");
 }
 
 } // namespace
 
-extern "C" const sl__cuda_kernel sl__cuda_sparse_cross_entropy = {ce_run,
-                                                                  NULL};
+extern "C" const sl__cuda_kernel sl__cuda_sparse_cross_entropy = {ce_run, NULL};
 extern "C" const sl__cuda_kernel sl__cuda_sparse_cross_entropy_grad = {
     ce_grad_run, NULL};

@@ -54,7 +54,8 @@ sl_status handle_for(cudaStream_t cs, cublasHandle_t *out) {
                     dev, kMaxDevices);
   if (!hs.h[dev])
     SL_CHECK(cublas_check(cublasCreate(&hs.h[dev]), "matmul: cublasCreate"));
-  SL_CHECK(cublas_check(cublasSetStream(hs.h[dev], cs), "matmul: cublasSetStream"));
+  SL_CHECK(
+      cublas_check(cublasSetStream(hs.h[dev], cs), "matmul: cublasSetStream"));
   *out = hs.h[dev];
   return SL_OK;
 }
@@ -79,8 +80,9 @@ sl_status matmul_dims(bool ta, bool tb, const sl_shape *as, const sl_shape *bs,
     if (i != a_k) d->m *= as->dims[i];
   d->batch = 1;
   if (bs->dims[tb ? 1 : 0] != d->k)
-    return sl__fail(SL_EINVAL, "matmul: contraction extents differ (%lld vs "
-                               "%lld)",
+    return sl__fail(SL_EINVAL,
+                    "matmul: contraction extents differ (%lld vs "
+                    "%lld)",
                     (long long)d->k, (long long)bs->dims[tb ? 1 : 0]);
   return SL_OK;
 }
@@ -101,13 +103,15 @@ sl_status bmm_dims(bool ta, bool tb, const sl_shape *as, const sl_shape *bs,
   d->k = as->dims[ta ? na - 2 : na - 1];
   d->n = bs->dims[tb ? na - 2 : na - 1];
   if (bs->dims[tb ? na - 1 : na - 2] != d->k)
-    return sl__fail(SL_EINVAL, "batch_matmul: contraction extents differ "
-                               "(%lld vs %lld)",
+    return sl__fail(SL_EINVAL,
+                    "batch_matmul: contraction extents differ "
+                    "(%lld vs %lld)",
                     (long long)d->k, (long long)bs->dims[tb ? na - 1 : na - 2]);
   return SL_OK;
 }
 
-// ---- bf16 widening ------------------------------------------------------------
+// ---- bf16 widening
+// ------------------------------------------------------------
 
 __global__ void widen_k(float *o, const uint16_t *h, int64_t n) {
   for (int64_t i = thread_index(); i < n; i += thread_count())
@@ -124,13 +128,14 @@ size_t mm_ws(const sl__kernel_ctx *k) {
   size_t b = 0;
   for (int i = 0; i < 2; i++)
     if (needs_widen(k, i))
-      b += ((size_t)sl_shape_numel(&k->in_meta[i].shape) * sizeof(float) +
-            255) &
-           ~(size_t)255;
+      b +=
+          ((size_t)sl_shape_numel(&k->in_meta[i].shape) * sizeof(float) + 255) &
+          ~(size_t)255;
   return b;
 }
 
-// ---- the product ---------------------------------------------------------------
+// ---- the product
+// ---------------------------------------------------------------
 
 bool fits_int(int64_t v) { return v >= 0 && v <= INT32_MAX; }
 
@@ -142,11 +147,10 @@ sl_status gemm(const sl__kernel_ctx *k, bool ta, bool tb, const mm_dims &d,
   cudaStream_t cs = stream_of(s);
   if (d.batch == 0 || d.m == 0 || d.n == 0) return SL_OK;
   if (d.k == 0)
-    return cuda_check(cudaMemsetAsync(c, 0,
-                                      (size_t)(d.batch * d.m * d.n) *
-                                          sizeof(float),
-                                      cs),
-                      "matmul: cudaMemsetAsync");
+    return cuda_check(
+        cudaMemsetAsync(c, 0, (size_t)(d.batch * d.m * d.n) * sizeof(float),
+                        cs),
+        "matmul: cudaMemsetAsync");
   if (!fits_int(d.m) || !fits_int(d.n) || !fits_int(d.k))
     return sl__fail(SL_EUNSUPPORTED,
                     "cuda %s: m %lld, n %lld, k %lld: cuBLAS takes extents "
@@ -158,14 +162,15 @@ sl_status gemm(const sl__kernel_ctx *k, bool ta, bool tb, const mm_dims &d,
                    k->in_meta[1].dtype == SL_DTYPE_BF16;
   char *ws = (char *)k->workspace;
   if (mm_ws(k) && (!ws || k->workspace_bytes < mm_ws(k)))
-    return sl__fail(SL_EINVAL, "cuda %s: no workspace for a bf16 input (run "
-                               "it with sl__op_run_cuda)",
+    return sl__fail(SL_EINVAL,
+                    "cuda %s: no workspace for a bf16 input (run "
+                    "it with sl__op_run_cuda)",
                     what);
   for (int i = 0; i < 2; i++) {
     if (!needs_widen(k, i)) continue;
     int64_t n = sl_shape_numel(&k->in_meta[i].shape);
     widen_k<<<blocks_for(n), kThreads, 0, cs>>>((float *)ws,
-                                                 (const uint16_t *)k->in[i], n);
+                                                (const uint16_t *)k->in[i], n);
     SL_CHECK(launched(what));
     ab[i] = ws;
     ws += ((size_t)n * sizeof(float) + 255) & ~(size_t)255;
@@ -197,12 +202,11 @@ sl_status gemm(const sl__kernel_ctx *k, bool ta, bool tb, const mm_dims &d,
                      CUDA_R_16BF, lda, sa, &zero, cc, CUDA_R_32F, n, sc, nb,
                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     else
-      st = nb == 1 ? cublasSgemm(h, opb, opa, n, m, kk, &one,
-                                 (const float *)b, ldb, (const float *)a, lda,
-                                 &zero, cc, n)
+      st = nb == 1 ? cublasSgemm(h, opb, opa, n, m, kk, &one, (const float *)b,
+                                 ldb, (const float *)a, lda, &zero, cc, n)
                    : cublasSgemmStridedBatched(
-                         h, opb, opa, n, m, kk, &one, (const float *)b, ldb,
-                         sb, (const float *)a, lda, sa, &zero, cc, n, sc, nb);
+                         h, opb, opa, n, m, kk, &one, (const float *)b, ldb, sb,
+                         (const float *)a, lda, sa, &zero, cc, n, sc, nb);
     SL_CHECK(cublas_check(st, what));
   }
   return SL_OK;
@@ -212,8 +216,7 @@ sl_status matmul_run(const sl__kernel_ctx *k, sl__stream *s) {
   bool ta = sl__attr_int(k->attrs, "trans_a", 0),
        tb = sl__attr_int(k->attrs, "trans_b", 0);
   mm_dims d;
-  SL_CHECK(
-      matmul_dims(ta, tb, &k->in_meta[0].shape, &k->in_meta[1].shape, &d));
+  SL_CHECK(matmul_dims(ta, tb, &k->in_meta[0].shape, &k->in_meta[1].shape, &d));
   return gemm(k, ta, tb, d, s, "matmul");
 }
 

@@ -23,9 +23,9 @@ using namespace slc;
 
 template <int TPR>
 __global__ void __launch_bounds__(TPR == 16 ? 256 : TPR)
-ln_k(const float *x, const float *gamma, const float *beta,
-                     float *y, float *mean, float *rstd, int64_t rows,
-                     int64_t d, float inv_d, float eps) {
+    ln_k(const float *x, const float *gamma, const float *beta, float *y,
+         float *mean, float *rstd, int64_t rows, int64_t d, float inv_d,
+         float eps) {
   using G = row_group<TPR>;
   __shared__ float sm[G::smem];
   const int lane = threadIdx.x;
@@ -58,10 +58,9 @@ ln_k(const float *x, const float *gamma, const float *beta,
 // dx rows (row_ln_grad_sums, then ln_grad_row's dx).
 template <int TPR>
 __global__ void __launch_bounds__(TPR == 16 ? 256 : TPR)
-ln_grad_dx_k(const float *dy, const float *x,
-                             const float *gamma, const float *mean,
-                             const float *rstd, float *dx, int64_t rows,
-                             int64_t d, float inv_d) {
+    ln_grad_dx_k(const float *dy, const float *x, const float *gamma,
+                 const float *mean, const float *rstd, float *dx, int64_t rows,
+                 int64_t d, float inv_d) {
   using G = row_group<TPR>;
   __shared__ float sm[G::smem];
   const int lane = threadIdx.x;
@@ -157,8 +156,7 @@ int64_t rows_of(const sl_shape *s, int64_t *d) {
   return *d ? sl_shape_numel(s) / *d : 0;
 }
 
-template <typename L>
-void by_length(int64_t d, L launch) {
+template <typename L> void by_length(int64_t d, L launch) {
   if (d <= kRowLanesMax)
     launch(std::integral_constant<int, 16>{});
   else if (d <= kRow256Max)
@@ -194,15 +192,15 @@ sl_status lng_run(const sl__kernel_ctx *k, sl__stream *s) {
   int64_t d, rows = rows_of(&k->in_meta[1].shape, &d);
   if (d == 0) return SL_OK;
   const float *dy = (const float *)k->in[0], *x = (const float *)k->in[1],
-              *gamma = (const float *)k->in[2],
-              *mean = (const float *)k->in[3], *rstd = (const float *)k->in[4];
+              *gamma = (const float *)k->in[2], *mean = (const float *)k->in[3],
+              *rstd = (const float *)k->in[4];
   float *dx = (float *)k->out[0], *dgamma = (float *)k->out[1],
         *dbeta = (float *)k->out[2];
   cudaStream_t cs = stream_of(s);
   if (rows == 0) { // no rows: the sums are 0
-    SL_CHECK(cuda_check(
-        cudaMemsetAsync(dgamma, 0, (size_t)d * sizeof(float), cs),
-        "layer_norm_grad: cudaMemsetAsync"));
+    SL_CHECK(
+        cuda_check(cudaMemsetAsync(dgamma, 0, (size_t)d * sizeof(float), cs),
+                   "layer_norm_grad: cudaMemsetAsync"));
     return cuda_check(cudaMemsetAsync(dbeta, 0, (size_t)d * sizeof(float), cs),
                       "layer_norm_grad: cudaMemsetAsync");
   }
@@ -219,8 +217,8 @@ sl_status lng_run(const sl__kernel_ctx *k, sl__stream *s) {
   });
   SL_CHECK(launched("layer_norm_grad"));
   dim3 grid(blocks_for(d, 32), (unsigned)chunks);
-  ln_grad_cols_k<<<grid, dim3(32, 8), 0, cs>>>(dy, x, mean, rstd, dgamma,
-                                               dbeta, ws, rows, d);
+  ln_grad_cols_k<<<grid, dim3(32, 8), 0, cs>>>(dy, x, mean, rstd, dgamma, dbeta,
+                                               ws, rows, d);
   if (chunks > 1) {
     SL_CHECK(launched("layer_norm_grad"));
     ln_grad_chunks_k<<<blocks_for(d), kThreads, 0, cs>>>(ws, dgamma, dbeta, d,

@@ -92,8 +92,7 @@ sl_status sgd_run(const sl__kernel_ctx *k, sl__stream *s) {
                                         cudaMemcpyDeviceToDevice, cs),
                         "sgd_update: cudaMemcpyAsync"));
   if (aligned(16, w, g, m, wn, mn) && n >= 4)
-    sgd_k<true><<<blocks_for(n / 4), kThreads, 0, cs>>>(c, w, g, m, wn, mn,
-                                                         n);
+    sgd_k<true><<<blocks_for(n / 4), kThreads, 0, cs>>>(c, w, g, m, wn, mn, n);
   else
     sgd_k<false><<<blocks_for(n), kThreads, 0, cs>>>(c, w, g, m, wn, mn, n);
   return launched("sgd_update");
@@ -181,11 +180,11 @@ sl_status adam_run(const sl__kernel_ctx *k, sl__stream *s) {
   if (n == 0) return SL_OK;
   cudaStream_t cs = stream_of(s);
   if (aligned(16, w, g, m, v, wn, mn, vn) && n >= 4)
-    adam_k<true><<<blocks_for(n / 4), kThreads, 0, cs>>>(c, w, g, m, v, wn, mn,
-                                                          vn, n);
+    adam_k<true>
+        <<<blocks_for(n / 4), kThreads, 0, cs>>>(c, w, g, m, v, wn, mn, vn, n);
   else
-    adam_k<false><<<blocks_for(n), kThreads, 0, cs>>>(c, w, g, m, v, wn, mn,
-                                                      vn, n);
+    adam_k<false>
+        <<<blocks_for(n), kThreads, 0, cs>>>(c, w, g, m, v, wn, mn, vn, n);
   return launched("adam_update");
 }
 

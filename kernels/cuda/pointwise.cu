@@ -176,11 +176,9 @@ sl_status unary_num(const sl__kernel_ctx *k, sl__stream *s, F f,
   int64_t n = sl_shape_numel(&k->out_meta[0].shape);
   switch (k->in_meta[0].dtype) {
   case SL_DTYPE_I32:
-    return map1((int32_t *)k->out[0], (const int32_t *)k->in[0], n, f, s,
-                what);
+    return map1((int32_t *)k->out[0], (const int32_t *)k->in[0], n, f, s, what);
   case SL_DTYPE_I64:
-    return map1((int64_t *)k->out[0], (const int64_t *)k->in[0], n, f, s,
-                what);
+    return map1((int64_t *)k->out[0], (const int64_t *)k->in[0], n, f, s, what);
   case SL_DTYPE_F32:
   case SL_DTYPE_F64: return unary_float(k, s, f, what);
   default: return sl__check_dtype("input 0", k->in_meta[0].dtype, SL__DT_NUM);
@@ -210,8 +208,8 @@ template <typename F> F scalar_functor(double v) {
   /* Integer tensors only (infer checked the value fits); the float
    * conversions are not read then, and these are not either for floats. */
   f.i = v >= -2147483648.0 && v < 2147483648.0 ? (int32_t)v : 0;
-  f.l = v >= -9223372036854775808.0 && v < 9223372036854775808.0 ? (int64_t)v
-                                                                  : 0;
+  f.l =
+      v >= -9223372036854775808.0 && v < 9223372036854775808.0 ? (int64_t)v : 0;
   return f;
 }
 
@@ -311,7 +309,9 @@ __device__ inline double gelu_d(double x) {
 }
 
 struct b_relu_grad {
-  __device__ float operator()(float x, float y) const { return y > 0 ? x : 0.f; }
+  __device__ float operator()(float x, float y) const {
+    return y > 0 ? x : 0.f;
+  }
   __device__ double operator()(double x, double y) const {
     return y > 0 ? x : 0.0;
   }
@@ -398,8 +398,7 @@ sl_status map2(const sl__kernel_ctx *k, F f, sl__stream *s, const char *what) {
   cudaStream_t cs = stream_of(s);
   if (it.ndim == 1 && it.strides[1][0] == 1 && it.strides[2][0] == 1 &&
       aligned(16, o, a, b) && n >= vec16<T>::W) {
-    map2_vec_k<<<blocks_for(n / vec16<T>::W), kThreads, 0, cs>>>(o, a, b, n,
-                                                                 f);
+    map2_vec_k<<<blocks_for(n / vec16<T>::W), kThreads, 0, cs>>>(o, a, b, n, f);
     return launched(what);
   }
   bin_iter bi;
@@ -411,11 +410,11 @@ sl_status map2(const sl__kernel_ctx *k, F f, sl__stream *s, const char *what) {
     bi.sb[d] = it.strides[2][d];
   }
   if (n < INT32_MAX)
-    map2_bcast_k<T, int32_t><<<blocks_for(n), kThreads, 0, cs>>>(o, a, b, n,
-                                                                bi, f);
+    map2_bcast_k<T, int32_t>
+        <<<blocks_for(n), kThreads, 0, cs>>>(o, a, b, n, bi, f);
   else
-    map2_bcast_k<T, int64_t><<<blocks_for(n), kThreads, 0, cs>>>(o, a, b, n,
-                                                                bi, f);
+    map2_bcast_k<T, int64_t>
+        <<<blocks_for(n), kThreads, 0, cs>>>(o, a, b, n, bi, f);
   return launched(what);
 }
 
@@ -597,8 +596,8 @@ __device__ inline void store_d(sl_dtype dt, void *p, int64_t i, double v) {
     ((uint8_t *)p)[i] = (uint8_t)sat_int(v, 0.0, 256.0, 0, UINT8_MAX);
     break;
   case SL_DTYPE_I32:
-    ((int32_t *)p)[i] = (int32_t)sat_int(v, -2147483648.0, 2147483648.0,
-                                         INT32_MIN, INT32_MAX);
+    ((int32_t *)p)[i] =
+        (int32_t)sat_int(v, -2147483648.0, 2147483648.0, INT32_MIN, INT32_MAX);
     break;
   case SL_DTYPE_I64:
     ((int64_t *)p)[i] = sat_int(v, -9223372036854775808.0,
@@ -621,8 +620,8 @@ __device__ inline int64_t load_int(sl_dtype dt, const void *p, int64_t i) {
 __device__ inline void store_int(sl_dtype dt, void *p, int64_t i, int64_t v) {
   switch (dt) {
   case SL_DTYPE_I8:
-    ((int8_t *)p)[i] = (int8_t)(v < INT8_MIN ? INT8_MIN
-                                             : (v > INT8_MAX ? INT8_MAX : v));
+    ((int8_t *)p)[i] =
+        (int8_t)(v < INT8_MIN ? INT8_MIN : (v > INT8_MAX ? INT8_MAX : v));
     break;
   case SL_DTYPE_I32:
     ((int32_t *)p)[i] =
@@ -666,8 +665,8 @@ struct c_f32_i32 {
 };
 struct c_f32_i64 {
   __device__ int64_t operator()(float a) const {
-    return sat_int(a, -9223372036854775808.0, 9223372036854775808.0,
-                   INT64_MIN, INT64_MAX);
+    return sat_int(a, -9223372036854775808.0, 9223372036854775808.0, INT64_MIN,
+                   INT64_MAX);
   }
 };
 
@@ -679,8 +678,8 @@ __global__ void convert_k(To *o, const From *x, int64_t n, F f) {
 
 // Every other pair: integers through int64, integer -> f32 directly, the
 // rest through double (cast_cpu's order of cases).
-__global__ void cast_generic_k(void *o, const void *x, int64_t n,
-                               sl_dtype from, sl_dtype to) {
+__global__ void cast_generic_k(void *o, const void *x, int64_t n, sl_dtype from,
+                               sl_dtype to) {
   bool from_int = !(from == SL_DTYPE_F32 || from == SL_DTYPE_F64 ||
                     from == SL_DTYPE_F16 || from == SL_DTYPE_BF16);
   bool to_int = !(to == SL_DTYPE_F32 || to == SL_DTYPE_F64 ||
@@ -713,7 +712,7 @@ sl_status cast_run(const sl__kernel_ctx *k, sl__stream *s) {
                                       cudaMemcpyDeviceToDevice, stream_of(s)),
                       "cast: cudaMemcpyAsync");
   }
-#define PAIR(a, b) ((int)(a) * SL_DTYPE_COUNT + (int)(b))
+#define PAIR(a, b) ((int)(a)*SL_DTYPE_COUNT + (int)(b))
   switch (PAIR(from, to)) {
   case PAIR(SL_DTYPE_F32, SL_DTYPE_F64):
     return convert<float, double>(k, n, c_f32_f64{}, s);
@@ -745,8 +744,7 @@ sl_status cast_run(const sl__kernel_ctx *k, sl__stream *s) {
   }
 #undef PAIR
   if ((unsigned)from >= SL_DTYPE_COUNT || (unsigned)to >= SL_DTYPE_COUNT)
-    return sl__fail(SL_EINVAL, "cast: bad dtypes %d -> %d", (int)from,
-                    (int)to);
+    return sl__fail(SL_EINVAL, "cast: bad dtypes %d -> %d", (int)from, (int)to);
   cast_generic_k<<<blocks_for(n), kThreads, 0, stream_of(s)>>>(
       k->out[0], k->in[0], n, from, to);
   return launched("cast");
@@ -773,8 +771,9 @@ sl_status causal_mask_run(const sl__kernel_ctx *k, sl__stream *s) {
   int64_t total = sl_shape_numel(sh);
   if (total == 0) return SL_OK;
   if (nd < 2 || k->in_slice[0].ndim != nd)
-    return sl__fail(SL_EINVAL, "causal_mask: input %s needs [..., q, k] and "
-                               "its slice",
+    return sl__fail(SL_EINVAL,
+                    "causal_mask: input %s needs [..., q, k] and "
+                    "its slice",
                     sl__shape_text(sh).s);
   double fill = 0;
   sl__attr_number(k->attrs, "fill", &fill);

@@ -175,8 +175,8 @@ sl_status random_normal_run(const sl__kernel_ctx *k, sl__stream *s) {
     normal_k<float><<<blocks_for(n), kThreads, 0, cs>>>((float *)k->out[0], n,
                                                         m, key, mean, sd);
   else if (k->out_meta[0].dtype == SL_DTYPE_F64)
-    normal_k<double><<<blocks_for(n), kThreads, 0, cs>>>(
-        (double *)k->out[0], n, m, key, mean, sd);
+    normal_k<double><<<blocks_for(n), kThreads, 0, cs>>>((double *)k->out[0], n,
+                                                         m, key, mean, sd);
   else
     return sl__check_dtype("output", k->out_meta[0].dtype, SL__DT_FLOAT);
   return launched("random_normal");
@@ -205,11 +205,11 @@ sl_status random_int_run(const sl__kernel_ctx *k, sl__stream *s) {
   uint64_t range = (uint64_t)sl__attr_int(k->attrs, "high", 0) - (uint64_t)lo;
   cudaStream_t cs = stream_of(s);
   if (k->out_meta[0].dtype == SL_DTYPE_I32)
-    int_k<int32_t><<<blocks_for(n), kThreads, 0, cs>>>(
-        (int32_t *)k->out[0], n, m, key, lo, range);
+    int_k<int32_t><<<blocks_for(n), kThreads, 0, cs>>>((int32_t *)k->out[0], n,
+                                                       m, key, lo, range);
   else if (k->out_meta[0].dtype == SL_DTYPE_I64)
-    int_k<int64_t><<<blocks_for(n), kThreads, 0, cs>>>(
-        (int64_t *)k->out[0], n, m, key, lo, range);
+    int_k<int64_t><<<blocks_for(n), kThreads, 0, cs>>>((int64_t *)k->out[0], n,
+                                                       m, key, lo, range);
   else
     return sl__check_dtype("output", k->out_meta[0].dtype, SL__DT_INT);
   return launched("random_int");
@@ -253,8 +253,8 @@ sl_status dropout_run(const sl__kernel_ctx *k, sl__stream *s) {
 } // namespace
 
 extern "C" const sl__cuda_kernel sl__cuda_fill = {fill_run, NULL};
-extern "C" const sl__cuda_kernel sl__cuda_random_uniform = {
-    random_uniform_run, NULL};
+extern "C" const sl__cuda_kernel sl__cuda_random_uniform = {random_uniform_run,
+                                                            NULL};
 extern "C" const sl__cuda_kernel sl__cuda_random_normal = {random_normal_run,
                                                            NULL};
 extern "C" const sl__cuda_kernel sl__cuda_random_int = {random_int_run, NULL};

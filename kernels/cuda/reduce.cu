@@ -27,12 +27,12 @@ using namespace slc;
 // ---- plans --------------------------------------------------------------
 
 struct red_plan {
-  int nk, nr;                     // kept and reduced dims (extents > 1)
+  int nk, nr; // kept and reduced dims (extents > 1)
   int64_t kext[SL_MAX_DIMS], kstr[SL_MAX_DIMS];
   int64_t rext[SL_MAX_DIMS], rstr[SL_MAX_DIMS];
-  int64_t O, R;                   // outputs, reduced elements per output
-  bool inner;                     // the innermost input axis is reduced
-  int chunks;                     // q-range chunks (outer shape; 1 = none)
+  int64_t O, R; // outputs, reduced elements per output
+  bool inner;   // the innermost input axis is reduced
+  int chunks;   // q-range chunks (outer shape; 1 = none)
 };
 
 constexpr int64_t kWarpMaxR = 2048, kChunkQ = 2048, kMaxChunks = 64;
@@ -171,7 +171,8 @@ __device__ inline double finish<double>(double v, const mean_info &m) {
 // A warp per output (TPR 32, blockDim (32, 8)) or a block per output (TPR
 // 256, blockDim (256, 1)); the innermost reduced dim has stride 1.
 template <typename T, bool MAX, int TPR>
-__global__ void __launch_bounds__(256) reduce_inner_k(T *out, const T *x, red_plan p, mean_info m) {
+__global__ void __launch_bounds__(256)
+    reduce_inner_k(T *out, const T *x, red_plan p, mean_info m) {
   using R = red<T, MAX>;
   using A = typename R::A;
   __shared__ A smem[TPR >= 64 ? TPR / 32 : 1];
@@ -195,8 +196,8 @@ __global__ void __launch_bounds__(256) reduce_inner_k(T *out, const T *x, red_pl
 // of the block's chunk (blockIdx.y). One chunk: the results; several: the
 // partials, ws[chunk * O + o].
 template <typename T, bool MAX>
-__global__ void reduce_outer_k(T *out, typename red<T, MAX>::A *ws,
-                               const T *x, red_plan p, mean_info m) {
+__global__ void reduce_outer_k(T *out, typename red<T, MAX>::A *ws, const T *x,
+                               red_plan p, mean_info m) {
   using R = red<T, MAX>;
   using A = typename R::A;
   __shared__ A part[8][33];
@@ -362,7 +363,9 @@ sl_status reduce_run(const sl__kernel_ctx *k, red_kind kind, sl__stream *s) {
   sl_status NAME##_run(const sl__kernel_ctx *k, sl__stream *s) {               \
     return reduce_run(k, KIND, s);                                             \
   }                                                                            \
-  size_t NAME##_ws(const sl__kernel_ctx *k) { return reduce_workspace(k, KIND); }
+  size_t NAME##_ws(const sl__kernel_ctx *k) {                                  \
+    return reduce_workspace(k, KIND);                                          \
+  }
 
 REDUCE(reduce_sum, RED_SUM)
 REDUCE(reduce_mean, RED_MEAN)

@@ -53,8 +53,7 @@ struct tile_plan {
   int64_t tiles_k, tiles_l, tiles; // tiles per plane, in all
 };
 
-template <typename E>
-__global__ void tile_k(E *o, const E *x, tile_plan p) {
+template <typename E> __global__ void tile_k(E *o, const E *x, tile_plan p) {
   __shared__ E t[32][33];
   for (int64_t tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
     int64_t plane = tile / (p.tiles_k * p.tiles_l);
@@ -129,11 +128,11 @@ sl_status gather_es(void *o, const void *x, const sl__iter &it, int64_t n,
   for (int d = 0; d < it.ndim; d++)
     last += (it.dims[d] - 1) * it.strides[1][d];
   if (n < INT32_MAX && last < INT32_MAX)
-    gather_k<E, int32_t><<<blocks_for(n), kThreads, 0, cs>>>(
-        (E *)o, (const E *)x, n, p);
+    gather_k<E, int32_t>
+        <<<blocks_for(n), kThreads, 0, cs>>>((E *)o, (const E *)x, n, p);
   else
-    gather_k<E, int64_t><<<blocks_for(n), kThreads, 0, cs>>>(
-        (E *)o, (const E *)x, n, p);
+    gather_k<E, int64_t>
+        <<<blocks_for(n), kThreads, 0, cs>>>((E *)o, (const E *)x, n, p);
   return launched("strided copy");
 }
 
@@ -148,9 +147,9 @@ sl_status gather(size_t es, const sl_shape *out, void *dst, const void *src,
   sl__iter_init_strided(&it, out, 1, strides);
   cudaStream_t cs = stream_of(s);
   if (it.ndim == 1 && it.strides[1][0] == 1)
-    return cuda_check(cudaMemcpyAsync(dst, src, (size_t)n * es,
-                                      cudaMemcpyDeviceToDevice, cs),
-                      "strided copy: cudaMemcpyAsync");
+    return cuda_check(
+        cudaMemcpyAsync(dst, src, (size_t)n * es, cudaMemcpyDeviceToDevice, cs),
+        "strided copy: cudaMemcpyAsync");
   switch (es) {
   case 1: return gather_es<uint8_t>(dst, src, it, n, cs);
   case 2: return gather_es<uint16_t>(dst, src, it, n, cs);
@@ -225,8 +224,8 @@ sl_status slice_run(const sl__kernel_ctx *k, sl__stream *s) {
   const sl_shape *x = &k->in_meta[0].shape;
   const sl_shape *g = &k->in_global[0];
   int axis;
-  SL_CHECK(sl__axis_norm("axis", sl__attr_int(k->attrs, "axis", 0), g->ndim,
-                         &axis));
+  SL_CHECK(
+      sl__axis_norm("axis", sl__attr_int(k->attrs, "axis", 0), g->ndim, &axis));
   // The sliced axis is never split: the global range applies to the shard.
   int64_t len = g->dims[axis];
   int64_t a = sl__attr_int(k->attrs, "start", 0);
@@ -257,8 +256,7 @@ struct concat_plan {
   int64_t row_len, total;
 };
 
-template <typename E>
-__global__ void concat_k(E *o, concat_plan p) {
+template <typename E> __global__ void concat_k(E *o, concat_plan p) {
   for (int64_t i = thread_index(); i < p.total; i += thread_count()) {
     int64_t r = i / p.row_len, c = i - r * p.row_len;
     int t = 0;
@@ -297,10 +295,18 @@ sl_status concat_run(const sl__kernel_ctx *k, sl__stream *s) {
   cudaStream_t cs = stream_of(s);
   unsigned b = blocks_for(p.total);
   switch (sl_dtype_size(k->out_meta[0].dtype)) {
-  case 1: concat_k<uint8_t><<<b, kThreads, 0, cs>>>((uint8_t *)k->out[0], p); break;
-  case 2: concat_k<uint16_t><<<b, kThreads, 0, cs>>>((uint16_t *)k->out[0], p); break;
-  case 4: concat_k<uint32_t><<<b, kThreads, 0, cs>>>((uint32_t *)k->out[0], p); break;
-  default: concat_k<uint64_t><<<b, kThreads, 0, cs>>>((uint64_t *)k->out[0], p); break;
+  case 1:
+    concat_k<uint8_t><<<b, kThreads, 0, cs>>>((uint8_t *)k->out[0], p);
+    break;
+  case 2:
+    concat_k<uint16_t><<<b, kThreads, 0, cs>>>((uint16_t *)k->out[0], p);
+    break;
+  case 4:
+    concat_k<uint32_t><<<b, kThreads, 0, cs>>>((uint32_t *)k->out[0], p);
+    break;
+  default:
+    concat_k<uint64_t><<<b, kThreads, 0, cs>>>((uint64_t *)k->out[0], p);
+    break;
   }
   return launched("concat");
 }

@@ -29,8 +29,8 @@ enum sm_kind {
 // Rows of len along the last axis; x is dy for the gradients, y their y.
 template <int TPR, int KIND>
 __global__ void __launch_bounds__(TPR == 16 ? 256 : TPR)
-rows_k(const float *x, const float *y, float *out,
-                       int64_t rows, int64_t len) {
+    rows_k(const float *x, const float *y, float *out, int64_t rows,
+           int64_t len) {
   using G = row_group<TPR>;
   __shared__ float sm[G::smem];
   const int lane = threadIdx.x;
@@ -123,11 +123,11 @@ template <int KIND>
 void launch_rows(const float *x, const float *y, float *out, int64_t rows,
                  int64_t len, cudaStream_t cs) {
   if (len <= kRowLanesMax)
-    rows_k<16, KIND><<<row_grid(rows, 16), row_block(16), 0, cs>>>(
-        x, y, out, rows, len);
+    rows_k<16, KIND>
+        <<<row_grid(rows, 16), row_block(16), 0, cs>>>(x, y, out, rows, len);
   else if (len <= kRow256Max)
-    rows_k<256, KIND><<<row_grid(rows, 256), row_block(256), 0, cs>>>(
-        x, y, out, rows, len);
+    rows_k<256, KIND>
+        <<<row_grid(rows, 256), row_block(256), 0, cs>>>(x, y, out, rows, len);
   else
     rows_k<1024, KIND><<<row_grid(rows, 1024), row_block(1024), 0, cs>>>(
         x, y, out, rows, len);
@@ -175,8 +175,7 @@ sl_status log_softmax_grad_run(const sl__kernel_ctx *k, sl__stream *s) {
 } // namespace
 
 extern "C" const sl__cuda_kernel sl__cuda_softmax = {softmax_run, NULL};
-extern "C" const sl__cuda_kernel sl__cuda_log_softmax = {log_softmax_run,
-                                                         NULL};
+extern "C" const sl__cuda_kernel sl__cuda_log_softmax = {log_softmax_run, NULL};
 extern "C" const sl__cuda_kernel sl__cuda_softmax_grad = {softmax_grad_run,
                                                           NULL};
 extern "C" const sl__cuda_kernel sl__cuda_log_softmax_grad = {

@@ -323,9 +323,8 @@ static sl_status run_layout(gpu *g, const sl__op_def *op, const tcase *c,
     size_t bytes = (size_t)sl_shape_numel(&kd.in_meta[i].shape) * es;
     SL_CHECK_GOTO(dbuf_make(g, bytes, l->misaligned ? es : 0, &din[i]), st,
                   fail);
-    SL_CHECK_GOTO(
-        sl__device_memcpy_h2d(g->dev, din[i].p, hin[i], bytes, g->s), st,
-        fail);
+    SL_CHECK_GOTO(sl__device_memcpy_h2d(g->dev, din[i].p, hin[i], bytes, g->s),
+                  st, fail);
     kd.in[i] = din[i].p;
   }
   for (int o = 0; o < op->n_out; o++) {
@@ -342,9 +341,9 @@ static sl_status run_layout(gpu *g, const sl__op_def *op, const tcase *c,
   for (int o = 0; o < op->n_out; o++) {
     back = malloc(dout[o].total);
     if (!back) fail_msg("out of memory");
-    SL_CHECK_GOTO(sl__device_memcpy_d2h(g->dev, back, dout[o].base,
-                                        dout[o].total, g->s),
-                  st, fail);
+    SL_CHECK_GOTO(
+        sl__device_memcpy_d2h(g->dev, back, dout[o].base, dout[o].total, g->s),
+        st, fail);
     SL_CHECK_GOTO(sl__device_stream_synchronize(g->dev, g->s), st, fail);
     size_t lo = (size_t)(dout[o].p - dout[o].base), hi = lo + dout[o].bytes;
     for (size_t b = 0; b < dout[o].total; b++)
@@ -356,12 +355,12 @@ static sl_status run_layout(gpu *g, const sl__op_def *op, const tcase *c,
                       b < lo ? "before" : "after", dout[o].bytes);
         goto fail;
       }
-    SL_CHECK_GOTO(sl_host_tensor_create(gout[o].dtype, &kd.out_meta[o].shape,
-                                        &got),
-                  st, fail);
-    SL_CHECK_GOTO(sl_host_tensor_create(gout[o].dtype, &kd.out_meta[o].shape,
-                                        &want),
-                  st, fail);
+    SL_CHECK_GOTO(
+        sl_host_tensor_create(gout[o].dtype, &kd.out_meta[o].shape, &got), st,
+        fail);
+    SL_CHECK_GOTO(
+        sl_host_tensor_create(gout[o].dtype, &kd.out_meta[o].shape, &want), st,
+        fail);
     memcpy(sl_host_tensor_data(got), back + lo, dout[o].bytes);
     memcpy(sl_host_tensor_data(want), hout[o], dout[o].bytes);
     char what[32];
@@ -490,17 +489,18 @@ static sl_status big_unary(sl_rng *r, const char *name, tcase *c) {
   bool num = strcmp(name, "relu") == 0 || strcmp(name, "square") == 0 ||
              strcmp(name, "neg") == 0 || strncmp(name, "scalar_", 7) == 0;
   bool pos = strcmp(name, "sqrt") == 0 || strcmp(name, "log") == 0;
-  sl_dtype dt = any   ? PICK_DT(r, SL_DTYPE_F32, SL_DTYPE_F64, SL_DTYPE_F16,
-                                SL_DTYPE_BF16, SL_DTYPE_I8, SL_DTYPE_I32,
-                                SL_DTYPE_I64, SL_DTYPE_U8, SL_DTYPE_BOOL)
-                : num ? PICK_DT(r, SL_DTYPE_F32, SL_DTYPE_F64, SL_DTYPE_I32,
-                                SL_DTYPE_I64)
-                      : PICK_DT(r, SL_DTYPE_F32, SL_DTYPE_F64);
+  sl_dtype dt =
+      any ? PICK_DT(r, SL_DTYPE_F32, SL_DTYPE_F64, SL_DTYPE_F16, SL_DTYPE_BF16,
+                    SL_DTYPE_I8, SL_DTYPE_I32, SL_DTYPE_I64, SL_DTYPE_U8,
+                    SL_DTYPE_BOOL)
+      : num ? PICK_DT(r, SL_DTYPE_F32, SL_DTYPE_F64, SL_DTYPE_I32, SL_DTYPE_I64)
+            : PICK_DT(r, SL_DTYPE_F32, SL_DTYPE_F64);
   c->in[0] = oph_random(r, dt, &s, pos ? 0.125 : -6, pos ? 100 : 6);
   if (!any && below(r, 2)) inject_specials(r, c->in[0]);
   if (strncmp(name, "scalar_", 7) == 0)
-    SL_CHECK(sl__attrs_set_float(
-        &c->at, "value", (double)(below(r, 9) - 4) / (sl_dtype_is_float(dt) ? 4 : 1)));
+    SL_CHECK(sl__attrs_set_float(&c->at, "value",
+                                 (double)(below(r, 9) - 4) /
+                                     (sl_dtype_is_float(dt) ? 4 : 1)));
   c->n_in = 1;
   return SL_OK;
 }
@@ -543,9 +543,9 @@ static sl_status big_reduce(sl_rng *r, const char *name, tcase *c) {
   sl_shape s = reduce_shape(r);
   bool like = strcmp(name, "reduce_sum_like") == 0;
   bool mean = strcmp(name, "reduce_mean") == 0;
-  sl_dtype dt = mean ? PICK_DT(r, SL_DTYPE_F32, SL_DTYPE_F64)
-                     : PICK_DT(r, SL_DTYPE_F32, SL_DTYPE_F64, SL_DTYPE_I32,
-                               SL_DTYPE_I64);
+  sl_dtype dt =
+      mean ? PICK_DT(r, SL_DTYPE_F32, SL_DTYPE_F64)
+           : PICK_DT(r, SL_DTYPE_F32, SL_DTYPE_F64, SL_DTYPE_I32, SL_DTYPE_I64);
   if (like) {
     int drop = below(r, s.ndim + 1);
     int64_t to[SL_MAX_DIMS];
@@ -783,7 +783,8 @@ static sl_status big_norm(sl_rng *r, const char *name, tcase *c) {
                             oph_random(r, SL_DTYPE_F32, &vs, -2, 2),
                             oph_random(r, SL_DTYPE_F32, &vs, -2, 2)};
   sl_host_tensor *fout[3] = {NULL, NULL, NULL};
-  sl_status st = oph_run_single(sl__op_find("layer_norm"), &fa, 3, fin, 0, fout);
+  sl_status st =
+      oph_run_single(sl__op_find("layer_norm"), &fa, 3, fin, 0, fout);
   sl_host_tensor_destroy(fin[2]);
   sl_host_tensor_destroy(fout[0]);
   c->in[0] = oph_random(r, SL_DTYPE_F32, &s, -2, 2);
@@ -867,10 +868,9 @@ static sl_status big_npy(sl_rng *r, tcase *c) {
 /* A larger case for op `name`; SL_ENOTFOUND for an op with none here (its
  * small cases cover it: global_norm_scale). */
 static sl_status big_case(sl_rng *r, const char *name, tcase *c) {
-  static const char *unary[] = {"identity", "relu",   "gelu",   "tanh",
-                                "sigmoid",  "square", "sqrt",   "exp",
-                                "log",      "neg",    "scalar_add",
-                                "scalar_mul"};
+  static const char *unary[] = {
+      "identity", "relu", "gelu", "tanh", "sigmoid",    "square",
+      "sqrt",     "exp",  "log",  "neg",  "scalar_add", "scalar_mul"};
   static const char *binary[] = {"add",       "sub",       "mul",
                                  "div",       "maximum",   "relu_grad",
                                  "gelu_grad", "tanh_grad", "sigmoid_grad"};
@@ -890,8 +890,7 @@ static sl_status big_case(sl_rng *r, const char *name, tcase *c) {
   if (strncmp(name, "dropout", 7) == 0) return big_dropout(r, c);
   if (strstr(name, "matmul")) return big_matmul(r, name, c);
   if (strstr(name, "softmax")) return big_softmax(r, name, c);
-  if (strncmp(name, "sparse_cross_entropy", 20) == 0)
-    return big_ce(r, name, c);
+  if (strncmp(name, "sparse_cross_entropy", 20) == 0) return big_ce(r, name, c);
   if (strncmp(name, "layer_norm", 10) == 0) return big_norm(r, name, c);
   if (strncmp(name, "embedding", 9) == 0) return big_embedding(r, name, c);
   if (strcmp(name, "sgd_update") == 0 || strcmp(name, "adam_update") == 0)
@@ -900,7 +899,8 @@ static sl_status big_case(sl_rng *r, const char *name, tcase *c) {
   return SL_ENOTFOUND;
 }
 
-/* ---- the tests ---------------------------------------------------------------
+/* ---- the tests
+ * ---------------------------------------------------------------
  */
 
 static const op_case *(*const tables[])(int *n) = {
