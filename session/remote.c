@@ -21,6 +21,8 @@ extern char **environ;
 #define CONNECT_MS 60000u
 #define CALL_MS 30000u
 #define READY_MS 120000u
+/* sl__remote_end: how often it looks whether every tick source parked. */
+#define TICK_POLL_NS 1000000ull
 
 struct sl__remote {
   sl_session *s;
@@ -44,8 +46,14 @@ bool sl__remote_wanted(const sl_session_config *c) {
 }
 
 /* Completes the ticks parked for steps never released with st: an
- * aborted job waits for its deferred firings. */
+ * aborted job waits for its deferred firings. A tick source may be inside
+ * its act as the job aborts (it checked the job's stop flag just before):
+ * `ending`, set before any tick's lock is taken, keeps it from parking a
+ * firing after this, which nobody would complete (the monitor releases
+ * once, the job's ABORT goes out once) and the watcher would wait for
+ * forever. */
 static void release_parked(sl_session *s, sl_status st) {
+  atomic_store(&s->ending, true);
   for (int32_t i = 0; i < s->n_ticks; i++) {
     drv_tick *d = &s->ticks[i];
     pthread_mutex_lock(&d->lock);
@@ -308,12 +316,44 @@ void sl__remote_pump(sl_session *s) {
   }
 }
 
+/* Whether every tick source has parked its firing for the first step not
+ * released (a source fires the released steps, then parks the next). */
+static bool ticks_all_parked(sl_session *s) {
+  bool all = true;
+  for (int32_t i = 0; i < s->n_ticks && all; i++) {
+    drv_tick *d = &s->ticks[i];
+    pthread_mutex_lock(&d->lock);
+    all = d->parked != NULL;
+    pthread_mutex_unlock(&d->lock);
+  }
+  return all;
+}
+
 void sl__remote_end(sl_session *s) {
   if (!s->job) return;
-  /* The sources stop after the tick each has deferred, which still goes
-   * out, and any they fire before the stop reaches them: the daemons may
-   * run a step or two more than released, which nobody reads (the runtime
-   * has no way to drop a deferred source firing). */
+  /* Every device must run the same steps: a collective whose member's
+   * device stopped a step earlier waits for it forever (the daemon, then
+   * the program, never finish). A parked tick still goes out when
+   * completed (the runtime cannot drop a deferred source firing), and a
+   * source that is not parked, waiting for a register to come back, would
+   * see the stop first, or fire freely before it once `ending` is set. So
+   * wait until every source has parked its firing for the first step not
+   * released, then stop them all and complete those: each sends exactly
+   * one tick more than released, the daemons run that one step on every
+   * device, and nobody reads it. Each source gets there as the daemons
+   * finish the released steps and return its registers; nothing signals
+   * that here, hence the short timed waits (a failure wakes them at once,
+   * and an abort completes the parked ticks itself and sets `ending`). */
+  for (;;) {
+    if (atomic_load(&s->ending) || ticks_all_parked(s)) break;
+    pthread_mutex_lock(&s->lock);
+    if (atomic_load(&s->failed) == SL_OK)
+      sl__cond_wait_ns(&s->cond, &s->lock, TICK_POLL_NS);
+    pthread_mutex_unlock(&s->lock);
+    if (atomic_load(&s->failed) != SL_OK) break;
+  }
+  /* STOP goes into each source's queue ahead of its completion, so the
+   * source stops right after the parked firing instead of firing again. */
   atomic_store(&s->ending, true);
   sl_job_stop(s->job);
   for (int32_t i = 0; i < s->n_ticks; i++) {

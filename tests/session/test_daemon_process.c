@@ -58,8 +58,9 @@ static pid_t spawn(const char *const *argv, const char *path) {
   return pid;
 }
 
-/* Waits for pid (at most GUARD_S); its status, 128+signal when killed. */
-static int wait_for(pid_t pid) {
+/* Waits for pid (at most GUARD_S); its status, 128+signal when killed;
+ * -1, once it is killed, when it outlived the guard. */
+static int wait_guarded(pid_t pid) {
   for (int i = 0; i < GUARD_S * 10; i++) {
     int ws;
     if (waitpid(pid, &ws, WNOHANG) == pid)
@@ -68,8 +69,43 @@ static int wait_for(pid_t pid) {
   }
   kill(pid, SIGKILL);
   waitpid(pid, NULL, 0);
-  fail_msg("process %d did not end within the guard", (int)pid);
   return -1;
+}
+
+static int wait_for(pid_t pid) {
+  int st = wait_guarded(pid);
+  if (st < 0) fail_msg("process %d did not end within the guard", (int)pid);
+  return st;
+}
+
+/* Runs argv to its end, as cli_run does, but at most GUARD_S: a run that
+ * hangs (sluice launch waits for its program, which waits for the
+ * daemons) fails the test with its output instead of outliving ctest's
+ * timeout. Children of sluice launch die with it (PR_SET_PDEATHSIG). */
+static void run_guarded(const char *const *argv, cli_result *r) {
+  char out[] = "/tmp/sl-out-XXXXXX", err[] = "/tmp/sl-err-XXXXXX";
+  int fo = mkstemp(out), fe = mkstemp(err);
+  assert_true(fo >= 0 && fe >= 0);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fo, 1);
+    dup2(fe, 2);
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  close(fo);
+  close(fe);
+  assert_true(pid > 0);
+  r->status = wait_guarded(pid);
+  r->out = slurp(out);
+  r->err = slurp(err);
+  unlink(out);
+  unlink(err);
+  if (r->status < 0)
+    fail_msg("%s did not end within the guard; stdout:\n%s\nstderr:\n%s",
+             argv[0], r->out, r->err);
 }
 
 static bool wait_text(const char *path, const char *text) {
@@ -99,13 +135,13 @@ static void test_launch_mlp_equals_embedded(void **state) {
   const char *mlp[] = {SLUICE_MLP_PATH, "--devices", "cpu:0/0-1", "--layout",
                        "dp", "--steps", "4", "--hidden", "64", NULL};
   cli_result a, b;
-  assert_int_equal(cli_run(SLUICE_MLP_PATH, mlp, &a), 0);
+  run_guarded(mlp, &a);
   assert_int_equal(a.status, 0);
   const char *launch[] = {SLUICE_CLI_PATH, "launch", "--nnodes", "2",
                           "--devices", "cpu:2", "--", SLUICE_MLP_PATH,
                           "--devices", "cpu:0/0-1", "--layout", "dp",
                           "--steps", "4", "--hidden", "64", NULL};
-  assert_int_equal(cli_run(SLUICE_CLI_PATH, launch, &b), 0);
+  run_guarded(launch, &b);
   printf("launch stdout:\n%s\nlaunch stderr:\n%s\n", b.out, b.err);
   assert_int_equal(b.status, 0);
   char la[4096], lb[4096];
@@ -126,7 +162,7 @@ static void test_launch_status_and_flags(void **state) {
   const char *exit7[] = {SLUICE_CLI_PATH, "launch", "--nnodes", "1",
                          "--devices", "cpu:1", "--", "/bin/sh", "-c",
                          "test -n \"$SLUICE_MASTER\" && exit 7", NULL};
-  assert_int_equal(cli_run(SLUICE_CLI_PATH, exit7, &r), 0);
+  run_guarded(exit7, &r);
   assert_int_equal(r.status, 7);
   cli_result_free(&r);
   const char *bad[] = {SLUICE_CLI_PATH, "launch", "--nnodes", "0",
@@ -196,7 +232,7 @@ static void test_daemon_killed_mid_job(void **state) {
                         "--layout", "dp", "--steps", "3", "--hidden", "64",
                         NULL};
   cli_result r;
-  assert_int_equal(cli_run(SLUICE_MLP_PATH, next, &r), 0);
+  run_guarded(next, &r);
   printf("next program (status %d):\n%s%s\n", r.status, r.out, r.err);
   assert_int_equal(r.status, 0);
   assert_non_null(strstr(r.out, "step 2 loss"));
