@@ -258,8 +258,12 @@ static void send_exchange(sl__net_coll *nc, inst *x, uint32_t k) {
   if (x->failed) return;
   uint32_t node = x->nodes[k];
   uint64_t len = direct_send_bytes(x, k);
+  /* An all-to-all with nothing to send has no buffer: NULL + 0 is
+   * undefined in C. */
   const uint8_t *payload =
-      x->op == OP_EXCHANGE ? x->base : x->in + x->send_start[k] * x->esize;
+      x->op == OP_EXCHANGE ? x->base
+      : x->in              ? x->in + x->send_start[k] * x->esize
+                           : NULL;
   sl__dp_frame f = {0};
   f.src = x->group;
   f.dst = x->seq;
@@ -828,10 +832,9 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
       memcpy(tmp.work, a->in, total * es);
     }
     tmp.base = tmp.work;
-  } else if (a->op == OP_ALL_GATHER) {
+  } else if (a->op == OP_ALL_GATHER && tmp.seg_cnt[r]) {
     uint8_t *mine = a->out + tmp.seg_start[r] * es;
-    if (tmp.seg_cnt[r] && mine != a->in)
-      memmove(mine, a->in, tmp.seg_cnt[r] * es);
+    if (mine != a->in) memmove(mine, a->in, tmp.seg_cnt[r] * es);
   }
   tmp.recv_total = (uint64_t)tmp.steps * tmp.lanes;
   if (a->op == OP_EXCHANGE || a->op == OP_ALL_TO_ALL) tmp.recv_total = n - 1;

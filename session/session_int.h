@@ -151,7 +151,8 @@ struct sl_session {
   atomic_int ring[SL__STEP_RING];
   atomic_int failed;   /* sl_status of the job's failure */
   atomic_bool waiting; /* the program waits inside a call */
-  atomic_bool ending;  /* remote: finishing; ticks no longer wait */
+  atomic_bool ending;  /* remote: finishing or aborted; ticks no longer
+                          park */
   atomic_uint_least64_t driver_msgs;
   int64_t steps; /* steps run (program's thread) */
   bool started, finished, waited;
