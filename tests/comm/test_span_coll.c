@@ -256,94 +256,86 @@ static void test_exchange(void **state) {
   check(&r, (const uint32_t[]){0, 1, 2}, 3);
 }
 
-/* Node 0's member arrives, node 1's never does: sl__net_coll_abort (the
- * job ended) completes it with the status; a member waiting for a local
- * peer is completed by sl__span_abort, and later arrivals at once. */
-static void test_abort(void **state) {
-  (void)state;
-  sl__coll_desc d = group("ab", SL__COLL_ALL_REDUCE, 3, 10, 10);
-  const uint32_t node[3] = {0, 0, 1};
-  sl__comm_config cc = {2, 0};
+/* One span collective on node 0 of two endpoints (node 1 builds none). */
+typedef struct solo {
   sl__comm *comm;
-  sl__coll *geo;
   sl__span *span;
   sl__dp_endpoint *ep[2];
   sl__net_coll *nc[2];
-  dp_mesh(ep, 2, NULL);
+} solo;
+
+static void solo_up(solo *o, const sl__coll_desc *d, const uint32_t *node,
+                    uint64_t id) {
+  sl__comm_config cc = {2, 0};
+  sl__coll *geo;
+  dp_mesh(o->ep, 2, NULL);
   for (int j = 0; j < 2; j++)
-    assert_int_equal(sl__net_coll_create(ep[j], NULL, &nc[j]), SL_OK);
-  assert_int_equal(sl__comm_create(&cc, &comm), SL_OK);
-  assert_int_equal(sl__coll_create(comm, &d, &geo), SL_OK);
-  sl__span_desc sd = {geo, node, 0, nc[0], 77};
-  assert_int_equal(sl__span_create(&sd, &span), SL_OK);
+    assert_int_equal(sl__net_coll_create(o->ep[j], NULL, &o->nc[j]), SL_OK);
+  assert_int_equal(sl__comm_create(&cc, &o->comm), SL_OK);
+  assert_int_equal(sl__coll_create(o->comm, d, &geo), SL_OK);
+  sl__span_desc sd = {geo, node, 0, o->nc[0], id};
+  assert_int_equal(sl__span_create(&sd, &o->span), SL_OK);
+}
+
+static void solo_down(solo *o) {
+  for (int j = 0; j < 2; j++)
+    sl__dp_endpoint_destroy(o->ep[j]);
+  sl__span_destroy(o->span);
+  for (int j = 0; j < 2; j++)
+    sl__net_coll_destroy(o->nc[j]);
+  sl__comm_destroy(o->comm);
+}
+
+/* Node 0's members arrive, node 1's never does: sl__net_coll_abort (the
+ * job ended) completes them with the status; later arrivals complete at
+ * once; bad arrivals are refused. */
+static void test_abort(void **state) {
+  (void)state;
+  sl__coll_desc d = group("ab", SL__COLL_ALL_REDUCE, 3, 10, 10);
+  solo o;
+  solo_up(&o, &d, (const uint32_t[]){0, 0, 1}, 77);
   float in[2][100] = {{0}}, out[2][100];
   waiter w;
   waiter_init(&w);
   /* both local members: the round goes between nodes and waits there */
-  assert_int_equal(sl__span_arrive(span, 0, in[0], 400, out[0], 400,
-                                   waiter_cb, &w),
-                   SL_OK);
-  assert_int_equal(sl__span_arrive(span, 1, in[1], 400, out[1], 400,
-                                   waiter_cb, &w),
-                   SL_OK);
-  sl__span_abort(span, SL_EABORTED); /* running: not ended by this */
-  sl__net_coll_abort(nc[0], SL_EABORTED, "job stopped");
+  for (int k = 0; k < 2; k++)
+    assert_int_equal(sl__span_arrive(o.span, k, in[k], 400, out[k], 400,
+                                     waiter_cb, &w),
+                     SL_OK);
+  sl__span_abort(o.span, SL_EABORTED); /* running: not ended by this */
+  sl__net_coll_abort(o.nc[0], SL_EABORTED, "job stopped");
   waiter_wait(&w, 2);
   assert_int_equal(w.failed, 2);
   assert_int_equal(w.last, SL_EABORTED);
-  /* a later arrival completes at once */
-  assert_int_equal(sl__span_arrive(span, 0, in[0], 400, out[0], 400,
+  assert_int_equal(sl__span_arrive(o.span, 0, in[0], 400, out[0], 400,
                                    waiter_cb, &w),
                    SL_OK);
   waiter_wait(&w, 3);
   assert_int_equal(w.failed, 3);
-  /* bad arrivals */
-  assert_int_equal(sl__span_arrive(span, 2, in[0], 400, out[0], 400,
+  assert_int_equal(sl__span_arrive(o.span, 2, in[0], 400, out[0], 400,
                                    waiter_cb, &w),
                    SL_EINVAL);
-  assert_int_equal(sl__span_arrive(span, 1, in[0], 4, out[0], 400, waiter_cb,
-                                   &w),
+  assert_int_equal(sl__span_arrive(o.span, 1, in[0], 4, out[0], 400,
+                                   waiter_cb, &w),
                    SL_EINVAL);
-  for (int j = 0; j < 2; j++)
-    sl__dp_endpoint_destroy(ep[j]);
-  sl__span_destroy(span);
-  for (int j = 0; j < 2; j++)
-    sl__net_coll_destroy(nc[j]);
-  sl__comm_destroy(comm);
+  solo_down(&o);
 }
 
 /* A member waiting for a local peer is completed by sl__span_abort. */
 static void test_abort_waiting(void **state) {
   (void)state;
   sl__coll_desc d = group("abw", SL__COLL_ALL_GATHER, 3, 6, 2);
-  const uint32_t node[3] = {1, 0, 0};
-  sl__comm_config cc = {2, 0};
-  sl__comm *comm;
-  sl__coll *geo;
-  sl__span *span;
-  sl__dp_endpoint *ep[2];
-  sl__net_coll *nc[2];
-  dp_mesh(ep, 2, NULL);
-  for (int j = 0; j < 2; j++)
-    assert_int_equal(sl__net_coll_create(ep[j], NULL, &nc[j]), SL_OK);
-  assert_int_equal(sl__comm_create(&cc, &comm), SL_OK);
-  assert_int_equal(sl__coll_create(comm, &d, &geo), SL_OK);
-  sl__span_desc sd = {geo, node, 0, nc[0], 78};
-  assert_int_equal(sl__span_create(&sd, &span), SL_OK);
+  solo o;
+  solo_up(&o, &d, (const uint32_t[]){1, 0, 0}, 78);
   float in[4] = {0}, out[12];
   waiter w;
   waiter_init(&w);
-  assert_int_equal(sl__span_arrive(span, 1, in, 16, out, 48, waiter_cb, &w),
+  assert_int_equal(sl__span_arrive(o.span, 1, in, 16, out, 48, waiter_cb, &w),
                    SL_OK);
-  sl__span_abort(span, SL_ECOMM);
+  sl__span_abort(o.span, SL_ECOMM);
   waiter_wait(&w, 1);
   assert_int_equal(w.last, SL_ECOMM);
-  for (int j = 0; j < 2; j++)
-    sl__dp_endpoint_destroy(ep[j]);
-  sl__span_destroy(span);
-  for (int j = 0; j < 2; j++)
-    sl__net_coll_destroy(nc[j]);
-  sl__comm_destroy(comm);
+  solo_down(&o);
 }
 
 int main(void) {
