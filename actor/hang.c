@@ -248,14 +248,18 @@ void sl__hang_report_build(sl_job *job) {
       const rt_actor *a = &job->streams[i].actors[k];
       if (a->pa && !a->finished) describe_actor(&b, job, a);
     }
+  /* errmsg is read under the lock by senders that find the job ended. */
+  pthread_mutex_lock(&job->lock);
   if (b.oom || !b.p) {
     sl__free(b.p);
     snprintf(job->errmsg, sizeof job->errmsg,
              "hang on node %u (no memory for the report)", job->node);
+    pthread_mutex_unlock(&job->lock);
     return;
   }
   sl__free(job->hang_report);
   job->hang_report = b.p;
   snprintf(job->errmsg, sizeof job->errmsg, "%s", b.p);
+  pthread_mutex_unlock(&job->lock);
   SL_ERROR("%s", b.p);
 }

@@ -603,7 +603,9 @@ sl_status sl_job_wait(sl_job *job) {
       sl_status ts = sl__trace_write(job);
       if (ts != SL_OK && st == SL_OK) {
         atomic_store(&job->status, ts);
+        pthread_mutex_lock(&job->lock);
         snprintf(job->errmsg, sizeof job->errmsg, "%s", sl_last_error());
+        pthread_mutex_unlock(&job->lock);
       }
     }
     pthread_mutex_lock(&job->lock);
@@ -671,10 +673,15 @@ static sl_status bad_msg(const sl_job *job, const sl_msg *m, const char *why) {
 /* The failure for a message that reaches a job after it ended: the job's
  * own failure when it aborted (the sender's job then fails with that cause,
  * not with a message about a closed door), else SL_ESTATE. */
-static sl_status ended(const sl_job *job) {
-  if (job->ended_status != SL_OK)
-    return sl__fail(job->ended_status, "job on node %u ended: %s", job->node,
-                    job->errmsg);
+static sl_status ended(sl_job *job) {
+  if (job->ended_status != SL_OK) {
+    /* errmsg may still be written (the hang report): under the lock. */
+    pthread_mutex_lock(&job->lock);
+    sl_status st = sl__fail(job->ended_status, "job on node %u ended: %s",
+                            job->node, job->errmsg);
+    pthread_mutex_unlock(&job->lock);
+    return st;
+  }
   return sl__fail(SL_ESTATE, "job on node %u: no longer accepts messages",
                   job->node);
 }
