@@ -476,6 +476,9 @@ static void conn_open(dp_conn *c) {
   }
   c->state = DP_OPEN;
   p->conn = c;
+  /* DONE was said on an earlier connection, by a process that has closed
+   * it since: this one's peer has said nothing yet. */
+  p->departed = false;
   p->attempts = 0;
   p->retry_at_ns = 0;
   c->last_rx_ns = c->last_tx_ns = sl__now_ns();

@@ -290,6 +290,26 @@ static void do_connect(sl__dp_endpoint *ep, dp_call *c) {
   call_done(ep, c);
 }
 
+/* Node c->node moved to another address: it is another process now (a
+ * program runs as a new process, with a new port, for every job; a
+ * restarted daemon too). A connection whose peer said DONE belongs to the
+ * previous process, which ended its job and is going away: it is closed
+ * here, quietly, so that its end of stream, which may come only after
+ * the next job was attached (and `departed` cleared), is not taken for
+ * the loss of the new process. A connection whose peer did not say DONE
+ * stays: it may already be the new process's, and if it is the old
+ * one's, its loss is a loss. */
+static void do_readdress(sl__dp_endpoint *ep, dp_call *c) {
+  dp_peer *p = &ep->peers[c->node];
+  if (p->conn && p->departed && !ep->shutting_down) {
+    SL_DEBUG("data plane: node %u: node %u moved; closing the connection "
+             "(%s) of its previous process, whose job ended",
+             ep->cfg.node, p->node, p->conn->addr);
+    sl__dp_conn_close(p->conn);
+  }
+  call_done(ep, c);
+}
+
 static void on_handle_closed(uv_handle_t *h) { (void)h; }
 
 static void close_all(sl__dp_endpoint *ep) {
@@ -470,6 +490,23 @@ static void addr_text(const struct sockaddr_storage *a, char *buf, size_t n) {
   } else {
     snprintf(buf, n, "?");
   }
+}
+
+static bool same_addr(const struct sockaddr_storage *a,
+                      const struct sockaddr_storage *b) {
+  if (a->ss_family != b->ss_family) return false;
+  if (a->ss_family == AF_INET) {
+    const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
+    return x->sin_port == y->sin_port &&
+           x->sin_addr.s_addr == y->sin_addr.s_addr;
+  }
+  if (a->ss_family == AF_INET6) {
+    const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+    return x->sin6_port == y->sin6_port &&
+           !memcmp(&x->sin6_addr, &y->sin6_addr, sizeof x->sin6_addr) &&
+           x->sin6_scope_id == y->sin6_scope_id;
+  }
+  return !memcmp(a, b, sizeof *a);
 }
 
 static sl_status uv_err(sl_status st, const char *what, int rc) {
@@ -680,10 +717,16 @@ sl_status sl__dp_endpoint_set_peer(sl__dp_endpoint *ep, uint32_t node,
   }
   pthread_mutex_lock(&ep->lock);
   dp_peer *p = &ep->peers[node];
+  bool moved = p->has_addr && !same_addr(&p->addr, &sa);
   p->addr = sa;
   p->has_addr = true;
   addr_text(&sa, p->addr_text, sizeof p->addr_text);
+  bool closing = ep->closing;
   pthread_mutex_unlock(&ep->lock);
+  if (moved && !closing && node != ep->cfg.node) {
+    dp_call c = {.fn = do_readdress, .node = node};
+    return call_loop(ep, &c);
+  }
   return SL_OK;
 }
 

@@ -510,6 +510,80 @@ static void test_peer_lost_in_second_job(void **state) {
   peer_lost(true);
 }
 
+/* The daemon's case (session/daemon.c): node 1 is a program, a new process
+ * with a new address for every job. The previous one said DONE and then
+ * closed its endpoint, but node 0 read that close only after it had
+ * attached the next job: the close was taken for the loss of node 1 in
+ * the new job ("node 1 lost"). A fake node 1 plays the previous process
+ * and closes exactly then; node 0's new job must run with the new node 1,
+ * and nothing is reported. */
+static void test_previous_process_closes_late(void **state) {
+  (void)state;
+  errlog e;
+  errlog_init(&e);
+  sl__dp_config c0 = dp_cfg(0, 2);
+  c0.on_error = errlog_cb;
+  c0.on_error_ctx = &e;
+  sl__dp_endpoint *a = dp_make(&c0);
+  uint16_t old_port;
+  int old_ls = fake_listen(&old_port);
+  assert_int_equal(sl__dp_endpoint_set_peer(a, 1, "127.0.0.1", old_port),
+                   SL_OK);
+  /* The previous node 1: connected, its job ended (DONE, acknowledged). */
+  int s = fake_client_open(sl__dp_endpoint_port(a), 1, 0, 2);
+  sl__dp_frame f = {.version = SL__DP_VERSION,
+                    .kind = SL__DP_DONE,
+                    .flags = SL__DP_FLAG_QUIESCENT};
+  fake_frame(s, &f, NULL);
+  for (bool acked = false; !acked;) {
+    uint8_t in[SL__DP_HDR_BYTES];
+    sl__dp_frame g;
+    assert_int_equal(fake_read(s, in, sizeof in, SOON_MS), sizeof in);
+    assert_int_equal(sl__dp_frame_decode(in, 0, &g), SL_OK);
+    acked = g.kind == SL__DP_DONE_ACK;
+  }
+  /* The next node 1, at its own address; node 0 learns it and attaches
+   * the next job before it reads the previous process's close. */
+  sl__dp_config c1 = dp_cfg(1, 2);
+  sl__dp_endpoint *b = dp_make(&c1);
+  assert_int_equal(
+      sl__dp_endpoint_set_peer(b, 0, "127.0.0.1", sl__dp_endpoint_port(a)),
+      SL_OK);
+  assert_int_equal(
+      sl__dp_endpoint_set_peer(a, 1, "127.0.0.1", sl__dp_endpoint_port(b)),
+      SL_OK);
+  seen s0 = {0};
+  sl_plan *p;
+  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_id src =
+      add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_fill, NULL, 20);
+  sl_actor_id k =
+      add_actor(p, "k", SL_ACTOR_KERNEL, 1, 0, 0, act_copy_check, NULL, 0);
+  sl_actor_id z =
+      add_actor(p, "sink", SL_ACTOR_SINK, 0, 1, 0, act_sink_check, &s0, 0);
+  connect_to(p, add_out(p, src, 2, 64), k);
+  connect_to(p, add_out(p, k, 2, 64), z);
+  cluster c = {.n = 2, .eps = {a, b}};
+  cluster_load(&c, p, 0);
+  /* The previous process closes now. Either node 0 closed that connection
+   * already, or it reads the end of stream and closes it then: once the
+   * fake sees the close, node 0 has done whatever it does with it. */
+  shutdown(s, SHUT_WR);
+  assert_true(fake_sees_close(s, SOON_MS));
+  close(s);
+  close(old_ls);
+  for (uint32_t i = 0; i < 2; i++)
+    assert_int_equal(sl_job_start(c.jobs[i]), SL_OK);
+  cluster_wait(&c);
+  if (e.n) fail_msg("node 0 reported: %s", e.msgs);
+  expect_ok(&c);
+  assert_int_equal(s0.n, 20);
+  assert_int_equal(s0.bad, 0);
+  cluster_down(&c);
+  sl_plan_destroy(p);
+  errlog_fini(&e);
+}
+
 /* A "node 1" that passes the handshake and then sends frames: a valid one
  * is delivered to node 0's sink; then a corrupt one, or one that does not
  * fit the plan, fails node 0's job naming node 1. */
@@ -677,6 +751,7 @@ int main(void) {
       cmocka_unit_test(test_kernel_error_aborts_all),
       cmocka_unit_test(test_peer_lost_mid_job),
       cmocka_unit_test(test_peer_lost_in_second_job),
+      cmocka_unit_test(test_previous_process_closes_late),
       cmocka_unit_test(test_bad_frame_fails_job),
       cmocka_unit_test(test_hang_across_nodes),
       cmocka_unit_test(test_slow_remote_is_not_a_hang),
