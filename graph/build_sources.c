@@ -295,11 +295,6 @@ sl_tensor sl_to_global_p(sl_tensor t, const sl_placement *placement,
   sl__value *in = sl__g_value(g, t.id);
   sl_placement *p = placement ? sl__g_place(g, placement) : in->placement;
   if (!p) return sl__g_fail_op(g, "identity", "out of memory");
-  if (sl_placement_device_type(p) != sl_placement_device_type(in->placement))
-    return sl__g_fail_op(
-        g, "identity", "cannot move a tensor between device types (%s to %s)",
-        sl_device_type_name(sl_placement_device_type(in->placement)),
-        sl_device_type_name(sl_placement_device_type(p)));
   if (sbp && sl_nd_sbp_check(sbp, p, &in->meta.shape) != SL_OK) {
     char reason[1024];
     snprintf(reason, sizeof reason, "%s", sl_last_error());

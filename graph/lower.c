@@ -12,6 +12,10 @@
  *                  and slice/zero as local tasks on the copy stream
  *   fetch          one task per rank holding a distinct part of the value
  *                  (coordinate 0 on every broadcast mesh axis), copy stream
+ *   CUDA ranks     boxing steps, feeds and fetches run on the device's host
+ *                  side (SL__DEV_HOST): a copy task (the device's copy
+ *                  stream) moves each shard from the device before them
+ *                  and onto the device after them
  *   tick           one per device, on the driver: every task that starts
  *                  from nothing reads it, and so do the producers of
  *                  variables, so nothing runs more than a step ahead of
@@ -30,9 +34,9 @@
 #define VAR_COUNT 2
 
 const char *sl__task_kind_name(sl__task_kind k) {
-  static const char *const names[] = {"op",    "feed",     "fetch",
-                                      "const", "var_copy", "collective",
-                                      "local", "exchange", "tick"};
+  static const char *const names[] = {
+      "op",         "feed",  "fetch",    "const", "var_copy",
+      "collective", "local", "exchange", "tick",  "copy"};
   return (int)k >= 0 && (int)k < SL__TASK_KIND_COUNT ? names[k] : "?";
 }
 
@@ -184,20 +188,36 @@ static int32_t *arena_ints(lower *L, int32_t n) {
   return sl__arena_calloc(L->p->arena, (size_t)n + 1, sizeof(int32_t));
 }
 
-/* Where placement rank r of p runs. */
+void sl__dev_name(uint32_t id, char *buf, size_t n) {
+  sl__dev_class c = sl__dev_class_of(id);
+  snprintf(buf, n, "%s:%d%s", c == SL__DEV_CLASS_CPU ? "cpu" : "cuda",
+           sl__dev_index(id), c == SL__DEV_CLASS_HOST ? "/host" : "");
+}
+
+/* Where placement rank r of p runs (a plan device id). */
 static sl_status rank_where(const sl_placement *p, int r, uint32_t *machine,
                             uint32_t *device) {
   int node = 0, dev = 0;
   SL_CHECK(sl_placement_rank_device(p, r, &node, &dev));
   if (node < 0 || node >= (int)SL_ACTOR_MAX_NODES - 1 || dev < 0 ||
-      dev >= (int)SL_ACTOR_MAX_DEVICES)
+      dev >= (int)SL__DEV_CUDA)
     return sl__fail(SL_EUNSUPPORTED,
-                    "lowering: device %d of node %d is beyond the actor "
-                    "runtime's ids",
-                    dev, node);
+                    "lowering: device %s:%d of node %d is beyond the "
+                    "runtime's ids (devices 0 to %u of each type)",
+                    sl_device_type_name(sl_placement_device_type(p)), dev, node,
+                    SL__DEV_CUDA - 1);
   *machine = (uint32_t)node;
   *device = (uint32_t)dev;
+  if (sl_placement_device_type(p) == SL_DEVICE_CUDA) *device += SL__DEV_CUDA;
   return SL_OK;
+}
+
+/* Where host work for a device runs: a CUDA device's host side, else the
+ * device itself. */
+static uint32_t host_side(uint32_t device) {
+  return sl__dev_class_of(device) == SL__DEV_CLASS_CUDA
+             ? device - SL__DEV_CUDA + SL__DEV_HOST
+             : device;
 }
 
 /* A task with room for n_in inputs and n_out outputs (filled later). */
@@ -253,6 +273,38 @@ static sl_shape slice_shape(const sl_slice *s) {
   for (int d = 0; d < s->ndim; d++)
     sh.dims[d] = s->extent[d];
   return sh;
+}
+
+/* Copies register `from` to register `to` (-1: a new register on the host
+ * side of from's CUDA device) with a copy task on the CUDA device's copy
+ * stream; *out is `to`, *task (may be NULL) the task. */
+static sl_status copy_task(lower *L, const char *name, int32_t node,
+                           int32_t rank, int32_t from, int32_t to,
+                           int32_t *task, int32_t *out) {
+  const sl__regst *f = &L->p->regsts[from];
+  uint32_t machine = f->machine;
+  uint32_t cuda = sl__dev_class_of(f->device) == SL__DEV_CLASS_CUDA
+                      ? f->device
+                      : L->p->regsts[to].device;
+  sl_shape shape = f->shape;
+  sl_dtype dt = f->dtype;
+  sl__task *t = new_task(L, SL__TASK_COPY, name, node, rank, machine, cuda,
+                         SL_STREAM_COPY, 1, 1);
+  if (!t) return SL_ENOMEM;
+  int32_t id = task_id(L, t);
+  if (to < 0) to = new_regst(L, name, &shape, dt, machine, host_side(cuda));
+  if (to < 0) return SL_ENOMEM;
+  t = &L->p->tasks[id];
+  t->in[t->n_in++] = from;
+  t->n_out = 1;
+  set_output(L, t, 0, to);
+  *out = to;
+  if (task) *task = id;
+  return SL_OK;
+}
+
+static bool on_cuda(lower *L, int32_t reg) {
+  return sl__dev_class_of(L->p->regsts[reg].device) == SL__DEV_CLASS_CUDA;
 }
 
 /* The tick register of (machine, device), creating its task (which runs on
@@ -445,15 +497,26 @@ static sl_status lower_input(lower *L, int32_t ni, const sl__node *n) {
     SL_CHECK(rank_where(v->placement, r, &m, &d));
     sl__task_kind kind =
         n->kind == SL__NODE_INPUT ? SL__TASK_FEED : SL__TASK_CONST;
-    sl__task *t = new_task(L, kind, adup(L, "%s@r%d", n->name, r), ni, r, m, d,
-                           SL_STREAM_COMPUTE, 1, 1);
+    /* A CUDA shard is fed on the device's host side, then copied. */
+    bool via_host = kind == SL__TASK_FEED && host_side(d) != d;
+    sl__task *t =
+        new_task(L, kind, adup(L, "%s@r%d", n->name, r), ni, r, m,
+                 via_host ? host_side(d) : d, SL_STREAM_COMPUTE, 1, 1);
     if (!t) return SL_ENOMEM;
     int32_t id = task_id(L, t), reg;
     SL_CHECK(value_regst(L, n->out[0], r, &reg));
+    int32_t fed = reg;
+    if (via_host) {
+      sl_shape shape = L->p->regsts[reg].shape;
+      const char *name = adup(L, "%s.h2d@r%d", n->name, r);
+      fed = new_regst(L, name, &shape, v->meta.dtype, m, host_side(d));
+      if (fed < 0) return SL_ENOMEM;
+      SL_CHECK(copy_task(L, name, ni, r, fed, reg, NULL, &reg));
+    }
     t = &L->p->tasks[id];
     t->n_out = 1;
-    set_output(L, t, 0, reg);
-    if (kind == SL__TASK_FEED) L->p->regsts[reg].count = FEED_COUNT;
+    set_output(L, t, 0, fed);
+    if (kind == SL__TASK_FEED) L->p->regsts[fed].count = FEED_COUNT;
     SL_CHECK(add_tick(L, id));
   }
   return SL_OK;
@@ -511,7 +574,9 @@ static sl_status plan_ranks(const sl_boxing_plan *bp, const sl_placement *p,
     for (int q = 0; q < R && out[r] < 0; q++) {
       int qn, qd;
       sl_boxing_plan_rank_device(bp, q, &qn, &qd);
-      if (qn == node && qd == dev) out[r] = q;
+      if (qn == node && qd == dev &&
+          sl_boxing_plan_rank_device_type(bp, q) == sl_placement_device_type(p))
+        out[r] = q;
     }
     if (out[r] < 0)
       return sl__fail(SL_EINTERNAL, "lowering: a device of the placement "
@@ -556,6 +621,11 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
       sh[t] = cur[to_dst[t]];
     goto out;
   }
+  for (int q = 0; q < R; q++)
+    if (cur[q] >= 0 && on_cuda(L, cur[q]))
+      SL_CHECK_GOTO(copy_task(L, adup(L, "%s.d2h@p%d", n->name, q), ni, q,
+                              cur[q], -1, NULL, &cur[q]),
+                    st, out);
   for (int s = 0; s < S; s++) {
     sl_boxing_op op = sl_boxing_step_op(bp, s);
     sl_nd_sbp from, to;
@@ -591,6 +661,10 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
                       st, out);
         (void)node;
         (void)dev;
+        /* A CUDA shard's last step ends on the host side too: a copy
+         * moves it onto the device after the loop. */
+        bool final = last && host_side(devu) == devu;
+        devu = host_side(devu);
         sl__task *t = new_task(L, kind, adup(L, "%s.s%d@p%d", n->name, s, q),
                                ni, q, mach, devu, stream, 2, 1);
         if (!t) {
@@ -604,7 +678,7 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
         if (has_in) t->in[t->n_in++] = cur[q];
         if (has_out) {
           int32_t reg;
-          if (last) {
+          if (final) {
             SL_CHECK_GOTO(value_regst(L, n->out[0], tr, &reg), st, out);
             if (L->var_of[n->out[0]] >= 0)
               SL_CHECK_GOTO(add_tick(L, id), st, out);
@@ -631,6 +705,17 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
     int32_t *tmp = cur;
     cur = next;
     next = tmp;
+  }
+  for (int t = 0; t < nt; t++) {
+    uint32_t m, d;
+    SL_CHECK_GOTO(rank_where(pd, t, &m, &d), st, out);
+    if (host_side(d) == d) continue;
+    int32_t q = to_dst[t], reg, id;
+    SL_CHECK_GOTO(value_regst(L, n->out[0], t, &reg), st, out);
+    SL_CHECK_GOTO(copy_task(L, adup(L, "%s.h2d@p%d", n->name, q), ni, q, cur[q],
+                            reg, &id, &cur[q]),
+                  st, out);
+    if (L->var_of[n->out[0]] >= 0) SL_CHECK_GOTO(add_tick(L, id), st, out);
   }
   for (int t = 0; t < nt; t++)
     if (L->var_of[n->out[0]] < 0) sh[t] = cur[to_dst[t]];
@@ -662,10 +747,15 @@ static sl_status lower_fetch(lower *L, int32_t ni, const sl__node *n) {
     if (!keep) continue;
     uint32_t mach, d;
     SL_CHECK(rank_where(v->placement, r, &mach, &d));
+    /* A CUDA shard is copied to the host side and fetched there. */
+    int32_t reg = L->shard[n->in[0]][r];
+    if (on_cuda(L, reg))
+      SL_CHECK(copy_task(L, adup(L, "%s.d2h@r%d", n->name, r), ni, r, reg, -1,
+                         NULL, &reg));
     sl__task *t = new_task(L, SL__TASK_FETCH, adup(L, "%s@r%d", n->name, r), ni,
-                           r, mach, d, SL_STREAM_COPY, 1, 0);
+                           r, mach, host_side(d), SL_STREAM_COPY, 1, 0);
     if (!t) return SL_ENOMEM;
-    t->in[t->n_in++] = L->shard[n->in[0]][r];
+    t->in[t->n_in++] = reg;
   }
   return SL_OK;
 }

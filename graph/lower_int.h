@@ -29,12 +29,42 @@ typedef enum sl__task_kind {
   SL__TASK_LOCAL = 6,    /* a local boxing step: slice or zero */
   SL__TASK_XCHG = 7,     /* a member of a send_recv or copy boxing step */
   SL__TASK_TICK = 8,     /* the step tick of one device, on the driver */
+  SL__TASK_COPY = 9,     /* a shard copied between a CUDA device and its
+                            host side (H2D or D2H by the registers' devices) */
 } sl__task_kind;
-#define SL__TASK_KIND_COUNT 9
+#define SL__TASK_KIND_COUNT 10
 
 /* "op", "feed", "fetch", "const", "var_copy", "collective", "local",
- * "exchange", "tick". */
+ * "exchange", "tick", "copy". */
 const char *sl__task_kind_name(sl__task_kind k);
+
+/* Device ids of tasks and registers (and of the actors built from them):
+ * CPU device k is k; CUDA device k is SL__DEV_CUDA + k; SL__DEV_HOST + k is
+ * the host side of CUDA device k: its pinned host memory and CPU threads,
+ * where the device's boxing steps run and its feeds and fetches meet the
+ * program, joined to the device by copy tasks. docs/cuda.md, "Sessions on
+ * CUDA placements". */
+#define SL__DEV_CUDA 4096u
+#define SL__DEV_HOST 8192u
+#define SL__DEV_END 12288u
+
+typedef enum sl__dev_class {
+  SL__DEV_CLASS_CPU = 0,
+  SL__DEV_CLASS_CUDA = 1,
+  SL__DEV_CLASS_HOST = 2, /* a CUDA device's host side */
+} sl__dev_class;
+
+static inline sl__dev_class sl__dev_class_of(uint32_t id) {
+  return id >= SL__DEV_HOST   ? SL__DEV_CLASS_HOST
+         : id >= SL__DEV_CUDA ? SL__DEV_CLASS_CUDA
+                              : SL__DEV_CLASS_CPU;
+}
+/* The device's index within its type (a host side: its CUDA device's). */
+static inline int sl__dev_index(uint32_t id) {
+  return (int)(id % SL__DEV_CUDA);
+}
+/* "cpu:0", "cuda:1", "cuda:1/host" into buf. */
+void sl__dev_name(uint32_t id, char *buf, size_t n);
 
 typedef struct sl__task {
   sl__task_kind kind;

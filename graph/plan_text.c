@@ -138,8 +138,9 @@ sl_status sl__pplan_write_text(const sl__pplan *p, FILE *f) {
         bytes += p->regsts[t->out[k]].bytes * p->regsts[t->out[k]].count;
     }
     human_bytes(bytes, tb, sizeof tb);
-    fprintf(f, "  device %u: %d tasks, %s of registers\n", devs[di].device,
-            ntask, tb);
+    char dn[32];
+    sl__dev_name(devs[di].device, dn, sizeof dn);
+    fprintf(f, "  device %s: %d tasks, %s of registers\n", dn, ntask, tb);
     for (uint32_t s = 0; s < SL_STREAMS_DEFAULT; s++) {
       bool header = false;
       for (int32_t i = 0; i < p->n_tasks; i++) {
@@ -168,8 +169,10 @@ sl_status sl__pplan_write_text(const sl__pplan *p, FILE *f) {
     const sl__task *t = &p->tasks[i];
     if (t->kind != SL__TASK_TICK) continue;
     const sl__regst *r = &p->regsts[t->out[0]];
-    fprintf(f, "  %s: gates %d tasks of machine %u device %u, x%d\n", t->name,
-            (int)r->n_cons, t->machine, t->device, (int)r->count);
+    char dn[32];
+    sl__dev_name(t->device, dn, sizeof dn);
+    fprintf(f, "  %s: gates %d tasks of machine %u device %s, x%d\n", t->name,
+            (int)r->n_cons, t->machine, dn, (int)r->count);
   }
   bool any = false;
   for (int32_t i = 0; i < p->n_nodes; i++) {
@@ -216,10 +219,12 @@ sl_status sl__pplan_write_dot(const sl__pplan *p, FILE *f) {
              "  node [shape=box, fontsize=10, fontname=\"Helvetica\"];\n"
              "  edge [fontsize=8, fontname=\"Helvetica\"];\n");
   for (int di = 0; di < nd; di++) {
-    fprintf(
-        f,
-        "  subgraph cluster_m%u_d%u {\n    label=\"machine %u device %u\";\n",
-        devs[di].machine, devs[di].device, devs[di].machine, devs[di].device);
+    char dn[32];
+    sl__dev_name(devs[di].device, dn, sizeof dn);
+    fprintf(f,
+            "  subgraph cluster_m%u_d%u {\n    label=\"machine %u device "
+            "%s\";\n",
+            devs[di].machine, devs[di].device, devs[di].machine, dn);
     for (int32_t i = 0; i < p->n_tasks; i++) {
       const sl__task *t = &p->tasks[i];
       if (t->kind == SL__TASK_TICK || t->machine != devs[di].machine ||

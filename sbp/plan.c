@@ -64,7 +64,7 @@ static sl_status map_ranks(sl_boxing_plan *plan) {
   for (int t = 0; t < nt; t++) {
     int node, dev;
     SL_CHECK(sl_placement_rank_device(dst, t, &node, &dev));
-    int r = sl_placement_rank_of(src, node, dev);
+    int r = plan->cross_type ? -1 : sl_placement_rank_of(src, node, dev);
     if (r < 0) {
       r = n++;
       plan->rank_node[r] = node;
@@ -103,12 +103,6 @@ static sl_status check_args(const sl_shape *shape, sl_dtype dt,
   if (st != SL_OK) return sl__fail_context(st, "boxing source: ");
   st = sl_nd_sbp_check(dst_sbp, dst, shape);
   if (st != SL_OK) return sl__fail_context(st, "boxing target: ");
-  if (sl_placement_device_type(src) != sl_placement_device_type(dst))
-    return sl__fail(SL_EINVAL,
-                    "boxing plan: source devices are %s but target "
-                    "devices are %s",
-                    sl_device_type_name(sl_placement_device_type(src)),
-                    sl_device_type_name(sl_placement_device_type(dst)));
   return SL_OK;
 }
 
@@ -135,6 +129,8 @@ sl_boxing_plan_create(const sl_shape *shape, sl_dtype dt,
   plan->cost = c;
   SL_CHECK_GOTO(sl_placement_copy(src, &plan->place[0]), st, fail);
   SL_CHECK_GOTO(sl_placement_copy(dst, &plan->place[1]), st, fail);
+  plan->cross_type =
+      sl_placement_device_type(src) != sl_placement_device_type(dst);
   SL_CHECK_GOTO(map_ranks(plan), st, fail);
 
   if (sl_placement_equal(src, dst)) {
@@ -184,6 +180,12 @@ void sl_boxing_plan_rank_device(const sl_boxing_plan *plan, int rank, int *node,
   bool ok = rank >= 0 && rank < plan->rank_count;
   if (node) *node = ok ? plan->rank_node[rank] : -1;
   if (device) *device = ok ? plan->rank_device[rank] : -1;
+}
+
+sl_device_type sl_boxing_plan_rank_device_type(const sl_boxing_plan *plan,
+                                               int rank) {
+  int side = rank >= sl_placement_size(plan->place[0]) ? 1 : 0;
+  return sl_placement_device_type(plan->place[side]);
 }
 
 const int64_t *sl_boxing_plan_bytes_sent(const sl_boxing_plan *plan) {

@@ -87,6 +87,7 @@ struct sl_boxing_plan {
   sl_boxing_cost cost;
   int rank_count;
   int *rank_node, *rank_device; /* per plan rank */
+  bool cross_type; /* the sides' device types differ: no shared device */
   int *plan_rank[2];            /* placement rank -> plan rank, per side */
   int step_count, step_cap;
   sl__step *steps;

@@ -28,8 +28,8 @@ static const sl_register *data_in(const sl_act *a, const task_rt *rt) {
   return NULL;
 }
 
-static sl_status act_op(sl_act *a) {
-  task_rt *rt = a->ctx;
+/* The kernel call's tensors for this firing. */
+static sl__kernel_ctx *bind_op(sl_act *a, task_rt *rt) {
   sl__kernel_ctx *k = &rt->k;
   for (int i = 0; i < k->n_in; i++) {
     int32_t slot = rt->slot_of[i];
@@ -38,6 +38,12 @@ static sl_status act_op(sl_act *a) {
   for (int j = 0; j < k->n_out; j++)
     k->out[j] = a->out[j]->data;
   k->step = rt->fired;
+  return k;
+}
+
+static sl_status act_op(sl_act *a) {
+  task_rt *rt = a->ctx;
+  sl__kernel_ctx *k = bind_op(a, rt);
   sl_clear_error();
   sl_status st = sl__op_run_cpu(rt->node->op, k);
   if (st != SL_OK)
@@ -128,9 +134,10 @@ static sl_status act_local(sl_act *a) {
   return SL_OK;
 }
 
-/* A collective round completed: the step is done for this member, then the
- * deferred firing completes (its registers go out). */
-static void coll_done(void *arg, sl_status st) {
+/* A collective round or a device stream's work completed: the step is done
+ * for this task, then the deferred firing completes (its registers go
+ * out). */
+static void deferred_done(void *arg, sl_status st) {
   task_rt *rt = arg;
   sl_completion *c = rt->pending;
   rt->pending = NULL;
@@ -151,11 +158,10 @@ static sl_status act_coll(sl_act *a) {
   size_t ib = in ? in->bytes : 0;
   void *op = out ? out->data : NULL;
   size_t ob = out ? out->bytes : 0;
-  sl_status st =
-      rt->span ? sl__span_arrive(rt->span, rt->member, ip, ib, op, ob,
-                                 coll_done, rt)
-               : sl__coll_arrive(rt->coll, rt->member, ip, ib, op, ob,
-                                 coll_done, rt);
+  sl_status st = rt->span ? sl__span_arrive(rt->span, rt->member, ip, ib, op,
+                                            ob, deferred_done, rt)
+                          : sl__coll_arrive(rt->coll, rt->member, ip, ib, op,
+                                            ob, deferred_done, rt);
   if (st != SL_OK) {
     sl_completion *c = rt->pending;
     rt->pending = NULL;
@@ -163,6 +169,68 @@ static sl_status act_coll(sl_act *a) {
     sl_completion_done(c, st);
   }
   return SL_OK;
+}
+
+/* ---- tasks on a CUDA device ------------------------------------------------
+ * Each queues its work on the device stream of its actor's stream kind and
+ * defers; the device's notifier completes the firing once the stream has
+ * got there (docs/cuda.md, "Sessions on CUDA placements"). */
+
+/* After queueing (st: how that went) with the firing deferred in
+ * rt->pending. */
+static sl_status complete_on_stream(task_rt *rt, sl_status st) {
+  sess_dev *d = rt->dev;
+  if (st == SL_OK)
+    st = sl__notifier_watch(d->notify, d->stream[rt->t->stream], deferred_done,
+                            rt);
+  if (st != SL_OK) {
+    sl_completion *c = rt->pending;
+    rt->pending = NULL;
+    sl__fail_context(st, "actor '%s' on %s: ", rt->t->name, d->dev->name);
+    sl_completion_done(c, st);
+  }
+  return SL_OK;
+}
+
+static sl_status act_op_cuda(sl_act *a) {
+  task_rt *rt = a->ctx;
+  sl__kernel_ctx *k = bind_op(a, rt);
+  rt->pending = sl_act_defer(a);
+  sl_clear_error();
+  sess_dev *d = rt->dev;
+  sl_status st =
+      d->be->run_op(rt->node->op, k, d->mem, d->stream[rt->t->stream]);
+  if (st != SL_OK)
+    sl__fail_context(st, "op '%s' (%s): ", rt->node->name, rt->node->op->name);
+  return complete_on_stream(rt, st);
+}
+
+/* Device to device: a constant from its device copy, or a variable's next
+ * version from its update value. */
+static sl_status act_d2d(sl_act *a) {
+  task_rt *rt = a->ctx;
+  const void *src =
+      rt->t->kind == SL__TASK_CONST ? rt->init_dev : data_in(a, rt)->data;
+  rt->pending = sl_act_defer(a);
+  sess_dev *d = rt->dev;
+  return complete_on_stream(
+      rt, sl__device_memcpy_d2d(d->dev, a->out[0]->data, src, rt->bytes,
+                                d->stream[rt->t->stream]));
+}
+
+/* A shard between the device and its host side. */
+static sl_status act_copy(sl_act *a) {
+  task_rt *rt = a->ctx;
+  const sl_register *in = data_in(a, rt);
+  sl_register *out = a->out[0];
+  rt->pending = sl_act_defer(a);
+  sess_dev *d = rt->dev;
+  sl__stream *s = d->stream[rt->t->stream];
+  return complete_on_stream(
+      rt,
+      rt->copy_h2d
+          ? sl__device_memcpy_h2d(d->dev, out->data, in->data, out->bytes, s)
+          : sl__device_memcpy_d2h(d->dev, out->data, in->data, out->bytes, s));
 }
 
 sl_status sl__act_tick(sl_act *a) {
@@ -181,7 +249,16 @@ sl_status sl__act_tick(sl_act *a) {
   return SL_OK;
 }
 
-sl_act_fn sl__act_for(sl__task_kind kind) {
+sl_act_fn sl__act_for(sl__task_kind kind, bool on_cuda) {
+  if (on_cuda) {
+    switch (kind) {
+    case SL__TASK_OP: return act_op_cuda;
+    case SL__TASK_CONST:
+    case SL__TASK_VAR_COPY: return act_d2d;
+    case SL__TASK_COPY: return act_copy;
+    default: return NULL; /* lowering runs the rest on the host side */
+    }
+  }
   switch (kind) {
   case SL__TASK_OP: return act_op;
   case SL__TASK_FEED: return act_feed;
@@ -191,7 +268,8 @@ sl_act_fn sl__act_for(sl__task_kind kind) {
   case SL__TASK_COLL:
   case SL__TASK_XCHG: return act_coll;
   case SL__TASK_LOCAL: return act_local;
-  case SL__TASK_TICK: return NULL;
+  case SL__TASK_TICK:
+  case SL__TASK_COPY: return NULL;
   }
   return NULL;
 }

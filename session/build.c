@@ -13,11 +13,18 @@ typedef struct var_init {
   const sl_graph *g;
   int32_t node;
   int rank;
+  sess_dev *dev; /* the register is on this CUDA device */
 } var_init;
 
 static sl_status var_init_fn(void *ctx, sl_register *r) {
   const var_init *v = ctx;
-  return sl__graph_variable_init(v->g, v->node, v->rank, r->data);
+  if (!v->dev) return sl__graph_variable_init(v->g, v->node, v->rank, r->data);
+  void *host = sl__calloc(1, r->bytes + 64);
+  if (!host) return SL_ENOMEM;
+  sl_status st = sl__graph_variable_init(v->g, v->node, v->rank, host);
+  if (st == SL_OK) st = sl__dev_upload(v->dev, r->data, host, r->bytes);
+  sl__free(host);
+  return st;
 }
 
 static bool any_partial(const sl_nd_sbp *s) {
@@ -74,6 +81,16 @@ static sl_status setup_op(sl_session *s, task_rt *rt) {
 /* ---- boxing ----------------------------------------------------------------
  */
 
+/* The plan device id where plan rank q's boxing work runs: a CUDA rank's
+ * host side (graph/lower.c). */
+static uint32_t boxing_device(const sl_boxing_plan *bp, int q) {
+  int node, dev;
+  sl_boxing_plan_rank_device(bp, q, &node, &dev);
+  return sl_boxing_plan_rank_device_type(bp, q) == SL_DEVICE_CUDA
+             ? SL__DEV_HOST + (uint32_t)dev
+             : (uint32_t)dev;
+}
+
 /* Plan rank -> placement rank on one side (-1: not there). */
 static sl_status side_of(const sl_boxing_plan *bp, const sl_placement *p,
                          int *inv) {
@@ -86,7 +103,9 @@ static sl_status side_of(const sl_boxing_plan *bp, const sl_placement *p,
     for (int q = 0; q < R; q++) {
       int qn, qd;
       sl_boxing_plan_rank_device(bp, q, &qn, &qd);
-      if (qn == node && qd == dev) inv[q] = r;
+      if (qn == node && qd == dev &&
+          sl_boxing_plan_rank_device_type(bp, q) == sl_placement_device_type(p))
+        inv[q] = r;
     }
   }
   return SL_OK;
@@ -148,7 +167,7 @@ static sl_status make_exchange(sl_session *s, const sl__node *n, int step,
   for (int q = 0; q < R; q++) {
     int node, dev;
     sl_boxing_plan_rank_device(bp, q, &node, &dev);
-    workers[q] = dev_worker[dev];
+    workers[q] = dev_worker[boxing_device(bp, q)];
     nodes[q] = (uint32_t)node;
     sl_reduce_op f;
     fill[q] =
@@ -238,7 +257,7 @@ static sl_status make_group(sl_session *s, const sl__node *n, int step,
   for (int k = 0; k < gn; k++) {
     int node, dev;
     sl_boxing_plan_rank_device(bp, ranks[k], &node, &dev);
-    workers[k] = dev_worker[dev];
+    workers[k] = dev_worker[boxing_device(bp, ranks[k])];
     nodes[k] = (uint32_t)node;
   }
   sl_nd_sbp bl = from;
@@ -322,8 +341,8 @@ static sl_status make_span(sl_session *s, const sl__task *t, sl__coll *c,
     return sl__fail(SL_EUNSUPPORTED,
                     "boxing '%s' step %d has members on nodes %u and %u: "
                     "collectives between nodes need daemons",
-                    sl__graph_node(s->g, t->node)->name, (int)t->step,
-                    mnode[0], other);
+                    sl__graph_node(s->g, t->node)->name, (int)t->step, mnode[0],
+                    other);
   sl__span **grown =
       sl__realloc(s->spans, ((size_t)s->n_spans + 1) * sizeof *grown);
   if (!grown) return SL_ENOMEM;
@@ -472,8 +491,9 @@ static sl_status add_actors(sl_session *s) {
     rt->io = rt->io_slot = -1;
     bool tick = t->kind == SL__TASK_TICK;
     /* Remote: the program feeds and fetches, so those actors are its. */
-    bool on_driver = tick || (s->remote && (t->kind == SL__TASK_FEED ||
-                                            t->kind == SL__TASK_FETCH));
+    bool on_driver =
+        tick ||
+        (s->remote && (t->kind == SL__TASK_FEED || t->kind == SL__TASK_FETCH));
     sl_actor_desc d;
     memset(&d, 0, sizeof d);
     d.name = t->name;
@@ -481,7 +501,18 @@ static sl_status add_actors(sl_session *s) {
     d.node = on_driver ? s->driver : t->machine;
     d.device = t->device;
     d.stream = t->stream;
-    d.act = tick ? (s->remote ? sl__act_tick : NULL) : sl__act_for(t->kind);
+    bool cuda = sl__dev_class_of(t->device) == SL__DEV_CLASS_CUDA;
+    d.act =
+        tick ? (s->remote ? sl__act_tick : NULL) : sl__act_for(t->kind, cuda);
+    if (!tick && cuda && t->machine == s->self_node) {
+      rt->dev = sl__session_dev(s, t->device);
+      if (!d.act || !rt->dev)
+        return sl__fail(SL_EINTERNAL,
+                        "session: task '%s' (%s) has no way to run on "
+                        "cuda:%d",
+                        t->name, sl__task_kind_name(t->kind),
+                        sl__dev_index(t->device));
+    }
     d.ctx = rt;
     d.count = tick ? INT64_MAX : 0;
     SL_CHECK(sl_plan_add_actor(s->plan, &d, &rt->actor));
@@ -509,13 +540,16 @@ static sl_status add_registers(sl_session *s) {
       d.name = r->name;
       d.count = r->count;
       d.bytes = (size_t)r->bytes;
-      d.device = -1;
+      d.device = (int32_t)r->device; /* a copy task's is not its own */
       d.initial = r->initial;
       if (r->var_node >= 0) {
         var_init *v = &vi[t->out[j]];
         v->g = s->g;
         v->node = r->var_node;
         v->rank = r->rank;
+        if (r->machine == s->self_node &&
+            sl__dev_class_of(r->device) == SL__DEV_CLASS_CUDA)
+          v->dev = sl__session_dev(s, r->device);
         d.init = var_init_fn;
         d.init_ctx = v;
       }
@@ -630,6 +664,7 @@ sl_status sl__session_build(sl_session *s) {
     st = SL_ENOMEM;
     goto out;
   }
+  SL_CHECK_GOTO(sl__session_open_devices(s), st, out);
   SL_CHECK_GOTO(sl__comm_create(&cc, &s->comm), st, out);
   SL_CHECK_GOTO(sl_plan_create(&s->plan), st, out);
   SL_CHECK_GOTO(add_actors(s), st, out);
@@ -654,9 +689,18 @@ sl_status sl__session_build(sl_session *s) {
           break;
         }
         st = sl__graph_variable_init(s->g, t->node, t->rank, rt->init);
+        if (st == SL_OK && rt->dev)
+          st = sl__caching_alloc_alloc(rt->dev->mem, rt->bytes, NULL,
+                                       &rt->init_dev);
+        if (st == SL_OK && rt->dev)
+          st = sl__dev_upload(rt->dev, rt->init_dev, rt->init, rt->bytes);
       }
       break;
     }
+    case SL__TASK_COPY:
+      rt->copy_h2d =
+          sl__dev_class_of(pp->regsts[t->in[0]].device) != SL__DEV_CLASS_CUDA;
+      break;
     case SL__TASK_LOCAL: st = setup_local(s, rt); break;
     case SL__TASK_COLL:
     case SL__TASK_XCHG: {
@@ -704,7 +748,10 @@ void sl__session_free_build(sl_session *s) {
   for (int32_t i = 0; s->rt && i < s->n_tasks; i++) {
     sl__free(s->rt[i].slot_of);
     sl__free(s->rt[i].init);
+    if (s->rt[i].init_dev)
+      sl__caching_alloc_free(s->rt[i].dev->mem, s->rt[i].init_dev);
   }
+  sl__session_close_devices(s);
   sl__free(s->rt);
   for (int32_t i = 0; s->feeds && i < s->n_feeds; i++)
     sl__free(s->feeds[i].data);

@@ -290,6 +290,7 @@ static sl_status job_prepare(djob *j, const uint8_t *blob, size_t len) {
   jc.hang_timeout_ms = hang_ms;
   jc.trace_path = "";
   jc.transport = (sl_transport){&dj_transport, j};
+  sl__session_job_memory(s, &jc);
   SL_CHECK(sl_job_create(s->plan, &jc, &s->job));
   return sl__dp_endpoint_attach(j->o->dp, s->job);
 }

@@ -272,6 +272,7 @@ sl_status sl__remote_start(sl_session *s) {
   jc.hang_timeout_ms = s->cfg.hang_timeout_ms;
   jc.trace_path = "";
   jc.transport = (sl_transport){&rm_transport, s};
+  sl__session_job_memory(s, &jc);
   SL_CHECK_GOTO(sl_job_create(s->plan, &jc, &s->job), st, out);
   SL_CHECK_GOTO(sl__dp_endpoint_attach(rm->ep, s->job), st, out);
   rm->attached = true;

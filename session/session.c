@@ -62,18 +62,6 @@ sl_status sl_session_write_plan(const sl_session *s, sl_plan_format format,
  */
 
 static sl_status check_devices(const sl_session *s) {
-  const sl_graph *g = s->g;
-  for (int32_t i = 0; i < sl__graph_node_count(g); i++) {
-    const sl__node *n = sl__graph_node(g, i);
-    const sl_placement *p = n->placement;
-    if (!p && n->n_in) p = sl__graph_value(g, n->in[0])->placement;
-    if (p && sl_placement_device_type(p) != SL_DEVICE_CPU)
-      return sl__fail(SL_EUNSUPPORTED,
-                      "session: node '%s' is placed on %s devices; the "
-                      "embedded session runs CPU placements",
-                      n->name,
-                      sl_device_type_name(sl_placement_device_type(p)));
-  }
   if (s->remote) return SL_OK; /* remote.c checks the nodes */
   if (s->pp->machines != 1)
     return sl__fail(SL_EUNSUPPORTED,
@@ -147,6 +135,7 @@ sl_status sl_session_create(sl_graph *g, const sl_session_config *cfg,
   jc.hang_timeout_ms = c.hang_timeout_ms;
   jc.trace_path = trace ? trace : "";
   jc.transport = (sl_transport){&sl__driver_transport, s};
+  sl__session_job_memory(s, &jc);
   SL_CHECK_GOTO(sl_job_create(s->plan, &jc, &s->job), st, fail);
   SL_CHECK_GOTO(sl_job_start(s->job), st, fail);
   s->started = true;

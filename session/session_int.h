@@ -11,7 +11,9 @@
 #include <sluice/actor.h>
 #include <sluice/session.h>
 
+#include "caching_alloc.h"
 #include "comm_int.h"
+#include "device_notify.h"
 #include "span_coll.h"
 #include "core_thread.h"
 #include "lower_int.h"
@@ -23,6 +25,26 @@
 #define SL__STEP_WINDOW (SL__STEP_RING - 4)
 
 typedef struct sl_session sl_session;
+
+/* How a session opens CUDA devices and runs ops on them: the CUDA runtime
+ * and sl__op_run_cuda, unless a test substitutes its own (a fake device
+ * whose kernels are the CPU ones: tests/session/fake_cuda.h). */
+typedef struct sl__session_backend {
+  sl_status (*open)(int index, sl__device **out);
+  sl_status (*run_op)(const sl__op_def *op, sl__kernel_ctx *k,
+                      sl__caching_alloc *mem, sl__stream *s);
+} sl__session_backend;
+
+/* One CUDA device of this node's tasks (devices.c). */
+typedef struct sess_dev {
+  int index; /* cuda:index */
+  const sl__session_backend *be;
+  sl__device *dev;
+  sl__caching_alloc *mem;    /* device memory: registers, workspaces */
+  sl__caching_alloc *pinned; /* its host side's registers */
+  sl__stream *stream[SL_STREAMS_DEFAULT]; /* per actor stream kind */
+  sl__notifier *notify;
+} sess_dev;
 
 /* An actor's view of its task: one per plan task, the actor's ctx. */
 typedef struct task_rt {
@@ -41,9 +63,12 @@ typedef struct task_rt {
   /* FEED / FETCH: index into s->feeds / s->fetches; FETCH: rank slot */
   int32_t io, io_slot;
   sl_slice slice; /* FEED / FETCH / LOCAL: the shard's box */
-  /* CONST: the variable's initial shard */
-  void *init;
+  /* CONST: the variable's initial shard (on a CUDA device: init_dev) */
+  void *init, *init_dev;
   size_t bytes;
+  /* Tasks on a CUDA device: the device; COPY: host to device, or back */
+  sess_dev *dev;
+  bool copy_h2d;
   /* COLL / XCHG: the collective and this task's member; span: instead,
    * when the collective's members live on several nodes */
   sl__coll *coll;
@@ -143,6 +168,8 @@ struct sl_session {
   drv_tick *ticks;
   int32_t n_workers;
   int n_devices;
+  int32_t n_devs; /* CUDA devices open for this node's tasks */
+  sess_dev *devs;
 
   pthread_mutex_t lock;
   pthread_cond_t cond;
@@ -170,14 +197,32 @@ void sl__session_free_build(sl_session *s);
 void sl__session_abort_collectives(sl_session *s, sl_status st,
                                    const char *msg);
 
-/* acts.c: the act of each task kind; sl__act_for picks one. */
-sl_act_fn sl__act_for(sl__task_kind kind);
+/* acts.c: the act of each task kind on a CPU device (or a CUDA device's
+ * host side), or on a CUDA device; sl__act_for picks one (NULL: none). */
+sl_act_fn sl__act_for(sl__task_kind kind, bool on_cuda);
 /* A remote session's tick source: fires for released steps, defers the
  * firing of the next one until the program releases it. */
 sl_status sl__act_tick(sl_act *a);
 /* Counts task rt's firing for its step (every actor calls it once per
  * firing, when its work is done). */
 void sl__step_done(task_rt *rt);
+
+/* devices.c */
+/* Tests: how CUDA devices open and run ops, process-wide; NULL restores
+ * the CUDA runtime. Set it while no session exists. */
+void sl__session_set_backend(const sl__session_backend *b);
+/* Opens every CUDA device that this node's tasks use (s->devs). */
+sl_status sl__session_open_devices(sl_session *s);
+/* After the job is destroyed: frees what the devices hold and closes them. */
+void sl__session_close_devices(sl_session *s);
+/* The open device behind a CUDA device id or its host side; NULL for a CPU
+ * device or one not open in this process. */
+sess_dev *sl__session_dev(const sl_session *s, uint32_t id);
+/* Points the job's register memory at the session's devices (when any). */
+void sl__session_job_memory(sl_session *s, sl_job_config *jc);
+/* Copies host bytes to the device and waits (set-up only). */
+sl_status sl__dev_upload(sess_dev *d, void *dst, const void *src,
+                         size_t bytes);
 
 /* driver.c */
 extern const sl_transport_vtable sl__driver_transport;

@@ -6,7 +6,8 @@
  * the plan's ranks: the source placement's ranks first, then the target
  * placement's devices that the source does not have, in target rank order.
  * When source and target placements are equal, plan ranks are placement
- * ranks. */
+ * ranks. Between placements of different device types (cpu and cuda) no
+ * device is shared: the target's ranks all follow the source's. */
 #ifndef SLUICE_BOXING_H
 #define SLUICE_BOXING_H
 
@@ -50,8 +51,9 @@ typedef struct sl_boxing_plan sl_boxing_plan;
 
 /* Plans the conversion of a tensor of the given shape and dtype from
  * (src, src_sbp) to (dst, dst_sbp). cost may be NULL for the source device
- * type's defaults. SL_EINVAL when either side fails sl_nd_sbp_check or the
- * device types differ. */
+ * type's defaults. SL_EINVAL when either side fails sl_nd_sbp_check. The
+ * device types may differ: the plan then moves every shard between devices
+ * (copy or send_recv). */
 SL_API sl_status sl_boxing_plan_create(const sl_shape *shape, sl_dtype dt,
                                        const sl_placement *src,
                                        const sl_nd_sbp *src_sbp,
@@ -65,6 +67,9 @@ SL_API void sl_boxing_plan_destroy(sl_boxing_plan *plan);
 SL_API int sl_boxing_plan_rank_count(const sl_boxing_plan *plan);
 SL_API void sl_boxing_plan_rank_device(const sl_boxing_plan *plan, int rank,
                                        int *node, int *device);
+/* The device type of a plan rank (its side's; the source's for a bad rank). */
+SL_API sl_device_type sl_boxing_plan_rank_device_type(const sl_boxing_plan *plan,
+                                                      int rank);
 /* Totals over all steps: bytes each plan rank sends (rank_count entries) and
  * the predicted time, the sum of the steps' times. */
 SL_API const int64_t *sl_boxing_plan_bytes_sent(const sl_boxing_plan *plan);

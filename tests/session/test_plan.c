@@ -218,7 +218,7 @@ static void test_protobuf_round_trip(void **state) {
     assert_string_equal(t1, t2);
     if (fmt == 0) {
       assert_non_null(strstr(t1, "machine 0"));
-      assert_non_null(strstr(t1, "device 3"));
+      assert_non_null(strstr(t1, "device cpu:3"));
       assert_non_null(strstr(t1, "stream collective"));
       assert_non_null(strstr(t1, "[boxing all_reduce(sum) group"));
       assert_non_null(strstr(t1, "driver (machine 1)"));
@@ -363,7 +363,7 @@ static void test_cli(void **state) {
   assert_int_equal(cli_run(SLUICE_CLI_PATH, text, &r), 0);
   assert_int_equal(r.status, 0);
   assert_non_null(strstr(r.out, "machine 0"));
-  assert_non_null(strstr(r.out, "device 2"));
+  assert_non_null(strstr(r.out, "device cpu:2"));
   assert_non_null(strstr(r.out, "stream collective"));
   cli_result_free(&r);
   const char *dot[] = {"sluice", "plan", pb, "--dot", "-o", out, NULL};
