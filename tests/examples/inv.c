@@ -23,8 +23,15 @@ int inv_cases(inv_case *cases) {
 void inv_train(inv_build_fn build, const void *ctx, ex_layout layout,
                int devices, ex_engine engine, int steps, float *losses,
                sl_graph **g_out) {
+  inv_train_on("cpu", build, ctx, layout, devices, engine, steps, losses,
+               g_out);
+}
+
+void inv_train_on(const char *type, inv_build_fn build, const void *ctx,
+                  ex_layout layout, int devices, ex_engine engine, int steps,
+                  float *losses, sl_graph **g_out) {
   char dev[32], placement[256];
-  snprintf(dev, sizeof dev, "cpu:%d", devices);
+  snprintf(dev, sizeof dev, "%s:%d", type, devices);
   INV_OK(ex_layout_placement(layout, dev, placement, sizeof placement));
   sl_graph *g;
   INV_OK(sl_graph_create(&g));
@@ -165,4 +172,35 @@ void inv_check_matrix(const char *model, inv_build_fn build, const void *ctx) {
   if (!ex_engine_have_session())
     printf("  (no embedded session in this build: the session rows run once "
            "it lands)\n");
+}
+
+void inv_check_cuda(const char *model, inv_build_fn build, const void *ctx,
+                    int max_devices, double rtol) {
+  float ref[INV_STEPS], got[INV_STEPS];
+  printf("%s on cuda: losses at steps 0, %d, %d; max relative difference "
+         "to the same case on cpu\n",
+         model, INV_STEPS / 2, INV_STEPS - 1);
+  inv_case cases[16];
+  int n = inv_cases(cases);
+  for (int i = 0; i < n; i++) {
+    inv_case c = cases[i];
+    if (c.devices > max_devices) continue;
+    char label[64];
+    inv_train(build, ctx, c.layout, c.devices, EX_ENGINE_SHARDED, INV_STEPS,
+              ref, NULL);
+    inv_train_on("cuda", build, ctx, c.layout, c.devices, EX_ENGINE_SESSION,
+                 INV_STEPS, got, NULL);
+    snprintf(label, sizeof label, "%s on %d cuda", ex_layout_name(c.layout),
+             c.devices);
+    double rel = inv_max_rel(got, ref, INV_STEPS);
+    bool same = inv_identical(got, ref, INV_STEPS);
+    print_losses(label, got, rel,
+                 same          ? "identical"
+                 : rel <= rtol ? "within tolerance"
+                               : "FAIL");
+    if (rtol == 0 ? !same : !(rel <= rtol))
+      fail_msg("%s %s: losses differ from %d cpu by %.3g relative (allowed "
+               "%.3g)",
+               model, label, c.devices, rel, rtol);
+  }
 }

@@ -51,6 +51,17 @@ void inv_train(inv_build_fn build, const void *ctx, ex_layout layout,
                int devices, ex_engine engine, int steps, float *losses,
                sl_graph **g_out);
 
+/* inv_train on devices of another type ("cpu", "cuda"). */
+void inv_train_on(const char *type, inv_build_fn build, const void *ctx,
+                  ex_layout layout, int devices, ex_engine engine, int steps,
+                  float *losses, sl_graph **g_out);
+
+/* Every case of the matrix on at most max_devices CUDA devices, in a
+ * session, against the same case on cpu (sharded reference): the same bits
+ * when rtol is 0, else within rtol relative. */
+void inv_check_cuda(const char *model, inv_build_fn build, const void *ctx,
+                    int max_devices, double rtol);
+
 /* Largest |a - b| / |b| over n values. */
 double inv_max_rel(const float *a, const float *b, int n);
 /* Whether the n values are bit-identical. */

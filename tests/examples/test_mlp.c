@@ -11,6 +11,7 @@
 
 #include "cpu/npy.h"
 #include "graph_int.h"
+#include "fake_cuda.h"
 #include "inv.h"
 #include "mlp/model.h"
 
@@ -131,11 +132,33 @@ static void test_npy_data(void **state) {
   rmdir(dir);
 }
 
+/* The matrix on cuda devices: the fake device (fake_cuda.h: asynchronous
+ * streams, the CPU kernels) gives the cpu losses bit for bit; a real GPU,
+ * when there is one, within 1e-3 (its own kernels and sum orders). */
+static void test_cuda_fake(void **state) {
+  ex_mlp_config c = small();
+  fake_cuda_install();
+  inv_check_cuda("mlp (fake cuda)", build_mlp, &c, 4, 0);
+  fake_cuda_uninstall();
+}
+
+static void test_cuda_gpu(void **state) {
+  int n = sl_device_count(SL_DEVICE_CUDA);
+  if (n < 1) {
+    print_message("no CUDA device here: skipped\n");
+    skip();
+  }
+  ex_mlp_config c = small();
+  inv_check_cuda("mlp (gpu)", build_mlp, &c, n, 1e-3);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_invariance_sgd),
       cmocka_unit_test(test_invariance_adam),
       cmocka_unit_test(test_collectives),
+      cmocka_unit_test(test_cuda_fake),
+      cmocka_unit_test(test_cuda_gpu),
       cmocka_unit_test(test_npy_data),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
