@@ -379,8 +379,11 @@ static sl_status build_inputs(sl_job *job) {
       if (prod->d.node != job->node) {
         sl->remote = true;
         job->has_remote = true;
-        SL_CHECK(regs_alloc(job, ri, r->d.count, r->d.bytes,
-                            (int32_t)a->pa->d.device, 0, prod->id, &sl->regs));
+        /* The mirror is on the descriptor's device id (on this node),
+         * else the reader's. */
+        int32_t dev = r->d.device >= 0 ? r->d.device : (int32_t)a->pa->d.device;
+        SL_CHECK(regs_alloc(job, ri, r->d.count, r->d.bytes, dev, 0, prod->id,
+                            &sl->regs));
       } else {
         sl->regs = job->out_of[ri]->regs;
       }

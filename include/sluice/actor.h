@@ -168,7 +168,10 @@ typedef struct sl_regst_desc {
   const char *name; /* may be NULL: "<producer>.out<i>" */
   int32_t count;    /* the quota: registers in flight never exceed it */
   size_t bytes;
-  int32_t device; /* device of the memory; -1: the producer's device */
+  /* Device of the memory; -1: the producer's. A reader on another node
+   * gets its copy on the device with this id on its own node (-1: on the
+   * reader's device). */
+  int32_t device;
   /* Variables: registers 0..initial-1 start ready (piece 0..initial-1,
    * filled by init, zeros if NULL) and the producer's pieces continue from
    * there. A variable updated in a loop (its producer also consumes it)

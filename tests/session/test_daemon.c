@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "fake_cuda.h"
 #include "session_helpers.h"
 
 #define TOKEN "daemon-test-token"
@@ -130,8 +131,7 @@ static sl_graph *two_models(bool two_nodes) {
     sl_tensor x = sl_input(g, nx, &xs, SL_DTYPE_F32, pl, "S(0)");
     sl_tensor y = sl_input(g, ny, &ys, SL_DTYPE_I32, pl, "S(0)");
     sl_tensor w = sl_variable(g, nw, &ws, SL_DTYPE_F32,
-                              sl_init_uniform(-1, 1, 7 + (uint64_t)k), pl,
-                              "B");
+                              sl_init_uniform(-1, 1, 7 + (uint64_t)k), pl, "B");
     sl_tensor loss = sl_cross_entropy(sl_matmul(x, w, false, false), y);
     if (k == 0) { /* node 1's model only evaluates (one minimize) */
       sl_optimizer opt = sl_optimizer_sgd(0.1, 0);
@@ -190,8 +190,10 @@ static sl_status train(bool remote, bool bad, float *losses, float *w) {
   char msg[1400];
   snprintf(msg, sizeof msg, "%s", sl_last_error());
   sl_status fst = sl_session_finish(s);
-  if (st == SL_OK) st = fst;
-  else sl__fail(st, "%s", msg);
+  if (st == SL_OK)
+    st = fst;
+  else
+    sl__fail(st, "%s", msg);
   snprintf(msg, sizeof msg, "%s", sl_last_error());
   sl_session_destroy(s);
   sl_graph_destroy(g);
@@ -290,8 +292,7 @@ static sl_status train_one(const char *pl, const char *layout, bool remote,
   return st;
 }
 
-static void close_to(const char *what, const float *a, const float *b,
-                     int n) {
+static void close_to(const char *what, const float *a, const float *b, int n) {
   for (int i = 0; i < n; i++) {
     double tol = 1e-5 * (1.0 + fabs((double)a[i]));
     if (fabs((double)a[i] - (double)b[i]) > tol)
@@ -303,7 +304,8 @@ static void test_boxing_across_nodes(void **state) {
   (void)state;
   static const char *const layouts[] = {"dp", "tp", "hybrid"};
   for (int i = 0; i < 3; i++) {
-    const char *emb = !strcmp(layouts[i], "hybrid") ? "cpu:0-3[2,2]" : "cpu:0-3";
+    const char *emb =
+        !strcmp(layouts[i], "hybrid") ? "cpu:0-3[2,2]" : "cpu:0-3";
     const char *rem =
         !strcmp(layouts[i], "hybrid") ? "cpu:0-1/0-1[2,2]" : "cpu:0-1/0-1";
     float la[STEPS], lb[STEPS], wa[30], wb[30];
@@ -333,12 +335,40 @@ static void test_failure_inside_collective(void **state) {
     fail_msg("after a failure: %s", sl_last_error());
 }
 
+/* CUDA placements across nodes, on the fake device (fake_cuda.h): every
+ * daemon opens its cuda devices, boxing between nodes runs on the
+ * devices' host sides, the program feeds and fetches there; the same
+ * losses and weights as the embedded run on cpu devices. */
+static void test_cuda_across_nodes(void **state) {
+  (void)state;
+  fake_cuda_install();
+  static const char *const layouts[] = {"dp", "hybrid"};
+  for (int i = 0; i < 2; i++) {
+    bool hybrid = !strcmp(layouts[i], "hybrid");
+    float la[STEPS], lb[STEPS], wa[30], wb[30];
+    if (train_one(hybrid ? "cpu:0-3[2,2]" : "cpu:0-3", layouts[i], false, false,
+                  la, wa) != SL_OK)
+      fail_msg("%s embedded: %s", layouts[i], sl_last_error());
+    if (train_one(hybrid ? "cuda:0-1/0-1[2,2]" : "cuda:0-1/0-1", layouts[i],
+                  true, false, lb, wb) != SL_OK)
+      fail_msg("%s remote on cuda: %s", layouts[i], sl_last_error());
+    close_to("loss", la, lb, STEPS);
+    close_to("w", wa, wb, 30);
+  }
+  fake_cuda_stats fs;
+  fake_cuda_get_stats(&fs);
+  assert_true(fs.kernels > 0);
+  assert_int_equal(fs.live_allocs, 0);
+  fake_cuda_uninstall();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_losses_equal_embedded),
       cmocka_unit_test(test_kernel_failure_names_node),
       cmocka_unit_test(test_boxing_across_nodes),
       cmocka_unit_test(test_failure_inside_collective),
+      cmocka_unit_test(test_cuda_across_nodes),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
