@@ -4,11 +4,15 @@
  * 127.0.0.1 (bench/peers/allreduce_gloo.py), 4 KiB to 64 MiB, one table.
  *
  *   bench_allreduce_vs_gloo [--budget S] [--no-gloo] [--python PATH]
+ *                           [--size BYTES]...
  *
  * Time per all-reduce is the median over repetitions (each from both
  * starts to both completions); bus bandwidth follows nccl-tests:
  * 2(n-1)/n x bytes / time, n = 2. Each size gets about `budget` seconds
- * (default 0.4) on each side. */
+ * (default 0.4) on each side. `algo` is the algorithm net_coll ran for
+ * the size (its per-algorithm counts), as NCCL_ALGO names NCCL's: ring,
+ * or the one-hop exchange for small buffers. --size (repeatable) picks
+ * the sizes, e.g. for a profile of one. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,12 +53,25 @@ static void on_done(void *arg, sl_status st) {
   pthread_mutex_unlock(&w->m);
 }
 
-enum { NSIZES = 8, MAXREPS = 200 };
+enum { NDEFAULT = 8, MAXSIZES = 32, MAXREPS = 200 };
+
+/* The algorithm the instances counted in `after` but not in `before`
+ * ran: one name, or "mixed". */
+static const char *algo_ran(const sl__net_coll_stats *before,
+                            const sl__net_coll_stats *after) {
+  const char *name = "-";
+  for (int a = 0; a < SL__NET_ALGO_COUNT; a++)
+    if (after->by_algo[a] != before->by_algo[a])
+      name = strcmp(name, "-") ? "mixed" : sl__net_algo_name(a);
+  return name;
+}
 
 int main(int argc, char **argv) {
   double budget = 0.4;
   bool gloo = true;
   const char *python = "/usr/bin/python3";
+  size_t sizes[MAXSIZES];
+  int nsizes = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--budget") && i + 1 < argc)
       budget = atof(argv[++i]);
@@ -62,24 +79,29 @@ int main(int argc, char **argv) {
       gloo = false;
     else if (!strcmp(argv[i], "--python") && i + 1 < argc)
       python = argv[++i];
+    else if (!strcmp(argv[i], "--size") && i + 1 < argc && nsizes < MAXSIZES &&
+             strtoull(argv[i + 1], NULL, 0) >= 4)
+      sizes[nsizes++] = (size_t)strtoull(argv[++i], NULL, 0) / 4 * 4;
     else {
-      fprintf(stderr, "usage: %s [--budget S] [--no-gloo] [--python PATH]\n",
+      fprintf(stderr,
+              "usage: %s [--budget S] [--no-gloo] [--python PATH] "
+              "[--size BYTES]...\n",
               argv[0]);
       return 2;
     }
   }
-  size_t sizes[NSIZES];
-  for (int i = 0; i < NSIZES; i++)
-    sizes[i] = (size_t)4096 << (2 * i); /* 4 KiB .. 64 MiB */
+  if (!nsizes)
+    for (; nsizes < NDEFAULT; nsizes++)
+      sizes[nsizes] = (size_t)4096 << (2 * nsizes); /* 4 KiB .. 64 MiB */
 
   /* gloo first, while this process is idle */
-  double gloo_s[NSIZES] = {0};
+  double gloo_s[MAXSIZES] = {0};
   if (gloo) {
     char cmd[4096];
     int port = 20000 + (int)(getpid() % 20000);
     int n = snprintf(cmd, sizeof cmd, "%s %s %d %g", python,
                      ALLREDUCE_GLOO_PEER, port, budget);
-    for (int i = 0; i < NSIZES; i++)
+    for (int i = 0; i < nsizes; i++)
       n += snprintf(cmd + n, sizeof cmd - (size_t)n, " %zu", sizes[i]);
     FILE *f = popen(cmd, "r");
     if (!f) {
@@ -89,7 +111,7 @@ int main(int argc, char **argv) {
       size_t b;
       double s;
       while (fscanf(f, "%zu %lf", &b, &s) == 2)
-        for (int i = 0; i < NSIZES; i++)
+        for (int i = 0; i < nsizes; i++)
           if (sizes[i] == b) gloo_s[i] = s;
       if (pclose(f) != 0) fprintf(stderr, "gloo peer failed: '%s'\n", cmd);
     }
@@ -119,9 +141,11 @@ int main(int argc, char **argv) {
 
   printf("all-reduce f32, 2 nodes on 127.0.0.1; bus bandwidth = "
          "2(n-1)/n x bytes / time\n");
-  printf("%10s %12s %10s %12s %10s %8s\n", "bytes", "sluice us", "GB/s",
-         "gloo us", "GB/s", "ratio");
-  for (int si = 0; si < NSIZES; si++) {
+  printf("%10s %9s %12s %10s %12s %10s %8s\n", "bytes", "algo", "sluice us",
+         "GB/s", "gloo us", "GB/s", "ratio");
+  for (int si = 0; si < nsizes; si++) {
+    sl__net_coll_stats before, after;
+    sl__net_coll_get_stats(nc[0], &before);
     size_t count = sizes[si] / 4;
     float *a = malloc(sizes[si]), *b = malloc(sizes[si]);
     for (size_t i = 0; i < count; i++)
@@ -151,16 +175,18 @@ int main(int argc, char **argv) {
       if (it >= 0) t[reps++] = (double)(t1 - t0) * 1e-9;
       if (it >= 2 && t1 > t_end) break;
     }
+    sl__net_coll_get_stats(nc[0], &after);
+    const char *algo = algo_ran(&before, &after);
     qsort(t, (size_t)reps, sizeof *t, cmp_double);
     double s = t[reps / 2];
     double bus = (double)sizes[si] / s * 1e-9; /* 2(n-1)/n = 1 for n = 2 */
     if (gloo && gloo_s[si] > 0) {
       double gbus = (double)sizes[si] / gloo_s[si] * 1e-9;
-      printf("%10zu %12.1f %10.3f %12.1f %10.3f %8.2f\n", sizes[si], s * 1e6,
-             bus, gloo_s[si] * 1e6, gbus, gloo_s[si] / s);
+      printf("%10zu %9s %12.1f %10.3f %12.1f %10.3f %8.2f\n", sizes[si], algo,
+             s * 1e6, bus, gloo_s[si] * 1e6, gbus, gloo_s[si] / s);
     } else {
-      printf("%10zu %12.1f %10.3f %12s %10s %8s\n", sizes[si], s * 1e6, bus,
-             "-", "-", "-");
+      printf("%10zu %9s %12.1f %10.3f %12s %10s %8s\n", sizes[si], algo,
+             s * 1e6, bus, "-", "-", "-");
     }
     fflush(stdout);
     free(a);

@@ -54,7 +54,7 @@ typedef struct inst {
   size_t esize;
   uint32_t n, r, right, left;
   uint32_t *nodes;
-  uint64_t *seg_start, *seg_cnt; /* elements; all-to-all: out's parts */
+  uint64_t *seg_start, *seg_cnt;   /* elements; all-to-all: out's parts */
   uint64_t *send_start, *send_cnt; /* all-to-all: in's parts */
   uint32_t lanes, steps, rs_steps;
   uint8_t *base;    /* the buffer the steps work on */
@@ -248,8 +248,8 @@ static uint64_t direct_send_bytes(const inst *x, uint32_t k) {
 
 static uint8_t *direct_slot(const inst *x, uint32_t k) {
   uint8_t *p = x->op == OP_EXCHANGE ? x->scratch : x->base;
-  uint64_t off = x->op == OP_EXCHANGE ? k * x->total_bytes
-                                      : x->seg_start[k] * x->esize;
+  uint64_t off =
+      x->op == OP_EXCHANGE ? k * x->total_bytes : x->seg_start[k] * x->esize;
   /* An empty collective has no buffers: NULL + 0 is undefined in C. */
   return p ? p + off : p;
 }
@@ -260,10 +260,9 @@ static void send_exchange(sl__net_coll *nc, inst *x, uint32_t k) {
   uint64_t len = direct_send_bytes(x, k);
   /* An all-to-all with nothing to send has no buffer: NULL + 0 is
    * undefined in C. */
-  const uint8_t *payload =
-      x->op == OP_EXCHANGE ? x->base
-      : x->in              ? x->in + x->send_start[k] * x->esize
-                           : NULL;
+  const uint8_t *payload = x->op == OP_EXCHANGE ? x->base
+                           : x->in ? x->in + x->send_start[k] * x->esize
+                                   : NULL;
   sl__dp_frame f = {0};
   f.src = x->group;
   f.dst = x->seq;
@@ -318,17 +317,16 @@ static sl_status check_chunk(const inst *x, uint32_t node,
         (uint32_t)k != x->r && f->index == k && f->piece == 0 &&
         f->len == direct_recv_bytes(x, (uint32_t)k))
       return SL_OK;
-    return sl__fail(SL_ECOMM,
-                    "collective %llu/%llu: a chunk from node %u (op %u dtype "
-                    "%u, %llu bytes) that does not match this member's "
-                    "op %d of %llu bytes of dtype %d (sizes, dtypes or "
-                    "the small-message threshold differ between members)",
-                    (unsigned long long)x->group, (unsigned long long)x->seq,
-                    node, f->slot, f->consumer, (unsigned long long)f->len,
-                    x->op,
-                    (unsigned long long)(k >= 0 ? direct_recv_bytes(x, (uint32_t)k)
-                                                : 0),
-                    (int)x->dt);
+    return sl__fail(
+        SL_ECOMM,
+        "collective %llu/%llu: a chunk from node %u (op %u dtype "
+        "%u, %llu bytes) that does not match this member's "
+        "op %d of %llu bytes of dtype %d (sizes, dtypes or "
+        "the small-message threshold differ between members)",
+        (unsigned long long)x->group, (unsigned long long)x->seq, node, f->slot,
+        f->consumer, (unsigned long long)f->len, x->op,
+        (unsigned long long)(k >= 0 ? direct_recv_bytes(x, (uint32_t)k) : 0),
+        (int)x->dt);
   }
   if (node != x->left)
     return sl__fail(SL_ECOMM,
@@ -723,7 +721,7 @@ typedef struct start_args {
   uint8_t *base;
   const uint8_t *in; /* reduce-scatter, all-gather */
   uint8_t *out;
-  const size_t *counts; /* NULL: count split evenly */
+  const size_t *counts;      /* NULL: count split evenly */
   const size_t *send_counts; /* all-to-all: in's parts */
   size_t count;
   sl_dtype dt;
@@ -898,6 +896,9 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
   *x = tmp;
   tmp = (inst){0};
   nc->stats.started++;
+  nc->stats.by_algo[x->op == OP_EXCHANGE     ? SL__NET_ALGO_EXCHANGE
+                    : x->op == OP_ALL_TO_ALL ? SL__NET_ALGO_PAIRWISE
+                                             : SL__NET_ALGO_RING]++;
   if (pre_failed) fail_inst(x, pre_st, pre_msg); /* another member gave up */
   if (is_direct(x)) {
     for (uint32_t k = 0; k < x->n && x->steps; k++)
@@ -922,18 +923,35 @@ fail:
   return st;
 }
 
+const char *sl__net_algo_name(sl__net_algo a) {
+  switch (a) {
+  case SL__NET_ALGO_RING: return "ring";
+  case SL__NET_ALGO_EXCHANGE: return "exchange";
+  case SL__NET_ALGO_PAIRWISE: return "pairwise";
+  default: return "?";
+  }
+}
+
+sl__net_algo sl__net_all_reduce_algo(const sl__net_coll *nc, uint32_t n,
+                                     size_t count, sl_dtype dt) {
+  /* The cost model: one hop of (n-1) x bytes beats 2(n-1) hops of bytes/n
+   * while the bytes are few (bench/allreduce_vs_gloo.c measures both). */
+  size_t es = (unsigned)dt < SL_DTYPE_COUNT ? sl_dtype_size(dt) : 1;
+  if (n > 1 && nc->small > 0 &&
+      (uint64_t)count * es * (n - 1) <= (uint64_t)nc->small)
+    return SL__NET_ALGO_EXCHANGE;
+  return SL__NET_ALGO_RING;
+}
+
 sl_status sl__net_all_reduce(sl__net_coll *nc, const sl__net_group *g,
                              uint64_t seq, void *buf, size_t count, sl_dtype dt,
                              sl_reduce_op op, sl__net_coll_done_fn done,
                              void *arg) {
   if (count && !buf) return sl__fail(SL_EINVAL, "collective: no buffer");
-  /* The cost model: one hop of (n-1) x bytes beats 2(n-1) hops of bytes/n
-   * while the bytes are few (bench/allreduce_vs_gloo.c measures both). */
-  int op_code = OP_ALL_REDUCE;
-  size_t es = (unsigned)dt < SL_DTYPE_COUNT ? sl_dtype_size(dt) : 1;
-  if (g && g->n > 1 && nc->small > 0 &&
-      (uint64_t)count * es * (g->n - 1) <= (uint64_t)nc->small)
-    op_code = OP_EXCHANGE;
+  int op_code =
+      g && sl__net_all_reduce_algo(nc, g->n, count, dt) == SL__NET_ALGO_EXCHANGE
+          ? OP_EXCHANGE
+          : OP_ALL_REDUCE;
   start_args a = {.op = op_code,
                   .g = g,
                   .seq = seq,
@@ -1031,8 +1049,8 @@ sl_status sl__net_all_to_all(sl__net_coll *nc, const sl__net_group *g,
   if (!counts) return SL_ENOMEM;
   for (uint32_t k = 0; k < g->n; k++)
     counts[k] = count;
-  sl_status st = sl__net_all_to_allv(nc, g, seq, in, counts, out, counts, dt,
-                                     done, arg);
+  sl_status st =
+      sl__net_all_to_allv(nc, g, seq, in, counts, out, counts, dt, done, arg);
   sl__free(counts);
   return st;
 }

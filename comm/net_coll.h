@@ -132,9 +132,27 @@ void sl__net_coll_abort(sl__net_coll *nc, sl_status st, const char *msg);
  * instances never started here. Instances still running stay. */
 void sl__net_coll_reset(sl__net_coll *nc);
 
+/* The algorithms an instance may run (net_coll.h's header and
+ * docs/net_coll.md describe them). */
+typedef enum sl__net_algo {
+  SL__NET_ALGO_RING,     /* all-reduce, reduce-scatter, all-gather */
+  SL__NET_ALGO_EXCHANGE, /* all-reduce of few bytes: one hop */
+  SL__NET_ALGO_PAIRWISE, /* all-to-all */
+  SL__NET_ALGO_COUNT
+} sl__net_algo;
+
+/* "ring", "exchange", "pairwise"; "?" for anything else. */
+const char *sl__net_algo_name(sl__net_algo a);
+
+/* The algorithm sl__net_all_reduce runs for count elements of dt over n
+ * members with this nc's configuration (the one place that decides it). */
+sl__net_algo sl__net_all_reduce_algo(const sl__net_coll *nc, uint32_t n,
+                                     size_t count, sl_dtype dt);
+
 typedef struct sl__net_coll_stats {
   uint64_t started, completed, failed;
   uint64_t chunks_sent, chunks_received, chunks_staged;
+  uint64_t by_algo[SL__NET_ALGO_COUNT]; /* instances started, per algorithm */
 } sl__net_coll_stats;
 
 void sl__net_coll_get_stats(sl__net_coll *nc, sl__net_coll_stats *out);

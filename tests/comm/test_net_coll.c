@@ -249,6 +249,50 @@ static void matrix(uint32_t n, int64_t small) {
   assert_int_equal(s.started, seq);
   assert_int_equal(s.completed, seq);
   assert_int_equal(s.failed, 0);
+  /* Every instance counted under the algorithm it ran: the exchange only
+   * with the threshold, the all-to-alls (4 sizes x 9 dtypes) pairwise. */
+  assert_int_equal(s.by_algo[SL__NET_ALGO_RING] +
+                       s.by_algo[SL__NET_ALGO_EXCHANGE] +
+                       s.by_algo[SL__NET_ALGO_PAIRWISE],
+                   seq);
+  assert_int_equal(s.by_algo[SL__NET_ALGO_PAIRWISE], 4 * SL_DTYPE_COUNT);
+  if (small < 0)
+    assert_int_equal(s.by_algo[SL__NET_ALGO_EXCHANGE], 0);
+  else
+    assert_true(s.by_algo[SL__NET_ALGO_EXCHANGE] > 0);
+  mesh_down(&m);
+}
+
+/* The choice the all-reduce makes, as the query reports it: the exchange
+ * while (n-1) x bytes fit the threshold, the ring above it and for one
+ * member; and what ran is counted under that name. */
+static void test_algo_choice(void **state) {
+  (void)state;
+  mesh m;
+  mesh_up_small(&m, 2, 0, 4096);
+  sl__net_coll *nc = m.nc[0];
+  assert_int_equal(sl__net_all_reduce_algo(nc, 2, 1024, SL_DTYPE_F32),
+                   SL__NET_ALGO_EXCHANGE);
+  assert_int_equal(sl__net_all_reduce_algo(nc, 2, 1025, SL_DTYPE_F32),
+                   SL__NET_ALGO_RING);
+  assert_int_equal(sl__net_all_reduce_algo(nc, 3, 512, SL_DTYPE_F64),
+                   SL__NET_ALGO_RING);
+  assert_int_equal(sl__net_all_reduce_algo(nc, 3, 256, SL_DTYPE_F64),
+                   SL__NET_ALGO_EXCHANGE);
+  assert_string_equal(sl__net_algo_name(SL__NET_ALGO_RING), "ring");
+  assert_string_equal(sl__net_algo_name(SL__NET_ALGO_EXCHANGE), "exchange");
+  assert_string_equal(sl__net_algo_name(SL__NET_ALGO_PAIRWISE), "pairwise");
+  assert_string_equal(sl__net_algo_name(SL__NET_ALGO_COUNT), "?");
+  size_t small[2] = {512, 512}, big[2] = {513, 512};
+  run_case(&m, OP_AR, SL_DTYPE_F32, SL_REDUCE_SUM, small, 1);
+  sl__net_coll_stats s;
+  sl__net_coll_get_stats(nc, &s);
+  assert_int_equal(s.by_algo[SL__NET_ALGO_EXCHANGE], 1);
+  assert_int_equal(s.by_algo[SL__NET_ALGO_RING], 0);
+  run_case(&m, OP_AR, SL_DTYPE_F32, SL_REDUCE_SUM, big, 2);
+  sl__net_coll_get_stats(nc, &s);
+  assert_int_equal(s.by_algo[SL__NET_ALGO_EXCHANGE], 1);
+  assert_int_equal(s.by_algo[SL__NET_ALGO_RING], 1);
   mesh_down(&m);
 }
 
@@ -564,7 +608,6 @@ static void test_hierarchical(void **state) {
   mesh_down(&m);
 }
 
-
 /* All-to-all with a different count for every ordered pair (zero
  * included) on 3 nodes: member k's out part j is exactly member j's in
  * part k. */
@@ -599,9 +642,9 @@ static void test_all_to_allv(void **state) {
         in[k][o++] = (int32_t)(k * 1000000 + j * 100000 + (int)i);
   }
   for (int k = 2; k >= 0; k--) /* members start in another order */
-    assert_int_equal(sl__net_all_to_allv(m.nc[nodes[k]], &g, 0, in[k],
-                                         sendc[k], out[k], recvc[k],
-                                         SL_DTYPE_I32, waiter_cb, &w),
+    assert_int_equal(sl__net_all_to_allv(m.nc[nodes[k]], &g, 0, in[k], sendc[k],
+                                         out[k], recvc[k], SL_DTYPE_I32,
+                                         waiter_cb, &w),
                      SL_OK);
   waiter_wait(&w, 3);
   assert_int_equal(w.failed, 0);
@@ -660,7 +703,8 @@ static void test_abort_and_reset(void **state) {
   waiter_wait(&w, 3);
   assert_int_equal(w.failed, 1);
   for (int i = 0; i < 100000; i++)
-    if (a[i] != 3.0f || b[i] != 3.0f) fail_msg("element %d: %g %g", i, a[i], b[i]);
+    if (a[i] != 3.0f || b[i] != 3.0f)
+      fail_msg("element %d: %g %g", i, a[i], b[i]);
   free(a);
   free(b);
   waiter_fini(&w);
@@ -706,6 +750,7 @@ int main(void) {
       cmocka_unit_test(test_three_nodes),
       cmocka_unit_test(test_four_nodes),
       cmocka_unit_test(test_concurrent),
+      cmocka_unit_test(test_algo_choice),
       cmocka_unit_test(test_early_chunks_staged),
       cmocka_unit_test(test_peer_lost),
       cmocka_unit_test(test_size_mismatch),
