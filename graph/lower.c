@@ -15,7 +15,9 @@
  *   CUDA ranks     boxing steps, feeds and fetches run on the device's host
  *                  side (SL__DEV_HOST): a copy task (the device's copy
  *                  stream) moves each shard from the device before them
- *                  and onto the device after them
+ *                  and onto the device after them; except a boxing of
+ *                  all-reduces whose groups each stay on one machine,
+ *                  which runs on the GPUs (collective stream, NCCL)
  *   tick           one per device, on the driver: every task that starts
  *                  from nothing reads it, and so do the producers of
  *                  variables, so nothing runs more than a step ahead of
@@ -585,6 +587,28 @@ static sl_status plan_ranks(const sl_boxing_plan *bp, const sl_placement *p,
   return SL_OK;
 }
 
+/* Whether a boxing node runs on its GPUs: only all-reduces, on CUDA ranks,
+ * each group inside one machine — NCCL's in-process all-reduce (the
+ * session's device groups). Everything else runs on the host sides. */
+static bool boxing_on_gpu(const sl_boxing_plan *bp) {
+  for (int q = 0; q < sl_boxing_plan_rank_count(bp); q++)
+    if (sl_boxing_plan_rank_device_type(bp, q) != SL_DEVICE_CUDA) return false;
+  for (int s = 0; s < sl_boxing_plan_step_count(bp); s++) {
+    if (sl_boxing_step_op(bp, s) != SL_BOXING_ALL_REDUCE) return false;
+    for (int gi = 0; gi < sl_boxing_step_group_count(bp, s); gi++) {
+      const int *ranks = NULL;
+      int gn = sl_boxing_step_group(bp, s, gi, &ranks);
+      int n0, nk, d;
+      sl_boxing_plan_rank_device(bp, ranks[0], &n0, &d);
+      for (int k = 1; k < gn; k++) {
+        sl_boxing_plan_rank_device(bp, ranks[k], &nk, &d);
+        if (nk != n0) return false;
+      }
+    }
+  }
+  return true;
+}
+
 static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
   const sl_boxing_plan *bp = n->boxing;
   const sl__value *vin = sl__graph_value(L->g, n->in[0]);
@@ -621,7 +645,8 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
       sh[t] = cur[to_dst[t]];
     goto out;
   }
-  for (int q = 0; q < R; q++)
+  bool gpu = boxing_on_gpu(bp);
+  for (int q = 0; q < R && !gpu; q++)
     if (cur[q] >= 0 && on_cuda(L, cur[q]))
       SL_CHECK_GOTO(copy_task(L, adup(L, "%s.d2h@p%d", n->name, q), ni, q,
                               cur[q], -1, NULL, &cur[q]),
@@ -663,8 +688,8 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
         (void)dev;
         /* A CUDA shard's last step ends on the host side too: a copy
          * moves it onto the device after the loop. */
-        bool final = last && host_side(devu) == devu;
-        devu = host_side(devu);
+        bool final = last && (gpu || host_side(devu) == devu);
+        if (!gpu) devu = host_side(devu);
         sl__task *t = new_task(L, kind, adup(L, "%s.s%d@p%d", n->name, s, q),
                                ni, q, mach, devu, stream, 2, 1);
         if (!t) {
@@ -709,7 +734,7 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
   for (int t = 0; t < nt; t++) {
     uint32_t m, d;
     SL_CHECK_GOTO(rank_where(pd, t, &m, &d), st, out);
-    if (host_side(d) == d) continue;
+    if (gpu || host_side(d) == d) continue;
     int32_t q = to_dst[t], reg, id;
     SL_CHECK_GOTO(value_regst(L, n->out[0], t, &reg), st, out);
     SL_CHECK_GOTO(copy_task(L, adup(L, "%s.h2d@p%d", n->name, q), ni, q, cur[q],

@@ -178,7 +178,7 @@ static sl_status act_coll(sl_act *a) {
 
 /* After queueing (st: how that went) with the firing deferred in
  * rt->pending. */
-static sl_status complete_on_stream(task_rt *rt, sl_status st) {
+sl_status sl__complete_on_stream(task_rt *rt, sl_status st) {
   sess_dev *d = rt->dev;
   if (st == SL_OK)
     st = sl__notifier_watch(d->notify, d->stream[rt->t->stream], deferred_done,
@@ -202,7 +202,7 @@ static sl_status act_op_cuda(sl_act *a) {
       d->be->run_op(rt->node->op, k, d->mem, d->stream[rt->t->stream]);
   if (st != SL_OK)
     sl__fail_context(st, "op '%s' (%s): ", rt->node->name, rt->node->op->name);
-  return complete_on_stream(rt, st);
+  return sl__complete_on_stream(rt, st);
 }
 
 /* Device to device: a constant from its device copy, or a variable's next
@@ -213,9 +213,17 @@ static sl_status act_d2d(sl_act *a) {
       rt->t->kind == SL__TASK_CONST ? rt->init_dev : data_in(a, rt)->data;
   rt->pending = sl_act_defer(a);
   sess_dev *d = rt->dev;
-  return complete_on_stream(
+  return sl__complete_on_stream(
       rt, sl__device_memcpy_d2d(d->dev, a->out[0]->data, src, rt->bytes,
                                 d->stream[rt->t->stream]));
+}
+
+/* A member of an all-reduce between GPUs (dev_boxing.c). */
+static sl_status act_coll_cuda(sl_act *a) {
+  task_rt *rt = a->ctx;
+  const sl_register *in = data_in(a, rt);
+  rt->pending = sl_act_defer(a);
+  return sl__dgroup_arrive(rt->dgroup, rt, in->data, a->out[0]->data);
 }
 
 /* A shard between the device and its host side. */
@@ -226,7 +234,7 @@ static sl_status act_copy(sl_act *a) {
   rt->pending = sl_act_defer(a);
   sess_dev *d = rt->dev;
   sl__stream *s = d->stream[rt->t->stream];
-  return complete_on_stream(
+  return sl__complete_on_stream(
       rt,
       rt->copy_h2d
           ? sl__device_memcpy_h2d(d->dev, out->data, in->data, out->bytes, s)
@@ -256,6 +264,7 @@ sl_act_fn sl__act_for(sl__task_kind kind, bool on_cuda) {
     case SL__TASK_CONST:
     case SL__TASK_VAR_COPY: return act_d2d;
     case SL__TASK_COPY: return act_copy;
+    case SL__TASK_COLL: return act_coll_cuda;
     default: return NULL; /* lowering runs the rest on the host side */
     }
   }

@@ -115,7 +115,43 @@ typedef struct coll_key {
   int32_t node, step, group;
   sl__coll *coll;
   sl__span *span;
+  sl__dgroup *dgroup;
 } coll_key;
+
+/* An all-reduce between GPUs of this process (graph/lower.c keeps such a
+ * boxing on the devices): its device group, on the devices of the step's
+ * group in member order. */
+static sl_status make_dgroup(sl_session *s, const sl__node *n, task_rt *rt,
+                             sl__dgroup **out) {
+  const sl__task *t = rt->t;
+  const sl_boxing_plan *bp = n->boxing;
+  const int *ranks = NULL;
+  int gn = sl_boxing_step_group(bp, t->step, t->group, &ranks);
+  sl__dgroup **list =
+      sl__reallocarray(s->dgroups, (size_t)s->n_dgroups + 1, sizeof *list);
+  int *devices = sl__calloc((size_t)gn + 1, sizeof *devices);
+  if (list) s->dgroups = list;
+  if (!list || !devices) {
+    sl__free(devices);
+    return SL_ENOMEM;
+  }
+  for (int k = 0; k < gn; k++) {
+    int node;
+    sl_boxing_plan_rank_device(bp, ranks[k], &node, &devices[k]);
+  }
+  sl_reduce_op red = SL_REDUCE_SUM;
+  sl_boxing_step_reduce(bp, t->step, &red);
+  const sl__regst *r = &s->pp->regsts[t->in[0]];
+  char name[160];
+  snprintf(name, sizeof name, "%s.s%d.g%d", n->name, t->step, t->group);
+  sl_status st = s->dcoll ? SL_OK : rt->dev->be->coll_open(&s->dcoll);
+  if (st == SL_OK)
+    st = sl__dgroup_create(s->dcoll, name, gn, devices, r->dtype, red,
+                           (size_t)sl_shape_numel(&r->shape), out);
+  sl__free(devices);
+  if (st == SL_OK) s->dgroups[s->n_dgroups++] = *out;
+  return st;
+}
 
 /* The placement holding the shards before step `step` (after a send_recv
  * or copy step, the target's). */
@@ -360,6 +396,8 @@ void sl__session_abort_collectives(sl_session *s, sl_status st,
   for (int32_t i = 0; i < s->n_spans; i++)
     sl__span_abort(s->spans[i], st);
   if (s->nc) sl__net_coll_abort(s->nc, st, msg);
+  for (int32_t i = 0; i < s->n_dgroups; i++)
+    sl__dgroup_abort(s->dgroups[i], st);
 }
 
 static sl_status setup_local(sl_session *s, task_rt *rt) {
@@ -711,6 +749,13 @@ sl_status sl__session_build(sl_session *s) {
         if (keys[k].node == t->node && keys[k].step == t->step &&
             keys[k].group == group)
           key = &keys[k];
+      if (!key && rt->dev) {
+        sl__dgroup *dg = NULL;
+        st = make_dgroup(s, n, rt, &dg);
+        if (st != SL_OK) break;
+        key = &keys[n_keys++];
+        *key = (coll_key){t->node, t->step, group, NULL, NULL, dg};
+      }
       if (!key) {
         sl__coll *c = NULL;
         sl__span *sp = NULL;
@@ -722,10 +767,11 @@ sl_status sl__session_build(sl_session *s) {
         sl__free(mnode);
         if (st != SL_OK) break;
         key = &keys[n_keys++];
-        *key = (coll_key){t->node, t->step, group, c, sp};
+        *key = (coll_key){t->node, t->step, group, c, sp, NULL};
       }
       rt->coll = key->span ? NULL : key->coll;
       rt->span = key->span;
+      rt->dgroup = key->dgroup;
       rt->member = t->member;
       break;
     }

@@ -18,7 +18,8 @@ static sl_status cuda_open(int index, sl__device **out) {
   return sl__device_open(SL_DEVICE_CUDA, index, out);
 }
 
-static const sl__session_backend cuda_backend = {cuda_open, sl__op_run_cuda};
+static const sl__session_backend cuda_backend = {cuda_open, sl__op_run_cuda,
+                                                 sl__dev_coll_nccl_open};
 static _Atomic(const sl__session_backend *) backend = &cuda_backend;
 
 void sl__session_set_backend(const sl__session_backend *b) {
@@ -83,6 +84,13 @@ sl_status sl__session_open_devices(sl_session *s) {
 }
 
 void sl__session_close_devices(sl_session *s) {
+  for (int32_t i = 0; i < s->n_dgroups; i++)
+    sl__dgroup_destroy(s->dgroups[i]);
+  sl__free(s->dgroups);
+  s->dgroups = NULL;
+  s->n_dgroups = 0;
+  sl__dev_coll_destroy(s->dcoll);
+  s->dcoll = NULL;
   for (int32_t i = 0; i < s->n_devs; i++)
     close_one(&s->devs[i]);
   sl__free(s->devs);

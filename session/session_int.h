@@ -13,6 +13,7 @@
 
 #include "caching_alloc.h"
 #include "comm_int.h"
+#include "dev_coll.h"
 #include "device_notify.h"
 #include "span_coll.h"
 #include "core_thread.h"
@@ -33,7 +34,11 @@ typedef struct sl__session_backend {
   sl_status (*open)(int index, sl__device **out);
   sl_status (*run_op)(const sl__op_def *op, sl__kernel_ctx *k,
                       sl__caching_alloc *mem, sl__stream *s);
+  /* The collectives between those devices (NCCL). */
+  sl_status (*coll_open)(sl__dev_coll **out);
 } sl__session_backend;
+
+typedef struct sl__dgroup sl__dgroup;
 
 /* One CUDA device of this node's tasks (devices.c). */
 typedef struct sess_dev {
@@ -73,6 +78,7 @@ typedef struct task_rt {
    * when the collective's members live on several nodes */
   sl__coll *coll;
   sl__span *span;
+  sl__dgroup *dgroup; /* instead, an all-reduce between GPUs */
   int member;
   sl_completion *pending;
   /* LOCAL: slice (keep part `member` of n along axis) or zero */
@@ -170,6 +176,9 @@ struct sl_session {
   int n_devices;
   int32_t n_devs; /* CUDA devices open for this node's tasks */
   sess_dev *devs;
+  sl__dev_coll *dcoll; /* their collectives, once a group needs them */
+  int32_t n_dgroups;
+  sl__dgroup **dgroups;
 
   pthread_mutex_t lock;
   pthread_cond_t cond;
@@ -220,6 +229,23 @@ void sl__session_close_devices(sl_session *s);
 sess_dev *sl__session_dev(const sl_session *s, uint32_t id);
 /* Points the job's register memory at the session's devices (when any). */
 void sl__session_job_memory(sl_session *s, sl_job_config *jc);
+/* A task on a CUDA device whose firing is deferred in rt->pending, after
+ * queueing its work (st: how that went): completes the firing once the
+ * task's stream has passed that work, or at once with st's failure. */
+sl_status sl__complete_on_stream(task_rt *rt, sl_status st);
+
+/* dev_boxing.c: an all-reduce between GPUs of this process, NCCL. */
+sl_status sl__dgroup_create(sl__dev_coll *e, const char *name, int n,
+                            const int *devices, sl_dtype dt, sl_reduce_op op,
+                            size_t count, sl__dgroup **out);
+void sl__dgroup_destroy(sl__dgroup *g);
+/* Member rt (its firing deferred in rt->pending) arrives with its
+ * buffers; the last arrival launches the round for all. */
+sl_status sl__dgroup_arrive(sl__dgroup *g, task_rt *rt, const void *in,
+                            void *out);
+/* Completes waiting members with st, and every later arrival. */
+void sl__dgroup_abort(sl__dgroup *g, sl_status st);
+
 /* Copies host bytes to the device and waits (set-up only). */
 sl_status sl__dev_upload(sess_dev *d, void *dst, const void *src,
                          size_t bytes);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sbp_int.h"
 #include "session_int.h"
 
 #define DEVICE_BIT ((uintptr_t)1 << 63)
@@ -19,13 +20,34 @@ static void *to_device(void *p) {
 
 static struct {
   atomic_uint_least64_t kernels, h2d, d2h, d2d, memsets, max_queued;
+  atomic_uint_least64_t coll_opens, all_reduces;
   atomic_int_least64_t live_allocs;
 } stats;
 
 /* ---- streams: a worker thread each ----------------------------------------
  */
 
-typedef enum item_kind { ITEM_COPY, ITEM_SET, ITEM_KERNEL } item_kind;
+typedef enum item_kind {
+  ITEM_COPY,
+  ITEM_SET,
+  ITEM_KERNEL,
+  ITEM_COLL
+} item_kind;
+
+/* One all-reduce launch: every rank's stream runs its part, which waits
+ * (blocking that stream, as an NCCL kernel does) until all ranks are there;
+ * the last one reduces in rank order, as the host collectives do. */
+typedef struct round {
+  pthread_mutex_t m;
+  pthread_cond_t cv;
+  int n, arrived, left;
+  bool done;
+  sl_dtype dt;
+  sl_reduce_op op;
+  size_t count;
+  const void **in;
+  void **out;
+} round;
 
 typedef struct item {
   item_kind kind;
@@ -35,6 +57,7 @@ typedef struct item {
   int value;
   const sl__op_def *op;
   sl__kernel_ctx k;
+  round *r; /* ITEM_COLL */
   struct item *next;
 } item;
 
@@ -53,12 +76,39 @@ typedef struct fevent {
   uint64_t seq; /* complete once s->done reaches it */
 } fevent;
 
+static void run_round(round *r) {
+  pthread_mutex_lock(&r->m);
+  if (++r->arrived == r->n) {
+    size_t bytes = r->count * sl_dtype_size(r->dt);
+    void *acc = malloc(bytes ? bytes : 1);
+    if (bytes) memcpy(acc, r->in[0], bytes);
+    for (int i = 1; i < r->n; i++)
+      sl__elem_reduce(r->dt, r->op, acc, r->in[i], (int64_t)r->count);
+    for (int i = 0; i < r->n; i++)
+      if (bytes) memcpy(r->out[i], acc, bytes);
+    free(acc);
+    r->done = true;
+    pthread_cond_broadcast(&r->cv);
+  }
+  while (!r->done)
+    pthread_cond_wait(&r->cv, &r->m);
+  bool last = --r->left == 0;
+  pthread_mutex_unlock(&r->m);
+  if (!last) return;
+  pthread_mutex_destroy(&r->m);
+  pthread_cond_destroy(&r->cv);
+  free(r->in);
+  free(r->out);
+  free(r);
+}
+
 static void run_item(item *it, fstream *s) {
   sl_status st = SL_OK;
   switch (it->kind) {
   case ITEM_COPY: memcpy(it->dst, it->src, it->bytes); break;
   case ITEM_SET: memset(it->dst, it->value, it->bytes); break;
   case ITEM_KERNEL: st = sl__op_run_cpu(it->op, &it->k); break;
+  case ITEM_COLL: run_round(it->r); break;
   }
   if (st != SL_OK) {
     pthread_mutex_lock(&s->m);
@@ -313,7 +363,157 @@ static sl_status fake_run_op(const sl__op_def *op, sl__kernel_ctx *k,
   return enqueue((fstream *)s, it);
 }
 
-static const sl__session_backend fake_backend = {fake_open, fake_run_op};
+/* ---- collectives: all-reduce between fake devices --------------------------
+ */
+
+typedef struct fcomm {
+  int nranks, rank;
+} fcomm;
+
+typedef struct pending_op {
+  fcomm *c;
+  const void *in;
+  void *out;
+  size_t count;
+  sl__dev_type t;
+  sl__dev_redop op;
+  fstream *s;
+} pending_op;
+
+/* Group calls are per thread, as NCCL's. */
+static _Thread_local pending_op pending[64];
+static _Thread_local int n_pending;
+static atomic_uint_least64_t id_counter;
+
+static sl_status fc_unique_id(void *ctx, uint8_t *id) {
+  uint64_t v = atomic_fetch_add(&id_counter, 1);
+  memcpy(id, &v, sizeof v);
+  return SL_OK;
+}
+
+static sl_status fc_comm_init(void *ctx, int nranks, const uint8_t *id,
+                              int rank, int device, void **comm) {
+  fcomm *c = calloc(1, sizeof *c);
+  if (!c) return SL_ENOMEM;
+  c->nranks = nranks;
+  c->rank = rank;
+  *comm = c;
+  return SL_OK;
+}
+
+static sl_status fc_comm_free(void *ctx, void *comm) {
+  free(comm);
+  return SL_OK;
+}
+
+static sl_status fc_group_start(void *ctx) {
+  n_pending = 0;
+  return SL_OK;
+}
+
+static sl_dtype fc_dtype(sl__dev_type t) {
+  switch (t) {
+  case SL__DEV_FLOAT64: return SL_DTYPE_F64;
+  case SL__DEV_INT32: return SL_DTYPE_I32;
+  case SL__DEV_INT64: return SL_DTYPE_I64;
+  default: return SL_DTYPE_F32;
+  }
+}
+
+/* Every rank of one launch gets its part of one round on its stream. */
+static sl_status fc_group_end(void *ctx) {
+  int n = n_pending;
+  n_pending = 0;
+  if (n == 0) return SL_OK;
+  if (n != pending[0].c->nranks)
+    return sl__fail(SL_EINVAL, "fake nccl: %d of %d ranks in one launch", n,
+                    pending[0].c->nranks);
+  round *r = calloc(1, sizeof *r);
+  if (!r) return SL_ENOMEM;
+  pthread_mutex_init(&r->m, NULL);
+  pthread_cond_init(&r->cv, NULL);
+  r->n = r->left = n;
+  r->dt = fc_dtype(pending[0].t);
+  r->op = pending[0].op == SL__DEV_MAX   ? SL_REDUCE_MAX
+          : pending[0].op == SL__DEV_MIN ? SL_REDUCE_MIN
+                                         : SL_REDUCE_SUM;
+  r->count = pending[0].count;
+  r->in = calloc((size_t)n, sizeof *r->in);
+  r->out = calloc((size_t)n, sizeof *r->out);
+  for (int i = 0; i < n; i++) {
+    const pending_op *p = &pending[i];
+    r->in[p->c->rank] = to_host(p->in);
+    r->out[p->c->rank] = to_host(p->out);
+  }
+  for (int i = 0; i < n; i++) {
+    item *it = new_item(ITEM_COLL);
+    it->r = r;
+    enqueue(pending[i].s, it);
+  }
+  return SL_OK;
+}
+
+static sl_status fc_all_reduce(void *ctx, void *comm, const void *in, void *out,
+                               size_t count, sl__dev_type t, sl__dev_redop op,
+                               sl__stream *s) {
+  if (n_pending == (int)SL_ARRAY_LEN(pending))
+    return sl__fail(SL_EINVAL, "fake nccl: too many operations in a group");
+  if ((in && !((uintptr_t)in & DEVICE_BIT)) ||
+      (out && !((uintptr_t)out & DEVICE_BIT)))
+    return sl__fail(SL_EINVAL, "fake nccl: all_reduce on host memory");
+  atomic_fetch_add(&stats.all_reduces, 1);
+  pending[n_pending++] =
+      (pending_op){comm, in, out, count, t, op, (fstream *)s};
+  return SL_OK;
+}
+
+static sl_status fc_only_all_reduce(void) {
+  return sl__fail(SL_EUNSUPPORTED, "fake nccl: only all_reduce");
+}
+static sl_status fc_reduce_scatter(void *ctx, void *comm, const void *in,
+                                   void *out, size_t count, sl__dev_type t,
+                                   sl__dev_redop op, sl__stream *s) {
+  return fc_only_all_reduce();
+}
+static sl_status fc_all_gather(void *ctx, void *comm, const void *in, void *out,
+                               size_t count, sl__dev_type t, sl__stream *s) {
+  return fc_only_all_reduce();
+}
+static sl_status fc_send(void *ctx, void *comm, const void *buf, size_t count,
+                         sl__dev_type t, int peer, sl__stream *s) {
+  return fc_only_all_reduce();
+}
+static sl_status fc_recv(void *ctx, void *comm, void *buf, size_t count,
+                         sl__dev_type t, int peer, sl__stream *s) {
+  return fc_only_all_reduce();
+}
+
+static const sl__dev_coll_vtable fake_coll_vt = {
+    .name = "fake-nccl",
+    .id_bytes = 8,
+    .types = SL__DEV_TYPE_BIT(SL__DEV_FLOAT32) |
+             SL__DEV_TYPE_BIT(SL__DEV_FLOAT64) |
+             SL__DEV_TYPE_BIT(SL__DEV_INT32) | SL__DEV_TYPE_BIT(SL__DEV_INT64),
+    .unique_id = fc_unique_id,
+    .comm_init = fc_comm_init,
+    .comm_destroy = fc_comm_free,
+    .comm_abort = fc_comm_free,
+    .group_start = fc_group_start,
+    .group_end = fc_group_end,
+    .all_reduce = fc_all_reduce,
+    .reduce_scatter = fc_reduce_scatter,
+    .all_gather = fc_all_gather,
+    .send = fc_send,
+    .recv = fc_recv,
+};
+
+static sl_status fake_coll_open(sl__dev_coll **out) {
+  atomic_fetch_add(&stats.coll_opens, 1);
+  return sl__dev_coll_create(&fake_coll_vt, NULL, out);
+}
+
+static const sl__session_backend fake_backend = {fake_open, fake_run_op,
+                                                 fake_coll_open};
 
 void fake_cuda_install(void) {
   memset(&stats, 0, sizeof stats);
@@ -330,4 +530,5 @@ void fake_cuda_get_stats(fake_cuda_stats *out) {
   out->memsets = atomic_load(&stats.memsets);
   out->max_queued = atomic_load(&stats.max_queued);
   out->live_allocs = (uint64_t)atomic_load(&stats.live_allocs);
+  out->all_reduces = atomic_load(&stats.all_reduces);
 }

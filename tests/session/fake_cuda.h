@@ -11,7 +11,9 @@
  *   host access to device memory crashes instead of silently working.
  * Kernels are the ops' CPU kernels, run by the stream's worker on the
  * translated pointers, so a session on fake cuda:k computes exactly what
- * one on cpu:k does. */
+ * one on cpu:k does. Its "NCCL" does all-reduces like NCCL: a launch for
+ * all ranks in one group call, each rank's stream blocked until all ranks
+ * reached the collective, members reduced in rank order. */
 #ifndef SLUICE_TESTS_FAKE_CUDA_H
 #define SLUICE_TESTS_FAKE_CUDA_H
 
@@ -21,6 +23,7 @@ typedef struct fake_cuda_stats {
   uint64_t kernels, h2d, d2h, d2d, memsets; /* work items run */
   uint64_t max_queued; /* most items waiting on one stream at once */
   uint64_t live_allocs; /* device allocations not yet freed */
+  uint64_t all_reduces; /* ranks' all-reduces launched (fake NCCL) */
 } fake_cuda_stats;
 
 void fake_cuda_install(void);

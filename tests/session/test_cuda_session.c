@@ -4,7 +4,9 @@
  * path runs without a GPU: register memory on the device, kernels queued on
  * streams with messages sent once the stream got there, copies between a
  * device and its host side for feeds, fetches and boxing, placements mixing
- * cpu and cuda. Each model trains step by step against the interpreter.
+ * cpu and cuda, all-reduces between the GPUs through the device
+ * collectives (the fake's NCCL). Each model trains step by step against
+ * the interpreter.
  * The last test runs on a real GPU and skips without one. */
 #include <sluice/build.h>
 
@@ -67,6 +69,8 @@ static void test_layouts(void **state) {
     assert_true(fs.h2d > 0);
     assert_true(fs.d2h > 0);
     assert_int_equal(fs.live_allocs, 0);
+    /* dp's gradient all-reduce ran between the devices, not the hosts */
+    if (i >= 1) assert_true(fs.all_reduces > 0);
   }
   fake_cuda_uninstall();
 }
