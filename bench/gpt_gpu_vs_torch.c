@@ -11,9 +11,13 @@
  * bench/peers/gpt_torch.py, the same model op for op on the same GPU, run
  * after sluice has released the GPU; its header lists what matches what.
  *
- * Precision: examples/gpt has no flag for bf16 matmuls (every variable and
- * activation is f32), so both sides run f32 with true-f32 matmuls (sluice:
- * cublasSgemm in cuBLAS's default math mode; PyTorch: allow_tf32 = False).
+ * Precision (the issue's bf16 matmuls): by default examples/gpt's --bf16
+ * (the projections', MLP's and head's matmuls take bf16 inputs with f32
+ * products and outputs; weights, attention and the rest f32) against
+ * PyTorch's forward under torch.autocast(bfloat16) (which also runs the
+ * attention's matmuls in bf16). --f32: both sides all f32 with true-f32
+ * matmuls (sluice: cublasSgemm in cuBLAS's default math mode; PyTorch:
+ * allow_tf32 = False).
  * Attention: PyTorch runs twice, with explicit attention ops as sluice's
  * sl_scaled_dot_product_attention (batch matmul, scale, causal mask,
  * softmax, batch matmul) and with its fused scaled_dot_product_attention;
@@ -65,7 +69,7 @@ typedef struct opts {
   int64_t steps, warmup, batch, seq, layers, hidden, heads, vocab;
   double lr;
   const char *placement, *python, *attention;
-  bool untied, no_torch;
+  bool untied, no_torch, f32;
 } opts;
 
 static int cmp_double(const void *a, const void *b) {
@@ -159,11 +163,18 @@ static void peer_run(const opts *o, const char *attention, peer_result *r) {
   int n = 0;
   argv[n++] = o->python;
   argv[n++] = GPT_TORCH_PEER;
-  const char *kv[][2] = {
-      {"--device", "cuda"}, {"--dtype", "f32"}, {"--attention", attention},
-      {"--batch", a[0]},    {"--seq", a[1]},    {"--layers", a[2]},
-      {"--hidden", a[3]},   {"--heads", a[4]},  {"--vocab", a[5]},
-      {"--lr", a[6]},       {"--steps", a[7]},  {"--warmup", a[8]}};
+  const char *kv[][2] = {{"--device", "cuda"},
+                         {"--dtype", o->f32 ? "f32" : "bf16"},
+                         {"--attention", attention},
+                         {"--batch", a[0]},
+                         {"--seq", a[1]},
+                         {"--layers", a[2]},
+                         {"--hidden", a[3]},
+                         {"--heads", a[4]},
+                         {"--vocab", a[5]},
+                         {"--lr", a[6]},
+                         {"--steps", a[7]},
+                         {"--warmup", a[8]}};
   for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) {
     argv[n++] = kv[i][0];
     argv[n++] = kv[i][1];
@@ -256,6 +267,8 @@ int main(int argc, char **argv) {
       {"attention", EX_FLAG_STRING, &o.attention,
        "PyTorch's attention: both | math (explicit ops) | sdpa (fused)", 0},
       {"no-torch", EX_FLAG_BOOL, &o.no_torch, "sluice only", 0},
+      {"f32", EX_FLAG_BOOL, &o.f32,
+       "f32 matmuls on both sides (default: bf16 matmul inputs)", 0},
   };
   char err[256];
   switch (ex_flags_parse(argc, argv, usage, flags,
@@ -318,9 +331,10 @@ int main(int argc, char **argv) {
          (long long)o.layers, (long long)o.hidden, (long long)o.heads,
          (long long)o.seq, (long long)o.vocab, (long long)o.batch,
          (long long)tokens, o.untied ? "separate" : "tied", o.lr);
-  printf("  on %s (%s); f32 everywhere on both sides, true-f32 matmuls (no "
-         "TF32):\n  examples/gpt has no flag for bf16 matmuls\n",
-         o.placement, info.name);
+  printf("  on %s (%s); %s\n", o.placement, info.name,
+         o.f32 ? "f32 everywhere on both sides, true-f32 matmuls (no TF32)"
+               : "bf16 matmul inputs, f32 products and weights (PyTorch: "
+                 "autocast bf16)");
   printf("  %lld timed steps after %lld warm-up; a step = data, forward, "
          "backward, Adam, loss\n  fetched to the host (wall time)\n",
          (long long)o.steps, (long long)o.warmup);
@@ -335,6 +349,7 @@ int main(int argc, char **argv) {
   c.heads = o.heads;
   c.layers = (int)o.layers;
   c.tie = !o.untied;
+  c.bf16 = !o.f32;
   c.layout = EX_LAYOUT_SINGLE;
   c.placement = o.placement;
   c.opt = sl_optimizer_adam(o.lr);

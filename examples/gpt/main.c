@@ -32,7 +32,8 @@ int main(int argc, char **argv) {
   double lr = -1;
   const char *devices = "cpu:1", *layout = "single", *optimizer = "adam",
              *trace = NULL, *engine = "auto";
-  bool tie = false, profile = false, check = false, print_graph = false;
+  bool tie = false, bf16 = false, profile = false, check = false,
+       print_graph = false;
   const ex_flag flags[] = {
       {"devices", EX_FLAG_STRING, &devices, "cpu:N or a placement (cpu:0-3)",
        0},
@@ -46,6 +47,8 @@ int main(int argc, char **argv) {
       {"heads", EX_FLAG_INT, &heads, "attention heads", 1},
       {"layers", EX_FLAG_INT, &layers, "transformer blocks", 1},
       {"tie", EX_FLAG_BOOL, &tie, "tie the head to the token embedding", 0},
+      {"bf16", EX_FLAG_BOOL, &bf16,
+       "bf16 matmul inputs (f32 products, outputs and the rest)", 0},
       {"seed", EX_FLAG_INT, &seed, "seed of the initializers and data", 0},
       {"lr", EX_FLAG_DOUBLE, &lr, "learning rate (adam 3e-3, sgd 0.1)", 0},
       {"optimizer", EX_FLAG_STRING, &optimizer, "adam | sgd", 0},
@@ -98,6 +101,7 @@ int main(int argc, char **argv) {
   c.heads = heads;
   c.layers = (int)layers;
   c.tie = tie;
+  c.bf16 = bf16;
   c.seed = (uint64_t)seed;
   c.placement = placement;
 

@@ -46,6 +46,14 @@ static void test_invariance_tied(void **state) {
   inv_check_matrix("gpt (tied head, sgd)", build_gpt, &c);
 }
 
+/* bf16 matmul inputs (--bf16): the same bits on every layout's shards,
+ * so the matrix holds as in f32. */
+static void test_invariance_bf16(void **state) {
+  ex_gpt_config c = small();
+  c.bf16 = true;
+  inv_check_matrix("gpt (bf16 matmuls, adam)", build_gpt, &c);
+}
+
 /* Megatron: per block one all-reduce closes the attention and one the MLP;
  * nothing else moves forward. Data parallelism moves nothing forward. */
 static void test_collectives(void **state) {
@@ -113,6 +121,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_invariance),
       cmocka_unit_test(test_invariance_tied),
+      cmocka_unit_test(test_invariance_bf16),
       cmocka_unit_test(test_collectives),
       cmocka_unit_test(test_cuda_fake),
       cmocka_unit_test(test_cuda_gpu),
