@@ -198,8 +198,11 @@ static sl_status act_op_cuda(sl_act *a) {
   rt->pending = sl_act_defer(a);
   sl_clear_error();
   sess_dev *d = rt->dev;
-  sl_status st =
-      d->be->run_op(rt->node->op, k, d->mem, d->stream[rt->t->stream]);
+  /* Kernels run on the thread's current device (stream threads of several
+   * devices may share a CPU thread's history). */
+  sl_status st = sl__device_make_current(d->dev);
+  if (st == SL_OK)
+    st = d->be->run_op(rt->node->op, k, d->mem, d->stream[rt->t->stream]);
   if (st != SL_OK)
     sl__fail_context(st, "op '%s' (%s): ", rt->node->name, rt->node->op->name);
   return sl__complete_on_stream(rt, st);

@@ -45,6 +45,8 @@ static sl_status use(const cuda_dev *c) {
   return SL_OK;
 }
 
+static sl_status cuda_make_current(void *ctx) { return use(ctx); }
+
 static const char *size_text(size_t bytes, char *buf, size_t n) {
   if (bytes >= ((size_t)1 << 30))
     snprintf(buf, n, "%.1f GiB", (double)bytes / (double)((size_t)1 << 30));
@@ -258,6 +260,7 @@ static const sl__device_vtable cuda_vtable = {
     .event_query = cuda_event_query,
     .event_synchronize = cuda_event_synchronize,
     .stream_add_callback = cuda_stream_add_callback,
+    .make_current = cuda_make_current,
     .close = cuda_close,
 };
 

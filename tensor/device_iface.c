@@ -191,6 +191,11 @@ sl_status sl__device_event_query(sl__device *d, sl__event *e, bool *done) {
   return d->vt->event_query(d->ctx, e, done);
 }
 
+sl_status sl__device_make_current(sl__device *d) {
+  if (!d) return sl__fail(SL_EINVAL, "make current: NULL device");
+  return d->vt->make_current ? d->vt->make_current(d->ctx) : SL_OK;
+}
+
 sl_status sl__device_event_synchronize(sl__device *d, sl__event *e) {
   DEV_CHECK(d, event_synchronize, "event synchronize");
   NEED(e, d, "event synchronize");

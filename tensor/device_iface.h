@@ -73,6 +73,10 @@ typedef struct sl__device_vtable {
    * error (with that error). May be NULL: the backend has no callbacks. */
   sl_status (*stream_add_callback)(void *ctx, sl__stream *s, sl__stream_fn fn,
                                    void *arg);
+  /* Makes this device the calling thread's current one, for work queued on
+   * its streams by code outside the table (CUDA kernels, cuBLAS). May be
+   * NULL: the backend has no such notion. */
+  sl_status (*make_current)(void *ctx);
   /* Frees ctx (sl__device_close). */
   void (*close)(void *ctx);
 } sl__device_vtable;
@@ -144,5 +148,8 @@ sl_status sl__device_event_destroy(sl__device *d, sl__event *e);
 sl_status sl__device_event_record(sl__device *d, sl__event *e, sl__stream *s);
 sl_status sl__device_event_query(sl__device *d, sl__event *e, bool *done);
 sl_status sl__device_event_synchronize(sl__device *d, sl__event *e);
+/* Before launching kernels on d's streams from a thread: SL_OK at once for
+ * a backend without make_current. */
+sl_status sl__device_make_current(sl__device *d);
 
 #endif
