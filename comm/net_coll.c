@@ -57,7 +57,10 @@ typedef struct inst {
   uint64_t *seg_start, *seg_cnt;   /* elements; all-to-all: out's parts */
   uint64_t *send_start, *send_cnt; /* all-to-all: in's parts */
   uint32_t lanes, steps, rs_steps;
-  uint8_t *base;    /* the buffer the steps work on */
+  uint8_t *base; /* the buffer the steps work on */
+  /* all-reduce: this member's own values; base when in place, else
+   * unchanged (step 0 sends from it, reductions start from it) */
+  const uint8_t *src;
   uint8_t *scratch; /* lanes * piece_max bytes: reduce-scatter receives */
   uint64_t piece_max;
   uint64_t total_bytes;
@@ -178,11 +181,19 @@ static bool check_done(sl__net_coll *nc, inst *x, pending_done *pd) {
   if (x->send_done != x->send_issued) return false;
   if (!x->failed && x->recv_done < x->recv_total) return false;
   if (x->op == OP_EXCHANGE && !x->failed && x->total_bytes && x->n > 1) {
+    /* base = part 0 op part 1 op ... in member order; this member's part
+     * is src, moved aside first when the result overwrites it */
     uint64_t tb = x->total_bytes;
-    memcpy(x->scratch + x->r * tb, x->base, tb);
-    memcpy(x->base, x->scratch, tb);
+    const uint8_t *mine = x->src;
+    if (mine == x->base && x->r != 0) {
+      memcpy(x->scratch + x->r * tb, mine, tb);
+      mine = x->scratch + x->r * tb;
+    }
+    const uint8_t *first = x->r == 0 ? mine : x->scratch;
+    if (first != x->base) memcpy(x->base, first, tb);
     for (uint32_t k = 1; k < x->n; k++)
-      sl__elem_reduce(x->dt, x->rop, x->base, x->scratch + k * tb,
+      sl__elem_reduce(x->dt, x->rop, x->base,
+                      k == x->r ? mine : x->scratch + k * tb,
                       (int64_t)(tb / x->esize));
   }
   x->finished = true;
@@ -218,7 +229,9 @@ static void send_step(sl__net_coll *nc, inst *x, uint32_t t, uint32_t lane,
   f.slot = (uint16_t)x->op;
   f.consumer = (uint16_t)x->dt;
   x->send_issued++;
-  const void *payload = len ? x->base + off : NULL;
+  /* step 0 sends this member's own values; later steps what it reduced
+   * or received */
+  const void *payload = len ? (t == 0 ? x->src : x->base) + off : NULL;
   sl_status st =
       crc ? sl__dp_endpoint_send_coll_crc(nc->ep, x->right, &f, payload, len,
                                           *crc, x)
@@ -260,7 +273,7 @@ static void send_exchange(sl__net_coll *nc, inst *x, uint32_t k) {
   uint64_t len = direct_send_bytes(x, k);
   /* An all-to-all with nothing to send has no buffer: NULL + 0 is
    * undefined in C. */
-  const uint8_t *payload = x->op == OP_EXCHANGE ? x->base
+  const uint8_t *payload = x->op == OP_EXCHANGE ? x->src
                            : x->in ? x->in + x->send_start[k] * x->esize
                                    : NULL;
   sl__dp_frame f = {0};
@@ -373,10 +386,13 @@ static void take_chunk(sl__net_coll *nc, inst *x, const sl__dp_frame *f,
   uint64_t off = (uint64_t)f->piece, len = f->len;
   if (!len) {
     /* an empty piece */
-  } else if (t < x->rs_steps)
+  } else if (t < x->rs_steps) {
+    /* out of place: this member's values first, then the same
+     * reduction as in place (the same operand order, the same bits) */
+    if (x->src != x->base) memcpy(x->base + off, x->src + off, len);
     sl__elem_reduce(x->dt, x->rop, x->base + off, buf,
                     (int64_t)(len / x->esize));
-  else if (buf != x->base + off)
+  } else if (buf != x->base + off)
     memcpy(x->base + off, buf, len);
   if (x->op == OP_REDUCE_SCATTER && t + 1 == x->rs_steps && len)
     memcpy(x->out + (off - x->seg_start[x->r] * x->esize), x->base + off, len);
@@ -719,7 +735,8 @@ typedef struct start_args {
   const sl__net_group *g;
   uint64_t seq;
   uint8_t *base;
-  const uint8_t *in; /* reduce-scatter, all-gather */
+  const uint8_t *src; /* all-reduce: this member's values (NULL: base) */
+  const uint8_t *in;  /* reduce-scatter, all-gather */
   uint8_t *out;
   const size_t *counts;      /* NULL: count split evenly */
   const size_t *send_counts; /* all-to-all: in's parts */
@@ -818,6 +835,10 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
   tmp.arg = a->arg;
   tmp.out = a->out;
   tmp.base = a->base;
+  tmp.src = a->src ? a->src : a->base;
+  /* one member: the reduction is its own values */
+  if (n == 1 && tmp.src != tmp.base && total)
+    memcpy(tmp.base, tmp.src, total * es);
   if (a->op == OP_REDUCE_SCATTER) {
     if (n == 1) {
       if (total) memcpy(a->out, a->in, total * es);
@@ -830,6 +851,7 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
       memcpy(tmp.work, a->in, total * es);
     }
     tmp.base = tmp.work;
+    tmp.src = tmp.work;
   } else if (a->op == OP_ALL_GATHER && tmp.seg_cnt[r]) {
     uint8_t *mine = a->out + tmp.seg_start[r] * es;
     if (mine != a->in) memmove(mine, a->in, tmp.seg_cnt[r] * es);
@@ -947,7 +969,22 @@ sl_status sl__net_all_reduce(sl__net_coll *nc, const sl__net_group *g,
                              uint64_t seq, void *buf, size_t count, sl_dtype dt,
                              sl_reduce_op op, sl__net_coll_done_fn done,
                              void *arg) {
-  if (count && !buf) return sl__fail(SL_EINVAL, "collective: no buffer");
+  return sl__net_all_reduce_into(nc, g, seq, buf, buf, count, dt, op, done,
+                                 arg);
+}
+
+sl_status sl__net_all_reduce_into(sl__net_coll *nc, const sl__net_group *g,
+                                  uint64_t seq, const void *in, void *out,
+                                  size_t count, sl_dtype dt, sl_reduce_op op,
+                                  sl__net_coll_done_fn done, void *arg) {
+  if (count && (!in || !out))
+    return sl__fail(SL_EINVAL, "collective: no buffer");
+  if (count && in != out) {
+    size_t es = (unsigned)dt < SL_DTYPE_COUNT ? sl_dtype_size(dt) : 1;
+    uintptr_t a = (uintptr_t)in, b = (uintptr_t)out;
+    if (a < b + count * es && b < a + count * es)
+      return sl__fail(SL_EINVAL, "collective: in and out overlap");
+  }
   int op_code =
       g && sl__net_all_reduce_algo(nc, g->n, count, dt) == SL__NET_ALGO_EXCHANGE
           ? OP_EXCHANGE
@@ -955,7 +992,8 @@ sl_status sl__net_all_reduce(sl__net_coll *nc, const sl__net_group *g,
   start_args a = {.op = op_code,
                   .g = g,
                   .seq = seq,
-                  .base = buf,
+                  .base = out,
+                  .src = in,
                   .count = count,
                   .dt = dt,
                   .rop = op,

@@ -80,6 +80,16 @@ sl_status sl__net_all_reduce(sl__net_coll *nc, const sl__net_group *g,
                              sl_reduce_op op, sl__net_coll_done_fn done,
                              void *arg);
 
+/* sl__net_all_reduce out of place: out (count elements of dt) becomes
+ * the reduction over the members of their `in`; in stays unchanged (and
+ * is read until done). in may equal out (then as sl__net_all_reduce);
+ * otherwise they must not overlap (SL_EINVAL). Saves the caller a copy of
+ * in: only the part this member reduces is copied, piece by piece. */
+sl_status sl__net_all_reduce_into(sl__net_coll *nc, const sl__net_group *g,
+                                  uint64_t seq, const void *in, void *out,
+                                  size_t count, sl_dtype dt, sl_reduce_op op,
+                                  sl__net_coll_done_fn done, void *arg);
+
 /* Member k hands in counts[k] elements (in; NULL when 0); out gets every
  * member's part in member order (sum of counts elements). in may equal
  * out + its offset. Statuses as sl__net_all_reduce. */

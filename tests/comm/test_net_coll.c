@@ -130,7 +130,9 @@ static void check_value(const char *what, sl_dtype dt, const void *buf,
              sl_dtype_name(dt), member, i, got, want);
 }
 
-enum { OP_AR, OP_AG, OP_RS, OP_A2A };
+/* OP_ARO: all-reduce out of place on even members (in unchanged), in
+ * place on odd ones, in one instance. */
+enum { OP_AR, OP_AG, OP_RS, OP_A2A, OP_ARO };
 
 /* One instance of `op` on every member of the mesh (group = all nodes),
  * checked against the reference. counts: member k's part. */
@@ -160,7 +162,14 @@ static void run_case(mesh *m, int op, sl_dtype dt, sl_reduce_op rop,
     if (op == OP_AR)
       st = sl__net_all_reduce(m->nc[k], &g, seq, in[k], total, dt, rop,
                               waiter_cb, &w);
-    else if (op == OP_A2A)
+    else if (op == OP_ARO && k % 2 == 0)
+      st = sl__net_all_reduce_into(m->nc[k], &g, seq, in[k], out[k], total, dt,
+                                   rop, waiter_cb, &w);
+    else if (op == OP_ARO) {
+      memcpy(out[k], in[k], total * es);
+      st = sl__net_all_reduce_into(m->nc[k], &g, seq, out[k], out[k], total, dt,
+                                   rop, waiter_cb, &w);
+    } else if (op == OP_A2A)
       st = sl__net_all_to_all(m->nc[k], &g, seq, in[k], out[k], counts[0], dt,
                               waiter_cb, &w);
     else if (op == OP_AG)
@@ -177,6 +186,13 @@ static void run_case(mesh *m, int op, sl_dtype dt, sl_reduce_op rop,
     if (op == OP_AR) {
       for (size_t i = 0; i < total; i++)
         check_value("all_reduce", dt, in[k], i, reduced(dt, rop, n, i, seq), k);
+    } else if (op == OP_ARO) {
+      for (size_t i = 0; i < total; i++) {
+        check_value("all_reduce_into", dt, out[k], i,
+                    reduced(dt, rop, n, i, seq), k);
+        check_value("all_reduce_into input", dt, in[k], i, value(dt, k, i, seq),
+                    k);
+      }
     } else if (op == OP_A2A) {
       /* part j of member k's out is part k of member j's in */
       for (uint32_t j = 0; j < n; j++)
@@ -224,7 +240,7 @@ static void matrix(uint32_t n, int64_t small) {
   /* small chunks, so 1 MiB runs many lanes */
   mesh_up_small(&m, n, 4096, small);
   uint64_t seq = 0;
-  for (int op = OP_AR; op <= OP_A2A; op++)
+  for (int op = OP_AR; op <= OP_ARO; op++)
     for (int dt = 0; dt < SL_DTYPE_COUNT; dt++)
       for (int rop = SL_REDUCE_SUM; rop <= SL_REDUCE_MIN; rop++) {
         if ((op == OP_AG || op == OP_A2A) && rop != SL_REDUCE_SUM) continue;
@@ -233,7 +249,7 @@ static void matrix(uint32_t n, int64_t small) {
           sizes_for(n, sl_dtype_size((sl_dtype)dt), which, counts);
           if (op == OP_A2A) /* per pair: 0, 1, 2-3, ~1 MiB / n in all */
             counts[0] = which == 1 ? 1 : (counts[0] + counts[n - 1]) / 2;
-          if (op == OP_AR) {
+          if (op == OP_AR || op == OP_ARO) {
             /* all-reduce takes the total and splits it evenly */
             size_t total = 0;
             for (uint32_t k = 0; k < n; k++)
@@ -740,6 +756,20 @@ static void test_bad_args(void **state) {
                                       SL_REDUCE_SUM, waiter_cb, &w),
                    SL_OK);
   assert_int_equal(w.done, 1);
+  /* out of place: overlapping buffers are refused; a group of one copies */
+  float y[6] = {1, 2, 3, 4, 5, 6}, z[4] = {0};
+  g.n = 2;
+  assert_int_equal(sl__net_all_reduce_into(m.nc[0], &g, 1, y, y + 2, 4,
+                                           SL_DTYPE_F32, SL_REDUCE_SUM,
+                                           waiter_cb, &w),
+                   SL_EINVAL);
+  g.n = 1;
+  assert_int_equal(sl__net_all_reduce_into(m.nc[0], &g, 2, y, z, 4,
+                                           SL_DTYPE_F32, SL_REDUCE_SUM,
+                                           waiter_cb, &w),
+                   SL_OK);
+  assert_int_equal(w.done, 2);
+  assert_memory_equal(y, z, sizeof z);
   waiter_fini(&w);
   mesh_down(&m);
 }
