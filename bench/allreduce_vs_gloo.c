@@ -4,7 +4,7 @@
  * 127.0.0.1 (bench/peers/allreduce_gloo.py), 4 KiB to 64 MiB, one table.
  *
  *   bench_allreduce_vs_gloo [--budget S] [--no-gloo] [--python PATH]
- *                           [--size BYTES]...
+ *                           [--size BYTES]... [--split K]
  *
  * Time per all-reduce is the median over repetitions (each from both
  * starts to both completions); bus bandwidth follows nccl-tests:
@@ -12,7 +12,9 @@
  * (default 0.4) on each side. `algo` is the algorithm net_coll ran for
  * the size (its per-algorithm counts), as NCCL_ALGO names NCCL's: ring,
  * or the one-hop exchange for small buffers. --size (repeatable) picks
- * the sizes, e.g. for a profile of one. */
+ * the sizes, e.g. for a profile of one. --split K cuts each size into K
+ * buffers all-reduced at once (as a model's gradients are; sluice only),
+ * the time being until all K are done. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,12 +73,15 @@ int main(int argc, char **argv) {
   bool gloo = true;
   const char *python = "/usr/bin/python3";
   size_t sizes[MAXSIZES];
-  int nsizes = 0;
+  int nsizes = 0, split = 1;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--budget") && i + 1 < argc)
       budget = atof(argv[++i]);
     else if (!strcmp(argv[i], "--no-gloo"))
       gloo = false;
+    else if (!strcmp(argv[i], "--split") && i + 1 < argc &&
+             atoi(argv[i + 1]) >= 1)
+      split = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--python") && i + 1 < argc)
       python = argv[++i];
     else if (!strcmp(argv[i], "--size") && i + 1 < argc && nsizes < MAXSIZES &&
@@ -85,7 +90,7 @@ int main(int argc, char **argv) {
     else {
       fprintf(stderr,
               "usage: %s [--budget S] [--no-gloo] [--python PATH] "
-              "[--size BYTES]...\n",
+              "[--size BYTES]... [--split K]\n",
               argv[0]);
       return 2;
     }
@@ -96,6 +101,7 @@ int main(int argc, char **argv) {
 
   /* gloo first, while this process is idle */
   double gloo_s[MAXSIZES] = {0};
+  if (split > 1) gloo = false; /* the peer has no such mode */
   if (gloo) {
     char cmd[4096];
     int port = 20000 + (int)(getpid() % 20000);
@@ -159,14 +165,18 @@ int main(int argc, char **argv) {
       pthread_mutex_lock(&w.m);
       w.done = 0;
       pthread_mutex_unlock(&w.m);
-      if (sl__net_all_reduce(nc[0], &g, seq, a, count, SL_DTYPE_F32,
-                             SL_REDUCE_SUM, on_done, &w) != SL_OK ||
-          sl__net_all_reduce(nc[1], &g, seq, b, count, SL_DTYPE_F32,
-                             SL_REDUCE_SUM, on_done, &w) != SL_OK)
-        die("all_reduce");
-      seq++;
+      for (int k = 0; k < split; k++) {
+        size_t lo = count * (size_t)k / (size_t)split;
+        size_t hi = count * (size_t)(k + 1) / (size_t)split;
+        if (sl__net_all_reduce(nc[0], &g, seq, a + lo, hi - lo, SL_DTYPE_F32,
+                               SL_REDUCE_SUM, on_done, &w) != SL_OK ||
+            sl__net_all_reduce(nc[1], &g, seq, b + lo, hi - lo, SL_DTYPE_F32,
+                               SL_REDUCE_SUM, on_done, &w) != SL_OK)
+          die("all_reduce");
+        seq++;
+      }
       pthread_mutex_lock(&w.m);
-      while (w.done < 2)
+      while (w.done < 2 * split)
         pthread_cond_wait(&w.cv, &w.m);
       int failed = w.failed;
       pthread_mutex_unlock(&w.m);

@@ -15,6 +15,10 @@
 #include "sbp_int.h"
 
 #define DEF_CHUNK (1ull << 20)
+/* Scratch buffers kept for reuse: at most this many, and beyond one
+ * buffer at most SPARE_CAP bytes in all. */
+#define NC_SPARES 8
+#define SPARE_CAP (256ull << 20)
 
 /* OP_EXCHANGE is the all-reduce for small buffers: every member sends its
  * whole buffer to every other one (one hop instead of the ring's 2(n-1)),
@@ -61,7 +65,8 @@ typedef struct inst {
   /* all-reduce: this member's own values; base when in place, else
    * unchanged (step 0 sends from it, reductions start from it) */
   const uint8_t *src;
-  uint8_t *scratch; /* lanes * piece_max bytes: reduce-scatter receives */
+  uint8_t *scratch;       /* lanes * piece_max bytes: reduce-scatter receives */
+  uint64_t scratch_bytes; /* its size (a spare may be larger) */
   uint64_t piece_max;
   uint64_t total_bytes;
   uint8_t *work;     /* reduce-scatter: owned copy of in */
@@ -82,8 +87,13 @@ struct sl__net_coll {
   bool *node_failed; /* nnodes */
   sl_status *node_st;
   char (*node_msg)[320];
-  uint8_t *spare; /* one scratch buffer kept for the next instance */
-  uint64_t spare_bytes;
+  /* scratch buffers kept for later instances: a model's gradients are
+   * all-reduced as several instances at once, each needing its own, and
+   * a fresh buffer costs a page fault per 4 KiB on first touch (on the
+   * loop thread, as the kernel copies received chunks into it) and an
+   * munmap when freed */
+  uint8_t *spare[NC_SPARES];
+  uint64_t spare_bytes[NC_SPARES];
   sl__net_coll_stats stats;
   /* sl__net_coll_abort: later starts fail with this until the reset */
   bool aborted;
@@ -110,6 +120,52 @@ static inst *find(sl__net_coll *nc, uint64_t group, uint64_t seq) {
   return NULL;
 }
 
+/* Keeps buf (bytes) for a later instance, or frees it; with nc->lock. */
+static void spare_put(sl__net_coll *nc, uint8_t *buf, uint64_t bytes) {
+  uint64_t total = bytes;
+  int n = 0, smallest = -1;
+  for (int i = 0; i < NC_SPARES; i++) {
+    if (!nc->spare[i]) continue;
+    n++;
+    total += nc->spare_bytes[i];
+    if (smallest < 0 || nc->spare_bytes[i] < nc->spare_bytes[smallest])
+      smallest = i;
+  }
+  /* Full, or over the cap: the smallest of them all goes. */
+  if (smallest >= 0 && (n == NC_SPARES || total > SPARE_CAP)) {
+    if (nc->spare_bytes[smallest] >= bytes) {
+      sl__free(buf);
+      return;
+    }
+    sl__free(nc->spare[smallest]);
+    nc->spare[smallest] = NULL;
+    nc->spare_bytes[smallest] = 0;
+  }
+  for (int i = 0; i < NC_SPARES; i++)
+    if (!nc->spare[i]) {
+      nc->spare[i] = buf;
+      nc->spare_bytes[i] = bytes;
+      return;
+    }
+  sl__free(buf);
+}
+
+/* The smallest spare of at least `bytes`, taken out of the pool; NULL if
+ * none. With nc->lock. */
+static uint8_t *spare_take(sl__net_coll *nc, uint64_t bytes, uint64_t *got) {
+  int best = -1;
+  for (int i = 0; i < NC_SPARES; i++)
+    if (nc->spare[i] && nc->spare_bytes[i] >= bytes &&
+        (best < 0 || nc->spare_bytes[i] < nc->spare_bytes[best]))
+      best = i;
+  if (best < 0) return NULL;
+  uint8_t *buf = nc->spare[best];
+  *got = nc->spare_bytes[best];
+  nc->spare[best] = NULL;
+  nc->spare_bytes[best] = 0;
+  return buf;
+}
+
 static void free_inst(sl__net_coll *nc, inst *x) {
   for (staged *s = x->sq, *n; s; s = n) {
     n = s->next;
@@ -124,17 +180,8 @@ static void free_inst(sl__net_coll *nc, inst *x) {
   sl__free(x->send_cnt);
   x->nodes = NULL;
   x->seg_start = x->seg_cnt = x->send_start = x->send_cnt = NULL;
-  if (x->scratch) {
-    uint64_t bytes = x->lanes * x->piece_max;
-    if (bytes > nc->spare_bytes) {
-      sl__free(nc->spare);
-      nc->spare = x->scratch;
-      nc->spare_bytes = bytes;
-    } else {
-      sl__free(x->scratch);
-    }
-    x->scratch = NULL;
-  }
+  if (x->scratch) spare_put(nc, x->scratch, x->scratch_bytes);
+  x->scratch = NULL;
   sl__free(x->work);
   x->work = NULL;
 }
@@ -653,7 +700,8 @@ void sl__net_coll_destroy(sl__net_coll *nc) {
     free_inst(nc, x);
     sl__free(x);
   }
-  sl__free(nc->spare);
+  for (int i = 0; i < NC_SPARES; i++)
+    sl__free(nc->spare[i]);
   sl__free(nc->node_failed);
   sl__free(nc->node_st);
   sl__free(nc->node_msg);
@@ -881,13 +929,11 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
   }
   if ((tmp.rs_steps || a->op == OP_EXCHANGE) && tmp.steps) {
     uint64_t bytes = tmp.lanes * tmp.piece_max;
-    if (bytes && nc->spare && nc->spare_bytes >= bytes) {
-      tmp.scratch = nc->spare;
-      tmp.piece_max = nc->spare_bytes / tmp.lanes; /* what free_inst keeps */
-      nc->spare = NULL;
-      nc->spare_bytes = 0;
+    if (bytes && (tmp.scratch = spare_take(nc, bytes, &tmp.scratch_bytes))) {
+      /* a spare, maybe larger */
     } else if (bytes) {
       tmp.scratch = sl__malloc(bytes);
+      tmp.scratch_bytes = bytes;
       if (!tmp.scratch) {
         pthread_mutex_unlock(&nc->lock);
         st = SL_ENOMEM;
