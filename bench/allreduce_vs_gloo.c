@@ -8,13 +8,13 @@
  *
  * Time per all-reduce is the median over repetitions (each from both
  * starts to both completions); bus bandwidth follows nccl-tests:
- * 2(n-1)/n x bytes / time, n = 2. Each size gets about `budget` seconds
- * (default 0.4) on each side. `algo` is the algorithm net_coll ran for
- * the size (its per-algorithm counts), as NCCL_ALGO names NCCL's: ring,
- * or the one-hop exchange for small buffers. --size (repeatable) picks
- * the sizes, e.g. for a profile of one. --split K cuts each size into K
- * buffers all-reduced at once (as a model's gradients are; sluice only),
- * the time being until all K are done. */
+ * 2(n-1)/n x bytes / time, n = 2. Each size gets 5 untimed repetitions
+ * and then about `budget` seconds (default 0.4) on each side. `algo` is the
+ * algorithm net_coll ran for the size (its per-algorithm counts), as NCCL_ALGO
+ * names NCCL's: ring, or the one-hop exchange for small buffers. --size
+ * (repeatable) picks the sizes, e.g. for a profile of one. --split K cuts each
+ * size into K buffers all-reduced at once (as a model's gradients are; sluice
+ * only), the time being until all K are done. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,7 +55,9 @@ static void on_done(void *arg, sl_status st) {
   pthread_mutex_unlock(&w->m);
 }
 
-enum { NDEFAULT = 8, MAXSIZES = 32, MAXREPS = 200 };
+/* Untimed repetitions before each size, as nccl-tests' default (-w 5);
+ * the gloo peer does as many. */
+enum { NDEFAULT = 8, MAXSIZES = 32, MAXREPS = 200, WARMUP = 5 };
 
 /* The algorithm the instances counted in `after` but not in `before`
  * ran: one name, or "mixed". */
@@ -159,7 +161,7 @@ int main(int argc, char **argv) {
     double t[MAXREPS];
     int reps = 0;
     uint64_t t_end = 0;
-    for (int it = -1; it < MAXREPS; it++) {
+    for (int it = -WARMUP; it < MAXREPS; it++) {
       uint64_t t0 = sl__now_ns();
       if (it == 0) t_end = t0 + (uint64_t)(budget * 1e9);
       pthread_mutex_lock(&w.m);

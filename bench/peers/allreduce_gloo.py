@@ -5,7 +5,7 @@ the reference for bench/allreduce_vs_gloo.c.
 
 Rank 0 prints one line per size: "BYTES SECONDS" (median of the timed
 repetitions, each ended by the all-reduce returning on rank 0). Each size
-gets a warm-up and then repetitions until BUDGET_S seconds or 50 runs."""
+gets 5 warm-up runs and then repetitions until BUDGET_S seconds or 50 runs."""
 import os
 import sys
 import time
@@ -21,7 +21,8 @@ def worker(rank, port, budget, sizes):
                             rank=rank, world_size=2)
     for nbytes in sizes:
         t = torch.ones(nbytes // 4, dtype=torch.float32)
-        dist.all_reduce(t)  # warm-up
+        for _ in range(5):  # warm-up, as nccl-tests' default -w 5
+            dist.all_reduce(t)
         times = []
         t_end = time.perf_counter() + budget
         while len(times) < 50:
