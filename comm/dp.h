@@ -263,8 +263,12 @@ uint16_t sl__dp_endpoint_port(const sl__dp_endpoint *ep);
 uint32_t sl__dp_endpoint_node(const sl__dp_endpoint *ep);
 
 /* Sets where node `node` listens (numeric IPv4/IPv6 or a host name,
- * resolved here). Any thread, any time; a connection already open stays.
- * SL_EINVAL for a bad node or address. */
+ * resolved here). Any thread but the endpoint's loop thread (its hooks),
+ * any time. A connection already open stays, except when the address
+ * changes and the node said DONE on that connection: it belongs to the
+ * node's previous process, and is closed (quietly, before this returns)
+ * so that its later end of stream is not taken for a loss in the next
+ * job. SL_EINVAL for a bad node or address. */
 sl_status sl__dp_endpoint_set_peer(sl__dp_endpoint *ep, uint32_t node,
                                    const char *host, uint16_t port);
 
