@@ -19,8 +19,8 @@ static void *to_device(void *p) {
 }
 
 static struct {
-  atomic_uint_least64_t kernels, h2d, d2h, d2d, memsets, max_queued;
-  atomic_uint_least64_t coll_opens, all_reduces;
+  atomic_uint_least64_t kernels, h2d, d2h, d2d, memsets;
+  atomic_uint_least64_t all_reduces;
   atomic_int_least64_t live_allocs;
 } stats;
 
@@ -146,11 +146,6 @@ static sl_status enqueue(fstream *s, item *it) {
     s->head = it;
   s->tail = it;
   s->queued++;
-  uint64_t waiting = s->queued - s->done;
-  uint64_t peak = atomic_load(&stats.max_queued);
-  while (waiting > peak &&
-         !atomic_compare_exchange_weak(&stats.max_queued, &peak, waiting)) {
-  }
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->m);
   return SL_OK;
@@ -508,7 +503,6 @@ static const sl__dev_coll_vtable fake_coll_vt = {
 };
 
 static sl_status fake_coll_open(sl__dev_coll **out) {
-  atomic_fetch_add(&stats.coll_opens, 1);
   return sl__dev_coll_create(&fake_coll_vt, NULL, out);
 }
 
@@ -528,7 +522,6 @@ void fake_cuda_get_stats(fake_cuda_stats *out) {
   out->d2h = atomic_load(&stats.d2h);
   out->d2d = atomic_load(&stats.d2d);
   out->memsets = atomic_load(&stats.memsets);
-  out->max_queued = atomic_load(&stats.max_queued);
   out->live_allocs = (uint64_t)atomic_load(&stats.live_allocs);
   out->all_reduces = atomic_load(&stats.all_reduces);
 }

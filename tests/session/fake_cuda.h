@@ -21,7 +21,6 @@
 
 typedef struct fake_cuda_stats {
   uint64_t kernels, h2d, d2h, d2d, memsets; /* work items run */
-  uint64_t max_queued; /* most items waiting on one stream at once */
   uint64_t live_allocs; /* device allocations not yet freed */
   uint64_t all_reduces; /* ranks' all-reduces launched (fake NCCL) */
 } fake_cuda_stats;
