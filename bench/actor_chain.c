@@ -21,6 +21,8 @@
 #include "core_int.h"
 #include "core_thread.h"
 
+#include "bench_util.h"
+
 typedef enum layout { ONE_THREAD, TWO_HALVES, TWO_INTERLEAVED } layout;
 
 static sl_plan *chain(int actors, int64_t pieces, layout lay) {
@@ -80,19 +82,14 @@ static result run_once(sl_plan *p, sl_queue_kind q) {
 
 static int repeats = 3;
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 typedef struct stats3 {
   double med, lo, hi; /* ns per firing */
   uint64_t firings;
 } stats3;
 
 static stats3 summarize(double *ns, int n, uint64_t firings) {
-  qsort(ns, (size_t)n, sizeof *ns, cmp_double);
-  return (stats3){ns[n / 2], ns[0], ns[n - 1], firings};
+  double med = bench_median(ns, n); /* sorts ns */
+  return (stats3){med, ns[0], ns[n - 1], firings};
 }
 
 /* Runs plan p `n` times per queue kind, alternating the kinds so that both
@@ -253,14 +250,8 @@ int main(int argc, char **argv) {
       int n = repeats < 1 ? 1 : repeats > 15 ? 15 : repeats;
       for (int i = 0; i < n; i++)
         r[i] = queue_rate(kinds[k], prod, 2000000);
-      for (int i = 1; i < n; i++) /* insertion sort: median */
-        for (int j = i; j > 0 && r[j] < r[j - 1]; j--) {
-          double t = r[j];
-          r[j] = r[j - 1];
-          r[j - 1] = t;
-        }
       printf("| %-10d | %-9s | %14.0f |\n", prod, sl__queue_kind_name(kinds[k]),
-             r[n / 2]);
+             bench_median(r, n));
     }
   }
   return 0;

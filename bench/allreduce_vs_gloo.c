@@ -23,17 +23,13 @@
 #include "core_thread.h"
 #include "dp.h"
 #include "net_coll.h"
+#include "bench_util.h"
 
 #ifndef ALLREDUCE_GLOO_PEER
 #define ALLREDUCE_GLOO_PEER "bench/peers/allreduce_gloo.py"
 #endif
 
 static const char token[] = "bench-token";
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 static void die(const char *what) {
   fprintf(stderr, "%s: %s\n", what, sl_last_error());
@@ -189,8 +185,7 @@ int main(int argc, char **argv) {
     }
     sl__net_coll_get_stats(nc[0], &after);
     const char *algo = algo_ran(&before, &after);
-    qsort(t, (size_t)reps, sizeof *t, cmp_double);
-    double s = t[reps / 2];
+    double s = bench_median(t, reps);
     double bus = (double)sizes[si] / s * 1e-9; /* 2(n-1)/n = 1 for n = 2 */
     if (gloo && gloo_s[si] > 0) {
       double gbus = (double)sizes[si] / gloo_s[si] * 1e-9;

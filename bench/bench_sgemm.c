@@ -1,10 +1,10 @@
 /* bench_sgemm: one-thread sgemm GFLOP/s of sluice's CPU matmul next to the
  * alternatives, in one table:
  *   sluice      sluice's own choice (OPENBLAS_CORETYPE removed from the env)
- *   ob-probe    OpenBLAS choosing its kernels itself (SLUICE_BLAS_CORETYPE=auto-off)
- *   ob-haswell  OPENBLAS_CORETYPE=HASWELL: the kernels of a misdetected CPU
- *   torch       torch.mm in /usr/bin/python3, if torch imports there
- *   c           sluice's C sgemm (SLUICE_BLAS_LIBRARY=none)
+ *   ob-probe    OpenBLAS choosing its kernels itself
+ * (SLUICE_BLAS_CORETYPE=auto-off) ob-haswell  OPENBLAS_CORETYPE=HASWELL: the
+ * kernels of a misdetected CPU torch       torch.mm in /usr/bin/python3, if
+ * torch imports there c           sluice's C sgemm (SLUICE_BLAS_LIBRARY=none)
  * Each column runs in its own process (OpenBLAS picks its kernels once per
  * process): this program re-executes itself with `--child`. A shape's time
  * is the best of at least 3 runs and 0.2 s; GFLOP/s = 2 m n k / time.
@@ -105,8 +105,8 @@ static int child(void) {
       fprintf(stderr, "bench_sgemm: wrong result for %s\n", s->label);
       return 1;
     }
-    printf("R %d %.2f\n", si, 2.0 * (double)s->m * (double)s->n *
-                                  (double)s->k / best * 1e-9);
+    printf("R %d %.2f\n", si,
+           2.0 * (double)s->m * (double)s->n * (double)s->k / best * 1e-9);
     fflush(stdout);
     free(a);
     free(b);
@@ -128,7 +128,8 @@ static const char torch_script[] =
     "except OSError:\n"
     "    core = '?'\n"
     "cfg = torch.__config__.show()\n"
-    "blas = cfg.split('BLAS_INFO=')[1].split(',')[0] if 'BLAS_INFO=' in cfg else '?'\n"
+    "blas = cfg.split('BLAS_INFO=')[1].split(',')[0] if 'BLAS_INFO=' in cfg "
+    "else '?'\n"
     "print('I torch %s, one thread, BLAS_INFO=%s, OpenBLAS kernels %s' % (\n"
     "    torch.__version__, blas, core), flush=True)\n"
     "args = [int(x) for x in sys.argv[1:]]\n"
@@ -144,22 +145,24 @@ static const char torch_script[] =
     "        torch.mm(a, b, out=c)\n"
     "        dt = time.perf_counter() - t0\n"
     "        best, spent, runs = min(best, dt), spent + dt, runs + 1\n"
-    "    print('R %d %.2f' % (si, 2.0 * m * n * k / best * 1e-9), flush=True)\n";
+    "    print('R %d %.2f' % (si, 2.0 * m * n * k / best * 1e-9), "
+    "flush=True)\n";
 
 typedef struct column {
   const char *name;
-  const char *how;            /* for the legend */
-  char *const *argv;          /* the program to run */
-  const char *const *env;     /* its environment edits */
-  double gflops[NSHAPES];     /* NaN until measured */
-  char info[1024];            /* its "I" line: what it ran */
+  const char *how;        /* for the legend */
+  char *const *argv;      /* the program to run */
+  const char *const *env; /* its environment edits */
+  double gflops[NSHAPES]; /* NaN until measured */
+  char info[1024];        /* its "I" line: what it ran */
   bool ran;
 } column;
 
 /* Runs argv with the environment edits ("NAME=VALUE" sets, "-NAME"
  * unsets; NULL-terminated), reading its I/R lines into col; a cell keeps
  * the best of the rounds. */
-static void run_column(column *col, char *const argv[], const char *const *env) {
+static void run_column(column *col, char *const argv[],
+                       const char *const *env) {
   int fd[2];
   if (pipe(fd) != 0) {
     perror("pipe");
@@ -189,7 +192,8 @@ static void run_column(column *col, char *const argv[], const char *const *env) 
       }
     }
     execv(argv[0], argv);
-    fprintf(stderr, "bench_sgemm: cannot run %s: %s\n", argv[0], strerror(errno));
+    fprintf(stderr, "bench_sgemm: cannot run %s: %s\n", argv[0],
+            strerror(errno));
     _exit(127);
   }
   close(fd[1]);
@@ -246,29 +250,42 @@ int main(int argc, char **argv) {
   py_argv[pa] = NULL;
 
   static const char *const env_sluice[] = {NULL};
-  static const char *const env_probe[] = {"SLUICE_BLAS_CORETYPE=auto-off", NULL};
+  static const char *const env_probe[] = {"SLUICE_BLAS_CORETYPE=auto-off",
+                                          NULL};
   static const char *const env_haswell[] = {"OPENBLAS_CORETYPE=HASWELL", NULL};
   static const char *const env_torch[] = {"OMP_NUM_THREADS=1", NULL};
   static const char *const env_c[] = {"SLUICE_BLAS_LIBRARY=none", NULL};
   column cols[] = {
-      {.name = "sluice", .how = "no OPENBLAS_CORETYPE: sluice chooses",
-       .argv = child_argv, .env = env_sluice},
-      {.name = "ob-probe", .how = "SLUICE_BLAS_CORETYPE=auto-off: OpenBLAS probes",
-       .argv = child_argv, .env = env_probe},
-      {.name = "ob-haswell", .how = "OPENBLAS_CORETYPE=HASWELL",
-       .argv = child_argv, .env = env_haswell},
-      {.name = "torch", .how = "/usr/bin/python3 torch.mm, no OPENBLAS_CORETYPE",
-       .argv = py_argv, .env = env_torch},
-      {.name = "c", .how = "SLUICE_BLAS_LIBRARY=none: sluice's C sgemm",
-       .argv = child_argv, .env = env_c},
+      {.name = "sluice",
+       .how = "no OPENBLAS_CORETYPE: sluice chooses",
+       .argv = child_argv,
+       .env = env_sluice},
+      {.name = "ob-probe",
+       .how = "SLUICE_BLAS_CORETYPE=auto-off: OpenBLAS probes",
+       .argv = child_argv,
+       .env = env_probe},
+      {.name = "ob-haswell",
+       .how = "OPENBLAS_CORETYPE=HASWELL",
+       .argv = child_argv,
+       .env = env_haswell},
+      {.name = "torch",
+       .how = "/usr/bin/python3 torch.mm, no OPENBLAS_CORETYPE",
+       .argv = py_argv,
+       .env = env_torch},
+      {.name = "c",
+       .how = "SLUICE_BLAS_LIBRARY=none: sluice's C sgemm",
+       .argv = child_argv,
+       .env = env_c},
   };
   enum { NCOLS = sizeof cols / sizeof cols[0] };
   for (int c = 0; c < NCOLS; c++)
-    for (int si = 0; si < NSHAPES; si++) cols[c].gflops[si] = NAN;
+    for (int si = 0; si < NSHAPES; si++)
+      cols[c].gflops[si] = NAN;
   const char *env_core = getenv("OPENBLAS_CORETYPE");
   if (env_core)
     printf("note: this environment sets OPENBLAS_CORETYPE=%s; sluice honours "
-           "it as the user's choice. Each column sets its own.\n", env_core);
+           "it as the user's choice. Each column sets its own.\n",
+           env_core);
 
   /* Two rounds, the second in reverse order, best per cell: the machine is
    * shared, and a column should not win by running first. */
@@ -276,7 +293,8 @@ int main(int argc, char **argv) {
   for (int round = 0; round < 2; round++)
     for (int i = 0; i < NCOLS; i++) {
       int c = round == 0 ? i : NCOLS - 1 - i;
-      if (cols[c].argv == py_argv && (!have_python || (round > 0 && !cols[c].ran)))
+      if (cols[c].argv == py_argv &&
+          (!have_python || (round > 0 && !cols[c].ran)))
         continue;
       run_column(&cols[c], cols[c].argv, cols[c].env);
     }
@@ -288,9 +306,11 @@ int main(int argc, char **argv) {
              "python3-torch)");
 
   printf("\nsgemm, one thread, GFLOP/s (best of >= %d runs and %.1f s); "
-         "(x) = sluice / column\n\n", MIN_RUNS, MIN_SECONDS);
+         "(x) = sluice / column\n\n",
+         MIN_RUNS, MIN_SECONDS);
   printf("%-26s", "shape (m x n x k)");
-  for (int c = 0; c < NCOLS; c++) printf(" %*s", c == 0 ? 8 : 16, cols[c].name);
+  for (int c = 0; c < NCOLS; c++)
+    printf(" %*s", c == 0 ? 8 : 16, cols[c].name);
   printf("\n");
   for (int si = 0; si < NSHAPES; si++) {
     printf("%-26s", shapes[si].label);

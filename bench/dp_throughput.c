@@ -21,18 +21,9 @@
 
 #include "core_thread.h"
 #include "dp.h"
+#include "bench_util.h"
 
 static const char token[] = "bench-token";
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return v[n / 2];
-}
 
 static sl__dp_endpoint *make_ep(uint32_t node) {
   sl__dp_config c = {
@@ -222,7 +213,7 @@ int main(int argc, char **argv) {
     raw[r] = raw_tcp(quick ? (256u << 20) : (2048u << 20));
   printf("raw loopback TCP, one connection, 4 MiB writes: %.2f GB/s (median "
          "of %d)\n\n",
-         median(raw, reps), reps);
+         bench_median(raw, reps), reps);
 
   sl__dp_endpoint *eps[2] = {make_ep(0), make_ep(1)};
   for (uint32_t i = 0; i < 2; i++)
@@ -263,7 +254,7 @@ int main(int argc, char **argv) {
     else
       snprintf(name, sizeof name, "%zu KiB", b >> 10);
     printf("| %s | %d | %lld | **%.2f** | %.2f-%.2f |\n", name, regs,
-           (long long)pieces, median(v, reps), lo, hi);
+           (long long)pieces, bench_median(v, reps), lo, hi);
     fflush(stdout);
   }
 
@@ -282,7 +273,7 @@ int main(int argc, char **argv) {
       hi = SL_MAX(hi, v[r]);
     }
     printf("| %zu bytes | %lld | **%.1f** | %.1f-%.1f |\n", rt[k],
-           (long long)pieces, median(v, reps), lo, hi);
+           (long long)pieces, bench_median(v, reps), lo, hi);
     fflush(stdout);
   }
   sl__dp_stats s;

@@ -58,6 +58,7 @@
 #include "device_iface.h"
 #include "gpt/model.h"
 #include "graph_int.h"
+#include "bench_util.h"
 
 #ifndef GPT_TORCH_PEER
 #define GPT_TORCH_PEER "bench/peers/gpt_torch.py"
@@ -71,21 +72,6 @@ typedef struct opts {
   const char *placement, *python, *attention;
   bool untied, no_torch, f32;
 } opts;
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(const double *v, int n) {
-  double *s = malloc((size_t)n * sizeof *s);
-  if (!s) return NAN;
-  memcpy(s, v, (size_t)n * sizeof *s);
-  qsort(s, (size_t)n, sizeof *s, cmp_double);
-  double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-  free(s);
-  return m;
-}
 
 /* The trainable parameters the graph updates: the w of every adam_update. */
 static void count_params(const sl_graph *g, int64_t *numel, int *tensors) {
@@ -181,46 +167,18 @@ static void peer_run(const opts *o, const char *attention, peer_result *r) {
   }
   if (o->untied) argv[n++] = "--untied";
   argv[n] = NULL;
-  int fd[2];
-  if (pipe(fd) != 0) {
-    snprintf(r->why, sizeof r->why, "pipe: %s", strerror(errno));
-    return;
-  }
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  if (pid < 0) {
-    snprintf(r->why, sizeof r->why, "fork: %s", strerror(errno));
-    close(fd[0]);
-    close(fd[1]);
-    return;
-  }
-  if (pid == 0) {
-    dup2(fd[1], 1);
-    close(fd[0]);
-    close(fd[1]);
-    execvp(o->python, (char *const *)argv);
-    fprintf(stderr, PROG ": cannot run %s: %s\n", o->python, strerror(errno));
-    _exit(127);
-  }
-  close(fd[1]);
-  FILE *f = fdopen(fd[0], "r");
+  bench_peer p;
+  if (!bench_peer_start(argv, &p, r->why, sizeof r->why)) return;
   int losses = 0;
   char line[1024];
-  while (f && fgets(line, sizeof line, f))
+  while (fgets(line, sizeof line, p.out))
     peer_parse(line, r, &losses);
-  if (f)
-    fclose(f);
-  else
-    close(fd[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  int status = bench_peer_wait(&p);
+  if (status != 0) {
     snprintf(r->why, sizeof r->why,
              "%s %s --attention %s failed (exit status %d; its messages are "
              "above)",
-             o->python, GPT_TORCH_PEER, attention,
-             WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+             o->python, GPT_TORCH_PEER, attention, status);
     r->ok = false;
   } else if (!r->ok) {
     snprintf(r->why, sizeof r->why, "no result line from %s --attention %s",
@@ -405,7 +363,7 @@ int main(int argc, char **argv) {
             (double)loss[0], (long long)o.vocab, log((double)o.vocab));
     goto done;
   }
-  double sluice_ms = median(ms, n);
+  double sluice_ms = bench_median(ms, n);
   ex_run_destroy(run); /* the GPU's memory back before PyTorch runs */
   run = NULL;
   printf("  sluice: %lld trainable parameters in %d tensors\n",

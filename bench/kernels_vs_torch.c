@@ -65,6 +65,8 @@
 #include "device_iface.h"
 #include "op.h"
 
+#include "bench_util.h"
+
 #ifndef KERNELS_TORCH_PEER
 #define KERNELS_TORCH_PEER "bench/peers/kernels_torch.py"
 #endif
@@ -835,16 +837,6 @@ static sl_status check(gpu *g, const bcase *c, rig *r) {
 
 /* ---- timing -------------------------------------------------------------- */
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Pushes the inputs out of L2 (a memset bigger than it). */
 static sl_status flush_l2(gpu *g, int i) {
   return sl__device_memset(g->dev, g->flush, i & 0xff, g->flush_bytes, g->s);
@@ -868,8 +860,8 @@ static sl_status time_case(gpu *g, const opts *o, bcase *c, rig *r) {
   for (int i = 0; i < o->iters && st == SL_OK; i++)
     st = event_ms(g->ev[2 * i], g->ev[2 * i + 1], &t[i]);
   if (st == SL_OK) {
-    c->ms = median(t, o->iters);
-    c->ms_min = t[0]; /* sorted by median() */
+    c->ms = bench_median(t, o->iters);
+    c->ms_min = t[0]; /* sorted by bench_median() */
     if (!(c->ms > 0))
       st = sl__fail(SL_EINTERNAL, "%s: measured %g ms", c->label, c->ms);
   }
@@ -967,45 +959,21 @@ static bool peer_run(const opts *o, const char *device, size_t flush_bytes,
   for (int i = 0; i < n; i++)
     argv[a++] = cs[i].spec;
   argv[a] = NULL;
-  int fd[2];
-  if (pipe(fd) != 0) {
-    perror(PROG ": pipe");
-    return false;
-  }
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  if (pid < 0) {
-    perror(PROG ": fork");
-    return false;
-  }
-  if (pid == 0) {
-    dup2(fd[1], 1);
-    close(fd[0]);
-    close(fd[1]);
-    execvp(o->python, (char *const *)argv);
-    fprintf(stderr, PROG ": cannot run %s: %s\n", o->python, strerror(errno));
-    _exit(127);
-  }
-  close(fd[1]);
-  FILE *f = fdopen(fd[0], "r");
-  if (!f) {
-    close(fd[0]);
-    waitpid(pid, NULL, 0);
+  bench_peer p;
+  char why[256];
+  if (!bench_peer_start(argv, &p, why, sizeof why)) {
+    fprintf(stderr, PROG ": peer: %s\n", why);
     return false;
   }
   char line[1024];
-  while (fgets(line, sizeof line, f))
+  while (fgets(line, sizeof line, p.out))
     peer_line(line, cs, n);
-  fclose(f);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  int status = bench_peer_wait(&p);
+  bool ok = status == 0;
   if (!ok)
     printf("  peer: %s %s failed (exit status %d; its messages "
            "are above)\n",
-           o->python, KERNELS_TORCH_PEER,
-           WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+           o->python, KERNELS_TORCH_PEER, status);
   for (int i = 0; i < n; i++)
     if (!cs[i].t_ran) ok = false;
   return ok;

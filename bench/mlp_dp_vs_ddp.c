@@ -19,20 +19,11 @@
 #include <string.h>
 
 #include "cpu/blas.h"
+#include "bench_util.h"
 
 #ifndef MLP_TORCH_PEER
 #define MLP_TORCH_PEER "bench/peers/mlp_torch.py"
 #endif
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 /* Runs cmd through the shell; the first line starting with `key` is
  * parsed with fmt into *a and *b. NAN, NAN when absent. */
@@ -54,18 +45,17 @@ static void run_parse(const char *cmd, const char *key, const char *fmt,
 }
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: bench_mlp_dp_vs_ddp [--steps N] [--rounds R] "
-          "[--python PATH] [--no-torch]\n"
-          "The 4x1024 MLP, global batch 256, data parallel on 2 nodes x 1 "
-          "device\n(sluice launch + examples/mlp) against PyTorch DDP over "
-          "gloo in 2 processes.\n"
-          "  --steps N     training steps per run (default 20; the first is "
-          "not timed)\n"
-          "  --rounds R    alternating runs of each side (default 3)\n"
-          "  --python P    the interpreter with torch (default "
-          "/usr/bin/python3)\n"
-          "  --no-torch    sluice only\n");
+  fprintf(f, "usage: bench_mlp_dp_vs_ddp [--steps N] [--rounds R] "
+             "[--python PATH] [--no-torch]\n"
+             "The 4x1024 MLP, global batch 256, data parallel on 2 nodes x 1 "
+             "device\n(sluice launch + examples/mlp) against PyTorch DDP over "
+             "gloo in 2 processes.\n"
+             "  --steps N     training steps per run (default 20; the first is "
+             "not timed)\n"
+             "  --rounds R    alternating runs of each side (default 3)\n"
+             "  --python P    the interpreter with torch (default "
+             "/usr/bin/python3)\n"
+             "  --no-torch    sluice only\n");
 }
 
 int main(int argc, char **argv) {
@@ -118,19 +108,21 @@ int main(int argc, char **argv) {
       run_parse(pt_cmd, "torch ddp",
                 "torch ddp samples_per_s %lf ms_per_step %lf", &pt_sps[r],
                 &pt_ms[r]);
-    printf("round %ld: sluice %.1f samples/s (%.2f ms/step)", r + 1,
-           sl_sps[r], sl_ms[r]);
+    printf("round %ld: sluice %.1f samples/s (%.2f ms/step)", r + 1, sl_sps[r],
+           sl_ms[r]);
     if (torch)
       printf(", DDP %.1f samples/s (%.2f ms/step)", pt_sps[r], pt_ms[r]);
     printf("\n");
   }
-  double s = median(sl_sps, (int)rounds), sm = median(sl_ms, (int)rounds);
+  double s = bench_median(sl_sps, (int)rounds),
+         sm = bench_median(sl_ms, (int)rounds);
   printf("\n%-46s %12s %12s %8s\n", "MLP 4x1024, batch 256, 2 nodes x 1 device",
          "ms/step", "samples/s", "ratio");
   printf("%-46s %12.2f %12.1f %8s\n", "sluice dp (2 daemons, data plane)", sm,
          s, "1.000");
   if (torch) {
-    double p = median(pt_sps, (int)rounds), pm = median(pt_ms, (int)rounds);
+    double p = bench_median(pt_sps, (int)rounds),
+           pm = bench_median(pt_ms, (int)rounds);
     printf("%-46s %12.2f %12.1f %8.3f\n", "PyTorch DDP (gloo, 2 processes)", pm,
            p, s / p);
     printf("(ratio: sluice samples/s over PyTorch's; target >= 1.6)\n");

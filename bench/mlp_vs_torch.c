@@ -42,6 +42,7 @@
 #include "cpu/blas.h"
 #include "graph_int.h"
 #include "mlp/model.h"
+#include "bench_util.h"
 
 #ifndef MLP_TORCH_PEER
 #define MLP_TORCH_PEER "bench/peers/mlp_torch.py"
@@ -52,16 +53,6 @@ typedef struct opts {
   const char *engine, *python;
   bool profile, no_torch, no_dp;
 } opts;
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static void die(const char *what) {
   fprintf(stderr, "bench_mlp_vs_torch: %s: %s\n", what, sl_last_error());
@@ -456,14 +447,14 @@ int main(int argc, char **argv) {
            ex_engine_name(used));
     ex_run_profile_print(one.run, stdout, 14, (int)(o.steps + o.warmup));
   }
-  double sluice_ms = median(ts, n), floor_ms = median(tf, n),
-         torch_ms = torch_ok ? median(tt, n) : NAN;
-  double sluice_cpu = median(cs, n), floor_cpu = median(cf, n),
-         torch_cpu = torch_ok ? median(ct, n) : NAN;
-  double ref_ms = with_ref ? median(tr, n) : NAN,
-         ref_cpu = with_ref ? median(cr, n) : NAN,
-         oop_ms = with_ref ? median(to, n) : NAN,
-         oop_cpu = with_ref ? median(co, n) : NAN;
+  double sluice_ms = bench_median(ts, n), floor_ms = bench_median(tf, n),
+         torch_ms = torch_ok ? bench_median(tt, n) : NAN;
+  double sluice_cpu = bench_median(cs, n), floor_cpu = bench_median(cf, n),
+         torch_cpu = torch_ok ? bench_median(ct, n) : NAN;
+  double ref_ms = with_ref ? bench_median(tr, n) : NAN,
+         ref_cpu = with_ref ? bench_median(cr, n) : NAN,
+         oop_ms = with_ref ? bench_median(to, n) : NAN,
+         oop_cpu = with_ref ? bench_median(co, n) : NAN;
   if (with_ref) {
     rig_close(&ref);
     rig_close(&oop);
@@ -501,8 +492,8 @@ int main(int argc, char **argv) {
     }
     if (ddp_ok) peer_close(&dp);
     if (run_dp) rig_close(&two);
-    dp_ms = run_dp ? median(td, n) : NAN;
-    ddp_ms = ddp_ok ? median(tq, n) : NAN;
+    dp_ms = run_dp ? bench_median(td, n) : NAN;
+    ddp_ms = ddp_ok ? bench_median(tq, n) : NAN;
   }
 
   char label[96];
@@ -531,7 +522,7 @@ int main(int argc, char **argv) {
   if (used == EX_ENGINE_SESSION)
     printf("  of sluice's cpu ms, the calling thread's (in sl_session_run): "
            "%.2f\n",
-           median(cm, n));
+           bench_median(cm, n));
   if (with_ref)
     printf("  the sharded engine's ratios: %.3f / %.3f vs PyTorch, %.3f / %.3f "
            "vs the floor\n",
