@@ -7,6 +7,7 @@
 
 #include <sluice/boxing.h>
 
+#include "fake_cuda.h"
 #include "graph_int.h"
 
 int inv_cases(inv_case *cases) {
@@ -174,8 +175,8 @@ void inv_check_matrix(const char *model, inv_build_fn build, const void *ctx) {
            "it lands)\n");
 }
 
-void inv_check_cuda(const char *model, inv_build_fn build, const void *ctx,
-                    int max_devices, double rtol) {
+static void check_cuda(const char *model, inv_build_fn build, const void *ctx,
+                       int max_devices, double rtol) {
   float ref[INV_STEPS], got[INV_STEPS];
   printf("%s on cuda: losses at steps 0, %d, %d; max relative difference "
          "to the same case on cpu\n",
@@ -203,4 +204,25 @@ void inv_check_cuda(const char *model, inv_build_fn build, const void *ctx,
                "%.3g)",
                model, label, c.devices, rel, rtol);
   }
+}
+
+void inv_check_cuda_fake(const char *model, inv_build_fn build,
+                         const void *ctx) {
+  char label[128];
+  snprintf(label, sizeof label, "%s (fake cuda)", model);
+  fake_cuda_install();
+  check_cuda(label, build, ctx, 4, 0);
+  fake_cuda_uninstall();
+}
+
+void inv_check_cuda_gpu(const char *model, inv_build_fn build,
+                        const void *ctx) {
+  int n = sl_device_count(SL_DEVICE_CUDA);
+  if (n < 1) {
+    print_message("no CUDA device here: skipped\n");
+    skip();
+  }
+  char label[128];
+  snprintf(label, sizeof label, "%s (gpu)", model);
+  check_cuda(label, build, ctx, n, 1e-3);
 }

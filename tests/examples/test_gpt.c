@@ -9,7 +9,6 @@
 
 #include "gpt/model.h"
 #include "graph_int.h"
-#include "fake_cuda.h"
 #include "inv.h"
 
 static ex_gpt_config small(void) {
@@ -97,24 +96,15 @@ static void test_collectives(void **state) {
   }
 }
 
-/* The matrix on cuda devices: the fake device (fake_cuda.h: asynchronous
- * streams, the CPU kernels) gives the cpu losses bit for bit; a real GPU,
- * when there is one, within 1e-3 (its own kernels and sum orders). */
+/* The matrix on cuda devices (inv.h). */
 static void test_cuda_fake(void **state) {
   ex_gpt_config c = small();
-  fake_cuda_install();
-  inv_check_cuda("gpt (fake cuda)", build_gpt, &c, 4, 0);
-  fake_cuda_uninstall();
+  inv_check_cuda_fake("gpt", build_gpt, &c);
 }
 
 static void test_cuda_gpu(void **state) {
-  int n = sl_device_count(SL_DEVICE_CUDA);
-  if (n < 1) {
-    print_message("no CUDA device here: skipped\n");
-    skip();
-  }
   ex_gpt_config c = small();
-  inv_check_cuda("gpt (gpu)", build_gpt, &c, n, 1e-3);
+  inv_check_cuda_gpu("gpt", build_gpt, &c);
 }
 
 int main(void) {

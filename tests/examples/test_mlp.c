@@ -11,7 +11,6 @@
 
 #include "cpu/npy.h"
 #include "graph_int.h"
-#include "fake_cuda.h"
 #include "inv.h"
 #include "mlp/model.h"
 
@@ -132,24 +131,15 @@ static void test_npy_data(void **state) {
   rmdir(dir);
 }
 
-/* The matrix on cuda devices: the fake device (fake_cuda.h: asynchronous
- * streams, the CPU kernels) gives the cpu losses bit for bit; a real GPU,
- * when there is one, within 1e-3 (its own kernels and sum orders). */
+/* The matrix on cuda devices (inv.h). */
 static void test_cuda_fake(void **state) {
   ex_mlp_config c = small();
-  fake_cuda_install();
-  inv_check_cuda("mlp (fake cuda)", build_mlp, &c, 4, 0);
-  fake_cuda_uninstall();
+  inv_check_cuda_fake("mlp", build_mlp, &c);
 }
 
 static void test_cuda_gpu(void **state) {
-  int n = sl_device_count(SL_DEVICE_CUDA);
-  if (n < 1) {
-    print_message("no CUDA device here: skipped\n");
-    skip();
-  }
   ex_mlp_config c = small();
-  inv_check_cuda("mlp (gpu)", build_mlp, &c, n, 1e-3);
+  inv_check_cuda_gpu("mlp", build_mlp, &c);
 }
 
 int main(void) {

@@ -104,8 +104,8 @@ static void matrix(const example *ex) {
         printf("%s %s on %s: step %d loss %.7f (one device %.7f)\n", ex->name,
                layouts[l], pl, k, got[k], ref[k]);
         if (fabs(got[k] - ref[k]) > TOL * fabs(ref[k]))
-          fail_msg("%s %s on %s: step %d loss %.9g, one device %.9g",
-                   ex->name, layouts[l], pl, k, got[k], ref[k]);
+          fail_msg("%s %s on %s: step %d loss %.9g, one device %.9g", ex->name,
+                   layouts[l], pl, k, got[k], ref[k]);
       }
     }
   }
@@ -131,8 +131,8 @@ static void test_npy_data(void **state) {
   assert_int_equal(sl__npy_write(xp, SL_DTYPE_F32, &xs, x), SL_OK);
   assert_int_equal(sl__npy_write(lp, SL_DTYPE_I32, &ys, y), SL_OK);
   snprintf(data, sizeof data, "%s,%s", xp, lp);
-  example ex = {"mlp-npy", SLUICE_MLP_PATH,
-                {"--hidden", "64", "--data", data, NULL}};
+  example ex = {
+      "mlp-npy", SLUICE_MLP_PATH, {"--hidden", "64", "--data", data, NULL}};
   double ref[STEPS], got[STEPS];
   run(&ex, NULL, NULL, "cpu:1", "single", ref);
   run(&ex, "2", "cpu:1", "cpu:0-1/0", "dp", got);
