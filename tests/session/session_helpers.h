@@ -79,6 +79,39 @@ static inline void st_feeds_free(st_feeds *f) {
     free(f->data[k]);
 }
 
+/* A small MLP (12 -> hidden -> 7, relu, bias on the hidden layer) trained
+ * with opt under a layout: the placement and the nd-SBP of x, w1 and w2
+ * (b1 follows w1's split). Fetches loss, w1_out and w2_out. */
+typedef struct st_mlp_layout {
+  const char *name, *placement, *x, *w1, *w2;
+} st_mlp_layout;
+
+static inline sl_graph *st_mlp(const st_mlp_layout *l, int batch, int hidden,
+                               sl_optimizer opt) {
+  sl_graph *g = st_graph(l->placement);
+  sl_shape xs = SL_SHAPE(batch, 12), ys = SL_SHAPE(batch);
+  sl_shape w1s = SL_SHAPE(12, hidden), b1s = SL_SHAPE(hidden),
+           w2s = SL_SHAPE(hidden, 7);
+  sl_tensor x = sl_input(g, "x", &xs, SL_DTYPE_F32, NULL, l->x);
+  sl_tensor y = sl_input(g, "y", &ys, SL_DTYPE_I32, NULL, NULL);
+  sl_tensor w1 = sl_variable(g, "w1", &w1s, SL_DTYPE_F32,
+                             sl_init_kaiming_uniform(1.41, 1), NULL, l->w1);
+  sl_tensor b1 = sl_variable(g, "b1", &b1s, SL_DTYPE_F32, sl_init_zeros(), NULL,
+                             strcmp(l->w1, "S(1)") == 0       ? "S(0)"
+                             : strcmp(l->w1, "(B,S(1))") == 0 ? "(B,S(0))"
+                                                              : NULL);
+  sl_tensor w2 = sl_variable(g, "w2", &w2s, SL_DTYPE_F32,
+                             sl_init_xavier_uniform(1, 2), NULL, l->w2);
+  sl_tensor h = sl_relu(sl_add(sl_matmul(x, w1, false, false), b1));
+  sl_tensor loss = sl_cross_entropy(sl_matmul(h, w2, false, false), y);
+  sl_minimize(loss, &opt);
+  sl_fetch(loss, "loss");
+  sl_fetch(w1, "w1_out");
+  sl_fetch(w2, "w2_out");
+  st_check_graph(g);
+  return g;
+}
+
 /* Compares n elements of dtype dt: exact when rtol is 0, else
  * |got - want| <= rtol * (|want| + max|want|) (a relative bound that does
  * not blow up at values near zero). Fails naming what and the element. */

@@ -14,36 +14,15 @@
 #include "session_helpers.h"
 #include "session_int.h"
 
-typedef struct layout {
-  const char *name, *placement, *x, *w1, *w2;
-} layout;
-
-static const layout layouts[] = {
+static const st_mlp_layout layouts[] = {
     {"single", "cuda:0", "B", "B", "B"},
     {"dp", "cuda:0-1", "S(0)", "B", "B"},
     {"tp", "cuda:0-2", "B", "S(1)", "S(0)"},
     {"hybrid", "cuda:0-3[2,2]", "(S(0),B)", "(B,S(1))", "(B,S(0))"},
 };
 
-static sl_graph *mlp(const layout *l, int batch, int hidden) {
-  sl_graph *g = st_graph(l->placement);
-  sl_shape xs = SL_SHAPE(batch, 12), ys = SL_SHAPE(batch);
-  sl_shape w1s = SL_SHAPE(12, hidden), w2s = SL_SHAPE(hidden, 7);
-  sl_tensor x = sl_input(g, "x", &xs, SL_DTYPE_F32, NULL, l->x);
-  sl_tensor y = sl_input(g, "y", &ys, SL_DTYPE_I32, NULL, NULL);
-  sl_tensor w1 = sl_variable(g, "w1", &w1s, SL_DTYPE_F32,
-                             sl_init_kaiming_uniform(1.41, 1), NULL, l->w1);
-  sl_tensor w2 = sl_variable(g, "w2", &w2s, SL_DTYPE_F32,
-                             sl_init_xavier_uniform(1, 2), NULL, l->w2);
-  sl_tensor h = sl_relu(sl_matmul(x, w1, false, false));
-  sl_tensor loss = sl_cross_entropy(sl_matmul(h, w2, false, false), y);
-  sl_optimizer opt = sl_optimizer_adam(0.01);
-  sl_minimize(loss, &opt);
-  sl_fetch(loss, "loss");
-  sl_fetch(w1, "w1_out");
-  sl_fetch(w2, "w2_out");
-  st_check_graph(g);
-  return g;
+static sl_graph *mlp(const st_mlp_layout *l, int batch, int hidden) {
+  return st_mlp(l, batch, hidden, sl_optimizer_adam(0.01));
 }
 
 static int count_tasks(const sl_session *s, sl__task_kind kind) {
@@ -139,7 +118,7 @@ static void test_real_gpu(void **state) {
   }
   uint64_t seed = st_seed(63, "gpu");
   for (size_t i = 0; i < SL_ARRAY_LEN(layouts); i++) {
-    layout l = layouts[i];
+    st_mlp_layout l = layouts[i];
     if (i > 0 && n < 2) break;
     if (n < 4) l.placement = i == 0 ? "cuda:0" : "cuda:0-1";
     if (n < 4 && i == 3) l.placement = "cuda:0-1[1,2]";

@@ -9,11 +9,10 @@
 #include "session_helpers.h"
 #include "session_int.h"
 
-typedef struct mlp_layout {
-  const char *name, *placement, *x, *w1, *w2;
-} mlp_layout;
+/* The examples' optimizer: SGD with momentum. */
+#define SGD sl_optimizer_sgd(0.1, 0.9)
 
-static const mlp_layout mlp_layouts[] = {
+static const st_mlp_layout mlp_layouts[] = {
     {"single", "cpu:0", "B", "B", "B"},
     {"dp", "cpu:0-3", "S(0)", "B", "B"},
     {"dp3", "cpu:0-2", "S(0)", "B", "B"},
@@ -22,37 +21,11 @@ static const mlp_layout mlp_layouts[] = {
     {"hybrid", "cpu:0-3[2,2]", "(S(0),B)", "(B,S(1))", "(B,S(0))"},
 };
 
-static sl_graph *mlp(const mlp_layout *l, int batch, int hidden) {
-  sl_graph *g = st_graph(l->placement);
-  sl_shape xs = SL_SHAPE(batch, 12), ys = SL_SHAPE(batch);
-  sl_shape w1s = SL_SHAPE(12, hidden), b1s = SL_SHAPE(hidden),
-           w2s = SL_SHAPE(hidden, 7);
-  sl_tensor x = sl_input(g, "x", &xs, SL_DTYPE_F32, NULL, l->x);
-  sl_tensor y = sl_input(g, "y", &ys, SL_DTYPE_I32, NULL, NULL);
-  sl_tensor w1 = sl_variable(g, "w1", &w1s, SL_DTYPE_F32,
-                             sl_init_kaiming_uniform(1.41, 1), NULL, l->w1);
-  sl_tensor b1 = sl_variable(g, "b1", &b1s, SL_DTYPE_F32, sl_init_zeros(), NULL,
-                             strcmp(l->w1, "S(1)") == 0       ? "S(0)"
-                             : strcmp(l->w1, "(B,S(1))") == 0 ? "(B,S(0))"
-                                                              : NULL);
-  sl_tensor w2 = sl_variable(g, "w2", &w2s, SL_DTYPE_F32,
-                             sl_init_xavier_uniform(1, 2), NULL, l->w2);
-  sl_tensor h = sl_relu(sl_add(sl_matmul(x, w1, false, false), b1));
-  sl_tensor loss = sl_cross_entropy(sl_matmul(h, w2, false, false), y);
-  sl_optimizer opt = sl_optimizer_sgd(0.1, 0.9);
-  sl_minimize(loss, &opt);
-  sl_fetch(loss, "loss");
-  sl_fetch(w1, "w1_out");
-  sl_fetch(w2, "w2_out");
-  st_check_graph(g);
-  return g;
-}
-
 static void test_mlp_layouts(void **state) {
   uint64_t seed = st_seed(21, "mlp");
   for (size_t i = 0; i < SL_ARRAY_LEN(mlp_layouts); i++) {
     printf("  %s on %s\n", mlp_layouts[i].name, mlp_layouts[i].placement);
-    sl_graph *g = mlp(&mlp_layouts[i], 16, 20);
+    sl_graph *g = st_mlp(&mlp_layouts[i], 16, 20, SGD);
     st_run_vs_interp(g, 10, 1e-5, seed, 7, NULL);
     sl_graph_destroy(g);
   }
@@ -63,11 +36,11 @@ static void test_mlp_layouts(void **state) {
  * ahead, not even the updates of weights, which only depend on data the
  * program already gave. */
 static void test_steps_and_no_run_ahead(void **state) {
-  const mlp_layout *l = &mlp_layouts[1];
+  const st_mlp_layout *l = &mlp_layouts[1];
   float loss_a = 0, loss_b = 0, w_a[12 * 20], w_b[12 * 20];
   st_feeds f;
   for (int mode = 0; mode < 2; mode++) {
-    sl_graph *g = mlp(l, 16, 20);
+    sl_graph *g = st_mlp(l, 16, 20, SGD);
     sl_session *s;
     assert_int_equal(sl_session_create(g, NULL, &s), SL_OK);
     st_feeds_make(g, 5, 7, &f);
@@ -125,8 +98,8 @@ static void test_trace_shows_overlap(void **state) {
   int fd = mkstemps(path, 5);
   assert_true(fd >= 0);
   close(fd);
-  const mlp_layout l = {"dp", "cpu:0-1", "S(0)", "B", "B"};
-  sl_graph *g = mlp(&l, 64, 256);
+  const st_mlp_layout l = {"dp", "cpu:0-1", "S(0)", "B", "B"};
+  sl_graph *g = st_mlp(&l, 64, 256, SGD);
   sl_session_config cfg = sl_session_config_default();
   cfg.trace_path = path;
   cfg.comm_direct_max_bytes = -1;
