@@ -32,7 +32,7 @@ static sl_status host_alloc(void *ctx, int32_t device, size_t bytes,
 
 static void host_free(void *ctx, int32_t device, void *p) { free(p); }
 
-static const sl_regst_memory_vtable host_memory = {host_alloc, host_free};
+const sl_regst_memory_vtable sl_regst_host_memory = {host_alloc, host_free};
 
 /* Thin wrappers: the tables are called from here only. */
 sl_status sl__transport_send(sl_job *job, uint32_t node, const sl_msg *m,
@@ -167,7 +167,7 @@ static sl_status resolve_config(sl_job *job, const sl_job_config *cfg) {
     job->hang_timeout_ms = v != 0 ? v : DEFAULT_HANG_TIMEOUT_MS;
   }
   if (!c->memory) {
-    c->memory = &host_memory;
+    c->memory = &sl_regst_host_memory;
     c->memory_ctx = NULL;
   }
   if (c->transport.vt && !c->transport.vt->send)

@@ -7,12 +7,9 @@
  * queue their work on their stream and defer; the notifier completes the
  * firing once the stream has reached that point, so no CPU thread waits on
  * the device and messages leave only after the work is done. */
-#include <stdlib.h>
 #include <string.h>
 
 #include "session_int.h"
-
-#define REGISTER_ALIGN 64
 
 static sl_status cuda_open(int index, sl__device **out) {
   return sl__device_open(SL_DEVICE_CUDA, index, out);
@@ -104,20 +101,10 @@ void sl__session_close_devices(sl_session *s) {
  * device is open here, plain host memory otherwise (the program's feeds and
  * fetches in a remote session). */
 
-static sl_status host_alloc(size_t bytes, void **out) {
-  size_t n = (bytes + REGISTER_ALIGN - 1) / REGISTER_ALIGN * REGISTER_ALIGN;
-  *out = aligned_alloc(REGISTER_ALIGN, n ? n : REGISTER_ALIGN);
-  if (!*out)
-    return sl__fail(SL_ENOMEM,
-                    "out of memory allocating %zu bytes of registers", bytes);
-  memset(*out, 0, n);
-  return SL_OK;
-}
-
 static sl_status mem_alloc(void *ctx, int32_t device, size_t bytes,
                            void **out) {
   sess_dev *d = sl__session_dev(ctx, (uint32_t)device);
-  if (!d) return host_alloc(bytes, out);
+  if (!d) return sl_regst_host_memory.alloc(NULL, device, bytes, out);
   if (sl__dev_class_of((uint32_t)device) == SL__DEV_CLASS_HOST) {
     SL_CHECK(sl__caching_alloc_alloc(d->pinned, bytes, NULL, out));
     memset(*out, 0, bytes);
@@ -137,7 +124,7 @@ static sl_status mem_alloc(void *ctx, int32_t device, size_t bytes,
 static void mem_free(void *ctx, int32_t device, void *p) {
   sess_dev *d = sl__session_dev(ctx, (uint32_t)device);
   if (!d) {
-    free(p);
+    sl_regst_host_memory.free(NULL, device, p);
     return;
   }
   bool host = sl__dev_class_of((uint32_t)device) == SL__DEV_CLASS_HOST;

@@ -280,6 +280,10 @@ typedef struct sl_regst_memory_vtable {
   void (*free)(void *ctx, int32_t device, void *p);
 } sl_regst_memory_vtable;
 
+/* The default (memory NULL): host memory, 64-byte aligned, zeroed; ctx
+ * unused. A table for other devices can hand host devices to it. */
+SL_API extern const sl_regst_memory_vtable sl_regst_host_memory;
+
 /* ---- jobs --------------------------------------------------------------- */
 
 typedef enum sl_queue_kind {
