@@ -11,7 +11,9 @@
  * 2(n-1)/n x bytes / time, n = 2. Each size gets 5 untimed repetitions
  * and then about `budget` seconds (default 0.4) on each side. `algo` is the
  * algorithm net_coll ran for the size (its per-algorithm counts), as NCCL_ALGO
- * names NCCL's: ring, or the one-hop exchange for small buffers. --size
+ * names NCCL's: the cost model's pick (ring, or the one-hop exchange for
+ * small buffers; the tree wins only with many nodes), or the one
+ * SLUICE_NET_COLL_ALGO=ring|exchange|tree forces. --size
  * (repeatable) picks the sizes, e.g. for a profile of one. --split K cuts each
  * size into K buffers all-reduced at once (as a model's gradients are; sluice
  * only), the time being until all K are done. */

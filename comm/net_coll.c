@@ -20,18 +20,25 @@
 #define NC_SPARES 8
 #define SPARE_CAP (256ull << 20)
 
-/* OP_EXCHANGE is the all-reduce for small buffers: every member sends its
- * whole buffer to every other one (one hop instead of the ring's 2(n-1)),
- * and each reduces all of them in member order, so every member gets the
- * same bits. */
+/* OP_EXCHANGE and OP_TREE are the all-reduces for small buffers.
+ * Exchange: every member sends its whole buffer to every other one (one
+ * hop instead of the ring's 2(n-1)), and each reduces all of them in member
+ * order. Tree: a binomial tree rooted at member 0 — member r's children
+ * are r + 2^j for 2^j below r's lowest set bit (all 2^j < n for the root),
+ * its parent r - lowbit(r); each member reduces its children's buffers
+ * into its own in the order of j and sends the result up (step 0), the
+ * root sends the total down (step 1), which every member forwards to its
+ * children, largest subtree first: 2 ceil(log2 n) hops of the whole
+ * buffer. Both give every member the same bits. */
 enum {
   OP_ALL_REDUCE = 1,
   OP_ALL_GATHER = 2,
   OP_REDUCE_SCATTER = 3,
   OP_EXCHANGE = 4,
-  OP_ALL_TO_ALL = 5 /* pairwise: member k's part j goes to member j */
+  OP_ALL_TO_ALL = 5, /* pairwise: member k's part j goes to member j */
+  OP_TREE = 6
 };
-#define DEF_SMALL (64ull << 10)
+enum { TREE_UP = 0, TREE_DOWN = 1 }; /* a tree frame's step */
 
 /* A chunk that arrived before its instance could take it. */
 typedef struct staged {
@@ -73,6 +80,7 @@ typedef struct inst {
   const uint8_t *in; /* all-to-all: the parts to send */
   uint8_t *out;      /* reduce-scatter: where segment r ends up */
   uint64_t recv_total, recv_done, send_issued, send_done;
+  uint32_t kids, kids_in; /* tree: children, and those whose sums are in */
   sl__net_coll_done_fn done;
   void *arg;
 } inst;
@@ -81,7 +89,9 @@ struct sl__net_coll {
   sl__dp_endpoint *ep;
   uint32_t node, nnodes;
   uint64_t chunk;
-  int64_t small;
+  bool ar_auto;            /* the cost model picks the all-reduce's algorithm */
+  sl__net_algo ar_algo;    /* else this one */
+  sl_boxing_cost cost;     /* the model's figures (the inter-node ones) */
   pthread_mutex_t lock;
   inst *insts;
   bool *node_failed; /* nnodes */
@@ -362,15 +372,116 @@ static void send_abort(sl__net_coll *nc, inst *x) {
   }
 }
 
-/* Checks a chunk against the instance: SL_ECOMM with the reason. */
 static int member_of(const inst *x, uint32_t node) {
   for (uint32_t i = 0; i < x->n; i++)
     if (x->nodes[i] == node) return (int)i;
   return -1;
 }
 
+/* ---- the tree (OP_TREE, described at the top) --------------------------- */
+
+static uint32_t lowbit(uint32_t r) { return r & (~r + 1); }
+
+/* Member r's children are r + m for the powers of two m below this. */
+static uint32_t tree_span(const inst *x, uint32_t r) {
+  if (r) return lowbit(r);
+  uint32_t span = 1;
+  while (span < x->n)
+    span <<= 1;
+  return span;
+}
+
+static uint32_t tree_kids(const inst *x, uint32_t r) {
+  uint32_t kids = 0;
+  for (uint32_t m = 1; m < tree_span(x, r) && r + m < x->n; m <<= 1)
+    kids++;
+  return kids;
+}
+
+static bool tree_is_kid(const inst *x, uint32_t k) {
+  uint32_t d = k - x->r;
+  return k > x->r && k < x->n && lowbit(d) == d && d < tree_span(x, x->r);
+}
+
+/* Where child k's sum arrives: slot j for k = r + 2^j (the children are
+ * j = 0, 1, ... kids-1). */
+static uint8_t *tree_kid_slot(const inst *x, uint32_t k) {
+  uint32_t j = 0;
+  while ((1u << j) < k - x->r)
+    j++;
+  return x->scratch ? x->scratch + j * x->total_bytes : NULL;
+}
+
+static void send_tree(sl__net_coll *nc, inst *x, uint32_t k, int step,
+                      const uint8_t *payload) {
+  if (x->failed) return;
+  sl__dp_frame f = {0};
+  f.src = x->group;
+  f.dst = x->seq;
+  f.desc = step;
+  f.index = (int32_t)x->r;
+  f.slot = (uint16_t)x->op;
+  f.consumer = (uint16_t)x->dt;
+  x->send_issued++;
+  sl_status st = sl__dp_endpoint_send_coll(nc->ep, x->nodes[k], &f,
+                                           x->total_bytes ? payload : NULL,
+                                           x->total_bytes, x);
+  if (st != SL_OK) {
+    x->send_issued--;
+    fail_inst(x, st, sl_last_error());
+    return;
+  }
+  nc->stats.chunks_sent++;
+}
+
+/* The total is in base: down to the children, the largest subtree first. */
+static void tree_down(sl__net_coll *nc, inst *x) {
+  for (uint32_t m = tree_span(x, x->r) >> 1; m; m >>= 1)
+    if (x->r + m < x->n) send_tree(nc, x, x->r + m, TREE_DOWN, x->base);
+}
+
+/* Every child's sum is in: this member's own values, then the children's
+ * in the order of j, up to the parent (the root sends the total down). */
+static void tree_up(sl__net_coll *nc, inst *x) {
+  uint64_t tb = x->total_bytes;
+  const uint8_t *sum = x->src;
+  if (x->kids) {
+    if (tb && x->base != x->src) memcpy(x->base, x->src, tb);
+    for (uint32_t j = 0; j < x->kids && tb; j++)
+      sl__elem_reduce(x->dt, x->rop, x->base, x->scratch + j * tb,
+                      (int64_t)(tb / x->esize));
+    sum = x->base;
+  }
+  if (x->r == 0)
+    tree_down(nc, x); /* the root has children whenever n > 1 */
+  else
+    send_tree(nc, x, x->r - lowbit(x->r), TREE_UP, sum);
+}
+
+/* Checks a chunk against the instance: SL_ECOMM with the reason. */
+static sl_status check_tree_chunk(const inst *x, uint32_t node,
+                                  const sl__dp_frame *f) {
+  int k = member_of(x, node);
+  bool from_kid = f->desc == TREE_UP && k >= 0 && tree_is_kid(x, (uint32_t)k);
+  bool from_parent = f->desc == TREE_DOWN && x->r && k >= 0 &&
+                     (uint32_t)k == x->r - lowbit(x->r);
+  if (f->slot == x->op && f->consumer == x->dt && f->piece == 0 &&
+      f->index == k && f->len == x->total_bytes && (from_kid || from_parent))
+    return SL_OK;
+  return sl__fail(SL_ECOMM,
+                  "collective %llu/%llu: a chunk from node %u (op %u dtype "
+                  "%u step %d, %llu bytes) that does not fit this member's "
+                  "tree all-reduce of %llu bytes of dtype %d as member %u "
+                  "(sizes, dtypes or algorithms differ between members)",
+                  (unsigned long long)x->group, (unsigned long long)x->seq,
+                  node, f->slot, f->consumer, f->desc,
+                  (unsigned long long)f->len,
+                  (unsigned long long)x->total_bytes, (int)x->dt, x->r);
+}
+
 static sl_status check_chunk(const inst *x, uint32_t node,
                              const sl__dp_frame *f) {
+  if (x->op == OP_TREE) return check_tree_chunk(x, node, f);
   if (is_direct(x)) {
     int k = member_of(x, node);
     if (f->slot == x->op && f->consumer == x->dt && f->desc == 0 && k >= 0 &&
@@ -382,7 +493,7 @@ static sl_status check_chunk(const inst *x, uint32_t node,
         "collective %llu/%llu: a chunk from node %u (op %u dtype "
         "%u, %llu bytes) that does not match this member's "
         "op %d of %llu bytes of dtype %d (sizes, dtypes or "
-        "the small-message threshold differ between members)",
+        "algorithms differ between members)",
         (unsigned long long)x->group, (unsigned long long)x->seq, node, f->slot,
         f->consumer, (unsigned long long)f->len, x->op,
         (unsigned long long)(k >= 0 ? direct_recv_bytes(x, (uint32_t)k) : 0),
@@ -422,6 +533,18 @@ static sl_status check_chunk(const inst *x, uint32_t node,
 static void take_chunk(sl__net_coll *nc, inst *x, const sl__dp_frame *f,
                        const void *buf) {
   if (x->failed) return;
+  if (x->op == OP_TREE) {
+    bool up = f->desc == TREE_UP;
+    uint8_t *slot = up ? tree_kid_slot(x, (uint32_t)f->index) : x->base;
+    if (f->len && buf != slot) memcpy(slot, buf, f->len);
+    x->recv_done++;
+    nc->stats.chunks_received++;
+    if (!up)
+      tree_down(nc, x);
+    else if (++x->kids_in == x->kids)
+      tree_up(nc, x);
+    return;
+  }
   if (is_direct(x)) {
     uint8_t *slot = direct_slot(x, (uint32_t)f->index);
     if (f->len && buf != slot) memcpy(slot, buf, f->len);
@@ -532,6 +655,10 @@ static sl_status hook_target(void *ctx, uint32_t node, const sl__dp_frame *f,
   }
   uint32_t t = (uint32_t)f->desc;
   if (!f->len) goto out;
+  if (x->op == OP_TREE) {
+    *buf = t == TREE_UP ? tree_kid_slot(x, (uint32_t)f->index) : x->base;
+    goto out;
+  }
   if (is_direct(x)) {
     *buf = direct_slot(x, (uint32_t)f->index);
     goto out;
@@ -654,6 +781,45 @@ static void hook_closed(void *ctx, uint32_t node, const char *msg) {
 
 /* ---- create, destroy ---------------------------------------------------- */
 
+/* A figure from the config, else from the environment variable, else 0. */
+static sl_status figure(double given, const char *var, double *out) {
+  *out = given;
+  const char *e = getenv(var);
+  if (given != 0 || !e || !e[0]) return SL_OK;
+  char *end;
+  *out = strtod(e, &end);
+  if (*end)
+    return sl__fail(SL_EINVAL, "%s='%s' is not a number", var, e);
+  return SL_OK;
+}
+
+static sl_status configure_all_reduce(sl__net_coll *nc,
+                                      const sl__net_coll_config *cfg) {
+  const char *algo = cfg && cfg->all_reduce ? cfg->all_reduce
+                                            : getenv("SLUICE_NET_COLL_ALGO");
+  nc->ar_auto = !algo || !algo[0] || !strcmp(algo, "auto");
+  if (!nc->ar_auto) {
+    nc->ar_algo = SL__NET_ALGO_COUNT;
+    for (int a = 0; a < SL__NET_ALGO_PAIRWISE; a++)
+      if (!strcmp(algo, sl__net_algo_name((sl__net_algo)a)))
+        nc->ar_algo = (sl__net_algo)a;
+    if (nc->ar_algo == SL__NET_ALGO_COUNT)
+      return sl__fail(SL_EINVAL,
+                      "collectives: unknown all-reduce algorithm '%s' "
+                      "(SLUICE_NET_COLL_ALGO: ring, exchange, tree or auto)",
+                      algo);
+  }
+  nc->cost = sl_boxing_cost_default(SL_DEVICE_CPU);
+  double us, gbps;
+  SL_CHECK(figure(cfg ? cfg->latency_us : 0, "SLUICE_NET_COLL_LATENCY_US",
+                  &us));
+  SL_CHECK(figure(cfg ? cfg->bandwidth_gbps : 0,
+                  "SLUICE_NET_COLL_BANDWIDTH_GBPS", &gbps));
+  if (us != 0) nc->cost.inter_latency_us = us;
+  if (gbps != 0) nc->cost.inter_bandwidth_gbps = gbps;
+  return sl__cost_check(&nc->cost);
+}
+
 sl_status sl__net_coll_create(sl__dp_endpoint *ep,
                               const sl__net_coll_config *cfg,
                               sl__net_coll **out) {
@@ -669,12 +835,11 @@ sl_status sl__net_coll_create(sl__dp_endpoint *ep,
     chunk = e && e[0] ? strtoull(e, NULL, 0) : 0;
   }
   nc->chunk = chunk ? chunk : DEF_CHUNK;
-  int64_t small = cfg ? cfg->small_bytes : 0;
-  if (!small) {
-    const char *e = getenv("SLUICE_NET_COLL_SMALL");
-    small = e && e[0] ? strtoll(e, NULL, 0) : 0;
+  sl_status st = configure_all_reduce(nc, cfg);
+  if (st != SL_OK) {
+    sl__free(nc);
+    return st;
   }
-  nc->small = small ? small : (int64_t)DEF_SMALL;
   nc->node_failed = sl__calloc(nc->nnodes, sizeof *nc->node_failed);
   nc->node_st = sl__calloc(nc->nnodes, sizeof *nc->node_st);
   nc->node_msg = sl__calloc(nc->nnodes, sizeof *nc->node_msg);
@@ -865,12 +1030,15 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
   tmp.rs_steps = a->op == OP_ALL_GATHER ? 0 : n - 1;
   tmp.steps = a->op == OP_ALL_REDUCE ? 2 * (n - 1) : n - 1;
   tmp.total_bytes = total * es;
-  if (a->op == OP_EXCHANGE || a->op == OP_ALL_TO_ALL) {
+  if (a->op == OP_EXCHANGE || a->op == OP_ALL_TO_ALL || a->op == OP_TREE) {
     tmp.lanes = 1;
     tmp.rs_steps = 0;
     tmp.steps = n > 1;
-    /* the exchange's scratch: one slot per member */
-    tmp.piece_max = a->op == OP_EXCHANGE ? tmp.total_bytes * n : 0;
+    /* the scratch: the exchange's one slot per member, the tree's one per
+     * child */
+    tmp.kids = a->op == OP_TREE && n > 1 ? tree_kids(&tmp, r) : 0;
+    tmp.piece_max = a->op == OP_EXCHANGE ? tmp.total_bytes * n
+                                         : tmp.total_bytes * tmp.kids;
   }
   if (a->op == OP_ALL_TO_ALL) {
     uint64_t pb = tmp.seg_cnt[r] * es;
@@ -906,6 +1074,7 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
   }
   tmp.recv_total = (uint64_t)tmp.steps * tmp.lanes;
   if (a->op == OP_EXCHANGE || a->op == OP_ALL_TO_ALL) tmp.recv_total = n - 1;
+  if (a->op == OP_TREE) tmp.recv_total = n > 1 ? tmp.kids + (r != 0) : 0;
   pending_done pd = {0};
   pthread_mutex_lock(&nc->lock);
   if (nc->aborted) {
@@ -927,7 +1096,8 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
                   (unsigned long long)a->g->id, (unsigned long long)a->seq);
     goto fail;
   }
-  if ((tmp.rs_steps || a->op == OP_EXCHANGE) && tmp.steps) {
+  if ((tmp.rs_steps || a->op == OP_EXCHANGE || a->op == OP_TREE) &&
+      tmp.steps) {
     uint64_t bytes = tmp.lanes * tmp.piece_max;
     if (bytes && (tmp.scratch = spare_take(nc, bytes, &tmp.scratch_bytes))) {
       /* a spare, maybe larger */
@@ -965,10 +1135,13 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
   tmp = (inst){0};
   nc->stats.started++;
   nc->stats.by_algo[x->op == OP_EXCHANGE     ? SL__NET_ALGO_EXCHANGE
+                    : x->op == OP_TREE       ? SL__NET_ALGO_TREE
                     : x->op == OP_ALL_TO_ALL ? SL__NET_ALGO_PAIRWISE
                                              : SL__NET_ALGO_RING]++;
   if (pre_failed) fail_inst(x, pre_st, pre_msg); /* another member gave up */
-  if (is_direct(x)) {
+  if (x->op == OP_TREE) {
+    if (x->steps && !x->kids) tree_up(nc, x); /* a leaf sends at once */
+  } else if (is_direct(x)) {
     for (uint32_t k = 0; k < x->n && x->steps; k++)
       if (k != x->r) send_exchange(nc, x, k);
   } else {
@@ -995,6 +1168,7 @@ const char *sl__net_algo_name(sl__net_algo a) {
   switch (a) {
   case SL__NET_ALGO_RING: return "ring";
   case SL__NET_ALGO_EXCHANGE: return "exchange";
+  case SL__NET_ALGO_TREE: return "tree";
   case SL__NET_ALGO_PAIRWISE: return "pairwise";
   default: return "?";
   }
@@ -1002,13 +1176,11 @@ const char *sl__net_algo_name(sl__net_algo a) {
 
 sl__net_algo sl__net_all_reduce_algo(const sl__net_coll *nc, uint32_t n,
                                      size_t count, sl_dtype dt) {
-  /* The cost model: one hop of (n-1) x bytes beats 2(n-1) hops of bytes/n
-   * while the bytes are few (bench/allreduce_vs_gloo.c measures both). */
+  if (n <= 1) return SL__NET_ALGO_RING; /* nothing moves */
+  if (!nc->ar_auto) return nc->ar_algo;
   size_t es = (unsigned)dt < SL_DTYPE_COUNT ? sl_dtype_size(dt) : 1;
-  if (n > 1 && nc->small > 0 &&
-      (uint64_t)count * es * (n - 1) <= (uint64_t)nc->small)
-    return SL__NET_ALGO_EXCHANGE;
-  return SL__NET_ALGO_RING;
+  return (sl__net_algo)sl__cost_all_reduce_best(&nc->cost, (int)n,
+                                                (int64_t)(count * es), NULL);
 }
 
 sl_status sl__net_all_reduce(sl__net_coll *nc, const sl__net_group *g,
@@ -1031,10 +1203,11 @@ sl_status sl__net_all_reduce_into(sl__net_coll *nc, const sl__net_group *g,
     if (a < b + count * es && b < a + count * es)
       return sl__fail(SL_EINVAL, "collective: in and out overlap");
   }
-  int op_code =
-      g && sl__net_all_reduce_algo(nc, g->n, count, dt) == SL__NET_ALGO_EXCHANGE
-          ? OP_EXCHANGE
-          : OP_ALL_REDUCE;
+  sl__net_algo algo =
+      g ? sl__net_all_reduce_algo(nc, g->n, count, dt) : SL__NET_ALGO_RING;
+  int op_code = algo == SL__NET_ALGO_EXCHANGE ? OP_EXCHANGE
+                : algo == SL__NET_ALGO_TREE   ? OP_TREE
+                                              : OP_ALL_REDUCE;
   start_args a = {.op = op_code,
                   .g = g,
                   .seq = seq,

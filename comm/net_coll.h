@@ -1,6 +1,7 @@
 /* sluice comm — collectives between nodes over the data plane (DESIGN.md
  * section 8; issue 5): ring all-reduce, reduce-scatter and all-gather,
- * an exchange all-reduce for small buffers and a pairwise all-to-all, for
+ * exchange and binomial-tree all-reduces for small buffers (the cost
+ * model picks by members and size) and a pairwise all-to-all, for
  * CPU groups with one member per node, their chunks carried as
  * SL__DP_COLL frames on the node pairs' connections (comm/dp.h).
  *
@@ -34,18 +35,22 @@
 #include <sluice/tensor.h>
 
 #include "dp.h"
+#include "sbp_int.h"
 
 typedef struct sl__net_coll sl__net_coll;
 
 typedef struct sl__net_coll_config {
   /* Largest piece per frame; 0: SLUICE_NET_COLL_CHUNK or 1 MiB. */
   uint64_t chunk_bytes;
-  /* All-reduces whose (members - 1) x bytes are at most this use the
-   * exchange instead of the ring: every member sends its buffer to every
-   * other one and reduces them all in member order (one hop, and the same
-   * bits on every member). Members must agree on it. 0:
-   * SLUICE_NET_COLL_SMALL or 64 KiB; negative: never. */
-  int64_t small_bytes;
+  /* The all-reduce algorithm: "ring", "exchange", "tree", or "auto" (the
+   * cost model picks by members and size: sl__net_all_reduce_algo).
+   * NULL: SLUICE_NET_COLL_ALGO, else "auto". Members must agree (a
+   * mismatch fails the instance on every member). */
+  const char *all_reduce;
+  /* The cost model's inter-node figures for "auto": α in µs and β in
+   * GB/s; 0: SLUICE_NET_COLL_LATENCY_US / SLUICE_NET_COLL_BANDWIDTH_GBPS,
+   * else the CPU defaults of sl_boxing_cost_default. */
+  double latency_us, bandwidth_gbps;
 } sl__net_coll_config;
 
 /* The collectives of endpoint ep: installs the endpoint's COLL hooks (an
@@ -143,19 +148,23 @@ void sl__net_coll_abort(sl__net_coll *nc, sl_status st, const char *msg);
 void sl__net_coll_reset(sl__net_coll *nc);
 
 /* The algorithms an instance may run (net_coll.h's header and
- * docs/net_coll.md describe them). */
+ * docs/net_coll.md describe them); the all-reduce's are the cost model's
+ * (sbp_int.h). */
 typedef enum sl__net_algo {
-  SL__NET_ALGO_RING,     /* all-reduce, reduce-scatter, all-gather */
-  SL__NET_ALGO_EXCHANGE, /* all-reduce of few bytes: one hop */
-  SL__NET_ALGO_PAIRWISE, /* all-to-all */
+  SL__NET_ALGO_RING = SL__ALL_REDUCE_RING, /* and reduce-scatter, all-gather */
+  SL__NET_ALGO_EXCHANGE = SL__ALL_REDUCE_EXCHANGE, /* one hop */
+  SL__NET_ALGO_TREE = SL__ALL_REDUCE_TREE, /* binomial reduce + broadcast */
+  SL__NET_ALGO_PAIRWISE = SL__ALL_REDUCE_COUNT, /* all-to-all */
   SL__NET_ALGO_COUNT
 } sl__net_algo;
 
-/* "ring", "exchange", "pairwise"; "?" for anything else. */
+/* "ring", "exchange", "tree", "pairwise"; "?" for anything else. */
 const char *sl__net_algo_name(sl__net_algo a);
 
 /* The algorithm sl__net_all_reduce runs for count elements of dt over n
- * members with this nc's configuration (the one place that decides it). */
+ * members with this nc's configuration (the one place that decides it):
+ * the configured one, or the cheapest by the cost model
+ * (sl__cost_all_reduce_best). */
 sl__net_algo sl__net_all_reduce_algo(const sl__net_coll *nc, uint32_t n,
                                      size_t count, sl_dtype dt);
 

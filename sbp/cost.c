@@ -45,3 +45,42 @@ double sl__cost_ring(const sl_boxing_cost *c, bool inter, int steps,
   double beta = inter ? c->inter_bandwidth_gbps : c->intra_bandwidth_gbps;
   return steps * alpha + transfer_us(beta, max_bytes);
 }
+
+/* All-reduce between n nodes over inter-node links (comm/net_coll.c runs
+ * these). A message that is not cut into chunks is received whole before
+ * it is checked and reduced, which on a CPU costs about what moving it
+ * did: such hops count their bytes twice. The ring pipelines its chunks,
+ * so its checks and reductions hide behind the transfers. */
+double sl__cost_all_reduce(const sl_boxing_cost *c, sl__all_reduce_algo a,
+                           int n, int64_t bytes) {
+  if (n <= 1) return 0.0;
+  double alpha = c->inter_latency_us;
+  double per_byte = transfer_us(c->inter_bandwidth_gbps, bytes);
+  int depth = 0; /* ceil(log2 n): the tree's height */
+  while ((1 << depth) < n)
+    depth++;
+  switch (a) {
+  case SL__ALL_REDUCE_RING:
+    return 2.0 * (n - 1) * alpha + 2.0 * (n - 1) / n * per_byte;
+  case SL__ALL_REDUCE_EXCHANGE: /* one hop, (n-1) whole buffers each way */
+    return alpha + 2.0 * (n - 1) * per_byte;
+  case SL__ALL_REDUCE_TREE: /* reduce up, broadcast down: 2 x depth hops */
+    return 2.0 * depth * (alpha + 2.0 * per_byte);
+  default: return INFINITY;
+  }
+}
+
+sl__all_reduce_algo sl__cost_all_reduce_best(const sl_boxing_cost *c, int n,
+                                             int64_t bytes, double *us) {
+  sl__all_reduce_algo best = SL__ALL_REDUCE_RING;
+  double t = sl__cost_all_reduce(c, best, n, bytes);
+  for (int a = SL__ALL_REDUCE_RING + 1; a < SL__ALL_REDUCE_COUNT; a++) {
+    double ta = sl__cost_all_reduce(c, (sl__all_reduce_algo)a, n, bytes);
+    if (ta < t) { /* strictly: ties go to the earlier, simpler one */
+      t = ta;
+      best = (sl__all_reduce_algo)a;
+    }
+  }
+  if (us) *us = t;
+  return best;
+}

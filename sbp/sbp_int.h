@@ -43,6 +43,23 @@ double sl__cost_message(const sl_boxing_cost *c, bool inter, int64_t bytes);
  * steps * α + max_bytes / β. 0 when steps is 0 (a local operation). */
 double sl__cost_ring(const sl_boxing_cost *c, bool inter, int steps,
                      int64_t max_bytes);
+/* The all-reduce algorithms between nodes (comm/net_coll.h runs them;
+ * docs/boxing.md, section 6, gives their formulas). */
+typedef enum sl__all_reduce_algo {
+  SL__ALL_REDUCE_RING,     /* 2(n-1) pipelined hops of 1/n of the buffer */
+  SL__ALL_REDUCE_EXCHANGE, /* one hop: every node sends everyone its buffer */
+  SL__ALL_REDUCE_TREE,     /* binomial tree: reduce to node 0, broadcast */
+  SL__ALL_REDUCE_COUNT
+} sl__all_reduce_algo;
+/* The predicted time of algorithm a for n nodes each holding `bytes`,
+ * with the inter-node figures; 0 for one node. */
+double sl__cost_all_reduce(const sl_boxing_cost *c, sl__all_reduce_algo a,
+                           int n, int64_t bytes);
+/* The cheapest algorithm (ties to the earlier one), its time into *us
+ * (may be NULL). Every node computes the same answer from the same
+ * figures, which is how the members of a collective agree on it. */
+sl__all_reduce_algo sl__cost_all_reduce_best(const sl_boxing_cost *c, int n,
+                                             int64_t bytes, double *us);
 /* SL_EINVAL when a figure is negative, not finite or a bandwidth is 0. */
 sl_status sl__cost_check(const sl_boxing_cost *c);
 

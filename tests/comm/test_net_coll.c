@@ -62,23 +62,28 @@ static void waiter_wait(waiter *w, int n) {
 
 /* ---- a mesh of endpoints with their collectives ------------------------- */
 
+#define MESH_MAX 6
+
 typedef struct mesh {
   uint32_t n;
-  sl__dp_endpoint *ep[4];
-  sl__net_coll *nc[4];
+  sl__dp_endpoint *ep[MESH_MAX];
+  sl__net_coll *nc[MESH_MAX];
 } mesh;
 
-static void mesh_up_small(mesh *m, uint32_t n, uint64_t chunk, int64_t small) {
+/* algo: every member's all-reduce algorithm (NULL: the cost model's). */
+static void mesh_up_algo(mesh *m, uint32_t n, uint64_t chunk,
+                         const char *algo) {
   memset(m, 0, sizeof *m);
   m->n = n;
   dp_mesh(m->ep, n, NULL);
-  sl__net_coll_config cfg = {.chunk_bytes = chunk, .small_bytes = small};
+  sl__net_coll_config cfg = {.chunk_bytes = chunk,
+                             .all_reduce = algo ? algo : "auto"};
   for (uint32_t i = 0; i < n; i++)
     assert_int_equal(sl__net_coll_create(m->ep[i], &cfg, &m->nc[i]), SL_OK);
 }
 
 static void mesh_up(mesh *m, uint32_t n, uint64_t chunk) {
-  mesh_up_small(m, n, chunk, 0);
+  mesh_up_algo(m, n, chunk, NULL);
 }
 
 static void mesh_down(mesh *m) {
@@ -95,7 +100,7 @@ static double value(sl_dtype dt, uint32_t member, size_t i, uint64_t salt) {
   uint64_t r = sl__mix64(salt * 1000003u + member * 7919u + i);
   if (dt == SL_DTYPE_BOOL) return (double)(r & 1);
   if (dt == SL_DTYPE_U8) return (double)(r % 9);
-  return (double)((int)(r % 17) - 8); /* sums of 4 fit every dtype exactly */
+  return (double)((int)(r % 17) - 8); /* sums of 6 fit every dtype exactly */
 }
 
 static double ref_op(sl_dtype dt, sl_reduce_op op, double a, double b) {
@@ -138,17 +143,17 @@ enum { OP_AR, OP_AG, OP_RS, OP_A2A, OP_ARO };
  * checked against the reference. counts: member k's part. */
 static void run_case(mesh *m, int op, sl_dtype dt, sl_reduce_op rop,
                      const size_t *counts, uint64_t seq) {
-  uint32_t n = m->n, nodes[4];
+  uint32_t n = m->n, nodes[MESH_MAX];
   for (uint32_t i = 0; i < n; i++)
     nodes[i] = i;
   sl__net_group g = {.id = 1, .nodes = nodes, .n = n};
-  size_t total = 0, start[4];
+  size_t total = 0, start[MESH_MAX];
   for (uint32_t k = 0; k < n; k++) {
     start[k] = total;
     total += counts[k];
   }
   size_t es = sl_dtype_size(dt);
-  void *in[4], *out[4];
+  void *in[MESH_MAX], *out[MESH_MAX];
   waiter w;
   waiter_init(&w);
   for (uint32_t k = 0; k < n; k++) {
@@ -233,19 +238,21 @@ static void sizes_for(uint32_t n, size_t es, int which, size_t *counts) {
   }
 }
 
-/* small: the exchange threshold (-1: the ring for every size; 0: the
- * default, so the small sizes use the exchange). */
-static void matrix(uint32_t n, int64_t small) {
+/* algo: the all-reduce's algorithm for every size ("ring", "exchange",
+ * "tree"; NULL: the cost model's, so the small sizes use the exchange).
+ * ar_only: the all-reduces alone (the other ops do not depend on it). */
+static void matrix(uint32_t n, const char *algo, bool ar_only) {
   mesh m;
   /* small chunks, so 1 MiB runs many lanes */
-  mesh_up_small(&m, n, 4096, small);
-  uint64_t seq = 0;
+  mesh_up_algo(&m, n, 4096, algo);
+  uint64_t seq = 0, others = 0;
   for (int op = OP_AR; op <= OP_ARO; op++)
     for (int dt = 0; dt < SL_DTYPE_COUNT; dt++)
       for (int rop = SL_REDUCE_SUM; rop <= SL_REDUCE_MIN; rop++) {
         if ((op == OP_AG || op == OP_A2A) && rop != SL_REDUCE_SUM) continue;
+        if (ar_only && op != OP_AR && op != OP_ARO) continue;
         for (int which = 0; which < 4; which++) {
-          size_t counts[4];
+          size_t counts[MESH_MAX];
           sizes_for(n, sl_dtype_size((sl_dtype)dt), which, counts);
           if (op == OP_A2A) /* per pair: 0, 1, 2-3, ~1 MiB / n in all */
             counts[0] = which == 1 ? 1 : (counts[0] + counts[n - 1]) / 2;
@@ -258,6 +265,7 @@ static void matrix(uint32_t n, int64_t small) {
               counts[k] = total * (k + 1) / n - total * k / n;
           }
           run_case(&m, op, (sl_dtype)dt, (sl_reduce_op)rop, counts, seq++);
+          others += op != OP_AR && op != OP_ARO;
         }
       }
   sl__net_coll_stats s;
@@ -265,41 +273,58 @@ static void matrix(uint32_t n, int64_t small) {
   assert_int_equal(s.started, seq);
   assert_int_equal(s.completed, seq);
   assert_int_equal(s.failed, 0);
-  /* Every instance counted under the algorithm it ran: the exchange only
-   * with the threshold, the all-to-alls (4 sizes x 9 dtypes) pairwise. */
-  assert_int_equal(s.by_algo[SL__NET_ALGO_RING] +
-                       s.by_algo[SL__NET_ALGO_EXCHANGE] +
-                       s.by_algo[SL__NET_ALGO_PAIRWISE],
-                   seq);
-  assert_int_equal(s.by_algo[SL__NET_ALGO_PAIRWISE], 4 * SL_DTYPE_COUNT);
-  if (small < 0)
-    assert_int_equal(s.by_algo[SL__NET_ALGO_EXCHANGE], 0);
-  else
+  /* Every instance counted under the algorithm it ran: the all-reduces
+   * under the configured one (the model's: the exchange for the small
+   * sizes, the ring for ~1 MiB), the rest under the ring but the
+   * all-to-alls (4 sizes x 9 dtypes), pairwise. */
+  uint64_t a2a = ar_only ? 0 : 4 * SL_DTYPE_COUNT;
+  assert_int_equal(s.by_algo[SL__NET_ALGO_PAIRWISE], a2a);
+  uint64_t ar = seq - others;
+  if (algo) {
+    sl__net_algo want = !strcmp(algo, "tree")       ? SL__NET_ALGO_TREE
+                        : !strcmp(algo, "exchange") ? SL__NET_ALGO_EXCHANGE
+                                                    : SL__NET_ALGO_RING;
+    uint64_t rest = want == SL__NET_ALGO_RING ? others - a2a : 0;
+    assert_int_equal(s.by_algo[want], ar + rest);
+  } else {
     assert_true(s.by_algo[SL__NET_ALGO_EXCHANGE] > 0);
+    assert_true(s.by_algo[SL__NET_ALGO_RING] > others - a2a);
+    assert_int_equal(s.by_algo[SL__NET_ALGO_EXCHANGE] +
+                         s.by_algo[SL__NET_ALGO_RING],
+                     seq - a2a);
+  }
   mesh_down(&m);
 }
 
-/* The choice the all-reduce makes, as the query reports it: the exchange
- * while (n-1) x bytes fit the threshold, the ring above it and for one
- * member; and what ran is counted under that name. */
+/* The choice the all-reduce makes, as the query reports it: the cheapest
+ * by the cost model (sbp/cost.c) with the configured figures, unless an
+ * algorithm is configured; and what ran is counted under that name. With
+ * the CPU defaults (30 µs, 3 GB/s) two nodes cross from the exchange to
+ * the ring at α·β = 90000 bytes; the tree wins only with many nodes. */
 static void test_algo_choice(void **state) {
   (void)state;
   mesh m;
-  mesh_up_small(&m, 2, 0, 4096);
+  mesh_up(&m, 2, 0);
   sl__net_coll *nc = m.nc[0];
-  assert_int_equal(sl__net_all_reduce_algo(nc, 2, 1024, SL_DTYPE_F32),
+  assert_int_equal(sl__net_all_reduce_algo(nc, 2, 22499, SL_DTYPE_F32),
                    SL__NET_ALGO_EXCHANGE);
-  assert_int_equal(sl__net_all_reduce_algo(nc, 2, 1025, SL_DTYPE_F32),
+  assert_int_equal(sl__net_all_reduce_algo(nc, 2, 22501, SL_DTYPE_F32),
                    SL__NET_ALGO_RING);
-  assert_int_equal(sl__net_all_reduce_algo(nc, 3, 512, SL_DTYPE_F64),
+  assert_int_equal(sl__net_all_reduce_algo(nc, 1, 1, SL_DTYPE_F32),
                    SL__NET_ALGO_RING);
-  assert_int_equal(sl__net_all_reduce_algo(nc, 3, 256, SL_DTYPE_F64),
+  /* 16 nodes: the tree between ~45 and ~140 KB */
+  assert_int_equal(sl__net_all_reduce_algo(nc, 16, 1000, SL_DTYPE_F32),
                    SL__NET_ALGO_EXCHANGE);
+  assert_int_equal(sl__net_all_reduce_algo(nc, 16, 16384, SL_DTYPE_F32),
+                   SL__NET_ALGO_TREE);
+  assert_int_equal(sl__net_all_reduce_algo(nc, 16, 65536, SL_DTYPE_F32),
+                   SL__NET_ALGO_RING);
   assert_string_equal(sl__net_algo_name(SL__NET_ALGO_RING), "ring");
   assert_string_equal(sl__net_algo_name(SL__NET_ALGO_EXCHANGE), "exchange");
+  assert_string_equal(sl__net_algo_name(SL__NET_ALGO_TREE), "tree");
   assert_string_equal(sl__net_algo_name(SL__NET_ALGO_PAIRWISE), "pairwise");
   assert_string_equal(sl__net_algo_name(SL__NET_ALGO_COUNT), "?");
-  size_t small[2] = {512, 512}, big[2] = {513, 512};
+  size_t small[2] = {512, 512}, big[2] = {20000, 20000};
   run_case(&m, OP_AR, SL_DTYPE_F32, SL_REDUCE_SUM, small, 1);
   sl__net_coll_stats s;
   sl__net_coll_get_stats(nc, &s);
@@ -310,18 +335,87 @@ static void test_algo_choice(void **state) {
   assert_int_equal(s.by_algo[SL__NET_ALGO_EXCHANGE], 1);
   assert_int_equal(s.by_algo[SL__NET_ALGO_RING], 1);
   mesh_down(&m);
+
+  /* Other figures move the crossing: with α = 1 ms it is at 3 MB. */
+  dp_mesh(m.ep, 1, NULL);
+  sl__net_coll_config slow = {.latency_us = 1000};
+  assert_int_equal(sl__net_coll_create(m.ep[0], &slow, &nc), SL_OK);
+  assert_int_equal(sl__net_all_reduce_algo(nc, 2, 700000, SL_DTYPE_F32),
+                   SL__NET_ALGO_EXCHANGE);
+  assert_int_equal(sl__net_all_reduce_algo(nc, 2, 800000, SL_DTYPE_F32),
+                   SL__NET_ALGO_RING);
+  sl__dp_endpoint_destroy(m.ep[0]);
+  sl__net_coll_destroy(nc);
+  /* Forced, and refused when unknown or the figures are bad. */
+  dp_mesh(m.ep, 1, NULL);
+  sl__net_coll_config tree = {.all_reduce = "tree"};
+  assert_int_equal(sl__net_coll_create(m.ep[0], &tree, &nc), SL_OK);
+  assert_int_equal(sl__net_all_reduce_algo(nc, 2, 1 << 24, SL_DTYPE_F32),
+                   SL__NET_ALGO_TREE);
+  sl__net_coll_destroy(nc);
+  sl__net_coll_config bad = {.all_reduce = "butterfly"};
+  assert_int_equal(sl__net_coll_create(m.ep[0], &bad, &nc), SL_EINVAL);
+  if (!strstr(sl_last_error(), "butterfly"))
+    fail_msg("message: %s", sl_last_error());
+  bad = (sl__net_coll_config){.bandwidth_gbps = -2};
+  assert_int_equal(sl__net_coll_create(m.ep[0], &bad, &nc), SL_EINVAL);
+  sl__dp_endpoint_destroy(m.ep[0]);
 }
 
 static void test_two_nodes(void **state) {
   (void)state;
-  matrix(2, -1);
-  matrix(2, 0);
+  matrix(2, "ring", false);
+  matrix(2, NULL, false);
+  matrix(2, "tree", true);
 }
 
 static void test_three_nodes(void **state) {
   (void)state;
-  matrix(3, -1);
-  matrix(3, 0);
+  matrix(3, "ring", false);
+  matrix(3, NULL, false);
+  matrix(3, "tree", true);
+}
+
+/* The tree's shapes: 4 (a full binomial tree), 5 and 6 (the root's last
+ * child has children of its own, or not). */
+static void test_tree(void **state) {
+  (void)state;
+  for (uint32_t n = 4; n <= 6; n++)
+    matrix(n, "tree", true);
+}
+
+/* Members configured with different algorithms: every member fails with
+ * the reason, none waits, and the pairs carry the next instance. */
+static void test_algo_mismatch(void **state) {
+  (void)state;
+  mesh m;
+  memset(&m, 0, sizeof m);
+  m.n = 3;
+  dp_mesh(m.ep, 3, NULL);
+  static const char *const algo[3] = {"tree", "ring", "tree"};
+  for (uint32_t i = 0; i < 3; i++) {
+    sl__net_coll_config cfg = {.all_reduce = algo[i]};
+    assert_int_equal(sl__net_coll_create(m.ep[i], &cfg, &m.nc[i]), SL_OK);
+  }
+  uint32_t nodes[3] = {0, 1, 2};
+  sl__net_group g = {.id = 9, .nodes = nodes, .n = 3};
+  float *bufs[3];
+  waiter w;
+  waiter_init(&w);
+  for (uint32_t k = 0; k < 3; k++) {
+    bufs[k] = fill(SL_DTYPE_F32, k, 100, 4);
+    assert_int_equal(sl__net_all_reduce(m.nc[k], &g, 0, bufs[k], 100,
+                                        SL_DTYPE_F32, SL_REDUCE_SUM, waiter_cb,
+                                        &w),
+                     SL_OK);
+  }
+  waiter_wait(&w, 3);
+  assert_int_equal(w.failed, 3);
+  if (!strstr(w.msg, "collective 9/0")) fail_msg("message: %s", w.msg);
+  for (uint32_t k = 0; k < 3; k++)
+    free(bufs[k]);
+  waiter_fini(&w);
+  mesh_down(&m);
 }
 
 static void test_four_nodes(void **state) {
@@ -515,7 +609,7 @@ static void test_size_mismatch(void **state) {
 static void test_size_mismatch_three(void **state) {
   (void)state;
   mesh m;
-  mesh_up_small(&m, 3, 1024, -1);
+  mesh_up_algo(&m, 3, 1024, "ring");
   uint32_t nodes[3] = {0, 1, 2};
   sl__net_group g = {.id = 8, .nodes = nodes, .n = 3};
   enum { COUNT = 3000 };
@@ -684,7 +778,7 @@ static void test_all_to_allv(void **state) {
 static void test_abort_and_reset(void **state) {
   (void)state;
   mesh m;
-  mesh_up_small(&m, 2, 4096, -1);
+  mesh_up_algo(&m, 2, 4096, "ring");
   uint32_t nodes[2] = {0, 1};
   sl__net_group g = {.id = 12, .nodes = nodes, .n = 2};
   float *a = fill(SL_DTYPE_F32, 0, 100000, 3);
@@ -781,6 +875,8 @@ int main(void) {
       cmocka_unit_test(test_four_nodes),
       cmocka_unit_test(test_concurrent),
       cmocka_unit_test(test_algo_choice),
+      cmocka_unit_test(test_tree),
+      cmocka_unit_test(test_algo_mismatch),
       cmocka_unit_test(test_early_chunks_staged),
       cmocka_unit_test(test_peer_lost),
       cmocka_unit_test(test_size_mismatch),

@@ -55,6 +55,40 @@ static void test_primitives(void **state) {
   assert_us(sl__cost_ring(&c, true, 0, 6000), 0.0);
 }
 
+/* The all-reduce algorithms between nodes (30 µs, 3 GB/s: 3000 bytes per
+ * µs), and the cheapest of them by size and node count. */
+static void test_all_reduce_between_nodes(void **state) {
+  (void)state;
+  sl_boxing_cost c = sl_boxing_cost_default(SL_DEVICE_CPU);
+  /* 4 nodes, 6000 bytes (2 µs of transfer each). */
+  assert_us(sl__cost_all_reduce(&c, SL__ALL_REDUCE_RING, 4, 6000),
+            6 * 30.0 + 1.5 * 2.0);
+  assert_us(sl__cost_all_reduce(&c, SL__ALL_REDUCE_EXCHANGE, 4, 6000),
+            30.0 + 6 * 2.0);
+  assert_us(sl__cost_all_reduce(&c, SL__ALL_REDUCE_TREE, 4, 6000),
+            4 * (30.0 + 2 * 2.0));
+  /* 5 nodes: a tree three levels deep */
+  assert_us(sl__cost_all_reduce(&c, SL__ALL_REDUCE_TREE, 5, 6000),
+            6 * (30.0 + 2 * 2.0));
+  assert_us(sl__cost_all_reduce(&c, SL__ALL_REDUCE_TREE, 1, 6000), 0.0);
+  double us;
+  assert_int_equal(sl__cost_all_reduce_best(&c, 4, 6000, &us),
+                   SL__ALL_REDUCE_EXCHANGE);
+  assert_us(us, 42.0);
+  /* two nodes: the exchange up to α·β = 90000 bytes, a tie there goes to
+   * the ring */
+  assert_int_equal(sl__cost_all_reduce_best(&c, 2, 89999, NULL),
+                   SL__ALL_REDUCE_EXCHANGE);
+  assert_int_equal(sl__cost_all_reduce_best(&c, 2, 90000, NULL),
+                   SL__ALL_REDUCE_RING);
+  /* 64 nodes, 64 KiB: the tree (12 hops) beats 126 ring hops and 63
+   * buffers each way */
+  assert_int_equal(sl__cost_all_reduce_best(&c, 64, 65536, NULL),
+                   SL__ALL_REDUCE_TREE);
+  assert_int_equal(sl__cost_all_reduce_best(&c, 64, 64 << 20, NULL),
+                   SL__ALL_REDUCE_RING);
+}
+
 static void test_ring_collectives(void **state) {
   /* all_gather of 4 KiB in 4: 3 rounds, 3072 bytes. */
   sl_boxing_plan *p = mk("1024", "cpu:0-3", "S(0)", "cpu:0-3", "B", NULL);
@@ -181,6 +215,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults),
       cmocka_unit_test(test_primitives),
+      cmocka_unit_test(test_all_reduce_between_nodes),
       cmocka_unit_test(test_ring_collectives),
       cmocka_unit_test(test_custom_figures),
       cmocka_unit_test(test_point_to_point),
