@@ -157,7 +157,7 @@ typedef struct stream {
   bool trace_on;
   trace_event *tev;
   size_t n_tev, cap_tev;
-  char name[32];
+  char name[64];
 } stream;
 
 enum job_state { JOB_CREATED, JOB_STARTED, JOB_WAITED };
@@ -260,6 +260,9 @@ bool sl__transport_quiescent(sl_job *job, uint64_t *progress);
  * other nodes when `broadcast`. */
 void sl__job_abort(sl_job *job, sl_status st, sl_actor_id who, bool has_who,
                    const char *detail, bool broadcast);
+/* A device's name by the job's device_name, else "device <id>". */
+void sl__job_device_name(const sl_job *job, uint32_t device, char *buf,
+                         size_t n);
 /* "'name' (node n, device d, stream s)" into buf. */
 void sl__actor_label(const sl_job *job, sl_actor_id id, char *buf, size_t n);
 

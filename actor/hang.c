@@ -156,8 +156,10 @@ static void describe_holders(sbuf *b, const sl_job *job, const rt_actor *a,
 }
 
 static void describe_actor(sbuf *b, const sl_job *job, const rt_actor *a) {
-  sb_printf(b, "  '%s' (%s, node %u, device %u, stream %u): ", a->pa->d.name,
-            kind_str(a->kind), job->node, a->st->device, a->st->stream);
+  char dev[40];
+  sl__job_device_name(job, a->st->device, dev, sizeof dev);
+  sb_printf(b, "  '%s' (%s, node %u, %s, stream %u): ", a->pa->d.name,
+            kind_str(a->kind), job->node, dev, a->st->stream);
   const char *sep = "";
   if (a->busy) {
     sb_printf(b, "executing a deferred firing\n");

@@ -96,11 +96,20 @@ static sl_status regs_alloc(sl_job *job, int32_t desc, int32_t count,
 /* ---- labels and failures ----------------------------------------------------
  */
 
+void sl__job_device_name(const sl_job *job, uint32_t device, char *buf,
+                         size_t n) {
+  if (job->cfg.device_name)
+    job->cfg.device_name(device, buf, n);
+  else
+    snprintf(buf, n, "device %u", device);
+}
+
 void sl__actor_label(const sl_job *job, sl_actor_id id, char *buf, size_t n) {
   const char *name = sl_plan_actor_name(job->plan, id);
-  snprintf(buf, n, "'%s' (node %u, device %u, stream %u)", name ? name : "?",
-           sl_actor_id_node(id), sl_actor_id_device(id),
-           sl_actor_id_stream(id));
+  char dev[40];
+  sl__job_device_name(job, sl_actor_id_device(id), dev, sizeof dev);
+  snprintf(buf, n, "'%s' (node %u, %s, stream %u)", name ? name : "?",
+           sl_actor_id_node(id), dev, sl_actor_id_stream(id));
 }
 
 void sl__job_abort(sl_job *job, sl_status st, sl_actor_id who, bool has_who,
@@ -250,11 +259,15 @@ static sl_status build_streams(sl_job *job) {
       return SL_ENOMEM;
     }
     static const char *kinds[] = {"compute", "copy", "network", "collective"};
-    if (s->stream < 4)
-      snprintf(s->name, sizeof s->name, "dev%u/%s", s->device,
-               kinds[s->stream]);
+    char dev[40] = "";
+    if (job->cfg.device_name)
+      job->cfg.device_name(s->device, dev, sizeof dev);
     else
-      snprintf(s->name, sizeof s->name, "dev%u/stream%u", s->device, s->stream);
+      snprintf(dev, sizeof dev, "dev%u", s->device);
+    if (s->stream < 4)
+      snprintf(s->name, sizeof s->name, "%s/%s", dev, kinds[s->stream]);
+    else
+      snprintf(s->name, sizeof s->name, "%s/stream%u", dev, s->stream);
     atomic_init(&s->handled_pub, 0);
     atomic_init(&s->exited, 0);
     job->by_slot[slot] = s;
@@ -488,7 +501,7 @@ sl_status sl_job_create(sl_plan *plan, const sl_job_config *cfg, sl_job **out) {
   SL_CHECK_GOTO(build_queues(job), st, fail);
   job->threads_live = (int)job->n_streams;
   for (uint32_t i = 0; i < job->n_streams; i++) {
-    char name[48];
+    char name[72]; /* the system keeps the first 15 */
     snprintf(name, sizeof name, "sl-%s", job->streams[i].name);
     st = sl__thread_start(&job->streams[i].thread, sl__stream_main,
                           &job->streams[i], name);

@@ -309,6 +309,9 @@ typedef struct sl_job_config {
   sl_transport transport;               /* required when the plan spans nodes */
   const sl_regst_memory_vtable *memory; /* NULL: host memory */
   void *memory_ctx;
+  /* Writes a device's name ("cuda:1") for messages, hang reports and
+   * trace stream names. NULL: "device <id>" ("dev<id>" in traces). */
+  void (*device_name)(uint32_t device, char *buf, size_t n);
 } sl_job_config;
 
 /* Loads the node's share of a plan: checks the plan, allocates every

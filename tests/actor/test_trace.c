@@ -96,6 +96,29 @@ static void test_trace_config_path(void **state) {
   sl_plan_destroy(p);
 }
 
+static void gpu_name(uint32_t device, char *buf, size_t n) {
+  snprintf(buf, n, "gpu:%u", device);
+}
+
+/* The config's device names name the streams instead of "dev<id>". */
+static void test_trace_device_names(void **state) {
+  char path[] = "/tmp/sluice_trace_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  sl_plan *p = small_plan(3);
+  sl_job_config cfg = {.trace_path = path, .device_name = gpu_name};
+  assert_int_equal(run_plan(p, &cfg, NULL), SL_OK);
+  char *t = slurp(path);
+  assert_non_null(t);
+  assert_non_null(strstr(t, "\"name\":\"gpu:0/compute\""));
+  assert_non_null(strstr(t, "\"name\":\"gpu:1/compute\""));
+  assert_null(strstr(t, "dev0"));
+  free(t);
+  unlink(path);
+  sl_plan_destroy(p);
+}
+
 static void test_trace_env(void **state) {
   char path[] = "/tmp/sluice_trace_XXXXXX";
   int fd = mkstemp(path);
@@ -164,6 +187,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_trace_config_path),
       cmocka_unit_test(test_trace_env),
+      cmocka_unit_test(test_trace_device_names),
       cmocka_unit_test(test_trace_nodes_and_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
