@@ -12,10 +12,10 @@
  * after sluice has released the GPU; its header lists what matches what.
  *
  * Precision (the issue's bf16 matmuls): by default examples/gpt's --bf16
- * (the projections', MLP's and head's matmuls take bf16 inputs with f32
- * products and outputs; weights, attention and the rest f32) against
- * PyTorch's forward under torch.autocast(bfloat16) (which also runs the
- * attention's matmuls in bf16). --f32: both sides all f32 with true-f32
+ * (every matmul, the attention's included, takes bf16 inputs with f32
+ * products and outputs; weights, the softmax and the rest f32) against
+ * PyTorch's forward under torch.autocast(bfloat16) (the same split).
+ * --f32: both sides all f32 with true-f32
  * matmuls (sluice: cublasSgemm in cuBLAS's default math mode; PyTorch:
  * allow_tf32 = False).
  * Attention: PyTorch runs twice, with explicit attention ops as sluice's

@@ -328,6 +328,10 @@ sl_tensor sl_scaled_dot_product_attention(sl_tensor q, sl_tensor k, sl_tensor v,
   s = sl_mul_scalar(s, d > 0 ? 1.0 / sqrt((double)d) : 1.0);
   if (causal) s = sl_causal_mask(s);
   s = sl_softmax(s, -1);
+  /* bf16 values: the probabilities meet them in bf16 too (both matmuls
+   * then take bf16 inputs, as under autocast); the softmax stays f32. */
+  if (sl__g_value(g, v.id)->meta.dtype == SL_DTYPE_BF16)
+    s = sl_cast(s, SL_DTYPE_BF16);
   sl_tensor out = sl_batch_matmul(s, v, false, false);
   sl_graph_pop_scope(g);
   return out;

@@ -95,7 +95,8 @@ static sl_tensor attention(builder *b, sl_tensor a, const char *name) {
     qkv[i] = sl_name(
         sl_batch_matmul(mm(b, xb), mm(b, per_batch(b, w)), false, false), pn);
   }
-  sl_tensor att = sl_scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], true);
+  sl_tensor att = sl_scaled_dot_product_attention(
+      mm(b, qkv[0]), mm(b, qkv[1]), mm(b, qkv[2]), true);
   char on[64], won[64];
   snprintf(on, sizeof on, "%s.o", name);
   snprintf(won, sizeof won, "%s.wo", name);

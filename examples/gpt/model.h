@@ -39,8 +39,9 @@ typedef struct ex_gpt_config {
   int64_t batch, seq, vocab, hidden, heads;
   int layers;
   bool tie;  /* head = token embedding transposed */
-  bool bf16; /* matmuls (projections, MLP, head) take bf16 inputs, f32
-                products and outputs; everything else stays f32 */
+  bool bf16; /* every matmul (projections, attention, MLP, head) takes
+                bf16 inputs, f32 products and outputs; everything else
+                stays f32 */
   uint64_t seed;
   ex_layout layout;
   const char *placement; /* from ex_layout_placement */

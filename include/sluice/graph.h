@@ -316,7 +316,9 @@ SL_API sl_tensor sl_layer_norm(sl_tensor x, sl_tensor gamma, sl_tensor beta,
 SL_API sl_tensor sl_embedding(sl_tensor table, sl_tensor ids);
 
 /* Composite ops, built from the ones above. */
-/* softmax(q·kᵀ / sqrt(d) [+ causal mask]) · v over [..., s, d] tensors. */
+/* softmax(q·kᵀ / sqrt(d) [+ causal mask]) · v over [..., s, d] tensors,
+ * f32 out. q, k, v may be bf16 (the matmuls' inputs; the scores and the
+ * softmax stay f32, the probabilities are cast to bf16 when v is). */
 SL_API sl_tensor sl_scaled_dot_product_attention(sl_tensor q, sl_tensor k,
                                                  sl_tensor v, bool causal);
 /* mean((pred - target)^2), a scalar. */

@@ -53,6 +53,35 @@ static void test_invariance_bf16(void **state) {
   inv_check_matrix("gpt (bf16 matmuls, adam)", build_gpt, &c);
 }
 
+/* Under --bf16 every matmul of the forward pass, the attention's
+ * included, takes bf16 inputs only; without it none does. */
+static void test_bf16_matmul_inputs(void **state) {
+  for (int bf16 = 0; bf16 < 2; bf16++) {
+    ex_gpt_config c = small();
+    c.bf16 = bf16;
+    c.layout = EX_LAYOUT_SINGLE;
+    c.placement = "cpu:0";
+    sl_graph *g;
+    INV_OK(sl_graph_create(&g));
+    INV_OK(ex_gpt_build(g, &c));
+    INV_OK(sl__graph_compile(g));
+    int matmuls = 0, bf16_ins = 0;
+    for (int32_t i = 0; i < sl__graph_node_count(g); i++) {
+      const sl__node *nd = sl__graph_node(g, i);
+      if (nd->kind != SL__NODE_OP || nd->backward || nd->optimizer ||
+          (strcmp(nd->op->name, "matmul") && strcmp(nd->op->name, "batch_matmul")))
+        continue;
+      matmuls++;
+      for (int k = 0; k < 2; k++)
+        bf16_ins += sl__graph_value(g, nd->in[k])->meta.dtype == SL_DTYPE_BF16;
+    }
+    /* per block q, k, v, o, two in the attention, fc1, fc2; the head */
+    assert_int_equal(matmuls, 8 * c.layers + 1);
+    assert_int_equal(bf16_ins, bf16 ? 2 * matmuls : 0);
+    sl_graph_destroy(g);
+  }
+}
+
 /* Megatron: per block one all-reduce closes the attention and one the MLP;
  * nothing else moves forward. Data parallelism moves nothing forward. */
 static void test_collectives(void **state) {
@@ -112,6 +141,7 @@ int main(void) {
       cmocka_unit_test(test_invariance),
       cmocka_unit_test(test_invariance_tied),
       cmocka_unit_test(test_invariance_bf16),
+      cmocka_unit_test(test_bf16_matmul_inputs),
       cmocka_unit_test(test_collectives),
       cmocka_unit_test(test_cuda_fake),
       cmocka_unit_test(test_cuda_gpu),
