@@ -246,9 +246,15 @@ static sl_status get_id(sl__dev_coll *e, const sl__dev_comm_desc *d,
   char key[SL__CP_MAX_NAME + 1];
   if (cross) SL_CHECK(sl__dev_coll_key(d->job, d->name, key, sizeof key));
   if (c->local_of[0] >= 0) {
-    SL_CHECK(e->vt->unique_id(e->ctx, id));
+    sl_status st = e->vt->unique_id(e->ctx, id);
+    if (st != SL_OK)
+      return cross ? sl__fail_context(st,
+                                      "device group '%s': making the unique "
+                                      "id for '%s': ",
+                                      d->name, key)
+                   : sl__fail_context(st, "device group '%s': ", d->name);
     if (!cross) return SL_OK;
-    sl_status st = d->kv->put(d->kv->ctx, key, id, idb);
+    st = d->kv->put(d->kv->ctx, key, id, idb);
     if (st != SL_OK)
       return sl__fail_context(st,
                               "device group '%s': putting the unique id "
@@ -259,7 +265,22 @@ static sl_status get_id(sl__dev_coll *e, const sl__dev_comm_desc *d,
   uint64_t wait = d->timeout_ms ? d->timeout_ms : DEFAULT_TIMEOUT_MS;
   uint8_t *bytes = NULL;
   size_t len = 0;
-  sl_status st = d->kv->get(d->kv->ctx, key, wait, &bytes, &len);
+  sl_status st = SL_ETIMEOUT;
+  /* With a cancel callback the wait goes in slices, asking between them. */
+  uint64_t slice = d->cancelled ? SL__DEV_COLL_CANCEL_POLL_MS : wait;
+  for (uint64_t waited = 0; st == SL_ETIMEOUT && waited < wait;
+       waited += slice) {
+    if (d->cancelled) {
+      sl_status why = d->cancelled(d->cancel_arg);
+      if (why != SL_OK)
+        return sl__fail_context(why,
+                                "device group '%s': stopped waiting for the "
+                                "unique id under '%s': ",
+                                d->name, key);
+    }
+    st =
+        d->kv->get(d->kv->ctx, key, SL_MIN(slice, wait - waited), &bytes, &len);
+  }
   if (st == SL_ETIMEOUT)
     return sl__fail(SL_ETIMEOUT,
                     "device group '%s': no unique id under '%s' after %llu "
@@ -314,6 +335,14 @@ sl_status sl__dev_comm_create(sl__dev_coll *e, const sl__dev_comm_desc *d,
   uint8_t id[SL__DEV_COLL_ID_MAX];
   SL_CHECK_GOTO(get_id(e, d, c, id), st, fail);
   const sl__dev_coll_vtable *vt = e->vt;
+  /* Across processes a failed init names the id's key: the other
+   * processes' errors name it too. */
+  char where[SL__CP_MAX_NAME + 32] = "";
+  if (d->nlocal < d->nranks) {
+    char key[SL__CP_MAX_NAME + 1];
+    if (sl__dev_coll_key(d->job, d->name, key, sizeof key) == SL_OK)
+      snprintf(where, sizeof where, ", id under '%s'", key);
+  }
   st = vt->group_start(e->ctx);
   if (st != SL_OK) {
     sl__fail_context(st, "device group '%s': ", d->name);
@@ -324,9 +353,9 @@ sl_status sl__dev_comm_create(sl__dev_coll *e, const sl__dev_comm_desc *d,
                        &c->h[i]);
     if (st != SL_OK)
       sl__fail_context(st,
-                       "device group '%s' (%s, %d ranks): rank %d on "
+                       "device group '%s' (%s, %d ranks%s): rank %d on "
                        "device %d: ",
-                       d->name, vt->name, c->nranks, c->ranks[i],
+                       d->name, vt->name, c->nranks, where, c->ranks[i],
                        c->devices[i]);
   }
   char first[1024] = ""; /* the first failure's message is the one kept */
@@ -335,8 +364,8 @@ sl_status sl__dev_comm_create(sl__dev_coll *e, const sl__dev_comm_desc *d,
   if (st != SL_OK)
     sl__fail(st, "%s", first);
   else if (end != SL_OK)
-    st = sl__fail_context(end, "device group '%s' (%s, %d ranks): ", d->name,
-                          vt->name, c->nranks);
+    st = sl__fail_context(end, "device group '%s' (%s, %d ranks%s): ", d->name,
+                          vt->name, c->nranks, where);
   if (st != SL_OK) {
     for (int i = 0; i < c->nlocal; i++)
       if (c->h[i]) (void)vt->comm_abort(e->ctx, c->h[i]);

@@ -193,7 +193,14 @@ typedef struct sl__dev_comm_desc {
   const sl__dev_kv *kv;
   uint64_t job;
   uint64_t timeout_ms; /* wait for rank 0's id; 0: 60 s */
+  /* Optional: asked every SL__DEV_COLL_CANCEL_POLL_MS while waiting for
+   * rank 0's id; a status other than SL_OK (with its message in
+   * sl_last_error()) ends the wait with it — a job given up elsewhere need
+   * not wait out the timeout. */
+  sl_status (*cancelled)(void *arg);
+  void *cancel_arg;
 } sl__dev_comm_desc;
+#define SL__DEV_COLL_CANCEL_POLL_MS 200u
 
 /* Creates the communicator: the process holding rank 0 makes the unique id
  * (and puts it under sl__dev_coll_key(job, name) when other processes hold
@@ -201,8 +208,10 @@ typedef struct sl__dev_comm_desc {
  * one group call. Blocks until every rank of the group joined (a collective
  * call: processes must create communicators in the same order, or from
  * separate threads). SL_EINVAL for a bad description (named), SL_ETIMEOUT
- * (naming the key) when rank 0's id does not come, the backend's status
- * (with the group's name) when init fails; nothing is left behind. */
+ * (naming the key) when rank 0's id does not come, d->cancelled's status
+ * when it ends the wait (naming the group and key), the backend's status
+ * (with the group's name, and the key across processes) when init fails;
+ * nothing is left behind. */
 sl_status sl__dev_comm_create(sl__dev_coll *e, const sl__dev_comm_desc *d,
                               sl__dev_comm **out);
 /* An in-process group: rank k on devices[k], k < n. */

@@ -16,8 +16,8 @@
  *                  side (SL__DEV_HOST): a copy task (the device's copy
  *                  stream) moves each shard from the device before them
  *                  and onto the device after them; except a boxing of
- *                  all-reduces whose groups each stay on one machine,
- *                  which runs on the GPUs (collective stream, NCCL)
+ *                  all-reduces, which runs on the GPUs (collective
+ *                  stream, NCCL; groups may span machines)
  *   tick           one per device, on the driver: every task that starts
  *                  from nothing reads it, and so do the producers of
  *                  variables, so nothing runs more than a step ahead of
@@ -587,25 +587,15 @@ static sl_status plan_ranks(const sl_boxing_plan *bp, const sl_placement *p,
   return SL_OK;
 }
 
-/* Whether a boxing node runs on its GPUs: only all-reduces, on CUDA ranks,
- * each group inside one machine — NCCL's in-process all-reduce (the
- * session's device groups). Everything else runs on the host sides. */
+/* Whether a boxing node runs on its GPUs: only all-reduces, on CUDA ranks —
+ * NCCL's all-reduce (the session's device groups: in one process, or, for a
+ * group whose members are on several machines, one communicator across
+ * the daemons). Everything else runs on the host sides. */
 static bool boxing_on_gpu(const sl_boxing_plan *bp) {
   for (int q = 0; q < sl_boxing_plan_rank_count(bp); q++)
     if (sl_boxing_plan_rank_device_type(bp, q) != SL_DEVICE_CUDA) return false;
-  for (int s = 0; s < sl_boxing_plan_step_count(bp); s++) {
+  for (int s = 0; s < sl_boxing_plan_step_count(bp); s++)
     if (sl_boxing_step_op(bp, s) != SL_BOXING_ALL_REDUCE) return false;
-    for (int gi = 0; gi < sl_boxing_step_group_count(bp, s); gi++) {
-      const int *ranks = NULL;
-      int gn = sl_boxing_step_group(bp, s, gi, &ranks);
-      int n0, nk, d;
-      sl_boxing_plan_rank_device(bp, ranks[0], &n0, &d);
-      for (int k = 1; k < gn; k++) {
-        sl_boxing_plan_rank_device(bp, ranks[k], &nk, &d);
-        if (nk != n0) return false;
-      }
-    }
-  }
   return true;
 }
 

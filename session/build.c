@@ -118,39 +118,104 @@ typedef struct coll_key {
   sl__dgroup *dgroup;
 } coll_key;
 
-/* An all-reduce between GPUs of this process (graph/lower.c keeps such a
- * boxing on the devices): its device group, on the devices of the step's
- * group in member order. */
+/* The depth of every task in the plan, the same on every node: 1 + the
+ * deepest task producing one of its inputs, counting the members of a
+ * group collective as one task (the deepest member's depth), so that a
+ * group reading what another produced in the same step is deeper than it.
+ * Inputs produced by later tasks are the previous step's (variables) and
+ * do not count: lowering adds tasks in dependency order otherwise. Spanning
+ * device groups launch in (depth, boxing node, step, group) order
+ * (dev_boxing.c): a dependency order, close to the one the devices get
+ * there in (a model's last gradient first), which keeps the all-reduces
+ * overlapping the backward pass. */
+static sl_status task_depths(const sl__pplan *pp, int32_t **out) {
+  int32_t n = pp->n_tasks;
+  int32_t *d = sl__calloc((size_t)n + 1, sizeof *d);
+  if (!d) return SL_ENOMEM;
+  for (int32_t t = 0; t < n; t++) {
+    const sl__task *task = &pp->tasks[t];
+    for (int32_t k = 0; k < task->n_in; k++) {
+      int32_t p = pp->regsts[task->in[k]].producer;
+      if (p >= 0 && p < t) d[t] = SL_MAX(d[t], d[p] + 1);
+    }
+    if (task->kind != SL__TASK_COLL) continue;
+    /* Every member of the group takes the deepest member's depth. Lowering
+     * adds a group's members one after the other (ticks may come between)
+     * and before any reader of them. */
+    int32_t first = t;
+    for (int32_t m = t - 1; m >= 0; m--) {
+      const sl__task *o = &pp->tasks[m];
+      if (o->kind == SL__TASK_TICK) continue;
+      if (o->kind != SL__TASK_COLL || o->node != task->node ||
+          o->step != task->step || o->group != task->group)
+        break;
+      d[t] = SL_MAX(d[t], d[m]);
+      first = m;
+    }
+    for (int32_t m = first; m < t; m++)
+      if (pp->tasks[m].kind == SL__TASK_COLL) d[m] = d[t];
+  }
+  *out = d;
+  return SL_OK;
+}
+
+/* An all-reduce between GPUs (graph/lower.c keeps such a boxing on the
+ * devices): its device group on the devices of the step's group, in member
+ * order. A group with members on other nodes waits for its communicator
+ * until sl__session_connect_dgroups (creating it is collective, and every
+ * node must be ready first); *depths (task_depths) is made on first need. */
 static sl_status make_dgroup(sl_session *s, const sl__node *n, task_rt *rt,
-                             sl__dgroup **out) {
+                             int32_t **depths, sl__dgroup **out) {
   const sl__task *t = rt->t;
   const sl_boxing_plan *bp = n->boxing;
-  const int *ranks = NULL;
-  int gn = sl_boxing_step_group(bp, t->step, t->group, &ranks);
+  const int *members = NULL;
+  int gn = sl_boxing_step_group(bp, t->step, t->group, &members);
   sl__dgroup **list =
       sl__reallocarray(s->dgroups, (size_t)s->n_dgroups + 1, sizeof *list);
+  int *ranks = sl__calloc((size_t)gn + 1, sizeof *ranks);
   int *devices = sl__calloc((size_t)gn + 1, sizeof *devices);
   if (list) s->dgroups = list;
-  if (!list || !devices) {
+  if (!list || !ranks || !devices) {
+    sl__free(ranks);
     sl__free(devices);
     return SL_ENOMEM;
   }
+  int nlocal = 0;
   for (int k = 0; k < gn; k++) {
-    int node;
-    sl_boxing_plan_rank_device(bp, ranks[k], &node, &devices[k]);
+    int node, dev;
+    sl_boxing_plan_rank_device(bp, members[k], &node, &dev);
+    if ((uint32_t)node != s->self_node) continue;
+    ranks[nlocal] = k;
+    devices[nlocal++] = dev;
   }
   sl_reduce_op red = SL_REDUCE_SUM;
   sl_boxing_step_reduce(bp, t->step, &red);
   const sl__regst *r = &s->pp->regsts[t->in[0]];
+  size_t count = (size_t)sl_shape_numel(&r->shape);
   char name[160];
   snprintf(name, sizeof name, "%s.s%d.g%d", n->name, t->step, t->group);
   sl_status st = s->dcoll ? SL_OK : rt->dev->be->coll_open(&s->dcoll);
-  if (st == SL_OK)
-    st = sl__dgroup_create(s->dcoll, name, gn, devices, r->dtype, red,
-                           (size_t)sl_shape_numel(&r->shape), out);
+  if (st == SL_OK && nlocal == gn) {
+    st = sl__dgroup_create(s->dcoll, name, gn, devices, r->dtype, red, count,
+                           out);
+  } else if (st == SL_OK) {
+    if (!*depths) st = task_depths(s->pp, depths);
+    int32_t order[4] = {*depths ? (*depths)[rt->id] : 0, t->node, t->step,
+                        t->group};
+    if (st == SL_OK && !s->dseq) st = sl__dseq_create(&s->dseq);
+    if (st == SL_OK)
+      st = sl__dgroup_create_span(s->dseq, name, gn, nlocal, ranks, devices,
+                                  r->dtype, red, count, order, out);
+  }
+  sl__free(ranks);
   sl__free(devices);
   if (st == SL_OK) s->dgroups[s->n_dgroups++] = *out;
   return st;
+}
+
+sl_status sl__session_connect_dgroups(sl_session *s, const sl__dev_kv *kv) {
+  if (!s->dseq) return SL_OK;
+  return sl__dseq_connect(s->dseq, s, s->dcoll, kv, s->job_id);
 }
 
 /* The placement holding the shards before step `step` (after a send_recv
@@ -396,6 +461,7 @@ void sl__session_abort_collectives(sl_session *s, sl_status st,
   for (int32_t i = 0; i < s->n_spans; i++)
     sl__span_abort(s->spans[i], st);
   if (s->nc) sl__net_coll_abort(s->nc, st, msg);
+  sl__dseq_abort(s->dseq, st, msg);
   for (int32_t i = 0; i < s->n_dgroups; i++)
     sl__dgroup_abort(s->dgroups[i], st);
 }
@@ -698,6 +764,7 @@ sl_status sl__session_build(sl_session *s) {
   sl__comm_config cc = {SL_MAX(s->n_workers, 1), s->cfg.comm_direct_max_bytes};
   coll_key *keys = sl__calloc((size_t)pp->n_tasks + 1, sizeof *keys);
   int32_t n_keys = 0;
+  int32_t *depths = NULL; /* task_depths, once a spanning group needs it */
   if (!keys) {
     st = SL_ENOMEM;
     goto out;
@@ -751,7 +818,7 @@ sl_status sl__session_build(sl_session *s) {
           key = &keys[k];
       if (!key && rt->dev) {
         sl__dgroup *dg = NULL;
-        st = make_dgroup(s, n, rt, &dg);
+        st = make_dgroup(s, n, rt, &depths, &dg);
         if (st != SL_OK) break;
         key = &keys[n_keys++];
         *key = (coll_key){t->node, t->step, group, NULL, NULL, dg};
@@ -780,6 +847,7 @@ sl_status sl__session_build(sl_session *s) {
     if (st != SL_OK && n) sl__fail_context(st, "task '%s': ", t->name);
   }
 out:
+  sl__free(depths);
   sl__free(keys);
   sl__free(dev_worker);
   return st;

@@ -323,11 +323,22 @@ static sl_status job_run(djob *j, const uint8_t *blob, size_t len) {
   /* Every node is LIVE now: a node restarted since the build has its new
    * address. */
   if (st == SL_OK) st = sl__daemon_set_peers(o->cp, o->dp);
+  /* Device groups spanning nodes get their communicators now, not while
+   * building: creating one waits for every node holding a member, and a
+   * node that refused the job would never come. The monitor runs, so a
+   * job failed elsewhere ends a wait for a unique id. */
+  if (st == SL_OK) {
+    sl__dev_kv kv = sl__dev_kv_cp(o->cp);
+    st = sl__session_connect_dgroups(s, &kv);
+  }
   if (st == SL_OK) st = sl_job_start(s->job);
   if (st == SL_OK) st = sl_job_wait(s->job);
 detach:;
   char msg[1400];
   snprintf(msg, sizeof msg, "%s", st == SL_OK ? "" : sl_last_error());
+  /* Communicators shared with other nodes are aborted, not finalized, after
+   * a failure here: a peer may be inside a collective or an init with them. */
+  if (st != SL_OK) sl__dseq_abort(s->dseq, st, msg);
   atomic_store(&j->done, true);
   if (j->monitor_started) pthread_join(j->monitor, NULL);
   sl__dp_endpoint_detach(o->dp);

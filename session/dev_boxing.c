@@ -1,45 +1,134 @@
-/* All-reduces between the GPUs of one process (graph/lower.c keeps a
- * boxing of all-reduces on the devices when each group stays on one
- * machine; docs/cuda.md, "Sessions on CUDA placements"). One device group
- * per boxing collective, with its communicator (comm/dev_coll.h: NCCL).
- * Each member's actor arrives with its registers and defers; the last to
- * arrive launches the collective for every member at once — one group call
- * under the process's launch lock, so every device sees launches in the
- * same order and no two groups can deadlock — and each member's firing
- * completes once its collective stream has passed the collective. */
+/* All-reduces between GPUs (graph/lower.c keeps a boxing made only of
+ * all-reduces on its CUDA ranks' devices; docs/cuda.md, "Sessions on CUDA
+ * placements"). One device group per boxing collective, with its
+ * communicator (comm/dev_coll.h: NCCL).
+ *
+ * In-process groups (every member in this process): each member's actor
+ * arrives with its registers and defers; the last to arrive launches the
+ * collective for every member at once — one group call under the
+ * process's launch lock, so every device sees launches in the same order
+ * and no two groups can deadlock — and each member's firing completes once
+ * its collective stream has passed the collective.
+ *
+ * Groups spanning nodes (daemons): this process holds some of the members
+ * and launches for those, on one communicator across the processes (its
+ * unique id through the control plane's store). The launch lock orders one
+ * process's launches, not two processes': if P issues group A before B on
+ * a device's collective stream and Q issues B before A, P's stream waits
+ * in A for Q and Q's in B for P, forever (a collective holds its stream
+ * until every rank has reached it). So every spanning group has a place in
+ * one order of the job, (depth, boxing node, step, group), computed from
+ * the plan and so the same on every node (build.c's task_depths: the
+ * longest chain of the step's tasks before the group), and a sequencer
+ * (sl__dseq) makes each process launch its spanning groups round by round
+ * in that order: a group whose local members have all arrived launches
+ * only once every group before it has launched this round; its members
+ * wait, deferred, until then. Depth first puts a model's last gradient
+ * first, as the devices produce them. Why that cannot deadlock:
+ *  - On the devices, every stream of every process is issued collectives
+ *    in one order, (round, then the job's order). The first collective in
+ *    that order that has not completed has every earlier collective of its
+ *    ranks' streams completed, so every rank gets to it: it completes.
+ *    In-process groups have no place in the order, and need none: each is
+ *    one launch for all its ranks, so the processes' sequences still merge
+ *    into one order with it anywhere.
+ *  - On the hosts, a group waits for earlier groups of its round, and
+ *    those never wait for it: the order is a dependency order (a group
+ *    reading, in the same step, what another group produced is deeper
+ *    than it: depth grows along every edge within a step, a group's
+ *    members counting as one task), so no input of a group in round r
+ *    comes from a later group of round r, and rounds only read earlier
+ *    rounds (variables). Each member actor fires once per step, so a
+ *    group's k-th launch is round k everywhere.
+ *  - Creating a communicator is collective too: every process creates its
+ *    spanning groups in the same order (sl__dseq_connect), which the same
+ *    argument makes safe. Each gets a one-element warm-up all-reduce at
+ *    creation, because NCCL connects to peers lazily, inside the first
+ *    launch: later launches then only queue work and never wait for a peer
+ *    while holding the launch lock.
+ * An abort (a lost node, a failing kernel) completes the members waiting
+ * here with the failure and aborts the spanning communicators, so members
+ * already launched, held on their streams by peers that will not come, get
+ * free too. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "session_int.h"
 
 struct sl__dgroup {
-  pthread_mutex_t m;
+  pthread_mutex_t m; /* in-process groups (spanning: the sequencer's) */
   sl__dev_comm *comm;
   sl__dev_coll_desc desc;
   char name[160];
-  int n, arrived;
-  task_rt **member;        /* by member index, while it waits */
-  sl__dev_rank_args *args; /* by member index */
+  int nranks;              /* members in all */
+  int n, arrived;          /* members in this process, arrived of them */
+  int *local_of;           /* member index -> local index (nranks) */
+  int *ranks, *devices;    /* local index -> member index, device */
+  task_rt **member;        /* by local index, while it waits */
+  sl__dev_rank_args *args; /* by local index */
   sl_status aborted;       /* SL_OK, or why every arrival now fails */
+  /* Spanning groups: the sequencer and the place in the job's order. */
+  sl__dseq *seq;
+  int32_t order[4];
 };
 
-sl_status sl__dgroup_create(sl__dev_coll *e, const char *name, int n,
-                            const int *devices, sl_dtype dt, sl_reduce_op op,
-                            size_t count, sl__dgroup **out) {
+struct sl__dseq {
+  pthread_mutex_t m;
+  int n;
+  sl__dgroup **g; /* in the job's order once connected */
+  int next;       /* the group whose turn it is in this round */
+  int64_t round;
+  sl_status aborted;
+  char why[512];
+};
+
+static sl_status group_new(const char *name, int nranks, int nlocal,
+                           const int *ranks, const int *devices, sl_dtype dt,
+                           sl_reduce_op op, size_t count, sl__dgroup **out) {
   *out = NULL;
   sl__dgroup *g;
   if (SL_NEW(g) != SL_OK) return SL_ENOMEM;
   pthread_mutex_init(&g->m, NULL);
   snprintf(g->name, sizeof g->name, "%s", name);
-  g->n = n;
+  g->nranks = nranks;
+  g->n = nlocal;
   g->desc = (sl__dev_coll_desc){.name = g->name,
                                 .op = SL__DEV_ALL_REDUCE,
                                 .dtype = dt,
                                 .reduce = op,
                                 .count = count};
-  g->member = sl__calloc((size_t)n, sizeof *g->member);
-  g->args = sl__calloc((size_t)n, sizeof *g->args);
-  sl_status st = g->member && g->args ? SL_OK : SL_ENOMEM;
+  g->local_of = sl__calloc((size_t)nranks, sizeof *g->local_of);
+  g->ranks = sl__calloc((size_t)nlocal, sizeof *g->ranks);
+  g->devices = sl__calloc((size_t)nlocal, sizeof *g->devices);
+  g->member = sl__calloc((size_t)nlocal, sizeof *g->member);
+  g->args = sl__calloc((size_t)nlocal, sizeof *g->args);
+  if (!g->local_of || !g->ranks || !g->devices || !g->member || !g->args) {
+    sl__dgroup_destroy(g);
+    return SL_ENOMEM;
+  }
+  for (int k = 0; k < nranks; k++)
+    g->local_of[k] = -1;
+  for (int i = 0; i < nlocal; i++) {
+    g->ranks[i] = ranks[i];
+    g->devices[i] = devices[i];
+    g->local_of[ranks[i]] = i;
+  }
+  *out = g;
+  return SL_OK;
+}
+
+sl_status sl__dgroup_create(sl__dev_coll *e, const char *name, int n,
+                            const int *devices, sl_dtype dt, sl_reduce_op op,
+                            size_t count, sl__dgroup **out) {
+  *out = NULL;
+  int *ranks = sl__calloc((size_t)n, sizeof *ranks);
+  if (!ranks) return SL_ENOMEM;
+  for (int k = 0; k < n; k++)
+    ranks[k] = k;
+  sl__dgroup *g = NULL;
+  sl_status st = group_new(name, n, n, ranks, devices, dt, op, count, &g);
+  sl__free(ranks);
   if (st == SL_OK)
     st = sl__dev_comm_create_local(e, name, n, devices, &g->comm);
   if (st != SL_OK) {
@@ -54,58 +143,264 @@ void sl__dgroup_destroy(sl__dgroup *g) {
   if (!g) return;
   sl__dev_comm_destroy(g->comm);
   pthread_mutex_destroy(&g->m);
+  sl__free(g->local_of);
+  sl__free(g->ranks);
+  sl__free(g->devices);
   sl__free(g->member);
   sl__free(g->args);
   sl__free(g);
 }
 
-/* Completes every waiting member with st (under g->m: completing queues
- * a message or watches a stream, it never re-enters the group). */
-static void fail_waiting(sl__dgroup *g, sl_status st) {
+/* Completes every waiting member of g with st (under the group's lock:
+ * completing queues a message or watches a stream, it never re-enters the
+ * group). */
+static void fail_waiting(sl__dgroup *g, sl_status st, const char *why) {
   for (int i = 0; i < g->n; i++) {
     task_rt *rt = g->member[i];
     if (!rt) continue;
     g->member[i] = NULL;
     sl_completion *c = rt->pending;
     rt->pending = NULL;
-    sl__fail(st, "device collective '%s': %s", g->name, sl_status_str(st));
+    sl__fail(st, "device collective '%s': %s", g->name,
+             why && why[0] ? why : sl_status_str(st));
     sl_completion_done(c, st);
   }
   g->arrived = 0;
 }
 
+/* Launches g's round for its arrived members and completes them: each
+ * once its stream has passed the collective, or at once with the launch's
+ * failure. */
+static sl_status launch(sl__dgroup *g) {
+  sl_status st = sl__dev_comm_launch(g->comm, &g->desc, g->args);
+  char why[512];
+  snprintf(why, sizeof why, "%s", st == SL_OK ? "" : sl_last_error());
+  for (int i = 0; i < g->n; i++) {
+    task_rt *m = g->member[i];
+    g->member[i] = NULL;
+    if (st != SL_OK) sl__fail(st, "%s", why); /* each member's own prefix */
+    sl__complete_on_stream(m, st);
+  }
+  g->arrived = 0;
+  if (st != SL_OK) sl__fail(st, "%s", why);
+  return st;
+}
+
+/* ---- spanning groups: the sequencer --------------------------------------
+ */
+
+sl_status sl__dseq_create(sl__dseq **out) {
+  *out = NULL;
+  sl__dseq *q;
+  if (SL_NEW(q) != SL_OK) return SL_ENOMEM;
+  pthread_mutex_init(&q->m, NULL);
+  *out = q;
+  return SL_OK;
+}
+
+void sl__dseq_destroy(sl__dseq *q) {
+  if (!q) return;
+  pthread_mutex_destroy(&q->m);
+  sl__free(q->g);
+  sl__free(q);
+}
+
+sl_status sl__dgroup_create_span(sl__dseq *q, const char *name, int nranks,
+                                 int nlocal, const int *ranks,
+                                 const int *devices, sl_dtype dt,
+                                 sl_reduce_op op, size_t count,
+                                 const int32_t order[4], sl__dgroup **out) {
+  *out = NULL;
+  sl__dgroup **list = sl__reallocarray(q->g, (size_t)q->n + 1, sizeof *list);
+  if (!list) return SL_ENOMEM;
+  q->g = list;
+  SL_CHECK(group_new(name, nranks, nlocal, ranks, devices, dt, op, count, out));
+  (*out)->seq = q;
+  memcpy((*out)->order, order, sizeof(*out)->order);
+  q->g[q->n++] = *out;
+  return SL_OK;
+}
+
+/* Under q->m: fails every waiting member of every spanning group. */
+static void seq_fail_all(sl__dseq *q) {
+  for (int i = 0; i < q->n; i++)
+    fail_waiting(q->g[i], q->aborted, q->why);
+}
+
+/* Under q->m: launches groups in the job's order for as long as the group
+ * whose turn it is has all its local members. */
+static void seq_pump(sl__dseq *q) {
+  while (q->n > 0 && q->aborted == SL_OK) {
+    sl__dgroup *g = q->g[q->next];
+    if (g->arrived < g->n) return;
+    sl_status st =
+        g->comm ? launch(g)
+                : sl__fail(SL_EINTERNAL,
+                           "device collective '%s': no communicator (the "
+                           "spanning groups were never connected)",
+                           g->name);
+    if (st != SL_OK) {
+      /* Its ranks may now disagree on what was issued: nothing more of
+       * this job goes out (the job aborts on the members' failure). */
+      q->aborted = st;
+      snprintf(q->why, sizeof q->why, "%s", sl_last_error());
+      seq_fail_all(q);
+      return;
+    }
+    if (++q->next == q->n) {
+      q->next = 0;
+      q->round++;
+    }
+  }
+}
+
+void sl__dseq_abort(sl__dseq *q, sl_status st, const char *msg) {
+  if (!q) return;
+  if (st == SL_OK) st = SL_EABORTED;
+  pthread_mutex_lock(&q->m);
+  if (q->aborted == SL_OK) {
+    q->aborted = st;
+    snprintf(q->why, sizeof q->why, "%s", msg && msg[0] ? msg : "aborted");
+  }
+  seq_fail_all(q);
+  /* Members already launched wait on their streams for peers that may
+   * never come: aborting the communicators lets those collectives end. */
+  for (int i = 0; i < q->n; i++)
+    sl__dev_comm_abort(q->g[i]->comm);
+  pthread_mutex_unlock(&q->m);
+}
+
+/* sl__dev_comm_desc.cancelled: the job was given up while a group waited
+ * for its unique id. */
+static sl_status seq_cancelled(void *arg) {
+  sl__dseq *q = arg;
+  pthread_mutex_lock(&q->m);
+  sl_status st = q->aborted;
+  if (st != SL_OK) sl__fail(st, "the job was aborted: %s", q->why);
+  pthread_mutex_unlock(&q->m);
+  return st;
+}
+
+static int order_cmp(const void *a, const void *b) {
+  const sl__dgroup *x = *(sl__dgroup *const *)a, *y = *(sl__dgroup *const *)b;
+  for (int i = 0; i < 4; i++)
+    if (x->order[i] != y->order[i]) return x->order[i] < y->order[i] ? -1 : 1;
+  return 0;
+}
+
+/* One element all-reduced on every local rank's collective stream, waited
+ * for: NCCL sets up its connections to the peers here, not in the job. */
+static sl_status warm_up(sl_session *s, sl__dgroup *g) {
+  sl_status st = SL_OK;
+  int n = g->n;
+  void **buf = sl__calloc((size_t)n, sizeof *buf);
+  sl__dev_rank_args *a = sl__calloc((size_t)n, sizeof *a);
+  sess_dev **dev = sl__calloc((size_t)n, sizeof *dev);
+  if (!buf || !a || !dev) st = SL_ENOMEM;
+  for (int i = 0; i < n && st == SL_OK; i++) {
+    dev[i] = sl__session_dev(s, SL__DEV_CUDA + (uint32_t)g->devices[i]);
+    if (!dev[i]) {
+      st = sl__fail(SL_EINTERNAL, "device group '%s': cuda:%d is not open",
+                    g->name, g->devices[i]);
+      break;
+    }
+    sl__stream *cs = dev[i]->stream[SL_STREAM_COLLECTIVE];
+    st = sl__device_make_current(dev[i]->dev);
+    if (st == SL_OK)
+      st = sl__caching_alloc_alloc(dev[i]->mem, sizeof(float), NULL, &buf[i]);
+    if (st == SL_OK)
+      st = sl__device_memset(dev[i]->dev, buf[i], 0, sizeof(float), cs);
+    a[i] = (sl__dev_rank_args){.in = buf[i], .out = buf[i], .stream = cs};
+  }
+  sl__dev_coll_desc d = {.name = "warm-up",
+                         .op = SL__DEV_ALL_REDUCE,
+                         .dtype = SL_DTYPE_F32,
+                         .reduce = SL_REDUCE_SUM,
+                         .count = 1};
+  if (st == SL_OK) st = sl__dev_comm_launch(g->comm, &d, a);
+  /* An abort (the job given up elsewhere) ends a wait for peers. */
+  for (int i = 0; i < n; i++) {
+    if (!buf[i]) continue;
+    sl_status w = sl__device_stream_synchronize(
+        dev[i]->dev, dev[i]->stream[SL_STREAM_COLLECTIVE]);
+    if (st == SL_OK && w != SL_OK) st = w;
+    sl__caching_alloc_free(dev[i]->mem, buf[i]);
+  }
+  if (st == SL_OK) st = sl__dev_comm_check(g->comm);
+  sl__free(buf);
+  sl__free(a);
+  sl__free(dev);
+  return st;
+}
+
+sl_status sl__dseq_connect(sl__dseq *q, sl_session *s, sl__dev_coll *e,
+                           const sl__dev_kv *kv, uint64_t job) {
+  if (!q || q->n == 0) return SL_OK;
+  /* The job's order: the same list on every node (a group's place comes
+   * from the plan), so every process creates in one order. */
+  qsort(q->g, (size_t)q->n, sizeof *q->g, order_cmp);
+  for (int i = 0; i < q->n; i++) {
+    sl__dgroup *g = q->g[i];
+    sl__dev_comm_desc d = {.name = g->name,
+                           .nranks = g->nranks,
+                           .nlocal = g->n,
+                           .ranks = g->ranks,
+                           .devices = g->devices,
+                           .kv = kv,
+                           .job = job,
+                           .cancelled = seq_cancelled,
+                           .cancel_arg = q};
+    sl__dev_comm *c = NULL;
+    sl_status st = seq_cancelled(q);
+    if (st != SL_OK)
+      return sl__fail_context(st, "device group '%s': not created: ", g->name);
+    SL_CHECK(sl__dev_comm_create(e, &d, &c));
+    pthread_mutex_lock(&q->m);
+    g->comm = c;
+    sl_status ab = q->aborted;
+    pthread_mutex_unlock(&q->m);
+    /* An abort that came while it was being made did not see it. */
+    if (ab != SL_OK) sl__dev_comm_abort(c);
+    st = warm_up(s, g);
+    if (st != SL_OK)
+      return sl__fail_context(st, "device group '%s': warm-up: ", g->name);
+  }
+  return SL_OK;
+}
+
 void sl__dgroup_abort(sl__dgroup *g, sl_status st) {
+  if (g->seq) {
+    sl__dseq_abort(g->seq, st, NULL);
+    return;
+  }
   if (st == SL_OK) st = SL_EABORTED;
   pthread_mutex_lock(&g->m);
   if (g->aborted == SL_OK) g->aborted = st;
-  fail_waiting(g, g->aborted);
+  fail_waiting(g, g->aborted, NULL);
   pthread_mutex_unlock(&g->m);
 }
 
 sl_status sl__dgroup_arrive(sl__dgroup *g, task_rt *rt, const void *in,
                             void *out) {
-  int k = rt->member;
-  pthread_mutex_lock(&g->m);
+  int k = g->local_of[rt->member];
+  pthread_mutex_t *m = g->seq ? &g->seq->m : &g->m;
+  pthread_mutex_lock(m);
   g->member[k] = rt;
   g->args[k] = (sl__dev_rank_args){
       .in = in, .out = out, .stream = rt->dev->stream[rt->t->stream]};
   g->arrived++;
-  if (g->aborted != SL_OK) {
-    fail_waiting(g, g->aborted);
+  if (g->seq) {
+    if (g->seq->aborted != SL_OK)
+      fail_waiting(g, g->seq->aborted, g->seq->why);
+    else
+      seq_pump(g->seq);
+  } else if (g->aborted != SL_OK) {
+    fail_waiting(g, g->aborted, NULL);
   } else if (g->arrived == g->n) {
     /* The last member launches for all; no member fires its next round
      * before this one's firings complete. */
-    sl_status st = sl__dev_comm_launch(g->comm, &g->desc, g->args);
-    char why[512];
-    snprintf(why, sizeof why, "%s", st == SL_OK ? "" : sl_last_error());
-    for (int i = 0; i < g->n; i++) {
-      task_rt *m = g->member[i];
-      g->member[i] = NULL;
-      if (st != SL_OK) sl__fail(st, "%s", why); /* each member's own prefix */
-      sl__complete_on_stream(m, st);
-    }
-    g->arrived = 0;
+    (void)launch(g);
   }
-  pthread_mutex_unlock(&g->m);
+  pthread_mutex_unlock(m);
   return SL_OK;
 }

@@ -86,6 +86,8 @@ void sl__session_close_devices(sl_session *s) {
   sl__free(s->dgroups);
   s->dgroups = NULL;
   s->n_dgroups = 0;
+  sl__dseq_destroy(s->dseq);
+  s->dseq = NULL;
   sl__dev_coll_destroy(s->dcoll);
   s->dcoll = NULL;
   for (int32_t i = 0; i < s->n_devs; i++)

@@ -39,6 +39,7 @@ typedef struct sl__session_backend {
 } sl__session_backend;
 
 typedef struct sl__dgroup sl__dgroup;
+typedef struct sl__dseq sl__dseq;
 
 /* One CUDA device of this node's tasks (devices.c). */
 typedef struct sess_dev {
@@ -179,6 +180,7 @@ struct sl_session {
   sl__dev_coll *dcoll; /* their collectives, once a group needs them */
   int32_t n_dgroups;
   sl__dgroup **dgroups;
+  sl__dseq *dseq; /* the groups spanning nodes, once there is one */
 
   pthread_mutex_t lock;
   pthread_cond_t cond;
@@ -234,17 +236,57 @@ void sl__session_job_memory(sl_session *s, sl_job_config *jc);
  * task's stream has passed that work, or at once with st's failure. */
 sl_status sl__complete_on_stream(task_rt *rt, sl_status st);
 
-/* dev_boxing.c: an all-reduce between GPUs of this process, NCCL. */
+/* dev_boxing.c: an all-reduce between GPUs, NCCL. */
+/* Every member in this process: rank k on devices[k], its communicator
+ * made now. */
 sl_status sl__dgroup_create(sl__dev_coll *e, const char *name, int n,
                             const int *devices, sl_dtype dt, sl_reduce_op op,
                             size_t count, sl__dgroup **out);
+/* Members on other nodes too (daemons): nranks members, of which this
+ * process holds nlocal (ranks: their member indexes, devices: their device
+ * indexes); order is its place in the job's order of spanning groups,
+ * compared element by element, the same on every node and a dependency
+ * order ((depth, boxing node, step, group): build.c). Joins q, whose
+ * sl__dseq_connect makes the communicator later. */
+sl_status sl__dgroup_create_span(sl__dseq *q, const char *name, int nranks,
+                                 int nlocal, const int *ranks,
+                                 const int *devices, sl_dtype dt,
+                                 sl_reduce_op op, size_t count,
+                                 const int32_t order[4], sl__dgroup **out);
+/* Frees g and its communicator (after sl__dgroup_abort: only frees). */
 void sl__dgroup_destroy(sl__dgroup *g);
 /* Member rt (its firing deferred in rt->pending) arrives with its
- * buffers; the last arrival launches the round for all. */
+ * buffers; the last local arrival launches the round for all local
+ * members (a spanning group: once the groups before it in the job's order
+ * have launched this round). */
 sl_status sl__dgroup_arrive(sl__dgroup *g, task_rt *rt, const void *in,
                             void *out);
-/* Completes waiting members with st, and every later arrival. */
+/* Completes waiting members with st, and every later arrival; for a
+ * spanning group, those of its whole sequencer, whose communicators are
+ * aborted (sl__dseq_abort). */
 void sl__dgroup_abort(sl__dgroup *g, sl_status st);
+
+/* The spanning groups of this process's share of a job, launched in the
+ * job's order (dev_boxing.c's header says why that keeps them from
+ * deadlocking). Groups are freed by sl__dgroup_destroy, q by
+ * sl__dseq_destroy (NULL: no-op) after them. */
+sl_status sl__dseq_create(sl__dseq **out);
+void sl__dseq_destroy(sl__dseq *q);
+/* Makes every group's communicator, in the job's order, through kv under
+ * job's keys, each with a warm-up all-reduce on its devices; before the
+ * job starts on this node. Collective: every node's call must run at
+ * about the same time. An abort (sl__dseq_abort) ends a wait for a unique
+ * id. The first failure, naming the group (and the key across processes);
+ * SL_OK with no group. */
+sl_status sl__dseq_connect(sl__dseq *q, sl_session *s, sl__dev_coll *e,
+                           const sl__dev_kv *kv, uint64_t job);
+/* Completes every waiting member with st (msg: why, for their messages),
+ * and every later arrival, and aborts the communicators. Any thread;
+ * repeated calls keep the first reason. NULL: no-op. */
+void sl__dseq_abort(sl__dseq *q, sl_status st, const char *msg);
+/* Daemons, before starting the job: sl__dseq_connect for s's groups that
+ * span nodes, through kv. */
+sl_status sl__session_connect_dgroups(sl_session *s, const sl__dev_kv *kv);
 
 /* Copies host bytes to the device and waits (set-up only). */
 sl_status sl__dev_upload(sess_dev *d, void *dst, const void *src,

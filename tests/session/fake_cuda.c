@@ -20,7 +20,8 @@ static void *to_device(void *p) {
 
 static struct {
   atomic_uint_least64_t kernels, h2d, d2h, d2d, memsets;
-  atomic_uint_least64_t all_reduces;
+  atomic_uint_least64_t all_reduces, cross_all_reduces, comm_aborts;
+  atomic_uint_least64_t order_checks, order_errors;
   atomic_int_least64_t live_allocs;
 } stats;
 
@@ -34,20 +35,8 @@ typedef enum item_kind {
   ITEM_COLL
 } item_kind;
 
-/* One all-reduce launch: every rank's stream runs its part, which waits
- * (blocking that stream, as an NCCL kernel does) until all ranks are there;
- * the last one reduces in rank order, as the host collectives do. */
-typedef struct round {
-  pthread_mutex_t m;
-  pthread_cond_t cv;
-  int n, arrived, left;
-  bool done;
-  sl_dtype dt;
-  sl_reduce_op op;
-  size_t count;
-  const void **in;
-  void **out;
-} round;
+typedef struct fround fround; /* a collective (below) */
+typedef struct fshared fshared;
 
 typedef struct item {
   item_kind kind;
@@ -57,7 +46,9 @@ typedef struct item {
   int value;
   const sl__op_def *op;
   sl__kernel_ctx k;
-  round *r; /* ITEM_COLL */
+  fshared *sh; /* ITEM_COLL: the communicator, the collective, the rank */
+  fround *r;
+  int rank;
   struct item *next;
 } item;
 
@@ -67,52 +58,48 @@ typedef struct fstream {
   item *head, *tail;
   uint64_t queued, done; /* items queued and run so far */
   sl_status failed;      /* a kernel's failure: the stream is broken */
+  char why[512];         /* a collective's failure message */
   bool quit;
   pthread_t thread;
+  int device;   /* its device's index */
+  unsigned rng; /* jitter */
 } fstream;
+
+/* Kernels wait a random 0..jitter_us microseconds first (0: none), and
+ * those on device d delay_us[d] more. */
+static atomic_uint jitter_us;
+static atomic_uint delay_us[8];
 
 typedef struct fevent {
   fstream *s;
   uint64_t seq; /* complete once s->done reaches it */
 } fevent;
 
-static void run_round(round *r) {
-  pthread_mutex_lock(&r->m);
-  if (++r->arrived == r->n) {
-    size_t bytes = r->count * sl_dtype_size(r->dt);
-    void *acc = malloc(bytes ? bytes : 1);
-    if (bytes) memcpy(acc, r->in[0], bytes);
-    for (int i = 1; i < r->n; i++)
-      sl__elem_reduce(r->dt, r->op, acc, r->in[i], (int64_t)r->count);
-    for (int i = 0; i < r->n; i++)
-      if (bytes) memcpy(r->out[i], acc, bytes);
-    free(acc);
-    r->done = true;
-    pthread_cond_broadcast(&r->cv);
-  }
-  while (!r->done)
-    pthread_cond_wait(&r->cv, &r->m);
-  bool last = --r->left == 0;
-  pthread_mutex_unlock(&r->m);
-  if (!last) return;
-  pthread_mutex_destroy(&r->m);
-  pthread_cond_destroy(&r->cv);
-  free(r->in);
-  free(r->out);
-  free(r);
-}
+static sl_status run_coll(item *it);
 
 static void run_item(item *it, fstream *s) {
   sl_status st = SL_OK;
   switch (it->kind) {
   case ITEM_COPY: memcpy(it->dst, it->src, it->bytes); break;
   case ITEM_SET: memset(it->dst, it->value, it->bytes); break;
-  case ITEM_KERNEL: st = sl__op_run_cpu(it->op, &it->k); break;
-  case ITEM_COLL: run_round(it->r); break;
+  case ITEM_KERNEL: {
+    unsigned j = atomic_load(&jitter_us), us = 0;
+    if (j) us = (unsigned)rand_r(&s->rng) % j;
+    if (s->device >= 0 && s->device < (int)SL_ARRAY_LEN(delay_us))
+      us += atomic_load(&delay_us[s->device]);
+    if (us) sl__sleep_ns((uint64_t)us * 1000u);
+    st = sl__op_run_cpu(it->op, &it->k);
+    break;
+  }
+  case ITEM_COLL: st = run_coll(it); break;
   }
   if (st != SL_OK) {
     pthread_mutex_lock(&s->m);
-    if (s->failed == SL_OK) s->failed = st;
+    if (s->failed == SL_OK) {
+      s->failed = st;
+      if (it->kind == ITEM_COLL)
+        snprintf(s->why, sizeof s->why, "%s", sl_last_error());
+    }
     pthread_mutex_unlock(&s->m);
   }
 }
@@ -223,11 +210,22 @@ static sl_status f_memset(void *ctx, void *dst, int value, size_t bytes,
   return enqueue((fstream *)s, it);
 }
 
+static sl_status stream_failure(fstream *s, sl_status failed) {
+  pthread_mutex_lock(&s->m);
+  char why[sizeof s->why];
+  snprintf(why, sizeof why, "%s", s->why[0] ? s->why : "a kernel failed");
+  pthread_mutex_unlock(&s->m);
+  return sl__fail(failed, "fake cuda: %s", why);
+}
+
 static sl_status f_stream_create(void *ctx, sl__stream **out) {
   fstream *s = calloc(1, sizeof *s);
   if (!s) return SL_ENOMEM;
   pthread_mutex_init(&s->m, NULL);
   pthread_cond_init(&s->cv, NULL);
+  static atomic_uint streams;
+  s->rng = 0x9e3779b9u * (atomic_fetch_add(&streams, 1) + 1);
+  s->device = (int)(intptr_t)ctx - 1;
   if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
     free(s);
     return sl__fail(SL_EINTERNAL, "fake cuda: no stream thread");
@@ -256,8 +254,7 @@ static sl_status f_stream_sync(void *ctx, sl__stream *st) {
     pthread_cond_wait(&s->cv, &s->m);
   sl_status failed = s->failed;
   pthread_mutex_unlock(&s->m);
-  return failed == SL_OK ? SL_OK
-                         : sl__fail(failed, "fake cuda: a kernel failed");
+  return failed == SL_OK ? SL_OK : stream_failure(s, failed);
 }
 
 static sl_status f_event_create(void *ctx, sl__event **out) {
@@ -293,8 +290,7 @@ static sl_status f_event_query(void *ctx, sl__event *ev, bool *done) {
   sl_status failed = *done ? e->s->failed : SL_OK;
   pthread_mutex_unlock(&e->s->m);
   /* As CUDA: a failed kernel is reported by the queries after it. */
-  return failed == SL_OK ? SL_OK
-                         : sl__fail(failed, "fake cuda: a kernel failed");
+  return failed == SL_OK ? SL_OK : stream_failure(e->s, failed);
 }
 
 static sl_status f_event_sync(void *ctx, sl__event *ev) {
@@ -328,7 +324,9 @@ static const sl__device_vtable fake_vt = {
 static sl_status fake_open(int index, sl__device **out) {
   char name[24];
   snprintf(name, sizeof name, "cuda:%d", index);
-  return sl__device_wrap(&fake_vt, NULL, SL_DEVICE_CUDA, index, name, out);
+  /* ctx: the index + 1, for the streams' delays */
+  return sl__device_wrap(&fake_vt, (void *)(intptr_t)(index + 1),
+                         SL_DEVICE_CUDA, index, name, out);
 }
 
 /* Queues the op's CPU kernel on the stream, on host views of its tensors. */
@@ -358,52 +356,114 @@ static sl_status fake_run_op(const sl__op_def *op, sl__kernel_ctx *k,
   return enqueue((fstream *)s, it);
 }
 
-/* ---- collectives: all-reduce between fake devices --------------------------
- */
+/* ---- collectives: NCCL-like communicators --------------------------------
+ * A communicator is shared state found by its unique id (ids are unique in
+ * the test process), so the daemons of one test process, each with its own
+ * sl__dev_coll, meet in it as NCCL's processes do. Like NCCL:
+ * - init is collective: the group call that initialises a process's ranks
+ *   returns once every rank of the communicator has been initialised;
+ * - the k-th collective of every rank is one collective; a rank's part runs
+ *   when its stream gets there and holds that stream until every rank's
+ *   stream has got there (the last reduces, in rank order, as the host
+ *   collectives do, so results stay bit-identical);
+ * - an abort frees only its own rank: that rank's waiting part ends, the
+ *   others keep waiting until their own process aborts them.
+ * A part that waits longer than WAIT_MS fails its stream, naming the
+ * communicator and the collective — where NCCL would hang (ranks issuing
+ * collectives in different orders, a process that never comes). */
 
-typedef struct fcomm {
-  int nranks, rank;
-} fcomm;
+#define WAIT_MS 20000u
 
-typedef struct pending_op {
-  fcomm *c;
-  const void *in;
-  void *out;
-  size_t count;
+struct fround {
+  fround *next;
+  uint64_t seq;              /* the communicator's k-th collective */
+  int posted, arrived, left; /* ranks launched, reached, gone past it */
+  bool done;
   sl__dev_type t;
   sl__dev_redop op;
-  fstream *s;
-} pending_op;
+  size_t count;
+  const void **in; /* by rank */
+  void **out;
+};
 
-/* Group calls are per thread, as NCCL's. */
-static _Thread_local pending_op pending[64];
-static _Thread_local int n_pending;
-static atomic_uint_least64_t id_counter;
+struct fshared {
+  fshared *next;
+  uint64_t id;
+  int nranks, joined;
+  int refs;         /* handles and queued parts */
+  bool *gone;       /* by rank: its handle aborted or destroyed */
+  bool broken;      /* a rank aborted: no collective writes outputs any more */
+  bool cross;       /* its ranks were initialised by several group calls */
+  uint64_t *posted; /* by rank: collectives launched */
+  fround *rounds;
+};
 
-static sl_status fc_unique_id(void *ctx, uint8_t *id) {
-  uint64_t v = atomic_fetch_add(&id_counter, 1);
-  memcpy(id, &v, sizeof v);
-  return SL_OK;
+/* One "process": an sl__dev_coll (each daemon's session opens its own).
+ * It logs the communicators across processes in the order it created
+ * them and in the order it launched on them, and checks when it closes
+ * that after each one's first collective (the session's warm-up) it
+ * launched on them round by round in creation order — the session's job
+ * order (session/dev_boxing.c). */
+typedef struct fproc {
+  uint64_t *created, *launched;
+  int n_created, n_launched, cap_created, cap_launched;
+  bool aborted; /* a communicator was aborted: rounds end anywhere */
+} fproc;
+
+typedef struct fcomm {
+  fshared *sh;
+  int rank;
+} fcomm;
+
+/* Appends v to a log (under reg_m); false when out of memory. */
+static bool log_add(uint64_t **a, int *n, int *cap, uint64_t v) {
+  if (*n == *cap) {
+    int nc = *cap ? 2 * *cap : 64;
+    uint64_t *g = realloc(*a, (size_t)nc * sizeof *g);
+    if (!g) return false;
+    *a = g;
+    *cap = nc;
+  }
+  (*a)[(*n)++] = v;
+  return true;
 }
 
-static sl_status fc_comm_init(void *ctx, int nranks, const uint8_t *id,
-                              int rank, int device, void **comm) {
-  fcomm *c = calloc(1, sizeof *c);
-  if (!c) return SL_ENOMEM;
-  c->nranks = nranks;
-  c->rank = rank;
-  *comm = c;
-  return SL_OK;
+/* Everything shared: one lock (tests are small), one condition. */
+static pthread_mutex_t reg_m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t reg_cv;
+static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
+static fshared *registry;
+/* fake_cuda_fail_collective: the part to fail (rank -1: none). */
+static int fail_rank = -1;
+static uint64_t fail_seq;
+
+static void reg_init(void) { sl__cond_init(&reg_cv); }
+
+/* Under reg_m. */
+static void shared_unref(fshared *sh) {
+  if (--sh->refs > 0) return;
+  fshared **p = &registry;
+  while (*p != sh)
+    p = &(*p)->next;
+  *p = sh->next;
+  while (sh->rounds) {
+    fround *r = sh->rounds;
+    sh->rounds = r->next;
+    free(r->in);
+    free(r->out);
+    free(r);
+  }
+  free(sh->gone);
+  free(sh->posted);
+  free(sh);
 }
 
-static sl_status fc_comm_free(void *ctx, void *comm) {
-  free(comm);
-  return SL_OK;
-}
-
-static sl_status fc_group_start(void *ctx) {
-  n_pending = 0;
-  return SL_OK;
+/* Waits on reg_cv until the deadline; false once it passed. */
+static bool reg_wait(uint64_t deadline) {
+  uint64_t now = sl__now_ns();
+  if (now >= deadline) return false;
+  sl__cond_wait_ns(&reg_cv, &reg_m, deadline - now);
+  return true;
 }
 
 static sl_dtype fc_dtype(sl__dev_type t) {
@@ -415,37 +475,289 @@ static sl_dtype fc_dtype(sl__dev_type t) {
   }
 }
 
-/* Every rank of one launch gets its part of one round on its stream. */
+static sl_reduce_op fc_op(sl__dev_redop op) {
+  return op == SL__DEV_MAX   ? SL_REDUCE_MAX
+         : op == SL__DEV_MIN ? SL_REDUCE_MIN
+                             : SL_REDUCE_SUM;
+}
+
+/* A rank's part of a collective, on its stream's worker. */
+static sl_status run_coll(item *it) {
+  fshared *sh = it->sh;
+  fround *r = it->r;
+  sl_status st = SL_OK;
+  uint64_t deadline = sl__now_ns() + (uint64_t)WAIT_MS * 1000000u;
+  pthread_mutex_lock(&reg_m);
+  if (sh->cross && it->rank == fail_rank && r->seq == fail_seq) {
+    /* A fault once every other rank is inside: this part never joins,
+     * the others wait for it until their processes abort them. */
+    fail_rank = -1;
+    while (r->arrived < sh->nranks - 1 && !sh->gone[it->rank] &&
+           reg_wait(deadline))
+      ;
+    st = sl__fail(SL_ENCCL,
+                  "fake nccl: rank %d failed inside collective %llu of "
+                  "communicator %llx (injected)",
+                  it->rank, (unsigned long long)r->seq,
+                  (unsigned long long)sh->id);
+  } else if (++r->arrived < sh->nranks) {
+    pthread_cond_broadcast(&reg_cv); /* an injected fault waits for it */
+  } else if (!sh->broken) {
+    size_t bytes = r->count * sl_dtype_size(fc_dtype(r->t));
+    void *acc = malloc(bytes ? bytes : 1);
+    if (bytes) memcpy(acc, r->in[0], bytes);
+    for (int i = 1; i < sh->nranks; i++)
+      sl__elem_reduce(fc_dtype(r->t), fc_op(r->op), acc, r->in[i],
+                      (int64_t)r->count);
+    for (int i = 0; i < sh->nranks; i++)
+      if (bytes) memcpy(r->out[i], acc, bytes);
+    free(acc);
+    r->done = true;
+    pthread_cond_broadcast(&reg_cv);
+  }
+  while (st == SL_OK && !r->done && !sh->gone[it->rank])
+    if (!reg_wait(deadline)) {
+      st = sl__fail(SL_ETIMEOUT,
+                    "fake nccl: rank %d of communicator %llx waited %u ms in "
+                    "its collective %llu (%d of %d ranks there): NCCL would "
+                    "hang (collectives issued in different orders? a "
+                    "process that never launched it?)",
+                    it->rank, (unsigned long long)sh->id, WAIT_MS,
+                    (unsigned long long)r->seq, r->arrived, sh->nranks);
+      break;
+    }
+  if (++r->left == sh->nranks) {
+    fround **p = &sh->rounds;
+    while (*p != r)
+      p = &(*p)->next;
+    *p = r->next;
+    free(r->in);
+    free(r->out);
+    free(r);
+  }
+  shared_unref(sh);
+  pthread_mutex_unlock(&reg_m);
+  return st;
+}
+
+/* Group calls are per thread, as NCCL's. */
+typedef struct pending_op {
+  fcomm *c;
+  const void *in;
+  void *out;
+  size_t count;
+  sl__dev_type t;
+  sl__dev_redop op;
+  fstream *s;
+} pending_op;
+
+static _Thread_local pending_op pending[64];
+static _Thread_local int n_pending;
+static _Thread_local fcomm *pending_init[64];
+static _Thread_local int n_init;
+static atomic_uint_least64_t id_counter;
+static atomic_int fail_ids; /* unique ids still to refuse */
+
+static sl_status fc_unique_id(void *ctx, uint8_t *id) {
+  int left = atomic_load(&fail_ids);
+  while (left > 0 && !atomic_compare_exchange_weak(&fail_ids, &left, left - 1))
+    ;
+  if (left > 0) return sl__fail(SL_ENCCL, "fake nccl: no unique id (injected)");
+  uint64_t v = atomic_fetch_add(&id_counter, 1) + 1;
+  memcpy(id, &v, sizeof v);
+  return SL_OK;
+}
+
+static sl_status fc_comm_init(void *ctx, int nranks, const uint8_t *id,
+                              int rank, int device, void **comm) {
+  *comm = NULL;
+  if (n_init == (int)SL_ARRAY_LEN(pending_init))
+    return sl__fail(SL_EINVAL, "fake nccl: too many inits in a group");
+  uint64_t v;
+  memcpy(&v, id, sizeof v);
+  pthread_once(&reg_once, reg_init);
+  fcomm *c = calloc(1, sizeof *c);
+  if (!c) return SL_ENOMEM;
+  pthread_mutex_lock(&reg_m);
+  fshared *sh = registry;
+  while (sh && sh->id != v)
+    sh = sh->next;
+  sl_status st = SL_OK;
+  if (!sh && nranks > 0) {
+    sh = calloc(1, sizeof *sh);
+    bool *gone = calloc((size_t)nranks, sizeof *gone);
+    uint64_t *posted = calloc((size_t)nranks, sizeof *posted);
+    if (sh && gone && posted) {
+      sh->id = v;
+      sh->nranks = nranks;
+      sh->gone = gone;
+      sh->posted = posted;
+      sh->next = registry;
+      registry = sh;
+    } else {
+      free(sh);
+      free(gone);
+      free(posted);
+      sh = NULL;
+    }
+  }
+  if (!sh) {
+    st = SL_ENOMEM;
+  } else if (sh->nranks != nranks || rank < 0 || rank >= nranks) {
+    st = sl__fail(SL_EINVAL,
+                  "fake nccl: rank %d of %d on a communicator of %d ranks",
+                  rank, nranks, sh->nranks);
+  } else {
+    sh->joined++;
+    sh->refs++;
+    c->sh = sh;
+    c->rank = rank;
+    pthread_cond_broadcast(&reg_cv);
+  }
+  pthread_mutex_unlock(&reg_m);
+  if (st != SL_OK) {
+    free(c);
+    return st;
+  }
+  pending_init[n_init++] = c;
+  *comm = c;
+  return SL_OK;
+}
+
+/* Frees a handle: its rank is gone; an abort breaks the communicator. */
+static sl_status fc_release(void *comm, bool abort) {
+  fcomm *c = comm;
+  pthread_mutex_lock(&reg_m);
+  c->sh->gone[c->rank] = true;
+  if (abort) {
+    c->sh->broken = true;
+    atomic_fetch_add(&stats.comm_aborts, 1);
+  }
+  pthread_cond_broadcast(&reg_cv);
+  shared_unref(c->sh);
+  pthread_mutex_unlock(&reg_m);
+  free(c);
+  return SL_OK;
+}
+
+static sl_status fc_comm_destroy(void *ctx, void *comm) {
+  return fc_release(comm, false);
+}
+
+static sl_status fc_comm_abort(void *ctx, void *comm) {
+  fproc *pr = ctx;
+  pthread_mutex_lock(&reg_m);
+  pr->aborted = true;
+  pthread_mutex_unlock(&reg_m);
+  return comm ? fc_release(comm, true) : SL_OK;
+}
+
+static sl_status fc_group_start(void *ctx) {
+  n_pending = 0;
+  n_init = 0;
+  return SL_OK;
+}
+
+/* The inits of this group call: done when every rank of their
+ * communicators has joined. */
+static sl_status end_inits(fproc *pr) {
+  int n = n_init;
+  n_init = 0;
+  uint64_t deadline = sl__now_ns() + (uint64_t)WAIT_MS * 1000000u;
+  sl_status st = SL_OK;
+  pthread_mutex_lock(&reg_m);
+  for (int i = 0; i < n && st == SL_OK; i++) {
+    fshared *sh = pending_init[i]->sh;
+    int here = 0;
+    for (int j = 0; j < n; j++)
+      here += pending_init[j]->sh == sh;
+    bool first = true; /* log each communicator once */
+    for (int j = 0; j < i; j++)
+      first &= pending_init[j]->sh != sh;
+    if (here < sh->nranks) {
+      sh->cross = true;
+      if (first &&
+          !log_add(&pr->created, &pr->n_created, &pr->cap_created, sh->id))
+        st = SL_ENOMEM;
+    }
+    while (sh->joined < sh->nranks && st == SL_OK)
+      if (!reg_wait(deadline))
+        st = sl__fail(SL_ETIMEOUT,
+                      "fake nccl: init of communicator %llx: %d of %d ranks "
+                      "joined in %u ms",
+                      (unsigned long long)sh->id, sh->joined, sh->nranks,
+                      WAIT_MS);
+  }
+  pthread_mutex_unlock(&reg_m);
+  return st;
+}
+
+/* Each launched rank's part goes onto its stream as its next collective. */
 static sl_status fc_group_end(void *ctx) {
+  fproc *pr = ctx;
+  if (n_init) return end_inits(pr);
   int n = n_pending;
   n_pending = 0;
-  if (n == 0) return SL_OK;
-  if (n != pending[0].c->nranks)
-    return sl__fail(SL_EINVAL, "fake nccl: %d of %d ranks in one launch", n,
-                    pending[0].c->nranks);
-  round *r = calloc(1, sizeof *r);
-  if (!r) return SL_ENOMEM;
-  pthread_mutex_init(&r->m, NULL);
-  pthread_cond_init(&r->cv, NULL);
-  r->n = r->left = n;
-  r->dt = fc_dtype(pending[0].t);
-  r->op = pending[0].op == SL__DEV_MAX   ? SL_REDUCE_MAX
-          : pending[0].op == SL__DEV_MIN ? SL_REDUCE_MIN
-                                         : SL_REDUCE_SUM;
-  r->count = pending[0].count;
-  r->in = calloc((size_t)n, sizeof *r->in);
-  r->out = calloc((size_t)n, sizeof *r->out);
-  for (int i = 0; i < n; i++) {
+  sl_status st = SL_OK;
+  pthread_mutex_lock(&reg_m);
+  for (int i = 0; i < n && st == SL_OK; i++) {
     const pending_op *p = &pending[i];
+    fshared *sh = p->c->sh;
+    bool first = true; /* log a launch once, not per local rank */
+    for (int j = 0; j < i; j++)
+      first &= pending[j].c->sh != sh;
+    if (sh->cross && first &&
+        !log_add(&pr->launched, &pr->n_launched, &pr->cap_launched, sh->id)) {
+      st = SL_ENOMEM;
+      break;
+    }
+    uint64_t seq = sh->posted[p->c->rank]++;
+    fround *r = sh->rounds;
+    while (r && r->seq != seq)
+      r = r->next;
+    if (!r) {
+      r = calloc(1, sizeof *r);
+      if (!r) {
+        st = SL_ENOMEM;
+        break;
+      }
+      r->seq = seq;
+      r->t = p->t;
+      r->op = p->op;
+      r->count = p->count;
+      r->in = calloc((size_t)sh->nranks, sizeof *r->in);
+      r->out = calloc((size_t)sh->nranks, sizeof *r->out);
+      r->next = sh->rounds;
+      sh->rounds = r;
+    } else if (r->t != p->t || r->op != p->op || r->count != p->count) {
+      /* NCCL would hang or corrupt memory. */
+      st = sl__fail(SL_EINVAL,
+                    "fake nccl: collective %llu of communicator %llx: rank "
+                    "%d launched %zu elements of type %d, op %d; another "
+                    "rank %zu, type %d, op %d",
+                    (unsigned long long)seq, (unsigned long long)sh->id,
+                    p->c->rank, p->count, (int)p->t, (int)p->op, r->count,
+                    (int)r->t, (int)r->op);
+      break;
+    }
     r->in[p->c->rank] = to_host(p->in);
     r->out[p->c->rank] = to_host(p->out);
-  }
-  for (int i = 0; i < n; i++) {
+    r->posted++;
     item *it = new_item(ITEM_COLL);
+    if (!it) {
+      st = SL_ENOMEM;
+      break;
+    }
+    it->sh = sh;
     it->r = r;
-    enqueue(pending[i].s, it);
+    it->rank = p->c->rank;
+    sh->refs++;
+    atomic_fetch_add(sh->cross ? &stats.cross_all_reduces : &stats.all_reduces,
+                     1);
+    enqueue(p->s, it);
   }
-  return SL_OK;
+  pthread_mutex_unlock(&reg_m);
+  return st;
 }
 
 static sl_status fc_all_reduce(void *ctx, void *comm, const void *in, void *out,
@@ -456,7 +768,6 @@ static sl_status fc_all_reduce(void *ctx, void *comm, const void *in, void *out,
   if ((in && !((uintptr_t)in & DEVICE_BIT)) ||
       (out && !((uintptr_t)out & DEVICE_BIT)))
     return sl__fail(SL_EINVAL, "fake nccl: all_reduce on host memory");
-  atomic_fetch_add(&stats.all_reduces, 1);
   pending[n_pending++] =
       (pending_op){comm, in, out, count, t, op, (fstream *)s};
   return SL_OK;
@@ -483,6 +794,39 @@ static sl_status fc_recv(void *ctx, void *comm, void *buf, size_t count,
   return fc_only_all_reduce();
 }
 
+/* The check of fproc's header, when the process closes. */
+static void fc_close(void *ctx) {
+  fproc *pr = ctx;
+  int n = pr->n_created, k = 0;
+  bool ok = true;
+  if (n > 0 && !pr->aborted) {
+    bool *warm = calloc((size_t)n, sizeof *warm);
+    for (int i = 0; i < pr->n_launched && ok && warm; i++) {
+      int c = 0;
+      while (c < n && pr->created[c] != pr->launched[i])
+        c++;
+      if (c < n && !warm[c]) {
+        warm[c] = true; /* its first: the warm-up */
+        continue;
+      }
+      ok = c < n && c == k % n;
+      if (!ok)
+        fprintf(stderr,
+                "fake nccl: launch %d of this process is on communicator "
+                "%llx, but the job's order has %llx next\n",
+                i, (unsigned long long)pr->launched[i],
+                (unsigned long long)pr->created[k % n]);
+      k++;
+    }
+    free(warm);
+    atomic_fetch_add(&stats.order_checks, 1);
+    if (!ok) atomic_fetch_add(&stats.order_errors, 1);
+  }
+  free(pr->created);
+  free(pr->launched);
+  free(pr);
+}
+
 static const sl__dev_coll_vtable fake_coll_vt = {
     .name = "fake-nccl",
     .id_bytes = 8,
@@ -491,8 +835,8 @@ static const sl__dev_coll_vtable fake_coll_vt = {
              SL__DEV_TYPE_BIT(SL__DEV_INT32) | SL__DEV_TYPE_BIT(SL__DEV_INT64),
     .unique_id = fc_unique_id,
     .comm_init = fc_comm_init,
-    .comm_destroy = fc_comm_free,
-    .comm_abort = fc_comm_free,
+    .comm_destroy = fc_comm_destroy,
+    .comm_abort = fc_comm_abort,
     .group_start = fc_group_start,
     .group_end = fc_group_end,
     .all_reduce = fc_all_reduce,
@@ -500,10 +844,15 @@ static const sl__dev_coll_vtable fake_coll_vt = {
     .all_gather = fc_all_gather,
     .send = fc_send,
     .recv = fc_recv,
+    .close = fc_close,
 };
 
 static sl_status fake_coll_open(sl__dev_coll **out) {
-  return sl__dev_coll_create(&fake_coll_vt, NULL, out);
+  fproc *pr = calloc(1, sizeof *pr);
+  if (!pr) return SL_ENOMEM;
+  sl_status st = sl__dev_coll_create(&fake_coll_vt, pr, out);
+  if (st != SL_OK) free(pr);
+  return st;
 }
 
 static const sl__session_backend fake_backend = {fake_open, fake_run_op,
@@ -511,6 +860,11 @@ static const sl__session_backend fake_backend = {fake_open, fake_run_op,
 
 void fake_cuda_install(void) {
   memset(&stats, 0, sizeof stats);
+  atomic_store(&jitter_us, 0);
+  for (size_t d = 0; d < SL_ARRAY_LEN(delay_us); d++)
+    atomic_store(&delay_us[d], 0);
+  atomic_store(&fail_ids, 0);
+  fake_cuda_fail_collective(-1, 0);
   sl__session_set_backend(&fake_backend);
 }
 
@@ -524,4 +878,33 @@ void fake_cuda_get_stats(fake_cuda_stats *out) {
   out->memsets = atomic_load(&stats.memsets);
   out->live_allocs = (uint64_t)atomic_load(&stats.live_allocs);
   out->all_reduces = atomic_load(&stats.all_reduces);
+  out->cross_all_reduces = atomic_load(&stats.cross_all_reduces);
+  out->comm_aborts = atomic_load(&stats.comm_aborts);
+  out->order_checks = atomic_load(&stats.order_checks);
+  out->order_errors = atomic_load(&stats.order_errors);
+}
+
+void fake_cuda_set_device_delay(int device, unsigned us) {
+  if (device >= 0 && device < (int)SL_ARRAY_LEN(delay_us))
+    atomic_store(&delay_us[device], us);
+}
+
+void fake_cuda_set_jitter(unsigned us) { atomic_store(&jitter_us, us); }
+
+void fake_cuda_fail_unique_ids(int n) { atomic_store(&fail_ids, n); }
+
+void fake_cuda_fail_collective(int rank, uint64_t seq) {
+  pthread_mutex_lock(&reg_m);
+  fail_rank = rank;
+  fail_seq = seq;
+  pthread_mutex_unlock(&reg_m);
+}
+
+int fake_cuda_live_comms(void) {
+  pthread_mutex_lock(&reg_m);
+  int n = 0;
+  for (fshared *sh = registry; sh; sh = sh->next)
+    n++;
+  pthread_mutex_unlock(&reg_m);
+  return n;
 }

@@ -11,23 +11,51 @@
  *   host access to device memory crashes instead of silently working.
  * Kernels are the ops' CPU kernels, run by the stream's worker on the
  * translated pointers, so a session on fake cuda:k computes exactly what
- * one on cpu:k does. Its "NCCL" does all-reduces like NCCL: a launch for
- * all ranks in one group call, each rank's stream blocked until all ranks
- * reached the collective, members reduced in rank order. */
+ * one on cpu:k does. Its "NCCL" does all-reduces like NCCL: communicators
+ * found by their unique id, so daemons in one test process share them as
+ * NCCL's processes do; a collective init; each rank's stream blocked in a
+ * collective until all ranks reached it (past a 20 s wait, where NCCL
+ * would hang, the stream fails naming the collective); members reduced in
+ * rank order; an abort frees only its own rank. */
 #ifndef SLUICE_TESTS_FAKE_CUDA_H
 #define SLUICE_TESTS_FAKE_CUDA_H
 
 #include <stdint.h>
 
 typedef struct fake_cuda_stats {
-  uint64_t kernels, h2d, d2h, d2d, memsets; /* work items run */
+  uint64_t kernels, h2d, d2h, d2d, memsets; /* work items queued */
   uint64_t live_allocs; /* device allocations not yet freed */
-  uint64_t all_reduces; /* ranks' all-reduces launched (fake NCCL) */
+  /* Ranks' all-reduces launched (fake NCCL) on communicators inside one
+   * process, and on communicators across processes (daemons). */
+  uint64_t all_reduces, cross_all_reduces;
+  uint64_t comm_aborts; /* ranks' communicators aborted */
+  /* Processes (each daemon's session) that launched on communicators
+   * across processes, closed without an abort: checked that they launched
+   * round by round in the order they created those communicators; and of
+   * them, the ones that did not (a message on stderr says where). */
+  uint64_t order_checks, order_errors;
 } fake_cuda_stats;
 
 void fake_cuda_install(void);
 void fake_cuda_uninstall(void);
 /* Totals since install. */
 void fake_cuda_get_stats(fake_cuda_stats *out);
+/* Kernels wait a random 0..us microseconds before running (0: no wait;
+ * install resets it), so work finishes in varying orders. */
+void fake_cuda_set_jitter(unsigned us);
+/* Kernels on cuda:device (of every process) wait us microseconds more
+ * (device < 8; install resets it). */
+void fake_cuda_set_device_delay(int device, unsigned us);
+/* The next n unique ids asked for fail (install resets it). */
+void fake_cuda_fail_unique_ids(int n);
+/* The part of rank `rank` in collective number seq (counting from 0) of
+ * the next communicator across processes to get there fails its stream
+ * (a fault inside the collective), once every other rank has reached it;
+ * it never joins, so the others wait until they are aborted. Once; rank
+ * -1 cancels; install resets it. */
+void fake_cuda_fail_collective(int rank, uint64_t seq);
+/* Communicators with a rank still initialised or a part still queued: 0
+ * once every session is gone. */
+int fake_cuda_live_comms(void);
 
 #endif

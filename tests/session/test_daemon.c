@@ -27,6 +27,8 @@ typedef struct dthread {
   pthread_t th;
   sl_status st;
   char log[8192];
+  _Atomic(sl__net_coll *) nc; /* while it serves: its collectives between
+                                 nodes (the tests read their counts) */
 } dthread;
 
 static void *daemon_main(void *arg) {
@@ -57,8 +59,10 @@ static void *daemon_main(void *arg) {
     setvbuf(log, NULL, _IONBF, 0);
     sl__net_coll *nc = NULL;
     d->st = sl__net_coll_create(ep, NULL, &nc);
+    atomic_store(&d->nc, nc);
     sl__daemon_opts o = {cp, ep, nc, &d->stop, 0, log};
     if (d->st == SL_OK) d->st = sl__daemon_serve(&o);
+    atomic_store(&d->nc, NULL);
     fclose(log);
     sl__cp_client_destroy(cp);
     sl__dp_endpoint_destroy(ep);
@@ -335,13 +339,61 @@ static void test_failure_inside_collective(void **state) {
     fail_msg("after a failure: %s", sl_last_error());
 }
 
+/* Collectives between nodes started so far, over both daemons. */
+static uint64_t net_started(void **state) {
+  cluster *c = *state;
+  uint64_t n = 0;
+  for (int r = 0; r < NNODES; r++) {
+    sl__net_coll *nc = atomic_load(&c->d[r].nc);
+    assert_non_null(nc);
+    sl__net_coll_stats ns;
+    sl__net_coll_get_stats(nc, &ns);
+    n += ns.started;
+  }
+  return n;
+}
+
+/* The daemons free a failed job's devices after the program has heard of
+ * the failure: wait (a bounded guard) until the fake's communicators and
+ * device memory are all given back. */
+static void wait_devices_freed(void) {
+  fake_cuda_stats fs;
+  for (int i = 0; i < 1000; i++) {
+    fake_cuda_get_stats(&fs);
+    if (fake_cuda_live_comms() == 0 && fs.live_allocs == 0) return;
+    usleep(10 * 1000);
+  }
+  fail_msg("after 10 s: %d fake communicators, %llu device allocations left",
+           fake_cuda_live_comms(), (unsigned long long)fs.live_allocs);
+}
+
+/* Whether node's log gets a line with text within 10 s (a bounded guard:
+ * a daemon logs a job after the program has heard of its failure). */
+static bool log_has(void **state, int node, const char *text) {
+  cluster *c = *state;
+  for (int i = 0; i < 1000; i++) {
+    if (strstr(c->d[node].log, text)) return true;
+    usleep(10 * 1000);
+  }
+  printf("node %d's log:\n%s", node, c->d[node].log);
+  return false;
+}
+
 /* CUDA placements across nodes, on the fake device (fake_cuda.h): every
- * daemon opens its cuda devices, boxing between nodes runs on the
- * devices' host sides, the program feeds and fetches there; the same
+ * daemon opens its cuda devices, the program feeds and fetches on their
+ * host sides, and the gradients' all-reduces between the nodes stay on the
+ * devices: one fake-NCCL communicator across the two daemons per group
+ * (dp: one group of 4 ranks, 2 per node; hybrid: two groups of 2, one rank
+ * per node each), no collective between nodes on the hosts. The same
  * losses and weights as the embedded run on cpu devices. */
 static void test_cuda_across_nodes(void **state) {
-  (void)state;
   fake_cuda_install();
+  /* The counter read below does count host collectives between nodes. */
+  float lc[STEPS], wc[30];
+  uint64_t before = net_started(state);
+  if (train_one("cpu:0-1/0-1", "dp", true, false, lc, wc) != SL_OK)
+    fail_msg("dp remote on cpu: %s", sl_last_error());
+  assert_true(net_started(state) > before);
   static const char *const layouts[] = {"dp", "hybrid"};
   for (int i = 0; i < 2; i++) {
     bool hybrid = !strcmp(layouts[i], "hybrid");
@@ -349,9 +401,22 @@ static void test_cuda_across_nodes(void **state) {
     if (train_one(hybrid ? "cpu:0-3[2,2]" : "cpu:0-3", layouts[i], false, false,
                   la, wa) != SL_OK)
       fail_msg("%s embedded: %s", layouts[i], sl_last_error());
+    fake_cuda_stats f0, f1;
+    fake_cuda_get_stats(&f0);
+    before = net_started(state);
     if (train_one(hybrid ? "cuda:0-1/0-1[2,2]" : "cuda:0-1/0-1", layouts[i],
                   true, false, lb, wb) != SL_OK)
       fail_msg("%s remote on cuda: %s", layouts[i], sl_last_error());
+    fake_cuda_get_stats(&f1);
+    printf("%s: %llu all-reduce parts across the daemons, %llu collectives "
+           "between nodes on the hosts\n",
+           layouts[i],
+           (unsigned long long)(f1.cross_all_reduces - f0.cross_all_reduces),
+           (unsigned long long)(net_started(state) - before));
+    /* 4 ranks x (STEPS + the one step finishing runs + the warm-up). */
+    assert_int_equal(f1.cross_all_reduces - f0.cross_all_reduces,
+                     4 * (STEPS + 2));
+    assert_int_equal(net_started(state), before);
     close_to("loss", la, lb, STEPS);
     close_to("w", wa, wb, 30);
   }
@@ -359,6 +424,161 @@ static void test_cuda_across_nodes(void **state) {
   fake_cuda_get_stats(&fs);
   assert_true(fs.kernels > 0);
   assert_int_equal(fs.live_allocs, 0);
+  assert_int_equal(fake_cuda_live_comms(), 0);
+  fake_cuda_uninstall();
+}
+
+/* Three layers of data parallelism on pl: x and y split over the batch,
+ * the weights broadcast, so each weight's gradient is one all-reduce over
+ * every device (three groups on the same devices). */
+static sl_graph *three_layers(const char *pl) {
+  sl_graph *g = st_graph(pl);
+  sl_shape xs = SL_SHAPE(16, 12), ys = SL_SHAPE(16);
+  sl_shape w1s = SL_SHAPE(12, 10), w2s = SL_SHAPE(10, 9), w3s = SL_SHAPE(9, 5);
+  sl_tensor x = sl_input(g, "x", &xs, SL_DTYPE_F32, NULL, "S(0)");
+  sl_tensor y = sl_input(g, "y", &ys, SL_DTYPE_I32, NULL, "S(0)");
+  sl_tensor w1 = sl_variable(g, "w1", &w1s, SL_DTYPE_F32,
+                             sl_init_uniform(-0.5, 0.5, 21), NULL, "B");
+  sl_tensor w2 = sl_variable(g, "w2", &w2s, SL_DTYPE_F32,
+                             sl_init_uniform(-0.5, 0.5, 22), NULL, "B");
+  sl_tensor w3 = sl_variable(g, "w3", &w3s, SL_DTYPE_F32,
+                             sl_init_uniform(-0.5, 0.5, 23), NULL, "B");
+  sl_tensor h = sl_tanh(sl_matmul(x, w1, false, false));
+  h = sl_tanh(sl_matmul(h, w2, false, false));
+  sl_tensor loss = sl_cross_entropy(sl_matmul(h, w3, false, false), y);
+  sl_optimizer opt = sl_optimizer_sgd(0.1, 0);
+  sl_minimize(loss, &opt);
+  sl_fetch(loss, "loss");
+  sl_fetch(w1, "w1_out");
+  st_check_graph(g);
+  return g;
+}
+
+/* Each daemon launches its spanning groups round by round in the job's
+ * order (session/dev_boxing.c), whatever order their members arrive in;
+ * the fake checks every daemon's launches when its session closes
+ * (fake_cuda_stats.order_*).
+ * - Three gradients, so three groups spanning both nodes on the same
+ *   devices, kernels of random length: the run equals the embedded one on
+ *   4 cpu devices (a wrong order would leave the fake's streams waiting
+ *   for each other, and fail).
+ * - Hybrid on a 2x2 mesh: two groups of the same depth, one on each
+ *   device of a node, and device 0's kernels slower, so its group's
+ *   members arrive last though it comes first in the job's order. */
+static void test_cuda_groups_in_order(void **state) {
+  fake_cuda_install();
+  fake_cuda_set_jitter(500);
+  enum { N = 10 };
+  float loss[2][N], w1[2][12 * 10];
+  uint64_t before = 0;
+  for (int k = 0; k < 2; k++) {
+    remote_on(k == 1);
+    sl_graph *g = three_layers(k ? "cuda:0-1/0-1" : "cpu:0-3");
+    sl_session *s = NULL;
+    sl_status st = sl_session_create(g, NULL, &s);
+    remote_on(false);
+    if (st != SL_OK) fail_msg("create: %s", sl_last_error());
+    if (k == 1) before = net_started(state);
+    for (int step = 0; step < N; step++) {
+      st_feeds f;
+      st_feeds_make(g, 91 + (uint64_t)step, 5, &f);
+      for (int j = 0; j < f.n; j++)
+        assert_int_equal(sl_session_feed(s, f.name[j], f.data[j], f.bytes[j]),
+                         SL_OK);
+      st_feeds_free(&f);
+      if (sl_session_run(s, 1) != SL_OK)
+        fail_msg("%s step %d: %s", k ? "remote" : "embedded", step,
+                 sl_last_error());
+      assert_int_equal(
+          sl_session_fetch(s, "loss", &loss[k][step], sizeof(float)), SL_OK);
+    }
+    assert_int_equal(sl_session_fetch(s, "w1_out", w1[k], sizeof w1[k]), SL_OK);
+    assert_int_equal(sl_session_finish(s), SL_OK);
+    sl_session_destroy(s);
+    sl_graph_destroy(g);
+  }
+  close_to("loss", loss[0], loss[1], N);
+  close_to("w1", w1[0], w1[1], 12 * 10);
+  fake_cuda_stats fs;
+  fake_cuda_get_stats(&fs);
+  /* 3 groups x 4 ranks x (N steps + 1 finishing + 1 warm-up) */
+  assert_int_equal(fs.cross_all_reduces, 3 * 4 * (N + 2));
+  assert_int_equal(net_started(state), before);
+  assert_int_equal(fs.order_checks, 2); /* both daemons */
+  assert_int_equal(fs.order_errors, 0);
+
+  fake_cuda_set_jitter(0);
+  fake_cuda_set_device_delay(0, 3000);
+  float la[STEPS], lb[STEPS], wa[30], wb[30];
+  if (train_one("cpu:0-3[2,2]", "hybrid", false, false, la, wa) != SL_OK)
+    fail_msg("hybrid embedded: %s", sl_last_error());
+  if (train_one("cuda:0-1/0-1[2,2]", "hybrid", true, false, lb, wb) != SL_OK)
+    fail_msg("hybrid remote on cuda: %s", sl_last_error());
+  close_to("loss", la, lb, STEPS);
+  close_to("w", wa, wb, 30);
+  fake_cuda_get_stats(&fs);
+  assert_int_equal(fs.order_checks, 4);
+  assert_int_equal(fs.order_errors, 0);
+  assert_int_equal(fake_cuda_live_comms(), 0);
+  fake_cuda_uninstall();
+}
+
+/* The device collective itself fails on node 1 (its rank 3's part, at step
+ * 2, once the other three ranks are inside the all-reduce and hold their
+ * streams): node 1's member fails, node 1 aborts, and node 0, whose
+ * members wait on their streams for a rank that will never join, aborts
+ * its communicator when the job fails; the program's run fails naming node
+ * 1, nothing hangs, and the next job runs. */
+static void test_cuda_failure_inside_collective(void **state) {
+  fake_cuda_install();
+  fake_cuda_fail_collective(3, 3); /* 0: the warm-up, 1: step 0 */
+  float l[STEPS], w[30];
+  uint64_t t0 = sl__now_ns();
+  sl_status st = train_one("cuda:0-1/0-1", "dp", true, false, l, w);
+  assert_int_not_equal(st, SL_OK);
+  printf("failure: %s: %s\n", sl_status_str(st), sl_last_error());
+  assert_non_null(strstr(sl_last_error(), "node 1"));
+  assert_true(log_has(state, 1, "failed inside collective 3"));
+  wait_devices_freed();
+  double secs = (double)(sl__now_ns() - t0) / 1e9;
+  printf("failed and freed after %.1f s\n", secs);
+  /* A guard, not a measurement: the aborts freed the streams, not the
+   * fake's 20 s limit on a wait in a collective. */
+  assert_true(secs < 15);
+  fake_cuda_stats fs;
+  fake_cuda_get_stats(&fs);
+  assert_true(fs.cross_all_reduces > 0);
+  assert_true(fs.comm_aborts > 0);
+  if (train_one("cuda:0-1/0-1", "dp", true, false, l, w) != SL_OK)
+    fail_msg("after a failure: %s", sl_last_error());
+  assert_int_equal(fake_cuda_live_comms(), 0);
+  fake_cuda_uninstall();
+}
+
+/* Node 0, which holds rank 0 of the gradient's group, cannot make its
+ * unique id: the job fails naming the group and its key, and node 1, which
+ * waits for that id, gives up when the job fails instead of waiting out
+ * its 60 s; the next job runs. */
+static void test_cuda_group_creation_fails(void **state) {
+  fake_cuda_install();
+  fake_cuda_fail_unique_ids(1);
+  float l[STEPS], w[30];
+  uint64_t t0 = sl__now_ns();
+  sl_status st = train_one("cuda:0-1/0-1", "dp", true, false, l, w);
+  double secs = (double)(sl__now_ns() - t0) / 1e9;
+  assert_int_not_equal(st, SL_OK);
+  printf("failure after %.1f s: %s: %s\n", secs, sl_status_str(st),
+         sl_last_error());
+  assert_non_null(strstr(sl_last_error(), "device group '"));
+  assert_non_null(strstr(sl_last_error(), ".boxing"));
+  assert_non_null(strstr(sl_last_error(), "sluice/dev_coll/"));
+  assert_non_null(strstr(sl_last_error(), "injected"));
+  /* A guard, not a measurement: far below the id's 60 s timeout. */
+  assert_true(secs < 30);
+  wait_devices_freed();
+  assert_true(log_has(state, 1, "stopped waiting for the unique id"));
+  if (train_one("cuda:0-1/0-1", "dp", true, false, l, w) != SL_OK)
+    fail_msg("after a failure: %s", sl_last_error());
   fake_cuda_uninstall();
 }
 
@@ -369,6 +589,9 @@ int main(void) {
       cmocka_unit_test(test_boxing_across_nodes),
       cmocka_unit_test(test_failure_inside_collective),
       cmocka_unit_test(test_cuda_across_nodes),
+      cmocka_unit_test(test_cuda_groups_in_order),
+      cmocka_unit_test(test_cuda_failure_inside_collective),
+      cmocka_unit_test(test_cuda_group_creation_fails),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
