@@ -116,6 +116,19 @@ static void *watcher_main(void *arg) {
   sl_status st = sl_job_wait(s->job);
   snprintf(rm->job_msg, sizeof rm->job_msg, "%s",
            st == SL_OK ? "" : sl_last_error());
+  /* A node that failed before its share ran (creating the job's device
+   * communicators) reports only to the control plane; the other nodes'
+   * aborts then reach this job without a reason ("aborted by another
+   * node"). A failure the control plane has already recorded came first:
+   * its report is the cause. */
+  sl__cp_job_info info;
+  if (st != SL_OK &&
+      sl__cp_job_status(rm->cp, rm->job, SL__CP_JOB_NONE, CALL_MS, &info) ==
+          SL_OK &&
+      info.state == SL__CP_JOB_FAILED && info.message[0]) {
+    st = info.status != SL_OK ? info.status : st;
+    snprintf(rm->job_msg, sizeof rm->job_msg, "%s", info.message);
+  }
   rm->job_st = st;
   if (st != SL_OK) {
     /* Every daemon gives up at once (their monitors see the stop). */

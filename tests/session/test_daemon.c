@@ -26,10 +26,24 @@ typedef struct dthread {
   atomic_bool stop;
   pthread_t th;
   sl_status st;
-  char log[8192];
+  pthread_mutex_t log_m; /* the tests read the log while it grows */
+  char log[32768];
+  size_t log_len;
   _Atomic(sl__net_coll *) nc; /* while it serves: its collectives between
                                  nodes (the tests read their counts) */
 } dthread;
+
+/* The daemon's log FILE: appends to d->log (truncating at its end). */
+static ssize_t log_write(void *cookie, const char *buf, size_t n) {
+  dthread *d = cookie;
+  pthread_mutex_lock(&d->log_m);
+  size_t room = sizeof d->log - 1 - d->log_len;
+  size_t k = n < room ? n : room;
+  memcpy(d->log + d->log_len, buf, k);
+  d->log_len += k;
+  pthread_mutex_unlock(&d->log_m);
+  return (ssize_t)n;
+}
 
 static void *daemon_main(void *arg) {
   dthread *d = arg;
@@ -55,7 +69,8 @@ static void *daemon_main(void *arg) {
   sl__cp_client *cp = NULL;
   d->st = sl__cp_client_connect(&co, LONG_MS, &cp);
   if (d->st == SL_OK) {
-    FILE *log = fmemopen(d->log, sizeof d->log - 1, "w");
+    FILE *log =
+        fopencookie(d, "w", (cookie_io_functions_t){.write = log_write});
     setvbuf(log, NULL, _IONBF, 0);
     sl__net_coll *nc = NULL;
     d->st = sl__net_coll_create(ep, NULL, &nc);
@@ -89,6 +104,7 @@ static int setup(void **state) {
   for (int r = 0; r < NNODES; r++) {
     c->d[r].rank = r;
     c->d[r].master = c->master;
+    pthread_mutex_init(&c->d[r].log_m, NULL);
     atomic_init(&c->d[r].stop, false);
     pthread_create(&c->d[r].th, NULL, daemon_main, &c->d[r]);
   }
@@ -107,6 +123,7 @@ static int teardown(void **state) {
   for (int r = 0; r < NNODES; r++) {
     pthread_join(c->d[r].th, NULL);
     printf("daemon %d (%s):\n%s", r, sl_status_str(c->d[r].st), c->d[r].log);
+    pthread_mutex_destroy(&c->d[r].log_m);
   }
   sl__cp_server_destroy(c->master);
   free(c);
@@ -370,12 +387,17 @@ static void wait_devices_freed(void) {
 /* Whether node's log gets a line with text within 10 s (a bounded guard:
  * a daemon logs a job after the program has heard of its failure). */
 static bool log_has(void **state, int node, const char *text) {
-  cluster *c = *state;
+  dthread *d = &((cluster *)*state)->d[node];
   for (int i = 0; i < 1000; i++) {
-    if (strstr(c->d[node].log, text)) return true;
+    pthread_mutex_lock(&d->log_m);
+    bool found = strstr(d->log, text) != NULL;
+    pthread_mutex_unlock(&d->log_m);
+    if (found) return true;
     usleep(10 * 1000);
   }
-  printf("node %d's log:\n%s", node, c->d[node].log);
+  pthread_mutex_lock(&d->log_m);
+  printf("node %d's log:\n%s", node, d->log);
+  pthread_mutex_unlock(&d->log_m);
   return false;
 }
 
