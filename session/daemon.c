@@ -289,6 +289,7 @@ static sl_status job_prepare(djob *j, const uint8_t *blob, size_t len) {
   jc.node = s->self_node;
   jc.hang_timeout_ms = hang_ms;
   jc.trace_path = "";
+  jc.device_name = sl__dev_name; /* "cuda:1" in messages, traces */
   jc.transport = (sl_transport){&dj_transport, j};
   sl__session_job_memory(s, &jc);
   SL_CHECK(sl_job_create(s->plan, &jc, &s->job));

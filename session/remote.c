@@ -284,6 +284,7 @@ sl_status sl__remote_start(sl_session *s) {
   jc.node = s->self_node;
   jc.hang_timeout_ms = s->cfg.hang_timeout_ms;
   jc.trace_path = "";
+  jc.device_name = sl__dev_name; /* "cuda:1" in messages, traces */
   jc.transport = (sl_transport){&rm_transport, s};
   sl__session_job_memory(s, &jc);
   SL_CHECK_GOTO(sl_job_create(s->plan, &jc, &s->job), st, out);

@@ -134,6 +134,7 @@ sl_status sl_session_create(sl_graph *g, const sl_session_config *cfg,
   jc.node = 0;
   jc.hang_timeout_ms = c.hang_timeout_ms;
   jc.trace_path = trace ? trace : "";
+  jc.device_name = sl__dev_name; /* "cuda:1" in messages, traces */
   jc.transport = (sl_transport){&sl__driver_transport, s};
   sl__session_job_memory(s, &jc);
   SL_CHECK_GOTO(sl_job_create(s->plan, &jc, &s->job), st, fail);

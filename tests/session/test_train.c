@@ -133,9 +133,10 @@ static void test_trace_shows_overlap(void **state) {
     const char *t = strstr(line, "\"tid\":");
     if (!t) continue;
     int tid = atoi(t + 6);
-    const char *th = strstr(line, "\"args\":{\"name\":\"dev");
+    /* streams are named "cpu:<device>/<kind>" */
+    const char *th = strstr(line, "\"args\":{\"name\":\"cpu:");
     if (strstr(line, "thread_name") && th && tid >= 0 && tid < 64) {
-      dev_of[tid] = atoi(th + 20);
+      dev_of[tid] = atoi(th + 21);
       compute[tid] = strstr(th, "/compute") != NULL;
       continue;
     }
