@@ -26,15 +26,17 @@
  * all launches of a process form one sequence that every device of the
  * process sees in the same order. So an in-process group cannot deadlock,
  * whatever order its members' actors arrive in. Across processes the
- * caller keeps the order: one stream per communicator, its collectives
- * issued in (step, boxing node) order — which the actor runtime gives,
- * because each member actor fires its steps in order.
+ * caller keeps the order: every process must issue the collectives of
+ * communicators that share devices in one order (a session launches its
+ * groups spanning nodes round by round in one order of the job:
+ * session/dev_boxing.c).
  *
  * How a session uses it: one communicator per boxing collective's device
- * group (the cache), created before the first step; when all members of a
- * round have arrived, one sl__dev_comm_launch with every member's buffers
- * and stream; then sl__notifier_watch on each member's stream completes the
- * members' firings. Not installed. */
+ * group, created before the first step (across processes: in the job's
+ * order, once every node is ready); when the process's members of a round
+ * have arrived, one sl__dev_comm_launch with their buffers and streams;
+ * then sl__notifier_watch on each member's stream completes the members'
+ * firings. Not installed. */
 #ifndef SLUICE_DEV_COLL_H
 #define SLUICE_DEV_COLL_H
 
