@@ -795,6 +795,10 @@ static sl_status need_waited(const sl_job *job) {
   return SL_OK;
 }
 
+const char *sl_job_trace_path(const sl_job *job) {
+  return job ? job->trace_path : NULL;
+}
+
 sl_status sl_job_get_stats(const sl_job *job, sl_job_stats *out) {
   memset(out, 0, sizeof *out);
   SL_CHECK(need_waited(job));

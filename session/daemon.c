@@ -18,7 +18,7 @@
 #include "session_int.h"
 
 #define BLOB_MAGIC 0x424a4c53u /* "SLJB" */
-#define BLOB_VERSION 1u
+#define BLOB_VERSION 2u
 /* Waits inside the loop are sliced so that a stop request is seen. */
 #define POLL_MS 500u
 #define CALL_MS 30000u
@@ -37,10 +37,10 @@ sl_status sl__job_blob_pack(const sl__job_blob *b, uint8_t **buf,
   *len = 0;
   uint32_t alen = (uint32_t)strlen(b->driver_addr);
   uint64_t gl = b->graph_len, pl = b->plan_len;
-  size_t n = 4 * 4 + alen + 8 + 8 + 8 + gl + pl;
+  size_t n = 5 * 4 + alen + 8 + 8 + 8 + gl + pl;
   uint8_t *out = sl__malloc(n), *p = out;
   if (!out) return SL_ENOMEM;
-  uint32_t hdr[4] = {BLOB_MAGIC, BLOB_VERSION, b->nnodes, alen};
+  uint32_t hdr[5] = {BLOB_MAGIC, BLOB_VERSION, b->nnodes, alen, b->trace};
   wr(&p, hdr, sizeof hdr);
   wr(&p, b->driver_addr, alen);
   wr(&p, &b->hang_timeout_ms, 8);
@@ -56,11 +56,12 @@ sl_status sl__job_blob_pack(const sl__job_blob *b, uint8_t **buf,
 sl_status sl__job_blob_unpack(const uint8_t *buf, size_t len, char *out_addr,
                               sl__job_blob *out) {
   memset(out, 0, sizeof *out);
-  uint32_t hdr[4];
+  uint32_t hdr[5];
   uint64_t gl, pl;
   if (len < sizeof hdr) goto bad;
   memcpy(hdr, buf, sizeof hdr);
-  if (hdr[0] != BLOB_MAGIC || hdr[1] != BLOB_VERSION || hdr[3] >= 256)
+  if (hdr[0] != BLOB_MAGIC || hdr[1] != BLOB_VERSION || hdr[3] >= 256 ||
+      hdr[4] > 1)
     goto bad;
   size_t off = sizeof hdr;
   if (len - off < hdr[3] + 24u) goto bad;
@@ -74,6 +75,7 @@ sl_status sl__job_blob_unpack(const uint8_t *buf, size_t len, char *out_addr,
   if (gl > len - off || pl != len - off - gl) goto bad;
   out->driver_addr = out_addr;
   out->nnodes = hdr[2];
+  out->trace = hdr[4] != 0;
   out->graph = buf + off;
   out->graph_len = (size_t)gl;
   out->plan = buf + off + gl;
@@ -85,6 +87,10 @@ bad:
 
 void sl__daemon_ready_key(uint64_t job, int rank, char *buf, size_t n) {
   snprintf(buf, n, "sluice/job/%" PRIu64 "/ready/%d", job, rank);
+}
+
+void sl__daemon_trace_key(uint64_t job, int rank, char *buf, size_t n) {
+  snprintf(buf, n, "sluice/job/%" PRIu64 "/trace/%d", job, rank);
 }
 
 sl_status sl__daemon_split_addr(const char *addr, char *host, size_t n,
@@ -137,6 +143,8 @@ typedef struct djob {
   atomic_bool done;
   pthread_t monitor;
   bool monitor_started;
+  bool trace;           /* the program wants this node's trace */
+  char trace_path[300]; /* where the job writes it first (a temp file) */
 } djob;
 
 /* The data plane's transport, watching for this node's own ABORT going
@@ -225,6 +233,7 @@ static sl_status job_build(djob *j, const uint8_t *blob, size_t len,
   char addr[256], host[256];
   sl__job_blob b;
   SL_CHECK(sl__job_blob_unpack(blob, len, addr, &b));
+  j->trace = b.trace;
   uint32_t self = sl__dp_endpoint_node(o->dp);
   int nn = sl__cp_client_nnodes(o->cp);
   if (b.nnodes != (uint32_t)nn)
@@ -289,6 +298,14 @@ static sl_status job_prepare(djob *j, const uint8_t *blob, size_t len) {
   jc.node = s->self_node;
   jc.hang_timeout_ms = hang_ms;
   jc.trace_path = "";
+  if (j->trace) {
+    /* The job inserts ".node<N>" before the extension. */
+    const char *tmp = getenv("TMPDIR");
+    snprintf(j->trace_path, sizeof j->trace_path,
+             "%s/sluice-trace-%d-%" PRIu64 ".json", tmp && tmp[0] ? tmp : "/tmp",
+             (int)getpid(), j->id);
+    jc.trace_path = j->trace_path;
+  }
   jc.device_name = sl__dev_name; /* "cuda:1" in messages, traces */
   jc.transport = (sl_transport){&dj_transport, j};
   sl__session_job_memory(s, &jc);
@@ -345,6 +362,46 @@ detach:;
   sl__dp_endpoint_detach(o->dp);
   if (st != SL_OK) sl__fail(st, "%s", msg);
   return st;
+}
+
+/* The node's trace of the job into the store for the program (which
+ * merges every node's into its file), the temp file removed; or "E" and
+ * why there is none. Before the job is reported: the program asks for the
+ * traces once every node has. */
+static void publish_trace(djob *j) {
+  if (!j->trace) return;
+  int rank = sl__cp_client_rank(j->o->cp);
+  char key[128];
+  sl__daemon_trace_key(j->id, rank, key, sizeof key);
+  const char *path = j->s && j->s->job ? sl_job_trace_path(j->s->job) : NULL;
+  uint8_t *data = NULL;
+  size_t len = 0;
+  char why[400] = "the job did not run on this node";
+  FILE *f = path ? fopen(path, "rb") : NULL;
+  if (f) {
+    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (data = sl__malloc((size_t)n + 1)) &&
+        fread(data, 1, (size_t)n, f) == (size_t)n)
+      len = (size_t)n;
+    else
+      snprintf(why, sizeof why, "cannot read '%s'", path);
+    fclose(f);
+    remove(path);
+  } else if (path) {
+    snprintf(why, sizeof why, "no trace was written to '%s'", path);
+  }
+  sl_status st = len ? sl__cp_kv_put(j->o->cp, key, data, len, CALL_MS)
+                     : SL_EIO;
+  if (st != SL_OK && len)
+    snprintf(why, sizeof why, "%zu bytes could not be stored: %s", len,
+             sl_last_error());
+  if (st != SL_OK) {
+    char m[420];
+    snprintf(m, sizeof m, "E%s", why);
+    sl__cp_kv_put(j->o->cp, key, m, strlen(m), CALL_MS);
+  }
+  sl__free(data);
 }
 
 static void log_line(const sl__daemon_opts *o, const char *fmt, ...)
@@ -416,6 +473,7 @@ sl_status sl__daemon_serve(const sl__daemon_opts *o) {
     atomic_init(&j.done, false);
     st = job_run(&j, blob, len);
     sl__free(blob);
+    publish_trace(&j);
     char msg[1400];
     snprintf(msg, sizeof msg, "%s", st == SL_OK ? "" : sl_last_error());
     sl_job_stats js;

@@ -25,6 +25,7 @@ typedef struct sl__job_blob {
   size_t graph_len;
   const uint8_t *plan;
   size_t plan_len;
+  bool trace; /* the program wants a trace: each node hands its in */
 } sl__job_blob;
 
 /* Packs b into a malloc'd buffer (sl__free). SL_ENOMEM. */
@@ -38,6 +39,9 @@ sl_status sl__job_blob_unpack(const uint8_t *buf, size_t len, char *out_addr,
 #define SL__DAEMON_LAST_JOB_KEY "sluice/last_job"
 /* "sluice/job/<job>/ready/<rank>": the node attached the job. */
 void sl__daemon_ready_key(uint64_t job, int rank, char *buf, size_t n);
+/* "sluice/job/<job>/trace/<rank>": the node's Chrome trace of the job, or
+ * "E" and why there is none; put before the node reports the job. */
+void sl__daemon_trace_key(uint64_t job, int rank, char *buf, size_t n);
 
 typedef struct sl__daemon_opts {
   sl__cp_client *cp;   /* joined as a node */

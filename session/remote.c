@@ -8,6 +8,7 @@
  * job; a failure anywhere (a kernel on a daemon, a lost node) ends it with
  * the node's or actor's name, and the job is stopped on the control plane
  * so every daemon gives up and serves the next job. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,9 +202,14 @@ static sl_status submit(sl_session *s, const sl__cp_env *env) {
   sl_status st = sl__graph_pack(s->g, &graph, &gl);
   if (st == SL_OK) st = sl__pplan_pack(s->pp, &plan, &pl);
   if (st == SL_OK) {
-    sl__job_blob b = {addr,  (uint32_t)nn, s->cfg.hang_timeout_ms,
-                      graph, gl,           plan,
-                      pl};
+    sl__job_blob b = {.driver_addr = addr,
+                      .nnodes = (uint32_t)nn,
+                      .hang_timeout_ms = s->cfg.hang_timeout_ms,
+                      .graph = graph,
+                      .graph_len = gl,
+                      .plan = plan,
+                      .plan_len = pl,
+                      .trace = s->trace_path != NULL};
     st = sl__job_blob_pack(&b, &blob, &bl);
   }
   const uint8_t **plans = sl__calloc((size_t)nn, sizeof *plans);
@@ -283,7 +289,9 @@ sl_status sl__remote_start(sl_session *s) {
   memset(&jc, 0, sizeof jc);
   jc.node = s->self_node;
   jc.hang_timeout_ms = s->cfg.hang_timeout_ms;
-  jc.trace_path = "";
+  /* This share's trace goes to "<stem>.node<nnodes><ext>" first;
+   * sl__remote_traces merges it with the daemons'. */
+  jc.trace_path = s->trace_path ? s->trace_path : "";
   jc.device_name = sl__dev_name; /* "cuda:1" in messages, traces */
   jc.transport = (sl_transport){&rm_transport, s};
   sl__session_job_memory(s, &jc);
@@ -408,6 +416,99 @@ sl_status sl__remote_wait(sl_session *s) {
   }
   if (rm->job_st != SL_OK) return sl__fail(rm->job_st, "%s", rm->job_msg);
   return SL_OK;
+}
+
+/* The events of one node's trace: what is between its first '[' and its
+ * last ']' (actor/trace.c writes {"traceEvents":[...],...}). */
+static bool trace_events(const uint8_t *t, size_t n, const uint8_t **at,
+                         size_t *len) {
+  const uint8_t *a = memchr(t, '[', n), *b = NULL;
+  for (size_t i = n; i > 0 && !b; i--)
+    if (t[i - 1] == ']') b = t + i - 1;
+  if (!a || !b || b <= a) return false;
+  *at = a + 1;
+  *len = (size_t)(b - a - 1);
+  return true;
+}
+
+static uint8_t *read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  uint8_t *d = NULL;
+  long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+  if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (d = sl__malloc((size_t)n + 1)) &&
+      fread(d, 1, (size_t)n, f) != (size_t)n) {
+    sl__free(d);
+    d = NULL;
+  }
+  fclose(f);
+  *len = d ? (size_t)n : 0;
+  return d;
+}
+
+sl_status sl__remote_traces(sl_session *s) {
+  sl__remote *rm = s->rm;
+  if (!s->trace_path || !rm || !rm->cp || !s->job) return SL_OK;
+  int nn = sl__cp_client_nnodes(rm->cp);
+  uint8_t **part = sl__calloc((size_t)nn + 1, sizeof *part);
+  size_t *plen = sl__calloc((size_t)nn + 1, sizeof *plen);
+  if (!part || !plen) {
+    sl__free(part);
+    sl__free(plen);
+    return SL_ENOMEM;
+  }
+  /* Node r's trace from the store: a daemon puts it there before it
+   * reports the job, and the wait saw every report of a job that
+   * succeeded, so nothing needs waiting for (a node lost in a failed job
+   * has none); the program's own share (node nn) from its job's file. */
+  for (int r = 0; r < nn && rm->submitted; r++) {
+    char key[128];
+    sl__daemon_trace_key(rm->job, r, key, sizeof key);
+    if (sl__cp_kv_get(rm->cp, key, false, CALL_MS, &part[r], &plen[r]) !=
+        SL_OK) {
+      SL_WARN("session: no trace from node %d: %s", r, sl_last_error());
+      continue;
+    }
+    /* the store keeps no copy of it */
+    sl__cp_kv_put(rm->cp, key, "", 0, CALL_MS);
+    if (plen[r] && part[r][0] == 'E') {
+      SL_WARN("session: no trace from node %d: %.*s", r, (int)plen[r] - 1,
+              (const char *)part[r] + 1);
+      plen[r] = 0;
+    }
+  }
+  const char *own = sl_job_trace_path(s->job);
+  if (own) {
+    part[nn] = read_file(own, &plen[nn]);
+    remove(own);
+  }
+  sl_status st = SL_OK;
+  FILE *f = fopen(s->trace_path, "w");
+  if (!f) {
+    st = sl__fail(SL_EIO, "trace '%s': %s", s->trace_path, strerror(errno));
+  } else {
+    /* One file, one process per node (every event carries its node as
+     * pid); each node's times count from its own start of the job. */
+    fputs("{\"traceEvents\":[", f);
+    bool first = true;
+    for (int r = 0; r <= nn; r++) {
+      const uint8_t *ev;
+      size_t len;
+      if (!part[r] || !trace_events(part[r], plen[r], &ev, &len)) continue;
+      if (!first) fputc(',', f);
+      fwrite(ev, 1, len, f);
+      first = false;
+    }
+    fputs("\n],\"displayTimeUnit\":\"ms\"}\n", f);
+    bool bad = ferror(f) != 0;
+    if (fclose(f) != 0 || bad)
+      st = sl__fail(SL_EIO, "trace '%s': write failed", s->trace_path);
+  }
+  for (int r = 0; r <= nn; r++)
+    sl__free(part[r]);
+  sl__free(part);
+  sl__free(plen);
+  return st;
 }
 
 void sl__remote_destroy(sl_session *s) {

@@ -112,6 +112,11 @@ sl_status sl_session_create(sl_graph *g, const sl_session_config *cfg,
     SL_CHECK_GOTO(
         sl__pplan_write_file(s->pp, (int)sl_plan_format_for_path(dump), dump),
         st, fail);
+  const char *trace = env_or(c.trace_path, "SLUICE_TRACE");
+  if (trace && !(s->trace_path = sl__strdup(trace))) {
+    st = SL_ENOMEM;
+    goto fail;
+  }
   if (s->remote) {
     SL_CHECK_GOTO(sl__remote_start(s), st, fail);
     s->started = true;
@@ -119,11 +124,6 @@ sl_status sl_session_create(sl_graph *g, const sl_session_config *cfg,
     return SL_OK;
   }
   SL_CHECK_GOTO(sl__session_build(s), st, fail);
-  const char *trace = env_or(c.trace_path, "SLUICE_TRACE");
-  if (trace && !(s->trace_path = sl__strdup(trace))) {
-    st = SL_ENOMEM;
-    goto fail;
-  }
   if (s->pp->n_tasks == 0) { /* an empty graph: nothing to run */
     s->started = true;
     *out = s;
@@ -403,7 +403,15 @@ sl_status sl_session_finish(sl_session *s) {
   pthread_cond_broadcast(&s->cond);
   pthread_mutex_unlock(&s->lock);
   collect_stats(s);
-  rename_trace(s);
+  if (!s->remote) {
+    rename_trace(s);
+  } else if (s->job) {
+    sl_status tst = sl__remote_traces(s);
+    if (tst != SL_OK && s->final == SL_OK) {
+      s->final = tst;
+      snprintf(s->errmsg, sizeof s->errmsg, "%s", sl_last_error());
+    }
+  }
   if (s->final != SL_OK) return sl__fail(s->final, "%s", s->errmsg);
   return SL_OK;
 }

@@ -312,6 +312,10 @@ sl_status sl__remote_start(sl_session *s);
 /* Waits for the program's job to end (joining its watcher) and for the
  * daemons' outcome; sets s->final and s->errmsg. */
 sl_status sl__remote_wait(sl_session *s);
+/* After the wait, with a trace asked for: every node's trace (the
+ * daemons' through the store) merged into the session's trace_path.
+ * SL_EIO when it cannot be written; a node without one is warned about. */
+sl_status sl__remote_traces(sl_session *s);
 /* Completes the ticks parked for released steps (remote pump). */
 void sl__remote_pump(sl_session *s);
 /* Ends the job: no more ticks after those released. */

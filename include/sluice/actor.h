@@ -407,6 +407,10 @@ typedef struct sl_job_stats {
 /* Counters of a waited-for job. SL_ESTATE before sl_job_wait returned. */
 SL_API sl_status sl_job_get_stats(const sl_job *job, sl_job_stats *out);
 
+/* The file the job's trace goes to (after ".node<N>" was inserted), or
+ * NULL when tracing is off. Written by sl_job_wait. */
+SL_API const char *sl_job_trace_path(const sl_job *job);
+
 typedef struct sl_regst_stats {
   int32_t count;          /* the quota */
   int32_t in_flight;      /* now */

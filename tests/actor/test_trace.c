@@ -159,6 +159,8 @@ static void test_trace_nodes_and_errors(void **state) {
     assert_int_equal(sl_job_start(jobs[n]), SL_OK);
   for (int n = 0; n < 2; n++)
     assert_int_equal(sl_job_wait(jobs[n]), SL_OK);
+  assert_string_equal(sl_job_trace_path(jobs[1]),
+                      "/tmp/sluice_trace_nodes.node1.json");
   for (int n = 0; n < 2; n++)
     sl_job_destroy(jobs[n]);
   sl_loopback_destroy(lb);

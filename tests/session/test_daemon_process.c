@@ -256,10 +256,47 @@ static void test_daemon_killed_mid_job(void **state) {
   sl__cp_server_destroy(srv);
 }
 
+/* SLUICE_TRACE under `sluice launch`: one file at the path the program
+ * asked for, with every node's firings (each daemon's through the control
+ * plane, the program's own as node 2), and no part left beside it. */
+static void test_launch_trace_merges_nodes(void **state) {
+  (void)state;
+  char path[] = "/tmp/sl-trace-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  char own[64];
+  snprintf(own, sizeof own, "%s.node2", path);
+  setenv("SLUICE_TRACE", path, 1);
+  const char *launch[] = {SLUICE_CLI_PATH, "launch", "--nnodes", "2",
+                          "--devices", "cpu:1", "--", SLUICE_MLP_PATH,
+                          "--devices", "cpu:0-1/0", "--layout", "dp",
+                          "--steps", "2", "--hidden", "32", NULL};
+  cli_result r;
+  run_guarded(launch, &r);
+  unsetenv("SLUICE_TRACE");
+  if (r.status != 0) fail_msg("launch: %s\n%s", r.out, r.err);
+  char *t = slurp(path);
+  for (int node = 0; node <= 2; node++) {
+    char name[64], event[64];
+    snprintf(name, sizeof name, "\"args\":{\"name\":\"node %d\"}", node);
+    snprintf(event, sizeof event, "\"ph\":\"X\",\"pid\":%d,", node);
+    if (!strstr(t, name) || !strstr(t, event))
+      fail_msg("node %d missing from the trace:\n%.2000s", node, t);
+  }
+  assert_non_null(strstr(t, "\"name\":\"cpu:0/compute\""));
+  assert_true(strncmp(t, "{\"traceEvents\":[", 16) == 0);
+  assert_int_equal(access(own, F_OK), -1);
+  free(t);
+  cli_result_free(&r);
+  unlink(path);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_launch_mlp_equals_embedded),
+      cmocka_unit_test(test_launch_trace_merges_nodes),
       cmocka_unit_test(test_launch_status_and_flags),
       cmocka_unit_test_teardown(test_daemon_killed_mid_job, kill_spawned),
   };
