@@ -159,11 +159,12 @@ static sl_status task_depths(const sl__pplan *pp, int32_t **out) {
   return SL_OK;
 }
 
-/* An all-reduce between GPUs (graph/lower.c keeps such a boxing on the
- * devices): its device group on the devices of the step's group, in member
- * order. A group with members on other nodes waits for its communicator
- * until sl__session_connect_dgroups (creating it is collective, and every
- * node must be ready first); *depths (task_depths) is made on first need. */
+/* A collective between GPUs (graph/lower.c keeps such a boxing on the
+ * devices: all-reduces, all-gathers, reduce-scatters): its device group on the
+ * devices of the step's group, in member order. A group with members on other
+ * nodes waits for its communicator until sl__session_connect_dgroups (creating
+ * it is collective, and every node must be ready first); *depths (task_depths)
+ * is made on first need. */
 static sl_status make_dgroup(sl_session *s, const sl__node *n, task_rt *rt,
                              int32_t **depths, sl__dgroup **out) {
   const sl__task *t = rt->t;
@@ -190,21 +191,50 @@ static sl_status make_dgroup(sl_session *s, const sl__node *n, task_rt *rt,
   }
   sl_reduce_op red = SL_REDUCE_SUM;
   sl_boxing_step_reduce(bp, t->step, &red);
-  const sl__regst *r = &s->pp->regsts[t->in[0]];
-  size_t count = (size_t)sl_shape_numel(&r->shape);
   char name[160];
   snprintf(name, sizeof name, "%s.s%d.g%d", n->name, t->step, t->group);
-  sl_status st = s->dcoll ? SL_OK : rt->dev->be->coll_open(&s->dcoll);
+  /* NCCL's counts (comm/dev_coll.h): an all-gather's per member, its input;
+   * a reduce-scatter's per member, its output; an all-reduce's, both. A
+   * step's registers are its members' parts of the group's block
+   * (graph/lower.c), in and out, so they must be count and gn * count. */
+  const sl__regst *r = &s->pp->regsts[t->in[0]];
+  size_t in_n = (size_t)sl_shape_numel(&r->shape), out_n = in_n;
+  if (t->n_out > 0)
+    out_n = (size_t)sl_shape_numel(&s->pp->regsts[t->out[0]].shape);
+  sl__dev_coll_op op = SL__DEV_ALL_REDUCE;
+  size_t count = in_n;
+  bool fits = out_n == in_n;
+  switch (sl_boxing_step_op(bp, t->step)) {
+  case SL_BOXING_ALL_REDUCE: break;
+  case SL_BOXING_ALL_GATHER:
+    op = SL__DEV_ALL_GATHER;
+    fits = out_n == (size_t)gn * in_n;
+    break;
+  case SL_BOXING_REDUCE_SCATTER:
+    op = SL__DEV_REDUCE_SCATTER;
+    count = out_n;
+    fits = in_n == (size_t)gn * out_n;
+    break;
+  default: fits = false; break;
+  }
+  sl_status st = SL_OK;
+  if (!fits)
+    st = sl__fail(SL_EINTERNAL,
+                  "device group '%s': a %s step with %zu elements in and %zu "
+                  "out on %d members is no NCCL collective",
+                  name, sl_boxing_op_name(sl_boxing_step_op(bp, t->step)), in_n,
+                  out_n, gn);
+  if (st == SL_OK && !s->dcoll) st = rt->dev->be->coll_open(&s->dcoll);
   if (st == SL_OK && nlocal == gn) {
-    st = sl__dgroup_create(s->dcoll, name, gn, devices, r->dtype, red, count,
-                           out);
+    st = sl__dgroup_create(s->dcoll, name, gn, devices, op, r->dtype, red,
+                           count, out);
   } else if (st == SL_OK) {
     if (!*depths) st = task_depths(s->pp, depths);
     int32_t order[4] = {*depths ? (*depths)[rt->id] : 0, t->node, t->step,
                         t->group};
     if (st == SL_OK && !s->dseq) st = sl__dseq_create(&s->dseq);
     if (st == SL_OK)
-      st = sl__dgroup_create_span(s->dseq, name, gn, nlocal, ranks, devices,
+      st = sl__dgroup_create_span(s->dseq, name, gn, nlocal, ranks, devices, op,
                                   r->dtype, red, count, order, out);
   }
   sl__free(ranks);

@@ -1,7 +1,10 @@
-/* All-reduces between GPUs (graph/lower.c keeps a boxing made only of
- * all-reduces on its CUDA ranks' devices; docs/cuda.md, "Sessions on CUDA
+/* Collectives between GPUs (graph/lower.c keeps a boxing on its CUDA
+ * ranks' devices when its steps are all-reduces, and all-gathers and
+ * reduce-scatters whose members' parts are contiguous equal blocks of the
+ * group's buffer, NCCL's layout; docs/cuda.md, "Sessions on CUDA
  * placements"). One device group per boxing collective, with its
- * communicator (comm/dev_coll.h: NCCL).
+ * communicator (comm/dev_coll.h: NCCL) and its one collective: every
+ * round launches the same op on the same counts.
  *
  * In-process groups (every member in this process): each member's actor
  * arrives with its registers and defers; the last to arrive launches the
@@ -46,6 +49,11 @@
  *    creation, because NCCL connects to peers lazily, inside the first
  *    launch: later launches then only queue work and never wait for a peer
  *    while holding the launch lock.
+ *    Nothing of the job launches before every spanning group of the
+ *    process is connected and warmed up: a daemon's actors fire on the
+ *    program's feeds while it connects, and a boxing right after an input
+ *    (an all-gather of a fed activation) has members arriving then; they
+ *    wait, deferred, and launch in the job's order once connected.
  * An abort (a lost node, a failing kernel) completes the members waiting
  * here with the failure and aborts the spanning communicators, so members
  * already launched, held on their streams by peers that will not come, get
@@ -79,13 +87,18 @@ struct sl__dseq {
   sl__dgroup **g; /* in the job's order once connected */
   int next;       /* the group whose turn it is in this round */
   int64_t round;
+  /* Every group has its communicator, warmed up: launches may start. A
+   * member can arrive before (a daemon's actors fire on the program's
+   * feeds while it still connects): it waits, deferred. */
+  bool connected;
   sl_status aborted;
   char why[512];
 };
 
 static sl_status group_new(const char *name, int nranks, int nlocal,
-                           const int *ranks, const int *devices, sl_dtype dt,
-                           sl_reduce_op op, size_t count, sl__dgroup **out) {
+                           const int *ranks, const int *devices,
+                           sl__dev_coll_op coll, sl_dtype dt, sl_reduce_op op,
+                           size_t count, sl__dgroup **out) {
   *out = NULL;
   sl__dgroup *g;
   if (SL_NEW(g) != SL_OK) return SL_ENOMEM;
@@ -93,11 +106,8 @@ static sl_status group_new(const char *name, int nranks, int nlocal,
   snprintf(g->name, sizeof g->name, "%s", name);
   g->nranks = nranks;
   g->n = nlocal;
-  g->desc = (sl__dev_coll_desc){.name = g->name,
-                                .op = SL__DEV_ALL_REDUCE,
-                                .dtype = dt,
-                                .reduce = op,
-                                .count = count};
+  g->desc = (sl__dev_coll_desc){
+      .name = g->name, .op = coll, .dtype = dt, .reduce = op, .count = count};
   g->local_of = sl__calloc((size_t)nranks, sizeof *g->local_of);
   g->ranks = sl__calloc((size_t)nlocal, sizeof *g->ranks);
   g->devices = sl__calloc((size_t)nlocal, sizeof *g->devices);
@@ -119,15 +129,16 @@ static sl_status group_new(const char *name, int nranks, int nlocal,
 }
 
 sl_status sl__dgroup_create(sl__dev_coll *e, const char *name, int n,
-                            const int *devices, sl_dtype dt, sl_reduce_op op,
-                            size_t count, sl__dgroup **out) {
+                            const int *devices, sl__dev_coll_op coll,
+                            sl_dtype dt, sl_reduce_op op, size_t count,
+                            sl__dgroup **out) {
   *out = NULL;
   int *ranks = sl__calloc((size_t)n, sizeof *ranks);
   if (!ranks) return SL_ENOMEM;
   for (int k = 0; k < n; k++)
     ranks[k] = k;
   sl__dgroup *g = NULL;
-  sl_status st = group_new(name, n, n, ranks, devices, dt, op, count, &g);
+  sl_status st = group_new(name, n, n, ranks, devices, coll, dt, op, count, &g);
   sl__free(ranks);
   if (st == SL_OK)
     st = sl__dev_comm_create_local(e, name, n, devices, &g->comm);
@@ -207,14 +218,15 @@ void sl__dseq_destroy(sl__dseq *q) {
 
 sl_status sl__dgroup_create_span(sl__dseq *q, const char *name, int nranks,
                                  int nlocal, const int *ranks,
-                                 const int *devices, sl_dtype dt,
-                                 sl_reduce_op op, size_t count,
+                                 const int *devices, sl__dev_coll_op coll,
+                                 sl_dtype dt, sl_reduce_op op, size_t count,
                                  const int32_t order[4], sl__dgroup **out) {
   *out = NULL;
   sl__dgroup **list = sl__reallocarray(q->g, (size_t)q->n + 1, sizeof *list);
   if (!list) return SL_ENOMEM;
   q->g = list;
-  SL_CHECK(group_new(name, nranks, nlocal, ranks, devices, dt, op, count, out));
+  SL_CHECK(group_new(name, nranks, nlocal, ranks, devices, coll, dt, op, count,
+                     out));
   (*out)->seq = q;
   memcpy((*out)->order, order, sizeof(*out)->order);
   q->g[q->n++] = *out;
@@ -228,17 +240,15 @@ static void seq_fail_all(sl__dseq *q) {
 }
 
 /* Under q->m: launches groups in the job's order for as long as the group
- * whose turn it is has all its local members. */
+ * whose turn it is has all its local members. Nothing before the groups
+ * are connected: a launch between two groups' creations and warm-ups
+ * would put this process's launches out of the job's order (another
+ * process may be warming up the later group, waiting for this one). */
 static void seq_pump(sl__dseq *q) {
-  while (q->n > 0 && q->aborted == SL_OK) {
+  while (q->n > 0 && q->aborted == SL_OK && q->connected) {
     sl__dgroup *g = q->g[q->next];
     if (g->arrived < g->n) return;
-    sl_status st =
-        g->comm ? launch(g)
-                : sl__fail(SL_EINTERNAL,
-                           "device collective '%s': no communicator (the "
-                           "spanning groups were never connected)",
-                           g->name);
+    sl_status st = launch(g);
     if (st != SL_OK) {
       /* Its ranks may now disagree on what was issued: nothing more of
        * this job goes out (the job aborts on the members' failure). */
@@ -337,8 +347,11 @@ sl_status sl__dseq_connect(sl__dseq *q, sl_session *s, sl__dev_coll *e,
                            const sl__dev_kv *kv, uint64_t job) {
   if (!q || q->n == 0) return SL_OK;
   /* The job's order: the same list on every node (a group's place comes
-   * from the plan), so every process creates in one order. */
+   * from the plan), so every process creates in one order. Under q->m:
+   * an abort may walk the list meanwhile. */
+  pthread_mutex_lock(&q->m);
   qsort(q->g, (size_t)q->n, sizeof *q->g, order_cmp);
+  pthread_mutex_unlock(&q->m);
   for (int i = 0; i < q->n; i++) {
     sl__dgroup *g = q->g[i];
     sl__dev_comm_desc d = {.name = g->name,
@@ -365,6 +378,11 @@ sl_status sl__dseq_connect(sl__dseq *q, sl_session *s, sl__dev_coll *e,
     if (st != SL_OK)
       return sl__fail_context(st, "device group '%s': warm-up: ", g->name);
   }
+  /* Members that arrived early launch now, in the job's order. */
+  pthread_mutex_lock(&q->m);
+  q->connected = true;
+  seq_pump(q);
+  pthread_mutex_unlock(&q->m);
   return SL_OK;
 }
 

@@ -236,12 +236,16 @@ void sl__session_job_memory(sl_session *s, sl_job_config *jc);
  * task's stream has passed that work, or at once with st's failure. */
 sl_status sl__complete_on_stream(task_rt *rt, sl_status st);
 
-/* dev_boxing.c: an all-reduce between GPUs, NCCL. */
+/* dev_boxing.c: a boxing step's collective between GPUs, NCCL: coll is
+ * SL__DEV_ALL_REDUCE, SL__DEV_ALL_GATHER or SL__DEV_REDUCE_SCATTER, count
+ * as comm/dev_coll.h counts it (per member: an all-gather's input, a
+ * reduce-scatter's output). */
 /* Every member in this process: rank k on devices[k], its communicator
  * made now. */
 sl_status sl__dgroup_create(sl__dev_coll *e, const char *name, int n,
-                            const int *devices, sl_dtype dt, sl_reduce_op op,
-                            size_t count, sl__dgroup **out);
+                            const int *devices, sl__dev_coll_op coll,
+                            sl_dtype dt, sl_reduce_op op, size_t count,
+                            sl__dgroup **out);
 /* Members on other nodes too (daemons): nranks members, of which this
  * process holds nlocal (ranks: their member indexes, devices: their device
  * indexes); order is its place in the job's order of spanning groups,
@@ -250,8 +254,8 @@ sl_status sl__dgroup_create(sl__dev_coll *e, const char *name, int n,
  * sl__dseq_connect makes the communicator later. */
 sl_status sl__dgroup_create_span(sl__dseq *q, const char *name, int nranks,
                                  int nlocal, const int *ranks,
-                                 const int *devices, sl_dtype dt,
-                                 sl_reduce_op op, size_t count,
+                                 const int *devices, sl__dev_coll_op coll,
+                                 sl_dtype dt, sl_reduce_op op, size_t count,
                                  const int32_t order[4], sl__dgroup **out);
 /* Frees g and its communicator (after sl__dgroup_abort: only frees). */
 void sl__dgroup_destroy(sl__dgroup *g);

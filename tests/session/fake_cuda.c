@@ -21,6 +21,8 @@ static void *to_device(void *p) {
 static struct {
   atomic_uint_least64_t kernels, h2d, d2h, d2d, memsets;
   atomic_uint_least64_t all_reduces, cross_all_reduces, comm_aborts;
+  atomic_uint_least64_t all_gathers, cross_all_gathers, reduce_scatters,
+      cross_reduce_scatters;
   atomic_uint_least64_t order_checks, order_errors;
   atomic_int_least64_t live_allocs;
 } stats;
@@ -69,6 +71,8 @@ typedef struct fstream {
  * those on device d delay_us[d] more. */
 static atomic_uint jitter_us;
 static atomic_uint delay_us[8];
+/* fake_cuda_set_init_delay: ms each group call initialising ranks takes. */
+static atomic_uint init_delay_ms;
 
 typedef struct fevent {
   fstream *s;
@@ -366,6 +370,10 @@ static sl_status fake_run_op(const sl__op_def *op, sl__kernel_ctx *k,
  *   when its stream gets there and holds that stream until every rank's
  *   stream has got there (the last reduces, in rank order, as the host
  *   collectives do, so results stay bit-identical);
+ * - all-reduce, all-gather and reduce-scatter, with NCCL's counts
+ *   (comm/dev_coll.h): an all-gather puts rank j's count elements at part
+ *   j of every output, a reduce-scatter gives rank i part i of the
+ *   reduction of every rank's nranks * count elements;
  * - an abort frees only its own rank: that rank's waiting part ends, the
  *   others keep waiting until their own process aborts them.
  * A part that waits longer than WAIT_MS fails its stream, naming the
@@ -379,6 +387,7 @@ struct fround {
   uint64_t seq;              /* the communicator's k-th collective */
   int posted, arrived, left; /* ranks launched, reached, gone past it */
   bool done;
+  sl__dev_coll_op coll; /* ALL_REDUCE, ALL_GATHER or REDUCE_SCATTER */
   sl__dev_type t;
   sl__dev_redop op;
   size_t count;
@@ -503,14 +512,25 @@ static sl_status run_coll(item *it) {
   } else if (++r->arrived < sh->nranks) {
     pthread_cond_broadcast(&reg_cv); /* an injected fault waits for it */
   } else if (!sh->broken) {
-    size_t bytes = r->count * sl_dtype_size(fc_dtype(r->t));
-    void *acc = malloc(bytes ? bytes : 1);
-    if (bytes) memcpy(acc, r->in[0], bytes);
-    for (int i = 1; i < sh->nranks; i++)
-      sl__elem_reduce(fc_dtype(r->t), fc_op(r->op), acc, r->in[i],
-                      (int64_t)r->count);
-    for (int i = 0; i < sh->nranks; i++)
-      if (bytes) memcpy(r->out[i], acc, bytes);
+    /* The whole result first (outputs may overlap inputs: in place). */
+    size_t es = sl_dtype_size(fc_dtype(r->t)), n = (size_t)sh->nranks;
+    size_t part = r->count * es,
+           total = r->coll == SL__DEV_ALL_REDUCE ? part : n * part;
+    unsigned char *acc = malloc(total ? total : 1);
+    if (r->coll == SL__DEV_ALL_GATHER) {
+      for (size_t j = 0; j < n && part; j++)
+        memcpy(acc + j * part, r->in[j], part);
+    } else {
+      if (total) memcpy(acc, r->in[0], total);
+      for (size_t i = 1; i < n; i++)
+        sl__elem_reduce(fc_dtype(r->t), fc_op(r->op), acc, r->in[i],
+                        (int64_t)(total / es));
+    }
+    for (size_t i = 0; i < n && part; i++)
+      if (r->coll == SL__DEV_REDUCE_SCATTER)
+        memcpy(r->out[i], acc + i * part, part);
+      else
+        memcpy(r->out[i], acc, total);
     free(acc);
     r->done = true;
     pthread_cond_broadcast(&reg_cv);
@@ -542,6 +562,7 @@ static sl_status run_coll(item *it) {
 
 /* Group calls are per thread, as NCCL's. */
 typedef struct pending_op {
+  sl__dev_coll_op coll;
   fcomm *c;
   const void *in;
   void *out;
@@ -695,6 +716,8 @@ static sl_status end_inits(fproc *pr) {
 /* Each launched rank's part goes onto its stream as its next collective. */
 static sl_status fc_group_end(void *ctx) {
   fproc *pr = ctx;
+  unsigned slow = atomic_load(&init_delay_ms);
+  if (n_init && slow) sl__sleep_ns((uint64_t)slow * 1000000u);
   if (n_init) return end_inits(pr);
   int n = n_pending;
   n_pending = 0;
@@ -722,6 +745,7 @@ static sl_status fc_group_end(void *ctx) {
         break;
       }
       r->seq = seq;
+      r->coll = p->coll;
       r->t = p->t;
       r->op = p->op;
       r->count = p->count;
@@ -729,15 +753,17 @@ static sl_status fc_group_end(void *ctx) {
       r->out = calloc((size_t)sh->nranks, sizeof *r->out);
       r->next = sh->rounds;
       sh->rounds = r;
-    } else if (r->t != p->t || r->op != p->op || r->count != p->count) {
+    } else if (r->coll != p->coll || r->t != p->t || r->op != p->op ||
+               r->count != p->count) {
       /* NCCL would hang or corrupt memory. */
       st = sl__fail(SL_EINVAL,
                     "fake nccl: collective %llu of communicator %llx: rank "
-                    "%d launched %zu elements of type %d, op %d; another "
-                    "rank %zu, type %d, op %d",
+                    "%d launched %s of %zu elements of type %d, op %d; "
+                    "another rank %s of %zu, type %d, op %d",
                     (unsigned long long)seq, (unsigned long long)sh->id,
-                    p->c->rank, p->count, (int)p->t, (int)p->op, r->count,
-                    (int)r->t, (int)r->op);
+                    p->c->rank, sl__dev_coll_op_name(p->coll), p->count,
+                    (int)p->t, (int)p->op, sl__dev_coll_op_name(r->coll),
+                    r->count, (int)r->t, (int)r->op);
       break;
     }
     r->in[p->c->rank] = to_host(p->in);
@@ -752,46 +778,62 @@ static sl_status fc_group_end(void *ctx) {
     it->r = r;
     it->rank = p->c->rank;
     sh->refs++;
-    atomic_fetch_add(sh->cross ? &stats.cross_all_reduces : &stats.all_reduces,
-                     1);
+    atomic_fetch_add(
+        p->coll == SL__DEV_ALL_GATHER
+            ? (sh->cross ? &stats.cross_all_gathers : &stats.all_gathers)
+        : p->coll == SL__DEV_REDUCE_SCATTER
+            ? (sh->cross ? &stats.cross_reduce_scatters
+                         : &stats.reduce_scatters)
+        : sh->cross ? &stats.cross_all_reduces
+                    : &stats.all_reduces,
+        1);
     enqueue(p->s, it);
   }
   pthread_mutex_unlock(&reg_m);
   return st;
 }
 
-static sl_status fc_all_reduce(void *ctx, void *comm, const void *in, void *out,
-                               size_t count, sl__dev_type t, sl__dev_redop op,
-                               sl__stream *s) {
+/* Queues a rank's part for the group call (fc_group_end). */
+static sl_status fc_post(sl__dev_coll_op coll, void *comm, const void *in,
+                         void *out, size_t count, sl__dev_type t,
+                         sl__dev_redop op, sl__stream *s) {
   if (n_pending == (int)SL_ARRAY_LEN(pending))
     return sl__fail(SL_EINVAL, "fake nccl: too many operations in a group");
   if ((in && !((uintptr_t)in & DEVICE_BIT)) ||
       (out && !((uintptr_t)out & DEVICE_BIT)))
-    return sl__fail(SL_EINVAL, "fake nccl: all_reduce on host memory");
+    return sl__fail(SL_EINVAL, "fake nccl: %s on host memory",
+                    sl__dev_coll_op_name(coll));
   pending[n_pending++] =
-      (pending_op){comm, in, out, count, t, op, (fstream *)s};
+      (pending_op){coll, comm, in, out, count, t, op, (fstream *)s};
   return SL_OK;
 }
 
-static sl_status fc_only_all_reduce(void) {
-  return sl__fail(SL_EUNSUPPORTED, "fake nccl: only all_reduce");
+static sl_status fc_all_reduce(void *ctx, void *comm, const void *in, void *out,
+                               size_t count, sl__dev_type t, sl__dev_redop op,
+                               sl__stream *s) {
+  return fc_post(SL__DEV_ALL_REDUCE, comm, in, out, count, t, op, s);
 }
 static sl_status fc_reduce_scatter(void *ctx, void *comm, const void *in,
                                    void *out, size_t count, sl__dev_type t,
                                    sl__dev_redop op, sl__stream *s) {
-  return fc_only_all_reduce();
+  return fc_post(SL__DEV_REDUCE_SCATTER, comm, in, out, count, t, op, s);
 }
 static sl_status fc_all_gather(void *ctx, void *comm, const void *in, void *out,
                                size_t count, sl__dev_type t, sl__stream *s) {
-  return fc_only_all_reduce();
+  return fc_post(SL__DEV_ALL_GATHER, comm, in, out, count, t, SL__DEV_SUM, s);
+}
+
+static sl_status fc_only_collectives(void) {
+  return sl__fail(SL_EUNSUPPORTED,
+                  "fake nccl: only all_reduce, all_gather, reduce_scatter");
 }
 static sl_status fc_send(void *ctx, void *comm, const void *buf, size_t count,
                          sl__dev_type t, int peer, sl__stream *s) {
-  return fc_only_all_reduce();
+  return fc_only_collectives();
 }
 static sl_status fc_recv(void *ctx, void *comm, void *buf, size_t count,
                          sl__dev_type t, int peer, sl__stream *s) {
-  return fc_only_all_reduce();
+  return fc_only_collectives();
 }
 
 /* The check of fproc's header, when the process closes. */
@@ -863,6 +905,7 @@ void fake_cuda_install(void) {
   atomic_store(&jitter_us, 0);
   for (size_t d = 0; d < SL_ARRAY_LEN(delay_us); d++)
     atomic_store(&delay_us[d], 0);
+  atomic_store(&init_delay_ms, 0);
   atomic_store(&fail_ids, 0);
   fake_cuda_fail_collective(-1, 0);
   sl__session_set_backend(&fake_backend);
@@ -880,6 +923,10 @@ void fake_cuda_get_stats(fake_cuda_stats *out) {
   out->all_reduces = atomic_load(&stats.all_reduces);
   out->cross_all_reduces = atomic_load(&stats.cross_all_reduces);
   out->comm_aborts = atomic_load(&stats.comm_aborts);
+  out->all_gathers = atomic_load(&stats.all_gathers);
+  out->cross_all_gathers = atomic_load(&stats.cross_all_gathers);
+  out->reduce_scatters = atomic_load(&stats.reduce_scatters);
+  out->cross_reduce_scatters = atomic_load(&stats.cross_reduce_scatters);
   out->order_checks = atomic_load(&stats.order_checks);
   out->order_errors = atomic_load(&stats.order_errors);
 }
@@ -908,3 +955,5 @@ int fake_cuda_live_comms(void) {
   pthread_mutex_unlock(&reg_m);
   return n;
 }
+
+void fake_cuda_set_init_delay(unsigned ms) { atomic_store(&init_delay_ms, ms); }

@@ -11,7 +11,8 @@
  *   host access to device memory crashes instead of silently working.
  * Kernels are the ops' CPU kernels, run by the stream's worker on the
  * translated pointers, so a session on fake cuda:k computes exactly what
- * one on cpu:k does. Its "NCCL" does all-reduces like NCCL: communicators
+ * one on cpu:k does. Its "NCCL" does all-reduces, all-gathers and
+ * reduce-scatters like NCCL: communicators
  * found by their unique id, so daemons in one test process share them as
  * NCCL's processes do; a collective init; each rank's stream blocked in a
  * collective until all ranks reached it (past a 20 s wait, where NCCL
@@ -28,6 +29,9 @@ typedef struct fake_cuda_stats {
   /* Ranks' all-reduces launched (fake NCCL) on communicators inside one
    * process, and on communicators across processes (daemons). */
   uint64_t all_reduces, cross_all_reduces;
+  /* The same for all-gathers and reduce-scatters. */
+  uint64_t all_gathers, cross_all_gathers, reduce_scatters,
+      cross_reduce_scatters;
   uint64_t comm_aborts; /* ranks' communicators aborted */
   /* Processes (each daemon's session) that launched on communicators
    * across processes, closed without an abort: checked that they launched
@@ -46,6 +50,10 @@ void fake_cuda_set_jitter(unsigned us);
 /* Kernels on cuda:device (of every process) wait us microseconds more
  * (device < 8; install resets it). */
 void fake_cuda_set_device_delay(int device, unsigned us);
+/* Every group call initialising ranks (a communicator's creation) takes
+ * ms milliseconds more (0: none; install resets it): a daemon's session
+ * then connects its device groups long after the program's feeds came. */
+void fake_cuda_set_init_delay(unsigned ms);
 /* The next n unique ids asked for fail (install resets it). */
 void fake_cuda_fail_unique_ids(int n);
 /* The part of rank `rank` in collective number seq (counting from 0) of

@@ -5,7 +5,9 @@
  * streams with messages sent once the stream got there, copies between a
  * device and its host side for feeds, fetches and boxing, placements mixing
  * cpu and cuda, all-reduces between the GPUs through the device
- * collectives (the fake's NCCL). Each model trains step by step against
+ * collectives (the fake's NCCL): all-reduces, and all-gathers and
+ * reduce-scatters in NCCL's layout (others on the host sides), bit for bit
+ * the cpu run. Each model trains step by step against
  * the interpreter.
  * The last test runs on a real GPU and skips without one. */
 #include <sluice/build.h>
@@ -108,6 +110,135 @@ static void test_device_failure(void **state) {
   fake_cuda_uninstall();
 }
 
+/* ---- all-gathers and reduce-scatters between the GPUs -------------------
+ * A boxing of all-gathers / reduce-scatters whose members' parts are
+ * contiguous equal blocks (axis 0, an extent the group divides) stays on
+ * the devices (graph/lower.c); any other goes to the host sides. Both must
+ * compute bit for bit what the same graph does on cpu placements (the
+ * fake NCCL reduces in rank order, as comm/coll.c does). */
+
+typedef struct split_case {
+  const char *name;
+  const char *mesh;    /* "0-3", "0-3[2,2]": cuda:<mesh> against cpu:<mesh> */
+  int rows;            /* axis 0 of x and of the matmul's output */
+  const char *xs, *xb; /* x's nd-SBP, then the layout it is boxed to */
+  const char *ps;      /* the partial matmul's output boxed to this */
+  /* Device collectives the fake must count (at least; 0: none at all). */
+  int gathers, scatters;
+} split_case;
+
+static const split_case split_cases[] = {
+    /* S(0) -> B: an all-gather; P -> S(0): a reduce-scatter. */
+    {"1d", "0-3", 8, "S(0)", "B", "S(0)", 1, 1},
+    /* Two steps each, chained through the first step's register:
+     * (S(0),S(0)) -> (B,B) gathers on both mesh axes, (P,P) -> (S(0),S(0))
+     * scatters on both. */
+    {"2d", "0-3[2,2]", 8, "(S(0),S(0))", "(B,B)", "(S(0),S(0))", 2, 2},
+    /* A mesh axis gathered, the other all-reduced, in one boxing. */
+    {"mixed", "0-3[2,2]", 8, "(S(0),B)", "(B,B)", "(S(0),B)", 1, 1},
+    /* 6 rows on 4 ranks: parts of 2 and 1 rows, no NCCL layout: the host
+     * sides box it. */
+    {"uneven", "0-3", 6, "S(0)", "B", "S(0)", 0, 0},
+    /* Split on axis 1: parts are strided, not contiguous: host sides. */
+    {"axis1", "0-1", 4, "S(1)", "B", "S(1)", 0, 0},
+};
+
+/* x [rows, 8] boxed from c->xs to c->xb, then tanh; a [rows, 6] S(1)-ish
+ * times w [6, 4] S(0)-ish: a partial sum, boxed to c->ps. On placement
+ * "<dev>:<mesh>"; the partial layout is P on every mesh axis. */
+static sl_graph *split_graph(const split_case *c, const char *dev) {
+  char pl[64];
+  snprintf(pl, sizeof pl, "%s:%s", dev, c->mesh);
+  bool two = strchr(c->mesh, '[') != NULL;
+  sl_graph *g = st_graph(pl);
+  sl_shape xs = SL_SHAPE(c->rows, 8), as = SL_SHAPE(c->rows, 6),
+           ws = SL_SHAPE(6, 4);
+  sl_tensor x = sl_input(g, "x", &xs, SL_DTYPE_F32, NULL, c->xs);
+  sl_tensor a =
+      sl_input(g, "a", &as, SL_DTYPE_F32, NULL, two ? "(S(1),S(1))" : "S(1)");
+  sl_tensor w =
+      sl_input(g, "w", &ws, SL_DTYPE_F32, NULL, two ? "(S(0),S(0))" : "S(0)");
+  sl_tensor xb = sl_to_global(x, pl, c->xb);
+  sl_fetch(sl_tanh(xb), "gathered");
+  sl_tensor p = sl_matmul(a, w, false, false); /* partial on every axis */
+  sl_tensor ps = sl_to_global(p, pl, c->ps);
+  sl_fetch(sl_tanh(ps), "scattered");
+  st_check_graph(g);
+  return g;
+}
+
+/* One step of g with the feeds of seed; the fetches, malloc'ed. */
+static void run_once(sl_graph *g, uint64_t seed, void *out[2]) {
+  static const char *names[2] = {"gathered", "scattered"};
+  sl_session *s = NULL;
+  if (sl_session_create(g, NULL, &s) != SL_OK)
+    fail_msg("session: %s", sl_last_error());
+  st_feeds f;
+  st_feeds_make(g, seed, 0, &f);
+  for (int k = 0; k < f.n; k++)
+    if (sl_session_feed(s, f.name[k], f.data[k], f.bytes[k]) != SL_OK)
+      fail_msg("feed %s: %s", f.name[k], sl_last_error());
+  st_feeds_free(&f);
+  if (sl_session_run(s, 1) != SL_OK) fail_msg("run: %s", sl_last_error());
+  for (int i = 0; i < 2; i++) {
+    const sl__node *n = NULL;
+    for (int32_t j = 0; j < sl__graph_node_count(g) && !n; j++)
+      if (strcmp(sl__graph_node(g, j)->name, names[i]) == 0)
+        n = sl__graph_node(g, j);
+    assert_non_null(n);
+    size_t bytes = st_value_bytes(sl__graph_value(g, n->in[0]));
+    out[i] = malloc(bytes + 8);
+    if (sl_session_fetch(s, names[i], out[i], bytes) != SL_OK)
+      fail_msg("fetch %s: %s", names[i], sl_last_error());
+  }
+  sl_session_destroy(s);
+}
+
+static void test_gather_scatter(void **state) {
+  uint64_t seed = st_seed(64, "cuda all-gathers, reduce-scatters");
+  fake_cuda_install();
+  for (size_t i = 0; i < SL_ARRAY_LEN(split_cases); i++) {
+    const split_case *c = &split_cases[i];
+    printf("  %s on cuda:%s\n", c->name, c->mesh);
+    sl_graph *gc = split_graph(c, "cpu"), *gg = split_graph(c, "cuda");
+    fake_cuda_stats f0, f1;
+    fake_cuda_get_stats(&f0);
+    void *want[2], *got[2];
+    run_once(gc, seed + i, want);
+    run_once(gg, seed + i, got);
+    fake_cuda_get_stats(&f1);
+    /* Bit for bit the cpu run, and near the interpreter's. */
+    st_compare(SL_DTYPE_F32, got[0], want[0], (int64_t)c->rows * 8, 0,
+               "gathered: cuda against cpu");
+    st_compare(SL_DTYPE_F32, got[1], want[1], (int64_t)c->rows * 4, 0,
+               "scattered: cuda against cpu");
+    st_run_vs_interp(gg, 2, 1e-5, seed + i, 0, NULL);
+    for (int k = 0; k < 2; k++) {
+      free(want[k]);
+      free(got[k]);
+    }
+    /* Each device all-gather / reduce-scatter counted once per rank: one
+     * step of 4 ranks, per boxing step. */
+    uint64_t ag = f1.all_gathers - f0.all_gathers,
+             rs = f1.reduce_scatters - f0.reduce_scatters;
+    printf("    device all-gathers %llu, reduce-scatters %llu\n",
+           (unsigned long long)ag, (unsigned long long)rs);
+    if (c->gathers == 0) {
+      assert_int_equal(ag, 0);
+      assert_int_equal(rs, 0);
+    } else {
+      assert_int_equal(ag, (uint64_t)c->gathers * 4);
+      assert_int_equal(rs, (uint64_t)c->scatters * 4);
+    }
+    sl_graph_destroy(gc);
+    sl_graph_destroy(gg);
+  }
+  fake_cuda_stats fs;
+  fake_cuda_get_stats(&fs);
+  assert_int_equal(fs.live_allocs, 0);
+  fake_cuda_uninstall();
+}
+
 /* The real thing: the same models on the GPUs this machine has. */
 static void test_real_gpu(void **state) {
   int n = sl_device_count(SL_DEVICE_CUDA);
@@ -136,6 +267,7 @@ int main(void) {
       cmocka_unit_test(test_layouts),
       cmocka_unit_test(test_mixed_placements),
       cmocka_unit_test(test_device_failure),
+      cmocka_unit_test(test_gather_scatter),
       cmocka_unit_test(test_real_gpu),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,7 +7,9 @@
  * whose boxing spans the nodes (data, tensor and both parallel over
  * cpu:0-1/0-1) train to the embedded session's losses on 4 devices; a
  * kernel failing on one node while the other waits for it inside a
- * collective between them fails the job (no hang) and the next job runs. */
+ * collective between them fails the job (no hang) and the next job runs.
+ * On the fake CUDA device, all-reduces, all-gathers and reduce-scatters
+ * between the nodes stay on the devices. */
 #include <math.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -450,6 +452,108 @@ static void test_cuda_across_nodes(void **state) {
   fake_cuda_uninstall();
 }
 
+/* x [8, 8] boxed from xs to xb (all-gathers), a [8, 6] times w [6, 4]
+ * split on the inner axis: a partial sum, boxed to ps (reduce-scatters);
+ * both fetched through a tanh. On pl; "2d" for a [2,2] mesh. */
+static sl_graph *gather_scatter(const char *pl, bool two) {
+  sl_graph *g = st_graph(pl);
+  sl_shape xs = SL_SHAPE(8, 8), as = SL_SHAPE(8, 6), ws = SL_SHAPE(6, 4);
+  sl_tensor x =
+      sl_input(g, "x", &xs, SL_DTYPE_F32, NULL, two ? "(S(0),S(0))" : "S(0)");
+  sl_tensor a =
+      sl_input(g, "a", &as, SL_DTYPE_F32, NULL, two ? "(S(1),S(1))" : "S(1)");
+  sl_tensor w =
+      sl_input(g, "w", &ws, SL_DTYPE_F32, NULL, two ? "(S(0),S(0))" : "S(0)");
+  sl_fetch(sl_tanh(sl_to_global(x, NULL, two ? "(B,B)" : "B")), "gathered");
+  sl_tensor p = sl_matmul(a, w, false, false);
+  sl_fetch(sl_tanh(sl_to_global(p, NULL, two ? "(S(0),S(0))" : "S(0)")),
+           "scattered");
+  st_check_graph(g);
+  return g;
+}
+
+/* All-gathers and reduce-scatters in NCCL's layout (axis 0, divisible)
+ * across nodes stay on the devices, as all-reduces do: spanning groups
+ * (the 1d case's one group of 4; the 2d case's mesh axis 0, one rank per
+ * node) on fake-NCCL communicators across the daemons, launched in the
+ * job's order (the fake checks it), the 2d case's in-node groups (mesh
+ * axis 1) in one process, each boxing's two steps chained; no collective
+ * between nodes on the hosts; bit for bit the embedded run on cpu. The
+ * members arriving before their daemon has connected its groups wait for
+ * it (dev_boxing.c). */
+static void test_cuda_gather_scatter_across_nodes(void **state) {
+  enum { N = 3 };
+  fake_cuda_install();
+  fake_cuda_set_jitter(300);
+  /* Slow communicator creation: the daemons' sessions connect long after
+   * the program's feeds came, and x's all-gather right after its input
+   * has members arriving before their group has a communicator. */
+  fake_cuda_set_init_delay(150);
+  for (int two = 0; two < 2; two++) {
+    float got[2][2][8 * 8];
+    fake_cuda_stats f0, f1;
+    uint64_t before = 0;
+    for (int k = 0; k < 2; k++) {
+      const char *pl = k == 0 ? (two ? "cpu:0-3[2,2]" : "cpu:0-3")
+                              : (two ? "cuda:0-1/0-1[2,2]" : "cuda:0-1/0-1");
+      remote_on(k == 1);
+      sl_graph *g = gather_scatter(pl, two);
+      sl_session *s = NULL;
+      sl_status st = sl_session_create(g, NULL, &s);
+      remote_on(false);
+      if (st != SL_OK) fail_msg("create on %s: %s", pl, sl_last_error());
+      if (k == 1) {
+        fake_cuda_get_stats(&f0);
+        before = net_started(state);
+      }
+      for (int step = 0; step < N; step++) {
+        st_feeds f;
+        st_feeds_make(g, 71 + (uint64_t)step, 0, &f);
+        for (int j = 0; j < f.n; j++)
+          assert_int_equal(sl_session_feed(s, f.name[j], f.data[j], f.bytes[j]),
+                           SL_OK);
+        st_feeds_free(&f);
+        if (sl_session_run(s, 1) != SL_OK)
+          fail_msg("%s step %d: %s", pl, step, sl_last_error());
+      }
+      assert_int_equal(
+          sl_session_fetch(s, "gathered", got[k][0], 64 * sizeof(float)),
+          SL_OK);
+      assert_int_equal(
+          sl_session_fetch(s, "scattered", got[k][1], 32 * sizeof(float)),
+          SL_OK);
+      assert_int_equal(sl_session_finish(s), SL_OK);
+      sl_session_destroy(s);
+      sl_graph_destroy(g);
+    }
+    fake_cuda_get_stats(&f1);
+    st_compare(SL_DTYPE_F32, got[1][0], got[0][0], 64, 0, "gathered");
+    st_compare(SL_DTYPE_F32, got[1][1], got[0][1], 32, 0, "scattered");
+    uint64_t xag = f1.cross_all_gathers - f0.cross_all_gathers,
+             xrs = f1.cross_reduce_scatters - f0.cross_reduce_scatters,
+             ag = f1.all_gathers - f0.all_gathers,
+             rs = f1.reduce_scatters - f0.reduce_scatters;
+    printf("%s: device all-gathers %llu across nodes, %llu in one; "
+           "reduce-scatters %llu, %llu\n",
+           two ? "2d" : "1d", (unsigned long long)xag, (unsigned long long)ag,
+           (unsigned long long)xrs, (unsigned long long)rs);
+    /* 4 ranks x (N steps + 1 finishing) per boxing step on each kind of
+     * group: 1d one spanning step; 2d one spanning, one in-node. */
+    assert_int_equal(xag, 4 * (N + 1));
+    assert_int_equal(xrs, 4 * (N + 1));
+    assert_int_equal(ag, two ? 4 * (N + 1) : 0);
+    assert_int_equal(rs, two ? 4 * (N + 1) : 0);
+    assert_int_equal(net_started(state), before);
+  }
+  fake_cuda_stats fs;
+  fake_cuda_get_stats(&fs);
+  assert_int_equal(fs.order_checks, 4); /* both daemons, both jobs */
+  assert_int_equal(fs.order_errors, 0);
+  assert_int_equal(fs.live_allocs, 0);
+  assert_int_equal(fake_cuda_live_comms(), 0);
+  fake_cuda_uninstall();
+}
+
 /* Three layers of data parallelism on pl: x and y split over the batch,
  * the weights broadcast, so each weight's gradient is one all-reduce over
  * every device (three groups on the same devices). */
@@ -611,6 +715,7 @@ int main(void) {
       cmocka_unit_test(test_boxing_across_nodes),
       cmocka_unit_test(test_failure_inside_collective),
       cmocka_unit_test(test_cuda_across_nodes),
+      cmocka_unit_test(test_cuda_gather_scatter_across_nodes),
       cmocka_unit_test(test_cuda_groups_in_order),
       cmocka_unit_test(test_cuda_failure_inside_collective),
       cmocka_unit_test(test_cuda_group_creation_fails),
