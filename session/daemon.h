@@ -10,30 +10,8 @@
 
 #include "cp.h"
 #include "dp.h"
+#include "job_blob.h"
 #include "net_coll.h"
-
-/* What every node receives for a job (the same bytes for all): the
- * program's data-plane address (it is rank `nnodes` there), the cluster
- * size, the job's hang timeout, the compiled graph (sl__graph_pack) and
- * its plan (sl__pplan_pack), which the daemon checks against its own
- * lowering of the graph. */
-typedef struct sl__job_blob {
-  const char *driver_addr; /* "host:port" */
-  uint32_t nnodes;
-  int64_t hang_timeout_ms;
-  const uint8_t *graph;
-  size_t graph_len;
-  const uint8_t *plan;
-  size_t plan_len;
-  bool trace; /* the program wants a trace: each node hands its in */
-} sl__job_blob;
-
-/* Packs b into a malloc'd buffer (sl__free). SL_ENOMEM. */
-sl_status sl__job_blob_pack(const sl__job_blob *b, uint8_t **buf, size_t *len);
-/* Parses buf; the pointers of *out point into buf (driver_addr into a
- * static-size copy in out_addr, 256 bytes). SL_EINVAL for malformed. */
-sl_status sl__job_blob_unpack(const uint8_t *buf, size_t len, char *out_addr,
-                              sl__job_blob *out);
 
 /* The control plane's keys of the job protocol. */
 #define SL__DAEMON_LAST_JOB_KEY "sluice/last_job"

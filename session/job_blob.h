@@ -1,0 +1,36 @@
+/* sluice session — the job blob (docs/daemon.md, "A job, step by
+ * step"): the bytes a remote session submits to every node for a job.
+ * Its own file so that its decoder is fuzzed alone (tests/fuzz). */
+#ifndef SLUICE_SESSION_JOB_BLOB_H
+#define SLUICE_SESSION_JOB_BLOB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <sluice/core.h>
+
+/* What every node receives for a job (the same bytes for all): the
+ * program's data-plane address (it is rank `nnodes` there), the cluster
+ * size, the job's hang timeout, the compiled graph (sl__graph_pack) and
+ * its plan (sl__pplan_pack), which the daemon checks against its own
+ * lowering of the graph. */
+typedef struct sl__job_blob {
+  const char *driver_addr; /* "host:port" */
+  uint32_t nnodes;
+  int64_t hang_timeout_ms;
+  const uint8_t *graph;
+  size_t graph_len;
+  const uint8_t *plan;
+  size_t plan_len;
+  bool trace; /* the program wants a trace: each node hands its in */
+} sl__job_blob;
+
+/* Packs b into a malloc'd buffer (sl__free). SL_ENOMEM. */
+sl_status sl__job_blob_pack(const sl__job_blob *b, uint8_t **buf, size_t *len);
+/* Parses buf; the pointers of *out point into buf (driver_addr into a
+ * static-size copy in out_addr, 256 bytes). SL_EINVAL for malformed. */
+sl_status sl__job_blob_unpack(const uint8_t *buf, size_t len, char *out_addr,
+                              sl__job_blob *out);
+
+#endif
