@@ -475,9 +475,14 @@ static bool reg_wait(uint64_t deadline) {
   return true;
 }
 
+/* The element type's dtype (bool travels as uint8, reduced with max). */
 static sl_dtype fc_dtype(sl__dev_type t) {
   switch (t) {
   case SL__DEV_FLOAT64: return SL_DTYPE_F64;
+  case SL__DEV_FLOAT16: return SL_DTYPE_F16;
+  case SL__DEV_BFLOAT16: return SL_DTYPE_BF16;
+  case SL__DEV_INT8: return SL_DTYPE_I8;
+  case SL__DEV_UINT8: return SL_DTYPE_U8;
   case SL__DEV_INT32: return SL_DTYPE_I32;
   case SL__DEV_INT64: return SL_DTYPE_I64;
   default: return SL_DTYPE_F32;
@@ -874,6 +879,9 @@ static const sl__dev_coll_vtable fake_coll_vt = {
     .id_bytes = 8,
     .types = SL__DEV_TYPE_BIT(SL__DEV_FLOAT32) |
              SL__DEV_TYPE_BIT(SL__DEV_FLOAT64) |
+             SL__DEV_TYPE_BIT(SL__DEV_FLOAT16) |
+             SL__DEV_TYPE_BIT(SL__DEV_BFLOAT16) |
+             SL__DEV_TYPE_BIT(SL__DEV_INT8) | SL__DEV_TYPE_BIT(SL__DEV_UINT8) |
              SL__DEV_TYPE_BIT(SL__DEV_INT32) | SL__DEV_TYPE_BIT(SL__DEV_INT64),
     .unique_id = fc_unique_id,
     .comm_init = fc_comm_init,
