@@ -87,6 +87,13 @@ static void test_all_reduce_between_nodes(void **state) {
                    SL__ALL_REDUCE_TREE);
   assert_int_equal(sl__cost_all_reduce_best(&c, 64, 64 << 20, NULL),
                    SL__ALL_REDUCE_RING);
+  /* the tree's first node count: 13 at α·β bytes, not 12 */
+  assert_int_equal(sl__cost_all_reduce_best(&c, 13, 90000, NULL),
+                   SL__ALL_REDUCE_TREE);
+  for (int n = 2; n <= 12; n++)
+    for (int64_t b = 1000; b <= (8 << 20); b *= 2)
+      assert_int_not_equal(sl__cost_all_reduce_best(&c, n, b, NULL),
+                           SL__ALL_REDUCE_TREE);
 }
 
 static void test_ring_collectives(void **state) {
