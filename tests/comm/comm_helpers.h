@@ -33,13 +33,13 @@ typedef struct waiter {
   pthread_cond_t cv;
   int done, failed;
   sl_status last;
-  char msg[256];
+  char msg[512]; /* the last failure's message */
 } waiter;
 
 static inline void waiter_init(waiter *w) {
   memset(w, 0, sizeof *w);
   pthread_mutex_init(&w->m, NULL);
-  pthread_cond_init(&w->cv, NULL);
+  sl__cond_init(&w->cv);
 }
 
 static inline void waiter_fini(waiter *w) {
@@ -60,11 +60,23 @@ static inline void waiter_cb(void *arg, sl_status st) {
   pthread_mutex_unlock(&w->m);
 }
 
-static inline void waiter_wait(waiter *w, int n) {
+/* Waits for n callbacks in all, at most ms: fails the test when fewer
+ * came (a hang shows as a failure, not as ctest's timeout). */
+static inline void waiter_wait_within(waiter *w, int n, int ms) {
+  uint64_t end = sl__now_ns() + (uint64_t)ms * 1000000ull;
   pthread_mutex_lock(&w->m);
-  while (w->done < n)
-    pthread_cond_wait(&w->cv, &w->m);
+  while (w->done < n) {
+    uint64_t now = sl__now_ns();
+    if (now >= end || !sl__cond_wait_ns(&w->cv, &w->m, end - now)) break;
+  }
+  int done = w->done;
   pthread_mutex_unlock(&w->m);
+  if (done < n)
+    fail_msg("only %d of %d callbacks came within %d ms", done, n, ms);
+}
+
+static inline void waiter_wait(waiter *w, int n) {
+  waiter_wait_within(w, n, 60000);
 }
 
 static inline int64_t dims_numel(int nd, const int64_t *d) {

@@ -24,6 +24,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include "comm_helpers.h" /* test_seed, the waiter */
 #include "core_thread.h"
 #include "dp.h"
 
@@ -31,15 +32,6 @@
 /* Generous bound for anything that should happen "soon": a test that
  * needs it has failed, and says so instead of hanging. */
 #define SOON_MS 30000
-
-static inline uint64_t test_seed(uint64_t dflt, const char *what) {
-  const char *e = getenv("SLUICE_TEST_SEED");
-  uint64_t s = e && e[0] ? strtoull(e, NULL, 0) : dflt;
-  printf("%s: seed %llu (replay with SLUICE_TEST_SEED=%llu)\n", what,
-         (unsigned long long)s, (unsigned long long)s);
-  fflush(stdout);
-  return s;
-}
 
 /* ---- error callbacks -------------------------------------------------------
  */

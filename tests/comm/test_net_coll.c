@@ -12,54 +12,6 @@
 #include "net_coll.h"
 #include "net_hier.h"
 
-/* ---- completion counting ------------------------------------------------ */
-
-typedef struct waiter {
-  pthread_mutex_t m;
-  pthread_cond_t cv;
-  int done, failed;
-  sl_status last;
-  char msg[512];
-} waiter;
-
-static void waiter_init(waiter *w) {
-  memset(w, 0, sizeof *w);
-  pthread_mutex_init(&w->m, NULL);
-  sl__cond_init(&w->cv);
-}
-
-static void waiter_fini(waiter *w) {
-  pthread_mutex_destroy(&w->m);
-  pthread_cond_destroy(&w->cv);
-}
-
-static void waiter_cb(void *arg, sl_status st) {
-  waiter *w = arg;
-  pthread_mutex_lock(&w->m);
-  w->done++;
-  if (st != SL_OK) {
-    w->failed++;
-    w->last = st;
-    snprintf(w->msg, sizeof w->msg, "%s", sl_last_error());
-  }
-  pthread_cond_broadcast(&w->cv);
-  pthread_mutex_unlock(&w->m);
-}
-
-static void waiter_wait(waiter *w, int n) {
-  struct timespec dl;
-  clock_gettime(CLOCK_MONOTONIC, &dl);
-  dl.tv_sec += SOON_MS / 1000;
-  pthread_mutex_lock(&w->m);
-  while (w->done < n)
-    if (pthread_cond_timedwait(&w->cv, &w->m, &dl) != 0) break;
-  int done = w->done;
-  pthread_mutex_unlock(&w->m);
-  if (done < n)
-    fail_msg("only %d of %d collectives completed within %d ms", done, n,
-             SOON_MS);
-}
-
 /* ---- a mesh of endpoints with their collectives ------------------------- */
 
 #define MESH_MAX 6
@@ -185,7 +137,7 @@ static void run_case(mesh *m, int op, sl_dtype dt, sl_reduce_op rop,
                                   rop, waiter_cb, &w);
     if (st != SL_OK) fail_msg("start member %u: %s", k, sl_last_error());
   }
-  waiter_wait(&w, (int)n);
+  waiter_wait_within(&w, (int)n, SOON_MS);
   if (w.failed) fail_msg("a member failed: %s", w.msg);
   for (uint32_t k = 0; k < n; k++) {
     if (op == OP_AR) {
@@ -409,7 +361,7 @@ static void test_algo_mismatch(void **state) {
                                         &w),
                      SL_OK);
   }
-  waiter_wait(&w, 3);
+  waiter_wait_within(&w, 3, SOON_MS);
   assert_int_equal(w.failed, 3);
   if (!strstr(w.msg, "collective 9/0")) fail_msg("message: %s", w.msg);
   for (uint32_t k = 0; k < 3; k++)
@@ -474,7 +426,7 @@ static void test_concurrent(void **state) {
       }
     }
   }
-  waiter_wait(&w, expected);
+  waiter_wait_within(&w, expected, SOON_MS);
   if (w.failed) fail_msg("a member failed: %s", w.msg);
   for (int gi = 0; gi < 3; gi++)
     for (int s = 0; s < SEQS; s++)
@@ -517,7 +469,7 @@ static void test_early_chunks_staged(void **state) {
   assert_int_equal(sl__net_all_reduce(m.nc[1], &g, 0, b, COUNT, SL_DTYPE_I32,
                                       SL_REDUCE_SUM, waiter_cb, &w),
                    SL_OK);
-  waiter_wait(&w, 2);
+  waiter_wait_within(&w, 2, SOON_MS);
   assert_int_equal(w.failed, 0);
   for (size_t i = 0; i < COUNT; i++) {
     double want = reduced(SL_DTYPE_I32, SL_REDUCE_SUM, 2, i, 9);
@@ -534,7 +486,7 @@ static void test_early_chunks_staged(void **state) {
   assert_int_equal(sl__net_all_reduce(m.nc[1], &g, 1, b, COUNT, SL_DTYPE_I32,
                                       SL_REDUCE_SUM, waiter_cb, &w),
                    SL_OK);
-  waiter_wait(&w, 4);
+  waiter_wait_within(&w, 4, SOON_MS);
   assert_int_equal(w.failed, 0);
   free(a);
   free(b);
@@ -559,7 +511,7 @@ static void test_peer_lost(void **state) {
                    SL_OK);
   sl__dp_endpoint_destroy(m.ep[1]);
   m.ep[1] = NULL;
-  waiter_wait(&w, 1);
+  waiter_wait_within(&w, 1, SOON_MS);
   assert_int_equal(w.failed, 1);
   assert_int_equal(w.last, SL_ECOMM);
   if (!strstr(w.msg, "node 1")) fail_msg("message: %s", w.msg);
@@ -568,7 +520,7 @@ static void test_peer_lost(void **state) {
   sl_status st = sl__net_all_reduce(m.nc[0], &g, 1, a, 1000, SL_DTYPE_F32,
                                     SL_REDUCE_SUM, waiter_cb, &w);
   if (st == SL_OK) {
-    waiter_wait(&w, 2);
+    waiter_wait_within(&w, 2, SOON_MS);
     assert_int_equal(w.failed, 2);
   } else {
     assert_int_equal(st, SL_ECOMM);
@@ -595,7 +547,7 @@ static void test_size_mismatch(void **state) {
   assert_int_equal(sl__net_all_reduce(m.nc[1], &g, 0, b, 999, SL_DTYPE_F32,
                                       SL_REDUCE_SUM, waiter_cb, &w),
                    SL_OK);
-  waiter_wait(&w, 2);
+  waiter_wait_within(&w, 2, SOON_MS);
   assert_int_equal(w.failed, 2);
   free(a);
   free(b);
@@ -624,7 +576,7 @@ static void test_size_mismatch_three(void **state) {
                                         &w),
                      SL_OK);
   }
-  waiter_wait(&w, 3);
+  waiter_wait_within(&w, 3, SOON_MS);
   assert_int_equal(w.failed, 3);
   if (!strstr(w.msg, "collective 8/0")) fail_msg("message: %s", w.msg);
   for (uint32_t k = 0; k < 3; k++) {
@@ -635,7 +587,7 @@ static void test_size_mismatch_three(void **state) {
                                         &w),
                      SL_OK);
   }
-  waiter_wait(&w, 6);
+  waiter_wait_within(&w, 6, SOON_MS);
   assert_int_equal(w.failed, 3);
   for (uint32_t k = 0; k < 3; k++) {
     for (size_t i = 0; i < COUNT; i++)
@@ -696,7 +648,7 @@ static void test_hierarchical(void **state) {
           if (sl__net_hier_arrive(h[nd], k, in[nd][k], out[nd][k], waiter_cb,
                                   &w) != SL_OK)
             fail_msg("arrive: %s", sl_last_error());
-      waiter_wait(&w, 2 * LOCAL);
+      waiter_wait_within(&w, 2 * LOCAL, SOON_MS);
       if (w.failed) fail_msg("a member failed: %s", w.msg);
       for (int nd = 0; nd < 2; nd++)
         for (int k = 0; k < LOCAL; k++) {
@@ -756,7 +708,7 @@ static void test_all_to_allv(void **state) {
                                          out[k], recvc[k], SL_DTYPE_I32,
                                          waiter_cb, &w),
                      SL_OK);
-  waiter_wait(&w, 3);
+  waiter_wait_within(&w, 3, SOON_MS);
   assert_int_equal(w.failed, 0);
   for (int k = 0; k < 3; k++) {
     size_t o = 0;
@@ -789,7 +741,7 @@ static void test_abort_and_reset(void **state) {
                                       SL_REDUCE_SUM, waiter_cb, &w),
                    SL_OK);
   sl__net_coll_abort(m.nc[0], SL_EABORTED, "job 3 was stopped");
-  waiter_wait(&w, 1);
+  waiter_wait_within(&w, 1, SOON_MS);
   assert_int_equal(w.failed, 1);
   assert_int_equal(w.last, SL_EABORTED);
   if (!strstr(w.msg, "job 3 was stopped")) fail_msg("message: %s", w.msg);
@@ -810,7 +762,7 @@ static void test_abort_and_reset(void **state) {
   assert_int_equal(sl__net_all_reduce(m.nc[1], &g, 2, b, 100000, SL_DTYPE_F32,
                                       SL_REDUCE_SUM, waiter_cb, &w),
                    SL_OK);
-  waiter_wait(&w, 3);
+  waiter_wait_within(&w, 3, SOON_MS);
   assert_int_equal(w.failed, 1);
   for (int i = 0; i < 100000; i++)
     if (a[i] != 3.0f || b[i] != 3.0f)

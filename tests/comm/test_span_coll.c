@@ -13,43 +13,6 @@
 #include "net_coll.h"
 #include "span_coll.h"
 
-typedef struct waiter {
-  pthread_mutex_t m;
-  pthread_cond_t cv;
-  int done, failed;
-  sl_status last;
-} waiter;
-
-static void waiter_init(waiter *w) {
-  memset(w, 0, sizeof *w);
-  pthread_mutex_init(&w->m, NULL);
-  sl__cond_init(&w->cv);
-}
-
-static void waiter_cb(void *arg, sl_status st) {
-  waiter *w = arg;
-  pthread_mutex_lock(&w->m);
-  w->done++;
-  if (st != SL_OK) {
-    w->failed++;
-    w->last = st;
-  }
-  pthread_cond_broadcast(&w->cv);
-  pthread_mutex_unlock(&w->m);
-}
-
-static void waiter_wait(waiter *w, int n) {
-  struct timespec dl;
-  clock_gettime(CLOCK_MONOTONIC, &dl);
-  dl.tv_sec += SOON_MS / 1000;
-  pthread_mutex_lock(&w->m);
-  while (w->done < n)
-    if (pthread_cond_timedwait(&w->cv, &w->m, &dl) != 0) break;
-  int done = w->done;
-  pthread_mutex_unlock(&w->m);
-  if (done < n) fail_msg("%d of %d members completed", done, n);
-}
-
 #define MAXM 8
 
 /* Runs d with every member in one process and with member k on node
@@ -100,7 +63,7 @@ static void check(const sl__coll_desc *d, const uint32_t *node, uint32_t nn) {
                                        out_ref[k], sl__coll_out_bytes(ref, k),
                                        waiter_cb, &wr),
                        SL_OK);
-    waiter_wait(&wr, n);
+    waiter_wait_within(&wr, n, SOON_MS);
     /* members arrive last to first, so the nodes start in another order */
     for (int k = n - 1; k >= 0; k--)
       assert_int_equal(sl__span_arrive(span[node[k]], k, in[k],
@@ -108,7 +71,7 @@ static void check(const sl__coll_desc *d, const uint32_t *node, uint32_t nn) {
                                        sl__coll_out_bytes(ref, k), waiter_cb,
                                        &w),
                        SL_OK);
-    waiter_wait(&w, n);
+    waiter_wait_within(&w, n, SOON_MS);
     assert_int_equal(w.failed, 0);
     for (int k = 0; k < n; k++)
       if (memcmp(out[k], out_ref[k], sl__coll_out_bytes(ref, k)))
@@ -304,13 +267,13 @@ static void test_abort(void **state) {
                      SL_OK);
   sl__span_abort(o.span, SL_EABORTED); /* running: not ended by this */
   sl__net_coll_abort(o.nc[0], SL_EABORTED, "job stopped");
-  waiter_wait(&w, 2);
+  waiter_wait_within(&w, 2, SOON_MS);
   assert_int_equal(w.failed, 2);
   assert_int_equal(w.last, SL_EABORTED);
   assert_int_equal(sl__span_arrive(o.span, 0, in[0], 400, out[0], 400,
                                    waiter_cb, &w),
                    SL_OK);
-  waiter_wait(&w, 3);
+  waiter_wait_within(&w, 3, SOON_MS);
   assert_int_equal(w.failed, 3);
   assert_int_equal(sl__span_arrive(o.span, 2, in[0], 400, out[0], 400,
                                    waiter_cb, &w),
@@ -333,7 +296,7 @@ static void test_abort_waiting(void **state) {
   assert_int_equal(sl__span_arrive(o.span, 1, in, 16, out, 48, waiter_cb, &w),
                    SL_OK);
   sl__span_abort(o.span, SL_ECOMM);
-  waiter_wait(&w, 1);
+  waiter_wait_within(&w, 1, SOON_MS);
   assert_int_equal(w.last, SL_ECOMM);
   solo_down(&o);
 }
