@@ -90,8 +90,17 @@ size_t sl__arena_bytes_used(const sl_arena *a);
 /* Monotonic time in nanoseconds. */
 uint64_t sl__now_ns(void);
 
+/* Functions the CPU and the CUDA kernels share, so that both compute the
+ * same bits from one definition (nvcc compiles them for host and device;
+ * kernels/CMakeLists.txt turns off FMA contraction for the device). */
+#ifdef __CUDACC__
+#define SL__HD __host__ __device__
+#else
+#define SL__HD
+#endif
+
 /* SplitMix64: the counter-based mixer behind every seeded random stream. */
-static inline uint64_t sl__mix64(uint64_t x) {
+static inline SL__HD uint64_t sl__mix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cpu/blas.h"
+#include "cpu/kernel_util.h" /* sl__dense_exp */
 #include "op.h"
 
 /* The bit-identity above needs every a * b + c rounded twice. GCC does not
@@ -144,40 +145,6 @@ static inline void sl__dense_global_pos(const sl_slice *sl, int64_t flat,
                     (long long)idx[d]);
   if (len > 0 && (size_t)len < size)
     snprintf(buf + len, size - (size_t)len, "]");
-}
-
-/* exp(x) for x <= 88 (the ops call it on x - max <= 0): 2^n * e^r with
- * n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2] (ln 2 split in a
- * part exact in n * hi and a rest), e^r by its Taylor series to degree 7
- * (truncation below 1e-8 relative on that interval, about 1 ulp of float
- * rounding). Only +, *, compares and integer bit operations, so it
- * vectorises and gives the same bits in vector and scalar code. Returns 0
- * below -87.33 (where 2^n leaves the normal range) and NaN for NaN. */
-static inline float sl__dense_exp(float x) {
-  const float lo = -87.33654f, hi = 88.0f;
-  float xc = x < lo ? lo : (x > hi ? hi : x);
-  /* Round to nearest by adding 1.5 * 2^23: the integer lands in the low
-   * mantissa bits. */
-  const float magic = 12582912.0f;
-  float t = xc * 1.44269504088896341f + magic;
-  uint32_t tb; /* unsigned: a NaN's bits wrap instead of overflowing */
-  memcpy(&tb, &t, sizeof tb);
-  uint32_t n = tb - 0x4B400000u;
-  float fn = t - magic;
-  float r = (xc - fn * 0.693145751953125f) - fn * 1.428606765330187e-6f;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  uint32_t sb = (n + 127u) << 23;
-  float s;
-  memcpy(&s, &sb, sizeof s);
-  float y = p * s;
-  return x < lo ? 0.0f : y;
 }
 
 /* The 16 lanes of a row reduction combined in a fixed tree. */

@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "op.h"
 
@@ -146,15 +147,15 @@ static inline uint64_t sl__rand_key(int64_t seed, int64_t step) {
   return sl__mix64(sl__mix64((uint64_t)seed) ^ (uint64_t)step);
 }
 /* Element idx's 64 random bits: SplitMix64's idx-th output from state key. */
-static inline uint64_t sl__rand_bits(uint64_t key, uint64_t idx) {
+static inline SL__HD uint64_t sl__rand_bits(uint64_t key, uint64_t idx) {
   return sl__mix64(key + idx * 0x9e3779b97f4a7c15ull);
 }
 /* Uniform in [0, 1) from the top 24 bits (every value an exact float). */
-static inline float sl__rand_unit_f32(uint64_t bits) {
+static inline SL__HD float sl__rand_unit_f32(uint64_t bits) {
   return (float)(bits >> 40) * 0x1.0p-24f;
 }
 /* Uniform in [0, 1) from the top 53 bits. */
-static inline double sl__rand_unit_f64(uint64_t bits) {
+static inline SL__HD double sl__rand_unit_f64(uint64_t bits) {
   return (double)(bits >> 11) * 0x1.0p-53;
 }
 
@@ -220,7 +221,7 @@ const char *sl__isa_name(sl__isa isa);
  * rounding of x/ln2 uses the 1.5 * 2^23 trick (round to nearest under the
  * default mode), which needs ISO float semantics: no -ffast-math. Overflow
  * gives +inf, underflow 0, NaN stays NaN. Relative error about 2 ulp. */
-static inline float sl__expf(float x) {
+static inline SL__HD float sl__expf(float x) {
   /* Separate selects, each comparison always evaluated: a nested ?: would
    * evaluate the second comparison conditionally, which GCC will not
    * if-convert under -ftrapping-math, leaving a branchy scalar loop. */
@@ -242,11 +243,12 @@ static inline float sl__expf(float x) {
   union {
     uint32_t u;
     float f;
-  } s1, s2;
+  } s1, s2, inf;
   s1.u = (uint32_t)(h + 127) << 23;
   s2.u = (uint32_t)(ni - h + 127) << 23;
+  inf.u = 0x7f800000u; /* +inf, the same on host and device */
   float y = p * s1.f * s2.f;
-  y = x > 88.72284f ? __builtin_inff() : y;
+  y = x > 88.72284f ? inf.f : y;
   y = x < -103.98f ? 0.f : y;
   return x != x ? x : y;
 }
@@ -254,7 +256,7 @@ static inline float sl__expf(float x) {
 /* tanh without libm: 1 - 2 / (e^{2|x|} + 1) with the sign restored, and an
  * odd Taylor polynomial below |x| = 0.1 where that difference would lose
  * relative precision. Error about 1e-7 absolute, a few ulp relative. */
-static inline float sl__tanhf(float x) {
+static inline SL__HD float sl__tanhf(float x) {
   float a = x < 0 ? -x : x;
   float t = 1.f - 2.f / (sl__expf(2.f * a) + 1.f);
   float a2 = a * a;
@@ -265,6 +267,42 @@ static inline float sl__tanhf(float x) {
 }
 
 /* The logistic function through sl__expf: 1 / (1 + e^-x). */
-static inline float sl__sigmoidf(float x) { return 1.f / (1.f + sl__expf(-x)); }
+static inline SL__HD float sl__sigmoidf(float x) {
+  return 1.f / (1.f + sl__expf(-x));
+}
+
+/* exp(x) for x <= 88 (the ops call it on x - max <= 0): 2^n * e^r with
+ * n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2] (ln 2 split in a
+ * part exact in n * hi and a rest), e^r by its Taylor series to degree 7
+ * (truncation below 1e-8 relative on that interval, about 1 ulp of float
+ * rounding). Only +, *, compares and integer bit operations, so it
+ * vectorises and gives the same bits in vector and scalar code. Returns 0
+ * below -87.33 (where 2^n leaves the normal range) and NaN for NaN. */
+static inline SL__HD float sl__dense_exp(float x) {
+  const float lo = -87.33654f, hi = 88.0f;
+  float xc = x < lo ? lo : (x > hi ? hi : x);
+  /* Round to nearest by adding 1.5 * 2^23: the integer lands in the low
+   * mantissa bits. */
+  const float magic = 12582912.0f;
+  float t = xc * 1.44269504088896341f + magic;
+  uint32_t tb; /* unsigned: a NaN's bits wrap instead of overflowing */
+  memcpy(&tb, &t, sizeof tb);
+  uint32_t n = tb - 0x4B400000u;
+  float fn = t - magic;
+  float r = (xc - fn * 0.693145751953125f) - fn * 1.428606765330187e-6f;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  uint32_t sb = (n + 127u) << 23;
+  float s;
+  memcpy(&s, &sb, sizeof s);
+  float y = p * s;
+  return x < lo ? 0.0f : y;
+}
 
 #endif

@@ -178,83 +178,8 @@ template <int TPR> __device__ inline int64_t row_step() {
 
 // ---- the CPU kernels' math, operation for operation --------------------
 
-// sl__dense_exp (cpu/dense_util.h).
-__device__ inline float dense_exp(float x) {
-  const float lo = -87.33654f, hi = 88.0f;
-  float xc = x < lo ? lo : (x > hi ? hi : x);
-  const float magic = 12582912.0f;
-  float t = xc * 1.44269504088896341f + magic;
-  uint32_t n = __float_as_uint(t) - 0x4B400000u;
-  float fn = t - magic;
-  float r = (xc - fn * 0.693145751953125f) - fn * 1.428606765330187e-6f;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  float s = __uint_as_float((n + 127u) << 23);
-  float y = p * s;
-  return x < lo ? 0.0f : y;
-}
-
-// sl__expf (cpu/kernel_util.h).
-__device__ inline float pw_expf(float x) {
-  float xc = x > 88.7229f ? 88.7229f : x;
-  xc = xc < -104.f ? -104.f : xc;
-  xc = xc == xc ? xc : 0.f;
-  float n = (xc * 1.44269504088896341f + 12582912.f) - 12582912.f;
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.f / 5040.f;
-  p = p * r + 1.f / 720.f;
-  p = p * r + 1.f / 120.f;
-  p = p * r + 1.f / 24.f;
-  p = p * r + 1.f / 6.f;
-  p = p * r + 0.5f;
-  p = p * r + 1.f;
-  p = p * r + 1.f;
-  int32_t ni = (int32_t)n, h = ni / 2;
-  float s1 = __uint_as_float((uint32_t)(h + 127) << 23);
-  float s2 = __uint_as_float((uint32_t)(ni - h + 127) << 23);
-  float y = p * s1 * s2;
-  y = x > 88.72284f ? __int_as_float(0x7f800000) : y;
-  y = x < -103.98f ? 0.f : y;
-  return x != x ? x : y;
-}
-
-// sl__tanhf.
-__device__ inline float pw_tanhf(float x) {
-  float a = x < 0 ? -x : x;
-  float t = 1.f - 2.f / (pw_expf(2.f * a) + 1.f);
-  float a2 = a * a;
-  float small =
-      a * (1.f + a2 * (-1.f / 3.f + a2 * (2.f / 15.f + a2 * (-17.f / 315.f))));
-  t = a < 0.1f ? small : t;
-  return x < 0 ? -t : t;
-}
-
-// sl__sigmoidf.
-__device__ inline float pw_sigmoidf(float x) {
-  return 1.f / (1.f + pw_expf(-x));
-}
-
-// ---- counter-based random numbers (cpu/kernel_util.h, core_int.h) ------
-
-__device__ inline uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-__device__ inline uint64_t rand_bits(uint64_t key, uint64_t idx) {
-  return mix64(key + idx * 0x9e3779b97f4a7c15ull);
-}
-__device__ inline double rand_unit_f64(uint64_t bits) {
-  return (double)(bits >> 11) * 0x1.0p-53;
-}
+// exp, tanh, sigmoid and the random stream are cpu/kernel_util.h's own
+// (SL__HD): the same definitions, so the same bits, on both backends.
 
 // ---- global positions ---------------------------------------------------
 

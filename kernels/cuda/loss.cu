@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(TPR == 16 ? 256 : TPR)
     m = G::max(m, sm);
     float acc = 0.0f;
     for (int64_t j = lane; j < classes; j += TPR)
-      acc += dense_exp(xr[j] - m);
+      acc += sl__dense_exp(xr[j] - m);
     float s = G::sum(acc, sm);
     if (!valid) continue;
     if constexpr (!GRAD) {
@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(TPR == 16 ? 256 : TPR)
       float g = dloss[r], scale = g / s;
       float *o = out + r * classes;
       for (int64_t j = lane; j < classes; j += TPR) {
-        float v = dense_exp(xr[j] - m) * scale;
+        float v = sl__dense_exp(xr[j] - m) * scale;
         o[j] = bad ? __int_as_float(0x7fc00000) : (j == c ? v - g : v);
       }
     }

@@ -94,18 +94,18 @@ struct u_relu {
 struct u_gelu {
   __device__ float operator()(float a) const {
     return 0.5f * a *
-           (1.f + pw_tanhf((float)GELU_C * (a + (float)GELU_K * a * a * a)));
+           (1.f + sl__tanhf((float)GELU_C * (a + (float)GELU_K * a * a * a)));
   }
   __device__ double operator()(double a) const {
     return 0.5 * a * (1.0 + tanh(GELU_C * (a + GELU_K * a * a * a)));
   }
 };
 struct u_tanh {
-  __device__ float operator()(float a) const { return pw_tanhf(a); }
+  __device__ float operator()(float a) const { return sl__tanhf(a); }
   __device__ double operator()(double a) const { return tanh(a); }
 };
 struct u_sigmoid {
-  __device__ float operator()(float a) const { return pw_sigmoidf(a); }
+  __device__ float operator()(float a) const { return sl__sigmoidf(a); }
   __device__ double operator()(double a) const { return 1.0 / (1.0 + exp(-a)); }
 };
 struct u_square {
@@ -119,7 +119,7 @@ struct u_sqrt {
   __device__ double operator()(double a) const { return sqrt(a); }
 };
 struct u_exp {
-  __device__ float operator()(float a) const { return pw_expf(a); }
+  __device__ float operator()(float a) const { return sl__expf(a); }
   __device__ double operator()(double a) const { return exp(a); }
 };
 struct u_log {
@@ -297,7 +297,7 @@ struct b_maximum {
 // Gradients: x is dy, y the saved forward value (gelu: its input).
 __device__ inline float gelu_d(float x) {
   float x2 = x * x;
-  float t = pw_tanhf((float)GELU_C * x * (1.f + (float)GELU_K * x2));
+  float t = sl__tanhf((float)GELU_C * x * (1.f + (float)GELU_K * x2));
   float du = (float)GELU_C * (1.f + 3.f * (float)GELU_K * x2);
   return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * du;
 }

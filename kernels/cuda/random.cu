@@ -101,7 +101,7 @@ __global__ void uniform_f32_k(float *o, int64_t n, global_map m, uint64_t key,
                               bool nonempty) {
   for (int64_t i = thread_index(); i < n; i += thread_count()) {
     uint64_t g = (uint64_t)global_index(m, i);
-    double u = rand_unit_f64(rand_bits(key, g));
+    double u = sl__rand_unit_f64(sl__rand_bits(key, g));
     float v = (float)(lo + w * u);
     o[i] = v >= top && nonempty ? below_top : v;
   }
@@ -112,7 +112,7 @@ __global__ void uniform_f64_k(double *o, int64_t n, global_map m, uint64_t key,
                               bool nonempty) {
   for (int64_t i = thread_index(); i < n; i += thread_count()) {
     uint64_t g = (uint64_t)global_index(m, i);
-    double u = rand_unit_f64(rand_bits(key, g));
+    double u = sl__rand_unit_f64(sl__rand_bits(key, g));
     double v = lo + w * u;
     o[i] = v >= hi && nonempty ? below_hi : v;
   }
@@ -146,9 +146,9 @@ sl_status random_uniform_run(const sl__kernel_ctx *k, sl__stream *s) {
 
 // Box-Muller on counters 2 idx and 2 idx + 1 (random.c's normal_at).
 __device__ inline double normal_at(uint64_t key, uint64_t idx) {
-  uint64_t b1 = rand_bits(key, 2 * idx), b2 = rand_bits(key, 2 * idx + 1);
+  uint64_t b1 = sl__rand_bits(key, 2 * idx), b2 = sl__rand_bits(key, 2 * idx + 1);
   double u1 = ((double)(b1 >> 11) + 1.0) * 0x1.0p-53;
-  double u2 = rand_unit_f64(b2);
+  double u2 = sl__rand_unit_f64(b2);
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
@@ -189,7 +189,7 @@ template <typename T>
 __global__ void int_k(T *o, int64_t n, global_map m, uint64_t key, int64_t lo,
                       uint64_t range) {
   for (int64_t i = thread_index(); i < n; i += thread_count()) {
-    uint64_t b = rand_bits(key, (uint64_t)global_index(m, i));
+    uint64_t b = sl__rand_bits(key, (uint64_t)global_index(m, i));
     uint64_t off = __umul64hi(b, range);
     o[i] = (T)(int64_t)((uint64_t)lo + off);
   }
@@ -223,7 +223,7 @@ template <typename T>
 __global__ void drop_k(T *o, const T *x, int64_t n, global_map m, uint64_t key,
                        uint64_t t, T scale) {
   for (int64_t i = thread_index(); i < n; i += thread_count()) {
-    uint64_t b = rand_bits(key, (uint64_t)global_index(m, i));
+    uint64_t b = sl__rand_bits(key, (uint64_t)global_index(m, i));
     o[i] = (b >> 11) >= t ? x[i] * scale : (T)0;
   }
 }

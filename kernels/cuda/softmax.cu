@@ -49,13 +49,13 @@ __global__ void __launch_bounds__(TPR == 16 ? 256 : TPR)
       m = G::max(m, sm);
       float acc = 0.0f;
       for (int64_t j = lane; j < len; j += TPR)
-        acc += dense_exp(xr[j] - m);
+        acc += sl__dense_exp(xr[j] - m);
       float s = G::sum(acc, sm);
       if constexpr (KIND == SM_SOFTMAX) {
         float inv = 1.0f / s;
         if (valid)
           for (int64_t j = lane; j < len; j += TPR)
-            o[j] = dense_exp(xr[j] - m) * inv;
+            o[j] = sl__dense_exp(xr[j] - m) * inv;
       } else {
         float lse = logf(s);
         if (valid)
@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(TPR == 16 ? 256 : TPR)
       if (valid)
         for (int64_t j = lane; j < len; j += TPR)
           o[j] = KIND == SM_SOFTMAX_GRAD ? yr[j] * (xr[j] - s)
-                                         : xr[j] - dense_exp(yr[j]) * s;
+                                         : xr[j] - sl__dense_exp(yr[j]) * s;
     }
   }
 }
@@ -95,11 +95,11 @@ __global__ void cols_k(const float *x, const float *y, float *out,
       }
       float b = 0.0f;
       for (int64_t i = 0; i < len; i++)
-        b += dense_exp(xc[i * inner] - a);
+        b += sl__dense_exp(xc[i * inner] - a);
       if constexpr (KIND == SM_SOFTMAX) {
         b = 1.0f / b;
         for (int64_t i = 0; i < len; i++)
-          oc[i * inner] = dense_exp(xc[i * inner] - a) * b;
+          oc[i * inner] = sl__dense_exp(xc[i * inner] - a) * b;
       } else {
         b = logf(b);
         for (int64_t i = 0; i < len; i++)
@@ -114,7 +114,7 @@ __global__ void cols_k(const float *x, const float *y, float *out,
       for (int64_t i = 0; i < len; i++)
         oc[i * inner] = KIND == SM_SOFTMAX_GRAD
                             ? yc[i * inner] * (xc[i * inner] - a)
-                            : xc[i * inner] - dense_exp(yc[i * inner]) * a;
+                            : xc[i * inner] - sl__dense_exp(yc[i * inner]) * a;
     }
   }
 }
