@@ -6,6 +6,7 @@
 #ifndef SLUICE_KERNELS_CPU_KERNEL_UTIL_H
 #define SLUICE_KERNELS_CPU_KERNEL_UTIL_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -157,6 +158,87 @@ static inline SL__HD float sl__rand_unit_f32(uint64_t bits) {
 /* Uniform in [0, 1) from the top 53 bits. */
 static inline SL__HD double sl__rand_unit_f64(uint64_t bits) {
   return (double)(bits >> 11) * 0x1.0p-53;
+}
+
+/* Natural log of x, for x a positive normal double (no zero, subnormal,
+ * infinity or NaN), branch-free so that loops calling it vectorise, and
+ * the same bits on the host and a GPU. x = m 2^e with m in [sqrt(1/2),
+ * sqrt(2)) (the bias added to x's bits moves that range's mantissas to
+ * exponent 0), ln x = e ln2 + 2 atanh(s), s = (m - 1) / (m + 1), |s| <=
+ * 0.1716: the odd series of atanh through s^21 (truncation below 3e-17
+ * relative), ln2 in two parts, the first exact times any e. */
+static inline SL__HD double sl__log_pos(double x) {
+  union {
+    double d;
+    uint64_t u;
+  } b, m;
+  b.d = x;
+  uint64_t t = b.u + 0x00095f619980c433ull;
+  double e = (double)((int64_t)(t >> 52) - 1023);
+  m.u = (t & 0x000fffffffffffffull) + 0x3fe6a09e667f3bcdull;
+  double s = (m.d - 1.0) / (m.d + 1.0), z = s * s;
+  double p = 1.0 / 21;
+  p = p * z + 1.0 / 19;
+  p = p * z + 1.0 / 17;
+  p = p * z + 1.0 / 15;
+  p = p * z + 1.0 / 13;
+  p = p * z + 1.0 / 11;
+  p = p * z + 1.0 / 9;
+  p = p * z + 1.0 / 7;
+  p = p * z + 1.0 / 5;
+  p = p * z + 1.0 / 3;
+  p = p * z + 1.0;
+  return e * 6.93147180369123816490e-01 +
+         (e * 1.90821492927058770002e-10 + 2.0 * s * p);
+}
+
+/* cos(2 pi u) for 0 <= u < 2^49, branch-free, the same bits on the host
+ * and a GPU: q = round(4u) (the 1.5 * 2^52 trick, which also leaves q mod
+ * 4 in the low bits), x = 2 pi (u - q/4) in [-pi/4, pi/4] (u - q/4 is
+ * exact for the multiples of 2^-53 the random ops pass), then cos or sin
+ * of x by Taylor polynomials through x^16 and x^17 (truncation below
+ * 1e-17), with the quadrant's sign. */
+static inline SL__HD double sl__cos_2pi(double u) {
+  union {
+    double d;
+    uint64_t u;
+  } r;
+  r.d = 4.0 * u + 0x1.8p52;
+  double q = r.d - 0x1.8p52;
+  uint64_t quad = r.u & 3;
+  double x = (u - 0.25 * q) * 6.283185307179586, z = x * x;
+  double c = 1.0 / 20922789888000.0;
+  c = c * z - 1.0 / 87178291200.0;
+  c = c * z + 1.0 / 479001600.0;
+  c = c * z - 1.0 / 3628800.0;
+  c = c * z + 1.0 / 40320.0;
+  c = c * z - 1.0 / 720.0;
+  c = c * z + 1.0 / 24.0;
+  c = c * z - 0.5;
+  c = c * z + 1.0;
+  double n = 1.0 / 355687428096000.0;
+  n = n * z - 1.0 / 1307674368000.0;
+  n = n * z + 1.0 / 6227020800.0;
+  n = n * z - 1.0 / 39916800.0;
+  n = n * z + 1.0 / 362880.0;
+  n = n * z - 1.0 / 5040.0;
+  n = n * z + 1.0 / 120.0;
+  n = n * z - 1.0 / 6.0;
+  n = n * z + 1.0;
+  n = n * x;
+  /* quadrant 0: cos x, 1: -sin x, 2: -cos x, 3: sin x */
+  double v = (quad & 1) ? n : c;
+  return ((quad + 1) & 2) ? -v : v;
+}
+
+/* Element idx of a standard normal stream: Box-Muller on two independent
+ * draws (counters 2 idx and 2 idx + 1), in double so f32 and f64 outputs
+ * see the same numbers, and the CPU and CUDA kernels the same bits. */
+static inline SL__HD double sl__normal_at(uint64_t key, uint64_t idx) {
+  uint64_t b1 = sl__rand_bits(key, 2 * idx),
+           b2 = sl__rand_bits(key, 2 * idx + 1);
+  double u1 = ((double)(b1 >> 11) + 1.0) * 0x1.0p-53; /* (0, 1]: log finite */
+  return sqrt(-2.0 * sl__log_pos(u1)) * sl__cos_2pi(sl__rand_unit_f64(b2));
 }
 
 /* ---- vector code: one instance per instruction set -------------------------

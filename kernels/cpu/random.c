@@ -195,15 +195,17 @@ static sl_status normal_infer(const sl__attrs *at, int n_in, const sl__meta *in,
   return SL_OK;
 }
 
-/* Box-Muller on two independent draws of element idx (counters 2 idx and
- * 2 idx + 1), in double so f32 and f64 see the same numbers. */
-static double normal_at(uint64_t key, uint64_t idx) {
-  uint64_t b1 = sl__rand_bits(key, 2 * idx),
-           b2 = sl__rand_bits(key, 2 * idx + 1);
-  double u1 = ((double)(b1 >> 11) + 1.0) * 0x1.0p-53; /* (0, 1]: log finite */
-  double u2 = sl__rand_unit_f64(b2);
-  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
+#define NORMAL_ROW(fname, T)                                                   \
+  SL__MULTIVERSION(fname,                                                      \
+                   (T * o, int64_t n, uint64_t key, uint64_t g, double mean,   \
+                    double sd),                                                \
+                   (o, n, key, g, mean, sd), {                                 \
+                     for (int64_t j = 0; j < n; j++)                           \
+                       o[j] = (T)(mean +                                       \
+                                  sd * sl__normal_at(key, g + (uint64_t)j));   \
+                   })
+NORMAL_ROW(normal_f32, float)
+NORMAL_ROW(normal_f64, double)
 
 static sl_status normal_cpu(const sl__kernel_ctx *k) {
   uint64_t key = stream_key(k, false);
@@ -211,13 +213,10 @@ static sl_status normal_cpu(const sl__kernel_ctx *k) {
          sd = attr_num(k->attrs, "std", 1);
   bool f32 = k->out_meta[0].dtype == SL_DTYPE_F32;
   FOR_ROWS(k, &k->out_slice[0], &k->out_global[0], {
-    for (int64_t j = 0; j < n; j++) {
-      double v = mean + sd * normal_at(key, (uint64_t)(g + j));
-      if (f32)
-        ((float *)k->out[0])[r * n + j] = (float)v;
-      else
-        ((double *)k->out[0])[r * n + j] = v;
-    }
+    if (f32)
+      normal_f32((float *)k->out[0] + r * n, n, key, (uint64_t)g, mean, sd);
+    else
+      normal_f64((double *)k->out[0] + r * n, n, key, (uint64_t)g, mean, sd);
   });
   return SL_OK;
 }

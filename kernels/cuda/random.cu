@@ -8,9 +8,8 @@
 // out_slice / out_global, so a value depends only on the seed, the step and
 // its position in the global tensor, on either device. The arithmetic on
 // the bits is the CPU's (no FMA contraction, cuda_util.cuh): uniform,
-// integer and dropout values are bit-identical; random_normal's Box-Muller
-// calls CUDA's double log, sqrt and cos, whose last bit may differ from
-// glibc's (f32 results almost always round to the same float).
+// integer, dropout and normal values are bit-identical (random_normal's
+// Box-Muller uses kernel_util.h's own log and cos, not libm's or CUDA's).
 #include <math.h>
 
 #include "cuda_util.cuh"
@@ -144,20 +143,12 @@ sl_status random_uniform_run(const sl__kernel_ctx *k, sl__stream *s) {
 
 // ---- random_normal ------------------------------------------------------
 
-// Box-Muller on counters 2 idx and 2 idx + 1 (random.c's normal_at).
-__device__ inline double normal_at(uint64_t key, uint64_t idx) {
-  uint64_t b1 = sl__rand_bits(key, 2 * idx), b2 = sl__rand_bits(key, 2 * idx + 1);
-  double u1 = ((double)(b1 >> 11) + 1.0) * 0x1.0p-53;
-  double u2 = sl__rand_unit_f64(b2);
-  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
 template <typename T>
 __global__ void normal_k(T *o, int64_t n, global_map m, uint64_t key,
                          double mean, double sd) {
   for (int64_t i = thread_index(); i < n; i += thread_count()) {
     uint64_t g = (uint64_t)global_index(m, i);
-    double v = mean + sd * normal_at(key, g);
+    double v = mean + sd * sl__normal_at(key, g);
     o[i] = (T)v;
   }
 }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/kernel_util.h"
 #include "op_harness.h"
 
 #define INTS(at, name, ...)                                                    \
@@ -102,6 +103,55 @@ static void test_normal(void **state) {
   assert_true(fabs(cube / 1e5) < 0.05);
   assert_true(fabs(within1 / 1e5 - 0.6827) < 0.01);
   sl_host_tensor_destroy(y);
+}
+
+/* random_normal's own log and cos (kernel_util.h, shared with the CUDA
+ * kernel) against libm over the arguments Box-Muller gives them: u1 in
+ * (0, 1] and u2 in [0, 1), multiples of 2^-53, from the smallest to the
+ * largest; and every instruction-set instance of the kernel gives the
+ * same bits. */
+static void test_normal_math(void **state) {
+  sl_rng r = {7};
+  double worst_log = 0, worst_cos = 0;
+  for (int i = 0; i < 200000; i++) {
+    uint64_t b = sl__rng_next(&r);
+    /* spread over every binade: shift away up to 52 leading bits */
+    double u = ((double)((b >> 11) >> (i % 53)) + 1.0) * 0x1.0p-53;
+    double want = log(u), got = sl__log_pos(u);
+    double rel = want != 0 ? fabs(got - want) / fabs(want) : fabs(got);
+    worst_log = fmax(worst_log, rel);
+    double v = (double)(sl__rng_next(&r) >> 11) * 0x1.0p-53;
+    worst_cos = fmax(worst_cos, fabs(sl__cos_2pi(v) - cos(2 * M_PI * v)));
+  }
+  double edges[] = {0x1.0p-53, 0.5, 0.25, 0.75, 1 - 0x1.0p-53, 0.125};
+  for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
+    worst_cos = fmax(worst_cos, fabs(sl__cos_2pi(edges[i]) -
+                                     cos(2 * M_PI * edges[i])));
+    worst_log = fmax(worst_log, fabs(sl__log_pos(edges[i]) - log(edges[i])) /
+                                    fabs(log(edges[i])));
+  }
+  assert_true(sl__log_pos(1.0) == 0.0);
+  assert_true(worst_log < 1e-15);
+  assert_true(worst_cos < 1e-15);
+
+  sl__attrs at = {0};
+  INTS(&at, "shape", 3, 1001);
+  sl__attrs_set_int(&at, "seed", 11);
+  sl_host_tensor *ref = NULL;
+  for (int isa = SL__ISA_SSE; isa <= SL__ISA_AVX512; isa++) {
+    if ((int)sl__isa_force(isa) != isa) continue; /* the CPU lacks it */
+    sl_host_tensor *y = source("random_normal", &at, 0);
+    if (!ref) {
+      ref = y;
+      continue;
+    }
+    assert_memory_equal(sl_host_tensor_data(y), sl_host_tensor_data(ref),
+                        3 * 1001 * sizeof(float));
+    sl_host_tensor_destroy(y);
+  }
+  sl__isa_force(-1);
+  sl_host_tensor_destroy(ref);
+  (void)state;
 }
 
 static void test_random_int(void **state) {
@@ -269,7 +319,8 @@ static void test_random_errors(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fill),          cmocka_unit_test(test_uniform),
-      cmocka_unit_test(test_normal),        cmocka_unit_test(test_random_int),
+      cmocka_unit_test(test_normal),        cmocka_unit_test(test_normal_math),
+      cmocka_unit_test(test_random_int),
       cmocka_unit_test(test_counter_keys),  cmocka_unit_test(test_dropout),
       cmocka_unit_test(test_random_errors),
   };
