@@ -19,6 +19,7 @@
  *   dp_conn.c       connections: dialing, handshake, reading, writing,
  *                   credits, failures
  *   dp_transport.c  the sl_transport binding (send, quiescent)
+ *   dp_shm.c        the shared-memory rings of a pair on one host
  * Not installed: the control plane and the session use it. */
 #ifndef SLUICE_COMM_DP_H
 #define SLUICE_COMM_DP_H
@@ -54,7 +55,7 @@ bool sl__crc32c_hw(void);
  * Fields 8..47 are an sl_msg for SL__DP_MSG frames and reused by the
  * control kinds as documented below. */
 #define SL__DP_MAGIC 0x50444c53u /* "SLDP" as little-endian bytes */
-#define SL__DP_VERSION 1u
+#define SL__DP_VERSION 2u
 #define SL__DP_HDR_BYTES 80u
 
 typedef enum sl__dp_kind {
@@ -75,12 +76,20 @@ typedef enum sl__dp_kind {
                              slot = op, consumer = dtype; may carry a
                              payload; counted in the credit window like a
                              message, but not in the job's message counts */
+  SL__DP_SHM_OFFER = 10,  /* the dialer offers a shared-memory segment
+                             (dp_shm.c): src, dst = its 16-byte id, piece =
+                             bytes per ring */
+  SL__DP_SHM_REPLY = 11,  /* the acceptor's answer: desc = 1 taken (payloads
+                             may use the rings from now on), 0 refused */
 } sl__dp_kind;
-#define SL__DP_KIND_MAX 9
+#define SL__DP_KIND_MAX 11
 
 /* Flag bits; any other bit set is a malformed frame. */
 #define SL__DP_FLAG_QUIESCENT 0x1u /* PROBE_REPLY, DONE */
-#define SL__DP_FLAGS_KNOWN 0x1u
+#define SL__DP_FLAG_SHM 0x2u /* a MSG or COLL frame's payload is in the
+                                sender's shared-memory ring, not on the
+                                stream; its payload CRC is 0 */
+#define SL__DP_FLAGS_KNOWN 0x3u
 
 typedef struct sl__dp_frame {
   uint8_t version, kind;
@@ -195,6 +204,49 @@ bool sl__dp_mac_verify(const void *token, size_t token_len, char role,
 /* "ok", "wrong token", ... */
 const char *sl__dp_hs_code_str(unsigned code);
 
+/* ---- shared memory (dp_shm.c) ---------------------------------------------
+ * Two endpoints on one host move payloads through a segment of two rings
+ * (one per direction) instead of the socket; the frames' headers still go
+ * over TCP, in order. The loop thread of each end is the only user of its
+ * side. */
+#define SL__DP_SHM_ID_BYTES 16u
+
+typedef struct sl__dp_shm sl__dp_shm;
+
+/* "/sluice-dp-" and the id in hex, into out (n >= 44 bytes). */
+void sl__dp_shm_name(const uint8_t id[SL__DP_SHM_ID_BYTES], char *out,
+                     size_t n);
+/* True for a ring size the segment can have: a multiple of 4096 bytes,
+ * from 4 KiB to 16 GiB. */
+bool sl__dp_shm_ring_ok(uint64_t ring_bytes);
+/* The dialer's side: creates a segment with a fresh random id (mode 0600,
+ * pages allocated as payloads touch them) whose header carries mac (the
+ * acceptor checks it). SL_EINVAL, SL_EIO, SL_ENOMEM. */
+sl_status sl__dp_shm_create(uint64_t ring_bytes,
+                            const uint8_t mac[SL__DP_MAC_BYTES],
+                            uint8_t id[SL__DP_SHM_ID_BYTES], sl__dp_shm **out);
+/* The acceptor's side: maps the segment `id` offered with ring_bytes,
+ * checks its header and size, and unlinks its name. SL_ENOTFOUND (no such
+ * segment: the dialer runs on another host), SL_EINVAL, SL_EIO. The
+ * caller still verifies the header's MAC (sl__dp_shm_mac). */
+sl_status sl__dp_shm_open(const uint8_t id[SL__DP_SHM_ID_BYTES],
+                          uint64_t ring_bytes, sl__dp_shm **out);
+const uint8_t *sl__dp_shm_mac(const sl__dp_shm *s);
+/* Removes the name (the mappings stay); idempotent. */
+void sl__dp_shm_unlink(sl__dp_shm *s);
+/* Unmaps (and unlinks, if this end still has to); NULL is a no-op. */
+void sl__dp_shm_destroy(sl__dp_shm *s);
+/* Sender: copies len bytes into this end's ring and returns true, or
+ * returns false when len is 0, larger than the ring, or finds no room
+ * (the frame goes over the socket then). */
+bool sl__dp_shm_put(sl__dp_shm *s, const void *p, uint64_t len);
+/* Receiver: where the next payload of len bytes lies in the peer's ring
+ * (*p); it stays there until sl__dp_shm_release. SL_ECOMM when the sender
+ * did not write it (a broken peer). */
+sl_status sl__dp_shm_take(sl__dp_shm *s, uint64_t len, const uint8_t **p);
+/* Frees the space of every payload taken so far. */
+void sl__dp_shm_release(sl__dp_shm *s);
+
 /* ---- endpoints ------------------------------------------------------------
  */
 
@@ -235,6 +287,10 @@ typedef struct sl__dp_config {
    * a machine with fewer cores than busy threads it makes things slower
    * (docs/dataplane.md). 0: SLUICE_DP_SPIN_US, else off; negative: off. */
   int32_t spin_us;
+  /* Shared memory with peers on the same host: bytes per ring and
+   * direction (rounded up to 4 KiB). 0: SLUICE_DP_SHM_BYTES, else 32 MiB;
+   * negative (or SLUICE_DP_SHM_BYTES=0): off, every payload on TCP. */
+  int64_t shm_bytes;
   /* Credit window per connection: messages (and their payload bytes)
    * written but not yet consumed by the receiver. A message larger than
    * window_bytes still goes out, alone. 0: 1024 and 256 MiB. */
@@ -316,6 +372,8 @@ typedef struct sl__dp_stats {
   uint64_t messages_sent, messages_received;
   uint64_t payload_bytes_sent, payload_bytes_received;
   uint64_t payload_bytes_direct; /* read straight into registers */
+  uint64_t payload_bytes_shm;    /* sent through a shared-memory ring */
+  uint64_t shm_connections;      /* connections that took a segment */
   uint64_t messages_discarded;   /* arrived with no job to take them */
   uint64_t connections_opened;   /* handshakes completed, both ways */
   uint64_t connections_dialed;   /* of those, opened by this endpoint */
@@ -336,11 +394,14 @@ void sl__dp_endpoint_get_stats(sl__dp_endpoint *ep, sl__dp_stats *out);
  * hooks run on the loop thread, never with the endpoint's lock held. */
 typedef struct sl__dp_coll_hooks {
   /* A COLL frame from `node` begins: *buf gets where its f->len payload
-   * bytes go (NULL: they are read and dropped). Another status makes it a
-   * bad frame (the pair fails) with sl_last_error() as the reason. */
+   * bytes go (NULL: they are read and dropped). For a payload in shared
+   * memory (f->flags & SL__DP_FLAG_SHM) *buf comes in pointing at the
+   * bytes themselves, readable until `received` returns: leaving it there
+   * reads them in place, without a copy. Another status makes it a bad
+   * frame (the pair fails) with sl_last_error() as the reason. */
   sl_status (*target)(void *ctx, uint32_t node, const sl__dp_frame *f,
                       void **buf);
-  /* Its payload arrived in *buf (checksum verified). */
+  /* Its payload arrived in *buf (checksum verified, or in shared memory). */
   void (*received)(void *ctx, uint32_t node, const sl__dp_frame *f, void *buf);
   /* A frame given to sl__dp_endpoint_send_coll is written (SL_OK) or
    * dropped (the pair failed, the endpoint closed): its payload is no

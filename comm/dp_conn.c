@@ -42,6 +42,7 @@ static void on_closed(uv_handle_t *h) {
   dp_out *o;
   while ((o = dp_fifo_pop(&c->ctl)))
     sl__free(o);
+  sl__dp_shm_destroy(c->shm);
   sl__free(c->stg);
   sl__free(c);
   sl__dp_check_detach(ep);
@@ -63,6 +64,7 @@ void sl__dp_conn_close(dp_conn *c) {
   dp_peer *p = c->peer;
   if (p && p->conn == c) {
     p->conn = NULL;
+    atomic_store(&p->shm, false);
     pthread_mutex_lock(&ep->lock);
     p->open = false;
     pthread_cond_broadcast(&ep->cond);
@@ -142,16 +144,27 @@ static bool submit(dp_conn *c, dp_out *list) {
   uv_buf_t bufs[2 * DP_BATCH];
   unsigned nb = 0;
   uint32_t npay = 0;
-  uint64_t nframes = 0, nmsg = 0, bytes = 0;
+  uint64_t nframes = 0, nmsg = 0, bytes = 0, shm_bytes = 0;
   for (dp_out *o = list; o; o = o->next) {
     o->f.credit_frames = c->rx_frames;
     o->f.credit_bytes = c->rx_bytes;
+    bool in_shm = o->f.len && c->shm_tx &&
+                  sl__dp_shm_put(c->shm, o->payload, o->f.len);
+    if (in_shm) {
+      o->f.flags |= SL__DP_FLAG_SHM;
+      o->f.payload_crc = 0;
+      shm_bytes += o->f.len;
+    } else if (o->crc_pending) {
+      o->f.payload_crc = sl__crc32c(0, o->payload, (size_t)o->f.len);
+    }
     sl__dp_frame_encode(&o->f, o->hdr);
     bufs[nb].base = (char *)o->hdr;
     bufs[nb++].len = SL__DP_HDR_BYTES;
     if (o->f.len) {
-      bufs[nb].base = (char *)o->payload;
-      bufs[nb++].len = (size_t)o->f.len;
+      if (!in_shm) {
+        bufs[nb].base = (char *)o->payload;
+        bufs[nb++].len = (size_t)o->f.len;
+      }
       npay += o->payload != NULL;
       bytes += o->f.len;
     }
@@ -165,6 +178,7 @@ static bool submit(dp_conn *c, dp_out *list) {
   dp_count(&ep->stats.frames_sent, nframes);
   dp_count(&ep->stats.messages_sent, nmsg);
   dp_count(&ep->stats.payload_bytes_sent, bytes);
+  dp_count(&ep->stats.payload_bytes_shm, shm_bytes);
   dp_wreq *w = sl__malloc(sizeof *w);
   int rc = w ? uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, nb, on_written)
              : UV_ENOMEM;
@@ -172,6 +186,7 @@ static bool submit(dp_conn *c, dp_out *list) {
     atomic_fetch_sub(&ep->stats.frames_sent, nframes);
     atomic_fetch_sub(&ep->stats.messages_sent, nmsg);
     atomic_fetch_sub(&ep->stats.payload_bytes_sent, bytes);
+    atomic_fetch_sub(&ep->stats.payload_bytes_shm, shm_bytes);
     sl__free(w);
     while (list) {
       dp_out *n = list->next;
@@ -456,6 +471,87 @@ void sl__dp_dial(sl__dp_endpoint *ep, dp_peer *p) {
   if (rc) dial_failed(c, uv_strerror(rc));
 }
 
+/* ---- shared memory (dp_shm.c)
+ * --------------------------------------------------
+ * Once open, the dialer offers a segment; the acceptor takes it when it
+ * can open it (same host, same user) and its MAC, the token's HMAC over
+ * this connection's nonces with role 'M', verifies. Each side sends
+ * payloads through it from the moment it took it (acceptor) or learned
+ * that (dialer); until then, and whenever a ring is full, over TCP. */
+
+static void shm_use(dp_conn *c) {
+  c->shm_tx = true;
+  atomic_store(&c->peer->shm, true);
+  dp_count(&c->ep->stats.shm_connections, 1);
+  SL_DEBUG("data plane: node %u: payloads to and from node %u go through "
+           "shared memory",
+           c->ep->cfg.node, c->peer->node);
+}
+
+static void shm_offer(dp_conn *c) {
+  sl__dp_endpoint *ep = c->ep;
+  uint8_t mac[SL__DP_MAC_BYTES], id[SL__DP_SHM_ID_BYTES];
+  if (sl__dp_mac(ep->token, ep->cfg.token_len, 'M', c->ns, c->nc,
+                 ep->cfg.node, c->peer->node, ep->cfg.nnodes,
+                 mac) != SL_OK ||
+      sl__dp_shm_create((uint64_t)ep->cfg.shm_bytes, mac, id, &c->shm) !=
+          SL_OK) {
+    SL_DEBUG("data plane: node %u: no shared memory with node %u: %s",
+             ep->cfg.node, c->peer->node, sl_last_error());
+    return;
+  }
+  sl__dp_frame f = {0};
+  memcpy(&f.src, id, 8);
+  memcpy(&f.dst, id + 8, 8);
+  f.piece = ep->cfg.shm_bytes;
+  sl__dp_send_ctl(c, SL__DP_SHM_OFFER, &f);
+}
+
+static void shm_offered(dp_conn *c, const sl__dp_frame *f) {
+  sl__dp_endpoint *ep = c->ep;
+  sl__dp_frame r = {0};
+  if (ep->cfg.shm_bytes > 0) {
+    uint8_t id[SL__DP_SHM_ID_BYTES];
+    memcpy(id, &f->src, 8);
+    memcpy(id + 8, &f->dst, 8);
+    sl__dp_shm *s = NULL;
+    sl_status st = sl__dp_shm_open(id, (uint64_t)f->piece, &s);
+    if (st == SL_OK &&
+        !sl__dp_mac_verify(ep->token, ep->cfg.token_len, 'M', c->ns, c->nc,
+                           c->peer->node, ep->cfg.node, ep->cfg.nnodes,
+                           sl__dp_shm_mac(s))) {
+      sl__dp_shm_destroy(s);
+      s = NULL;
+      SL_WARN("data plane: node %u: the shared memory node %u (%s) offered "
+              "does not carry its proof of the token; not used",
+              ep->cfg.node, c->peer->node, c->addr);
+    } else if (st != SL_OK) {
+      SL_DEBUG("data plane: node %u: shared memory with node %u not taken: "
+               "%s",
+               ep->cfg.node, c->peer->node, sl_last_error());
+    }
+    if (s) {
+      c->shm = s;
+      r.desc = 1;
+      shm_use(c);
+    }
+  }
+  sl__dp_send_ctl(c, SL__DP_SHM_REPLY, &r);
+}
+
+static void shm_replied(dp_conn *c, const sl__dp_frame *f) {
+  sl__dp_shm_unlink(c->shm);
+  if (f->desc == 1) {
+    shm_use(c);
+    return;
+  }
+  SL_DEBUG("data plane: node %u: node %u did not take the shared memory "
+           "(another host?); payloads go over TCP",
+           c->ep->cfg.node, c->peer->node);
+  sl__dp_shm_destroy(c->shm);
+  c->shm = NULL;
+}
+
 /* ---- the handshake
  * ------------------------------------------------------------
  */
@@ -491,6 +587,7 @@ static void conn_open(dp_conn *c) {
   pthread_mutex_unlock(&ep->lock);
   SL_DEBUG("data plane: node %u: connection with node %u (%s) open (%s)",
            ep->cfg.node, p->node, c->addr, c->outgoing ? "dialed" : "accepted");
+  if (c->outgoing && ep->cfg.shm_bytes > 0) shm_offer(c);
   sl__dp_flush(c);
 }
 
@@ -802,6 +899,21 @@ static void payload_end(dp_conn *c) {
   c->target = NULL;
 }
 
+/* Where a flagged frame's payload lies in the peer's ring (*p, until
+ * sl__dp_shm_release); false when the pair failed. */
+static bool shm_take(dp_conn *c, const uint8_t **p) {
+  if (!c->shm) {
+    bad_frame(c, "bad frame: a payload in shared memory, but this connection "
+                 "has none");
+    return false;
+  }
+  if (sl__dp_shm_take(c->shm, c->cur.len, p) != SL_OK) {
+    bad_frame(c, "%s", sl_last_error());
+    return false;
+  }
+  return true;
+}
+
 static void frame_begin(dp_conn *c, const uint8_t *hdr) {
   sl__dp_endpoint *ep = c->ep;
   sl__dp_frame f;
@@ -853,20 +965,39 @@ static void frame_begin(dp_conn *c, const uint8_t *hdr) {
         return;
       }
     }
+    if (f.flags & SL__DP_FLAG_SHM) {
+      const uint8_t *in;
+      if (!shm_take(c, &in)) return;
+      if (c->target) memcpy(c->target, in, (size_t)f.len);
+      sl__dp_shm_release(c->shm);
+      deliver(c);
+      c->target = NULL;
+      return;
+    }
     c->in_payload = true;
     c->got = 0;
     c->crc = 0;
     return;
-  case SL__DP_COLL:
+  case SL__DP_COLL: {
+    /* in shared memory: offered to the hook in place */
+    const uint8_t *in = NULL;
+    if ((f.flags & SL__DP_FLAG_SHM) && !shm_take(c, &in)) return;
     c->target = NULL;
     if (ep->coll.target) {
-      void *t = NULL;
+      void *t = (void *)in;
       if (ep->coll.target(ep->coll_ctx, p->node, &f, &t) != SL_OK) {
         bad_frame(c, "a collective chunk that fits no collective: %s",
                   sl_last_error());
         return;
       }
       c->target = t;
+    }
+    if (in) {
+      if (c->target && c->target != in)
+        memcpy(c->target, in, (size_t)f.len);
+      coll_deliver(c);
+      sl__dp_shm_release(c->shm);
+      return;
     }
     if (f.len == 0) {
       coll_deliver(c);
@@ -876,7 +1007,21 @@ static void frame_begin(dp_conn *c, const uint8_t *hdr) {
     c->got = 0;
     c->crc = 0;
     return;
+  }
   case SL__DP_CREDIT_REQ: sl__dp_send_ctl(c, SL__DP_CREDIT, NULL); return;
+  case SL__DP_SHM_OFFER:
+    if (c->outgoing || c->shm)
+      bad_frame(c, "bad frame: a shared-memory offer from the %s",
+                c->outgoing ? "acceptor" : "dialer, twice");
+    else
+      shm_offered(c, &f);
+    return;
+  case SL__DP_SHM_REPLY:
+    if (!c->outgoing || !c->shm || c->shm_tx)
+      bad_frame(c, "bad frame: a shared-memory reply to no offer");
+    else
+      shm_replied(c, &f);
+    return;
   case SL__DP_PROBE: {
     bool q;
     uint64_t progress, sent, received;

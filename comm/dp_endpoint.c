@@ -21,6 +21,7 @@
 #define DEF_WINDOW_BYTES (256ull << 20)
 #define DEF_MAX_FRAME (16ull << 30)
 #define DEF_SPIN_US 0 /* see spin_us in dp.h */
+#define DEF_SHM_BYTES (32ll << 20)
 /* How long destroy lets queued frames (a detach's DONE) drain. */
 #define SHUTDOWN_LINGER_MS 2000
 
@@ -607,6 +608,21 @@ sl_status sl__dp_endpoint_create(const sl__dp_config *cfg,
     c->spin_us = e && e[0] ? (int32_t)strtol(e, NULL, 10) : DEF_SPIN_US;
   }
   ep->spin_ns = c->spin_us > 0 ? (uint64_t)c->spin_us * 1000ull : 0;
+  if (!c->shm_bytes) {
+    const char *e = getenv("SLUICE_DP_SHM_BYTES");
+    c->shm_bytes = e && e[0] ? strtoll(e, NULL, 10) : DEF_SHM_BYTES;
+    if (!c->shm_bytes) c->shm_bytes = -1;
+  }
+  if (c->shm_bytes > 0) {
+    c->shm_bytes = (c->shm_bytes + 4095) / 4096 * 4096;
+    if (!sl__dp_shm_ring_ok((uint64_t)c->shm_bytes)) {
+      release(ep);
+      return sl__fail(SL_EINVAL,
+                      "data plane: a shared-memory ring of %lld bytes (from 4 "
+                      "KiB to 16 GiB, or 0 for none: SLUICE_DP_SHM_BYTES)",
+                      (long long)c->shm_bytes);
+    }
+  }
   if (c->connect_timeout_ms < 0 || c->retry_delay_ms < 0 ||
       c->handshake_timeout_ms < 0 || c->ping_interval_ms < 0) {
     release(ep);
@@ -797,6 +813,8 @@ void sl__dp_endpoint_get_stats(sl__dp_endpoint *ep, sl__dp_stats *o) {
   LD(payload_bytes_sent);
   LD(payload_bytes_received);
   LD(payload_bytes_direct);
+  LD(payload_bytes_shm);
+  LD(shm_connections);
   LD(messages_discarded);
   LD(connections_opened);
   LD(connections_dialed);

@@ -34,6 +34,7 @@ typedef struct dp_out {
   sl__dp_frame f;      /* credit fields are filled when it is written */
   const void *payload; /* READY: the sending job's register, not owned */
   void *token;         /* COLL: handed to the sent hook */
+  bool crc_pending;    /* payload_crc is computed if it goes over TCP */
   uint8_t hdr[SL__DP_HDR_BYTES];
 } dp_out;
 
@@ -93,6 +94,10 @@ typedef struct dp_conn {
   uint64_t acked_frames, acked_bytes; /* consumed by the peer, as it said */
   uint64_t rx_frames, rx_bytes;       /* consumed here */
   uint64_t credited_frames, credited_bytes; /* told the peer */
+
+  /* shared memory with a peer on this host (dp_shm.c) */
+  sl__dp_shm *shm; /* dialer: from its offer; acceptor: once taken */
+  bool shm_tx;     /* payloads may go through it */
 } dp_conn;
 
 typedef struct dp_peer {
@@ -121,6 +126,9 @@ typedef struct dp_peer {
   uint64_t retry_at_ns;      /* 0: none scheduled */
   struct dp_peer *next_work; /* the wake handler's list */
   bool departed;             /* it sent DONE: closing is not a failure */
+  /* Its open connection sends payloads through shared memory, so senders
+   * leave the payload CRC to the loop thread (needed only on TCP). */
+  atomic_bool shm;
 } dp_peer;
 
 /* A request run on the loop thread for another thread, which waits. */
@@ -137,7 +145,8 @@ typedef struct dp_call {
 typedef struct dp_counters {
   atomic_uint_least64_t frames_sent, frames_received, messages_sent,
       messages_received, payload_bytes_sent, payload_bytes_received,
-      payload_bytes_direct, messages_discarded, connections_opened,
+      payload_bytes_direct, payload_bytes_shm, shm_connections,
+      messages_discarded, connections_opened,
       connections_dialed, duplicates_refused, handshakes_refused, bad_frames,
       credit_stalls, peak_window_frames, peak_window_bytes, probes_answered;
 } dp_counters;

@@ -1,6 +1,8 @@
 /* The data plane as an sl_transport: `send` queues a frame for the loop
  * thread (its payload CRC computed here, on the sending stream thread,
- * so that work is spread over the senders), and `quiescent` answers the
+ * so that work is spread over the senders; not at all when the peer takes
+ * payloads through shared memory, where the loop thread computes it only
+ * for a payload that finds its ring full), and `quiescent` answers the
  * job's hang detector from the last probe replies of every other node.
  *
  * Quiescence across processes (docs/dataplane.md): every node counts the
@@ -48,9 +50,11 @@ static sl_status dp_send(void *ctx, uint32_t node, const sl_msg *m,
   if (!o) return SL_ENOMEM;
   sl__dp_frame_from_msg(m, nbytes, &o->f);
   o->payload = nbytes ? payload : NULL;
-  o->f.payload_crc = nbytes ? sl__crc32c(0, payload, nbytes) : 0;
-  o->next = NULL;
   dp_peer *p = &ep->peers[node];
+  o->crc_pending = nbytes && atomic_load(&p->shm);
+  o->f.payload_crc = nbytes && !o->crc_pending ? sl__crc32c(0, payload, nbytes)
+                                               : 0;
+  o->next = NULL;
   pthread_mutex_lock(&ep->lock);
   sl_status refused = refuse_if_closed(ep, p);
   if (refused != SL_OK) {
@@ -105,17 +109,10 @@ void sl__dp_endpoint_set_coll(sl__dp_endpoint *ep, const sl__dp_coll_hooks *h,
   ep->coll_ctx = ctx;
 }
 
-sl_status sl__dp_endpoint_send_coll(sl__dp_endpoint *ep, uint32_t node,
-                                    const sl__dp_frame *f, const void *payload,
-                                    uint64_t len, void *token) {
-  uint32_t crc = len ? sl__crc32c(0, payload, (size_t)len) : 0;
-  return sl__dp_endpoint_send_coll_crc(ep, node, f, payload, len, crc, token);
-}
-
-sl_status sl__dp_endpoint_send_coll_crc(sl__dp_endpoint *ep, uint32_t node,
-                                        const sl__dp_frame *f,
-                                        const void *payload, uint64_t len,
-                                        uint32_t crc, void *token) {
+static sl_status send_coll(sl__dp_endpoint *ep, uint32_t node,
+                           const sl__dp_frame *f, const void *payload,
+                           uint64_t len, uint32_t crc, bool crc_pending,
+                           void *token) {
   if (node >= ep->cfg.nnodes || node == ep->cfg.node)
     return sl__fail(SL_ECOMM, "data plane: node %u: no peer %u (%u nodes)",
                     ep->cfg.node, node, ep->cfg.nnodes);
@@ -133,6 +130,7 @@ sl_status sl__dp_endpoint_send_coll_crc(sl__dp_endpoint *ep, uint32_t node,
   o->f.flags = 0;
   o->f.len = len;
   o->f.payload_crc = len ? crc : 0;
+  o->crc_pending = len && crc_pending;
   o->payload = len ? payload : NULL;
   o->token = token;
   o->next = NULL;
@@ -155,6 +153,23 @@ sl_status sl__dp_endpoint_send_coll_crc(sl__dp_endpoint *ep, uint32_t node,
   if (wake) uv_async_send(&ep->wake);
   return SL_OK;
 }
+
+sl_status sl__dp_endpoint_send_coll(sl__dp_endpoint *ep, uint32_t node,
+                                    const sl__dp_frame *f, const void *payload,
+                                    uint64_t len, void *token) {
+  if (node < ep->cfg.nnodes && len && atomic_load(&ep->peers[node].shm))
+    return send_coll(ep, node, f, payload, len, 0, true, token);
+  uint32_t crc = len ? sl__crc32c(0, payload, (size_t)len) : 0;
+  return send_coll(ep, node, f, payload, len, crc, false, token);
+}
+
+sl_status sl__dp_endpoint_send_coll_crc(sl__dp_endpoint *ep, uint32_t node,
+                                        const sl__dp_frame *f,
+                                        const void *payload, uint64_t len,
+                                        uint32_t crc, void *token) {
+  return send_coll(ep, node, f, payload, len, crc, false, token);
+}
+
 
 static const sl_transport_vtable dp_vtable = {dp_send, dp_quiescent};
 

@@ -271,7 +271,7 @@ static bool check_done(sl__net_coll *nc, inst *x, pending_done *pd) {
 }
 
 /* crc: the piece's CRC32C when known (an all-gather step forwards the
- * bytes it received unchanged), else NULL. */
+ * bytes it received unchanged, over TCP with their checksum), else NULL. */
 static void send_step(sl__net_coll *nc, inst *x, uint32_t t, uint32_t lane,
                       const uint32_t *crc) {
   if (x->failed) return;
@@ -569,7 +569,10 @@ static void take_chunk(sl__net_coll *nc, inst *x, const sl__dp_frame *f,
   x->recv_done++;
   nc->stats.chunks_received++;
   if (t + 1 < x->steps)
-    send_step(nc, x, t + 1, lane, t >= x->rs_steps ? &f->payload_crc : NULL);
+    send_step(nc, x, t + 1, lane,
+              t >= x->rs_steps && !(f->flags & SL__DP_FLAG_SHM)
+                  ? &f->payload_crc
+                  : NULL); /* a chunk from shared memory came without one */
 }
 
 /* Takes the staged chunks that are complete, in arrival order. */
@@ -603,6 +606,7 @@ static sl_status hook_target(void *ctx, uint32_t node, const sl__dp_frame *f,
                              void **buf) {
   sl__net_coll *nc = ctx;
   sl_status st = SL_OK;
+  void *in_place = *buf; /* the bytes, when in shared memory */
   *buf = NULL;
   if (f->desc == ABORT_STEP) {
     if (f->len > ABORT_MAX)
@@ -663,8 +667,13 @@ static sl_status hook_target(void *ctx, uint32_t node, const sl__dp_frame *f,
     *buf = direct_slot(x, (uint32_t)f->index);
     goto out;
   }
-  *buf = t < x->rs_steps ? x->scratch + (uint64_t)f->index * x->piece_max
-                         : x->base + f->piece;
+  /* a reduce-scatter step reduces from its chunk: in place when the bytes
+   * sit in shared memory, else from the scratch they are read into */
+  if (t < x->rs_steps)
+    *buf = in_place ? in_place
+                    : x->scratch + (uint64_t)f->index * x->piece_max;
+  else
+    *buf = x->base + f->piece;
 out:
   pthread_mutex_unlock(&nc->lock);
   return st;

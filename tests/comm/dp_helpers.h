@@ -145,10 +145,13 @@ static inline sl_status wait_bounded(sl_job *job) {
 /* ---- endpoints -------------------------------------------------------------
  */
 
+/* Payloads go over TCP unless SLUICE_DP_SHM_BYTES is set (the *_shm runs
+ * of these tests set it). */
 static inline sl__dp_config dp_cfg(uint32_t node, uint32_t nnodes) {
   sl__dp_config c = {0};
   c.node = node;
   c.nnodes = nnodes;
+  c.shm_bytes = getenv("SLUICE_DP_SHM_BYTES") ? 0 : -1;
   c.token = TOKEN;
   c.token_len = strlen(TOKEN);
   return c;

@@ -165,16 +165,32 @@ static void test_frame_rejects(void **state) {
     }
   /* Fields that are wrong although the checksum is right. */
   sl__dp_frame g = f;
-  g.version = 2;
-  expect_field_reject(&g, UINT64_MAX, "version 2 (this build speaks");
+  g.version = 3;
+  expect_field_reject(&g, UINT64_MAX, "version 3 (this build speaks");
   g = f;
   g.kind = 0;
   expect_field_reject(&g, UINT64_MAX, "unknown kind 0");
   g.kind = SL__DP_KIND_MAX + 1;
   expect_field_reject(&g, UINT64_MAX, "unknown kind");
   g = f;
-  g.flags = 0x2;
+  g.flags = 0x4;
   expect_field_reject(&g, UINT64_MAX, "unknown flags");
+  /* A payload in shared memory: only with a payload, never a checksum. */
+  g = f;
+  g.flags = SL__DP_FLAG_SHM;
+  g.payload_crc = 0x1234;
+  expect_field_reject(&g, UINT64_MAX, "with a payload checksum");
+  g.payload_crc = 0;
+  {
+    uint8_t h2[SL__DP_HDR_BYTES];
+    sl__dp_frame back;
+    sl__dp_frame_encode(&g, h2);
+    assert_int_equal(sl__dp_frame_decode(h2, UINT64_MAX, &back), SL_OK);
+    assert_int_equal(back.flags, SL__DP_FLAG_SHM);
+  }
+  g.kind = SL__DP_PING;
+  g.len = 0;
+  expect_field_reject(&g, UINT64_MAX, "ping frame with no payload");
   g = f;
   g.msg_kind = 0;
   expect_field_reject(&g, UINT64_MAX, "unknown message kind 0");

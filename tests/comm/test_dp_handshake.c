@@ -194,7 +194,7 @@ static void test_refusals(void **state) {
     unsigned code;
     const char *logged;
   } cases[] = {
-      {2, 1, 0, 3, SL__DP_HS_VERSION, "speaks data-plane version 2"},
+      {3, 1, 0, 3, SL__DP_HS_VERSION, "speaks data-plane version 3"},
       {SL__DP_VERSION, 1, 2, 3, SL__DP_HS_RANK, "it dialed node 2 of 3"},
       {SL__DP_VERSION, 1, 0, 4, SL__DP_HS_RANK, "it dialed node 0 of 4"},
       {SL__DP_VERSION, 0, 0, 3, SL__DP_HS_RANK, "as node 0, but this is"},
@@ -274,7 +274,7 @@ static void *fake_server(void *arg) {
 static void test_dial_refusals(void **state) {
   (void)state;
   const char *want[] = {"version mismatch: the peer speaks data-plane "
-                        "version 9, this build 1",
+                        "version 9, this build 2",
                         "answered as node 5 of 2",
                         "unreachable: handshake "
                         "timed out after 200 ms"};

@@ -1,0 +1,215 @@
+/* The shared-memory payload path between endpoints on one host
+ * (comm/dp_shm.c): the rings' placement, wrap-around, full and unwritten
+ * cases and the segment's name and size checks; two endpoints taking a
+ * segment (and not, when one side has it off); a segment offered without
+ * the token's proof, one that does not exist, and a payload flagged as in
+ * shared memory on a connection that has none. The bytes themselves cross
+ * through the rings in comm_dp_plan_shm and comm_net_coll_shm (the plan
+ * and collective tests run with a 1 MiB ring). */
+#include <fcntl.h>
+#include <sys/mman.h>
+
+#include "dp_helpers.h"
+
+#define RING 8192u
+
+static void fill(uint8_t *p, size_t n, uint8_t seed) {
+  for (size_t i = 0; i < n; i++)
+    p[i] = (uint8_t)(seed + i * 7);
+}
+
+/* Takes the next payload of n bytes and checks it holds fill(seed). */
+static void expect_next(sl__dp_shm *rx, size_t n, uint8_t seed) {
+  const uint8_t *p;
+  assert_int_equal(sl__dp_shm_take(rx, n, &p), SL_OK);
+  uint8_t want[RING];
+  fill(want, n, seed);
+  assert_memory_equal(p, want, n);
+}
+
+static void test_rings(void **state) {
+  (void)state;
+  uint8_t mac[SL__DP_MAC_BYTES], id[SL__DP_SHM_ID_BYTES];
+  memset(mac, 0x5a, sizeof mac);
+  sl__dp_shm *a, *b;
+  assert_int_equal(sl__dp_shm_create(RING, mac, id, &a), SL_OK);
+  /* the wrong size, then the right one (which unlinks the name) */
+  assert_int_equal(sl__dp_shm_open(id, 2 * RING, &b), SL_EINVAL);
+  assert_non_null(strstr(sl_last_error(), "but the offer says"));
+  assert_int_equal(sl__dp_shm_open(id, RING, &b), SL_OK);
+  assert_memory_equal(sl__dp_shm_mac(b), mac, sizeof mac);
+  char name[48];
+  sl__dp_shm_name(id, name, sizeof name);
+  assert_int_equal(strncmp(name, "/sluice-dp-", 11), 0);
+  assert_int_equal(shm_open(name, O_RDWR, 0), -1);
+  assert_int_equal(errno, ENOENT);
+
+  uint8_t buf[RING];
+  /* a -> b: three payloads fill 7000 of 8192 bytes; the next 2000 do not
+   * fit (1192 free) until the first two are released, and then go to the
+   * start of the ring (1192 bytes before the end are too few). */
+  fill(buf, 3000, 1);
+  assert_true(sl__dp_shm_put(a, buf, 3000));
+  fill(buf, 3000, 2);
+  assert_true(sl__dp_shm_put(a, buf, 3000));
+  fill(buf, 1000, 3);
+  assert_true(sl__dp_shm_put(a, buf, 1000));
+  fill(buf, 2000, 4);
+  assert_false(sl__dp_shm_put(a, buf, 2000));
+  assert_false(sl__dp_shm_put(a, buf, 0));
+  assert_false(sl__dp_shm_put(a, buf, RING + 1));
+  expect_next(b, 3000, 1);
+  expect_next(b, 3000, 2);
+  assert_false(sl__dp_shm_put(a, buf, 2000)); /* taken, not released */
+  sl__dp_shm_release(b);
+  assert_true(sl__dp_shm_put(a, buf, 2000));
+  expect_next(b, 1000, 3);
+  expect_next(b, 2000, 4);
+  sl__dp_shm_release(b);
+  /* a payload as large as the ring, once the ring is empty */
+  fill(buf, RING, 5);
+  assert_true(sl__dp_shm_put(a, buf, RING));
+  expect_next(b, RING, 5);
+  sl__dp_shm_release(b);
+
+  /* b -> a is the other ring: independent positions */
+  fill(buf, 100, 6);
+  assert_true(sl__dp_shm_put(b, buf, 100));
+  expect_next(a, 100, 6);
+  sl__dp_shm_release(a);
+
+  /* a receiver asked for bytes its peer never wrote */
+  const uint8_t *p;
+  assert_int_equal(sl__dp_shm_take(a, 64, &p), SL_ECOMM);
+  assert_non_null(strstr(sl_last_error(), "not in the shared-memory ring"));
+  assert_int_equal(sl__dp_shm_take(a, RING + 1, &p), SL_ECOMM);
+  sl__dp_shm_destroy(a);
+  sl__dp_shm_destroy(b);
+
+  /* no such segment: the offer came from another host */
+  memset(id, 0xee, sizeof id);
+  assert_int_equal(sl__dp_shm_open(id, RING, &b), SL_ENOTFOUND);
+  assert_non_null(strstr(sl_last_error(), "not on this host"));
+  assert_false(sl__dp_shm_ring_ok(0));
+  assert_false(sl__dp_shm_ring_ok(4097));
+  assert_true(sl__dp_shm_ring_ok(4096));
+}
+
+/* Polls (bounded) until both endpoints counted `want` segments. */
+static void expect_shm(sl__dp_endpoint **eps, uint64_t want) {
+  sl__dp_stats s0, s1;
+  for (int i = 0; i < 3000; i++) {
+    sl__dp_endpoint_get_stats(eps[0], &s0);
+    sl__dp_endpoint_get_stats(eps[1], &s1);
+    if (s0.shm_connections == want && s1.shm_connections == want) break;
+    sl__sleep_ns(1000000);
+  }
+  assert_int_equal(s0.shm_connections, want);
+  assert_int_equal(s1.shm_connections, want);
+}
+
+static void test_pair(void **state) {
+  (void)state;
+  for (int acceptor_on = 1; acceptor_on >= 0; acceptor_on--) {
+    sl__dp_config cfg[2] = {dp_cfg(0, 2), dp_cfg(1, 2)};
+    cfg[0].shm_bytes = 1 << 20;
+    cfg[1].shm_bytes = acceptor_on ? 1 << 20 : -1;
+    sl__dp_endpoint *eps[2];
+    dp_mesh(eps, 2, cfg);
+    /* node 1 dials, node 0 accepts */
+    assert_int_equal(sl__dp_endpoint_connect(eps[1], 0), SL_OK);
+    assert_int_equal(sl__dp_endpoint_wait_connected(eps[1], 0, SOON_MS),
+                     SL_OK);
+    if (acceptor_on) {
+      expect_shm(eps, 1);
+    } else {
+      /* refused: give the offer and its answer time, then none */
+      sl__sleep_ns(200000000);
+      expect_shm(eps, 0);
+    }
+    sl__dp_endpoint_destroy(eps[0]);
+    sl__dp_endpoint_destroy(eps[1]);
+  }
+  /* A ring size no segment can have is a config error. */
+  sl__dp_config c = dp_cfg(0, 1);
+  c.shm_bytes = 32ll << 30;
+  sl__dp_endpoint *ep = NULL;
+  assert_int_equal(sl__dp_endpoint_create(&c, &ep), SL_EINVAL);
+  assert_non_null(strstr(sl_last_error(), "shared-memory ring"));
+}
+
+/* Reads frames from the fake peer's socket until one of `kind`. */
+static sl__dp_frame fake_expect(int s, unsigned kind) {
+  for (int i = 0; i < 64; i++) {
+    uint8_t hdr[SL__DP_HDR_BYTES];
+    assert_int_equal(fake_read(s, hdr, sizeof hdr, SOON_MS), sizeof hdr);
+    sl__dp_frame f;
+    assert_int_equal(sl__dp_frame_decode(hdr, 0, &f), SL_OK);
+    if (f.kind == kind) return f;
+  }
+  fail_msg("no %s frame", sl__dp_kind_name(kind));
+  return (sl__dp_frame){0};
+}
+
+static sl__dp_frame offer_of(const uint8_t id[SL__DP_SHM_ID_BYTES]) {
+  sl__dp_frame f = {.version = SL__DP_VERSION, .kind = SL__DP_SHM_OFFER};
+  memcpy(&f.src, id, 8);
+  memcpy(&f.dst, id + 8, 8);
+  f.piece = RING;
+  return f;
+}
+
+static void test_bad_offers(void **state) {
+  (void)state;
+  errlog e;
+  errlog_init(&e);
+  sl__dp_config c = dp_cfg(0, 2);
+  c.shm_bytes = RING;
+  c.on_error = errlog_cb;
+  c.on_error_ctx = &e;
+  sl__dp_endpoint *ep = dp_make(&c);
+  uint16_t port = sl__dp_endpoint_port(ep);
+
+  /* a segment whose header lacks the proof of the token: refused */
+  int s = fake_client_open(port, 1, 0, 2);
+  uint8_t mac[SL__DP_MAC_BYTES], id[SL__DP_SHM_ID_BYTES];
+  memset(mac, 0x11, sizeof mac);
+  sl__dp_shm *seg;
+  assert_int_equal(sl__dp_shm_create(RING, mac, id, &seg), SL_OK);
+  sl__dp_frame f = offer_of(id);
+  fake_frame(s, &f, NULL);
+  assert_int_equal(fake_expect(s, SL__DP_SHM_REPLY).desc, 0);
+  sl__dp_shm_destroy(seg);
+  /* one that does not exist (another host's): refused, the pair stays */
+  memset(id, 0xcd, sizeof id);
+  f = offer_of(id);
+  fake_frame(s, &f, NULL);
+  assert_int_equal(fake_expect(s, SL__DP_SHM_REPLY).desc, 0);
+  /* a payload said to be in shared memory on this connection: bad frame */
+  f = (sl__dp_frame){.version = SL__DP_VERSION, .kind = SL__DP_COLL};
+  f.flags = SL__DP_FLAG_SHM;
+  f.len = 64;
+  fake_frame(s, &f, NULL);
+  assert_true(fake_sees_close(s, SOON_MS));
+  assert_true(errlog_wait(&e, 1, SOON_MS) >= 1);
+  if (!errlog_has(&e, "a payload in shared memory, but this connection has "
+                      "none"))
+    fail_msg("not reported:\n%s", e.msgs);
+  close(s);
+  sl__dp_stats st;
+  sl__dp_endpoint_get_stats(ep, &st);
+  assert_int_equal(st.shm_connections, 0);
+  assert_int_equal(st.bad_frames, 1);
+  sl__dp_endpoint_destroy(ep);
+  errlog_fini(&e);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_rings),
+      cmocka_unit_test(test_pair),
+      cmocka_unit_test(test_bad_offers),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
