@@ -557,11 +557,11 @@ static void take_chunk(sl__net_coll *nc, inst *x, const sl__dp_frame *f,
   if (!len) {
     /* an empty piece */
   } else if (t < x->rs_steps) {
-    /* out of place: this member's values first, then the same
-     * reduction as in place (the same operand order, the same bits) */
-    if (x->src != x->base) memcpy(x->base + off, x->src + off, len);
-    sl__elem_reduce(x->dt, x->rop, x->base + off, buf,
-                    (int64_t)(len / x->esize));
+    /* out of place: this member's values with the chunk, in one pass
+     * and in the in-place order (the same bits) */
+    sl__elem_reduce_into(x->dt, x->rop, x->base + off,
+                         (x->src != x->base ? x->src : x->base) + off, buf,
+                         (int64_t)(len / x->esize));
   } else if (buf != x->base + off)
     memcpy(x->base + off, buf, len);
   if (x->op == OP_REDUCE_SCATTER && t + 1 == x->rs_steps && len)

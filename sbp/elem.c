@@ -40,22 +40,23 @@ void sl__elem_fill_identity(sl_dtype dt, sl_reduce_op op, void *dst,
     memcpy(d + (size_t)k * es, &v, es);
 }
 
+/* d may be a (in place) but neither may overlap b otherwise. */
 #define REDUCE_LOOP(T, SUM)                                                    \
   do {                                                                         \
-    T *restrict d = dst;                                                       \
-    const T *restrict s = src;                                                 \
+    T *d = dst;                                                                \
+    const T *x = a, *restrict y = b;                                           \
     switch (op) {                                                              \
     case SL_REDUCE_SUM:                                                        \
       for (int64_t k = 0; k < n; k++)                                          \
-        d[k] = SUM(d[k], s[k]);                                                \
+        d[k] = SUM(x[k], y[k]);                                                \
       break;                                                                   \
     case SL_REDUCE_MAX:                                                        \
       for (int64_t k = 0; k < n; k++)                                          \
-        d[k] = s[k] > d[k] ? s[k] : d[k];                                      \
+        d[k] = y[k] > x[k] ? y[k] : x[k];                                      \
       break;                                                                   \
     case SL_REDUCE_MIN:                                                        \
       for (int64_t k = 0; k < n; k++)                                          \
-        d[k] = s[k] < d[k] ? s[k] : d[k];                                      \
+        d[k] = y[k] < x[k] ? y[k] : x[k];                                      \
       break;                                                                   \
     }                                                                          \
   } while (0)
@@ -69,9 +70,9 @@ void sl__elem_fill_identity(sl_dtype dt, sl_reduce_op op, void *dst,
 #define OR_BOOL(a, b) ((uint8_t)((a) || (b)))
 
 static void reduce_half(bool bf16, sl_reduce_op op, uint16_t *d,
-                        const uint16_t *s, int64_t n) {
+                        const uint16_t *x, const uint16_t *s, int64_t n) {
   for (int64_t k = 0; k < n; k++) {
-    float a = bf16 ? sl_bf16_to_f32(d[k]) : sl_f16_to_f32(d[k]);
+    float a = bf16 ? sl_bf16_to_f32(x[k]) : sl_f16_to_f32(x[k]);
     float b = bf16 ? sl_bf16_to_f32(s[k]) : sl_f16_to_f32(s[k]);
     float r = op == SL_REDUCE_SUM   ? a + b
               : op == SL_REDUCE_MAX ? (b > a ? b : a)
@@ -82,11 +83,16 @@ static void reduce_half(bool bf16, sl_reduce_op op, uint16_t *d,
 
 void sl__elem_reduce(sl_dtype dt, sl_reduce_op op, void *dst, const void *src,
                      int64_t n) {
+  sl__elem_reduce_into(dt, op, dst, dst, src, n);
+}
+
+void sl__elem_reduce_into(sl_dtype dt, sl_reduce_op op, void *dst,
+                          const void *a, const void *b, int64_t n) {
   switch (dt) {
   case SL_DTYPE_F32: REDUCE_LOOP(float, ADD); break;
   case SL_DTYPE_F64: REDUCE_LOOP(double, ADD); break;
-  case SL_DTYPE_F16: reduce_half(false, op, dst, src, n); break;
-  case SL_DTYPE_BF16: reduce_half(true, op, dst, src, n); break;
+  case SL_DTYPE_F16: reduce_half(false, op, dst, a, b, n); break;
+  case SL_DTYPE_BF16: reduce_half(true, op, dst, a, b, n); break;
   case SL_DTYPE_I8: REDUCE_LOOP(int8_t, ADD_I8); break;
   case SL_DTYPE_I32: REDUCE_LOOP(int32_t, ADD_I32); break;
   case SL_DTYPE_I64: REDUCE_LOOP(int64_t, ADD_I64); break;

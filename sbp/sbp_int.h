@@ -142,6 +142,10 @@ void sl__elem_fill_identity(sl_dtype dt, sl_reduce_op op, void *dst, int64_t n);
  * (the loops are vectorised on that promise). */
 void sl__elem_reduce(sl_dtype dt, sl_reduce_op op, void *dst, const void *src,
                      int64_t n);
+/* dst[k] = op(a[k], b[k]): the same values as copying a to dst and
+ * reducing b into it, in one pass. dst may be a; b overlaps neither. */
+void sl__elem_reduce_into(sl_dtype dt, sl_reduce_op op, void *dst,
+                          const void *a, const void *b, int64_t n);
 
 /* Moves the box `ext` at src_off of a row-major src of shape src_dims into
  * dst of shape dst_dims at dst_off: a plain copy when reduce is false,
