@@ -616,11 +616,12 @@ sl_status sl__dp_endpoint_create(const sl__dp_config *cfg,
   if (c->shm_bytes > 0) {
     c->shm_bytes = (c->shm_bytes + 4095) / 4096 * 4096;
     if (!sl__dp_shm_ring_ok((uint64_t)c->shm_bytes)) {
+      long long bytes = (long long)c->shm_bytes;
       release(ep);
       return sl__fail(SL_EINVAL,
                       "data plane: a shared-memory ring of %lld bytes (from 4 "
                       "KiB to 16 GiB, or 0 for none: SLUICE_DP_SHM_BYTES)",
-                      (long long)c->shm_bytes);
+                      bytes);
     }
   }
   if (c->connect_timeout_ms < 0 || c->retry_delay_ms < 0 ||

@@ -10,8 +10,9 @@
  * sender's ring instead of the socket: the header still goes over TCP,
  * flagged SL__DP_FLAG_SHM, and its order on the stream is the order of
  * the payloads in the ring. Both ends place a payload of len bytes at the
- * same position, computed from the lengths alone: the next free byte, or
- * the start of the ring when it would not fit before the end. The sender
+ * same position, computed from the lengths alone: the next free byte
+ * rounded up to a cache line, or the start of the ring when it would not
+ * fit before the end. The sender
  * writes the bytes, then publishes how far it has written; the receiver
  * copies them out when the header arrives and publishes how far it has
  * read, which frees the space. A payload that finds no room goes over
@@ -201,8 +202,13 @@ bool sl__dp_shm_ring_ok(uint64_t ring_bytes) {
          ring_bytes % 4096 == 0;
 }
 
-/* Where a payload of len bytes starts when the next free byte is pos. */
+/* Where a payload of len bytes starts when the next free byte is pos:
+ * on a cache line (aligned for any element type, as a collective reduces
+ * from the ring in place), at the ring's start if it would not fit
+ * before the end. */
+#define SHM_ALIGN 64u
 static uint64_t place(uint64_t pos, uint64_t len, uint64_t ring) {
+  pos = (pos + SHM_ALIGN - 1) / SHM_ALIGN * SHM_ALIGN;
   uint64_t off = pos % ring;
   return off + len > ring ? pos + (ring - off) : pos;
 }

@@ -1,5 +1,5 @@
 /* The shared-memory payload path between endpoints on one host
- * (comm/dp_shm.c): the rings' placement, wrap-around, full and unwritten
+ * (comm/dp_shm.c): the rings' placement (aligned), wrap-around, full and unwritten
  * cases and the segment's name and size checks; two endpoints taking a
  * segment (and not, when one side has it off); a segment offered without
  * the token's proof, one that does not exist, and a payload flagged as in
@@ -22,6 +22,7 @@ static void fill(uint8_t *p, size_t n, uint8_t seed) {
 static void expect_next(sl__dp_shm *rx, size_t n, uint8_t seed) {
   const uint8_t *p;
   assert_int_equal(sl__dp_shm_take(rx, n, &p), SL_OK);
+  assert_int_equal((uintptr_t)p % 64, 0); /* reduced from in place */
   uint8_t want[RING];
   fill(want, n, seed);
   assert_memory_equal(p, want, n);
@@ -45,9 +46,10 @@ static void test_rings(void **state) {
   assert_int_equal(errno, ENOENT);
 
   uint8_t buf[RING];
-  /* a -> b: three payloads fill 7000 of 8192 bytes; the next 2000 do not
-   * fit (1192 free) until the first two are released, and then go to the
-   * start of the ring (1192 bytes before the end are too few). */
+  /* a -> b: three payloads, each on a 64-byte line, take bytes 0 to 7016
+   * of 8192; the next 2000 do not fit until the first two are released,
+   * and then go to the start of the ring (the 1152 bytes from 7040 to the
+   * end are too few). */
   fill(buf, 3000, 1);
   assert_true(sl__dp_shm_put(a, buf, 3000));
   fill(buf, 3000, 2);
