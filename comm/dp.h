@@ -213,7 +213,8 @@ const char *sl__dp_hs_code_str(unsigned code);
 
 typedef struct sl__dp_shm sl__dp_shm;
 
-/* "/sluice-dp-" and the id in hex, into out (n >= 44 bytes). */
+/* The segment's path, "/dev/shm/sluice-dp-" and the id in hex, into out
+ * (n >= 52 bytes). */
 void sl__dp_shm_name(const uint8_t id[SL__DP_SHM_ID_BYTES], char *out,
                      size_t n);
 /* True for a ring size the segment can have: a multiple of 4096 bytes,

@@ -1,8 +1,8 @@
 /* The shared-memory payload path of a data-plane connection whose two
  * ends run on one host (docs/dataplane.md, "Shared memory").
  *
- * The dialer creates a POSIX shared-memory object (a random name, mode
- * 0600) holding a header page and two rings, one per direction, and
+ * The dialer creates a POSIX shared-memory object (a random name in
+ * /dev/shm, mode 0600) holding a header page and two rings, one per direction, and
  * offers it on the connection; the acceptor opens it, checks the header's
  * MAC (the token's HMAC over this connection's handshake nonces, so a
  * segment planted by anyone without the token is refused), unlinks the
@@ -19,7 +19,10 @@
  * TCP as before, so the ring never blocks anything.
  *
  * The counters are C11 atomics in the shared page (lock-free 64-bit
- * atomics are address-free, so they work across processes). */
+ * atomics are address-free, so they work across processes). The object is
+ * a file in /dev/shm opened by path, which is what shm_open does on Linux
+ * (glibc's shm_open opens it with a system call ThreadSanitizer does not
+ * see, so it took a reused descriptor number for a race). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -60,7 +63,7 @@ struct sl__dp_shm {
   shm_dir *txd, *rxd;    /* their positions */
   uint64_t tx_pos, rx_pos; /* the next payload's start, before placing */
   bool linked;           /* this end still has to unlink the name */
-  char name[48];
+  char name[64];
 };
 
 void sl__dp_shm_name(const uint8_t id[SL__DP_SHM_ID_BYTES], char *out,
@@ -68,7 +71,7 @@ void sl__dp_shm_name(const uint8_t id[SL__DP_SHM_ID_BYTES], char *out,
   char hex[2 * SL__DP_SHM_ID_BYTES + 1];
   for (unsigned i = 0; i < SL__DP_SHM_ID_BYTES; i++)
     snprintf(hex + 2 * i, 3, "%02x", id[i]);
-  snprintf(out, n, "/sluice-dp-%s", hex);
+  snprintf(out, n, "/dev/shm/sluice-dp-%s", hex);
 }
 
 static sl_status map(int fd, uint64_t ring, const char *name, bool dialer,
@@ -104,12 +107,12 @@ sl_status sl__dp_shm_create(uint64_t ring_bytes,
   if (!sl__dp_shm_ring_ok(ring_bytes))
     return sl__fail(SL_EINVAL, "shared memory: a ring of %llu bytes",
                     (unsigned long long)ring_bytes);
-  char name[48];
+  char name[64];
   int fd = -1;
   for (int tries = 0; fd < 0 && tries < 4; tries++) {
     SL_CHECK(sl__dp_random(id, SL__DP_SHM_ID_BYTES));
     sl__dp_shm_name(id, name, sizeof name);
-    fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    fd = open(name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0 && errno != EEXIST) break;
   }
   if (fd < 0)
@@ -120,14 +123,14 @@ sl_status sl__dp_shm_create(uint64_t ring_bytes,
                             (unsigned long long)(SHM_HDR_BYTES + 2 * ring_bytes),
                             strerror(errno));
     close(fd);
-    shm_unlink(name);
+    unlink(name);
     return st;
   }
   sl__dp_shm *s;
   sl_status st = map(fd, ring_bytes, name, true, &s);
   close(fd);
   if (st != SL_OK) {
-    shm_unlink(name);
+    unlink(name);
     return st;
   }
   s->linked = true;
@@ -146,12 +149,12 @@ sl_status sl__dp_shm_create(uint64_t ring_bytes,
 sl_status sl__dp_shm_open(const uint8_t id[SL__DP_SHM_ID_BYTES],
                           uint64_t ring_bytes, sl__dp_shm **out) {
   *out = NULL;
-  char name[48];
+  char name[64];
   sl__dp_shm_name(id, name, sizeof name);
   if (!sl__dp_shm_ring_ok(ring_bytes))
     return sl__fail(SL_EINVAL, "shared memory %s: a ring of %llu bytes", name,
                     (unsigned long long)ring_bytes);
-  int fd = shm_open(name, O_RDWR, 0);
+  int fd = open(name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0)
     return sl__fail(errno == ENOENT ? SL_ENOTFOUND : SL_EIO,
                     "shared memory %s: %s", name,
@@ -177,7 +180,7 @@ sl_status sl__dp_shm_open(const uint8_t id[SL__DP_SHM_ID_BYTES],
                                "this version and size", name);
   }
   /* Both ends have it mapped now (the offer came after the creation). */
-  shm_unlink(name);
+  unlink(name);
   *out = s;
   return SL_OK;
 }
@@ -186,7 +189,7 @@ const uint8_t *sl__dp_shm_mac(const sl__dp_shm *s) { return s->hdr->mac; }
 
 void sl__dp_shm_unlink(sl__dp_shm *s) {
   if (!s || !s->linked) return;
-  shm_unlink(s->name);
+  unlink(s->name);
   s->linked = false;
 }
 
