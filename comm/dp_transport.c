@@ -35,6 +35,14 @@ static sl_status refuse_if_closed(sl__dp_endpoint *ep, dp_peer *p) {
   return sl__fail(st, "%s", msg);
 }
 
+/* Whether a payload of len bytes to p may go through shared memory, so
+ * that its CRC is left to the loop thread (which computes it only if the
+ * ring turns out full); one larger than the ring never does, and gets its
+ * CRC here, on the sending thread. */
+static bool shm_may_take(const sl__dp_endpoint *ep, dp_peer *p, uint64_t len) {
+  return atomic_load(&p->shm) && len <= (uint64_t)ep->cfg.shm_bytes;
+}
+
 static sl_status dp_send(void *ctx, uint32_t node, const sl_msg *m,
                          const void *payload, size_t nbytes) {
   sl__dp_endpoint *ep = ctx;
@@ -51,7 +59,7 @@ static sl_status dp_send(void *ctx, uint32_t node, const sl_msg *m,
   sl__dp_frame_from_msg(m, nbytes, &o->f);
   o->payload = nbytes ? payload : NULL;
   dp_peer *p = &ep->peers[node];
-  o->crc_pending = nbytes && atomic_load(&p->shm);
+  o->crc_pending = nbytes && shm_may_take(ep, p, nbytes);
   o->f.payload_crc = nbytes && !o->crc_pending ? sl__crc32c(0, payload, nbytes)
                                                : 0;
   o->next = NULL;
@@ -157,7 +165,7 @@ static sl_status send_coll(sl__dp_endpoint *ep, uint32_t node,
 sl_status sl__dp_endpoint_send_coll(sl__dp_endpoint *ep, uint32_t node,
                                     const sl__dp_frame *f, const void *payload,
                                     uint64_t len, void *token) {
-  if (node < ep->cfg.nnodes && len && atomic_load(&ep->peers[node].shm))
+  if (node < ep->cfg.nnodes && len && shm_may_take(ep, &ep->peers[node], len))
     return send_coll(ep, node, f, payload, len, 0, true, token);
   uint32_t crc = len ? sl__crc32c(0, payload, (size_t)len) : 0;
   return send_coll(ep, node, f, payload, len, crc, false, token);
