@@ -250,6 +250,13 @@ static void test_two_processes(void **state) {
   assert_int_equal(s.messages_received, s.messages_sent);
   assert_int_equal(s.payload_bytes_sent, (uint64_t)PIECES * BYTES);
   assert_int_equal(s.payload_bytes_received, (uint64_t)PIECES * BYTES);
+  /* comm_dp_process_shm: the two processes share a segment */
+  if (getenv("SLUICE_DP_SHM_BYTES")) {
+    assert_int_equal(s.shm_connections, 1);
+    assert_true(s.payload_bytes_shm > 0);
+  } else {
+    assert_int_equal(s.payload_bytes_shm, 0);
+  }
   stop_node0(&n, &c);
 }
 
