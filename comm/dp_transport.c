@@ -178,7 +178,6 @@ sl_status sl__dp_endpoint_send_coll_crc(sl__dp_endpoint *ep, uint32_t node,
   return send_coll(ep, node, f, payload, len, crc, false, token);
 }
 
-
 static const sl_transport_vtable dp_vtable = {dp_send, dp_quiescent};
 
 sl_transport sl__dp_endpoint_transport(sl__dp_endpoint *ep) {

@@ -557,10 +557,9 @@ static void take_chunk(sl__net_coll *nc, inst *x, const sl__dp_frame *f,
   if (!len) {
     /* an empty piece */
   } else if (t < x->rs_steps) {
-    /* out of place: this member's values with the chunk, in one pass
-     * and in the in-place order (the same bits) */
-    sl__elem_reduce_into(x->dt, x->rop, x->base + off,
-                         (x->src != x->base ? x->src : x->base) + off, buf,
+    /* this member's values (src: base itself in place) with the chunk,
+     * in one pass and in the same operand order either way (same bits) */
+    sl__elem_reduce_into(x->dt, x->rop, x->base + off, x->src + off, buf,
                          (int64_t)(len / x->esize));
   } else if (buf != x->base + off)
     memcpy(x->base + off, buf, len);
