@@ -13,6 +13,7 @@
 // Grid-stride loops throughout; contiguous operands whose pointers are
 // 16-byte aligned are read and written 16 bytes at a time.
 #include "cuda_util.cuh"
+#include "dtype_bits.h"
 
 namespace {
 
@@ -471,92 +472,7 @@ sl_status sigmoid_grad_run(const sl__kernel_ctx *k, sl__stream *s) {
 
 // ---- cast (cpu/cast.c, with sl_load_element / sl_store_element) --------
 
-// Rounds m >> shift to nearest, ties to even (tensor/dtype.c).
-__device__ inline uint32_t shift_rne(uint32_t m, int shift) {
-  uint32_t q = m >> shift;
-  uint32_t rem = m & ((1u << shift) - 1);
-  uint32_t half = 1u << (shift - 1);
-  if (rem > half || (rem == half && (q & 1))) q++;
-  return q;
-}
-
-// sl_f32_to_f16.
-__device__ inline uint16_t f32_to_f16(float f) {
-  uint32_t u = __float_as_uint(f);
-  uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
-  int exp = (int)((u >> 23) & 0xff);
-  uint32_t mant = u & 0x7fffff;
-  if (exp == 0xff) {
-    if (mant) return (uint16_t)(sign | 0x7e00 | (mant >> 13));
-    return (uint16_t)(sign | 0x7c00);
-  }
-  int e = exp - 127 + 15;
-  if (e >= 31) return (uint16_t)(sign | 0x7c00);
-  if (e <= 0) {
-    if (exp == 0) return sign;
-    int shift = 14 - e;
-    if (shift > 24) return sign;
-    return (uint16_t)(sign | shift_rne(mant | 0x800000, shift));
-  }
-  uint32_t h = ((uint32_t)e << 10) | (mant >> 13);
-  uint32_t rem = mant & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
-  return (uint16_t)(sign | h);
-}
-
-// sl_f16_to_f32.
-__device__ inline float f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ff;
-  if (exp == 0x1f) return __uint_as_float(sign | 0x7f800000 | (mant << 13));
-  if (exp == 0) {
-    float v = ldexpf((float)mant, -24);
-    return sign ? -v : v;
-  }
-  return __uint_as_float(sign | ((exp - 15 + 127) << 23) | (mant << 13));
-}
-
-// sl_f32_to_bf16 / sl_bf16_to_f32.
-__device__ inline uint16_t f32_to_bf16(float f) {
-  uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x0040);
-  u += 0x7fff + ((u >> 16) & 1);
-  return (uint16_t)(u >> 16);
-}
-__device__ inline float bf16_to_f32(uint16_t h) {
-  return __uint_as_float((uint32_t)h << 16);
-}
-
-// narrow_double (tensor/dtype.c): double -> a 16-bit binary format, one
-// rounding.
-__device__ inline uint16_t narrow_double(double v, int ebits, int mbits) {
-  uint16_t sign = signbit(v) ? (uint16_t)(1u << (ebits + mbits)) : 0;
-  uint16_t inf = (uint16_t)(((1u << ebits) - 1) << mbits);
-  if (isnan(v)) return (uint16_t)(sign | inf | (1u << (mbits - 1)));
-  if (isinf(v)) return (uint16_t)(sign | inf);
-  double a = fabs(v);
-  if (a == 0) return sign;
-  int bias = (1 << (ebits - 1)) - 1;
-  int emin = 1 - bias;
-  int e2;
-  frexp(a, &e2);
-  int x = e2 - 1;
-  bool subnormal = x < emin;
-  double n = ldexp(a, (subnormal ? emin : x) * -1 + mbits);
-  double fl = floor(n);
-  double frac = n - fl;
-  uint32_t q = (uint32_t)fl;
-  if (frac > 0.5 || (frac == 0.5 && (q & 1))) q++;
-  if (subnormal) return (uint16_t)(sign | q);
-  if (q == (1u << (mbits + 1))) {
-    q >>= 1;
-    x++;
-  }
-  int biased = x + bias;
-  if (biased >= (1 << ebits) - 1) return (uint16_t)(sign | inf);
-  return (uint16_t)(sign | ((uint32_t)biased << mbits) | (q - (1u << mbits)));
-}
+// The 16-bit conversions are tensor/dtype_bits.h's (the CPU's own).
 
 // sl_load_element.
 __device__ inline double load_d(sl_dtype dt, const void *p, int64_t i) {
@@ -568,8 +484,8 @@ __device__ inline double load_d(sl_dtype dt, const void *p, int64_t i) {
   case SL_DTYPE_I64: return (double)((const int64_t *)p)[i];
   case SL_DTYPE_U8: return ((const uint8_t *)p)[i];
   case SL_DTYPE_BOOL: return ((const uint8_t *)p)[i] ? 1.0 : 0.0;
-  case SL_DTYPE_F16: return f16_to_f32(((const uint16_t *)p)[i]);
-  default: return bf16_to_f32(((const uint16_t *)p)[i]);
+  case SL_DTYPE_F16: return sl__f16_to_f32_bits(((const uint16_t *)p)[i]);
+  default: return sl__bf16_to_f32_bits(((const uint16_t *)p)[i]);
   }
 }
 
@@ -587,8 +503,8 @@ __device__ inline void store_d(sl_dtype dt, void *p, int64_t i, double v) {
   switch (dt) {
   case SL_DTYPE_F32: ((float *)p)[i] = (float)v; break;
   case SL_DTYPE_F64: ((double *)p)[i] = v; break;
-  case SL_DTYPE_F16: ((uint16_t *)p)[i] = narrow_double(v, 5, 10); break;
-  case SL_DTYPE_BF16: ((uint16_t *)p)[i] = narrow_double(v, 8, 7); break;
+  case SL_DTYPE_F16: ((uint16_t *)p)[i] = sl__narrow_double(v, 5, 10); break;
+  case SL_DTYPE_BF16: ((uint16_t *)p)[i] = sl__narrow_double(v, 8, 7); break;
   case SL_DTYPE_I8:
     ((int8_t *)p)[i] = (int8_t)sat_int(v, -128.0, 128.0, INT8_MIN, INT8_MAX);
     break;
@@ -643,16 +559,20 @@ struct c_f64_f32 {
   __device__ float operator()(double a) const { return (float)a; }
 };
 struct c_f32_f16 {
-  __device__ uint16_t operator()(float a) const { return f32_to_f16(a); }
+  __device__ uint16_t operator()(float a) const { return sl__f16_from_f32(a); }
 };
 struct c_f16_f32 {
-  __device__ float operator()(uint16_t a) const { return f16_to_f32(a); }
+  __device__ float operator()(uint16_t a) const {
+    return sl__f16_to_f32_bits(a);
+  }
 };
 struct c_f32_bf16 {
-  __device__ uint16_t operator()(float a) const { return f32_to_bf16(a); }
+  __device__ uint16_t operator()(float a) const { return sl__bf16_from_f32(a); }
 };
 struct c_bf16_f32 {
-  __device__ float operator()(uint16_t a) const { return bf16_to_f32(a); }
+  __device__ float operator()(uint16_t a) const {
+    return sl__bf16_to_f32_bits(a);
+  }
 };
 template <typename From, typename To> struct c_plain {
   __device__ To operator()(From a) const { return (To)a; }
