@@ -86,9 +86,9 @@ typedef enum sl__dp_kind {
 
 /* Flag bits; any other bit set is a malformed frame. */
 #define SL__DP_FLAG_QUIESCENT 0x1u /* PROBE_REPLY, DONE */
-#define SL__DP_FLAG_SHM 0x2u /* a MSG or COLL frame's payload is in the
-                                sender's shared-memory ring, not on the
-                                stream; its payload CRC is 0 */
+/* A MSG or COLL frame's payload is in the sender's shared-memory ring, not
+ * on the stream; its payload CRC is 0. */
+#define SL__DP_FLAG_SHM 0x2u
 #define SL__DP_FLAGS_KNOWN 0x3u
 
 typedef struct sl__dp_frame {

@@ -148,8 +148,8 @@ static bool submit(dp_conn *c, dp_out *list) {
   for (dp_out *o = list; o; o = o->next) {
     o->f.credit_frames = c->rx_frames;
     o->f.credit_bytes = c->rx_bytes;
-    bool in_shm = o->f.len && c->shm_tx &&
-                  sl__dp_shm_put(c->shm, o->payload, o->f.len);
+    bool in_shm =
+        o->f.len && c->shm_tx && sl__dp_shm_put(c->shm, o->payload, o->f.len);
     if (in_shm) {
       o->f.flags |= SL__DP_FLAG_SHM;
       o->f.payload_crc = 0;
@@ -491,9 +491,8 @@ static void shm_use(dp_conn *c) {
 static void shm_offer(dp_conn *c) {
   sl__dp_endpoint *ep = c->ep;
   uint8_t mac[SL__DP_MAC_BYTES], id[SL__DP_SHM_ID_BYTES];
-  if (sl__dp_mac(ep->token, ep->cfg.token_len, 'M', c->ns, c->nc,
-                 ep->cfg.node, c->peer->node, ep->cfg.nnodes,
-                 mac) != SL_OK ||
+  if (sl__dp_mac(ep->token, ep->cfg.token_len, 'M', c->ns, c->nc, ep->cfg.node,
+                 c->peer->node, ep->cfg.nnodes, mac) != SL_OK ||
       sl__dp_shm_create((uint64_t)ep->cfg.shm_bytes, mac, id, &c->shm) !=
           SL_OK) {
     SL_DEBUG("data plane: node %u: no shared memory with node %u: %s",
@@ -993,8 +992,7 @@ static void frame_begin(dp_conn *c, const uint8_t *hdr) {
       c->target = t;
     }
     if (in) {
-      if (c->target && c->target != in)
-        memcpy(c->target, in, (size_t)f.len);
+      if (c->target && c->target != in) memcpy(c->target, in, (size_t)f.len);
       coll_deliver(c);
       sl__dp_shm_release(c->shm);
       return;

@@ -34,10 +34,10 @@ static uint64_t get64(const uint8_t *p) {
 }
 
 const char *sl__dp_kind_name(unsigned kind) {
-  static const char *names[] = {
-      "?",     "msg",         "credit", "credit-req", "ping",
-      "probe", "probe-reply", "done",   "done-ack",   "coll",
-      "shm-offer", "shm-reply"};
+  static const char *names[] = {"?",           "msg",       "credit",
+                                "credit-req",  "ping",      "probe",
+                                "probe-reply", "done",      "done-ack",
+                                "coll",        "shm-offer", "shm-reply"};
   return kind < SL_ARRAY_LEN(names) ? names[kind] : "?";
 }
 
@@ -120,10 +120,9 @@ sl_status sl__dp_frame_decode(const uint8_t hdr[SL__DP_HDR_BYTES],
                     "one)",
                     (unsigned long long)f.len, sl__dp_kind_name(f.kind));
   if ((f.flags & SL__DP_FLAG_SHM) && (!f.len || f.payload_crc != 0))
-    return sl__fail(SL_ECOMM,
-                    "bad frame: the shared-memory flag on a %s frame with %s",
-                    sl__dp_kind_name(f.kind),
-                    f.len ? "a payload checksum" : "no payload");
+    return sl__fail(
+        SL_ECOMM, "bad frame: the shared-memory flag on a %s frame with %s",
+        sl__dp_kind_name(f.kind), f.len ? "a payload checksum" : "no payload");
   if (f.len > max_len)
     return sl__fail(SL_ECOMM,
                     "bad frame: a payload of %llu bytes exceeds the limit of "

@@ -2,8 +2,8 @@
  * ends run on one host (docs/dataplane.md, "Shared memory").
  *
  * The dialer creates a POSIX shared-memory object (a random name in
- * /dev/shm, mode 0600) holding a header page and two rings, one per direction, and
- * offers it on the connection; the acceptor opens it, checks the header's
+ * /dev/shm, mode 0600) holding a header page and two rings, one per direction,
+ * and offers it on the connection; the acceptor opens it, checks the header's
  * MAC (the token's HMAC over this connection's handshake nonces, so a
  * segment planted by anyone without the token is refused), unlinks the
  * name and accepts. From then on a frame's payload may travel in the
@@ -59,10 +59,10 @@ struct sl__dp_shm {
   size_t size;
   uint64_t ring;
   shm_hdr *hdr;
-  uint8_t *tx, *rx;      /* the two rings */
-  shm_dir *txd, *rxd;    /* their positions */
+  uint8_t *tx, *rx;        /* the two rings */
+  shm_dir *txd, *rxd;      /* their positions */
   uint64_t tx_pos, rx_pos; /* the next payload's start, before placing */
-  bool linked;           /* this end still has to unlink the name */
+  bool linked;             /* this end still has to unlink the name */
   char name[64];
 };
 
@@ -101,8 +101,7 @@ static sl_status map(int fd, uint64_t ring, const char *name, bool dialer,
 
 sl_status sl__dp_shm_create(uint64_t ring_bytes,
                             const uint8_t mac[SL__DP_MAC_BYTES],
-                            uint8_t id[SL__DP_SHM_ID_BYTES],
-                            sl__dp_shm **out) {
+                            uint8_t id[SL__DP_SHM_ID_BYTES], sl__dp_shm **out) {
   *out = NULL;
   if (!sl__dp_shm_ring_ok(ring_bytes))
     return sl__fail(SL_EINVAL, "shared memory: a ring of %llu bytes",
@@ -119,9 +118,9 @@ sl_status sl__dp_shm_create(uint64_t ring_bytes,
     return sl__fail(SL_EIO, "shared memory %s: %s", name, strerror(errno));
   /* Sparse: pages cost memory only once a payload touches them. */
   if (ftruncate(fd, (off_t)(SHM_HDR_BYTES + 2 * ring_bytes)) != 0) {
-    sl_status st = sl__fail(SL_EIO, "shared memory %s: %llu bytes: %s", name,
-                            (unsigned long long)(SHM_HDR_BYTES + 2 * ring_bytes),
-                            strerror(errno));
+    sl_status st = sl__fail(
+        SL_EIO, "shared memory %s: %llu bytes: %s", name,
+        (unsigned long long)(SHM_HDR_BYTES + 2 * ring_bytes), strerror(errno));
     close(fd);
     unlink(name);
     return st;
@@ -165,8 +164,8 @@ sl_status sl__dp_shm_open(const uint8_t id[SL__DP_SHM_ID_BYTES],
     st = sl__fail(SL_EIO, "shared memory %s: %s", name, strerror(errno));
   else if ((uint64_t)stt.st_size != SHM_HDR_BYTES + 2 * ring_bytes)
     st = sl__fail(SL_EINVAL,
-                  "shared memory %s: %lld bytes, but the offer says %llu",
-                  name, (long long)stt.st_size,
+                  "shared memory %s: %lld bytes, but the offer says %llu", name,
+                  (long long)stt.st_size,
                   (unsigned long long)(SHM_HDR_BYTES + 2 * ring_bytes));
   sl__dp_shm *s = NULL;
   if (st == SL_OK) st = map(fd, ring_bytes, name, false, &s);
@@ -176,8 +175,10 @@ sl_status sl__dp_shm_open(const uint8_t id[SL__DP_SHM_ID_BYTES],
   if (s->hdr->magic != SHM_MAGIC || s->hdr->version != SHM_VERSION ||
       s->hdr->ring_bytes != ring_bytes) {
     sl__dp_shm_destroy(s);
-    return sl__fail(SL_EINVAL, "shared memory %s: not a sluice segment of "
-                               "this version and size", name);
+    return sl__fail(SL_EINVAL,
+                    "shared memory %s: not a sluice segment of "
+                    "this version and size",
+                    name);
   }
   /* Both ends have it mapped now (the offer came after the creation). */
   unlink(name);

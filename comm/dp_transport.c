@@ -60,8 +60,8 @@ static sl_status dp_send(void *ctx, uint32_t node, const sl_msg *m,
   o->payload = nbytes ? payload : NULL;
   dp_peer *p = &ep->peers[node];
   o->crc_pending = nbytes && shm_may_take(ep, p, nbytes);
-  o->f.payload_crc = nbytes && !o->crc_pending ? sl__crc32c(0, payload, nbytes)
-                                               : 0;
+  o->f.payload_crc =
+      nbytes && !o->crc_pending ? sl__crc32c(0, payload, nbytes) : 0;
   o->next = NULL;
   pthread_mutex_lock(&ep->lock);
   sl_status refused = refuse_if_closed(ep, p);

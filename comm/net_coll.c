@@ -669,8 +669,7 @@ static sl_status hook_target(void *ctx, uint32_t node, const sl__dp_frame *f,
   /* a reduce-scatter step reduces from its chunk: in place when the bytes
    * sit in shared memory, else from the scratch they are read into */
   if (t < x->rs_steps)
-    *buf = in_place ? in_place
-                    : x->scratch + (uint64_t)f->index * x->piece_max;
+    *buf = in_place ? in_place : x->scratch + (uint64_t)f->index * x->piece_max;
   else
     *buf = x->base + f->piece;
 out:

@@ -196,14 +196,13 @@ static sl_status normal_infer(const sl__attrs *at, int n_in, const sl__meta *in,
 }
 
 #define NORMAL_ROW(fname, T)                                                   \
-  SL__MULTIVERSION(fname,                                                      \
-                   (T * o, int64_t n, uint64_t key, uint64_t g, double mean,   \
-                    double sd),                                                \
-                   (o, n, key, g, mean, sd), {                                 \
-                     for (int64_t j = 0; j < n; j++)                           \
-                       o[j] = (T)(mean +                                       \
-                                  sd * sl__normal_at(key, g + (uint64_t)j));   \
-                   })
+  SL__MULTIVERSION(                                                            \
+      fname,                                                                   \
+      (T * o, int64_t n, uint64_t key, uint64_t g, double mean, double sd),    \
+      (o, n, key, g, mean, sd), {                                              \
+        for (int64_t j = 0; j < n; j++)                                        \
+          o[j] = (T)(mean + sd * sl__normal_at(key, g + (uint64_t)j));         \
+      })
 NORMAL_ROW(normal_f32, float)
 NORMAL_ROW(normal_f64, double)
 

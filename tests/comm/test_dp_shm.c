@@ -1,11 +1,11 @@
 /* The shared-memory payload path between endpoints on one host
- * (comm/dp_shm.c): the rings' placement (aligned), wrap-around, full and unwritten
- * cases and the segment's name and size checks; two endpoints taking a
- * segment (and not, when one side has it off); a segment offered without
- * the token's proof, one that does not exist, and a payload flagged as in
- * shared memory on a connection that has none. The bytes themselves cross
- * through the rings in comm_dp_plan_shm and comm_net_coll_shm (the plan
- * and collective tests run with a 1 MiB ring). */
+ * (comm/dp_shm.c): the rings' placement (aligned), wrap-around, full and
+ * unwritten cases and the segment's name and size checks; two endpoints taking
+ * a segment (and not, when one side has it off); a segment offered without the
+ * token's proof, one that does not exist, and a payload flagged as in shared
+ * memory on a connection that has none. The bytes themselves cross through the
+ * rings in comm_dp_plan_shm and comm_net_coll_shm (the plan and collective
+ * tests run with a 1 MiB ring). */
 #include <fcntl.h>
 
 #include "dp_helpers.h"
@@ -119,8 +119,7 @@ static void test_pair(void **state) {
     dp_mesh(eps, 2, cfg);
     /* node 1 dials, node 0 accepts */
     assert_int_equal(sl__dp_endpoint_connect(eps[1], 0), SL_OK);
-    assert_int_equal(sl__dp_endpoint_wait_connected(eps[1], 0, SOON_MS),
-                     SL_OK);
+    assert_int_equal(sl__dp_endpoint_wait_connected(eps[1], 0, SOON_MS), SL_OK);
     if (acceptor_on) {
       expect_shm(eps, 1);
     } else {

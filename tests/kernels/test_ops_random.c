@@ -125,8 +125,8 @@ static void test_normal_math(void **state) {
   }
   double edges[] = {0x1.0p-53, 0.5, 0.25, 0.75, 1 - 0x1.0p-53, 0.125};
   for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
-    worst_cos = fmax(worst_cos, fabs(sl__cos_2pi(edges[i]) -
-                                     cos(2 * M_PI * edges[i])));
+    worst_cos =
+        fmax(worst_cos, fabs(sl__cos_2pi(edges[i]) - cos(2 * M_PI * edges[i])));
     worst_log = fmax(worst_log, fabs(sl__log_pos(edges[i]) - log(edges[i])) /
                                     fabs(log(edges[i])));
   }
@@ -318,11 +318,10 @@ static void test_random_errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_fill),          cmocka_unit_test(test_uniform),
-      cmocka_unit_test(test_normal),        cmocka_unit_test(test_normal_math),
-      cmocka_unit_test(test_random_int),
-      cmocka_unit_test(test_counter_keys),  cmocka_unit_test(test_dropout),
-      cmocka_unit_test(test_random_errors),
+      cmocka_unit_test(test_fill),       cmocka_unit_test(test_uniform),
+      cmocka_unit_test(test_normal),     cmocka_unit_test(test_normal_math),
+      cmocka_unit_test(test_random_int), cmocka_unit_test(test_counter_keys),
+      cmocka_unit_test(test_dropout),    cmocka_unit_test(test_random_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
