@@ -69,10 +69,35 @@ static void put_init(wbuf *b, const sl_init *in) {
 }
 
 static void put_place(wbuf *b, const sl_placement *p) {
-  char text[1024] = "";
-  if (p) sl_placement_print(p, text, sizeof text);
-  put_str(b, text);
+  char text[1024] = "", *s = text;
+  int n = p ? sl_placement_print(p, text, sizeof text) : 0;
+  /* A long device list, whole: cut short it would still parse, as
+   * another placement. */
+  if (n >= (int)sizeof text) {
+    if (!(s = sl__malloc((size_t)n + 1))) {
+      b->oom = true;
+      return;
+    }
+    sl_placement_print(p, s, (size_t)n + 1);
+  }
+  put_str(b, s);
+  if (s != text) sl__free(s);
 }
+
+/* The boxing planner adds up byte counts in int64 over the steps and up to
+ * SL_MAX_PLACEMENT_RANKS (2^16) ranks each side: 2^40 bytes per tensor
+ * keeps those sums far from overflow. A logical tensor of a terabyte is
+ * beyond what the runtime would be asked to move anyway. */
+#define MAX_VALUE_BYTES ((int64_t)1 << 40)
+
+/* The fewest bytes a node and a value take (empty strings, no attributes,
+ * inputs or outputs): the fixed-size fields pack writes for each. */
+#define NODE_MIN_BYTES                                                         \
+  (11 * sizeof(uint32_t) +                                                     \
+   (SL_OP_MAX_INPUTS + SL_OP_MAX_OUTPUTS) * sizeof(sl_nd_sbp) +                \
+   2 * sizeof(double) + sizeof(uint64_t))
+#define VALUE_MIN_BYTES                                                        \
+  (6 * sizeof(uint32_t) + SL_MAX_DIMS * sizeof(int64_t) + sizeof(sl_nd_sbp))
 
 typedef struct rbuf {
   const uint8_t *p;
@@ -165,6 +190,9 @@ sl_status sl__graph_pack(const sl_graph *g, uint8_t **buf, size_t *len) {
     for (int k = 0; k < n->attrs.n; k++) {
       sl__attr at = n->attrs.a[k];
       put_str(&b, at.name);
+      /* npy_read's file id is this process's; unpack opens the path and
+       * sets its own. */
+      if (gn->npy_id >= 0 && strcmp(at.name, "file") == 0) at.i = -1;
       at.name = NULL;
       put(&b, &at, sizeof at);
     }
@@ -214,6 +242,109 @@ static sl_placement *place_of(sl_graph *g, const char *text) {
   return in;
 }
 
+/* What compile promises of every value, and what lowering and boxing
+ * compute with (element and byte counts) without checking again. */
+static sl_status check_value(const sl__value *val) {
+  sl_shape shape;
+  SL_CHECK(sl_shape_make(val->meta.shape.ndim, val->meta.shape.dims, &shape));
+  size_t esize = sl_dtype_size(val->meta.dtype);
+  if (!esize)
+    return sl__fail(SL_EINVAL, "invalid dtype %d", (int)val->meta.dtype);
+  int64_t bytes;
+  if (__builtin_mul_overflow(sl_shape_numel(&shape), (int64_t)esize, &bytes) ||
+      bytes > MAX_VALUE_BYTES)
+    return sl__fail(SL_EINVAL,
+                    "more than 2^40 bytes (the most a packed graph's tensor "
+                    "may hold)");
+  return sl_nd_sbp_check(&val->sbp, val->placement, &shape);
+}
+
+/* What compile promises of the nodes, which lowering and the kernels rely
+ * on: each kind's inputs and outputs, inputs produced by earlier nodes,
+ * every value the output of exactly the node and slot it names, op outputs
+ * what the op infers from its inputs, and a variable's update of the
+ * variable's meta and layout. */
+static sl_status check_node(const sl_graph *g, int32_t i) {
+  const sl__gnode *gn = g->nodes[i];
+  const sl__node *n = &gn->n;
+  int min_in = 0, max_in = 0, n_out = 1;
+  switch (n->kind) {
+  case SL__NODE_OP:
+    min_in = n->op->min_in;
+    max_in = n->op->max_in;
+    n_out = n->op->n_out;
+    break;
+  case SL__NODE_INPUT:
+  case SL__NODE_VARIABLE: break;
+  case SL__NODE_BOXING: min_in = max_in = 1; break;
+  case SL__NODE_FETCH:
+    min_in = max_in = 1;
+    n_out = 0;
+    break;
+  }
+  if (n->n_in < min_in || n->n_in > max_in || n->n_out != n_out)
+    return sl__fail(SL_EINVAL,
+                    "graph unpack: node '%s': %d inputs and %d outputs for "
+                    "a %s node",
+                    n->name, n->n_in, n->n_out,
+                    n->op ? n->op->name : sl__graph_kind_name(n->kind));
+  sl__meta in[SL_OP_MAX_INPUTS], out[SL_OP_MAX_OUTPUTS];
+  for (int k = 0; k < n->n_in; k++) {
+    const sl__value *v = g->values[n->in[k]];
+    if (v->producer >= i)
+      return sl__fail(SL_EINVAL,
+                      "graph unpack: node '%s': input %d is produced by a "
+                      "later node",
+                      n->name, k);
+    in[k] = v->meta;
+  }
+  for (int k = 0; k < n->n_out; k++) {
+    const sl__value *v = g->values[n->out[k]];
+    if (v->producer != i || v->index != k)
+      return sl__fail(SL_EINVAL,
+                      "graph unpack: node '%s': output %d is value %d, which "
+                      "names output %d of node %d",
+                      n->name, k, (int)n->out[k], (int)v->index,
+                      (int)v->producer);
+    if (n->kind != SL__NODE_BOXING &&
+        !sl_placement_equal(v->placement, n->placement))
+      return sl__fail(SL_EINVAL,
+                      "graph unpack: node '%s': output %d is placed elsewhere "
+                      "than the node",
+                      n->name, k);
+  }
+  if (n->kind == SL__NODE_OP) {
+    sl_status st = n->op->infer(&n->attrs, n->n_in, in, out);
+    if (st != SL_OK)
+      return sl__fail_context(st, "graph unpack: node '%s' (%s): ", n->name,
+                              n->op->name);
+    for (int k = 0; k < n->n_out; k++) {
+      const sl__meta *m = &g->values[n->out[k]]->meta;
+      if (!sl_shape_equal(&m->shape, &out[k].shape) || m->dtype != out[k].dtype)
+        return sl__fail(SL_EINVAL,
+                        "graph unpack: node '%s' (%s): output %d's shape or "
+                        "dtype is not what the op gives",
+                        n->name, n->op->name, k);
+    }
+  }
+  if (n->kind == SL__NODE_VARIABLE) {
+    const sl__value *var = g->values[n->out[0]];
+    sl_status st = sl__g_init_check(&gn->init, var->meta.dtype);
+    if (st != SL_OK)
+      return sl__fail_context(st, "graph unpack: variable '%s': ", n->name);
+    const sl__value *u = n->update >= 0 ? g->values[n->update] : NULL;
+    if (u && (!sl_shape_equal(&u->meta.shape, &var->meta.shape) ||
+              u->meta.dtype != var->meta.dtype ||
+              !sl_placement_equal(u->placement, var->placement) ||
+              !sl_nd_sbp_equal(&u->sbp, &var->sbp)))
+      return sl__fail(SL_EINVAL,
+                      "graph unpack: variable '%s': its update has another "
+                      "shape, dtype or layout",
+                      n->name);
+  }
+  return SL_OK;
+}
+
 sl_status sl__graph_unpack(const uint8_t *buf, size_t len, sl_graph **out) {
   *out = NULL;
   rbuf b = {buf, len, 0, false};
@@ -225,6 +356,14 @@ sl_status sl__graph_unpack(const uint8_t *buf, size_t len, sl_graph **out) {
   int32_t nn = get_i32(&b), nv = get_i32(&b);
   if (b.bad || nn < 0 || nv < 0 || nn > (1 << 24) || nv > (1 << 24))
     return bad("bad node or value count");
+  /* Every node and value is allocated before it is read: counts the bytes
+   * cannot hold would let a few bytes claim gigabytes. */
+  if ((uint64_t)nn * NODE_MIN_BYTES + (uint64_t)nv * VALUE_MIN_BYTES >
+      b.n - b.off)
+    return sl__fail(SL_EINVAL,
+                    "graph unpack: %d nodes and %d values do not fit in the "
+                    "%zu bytes that follow",
+                    (int)nn, (int)nv, b.n - b.off);
   sl_graph *g = NULL;
   sl_status st = sl_graph_create(&g);
   if (st != SL_OK) return st;
@@ -273,12 +412,34 @@ sl_status sl__graph_unpack(const uint8_t *buf, size_t len, sl_graph **out) {
       goto fail;
     }
     for (int k = 0; k < n->attrs.n; k++) {
+      sl__attr *at = &n->attrs.a[k];
       const char *an = get_str(&b, g->arena);
-      get(&b, &n->attrs.a[k], sizeof n->attrs.a[k]);
-      n->attrs.a[k].name = an;
+      get(&b, at, sizeof *at);
+      at->name = an;
+      if (b.bad || !an) {
+        st = bad("malformed node");
+        goto fail;
+      }
+      /* Ops read an INTS attribute's n values out of ints[]. */
+      if ((at->kind != SL__ATTR_INT && at->kind != SL__ATTR_FLOAT &&
+           at->kind != SL__ATTR_INTS) ||
+          (at->kind == SL__ATTR_INTS && (at->n < 0 || at->n > SL_MAX_DIMS))) {
+        st = sl__fail(SL_EINVAL,
+                      "graph unpack: node '%s': attribute '%s' has kind %d "
+                      "and %d values",
+                      n->name, an, (int)at->kind, at->n);
+        goto fail;
+      }
+    }
+    bool npy_read = n->op && strcmp(n->op->name, "npy_read") == 0;
+    if (!b.bad && npy_read && !(npy && npy[0])) {
+      /* Its file id would name whatever this process opened under it. */
+      st = sl__fail(SL_EINVAL, "graph unpack: npy_read '%s' has no .npy path",
+                    n->name);
+      goto fail;
     }
     if (npy && npy[0]) { /* this process's id of the same file */
-      if (b.bad || !n->op || strcmp(n->op->name, "npy_read")) {
+      if (b.bad || !npy_read) {
         st = bad("a .npy path on a node that is not npy_read");
         goto fail;
       }
@@ -344,10 +505,26 @@ sl_status sl__graph_unpack(const uint8_t *buf, size_t len, sl_graph **out) {
       st = bad("malformed value");
       goto fail;
     }
+    if ((st = check_value(val)) != SL_OK) {
+      sl__fail_context(st, "graph unpack: value %d: ", (int)v);
+      goto fail;
+    }
   }
   if (b.off != b.n) {
     st = bad("trailing bytes");
     goto fail;
+  }
+  for (int32_t i = 0; i < nn; i++)
+    SL_CHECK_GOTO(check_node(g, i), st, fail);
+  for (int32_t v = 0; v < nv; v++) {
+    const sl__value *val = g->values[v];
+    const sl__node *p = &g->nodes[val->producer]->n;
+    if (val->index < 0 || val->index >= p->n_out || p->out[val->index] != v) {
+      st = sl__fail(SL_EINVAL,
+                    "graph unpack: value %d is not output %d of node '%s'",
+                    (int)v, (int)val->index, p->name);
+      goto fail;
+    }
   }
   SL_CHECK_GOTO(sl__graph_rehash(g), st, fail);
   /* Boxing plans, as compile made them: the input value's layout to the

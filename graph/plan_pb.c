@@ -212,10 +212,21 @@ static sl_status copy_plan(const Sluice__Plan *m, sl__pplan *p) {
     if (x->n_outputs) memcpy(t->out, x->outputs, x->n_outputs * sizeof *t->out);
     t->tick_slot = x->tick_slot;
   }
+  int64_t held = 0; /* bytes * count over all registers */
   for (size_t i = 0; i < m->n_registers; i++) {
     const Sluice__Register *x = m->registers[i];
     sl__regst *r = sl__pplan_add_regst(p);
     if (!r) return SL_ENOMEM;
+    /* The text form adds up bytes * count per device and in all (a
+     * negative bytes or count fails sl__pplan_validate). */
+    int64_t h;
+    if (x->bytes >= 0 && x->count >= 1 &&
+        (__builtin_mul_overflow(x->bytes, (int64_t)x->count, &h) ||
+         __builtin_add_overflow(held, h, &held)))
+      return sl__fail(SL_EINVAL,
+                      "plan file: registers 0 to %zu hold more than 2^63 "
+                      "bytes in all",
+                      i);
     sl_dtype dt;
     if (x->n_shape > SL_MAX_DIMS || sl_dtype_parse(x->dtype, &dt) != SL_OK ||
         x->var_node < -1 || x->var_node >= p->n_nodes ||
