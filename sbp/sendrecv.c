@@ -140,7 +140,11 @@ static bool same_coords_except(const sl_placement *p, int r1, int r2,
 static sl_status take_block(walk *w, const int *coord, const sl_slice *piece) {
   int rep = sl_placement_coord_rank(w->src, coord);
   size_t es = sl_dtype_size(w->plan->dtype);
-  int64_t bytes = sl_slice_numel(piece) * (int64_t)es;
+  /* Loads only rank the copies, so they saturate instead of overflowing
+   * for tensors near the int64 limits. */
+  int64_t bytes;
+  if (__builtin_mul_overflow(sl_slice_numel(piece), (int64_t)es, &bytes))
+    bytes = INT64_MAX;
   int nparts = sl__mesh_ranks(w->src, rep, w->pmask, w->parts);
   for (int i = 0; i < nparts; i++) {
     int ncopies = sl__mesh_ranks(w->src, w->parts[i], w->bmask, w->copies);
@@ -153,7 +157,9 @@ static sl_status take_block(walk *w, const int *coord, const sl_slice *piece) {
         if (w->load[w->copies[c]] < w->load[pick]) pick = w->copies[c];
     }
     int src_plan = w->plan->plan_rank[0][pick];
-    if (src_plan != w->dst_plan) w->load[pick] += bytes;
+    if (src_plan != w->dst_plan &&
+        __builtin_add_overflow(w->load[pick], bytes, &w->load[pick]))
+      w->load[pick] = INT64_MAX;
     SL_CHECK(push(w->ps, src_plan, w->dst_plan, piece));
   }
   return SL_OK;
