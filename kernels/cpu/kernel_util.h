@@ -353,6 +353,36 @@ static inline SL__HD float sl__sigmoidf(float x) {
   return 1.f / (1.f + sl__expf(-x));
 }
 
+/* GPT-2's gelu, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), and its
+ * derivative (d/dx of the same), for float (through sl__tanhf) and double
+ * (libm's tanh; CUDA's on a GPU, whose last bit may differ). */
+#define SL__GELU_C 0.7978845608028654 /* sqrt(2 / pi) */
+#define SL__GELU_K 0.044715
+
+static inline SL__HD float sl__geluf(float x) {
+  return 0.5f * x *
+         (1.f +
+          sl__tanhf((float)SL__GELU_C * (x + (float)SL__GELU_K * x * x * x)));
+}
+
+static inline SL__HD double sl__gelu(double x) {
+  return 0.5 * x * (1.0 + tanh(SL__GELU_C * (x + SL__GELU_K * x * x * x)));
+}
+
+static inline SL__HD float sl__gelu_gradf(float x) {
+  float x2 = x * x;
+  float t = sl__tanhf((float)SL__GELU_C * x * (1.f + (float)SL__GELU_K * x2));
+  float du = (float)SL__GELU_C * (1.f + 3.f * (float)SL__GELU_K * x2);
+  return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * du;
+}
+
+static inline SL__HD double sl__gelu_grad(double x) {
+  double x2 = x * x;
+  double t = tanh(SL__GELU_C * x * (1.0 + SL__GELU_K * x2));
+  double du = SL__GELU_C * (1.0 + 3.0 * SL__GELU_K * x2);
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
+}
+
 /* exp(x) for x <= 88 (the ops call it on x - max <= 0): 2^n * e^r with
  * n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2] (ln 2 split in a
  * part exact in n * hi and a rest), e^r by its Taylor series to degree 7

@@ -103,27 +103,10 @@ BIN(maximum_i32, int32_t, MAXIMUM(x, y))
 BIN(maximum_i64, int64_t, MAXIMUM(x, y))
 
 /* Gradients: x is dy, y the saved forward value (gelu: its input). */
-#define GELU_C 0.7978845608028654 /* sqrt(2 / pi) */
-#define GELU_K 0.044715
-
-static inline float gelu_d_f32(float x) {
-  float x2 = x * x;
-  float t = sl__tanhf((float)GELU_C * x * (1.f + (float)GELU_K * x2));
-  float du = (float)GELU_C * (1.f + 3.f * (float)GELU_K * x2);
-  return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * du;
-}
-
-static inline double gelu_d_f64(double x) {
-  double x2 = x * x;
-  double t = tanh(GELU_C * x * (1.0 + GELU_K * x2));
-  double du = GELU_C * (1.0 + 3.0 * GELU_K * x2);
-  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
-}
-
 BIN(relu_grad_f32, float, y > 0 ? x : 0.f)
 BIN(relu_grad_f64, double, y > 0 ? x : 0.0)
-BIN(gelu_grad_f32, float, x *gelu_d_f32(y))
-BIN(gelu_grad_f64, double, x *gelu_d_f64(y))
+BIN(gelu_grad_f32, float, x *sl__gelu_gradf(y))
+BIN(gelu_grad_f64, double, x *sl__gelu_grad(y))
 BIN(tanh_grad_f32, float, x *(1.f - y * y))
 BIN(tanh_grad_f64, double, x *(1.0 - y * y))
 BIN(sigmoid_grad_f32, float, x *y *(1.f - y))

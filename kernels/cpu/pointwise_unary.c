@@ -62,19 +62,12 @@ typedef struct unary_impl {
 #define WADD64(a, b) ((int64_t)((uint64_t)(a) + (uint64_t)(b)))
 #define WMUL64(a, b) ((int64_t)((uint64_t)(a) * (uint64_t)(b)))
 
-/* GPT-2's gelu: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
-#define GELU_C 0.7978845608028654
-#define GELU_K 0.044715
-
 LOOP(relu_f32, float, a > 0 ? a : 0.f)
 LOOP(relu_f64, double, a > 0 ? a : 0.0)
 LOOP(relu_i32, int32_t, a > 0 ? a : 0)
 LOOP(relu_i64, int64_t, a > 0 ? a : 0)
-LOOP(gelu_f32, float,
-     0.5f * a *
-         (1.f + sl__tanhf((float)GELU_C * (a + (float)GELU_K * a * a * a))))
-LOOP(gelu_f64, double,
-     0.5 * a * (1.0 + tanh(GELU_C * (a + GELU_K * a * a * a))))
+LOOP(gelu_f32, float, sl__geluf(a))
+LOOP(gelu_f64, double, sl__gelu(a))
 LOOP(tanh_f32, float, sl__tanhf(a))
 LOOP(tanh_f64, double, tanh(a))
 LOOP(sigmoid_f32, float, sl__sigmoidf(a))

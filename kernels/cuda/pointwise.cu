@@ -83,9 +83,6 @@ __device__ inline int64_t wmul(int64_t a, int64_t b) {
   return (int64_t)((uint64_t)a * (uint64_t)b);
 }
 
-#define GELU_C 0.7978845608028654
-#define GELU_K 0.044715
-
 struct u_relu {
   __device__ float operator()(float a) const { return a > 0 ? a : 0.f; }
   __device__ double operator()(double a) const { return a > 0 ? a : 0.0; }
@@ -93,13 +90,8 @@ struct u_relu {
   __device__ int64_t operator()(int64_t a) const { return a > 0 ? a : 0; }
 };
 struct u_gelu {
-  __device__ float operator()(float a) const {
-    return 0.5f * a *
-           (1.f + sl__tanhf((float)GELU_C * (a + (float)GELU_K * a * a * a)));
-  }
-  __device__ double operator()(double a) const {
-    return 0.5 * a * (1.0 + tanh(GELU_C * (a + GELU_K * a * a * a)));
-  }
+  __device__ float operator()(float a) const { return sl__geluf(a); }
+  __device__ double operator()(double a) const { return sl__gelu(a); }
 };
 struct u_tanh {
   __device__ float operator()(float a) const { return sl__tanhf(a); }
@@ -296,19 +288,6 @@ struct b_maximum {
 };
 
 // Gradients: x is dy, y the saved forward value (gelu: its input).
-__device__ inline float gelu_d(float x) {
-  float x2 = x * x;
-  float t = sl__tanhf((float)GELU_C * x * (1.f + (float)GELU_K * x2));
-  float du = (float)GELU_C * (1.f + 3.f * (float)GELU_K * x2);
-  return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * du;
-}
-__device__ inline double gelu_d(double x) {
-  double x2 = x * x;
-  double t = tanh(GELU_C * x * (1.0 + GELU_K * x2));
-  double du = GELU_C * (1.0 + 3.0 * GELU_K * x2);
-  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
-}
-
 struct b_relu_grad {
   __device__ float operator()(float x, float y) const {
     return y > 0 ? x : 0.f;
@@ -318,8 +297,11 @@ struct b_relu_grad {
   }
 };
 struct b_gelu_grad {
-  template <typename T> __device__ T operator()(T x, T y) const {
-    return x * gelu_d(y);
+  __device__ float operator()(float x, float y) const {
+    return x * sl__gelu_gradf(y);
+  }
+  __device__ double operator()(double x, double y) const {
+    return x * sl__gelu_grad(y);
   }
 };
 struct b_tanh_grad {
