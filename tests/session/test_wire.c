@@ -1,7 +1,7 @@
 /* A compiled graph packed for daemons (graph/graph_wire.c): the unpacked
  * graph lowers to a byte-identical plan, repacks to the same bytes, gives
- * every variable the same initial shards, and malformed bytes are refused
- * without crashing. */
+ * every variable the same initial shards, placements of any length survive,
+ * and malformed bytes are refused without crashing. */
 #include "lower_int.h"
 #include "session_helpers.h"
 
@@ -107,6 +107,19 @@ static void test_hybrid_mesh(void **state) {
   round_trip("cpu:0-3[2,2]", "(S(0),B)", "(B,S(1))", "(B,S(0))");
 }
 
+/* A placement whose text is longer than the encoder's stack buffer (1024
+ * bytes): cut short, it would still parse, as a placement of fewer
+ * devices. 300 devices, every other id, on one node. */
+static void test_long_placement(void **state) {
+  (void)state;
+  char text[2048] = "cpu:0";
+  size_t n = strlen(text);
+  for (int d = 1; d < 300; d++)
+    n += (size_t)snprintf(text + n, sizeof text - n, ",%d", 2 * d);
+  assert_true(n > 1024 && n < sizeof text);
+  round_trip(text, "S(0)", "B", "B");
+}
+
 static void test_not_compiled(void **state) {
   (void)state;
   sl_graph *g = mlp("cpu:0", "B", "B", "B");
@@ -122,6 +135,7 @@ int main(void) {
       cmocka_unit_test(test_one_device),
       cmocka_unit_test(test_data_parallel_two_nodes),
       cmocka_unit_test(test_hybrid_mesh),
+      cmocka_unit_test(test_long_placement),
       cmocka_unit_test(test_not_compiled),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
