@@ -221,19 +221,22 @@ void sl__dp_shm_name(const uint8_t id[SL__DP_SHM_ID_BYTES], char *out,
  * from 4 KiB to 16 GiB. */
 bool sl__dp_shm_ring_ok(uint64_t ring_bytes);
 /* The dialer's side: creates a segment with a fresh random id (mode 0600,
- * pages allocated as payloads touch them) whose header carries mac (the
- * acceptor checks it). SL_EINVAL, SL_EIO, SL_ENOMEM. */
+ * its memory reserved at once) whose header carries mac (the acceptor
+ * checks it). SL_EINVAL, SL_EIO (also: no room in /dev/shm), SL_ENOMEM. */
 sl_status sl__dp_shm_create(uint64_t ring_bytes,
                             const uint8_t mac[SL__DP_MAC_BYTES],
                             uint8_t id[SL__DP_SHM_ID_BYTES], sl__dp_shm **out);
-/* The acceptor's side: maps the segment `id` offered with ring_bytes,
- * checks its header and size, and unlinks its name. SL_ENOTFOUND (no such
- * segment: the dialer runs on another host), SL_EINVAL, SL_EIO. The
- * caller still verifies the header's MAC (sl__dp_shm_mac). */
+/* The acceptor's side: maps the segment `id` offered with ring_bytes after
+ * checking that it is a regular file of this user of that size, and
+ * checks its header. SL_ENOTFOUND (no such segment: the dialer runs on
+ * another host), SL_EINVAL, SL_EIO. The caller verifies the header's MAC
+ * (sl__dp_shm_mac) and then unlinks the name (sl__dp_shm_unlink); a
+ * segment it refuses is left alone. */
 sl_status sl__dp_shm_open(const uint8_t id[SL__DP_SHM_ID_BYTES],
                           uint64_t ring_bytes, sl__dp_shm **out);
 const uint8_t *sl__dp_shm_mac(const sl__dp_shm *s);
-/* Removes the name (the mappings stay); idempotent. */
+/* Removes the name (the mappings stay); idempotent. destroy does it for
+ * the creator. */
 void sl__dp_shm_unlink(sl__dp_shm *s);
 /* Unmaps (and unlinks, if this end still has to); NULL is a no-op. */
 void sl__dp_shm_destroy(sl__dp_shm *s);
@@ -289,8 +292,9 @@ typedef struct sl__dp_config {
    * (docs/dataplane.md). 0: SLUICE_DP_SPIN_US, else off; negative: off. */
   int32_t spin_us;
   /* Shared memory with peers on the same host: bytes per ring and
-   * direction (rounded up to 4 KiB). 0: SLUICE_DP_SHM_BYTES, else 32 MiB;
-   * negative (or SLUICE_DP_SHM_BYTES=0): off, every payload on TCP. */
+   * direction (rounded up to 4 KiB; the dialer's size, at most the
+   * acceptor's). 0: SLUICE_DP_SHM_BYTES (bytes, or with K, M, G), else
+   * 16 MiB; negative (or SLUICE_DP_SHM_BYTES=0): off, all on TCP. */
   int64_t shm_bytes;
   /* Credit window per connection: messages (and their payload bytes)
    * written but not yet consumed by the receiver. A message larger than

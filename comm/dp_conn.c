@@ -509,7 +509,9 @@ static void shm_offer(dp_conn *c) {
 static void shm_offered(dp_conn *c, const sl__dp_frame *f) {
   sl__dp_endpoint *ep = c->ep;
   sl__dp_frame r = {0};
-  if (ep->cfg.shm_bytes > 0) {
+  /* Rings up to this end's own size: a peer does not choose how much
+   * memory this process maps. */
+  if (ep->cfg.shm_bytes > 0 && f->piece > 0 && f->piece <= ep->cfg.shm_bytes) {
     uint8_t id[SL__DP_SHM_ID_BYTES];
     memcpy(id, &f->src, 8);
     memcpy(id + 8, &f->dst, 8);
@@ -530,6 +532,7 @@ static void shm_offered(dp_conn *c, const sl__dp_frame *f) {
                ep->cfg.node, c->peer->node, sl_last_error());
     }
     if (s) {
+      sl__dp_shm_unlink(s); /* both ends have it mapped now */
       c->shm = s;
       r.desc = 1;
       shm_use(c);

@@ -2,6 +2,7 @@
  * the peer table, requests from other threads (attach, detach, connect,
  * shutdown), the periodic tick (dial retries, deadlines, pings, a waiting
  * detach), quiescence probes, and what happens when a pair fails. */
+#include <errno.h>
 #include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
@@ -21,9 +22,33 @@
 #define DEF_WINDOW_BYTES (256ull << 20)
 #define DEF_MAX_FRAME (16ull << 30)
 #define DEF_SPIN_US 0 /* see spin_us in dp.h */
-#define DEF_SHM_BYTES (32ll << 20)
+#define DEF_SHM_BYTES (16ll << 20) /* per ring: 32 MiB of /dev/shm a pair */
 /* How long destroy lets queued frames (a detach's DONE) drain. */
 #define SHUTDOWN_LINGER_MS 2000
+
+/* "4096", "16M", "1g": bytes, or KiB, MiB, GiB with the suffix; at most
+ * 2^40. False for anything else. */
+static bool parse_size(const char *s, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (end == s || v < 0 || errno) return false;
+  int shift = 0;
+  switch (*end) {
+  case 'k':
+  case 'K': shift = 10; break;
+  case 'm':
+  case 'M': shift = 20; break;
+  case 'g':
+  case 'G': shift = 30; break;
+  case 0: break;
+  default: return false;
+  }
+  if (shift && end[1]) return false;
+  if (v > ((long long)1 << (40 - shift))) return false;
+  *out = (int64_t)v << shift;
+  return true;
+}
 
 void sl__dp_out_free(sl__dp_endpoint *ep, dp_out *o, sl_status st) {
   if (o->f.kind == SL__DP_COLL && ep->coll.sent)
@@ -610,11 +635,20 @@ sl_status sl__dp_endpoint_create(const sl__dp_config *cfg,
   ep->spin_ns = c->spin_us > 0 ? (uint64_t)c->spin_us * 1000ull : 0;
   if (!c->shm_bytes) {
     const char *e = getenv("SLUICE_DP_SHM_BYTES");
-    c->shm_bytes = e && e[0] ? strtoll(e, NULL, 10) : DEF_SHM_BYTES;
+    c->shm_bytes = DEF_SHM_BYTES;
+    if (e && e[0] && !parse_size(e, &c->shm_bytes)) {
+      release(ep);
+      return sl__fail(
+          SL_EINVAL,
+          "data plane: SLUICE_DP_SHM_BYTES='%s': not a size (bytes, "
+          "or a number with K, M or G)",
+          e);
+    }
     if (!c->shm_bytes) c->shm_bytes = -1;
   }
   if (c->shm_bytes > 0) {
-    c->shm_bytes = (c->shm_bytes + 4095) / 4096 * 4096;
+    if (c->shm_bytes <= INT64_MAX - 4095)
+      c->shm_bytes = (c->shm_bytes + 4095) / 4096 * 4096;
     if (!sl__dp_shm_ring_ok((uint64_t)c->shm_bytes)) {
       long long bytes = (long long)c->shm_bytes;
       release(ep);

@@ -62,7 +62,8 @@ struct sl__dp_shm {
   uint8_t *tx, *rx;        /* the two rings */
   shm_dir *txd, *rxd;      /* their positions */
   uint64_t tx_pos, rx_pos; /* the next payload's start, before placing */
-  bool linked;             /* this end still has to unlink the name */
+  bool owner;              /* created here: the name is this end's */
+  bool linked;             /* the name is still there */
   char name[64];
 };
 
@@ -116,11 +117,15 @@ sl_status sl__dp_shm_create(uint64_t ring_bytes,
   }
   if (fd < 0)
     return sl__fail(SL_EIO, "shared memory %s: %s", name, strerror(errno));
-  /* Sparse: pages cost memory only once a payload touches them. */
-  if (ftruncate(fd, (off_t)(SHM_HDR_BYTES + 2 * ring_bytes)) != 0) {
-    sl_status st = sl__fail(
-        SL_EIO, "shared memory %s: %llu bytes: %s", name,
-        (unsigned long long)(SHM_HDR_BYTES + 2 * ring_bytes), strerror(errno));
+  /* Reserved now, not as payloads touch the pages: a tmpfs that runs out
+   * of room (a small /dev/shm, a container's 64 MiB) would otherwise kill
+   * the process with SIGBUS at some later write. Too little room here
+   * means no segment, and the pair stays on TCP. */
+  off_t size = (off_t)(SHM_HDR_BYTES + 2 * ring_bytes);
+  int rc = ftruncate(fd, size) != 0 ? errno : posix_fallocate(fd, 0, size);
+  if (rc != 0) {
+    sl_status st = sl__fail(SL_EIO, "shared memory %s: %lld bytes: %s", name,
+                            (long long)size, strerror(rc));
     close(fd);
     unlink(name);
     return st;
@@ -132,7 +137,7 @@ sl_status sl__dp_shm_create(uint64_t ring_bytes,
     unlink(name);
     return st;
   }
-  s->linked = true;
+  s->owner = s->linked = true;
   s->hdr->magic = SHM_MAGIC;
   s->hdr->version = SHM_VERSION;
   s->hdr->ring_bytes = ring_bytes;
@@ -162,6 +167,9 @@ sl_status sl__dp_shm_open(const uint8_t id[SL__DP_SHM_ID_BYTES],
   sl_status st = SL_OK;
   if (fstat(fd, &stt) != 0)
     st = sl__fail(SL_EIO, "shared memory %s: %s", name, strerror(errno));
+  else if (!S_ISREG(stt.st_mode) || stt.st_uid != geteuid())
+    st = sl__fail(SL_EINVAL,
+                  "shared memory %s: not a regular file of this user", name);
   else if ((uint64_t)stt.st_size != SHM_HDR_BYTES + 2 * ring_bytes)
     st = sl__fail(SL_EINVAL,
                   "shared memory %s: %lld bytes, but the offer says %llu", name,
@@ -180,8 +188,7 @@ sl_status sl__dp_shm_open(const uint8_t id[SL__DP_SHM_ID_BYTES],
                     "this version and size",
                     name);
   }
-  /* Both ends have it mapped now (the offer came after the creation). */
-  unlink(name);
+  s->linked = true; /* the caller unlinks it once its MAC verified */
   *out = s;
   return SL_OK;
 }
@@ -196,7 +203,7 @@ void sl__dp_shm_unlink(sl__dp_shm *s) {
 
 void sl__dp_shm_destroy(sl__dp_shm *s) {
   if (!s) return;
-  sl__dp_shm_unlink(s);
+  if (s->owner) sl__dp_shm_unlink(s);
   munmap(s->base, s->size);
   sl__free(s);
 }

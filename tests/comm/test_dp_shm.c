@@ -7,6 +7,8 @@
  * rings in comm_dp_plan_shm and comm_net_coll_shm (the plan and collective
  * tests run with a 1 MiB ring). */
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include "dp_helpers.h"
 
@@ -38,9 +40,14 @@ static void test_rings(void **state) {
   assert_non_null(strstr(sl_last_error(), "but the offer says"));
   assert_int_equal(sl__dp_shm_open(id, RING, &b), SL_OK);
   assert_memory_equal(sl__dp_shm_mac(b), mac, sizeof mac);
+  /* the name stays until the acceptor, its MAC checked, unlinks it */
   char name[64];
   sl__dp_shm_name(id, name, sizeof name);
   assert_int_equal(strncmp(name, "/dev/shm/sluice-dp-", 19), 0);
+  int fd = open(name, O_RDWR);
+  assert_true(fd >= 0);
+  close(fd);
+  sl__dp_shm_unlink(b);
   assert_int_equal(open(name, O_RDWR), -1);
   assert_int_equal(errno, ENOENT);
 
@@ -91,9 +98,40 @@ static void test_rings(void **state) {
   memset(id, 0xee, sizeof id);
   assert_int_equal(sl__dp_shm_open(id, RING, &b), SL_ENOTFOUND);
   assert_non_null(strstr(sl_last_error(), "not on this host"));
+  /* not a regular file: refused, and left where it is */
+  sl__dp_shm_name(id, name, sizeof name);
+  assert_int_equal(mkfifo(name, 0600), 0);
+  assert_int_equal(sl__dp_shm_open(id, RING, &b), SL_EINVAL);
+  assert_non_null(strstr(sl_last_error(), "not a regular file"));
+  assert_int_equal(unlink(name), 0);
   assert_false(sl__dp_shm_ring_ok(0));
   assert_false(sl__dp_shm_ring_ok(4097));
   assert_true(sl__dp_shm_ring_ok(4096));
+}
+
+/* More than /dev/shm can hold: no segment (the memory is reserved at
+ * creation, so a full /dev/shm is found out here instead of by SIGBUS at
+ * some later write), and no file left behind. Skipped where /dev/shm is
+ * larger than the largest ring (16 GiB) could use up. */
+static void test_no_room(void **state) {
+  (void)state;
+  struct statvfs v;
+  assert_int_equal(statvfs("/dev/shm", &v), 0);
+  uint64_t avail = (uint64_t)v.f_bavail * v.f_frsize;
+  uint64_t ring = (avail / 2 + (64u << 20)) / 4096 * 4096;
+  if (!sl__dp_shm_ring_ok(ring)) {
+    printf("skipped: /dev/shm has %llu bytes free\n",
+           (unsigned long long)avail);
+    return;
+  }
+  uint8_t mac[SL__DP_MAC_BYTES] = {0}, id[SL__DP_SHM_ID_BYTES];
+  sl__dp_shm *a = NULL;
+  assert_int_equal(sl__dp_shm_create(ring, mac, id, &a), SL_EIO);
+  assert_null(a);
+  char name[64];
+  sl__dp_shm_name(id, name, sizeof name);
+  assert_int_equal(open(name, O_RDWR), -1);
+  assert_int_equal(errno, ENOENT);
 }
 
 /* Polls (bounded) until both endpoints counted `want` segments. */
@@ -130,12 +168,122 @@ static void test_pair(void **state) {
     sl__dp_endpoint_destroy(eps[0]);
     sl__dp_endpoint_destroy(eps[1]);
   }
-  /* A ring size no segment can have is a config error. */
+  /* A ring size no segment can have is a config error, and so is a size
+   * that does not parse. */
   sl__dp_config c = dp_cfg(0, 1);
   c.shm_bytes = 32ll << 30;
   sl__dp_endpoint *ep = NULL;
   assert_int_equal(sl__dp_endpoint_create(&c, &ep), SL_EINVAL);
   assert_non_null(strstr(sl_last_error(), "shared-memory ring"));
+  const char *had = getenv("SLUICE_DP_SHM_BYTES");
+  char saved[64] = "";
+  if (had) snprintf(saved, sizeof saved, "%s", had);
+  const char *bad[] = {"32X", "16MB", "-1", "M", "99999999999999999999"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv("SLUICE_DP_SHM_BYTES", bad[i], 1);
+    c.shm_bytes = 0;
+    assert_int_equal(sl__dp_endpoint_create(&c, &ep), SL_EINVAL);
+    assert_non_null(strstr(sl_last_error(), "not a size"));
+  }
+  const char *good[] = {"1M", "64k", "8192", "0"};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    setenv("SLUICE_DP_SHM_BYTES", good[i], 1);
+    c.shm_bytes = 0;
+    ep = dp_make(&c);
+    sl__dp_endpoint_destroy(ep);
+  }
+  if (had)
+    setenv("SLUICE_DP_SHM_BYTES", saved, 1);
+  else
+    unsetenv("SLUICE_DP_SHM_BYTES");
+}
+
+/* ---- a ring too small for what is in flight ---------------------------- */
+
+#define CHUNKS 64
+#define CHUNK 3000
+
+typedef struct sink {
+  pthread_mutex_t m;
+  pthread_cond_t cv;
+  uint8_t buf[CHUNKS][CHUNK];
+  int got, sent;
+} sink;
+
+static sl_status sink_target(void *ctx, uint32_t node, const sl__dp_frame *f,
+                             void **buf) {
+  sink *k = ctx;
+  (void)node;
+  /* never read in place: the bytes land in this chunk's own slot */
+  *buf = f->piece >= 0 && f->piece < CHUNKS ? k->buf[f->piece] : NULL;
+  return SL_OK;
+}
+
+static void sink_received(void *ctx, uint32_t node, const sl__dp_frame *f,
+                          void *buf) {
+  sink *k = ctx;
+  (void)node, (void)f, (void)buf;
+  pthread_mutex_lock(&k->m);
+  k->got++;
+  pthread_cond_broadcast(&k->cv);
+  pthread_mutex_unlock(&k->m);
+}
+
+static void sink_sent(void *ctx, void *token, sl_status st) {
+  sink *k = ctx;
+  (void)token;
+  pthread_mutex_lock(&k->m);
+  if (st == SL_OK) k->sent++;
+  pthread_cond_broadcast(&k->cv);
+  pthread_mutex_unlock(&k->m);
+}
+
+/* 64 chunks of 3000 bytes queued at once into an 8 KiB ring: the ones
+ * that find it full go over TCP, with the CRC the sender left to the loop
+ * thread computed there; every chunk arrives intact either way. */
+static void test_ring_full(void **state) {
+  (void)state;
+  static sink k;
+  memset(&k, 0, sizeof k);
+  pthread_mutex_init(&k.m, NULL);
+  sl__cond_init(&k.cv);
+  sl__dp_config cfg[2] = {dp_cfg(0, 2), dp_cfg(1, 2)};
+  cfg[0].shm_bytes = cfg[1].shm_bytes = RING;
+  sl__dp_endpoint *eps[2];
+  dp_mesh(eps, 2, cfg);
+  sl__dp_coll_hooks h = {
+      .target = sink_target, .received = sink_received, .sent = sink_sent};
+  sl__dp_endpoint_set_coll(eps[0], &h, &k);
+  sl__dp_endpoint_set_coll(eps[1], &h, &k);
+  assert_int_equal(sl__dp_endpoint_connect(eps[0], 1), SL_OK);
+  expect_shm(eps, 1);
+  static uint8_t out[CHUNKS][CHUNK];
+  for (int i = 0; i < CHUNKS; i++) {
+    fill(out[i], CHUNK, (uint8_t)(i * 3));
+    sl__dp_frame f = {0};
+    f.piece = i;
+    assert_int_equal(
+        sl__dp_endpoint_send_coll(eps[0], 1, &f, out[i], CHUNK, NULL), SL_OK);
+  }
+  pthread_mutex_lock(&k.m);
+  while (k.got < CHUNKS || k.sent < CHUNKS)
+    if (!sl__cond_wait_ns(&k.cv, &k.m, (uint64_t)SOON_MS * 1000000ull)) break;
+  pthread_mutex_unlock(&k.m);
+  assert_int_equal(k.got, CHUNKS);
+  assert_int_equal(k.sent, CHUNKS);
+  for (int i = 0; i < CHUNKS; i++)
+    assert_memory_equal(k.buf[i], out[i], CHUNK);
+  sl__dp_stats st;
+  sl__dp_endpoint_get_stats(eps[0], &st);
+  assert_int_equal(st.payload_bytes_sent, (uint64_t)CHUNKS * CHUNK);
+  assert_true(st.payload_bytes_shm > 0);
+  assert_true(st.payload_bytes_shm < st.payload_bytes_sent); /* both ways */
+  sl__dp_endpoint_get_stats(eps[1], &st);
+  assert_int_equal(st.bad_frames, 0);
+  sl__dp_endpoint_destroy(eps[0]);
+  sl__dp_endpoint_destroy(eps[1]);
+  pthread_mutex_destroy(&k.m);
+  pthread_cond_destroy(&k.cv);
 }
 
 /* Reads frames from the fake peer's socket until one of `kind`. */
@@ -179,6 +327,19 @@ static void test_bad_offers(void **state) {
   sl__dp_frame f = offer_of(id);
   fake_frame(s, &f, NULL);
   assert_int_equal(fake_expect(s, SL__DP_SHM_REPLY).desc, 0);
+  /* refused, so left where it was (its creator removes it) */
+  char name[64];
+  sl__dp_shm_name(id, name, sizeof name);
+  int fd = open(name, O_RDWR);
+  assert_true(fd >= 0);
+  close(fd);
+  sl__dp_shm_destroy(seg);
+  /* rings larger than the endpoint's own: refused before opening */
+  assert_int_equal(sl__dp_shm_create(2 * RING, mac, id, &seg), SL_OK);
+  f = offer_of(id);
+  f.piece = 2 * RING;
+  fake_frame(s, &f, NULL);
+  assert_int_equal(fake_expect(s, SL__DP_SHM_REPLY).desc, 0);
   sl__dp_shm_destroy(seg);
   /* one that does not exist (another host's): refused, the pair stays */
   memset(id, 0xcd, sizeof id);
@@ -207,8 +368,8 @@ static void test_bad_offers(void **state) {
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_rings),
-      cmocka_unit_test(test_pair),
+      cmocka_unit_test(test_rings),      cmocka_unit_test(test_no_room),
+      cmocka_unit_test(test_pair),       cmocka_unit_test(test_ring_full),
       cmocka_unit_test(test_bad_offers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

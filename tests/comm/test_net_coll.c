@@ -225,6 +225,17 @@ static void matrix(uint32_t n, const char *algo, bool ar_only) {
   assert_int_equal(s.started, seq);
   assert_int_equal(s.completed, seq);
   assert_int_equal(s.failed, 0);
+  /* comm_net_coll_shm: chunks went through the rings (connections open
+   * lazily: the tree's root talks only to its children; a tree's whole
+   * buffer may not fit its ring and go over TCP) */
+  sl__dp_stats d;
+  sl__dp_endpoint_get_stats(m.ep[0], &d);
+  if (getenv("SLUICE_DP_SHM_BYTES")) {
+    assert_true(d.shm_connections >= 1 && d.shm_connections <= n - 1);
+    assert_true(d.payload_bytes_shm > 0);
+  } else {
+    assert_int_equal(d.payload_bytes_shm, 0);
+  }
   /* Every instance counted under the algorithm it ran: the all-reduces
    * under the configured one (the model's: the exchange for the small
    * sizes, the ring for ~1 MiB), the rest under the ring but the
