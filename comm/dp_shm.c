@@ -2,21 +2,21 @@
  * ends run on one host (docs/dataplane.md, "Shared memory").
  *
  * The dialer creates a POSIX shared-memory object (a random name in
- * /dev/shm, mode 0600) holding a header page and two rings, one per direction,
- * and offers it on the connection; the acceptor opens it, checks the header's
- * MAC (the token's HMAC over this connection's handshake nonces, so a
- * segment planted by anyone without the token is refused), unlinks the
- * name and accepts. From then on a frame's payload may travel in the
- * sender's ring instead of the socket: the header still goes over TCP,
- * flagged SL__DP_FLAG_SHM, and its order on the stream is the order of
- * the payloads in the ring. Both ends place a payload of len bytes at the
- * same position, computed from the lengths alone: the next free byte
- * rounded up to a cache line, or the start of the ring when it would not
- * fit before the end. The sender
- * writes the bytes, then publishes how far it has written; the receiver
- * copies them out when the header arrives and publishes how far it has
- * read, which frees the space. A payload that finds no room goes over
- * TCP as before, so the ring never blocks anything.
+ * /dev/shm, mode 0600, its memory reserved) holding a header page and two
+ * rings, one per direction, and offers it on the connection; the acceptor
+ * opens it, checks the header's MAC (the token's HMAC over this
+ * connection's handshake nonces, so a segment planted by anyone without
+ * the token is refused), unlinks the name and accepts. From then on a
+ * frame's payload may travel in the sender's ring instead of the socket:
+ * the header still goes over TCP, flagged SL__DP_FLAG_SHM, and its order
+ * on the stream is the order of the payloads in the ring. Both ends place
+ * a payload of len bytes at the same position, computed from the lengths
+ * alone: the next free byte rounded up to a cache line, or the start of
+ * the ring when it would not fit before the end. The sender writes the
+ * bytes, then publishes how far it has written; the receiver reads them
+ * when the header arrives and publishes how far it has read, which frees
+ * the space. A payload that finds no room goes over TCP as before, so the
+ * ring never blocks anything.
  *
  * The counters are C11 atomics in the shared page (lock-free 64-bit
  * atomics are address-free, so they work across processes). The object is
