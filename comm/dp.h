@@ -379,6 +379,7 @@ typedef struct sl__dp_stats {
   uint64_t payload_bytes_direct; /* read straight into registers */
   uint64_t payload_bytes_shm;    /* sent through a shared-memory ring */
   uint64_t shm_connections;      /* connections that took a segment */
+  uint64_t shm_refused;          /* this end's offers the peer refused */
   uint64_t messages_discarded;   /* arrived with no job to take them */
   uint64_t connections_opened;   /* handshakes completed, both ways */
   uint64_t connections_dialed;   /* of those, opened by this endpoint */

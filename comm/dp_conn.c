@@ -547,6 +547,7 @@ static void shm_replied(dp_conn *c, const sl__dp_frame *f) {
     shm_use(c);
     return;
   }
+  dp_count(&c->ep->stats.shm_refused, 1);
   SL_DEBUG("data plane: node %u: node %u did not take the shared memory "
            "(another host?); payloads go over TCP",
            c->ep->cfg.node, c->peer->node);

@@ -850,6 +850,7 @@ void sl__dp_endpoint_get_stats(sl__dp_endpoint *ep, sl__dp_stats *o) {
   LD(payload_bytes_direct);
   LD(payload_bytes_shm);
   LD(shm_connections);
+  LD(shm_refused);
   LD(messages_discarded);
   LD(connections_opened);
   LD(connections_dialed);

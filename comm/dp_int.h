@@ -145,10 +145,10 @@ typedef struct dp_call {
 typedef struct dp_counters {
   atomic_uint_least64_t frames_sent, frames_received, messages_sent,
       messages_received, payload_bytes_sent, payload_bytes_received,
-      payload_bytes_direct, payload_bytes_shm, shm_connections,
-      messages_discarded, connections_opened,
-      connections_dialed, duplicates_refused, handshakes_refused, bad_frames,
-      credit_stalls, peak_window_frames, peak_window_bytes, probes_answered;
+      payload_bytes_direct, payload_bytes_shm, shm_connections, shm_refused,
+      messages_discarded, connections_opened, connections_dialed,
+      duplicates_refused, handshakes_refused, bad_frames, credit_stalls,
+      peak_window_frames, peak_window_bytes, probes_answered;
 } dp_counters;
 
 struct sl__dp_endpoint {

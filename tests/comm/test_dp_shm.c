@@ -151,18 +151,24 @@ static void test_pair(void **state) {
   (void)state;
   for (int acceptor_on = 1; acceptor_on >= 0; acceptor_on--) {
     sl__dp_config cfg[2] = {dp_cfg(0, 2), dp_cfg(1, 2)};
-    cfg[0].shm_bytes = 1 << 20;
-    cfg[1].shm_bytes = acceptor_on ? 1 << 20 : -1;
+    cfg[0].shm_bytes = acceptor_on ? 1 << 20 : -1;
+    cfg[1].shm_bytes = 1 << 20;
     sl__dp_endpoint *eps[2];
     dp_mesh(eps, 2, cfg);
-    /* node 1 dials, node 0 accepts */
+    /* node 1 dials (and offers), node 0 accepts */
     assert_int_equal(sl__dp_endpoint_connect(eps[1], 0), SL_OK);
     assert_int_equal(sl__dp_endpoint_wait_connected(eps[1], 0, SOON_MS), SL_OK);
     if (acceptor_on) {
       expect_shm(eps, 1);
     } else {
-      /* refused: give the offer and its answer time, then none */
-      sl__sleep_ns(200000000);
+      /* the offer refused, and counted by the dialer */
+      sl__dp_stats s1;
+      for (int i = 0; i < 3000; i++) {
+        sl__dp_endpoint_get_stats(eps[1], &s1);
+        if (s1.shm_refused) break;
+        sl__sleep_ns(1000000);
+      }
+      assert_int_equal(s1.shm_refused, 1);
       expect_shm(eps, 0);
     }
     sl__dp_endpoint_destroy(eps[0]);
