@@ -294,7 +294,7 @@ typedef struct sl__dp_config {
   /* Shared memory with peers on the same host: bytes per ring and
    * direction (rounded up to 4 KiB; the dialer's size, at most the
    * acceptor's). 0: SLUICE_DP_SHM_BYTES (bytes, or with K, M, G), else
-   * 16 MiB; negative (or SLUICE_DP_SHM_BYTES=0): off, all on TCP. */
+   * 32 MiB; negative (or SLUICE_DP_SHM_BYTES=0): off, all on TCP. */
   int64_t shm_bytes;
   /* Credit window per connection: messages (and their payload bytes)
    * written but not yet consumed by the receiver. A message larger than

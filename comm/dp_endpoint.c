@@ -22,7 +22,9 @@
 #define DEF_WINDOW_BYTES (256ull << 20)
 #define DEF_MAX_FRAME (16ull << 30)
 #define DEF_SPIN_US 0 /* see spin_us in dp.h */
-#define DEF_SHM_BYTES (16ll << 20) /* per ring: 32 MiB of /dev/shm a pair */
+/* Per ring, so 64 MiB of /dev/shm a pair: a 64 MiB all-reduce between
+ * two nodes puts 32 MiB in flight each way (5.2 GB/s here; 3.1 with 16). */
+#define DEF_SHM_BYTES (32ll << 20)
 /* How long destroy lets queued frames (a detach's DONE) drain. */
 #define SHUTDOWN_LINGER_MS 2000
 

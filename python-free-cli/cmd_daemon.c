@@ -45,7 +45,7 @@ static const char usage[] =
     "  --max-jobs J         exit after J jobs\n"
     "  --heartbeat-timeout-ms MS  the hosted master's (default 5000)\n\n"
     "Data plane, from the environment: SLUICE_DP_SHM_BYTES (shared-memory\n"
-    "ring per direction with nodes on this host, default 16M; 0: TCP only),\n"
+    "ring per direction with nodes on this host, default 32M; 0: TCP only),\n"
     "SLUICE_NET_COLL_ALGO, SLUICE_NET_COLL_CHUNK (docs/dataplane.md,\n"
     "docs/net_coll.md).\n\n"
     "Exit status: 0 stopped by a signal or after --max-jobs, 1 a failure,\n"
