@@ -909,7 +909,32 @@ static const sl__session_backend fake_backend = {fake_open, fake_run_op,
                                                  fake_coll_open};
 
 void fake_cuda_install(void) {
-  memset(&stats, 0, sizeof stats);
+  /* A daemon may still be freeing an earlier test's job on its own thread
+   * (a program whose job failed returns before every node has cleaned
+   * up): let it finish (bounded) before the counters start again, which
+   * also orders its last updates before the resets (TSan saw a memset
+   * here race with such a free). */
+  for (int i = 0; i < 10000 && (atomic_load(&stats.live_allocs) != 0 ||
+                                fake_cuda_live_comms() != 0);
+       i++)
+    sl__sleep_ns(1000000);
+  atomic_uint_least64_t *counters[] = {&stats.kernels,
+                                       &stats.h2d,
+                                       &stats.d2h,
+                                       &stats.d2d,
+                                       &stats.memsets,
+                                       &stats.all_reduces,
+                                       &stats.cross_all_reduces,
+                                       &stats.comm_aborts,
+                                       &stats.all_gathers,
+                                       &stats.cross_all_gathers,
+                                       &stats.reduce_scatters,
+                                       &stats.cross_reduce_scatters,
+                                       &stats.order_checks,
+                                       &stats.order_errors};
+  for (size_t i = 0; i < SL_ARRAY_LEN(counters); i++)
+    atomic_store(counters[i], 0);
+  atomic_store(&stats.live_allocs, 0);
   atomic_store(&jitter_us, 0);
   for (size_t d = 0; d < SL_ARRAY_LEN(delay_us); d++)
     atomic_store(&delay_us[d], 0);
