@@ -587,56 +587,14 @@ static sl_status plan_ranks(const sl_boxing_plan *bp, const sl_placement *p,
   return SL_OK;
 }
 
-/* Whether group step s of a boxing is what NCCL's all-gather (reduce-
- * scatter) computes with no packing: the CPU collective (comm/coll.c) cuts
- * the group's block along the split axis into sl_split_range parts, member
- * k's part k; on axis 0, with an extent the group size divides, every part
- * is one contiguous, equally sized run of the block's row-major buffer, in
- * member order — NCCL's layout. The block is make_group's (session/
- * build.c): the step's source layout, broadcast on the step's mesh axis, at
- * the group's first member; checked for every group (uneven splits on
- * other mesh axes make blocks differ). */
-static bool split_step_packs(const sl_boxing_plan *bp, int s,
-                             const sl_shape *shape, const sl_placement *p) {
-  sl_nd_sbp from, to;
-  sl_boxing_step_layout(bp, s, &from, &to);
-  int m = sl_boxing_step_mesh_axis(bp, s);
-  if (m < 0 || m >= from.ndim) return false;
-  const sl_sbp *split = sl_boxing_step_op(bp, s) == SL_BOXING_ALL_GATHER
-                            ? &from.sbp[m]
-                            : &to.sbp[m];
-  if (split->kind != SL_SBP_SPLIT || split->axis != 0) return false;
-  sl_nd_sbp bl = from;
-  bl.sbp[m] = sl_sbp_broadcast();
-  for (int gi = 0; gi < sl_boxing_step_group_count(bp, s); gi++) {
-    const int *ranks = NULL;
-    int gn = sl_boxing_step_group(bp, s, gi, &ranks);
-    sl_slice blk;
-    if (gn < 1 || sl_local_slice(shape, p, &bl, ranks[0], &blk) != SL_OK ||
-        blk.extent[0] % gn != 0)
-      return false;
-  }
-  return true;
-}
-
-/* Whether a boxing node runs on its GPUs: CUDA ranks only, and steps NCCL
- * computes as they are — all-reduces, and all-gathers and reduce-scatters
- * whose members' parts are contiguous equal blocks (split_step_packs) — on
- * the session's device groups (in one process, or, for a group whose
- * members are on several machines, one communicator across the daemons).
- * Everything else runs on the host sides. */
-static bool boxing_on_gpu(const sl_boxing_plan *bp, const sl__value *vin) {
+/* Whether a boxing runs on its GPUs: when every plan rank is a CUDA
+ * device. Each step is then NCCL's collective where NCCL computes it as it
+ * stands, and grouped NCCL sends and receives with packing on the devices
+ * otherwise (session/dev_xchg.c); slice and zero steps are device work
+ * alone. Anything touching a CPU rank runs on the host sides. */
+static bool boxing_on_gpu(const sl_boxing_plan *bp) {
   for (int q = 0; q < sl_boxing_plan_rank_count(bp); q++)
     if (sl_boxing_plan_rank_device_type(bp, q) != SL_DEVICE_CUDA) return false;
-  for (int s = 0; s < sl_boxing_plan_step_count(bp); s++) {
-    sl_boxing_op op = sl_boxing_step_op(bp, s);
-    if (op == SL_BOXING_ALL_REDUCE) continue;
-    if (op != SL_BOXING_ALL_GATHER && op != SL_BOXING_REDUCE_SCATTER)
-      return false;
-    /* Group steps only here: one placement, the source's. */
-    if (!split_step_packs(bp, s, &vin->meta.shape, vin->placement))
-      return false;
-  }
   return true;
 }
 
@@ -676,7 +634,7 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
       sh[t] = cur[to_dst[t]];
     goto out;
   }
-  bool gpu = boxing_on_gpu(bp, vin);
+  bool gpu = boxing_on_gpu(bp);
   for (int q = 0; q < R && !gpu; q++)
     if (cur[q] >= 0 && on_cuda(L, cur[q]))
       SL_CHECK_GOTO(copy_task(L, adup(L, "%s.d2h@p%d", n->name, q), ni, q,
@@ -709,8 +667,12 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
                              : (op == SL_BOXING_SLICE || op == SL_BOXING_ZERO)
                                  ? SL__TASK_LOCAL
                                  : SL__TASK_COLL;
+        /* On GPUs every NCCL call of a device goes on its one collective
+         * stream: NCCL kernels of two streams may wait on each other. */
         sl_stream_kind stream =
-            kind == SL__TASK_COLL ? SL_STREAM_COLLECTIVE : SL_STREAM_COPY;
+            kind == SL__TASK_COLL || (gpu && kind == SL__TASK_XCHG)
+                ? SL_STREAM_COLLECTIVE
+                : SL_STREAM_COPY;
         uint32_t mach, devu;
         SL_CHECK_GOTO(rank_where(p2p ? (has_out ? pd : ps) : ps,
                                  has_out ? tr : inv_src[q], &mach, &devu),

@@ -221,12 +221,27 @@ static sl_status act_d2d(sl_act *a) {
                                 d->stream[rt->t->stream]));
 }
 
-/* A member of an all-reduce between GPUs (dev_boxing.c). */
+/* A member of a boxing step between GPUs (dev_boxing.c); a member of a
+ * send_recv or copy step may have no input or no output. */
 static sl_status act_coll_cuda(sl_act *a) {
   task_rt *rt = a->ctx;
   const sl_register *in = data_in(a, rt);
   rt->pending = sl_act_defer(a);
-  return sl__dgroup_arrive(rt->dgroup, rt, in->data, a->out[0]->data);
+  return sl__dgroup_arrive(rt->dgroup, rt, in ? in->data : NULL,
+                           rt->t->n_out ? a->out[0]->data : NULL);
+}
+
+/* A slice or zero step on a GPU: its own pieces (dev_xchg.c). */
+static sl_status act_local_cuda(sl_act *a) {
+  task_rt *rt = a->ctx;
+  const void *in = data_in(a, rt)->data;
+  void *out = a->out[0]->data;
+  sl__stream *s = rt->dev->stream[rt->t->stream];
+  sl__dev_rank_args unused;
+  rt->pending = sl_act_defer(a);
+  sl_status st = sl__dxchg_before(rt->local, in, out, s, &unused);
+  if (st == SL_OK) st = sl__dxchg_after(rt->local, in, out, s);
+  return sl__complete_on_stream(rt, st);
 }
 
 /* A shard between the device and its host side. */
@@ -267,7 +282,9 @@ sl_act_fn sl__act_for(sl__task_kind kind, bool on_cuda) {
     case SL__TASK_CONST:
     case SL__TASK_VAR_COPY: return act_d2d;
     case SL__TASK_COPY: return act_copy;
-    case SL__TASK_COLL: return act_coll_cuda;
+    case SL__TASK_COLL:
+    case SL__TASK_XCHG: return act_coll_cuda;
+    case SL__TASK_LOCAL: return act_local_cuda;
     default: return NULL; /* lowering runs the rest on the host side */
     }
   }

@@ -92,8 +92,8 @@ static uint32_t boxing_device(const sl_boxing_plan *bp, int q) {
 }
 
 /* Plan rank -> placement rank on one side (-1: not there). */
-static sl_status side_of(const sl_boxing_plan *bp, const sl_placement *p,
-                         int *inv) {
+sl_status sl__boxing_side_of(const sl_boxing_plan *bp, const sl_placement *p,
+                             int *inv) {
   int R = sl_boxing_plan_rank_count(bp);
   for (int q = 0; q < R; q++)
     inv[q] = -1;
@@ -138,39 +138,123 @@ static sl_status task_depths(const sl__pplan *pp, int32_t **out) {
       int32_t p = pp->regsts[task->in[k]].producer;
       if (p >= 0 && p < t) d[t] = SL_MAX(d[t], d[p] + 1);
     }
-    if (task->kind != SL__TASK_COLL) continue;
-    /* Every member of the group takes the deepest member's depth. Lowering
-     * adds a group's members one after the other (ticks may come between)
-     * and before any reader of them. */
+    if (task->kind != SL__TASK_COLL && task->kind != SL__TASK_XCHG) continue;
+    /* Every member of the group (of a send_recv or copy step: every task
+     * of the step) takes the deepest member's depth. Lowering adds a
+     * group's members one after the other (ticks may come between) and
+     * before any reader of them. */
     int32_t first = t;
     for (int32_t m = t - 1; m >= 0; m--) {
       const sl__task *o = &pp->tasks[m];
       if (o->kind == SL__TASK_TICK) continue;
-      if (o->kind != SL__TASK_COLL || o->node != task->node ||
+      if (o->kind != task->kind || o->node != task->node ||
           o->step != task->step || o->group != task->group)
         break;
       d[t] = SL_MAX(d[t], d[m]);
       first = m;
     }
     for (int32_t m = first; m < t; m++)
-      if (pp->tasks[m].kind == SL__TASK_COLL) d[m] = d[t];
+      if (pp->tasks[m].kind == task->kind) d[m] = d[t];
   }
   *out = d;
   return SL_OK;
 }
 
-/* A collective between GPUs (graph/lower.c keeps such a boxing on the
- * devices: all-reduces, all-gathers, reduce-scatters): its device group on the
- * devices of the step's group, in member order. A group with members on other
- * nodes waits for its communicator until sl__session_connect_dgroups (creating
- * it is collective, and every node must be ready first); *depths (task_depths)
+/* Whether group step s of a boxing is what NCCL's all-gather (reduce-
+ * scatter) computes with no packing: the host collective (comm/coll.c)
+ * cuts the group's block along the split axis into sl_split_range parts,
+ * member k's part k; on axis 0, with an extent the group size divides,
+ * every part is one contiguous, equally sized run of the block's
+ * row-major buffer, in member order — NCCL's layout. The block is
+ * make_group's: the step's source layout, broadcast on the step's mesh
+ * axis, at the group's first member; checked for every group (uneven
+ * splits on other mesh axes make blocks differ). */
+static bool nccl_layout(const sl_boxing_plan *bp, int s, const sl_shape *shape,
+                        const sl_placement *p) {
+  sl_nd_sbp from, to;
+  sl_boxing_step_layout(bp, s, &from, &to);
+  int m = sl_boxing_step_mesh_axis(bp, s);
+  if (m < 0 || m >= from.ndim) return false;
+  const sl_sbp *split = sl_boxing_step_op(bp, s) == SL_BOXING_ALL_GATHER
+                            ? &from.sbp[m]
+                            : &to.sbp[m];
+  if (split->kind != SL_SBP_SPLIT || split->axis != 0) return false;
+  sl_nd_sbp bl = from;
+  bl.sbp[m] = sl_sbp_broadcast();
+  int *inv = sl__calloc((size_t)sl_boxing_plan_rank_count(bp), sizeof *inv);
+  bool ok = inv && sl__boxing_side_of(bp, p, inv) == SL_OK;
+  for (int gi = 0; ok && gi < sl_boxing_step_group_count(bp, s); gi++) {
+    const int *ranks = NULL;
+    int gn = sl_boxing_step_group(bp, s, gi, &ranks);
+    sl_slice blk;
+    ok = gn >= 1 &&
+         sl_local_slice(shape, p, &bl, inv[ranks[0]], &blk) == SL_OK &&
+         blk.extent[0] % gn == 0;
+  }
+  sl__free(inv);
+  return ok;
+}
+
+/* The NCCL collective of a boxing task's step, or SL__DEV_EXCHANGE for a
+ * step NCCL does not compute as it stands (dev_xchg.c), with the count
+ * comm/dev_coll.h wants: an all-gather's per member, its input; a
+ * reduce-scatter's per member, its output; an all-reduce's, both. */
+static sl__dev_coll_op dev_op(const sl_session *s, const sl__node *n,
+                              const sl__task *t, int gn, size_t *count) {
+  const sl_boxing_plan *bp = n->boxing;
+  const sl__value *vin = sl__graph_value(s->g, n->in[0]);
+  sl_boxing_op op = sl_boxing_step_op(bp, t->step);
+  size_t in_n = (size_t)sl_shape_numel(&s->pp->regsts[t->in[0]].shape);
+  size_t out_n = t->n_out > 0
+                     ? (size_t)sl_shape_numel(&s->pp->regsts[t->out[0]].shape)
+                     : in_n;
+  *count = in_n;
+  if (op == SL_BOXING_ALL_REDUCE && out_n == in_n) return SL__DEV_ALL_REDUCE;
+  if ((op == SL_BOXING_ALL_GATHER || op == SL_BOXING_REDUCE_SCATTER) &&
+      nccl_layout(bp, t->step, &vin->meta.shape, vin->placement)) {
+    if (op == SL_BOXING_ALL_GATHER && out_n == (size_t)gn * in_n)
+      return SL__DEV_ALL_GATHER;
+    *count = out_n;
+    if (op == SL_BOXING_REDUCE_SCATTER && in_n == (size_t)gn * out_n)
+      return SL__DEV_REDUCE_SCATTER;
+  }
+  return SL__DEV_EXCHANGE;
+}
+
+/* Every local member's program of an exchange group. */
+static sl_status add_programs(sl_session *s, const sl__node *n,
+                              const sl__task *t, sl__dgroup *g, int nlocal,
+                              const int *ranks, const int *devices) {
+  sl__xgeom geom;
+  SL_CHECK(t->kind == SL__TASK_XCHG
+               ? sl__xgeom_p2p(s->g, n, t->step, &geom)
+               : sl__xgeom_group(s->g, n, t->step, t->group, &geom));
+  sl_status st = SL_OK;
+  for (int i = 0; i < nlocal && st == SL_OK; i++) {
+    sess_dev *d = sl__session_dev(s, SL__DEV_CUDA + (uint32_t)devices[i]);
+    sl__dxchg *x = NULL;
+    st = d ? sl__dxchg_create(d, &geom, ranks[i], &x)
+           : sl__fail(SL_EINTERNAL, "cuda:%d is not open", devices[i]);
+    if (st == SL_OK) st = sl__dgroup_set_program(g, ranks[i], x);
+  }
+  sl__xgeom_free(&geom);
+  return st;
+}
+
+/* A boxing step between GPUs (graph/lower.c keeps a boxing whose ranks are
+ * all CUDA devices on them): its device group on the devices of the
+ * step's group in member order (send_recv and copy: every plan rank), with
+ * NCCL's collective or an exchange. A group with members on other nodes
+ * waits for its communicator until sl__session_connect_dgroups (creating it
+ * is collective, and every node must be ready first); *depths (task_depths)
  * is made on first need. */
 static sl_status make_dgroup(sl_session *s, const sl__node *n, task_rt *rt,
                              int32_t **depths, sl__dgroup **out) {
   const sl__task *t = rt->t;
   const sl_boxing_plan *bp = n->boxing;
+  bool p2p = t->kind == SL__TASK_XCHG;
   const int *members = NULL;
-  int gn = sl_boxing_step_group(bp, t->step, t->group, &members);
+  int gn = sl_boxing_step_group(bp, t->step, p2p ? 0 : t->group, &members);
   sl__dgroup **list =
       sl__reallocarray(s->dgroups, (size_t)s->n_dgroups + 1, sizeof *list);
   int *ranks = sl__calloc((size_t)gn + 1, sizeof *ranks);
@@ -182,9 +266,16 @@ static sl_status make_dgroup(sl_session *s, const sl__node *n, task_rt *rt,
     return SL_ENOMEM;
   }
   int nlocal = 0;
+  sl_status st = SL_OK;
   for (int k = 0; k < gn; k++) {
     int node, dev;
     sl_boxing_plan_rank_device(bp, members[k], &node, &dev);
+    /* p2p members are plan ranks, the group all of them in order. */
+    if (p2p && members[k] != k)
+      st = sl__fail(SL_EINTERNAL,
+                    "boxing '%s' step %d: member %d is plan "
+                    "rank %d",
+                    n->name, t->step, k, members[k]);
     if ((uint32_t)node != s->self_node) continue;
     ranks[nlocal] = k;
     devices[nlocal++] = dev;
@@ -192,42 +283,17 @@ static sl_status make_dgroup(sl_session *s, const sl__node *n, task_rt *rt,
   sl_reduce_op red = SL_REDUCE_SUM;
   sl_boxing_step_reduce(bp, t->step, &red);
   char name[160];
-  snprintf(name, sizeof name, "%s.s%d.g%d", n->name, t->step, t->group);
-  /* NCCL's counts (comm/dev_coll.h): an all-gather's per member, its input;
-   * a reduce-scatter's per member, its output; an all-reduce's, both. A
-   * step's registers are its members' parts of the group's block
-   * (graph/lower.c), in and out, so they must be count and gn * count. */
-  const sl__regst *r = &s->pp->regsts[t->in[0]];
-  size_t in_n = (size_t)sl_shape_numel(&r->shape), out_n = in_n;
-  if (t->n_out > 0)
-    out_n = (size_t)sl_shape_numel(&s->pp->regsts[t->out[0]].shape);
-  sl__dev_coll_op op = SL__DEV_ALL_REDUCE;
-  size_t count = in_n;
-  bool fits = out_n == in_n;
-  switch (sl_boxing_step_op(bp, t->step)) {
-  case SL_BOXING_ALL_REDUCE: break;
-  case SL_BOXING_ALL_GATHER:
-    op = SL__DEV_ALL_GATHER;
-    fits = out_n == (size_t)gn * in_n;
-    break;
-  case SL_BOXING_REDUCE_SCATTER:
-    op = SL__DEV_REDUCE_SCATTER;
-    count = out_n;
-    fits = in_n == (size_t)gn * out_n;
-    break;
-  default: fits = false; break;
-  }
-  sl_status st = SL_OK;
-  if (!fits)
-    st = sl__fail(SL_EINTERNAL,
-                  "device group '%s': a %s step with %zu elements in and %zu "
-                  "out on %d members is no NCCL collective",
-                  name, sl_boxing_op_name(sl_boxing_step_op(bp, t->step)), in_n,
-                  out_n, gn);
+  if (p2p)
+    snprintf(name, sizeof name, "%s.s%d", n->name, t->step);
+  else
+    snprintf(name, sizeof name, "%s.s%d.g%d", n->name, t->step, t->group);
+  size_t count = 0;
+  sl__dev_coll_op op = dev_op(s, n, t, gn, &count);
+  sl_dtype dt = sl__graph_value(s->g, n->in[0])->meta.dtype;
   if (st == SL_OK && !s->dcoll) st = rt->dev->be->coll_open(&s->dcoll);
   if (st == SL_OK && nlocal == gn) {
-    st = sl__dgroup_create(s->dcoll, name, gn, devices, op, r->dtype, red,
-                           count, out);
+    st =
+        sl__dgroup_create(s->dcoll, name, gn, devices, op, dt, red, count, out);
   } else if (st == SL_OK) {
     if (!*depths) st = task_depths(s->pp, depths);
     int32_t order[4] = {*depths ? (*depths)[rt->id] : 0, t->node, t->step,
@@ -235,11 +301,13 @@ static sl_status make_dgroup(sl_session *s, const sl__node *n, task_rt *rt,
     if (st == SL_OK && !s->dseq) st = sl__dseq_create(&s->dseq);
     if (st == SL_OK)
       st = sl__dgroup_create_span(s->dseq, name, gn, nlocal, ranks, devices, op,
-                                  r->dtype, red, count, order, out);
+                                  dt, red, count, order, out);
   }
+  if (st == SL_OK) s->dgroups[s->n_dgroups++] = *out;
+  if (st == SL_OK && op == SL__DEV_EXCHANGE)
+    st = add_programs(s, n, t, *out, nlocal, ranks, devices);
   sl__free(ranks);
   sl__free(devices);
-  if (st == SL_OK) s->dgroups[s->n_dgroups++] = *out;
   return st;
 }
 
@@ -250,9 +318,9 @@ sl_status sl__session_connect_dgroups(sl_session *s, const sl__dev_kv *kv) {
 
 /* The placement holding the shards before step `step` (after a send_recv
  * or copy step, the target's). */
-static const sl_placement *step_placement(const sl_boxing_plan *bp, int step,
-                                          const sl_placement *ps,
-                                          const sl_placement *pd) {
+const sl_placement *sl__boxing_step_placement(const sl_boxing_plan *bp,
+                                              int step, const sl_placement *ps,
+                                              const sl_placement *pd) {
   for (int s = 0; s < step; s++) {
     sl_boxing_op op = sl_boxing_step_op(bp, s);
     if (op == SL_BOXING_SEND_RECV || op == SL_BOXING_COPY) return pd;
@@ -269,7 +337,7 @@ static sl_status make_exchange(sl_session *s, const sl__node *n, int step,
   const sl__value *vin = sl__graph_value(s->g, n->in[0]);
   const sl__value *vout = sl__graph_value(s->g, n->out[0]);
   const sl_placement *from_p =
-      step_placement(bp, step, vin->placement, vout->placement);
+      sl__boxing_step_placement(bp, step, vin->placement, vout->placement);
   const sl_placement *to_p = vout->placement;
   int R = sl_boxing_plan_rank_count(bp);
   sl_nd_sbp from, to;
@@ -293,8 +361,8 @@ static sl_status make_exchange(sl_session *s, const sl__node *n, int step,
     st = SL_ENOMEM;
     goto out;
   }
-  SL_CHECK_GOTO(side_of(bp, from_p, inv_from), st, out);
-  SL_CHECK_GOTO(side_of(bp, to_p, inv_to), st, out);
+  SL_CHECK_GOTO(sl__boxing_side_of(bp, from_p, inv_from), st, out);
+  SL_CHECK_GOTO(sl__boxing_side_of(bp, to_p, inv_to), st, out);
   for (int q = 0; q < R; q++) {
     int node, dev;
     sl_boxing_plan_rank_device(bp, q, &node, &dev);
@@ -523,6 +591,17 @@ static sl_status setup_local(sl_session *s, task_rt *rt) {
     rt->local_axis = rt->local_from_b ? 0 : from.sbp[m].axis;
   }
   return SL_OK;
+}
+
+/* A slice or zero step on a GPU: a program of its own pieces. */
+static sl_status setup_local_cuda(sl_session *s, const sl__node *n,
+                                  task_rt *rt) {
+  sl__xgeom g;
+  SL_CHECK(
+      sl__xgeom_local(s->g, n, rt->t->step, rt->t->rank, rt->t->member, &g));
+  sl_status st = sl__dxchg_create(rt->dev, &g, 0, &rt->local);
+  sl__xgeom_free(&g);
+  return st;
 }
 
 /* ---- feeds and fetches --------------------------------------------------- */
@@ -836,7 +915,9 @@ sl_status sl__session_build(sl_session *s) {
       rt->copy_h2d =
           sl__dev_class_of(pp->regsts[t->in[0]].device) != SL__DEV_CLASS_CUDA;
       break;
-    case SL__TASK_LOCAL: st = setup_local(s, rt); break;
+    case SL__TASK_LOCAL:
+      st = rt->dev ? setup_local_cuda(s, n, rt) : setup_local(s, rt);
+      break;
     case SL__TASK_COLL:
     case SL__TASK_XCHG: {
       if (t->machine != s->self_node) break; /* another node's member */
@@ -892,6 +973,7 @@ void sl__session_free_build(sl_session *s) {
   for (int32_t i = 0; s->rt && i < s->n_tasks; i++) {
     sl__free(s->rt[i].slot_of);
     sl__free(s->rt[i].init);
+    sl__dxchg_destroy(s->rt[i].local);
     if (s->rt[i].init_dev)
       sl__caching_alloc_free(s->rt[i].dev->mem, s->rt[i].init_dev);
   }

@@ -75,7 +75,12 @@ struct sl__dgroup {
   int *ranks, *devices;    /* local index -> member index, device */
   task_rt **member;        /* by local index, while it waits */
   sl__dev_rank_args *args; /* by local index */
-  sl_status aborted;       /* SL_OK, or why every arrival now fails */
+  /* An exchange (dev_xchg.c): each local member's program, and the
+   * buffers it arrived with. NULL for a collective. */
+  sl__dxchg **prog;
+  const void **xin;
+  void **xout;
+  sl_status aborted; /* SL_OK, or why every arrival now fails */
   /* Spanning groups: the sequencer and the place in the job's order. */
   sl__dseq *seq;
   int32_t order[4];
@@ -153,6 +158,11 @@ sl_status sl__dgroup_create(sl__dev_coll *e, const char *name, int n,
 void sl__dgroup_destroy(sl__dgroup *g) {
   if (!g) return;
   sl__dev_comm_destroy(g->comm);
+  for (int i = 0; g->prog && i < g->n; i++)
+    sl__dxchg_destroy(g->prog[i]);
+  sl__free(g->prog);
+  sl__free(g->xin);
+  sl__free(g->xout);
   pthread_mutex_destroy(&g->m);
   sl__free(g->local_of);
   sl__free(g->ranks);
@@ -160,6 +170,26 @@ void sl__dgroup_destroy(sl__dgroup *g) {
   sl__free(g->member);
   sl__free(g->args);
   sl__free(g);
+}
+
+sl_status sl__dgroup_set_program(sl__dgroup *g, int member, sl__dxchg *x) {
+  if (!g->prog) {
+    g->prog = sl__calloc((size_t)g->n, sizeof *g->prog);
+    g->xin = sl__calloc((size_t)g->n, sizeof *g->xin);
+    g->xout = sl__calloc((size_t)g->n, sizeof *g->xout);
+  }
+  int k = member >= 0 && member < g->nranks ? g->local_of[member] : -1;
+  if (!g->prog || !g->xin || !g->xout || k < 0 || g->prog[k]) {
+    sl__dxchg_destroy(x);
+    return g->prog && g->xin && g->xout
+               ? sl__fail(SL_EINTERNAL,
+                          "device group '%s': member %d is not one of this "
+                          "process's, or has a program",
+                          g->name, member)
+               : SL_ENOMEM;
+  }
+  g->prog[k] = x;
+  return SL_OK;
 }
 
 /* Completes every waiting member of g with st (under the group's lock:
@@ -183,7 +213,16 @@ static void fail_waiting(sl__dgroup *g, sl_status st, const char *why) {
  * once its stream has passed the collective, or at once with the launch's
  * failure. */
 static sl_status launch(sl__dgroup *g) {
-  sl_status st = sl__dev_comm_launch(g->comm, &g->desc, g->args);
+  sl_status st = SL_OK;
+  for (int i = 0; g->prog && i < g->n && st == SL_OK; i++) {
+    g->xin[i] = g->args[i].in;
+    g->xout[i] = g->args[i].out;
+    st = sl__dxchg_before(g->prog[i], g->xin[i], g->xout[i], g->args[i].stream,
+                          &g->args[i]);
+  }
+  if (st == SL_OK) st = sl__dev_comm_launch(g->comm, &g->desc, g->args);
+  for (int i = 0; g->prog && i < g->n && st == SL_OK; i++)
+    st = sl__dxchg_after(g->prog[i], g->xin[i], g->xout[i], g->args[i].stream);
   char why[512];
   snprintf(why, sizeof why, "%s", st == SL_OK ? "" : sl_last_error());
   for (int i = 0; i < g->n; i++) {
@@ -315,15 +354,19 @@ static sl_status warm_up(sl_session *s, sl__dgroup *g) {
       break;
     }
     sl__stream *cs = dev[i]->stream[SL_STREAM_COLLECTIVE];
+    /* An exchange: a byte to and from every peer of its rounds (NCCL
+     * connects each pair of ranks at their first send/recv). */
+    size_t bytes = g->prog ? sl__dxchg_warm_bytes(g->prog[i]) : sizeof(float);
     st = sl__device_make_current(dev[i]->dev);
     if (st == SL_OK)
-      st = sl__caching_alloc_alloc(dev[i]->mem, sizeof(float), NULL, &buf[i]);
-    if (st == SL_OK)
-      st = sl__device_memset(dev[i]->dev, buf[i], 0, sizeof(float), cs);
+      st = sl__caching_alloc_alloc(dev[i]->mem, bytes, NULL, &buf[i]);
+    if (st == SL_OK) st = sl__device_memset(dev[i]->dev, buf[i], 0, bytes, cs);
     a[i] = (sl__dev_rank_args){.in = buf[i], .out = buf[i], .stream = cs};
+    if (st == SL_OK && g->prog)
+      sl__dxchg_warm_args(g->prog[i], buf[i], cs, &a[i]);
   }
   sl__dev_coll_desc d = {.name = "warm-up",
-                         .op = SL__DEV_ALL_REDUCE,
+                         .op = g->prog ? SL__DEV_EXCHANGE : SL__DEV_ALL_REDUCE,
                          .dtype = SL_DTYPE_F32,
                          .reduce = SL_REDUCE_SUM,
                          .count = 1};

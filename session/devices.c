@@ -15,8 +15,8 @@ static sl_status cuda_open(int index, sl__device **out) {
   return sl__device_open(SL_DEVICE_CUDA, index, out);
 }
 
-static const sl__session_backend cuda_backend = {cuda_open, sl__op_run_cuda,
-                                                 sl__dev_coll_nccl_open};
+static const sl__session_backend cuda_backend = {
+    cuda_open, sl__op_run_cuda, sl__dev_coll_nccl_open, sl__cuda_box};
 static _Atomic(const sl__session_backend *) backend = &cuda_backend;
 
 void sl__session_set_backend(const sl__session_backend *b) {

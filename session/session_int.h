@@ -11,6 +11,7 @@
 #include <sluice/actor.h>
 #include <sluice/session.h>
 
+#include "box.h"
 #include "caching_alloc.h"
 #include "comm_int.h"
 #include "dev_coll.h"
@@ -36,10 +37,14 @@ typedef struct sl__session_backend {
                       sl__caching_alloc *mem, sl__stream *s);
   /* The collectives between those devices (NCCL). */
   sl_status (*coll_open)(sl__dev_coll **out);
+  /* A box move or fill on a device's memory, queued on s (kernels/box.h:
+   * sl__cuda_box), for boxing steps between NCCL calls. */
+  sl_status (*box)(const sl__box_op *b, sl__stream *s);
 } sl__session_backend;
 
 typedef struct sl__dgroup sl__dgroup;
 typedef struct sl__dseq sl__dseq;
+typedef struct sl__dxchg sl__dxchg;
 
 /* One CUDA device of this node's tasks (devices.c). */
 typedef struct sess_dev {
@@ -79,7 +84,8 @@ typedef struct task_rt {
    * when the collective's members live on several nodes */
   sl__coll *coll;
   sl__span *span;
-  sl__dgroup *dgroup; /* instead, an all-reduce between GPUs */
+  sl__dgroup *dgroup; /* instead, a boxing step between GPUs */
+  sl__dxchg *local;   /* LOCAL on a GPU: its program (dev_xchg.c) */
   int member;
   sl_completion *pending;
   /* LOCAL: slice (keep part `member` of n along axis) or zero */
@@ -239,7 +245,8 @@ sl_status sl__complete_on_stream(task_rt *rt, sl_status st);
 /* dev_boxing.c: a boxing step's collective between GPUs, NCCL: coll is
  * SL__DEV_ALL_REDUCE, SL__DEV_ALL_GATHER or SL__DEV_REDUCE_SCATTER, count
  * as comm/dev_coll.h counts it (per member: an all-gather's input, a
- * reduce-scatter's output). */
+ * reduce-scatter's output), or SL__DEV_EXCHANGE with a program per member
+ * (sl__dgroup_set_program; dt, op and count unused). */
 /* Every member in this process: rank k on devices[k], its communicator
  * made now. */
 sl_status sl__dgroup_create(sl__dev_coll *e, const char *name, int n,
@@ -259,6 +266,11 @@ sl_status sl__dgroup_create_span(sl__dseq *q, const char *name, int nranks,
                                  const int32_t order[4], sl__dgroup **out);
 /* Frees g and its communicator (after sl__dgroup_abort: only frees). */
 void sl__dgroup_destroy(sl__dgroup *g);
+/* A group made with coll SL__DEV_EXCHANGE: the program (dev_xchg.c) of
+ * its member `member`, one of this process's; g owns x from now on, also
+ * on failure (SL_ENOMEM, SL_EINTERNAL). Each local member needs one before
+ * the group is connected or launched. */
+sl_status sl__dgroup_set_program(sl__dgroup *g, int member, sl__dxchg *x);
 /* Member rt (its firing deferred in rt->pending) arrives with its
  * buffers; the last local arrival launches the round for all local
  * members (a spanning group: once the groups before it in the job's order
@@ -291,6 +303,67 @@ void sl__dseq_abort(sl__dseq *q, sl_status st, const char *msg);
 /* Daemons, before starting the job: sl__dseq_connect for s's groups that
  * span nodes, through kv. */
 sl_status sl__session_connect_dgroups(sl_session *s, const sl__dev_kv *kv);
+
+/* dev_xchg.c: boxing steps between GPUs as pieces moved by grouped NCCL
+ * sends and receives (all-to-all, uneven or non-axis-0 gathers and
+ * scatters, send_recv, copy) or on the device alone (slice, zero). */
+typedef struct sl__xpiece {
+  int src, dst; /* members */
+  sl_slice box; /* global coordinates */
+  bool reduce;  /* reduced into dst's output with the step's op; stored
+                   otherwise */
+} sl__xpiece;
+
+/* A step as pieces between its members, in the order each target applies
+ * them. */
+typedef struct sl__xgeom {
+  int n;
+  sl_dtype dtype;
+  sl_reduce_op op;            /* reducing pieces, fills */
+  bool *has_in, *has_out;     /* by member */
+  sl_slice *in_box, *out_box; /* by member: the global box of its shard */
+  bool *fill;                 /* by member: output first set to op's
+                                 identity */
+  int n_pieces;
+  sl__xpiece *pieces;
+} sl__xgeom;
+
+/* Group step `group` of step `step` of boxing node n, members in group
+ * order; a send_recv or copy step, members the plan ranks; a local step
+ * of placement rank `rank`, group member `member`, as one member. Each
+ * checks that every output is covered (SL_EINTERNAL otherwise). */
+sl_status sl__xgeom_group(const sl_graph *gr, const sl__node *n, int step,
+                          int group, sl__xgeom *g);
+sl_status sl__xgeom_p2p(const sl_graph *gr, const sl__node *n, int step,
+                        sl__xgeom *g);
+sl_status sl__xgeom_local(const sl_graph *gr, const sl__node *n, int step,
+                          int rank, int member, sl__xgeom *g);
+void sl__xgeom_free(sl__xgeom *g);
+
+/* Member me's program on device dev (its staging memory taken now). */
+sl_status sl__dxchg_create(sess_dev *dev, const sl__xgeom *g, int me,
+                           sl__dxchg **out);
+void sl__dxchg_destroy(sl__dxchg *x);
+/* One round on stream s: before the NCCL call (fills, packing; *a gets
+ * the sends and receives, valid until the next call), and after it
+ * (unpacking, own pieces, in piece order). Device errors of queueing. */
+sl_status sl__dxchg_before(sl__dxchg *x, const void *in, void *out,
+                           sl__stream *s, sl__dev_rank_args *a);
+sl_status sl__dxchg_after(sl__dxchg *x, const void *in, void *out,
+                          sl__stream *s);
+/* A warm-up launch: one byte to and from every peer of a round, in buf
+ * (sl__dxchg_warm_bytes bytes of device memory). */
+size_t sl__dxchg_warm_bytes(const sl__dxchg *x);
+void sl__dxchg_warm_args(sl__dxchg *x, void *buf, sl__stream *s,
+                         sl__dev_rank_args *a);
+
+/* build.c: the placement rank of every plan rank on placement p's side
+ * (-1: not there), and the placement holding the shards before step. */
+sl_status sl__boxing_side_of(const sl_boxing_plan *bp, const sl_placement *p,
+                             int *inv);
+const sl_placement *sl__boxing_step_placement(const sl_boxing_plan *bp,
+                                              int step, const sl_placement *ps,
+                                              const sl_placement *pd);
 
 /* Copies host bytes to the device and waits (set-up only). */
 sl_status sl__dev_upload(sess_dev *d, void *dst, const void *src,

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "box.h"
 #include "sbp_int.h"
 #include "session_int.h"
 
@@ -24,6 +25,7 @@ static struct {
   atomic_uint_least64_t all_gathers, cross_all_gathers, reduce_scatters,
       cross_reduce_scatters;
   atomic_uint_least64_t order_checks, order_errors;
+  atomic_uint_least64_t exchanges, cross_exchanges, p2p_bytes, boxes;
   atomic_int_least64_t live_allocs;
 } stats;
 
@@ -34,11 +36,14 @@ typedef enum item_kind {
   ITEM_COPY,
   ITEM_SET,
   ITEM_KERNEL,
-  ITEM_COLL
+  ITEM_COLL,
+  ITEM_P2P,
+  ITEM_BOX
 } item_kind;
 
 typedef struct fround fround; /* a collective (below) */
 typedef struct fshared fshared;
+typedef struct fp2p fp2p; /* a send or receive (below) */
 
 typedef struct item {
   item_kind kind;
@@ -48,9 +53,12 @@ typedef struct item {
   int value;
   const sl__op_def *op;
   sl__kernel_ctx k;
-  fshared *sh; /* ITEM_COLL: the communicator, the collective, the rank */
-  fround *r;
+  fshared *sh; /* ITEM_COLL, ITEM_P2P: the communicator, the rank */
+  fround *r;   /* ITEM_COLL: the collective */
   int rank;
+  fp2p *p2p; /* ITEM_P2P: the rank's sends and receives of a group call */
+  int n_p2p;
+  sl__box_op box; /* ITEM_BOX, on host views */
   struct item *next;
 } item;
 
@@ -80,28 +88,39 @@ typedef struct fevent {
 } fevent;
 
 static sl_status run_coll(item *it);
+static sl_status run_p2p(item *it);
+
+/* A kernel's wait: the jitter and its device's delay. */
+static void kernel_delay(fstream *s) {
+  unsigned j = atomic_load(&jitter_us), us = 0;
+  if (j) us = (unsigned)rand_r(&s->rng) % j;
+  if (s->device >= 0 && s->device < (int)SL_ARRAY_LEN(delay_us))
+    us += atomic_load(&delay_us[s->device]);
+  if (us) sl__sleep_ns((uint64_t)us * 1000u);
+}
 
 static void run_item(item *it, fstream *s) {
   sl_status st = SL_OK;
   switch (it->kind) {
   case ITEM_COPY: memcpy(it->dst, it->src, it->bytes); break;
   case ITEM_SET: memset(it->dst, it->value, it->bytes); break;
-  case ITEM_KERNEL: {
-    unsigned j = atomic_load(&jitter_us), us = 0;
-    if (j) us = (unsigned)rand_r(&s->rng) % j;
-    if (s->device >= 0 && s->device < (int)SL_ARRAY_LEN(delay_us))
-      us += atomic_load(&delay_us[s->device]);
-    if (us) sl__sleep_ns((uint64_t)us * 1000u);
+  case ITEM_KERNEL:
+    kernel_delay(s);
     st = sl__op_run_cpu(it->op, &it->k);
     break;
-  }
   case ITEM_COLL: st = run_coll(it); break;
+  case ITEM_P2P: st = run_p2p(it); break;
+  case ITEM_BOX:
+    /* A box is a kernel on a GPU: it waits as kernels do. */
+    kernel_delay(s);
+    st = sl__box_op_run_host(&it->box);
+    break;
   }
   if (st != SL_OK) {
     pthread_mutex_lock(&s->m);
     if (s->failed == SL_OK) {
       s->failed = st;
-      if (it->kind == ITEM_COLL)
+      if (it->kind != ITEM_KERNEL)
         snprintf(s->why, sizeof s->why, "%s", sl_last_error());
     }
     pthread_mutex_unlock(&s->m);
@@ -360,6 +379,28 @@ static sl_status fake_run_op(const sl__op_def *op, sl__kernel_ctx *k,
   return enqueue((fstream *)s, it);
 }
 
+/* Queues a box move or fill (kernels/box.h) on the stream, on host views of
+ * its buffers; the item keeps its own copy of the operation. */
+static sl_status fake_box(const sl__box_op *b, sl__stream *s) {
+  SL_CHECK(sl__box_op_check(b));
+  int64_t n = 1;
+  for (int d = 0; d < b->ndim; d++)
+    n *= b->ext[d];
+  if (n == 0) return SL_OK; /* nothing to move: nothing to queue */
+  if (!((uintptr_t)b->dst & DEVICE_BIT))
+    return sl__fail(SL_EINVAL, "fake cuda: box %s host memory",
+                    b->src ? "into" : "fill of");
+  if (b->src && !((uintptr_t)b->src & DEVICE_BIT))
+    return sl__fail(SL_EINVAL, "fake cuda: box from host memory");
+  item *it = new_item(ITEM_BOX);
+  if (!it) return SL_ENOMEM;
+  it->box = *b;
+  it->box.dst = to_host(b->dst);
+  it->box.src = to_host(b->src);
+  atomic_fetch_add(&stats.boxes, 1);
+  return enqueue((fstream *)s, it);
+}
+
 /* ---- collectives: NCCL-like communicators --------------------------------
  * A communicator is shared state found by its unique id (ids are unique in
  * the test process), so the daemons of one test process, each with its own
@@ -375,12 +416,22 @@ static sl_status fake_run_op(const sl__op_def *op, sl__kernel_ctx *k,
  *   j of every output, a reduce-scatter gives rank i part i of the
  *   reduction of every rank's nranks * count elements;
  * - an abort frees only its own rank: that rank's waiting part ends, the
- *   others keep waiting until their own process aborts them.
- * A part that waits longer than WAIT_MS fails its stream, naming the
+ *   others keep waiting until their own process aborts them;
+ * - sends and receives (below, "point to point").
+ * A part that waits longer than wait_ms() fails its stream, naming the
  * communicator and the collective — where NCCL would hang (ranks issuing
  * collectives in different orders, a process that never comes). */
 
-#define WAIT_MS 20000u
+/* fake_cuda_set_wait_ms: how long every wait of the fake NCCL lasts. */
+#define WAIT_MS_DEFAULT 20000u
+static atomic_uint wait_ms_v = WAIT_MS_DEFAULT;
+static unsigned wait_ms(void) { return atomic_load(&wait_ms_v); }
+static uint64_t wait_deadline(void) {
+  return sl__now_ns() + (uint64_t)wait_ms() * 1000000u;
+}
+
+typedef struct fpair fpair;
+typedef struct fmsg fmsg;
 
 struct fround {
   fround *next;
@@ -395,6 +446,24 @@ struct fround {
   void **out;
 };
 
+/* Point to point (below): a pair of ranks, a send published. */
+struct fpair {
+  fpair *next;
+  int from, to;
+  uint64_t sent, received; /* sequence numbers given so far */
+};
+
+/* A published send, removed by its sender's part. */
+struct fmsg {
+  fmsg *next;
+  int from, to;
+  uint64_t seq;
+  const void *buf; /* host view */
+  size_t bytes;
+  bool consumed;
+  size_t got; /* once consumed: the receive's size */
+};
+
 struct fshared {
   fshared *next;
   uint64_t id;
@@ -405,6 +474,8 @@ struct fshared {
   bool cross;       /* its ranks were initialised by several group calls */
   uint64_t *posted; /* by rank: collectives launched */
   fround *rounds;
+  fpair *pairs; /* point to point: sequence numbers by ordered pair */
+  fmsg *msgs;   /* sends published, not yet removed by their sender */
 };
 
 /* One "process": an sl__dev_coll (each daemon's session opens its own).
@@ -442,7 +513,8 @@ static pthread_mutex_t reg_m = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t reg_cv;
 static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
 static fshared *registry;
-/* fake_cuda_fail_collective: the part to fail (rank -1: none). */
+/* fake_cuda_fail_collective: the part to fail (rank -1: none). Only
+ * collectives count and can fail: sends and receives never do. */
 static int fail_rank = -1;
 static uint64_t fail_seq;
 
@@ -461,6 +533,18 @@ static void shared_unref(fshared *sh) {
     free(r->in);
     free(r->out);
     free(r);
+  }
+  while (sh->pairs) {
+    fpair *q = sh->pairs;
+    sh->pairs = q->next;
+    free(q);
+  }
+  /* Senders remove their own messages; none should be left, but a freed
+   * communicator holds nothing. */
+  while (sh->msgs) {
+    fmsg *m = sh->msgs;
+    sh->msgs = m->next;
+    free(m);
   }
   free(sh->gone);
   free(sh->posted);
@@ -500,7 +584,7 @@ static sl_status run_coll(item *it) {
   fshared *sh = it->sh;
   fround *r = it->r;
   sl_status st = SL_OK;
-  uint64_t deadline = sl__now_ns() + (uint64_t)WAIT_MS * 1000000u;
+  uint64_t deadline = wait_deadline();
   pthread_mutex_lock(&reg_m);
   if (sh->cross && it->rank == fail_rank && r->seq == fail_seq) {
     /* A fault once every other rank is inside: this part never joins,
@@ -547,7 +631,7 @@ static sl_status run_coll(item *it) {
                     "its collective %llu (%d of %d ranks there): NCCL would "
                     "hang (collectives issued in different orders? a "
                     "process that never launched it?)",
-                    it->rank, (unsigned long long)sh->id, WAIT_MS,
+                    it->rank, (unsigned long long)sh->id, wait_ms(),
                     (unsigned long long)r->seq, r->arrived, sh->nranks);
       break;
     }
@@ -565,20 +649,175 @@ static sl_status run_coll(item *it) {
   return st;
 }
 
+/* ---- point to point ---------------------------------------------------------
+ * Sends and receives, as NCCL's: posted inside a group call, where all of
+ * one rank's sends and receives on a communicator become one part on its
+ * stream (one stream per rank and group call). The k-th send from rank a
+ * to rank b meets the k-th receive at b from a (sequence numbers per
+ * ordered pair, given at group_end in call order; across group calls too),
+ * and a rank may send to itself. When the part runs it publishes its
+ * sends (host views of their buffers), fills each receive from its send
+ * once that is published, then waits until its own sends were received: a
+ * send completes only when delivered, so its buffer stays valid for the
+ * receiver. A send and its receive of different sizes fail both streams
+ * (NCCL would corrupt memory); a wait longer than wait_ms() fails the
+ * stream where NCCL would hang. After an abort nothing is written, and the
+ * part ends once its own rank is aborted, as a collective's. */
+
+struct fp2p {
+  bool send;
+  int peer;
+  void *buf; /* host view */
+  size_t bytes;
+  uint64_t seq;
+  fmsg *m; /* a send's published message */
+};
+
+/* Under reg_m: the pair's counters, made on first use; NULL without
+ * memory. */
+static fpair *pair_get(fshared *sh, int from, int to) {
+  fpair *q = sh->pairs;
+  while (q && (q->from != from || q->to != to))
+    q = q->next;
+  if (!q && (q = calloc(1, sizeof *q))) {
+    q->from = from;
+    q->to = to;
+    q->next = sh->pairs;
+    sh->pairs = q;
+  }
+  return q;
+}
+
+static fmsg *msg_find(fshared *sh, int from, int to, uint64_t seq) {
+  fmsg *m = sh->msgs;
+  while (m && (m->from != from || m->to != to || m->seq != seq))
+    m = m->next;
+  return m;
+}
+
+/* A rank's sends and receives of one group call, on its stream's worker. */
+static sl_status run_p2p(item *it) {
+  fshared *sh = it->sh;
+  int me = it->rank;
+  unsigned long long id = (unsigned long long)sh->id;
+  sl_status st = SL_OK;
+  uint64_t deadline = wait_deadline();
+  pthread_mutex_lock(&reg_m);
+  for (int i = 0; i < it->n_p2p && !sh->gone[me]; i++) {
+    fp2p *o = &it->p2p[i];
+    if (!o->send) continue;
+    fmsg *m = calloc(1, sizeof *m);
+    if (!m) {
+      st = sl__fail(SL_ENOMEM, "fake nccl: out of memory");
+      break;
+    }
+    *m = (fmsg){sh->msgs, me, o->peer, o->seq, o->buf, o->bytes, false, 0};
+    sh->msgs = m;
+    o->m = m;
+  }
+  pthread_cond_broadcast(&reg_cv);
+  for (int i = 0; i < it->n_p2p && st == SL_OK; i++) {
+    fp2p *o = &it->p2p[i];
+    if (o->send) continue;
+    fmsg *m = NULL;
+    /* A broken communicator writes nothing more: its parts wait for their
+     * own abort. */
+    while (!sh->gone[me]) {
+      if (!sh->broken && (m = msg_find(sh, o->peer, me, o->seq))) break;
+      if (!reg_wait(deadline)) {
+        st = sl__fail(SL_ETIMEOUT,
+                      "fake nccl: rank %d of communicator %llx waited %u ms "
+                      "for its receive %llu from rank %d (%zu bytes): NCCL "
+                      "would hang (a send never issued? sends and receives "
+                      "issued in different orders? a process that never "
+                      "launched it?)",
+                      me, id, wait_ms(), (unsigned long long)o->seq, o->peer,
+                      o->bytes);
+        break;
+      }
+    }
+    if (!m) break;
+    m->consumed = true;
+    m->got = o->bytes;
+    pthread_cond_broadcast(&reg_cv);
+    if (m->bytes != o->bytes) {
+      st = sl__fail(SL_EINVAL,
+                    "fake nccl: communicator %llx: rank %d's receive %llu "
+                    "from rank %d has %zu bytes, the send has %zu: NCCL "
+                    "would corrupt memory",
+                    id, me, (unsigned long long)o->seq, o->peer, o->bytes,
+                    m->bytes);
+      break;
+    }
+    /* memmove: a rank sending to itself may use one buffer for both. */
+    if (o->bytes) memmove(o->buf, m->buf, o->bytes);
+    atomic_fetch_add(&stats.p2p_bytes, o->bytes);
+  }
+  /* A send completes once delivered (or its receiver got it wrong). */
+  while (st == SL_OK && !sh->gone[me]) {
+    fp2p *wait = NULL;
+    for (int i = 0; i < it->n_p2p && st == SL_OK; i++) {
+      fp2p *o = &it->p2p[i];
+      if (!o->m) continue;
+      if (!o->m->consumed) {
+        if (!wait) wait = o;
+      } else if (o->m->got != o->bytes) {
+        st = sl__fail(SL_EINVAL,
+                      "fake nccl: communicator %llx: rank %d's send %llu to "
+                      "rank %d has %zu bytes, the receive has %zu: NCCL "
+                      "would corrupt memory",
+                      id, me, (unsigned long long)o->seq, o->peer, o->bytes,
+                      o->m->got);
+      }
+    }
+    if (st != SL_OK || !wait) break;
+    if (!reg_wait(deadline))
+      st = sl__fail(SL_ETIMEOUT,
+                    "fake nccl: rank %d of communicator %llx waited %u ms for "
+                    "rank %d to receive its send %llu (%zu bytes): NCCL would "
+                    "hang (a receive never issued? sends and receives issued "
+                    "in different orders? a process that never launched it?)",
+                    me, id, wait_ms(), wait->peer,
+                    (unsigned long long)wait->seq, wait->bytes);
+  }
+  /* Received or not, the sends go: the buffers are the caller's again. */
+  for (int i = 0; i < it->n_p2p; i++) {
+    fmsg *m = it->p2p[i].m;
+    if (!m) continue;
+    fmsg **p = &sh->msgs;
+    while (*p != m)
+      p = &(*p)->next;
+    *p = m->next;
+    free(m);
+  }
+  shared_unref(sh);
+  pthread_mutex_unlock(&reg_m);
+  free(it->p2p);
+  return st;
+}
+
 /* Group calls are per thread, as NCCL's. */
+typedef enum pending_kind { P_COLL, P_SEND, P_RECV } pending_kind;
+
 typedef struct pending_op {
-  sl__dev_coll_op coll;
+  pending_kind kind;
+  sl__dev_coll_op coll; /* P_COLL */
   fcomm *c;
-  const void *in;
-  void *out;
+  const void *in; /* P_SEND: the buffer */
+  void *out;      /* P_RECV: the buffer */
   size_t count;
   sl__dev_type t;
   sl__dev_redop op;
+  int peer; /* P_SEND, P_RECV */
   fstream *s;
 } pending_op;
 
-static _Thread_local pending_op pending[64];
+/* An all-to-all posts 2 * nranks operations per local rank. */
+static _Thread_local pending_op pending[256];
 static _Thread_local int n_pending;
+/* The first failure of an operation posted in this group call: as NCCL's
+ * group_end then, the group call issues nothing and returns it. */
+static _Thread_local sl_status pending_err;
 static _Thread_local fcomm *pending_init[64];
 static _Thread_local int n_init;
 static atomic_uint_least64_t id_counter;
@@ -681,6 +920,7 @@ static sl_status fc_comm_abort(void *ctx, void *comm) {
 static sl_status fc_group_start(void *ctx) {
   n_pending = 0;
   n_init = 0;
+  pending_err = SL_OK;
   return SL_OK;
 }
 
@@ -689,7 +929,7 @@ static sl_status fc_group_start(void *ctx) {
 static sl_status end_inits(fproc *pr) {
   int n = n_init;
   n_init = 0;
-  uint64_t deadline = sl__now_ns() + (uint64_t)WAIT_MS * 1000000u;
+  uint64_t deadline = wait_deadline();
   sl_status st = SL_OK;
   pthread_mutex_lock(&reg_m);
   for (int i = 0; i < n && st == SL_OK; i++) {
@@ -712,13 +952,84 @@ static sl_status end_inits(fproc *pr) {
                       "fake nccl: init of communicator %llx: %d of %d ranks "
                       "joined in %u ms",
                       (unsigned long long)sh->id, sh->joined, sh->nranks,
-                      WAIT_MS);
+                      wait_ms());
   }
   pthread_mutex_unlock(&reg_m);
   return st;
 }
 
-/* Each launched rank's part goes onto its stream as its next collective. */
+/* What the fake does not take in a group call, before anything is issued:
+ * collectives and sends or receives of one communicator together, and one
+ * rank's sends and receives on several streams. */
+static sl_status check_group(int n) {
+  for (int i = 0; i < n; i++) {
+    const pending_op *p = &pending[i];
+    for (int j = 0; j < i; j++) {
+      const pending_op *q = &pending[j];
+      if (q->c->sh != p->c->sh) continue;
+      if ((p->kind == P_COLL) != (q->kind == P_COLL))
+        return sl__fail(SL_EUNSUPPORTED,
+                        "fake nccl: communicator %llx: collectives and "
+                        "sends or receives in one group call (not modelled)",
+                        (unsigned long long)p->c->sh->id);
+      if (p->kind != P_COLL && q->c->rank == p->c->rank && q->s != p->s)
+        return sl__fail(SL_EINVAL,
+                        "fake nccl: rank %d of communicator %llx: sends and "
+                        "receives on two streams in one group call (NCCL "
+                        "takes one stream per rank and group call)",
+                        p->c->rank, (unsigned long long)p->c->sh->id);
+    }
+  }
+  return SL_OK;
+}
+
+/* Under reg_m: the sends and receives of pending[i]'s rank and
+ * communicator, from pending[i] on, as one part on its stream. */
+static sl_status launch_p2p(int i, int n) {
+  const pending_op *p = &pending[i];
+  fshared *sh = p->c->sh;
+  int me = p->c->rank, k = 0;
+  for (int j = i; j < n; j++)
+    k += pending[j].c->sh == sh && pending[j].c->rank == me;
+  /* The pairs first: once sequence numbers are given, nothing fails. */
+  for (int j = i; j < n; j++) {
+    const pending_op *q = &pending[j];
+    if (q->c->sh == sh && q->c->rank == me &&
+        !pair_get(sh, q->kind == P_SEND ? me : q->peer,
+                  q->kind == P_SEND ? q->peer : me))
+      return SL_ENOMEM;
+  }
+  fp2p *ops = calloc((size_t)k, sizeof *ops);
+  item *it = new_item(ITEM_P2P);
+  if (!ops || !it) {
+    free(ops);
+    free(it);
+    return SL_ENOMEM;
+  }
+  k = 0;
+  for (int j = i; j < n; j++) {
+    const pending_op *q = &pending[j];
+    if (q->c->sh != sh || q->c->rank != me) continue;
+    bool send = q->kind == P_SEND;
+    fpair *pair = pair_get(sh, send ? me : q->peer, send ? q->peer : me);
+    ops[k++] = (fp2p){send,
+                      q->peer,
+                      to_host(send ? q->in : q->out),
+                      q->count * sl_dtype_size(fc_dtype(q->t)),
+                      send ? pair->sent++ : pair->received++,
+                      NULL};
+  }
+  it->sh = sh;
+  it->rank = me;
+  it->p2p = ops;
+  it->n_p2p = k;
+  sh->refs++;
+  atomic_fetch_add(sh->cross ? &stats.cross_exchanges : &stats.exchanges, 1);
+  return enqueue(p->s, it);
+}
+
+/* Each launched rank's part goes onto its stream: its next collective, or
+ * its sends and receives of the group call. */
 static sl_status fc_group_end(void *ctx) {
   fproc *pr = ctx;
   unsigned slow = atomic_load(&init_delay_ms);
@@ -726,7 +1037,12 @@ static sl_status fc_group_end(void *ctx) {
   if (n_init) return end_inits(pr);
   int n = n_pending;
   n_pending = 0;
-  sl_status st = SL_OK;
+  sl_status st = pending_err;
+  pending_err = SL_OK;
+  if (st != SL_OK)
+    return sl__fail(st, "fake nccl: an operation of the group call failed: "
+                        "nothing issued");
+  SL_CHECK(check_group(n));
   pthread_mutex_lock(&reg_m);
   for (int i = 0; i < n && st == SL_OK; i++) {
     const pending_op *p = &pending[i];
@@ -738,6 +1054,14 @@ static sl_status fc_group_end(void *ctx) {
         !log_add(&pr->launched, &pr->n_launched, &pr->cap_launched, sh->id)) {
       st = SL_ENOMEM;
       break;
+    }
+    if (p->kind != P_COLL) {
+      bool rank_first = true; /* one part per rank */
+      for (int j = 0; j < i; j++)
+        rank_first &=
+            pending[j].c->sh != sh || pending[j].c->rank != p->c->rank;
+      if (rank_first) st = launch_p2p(i, n);
+      continue;
     }
     uint64_t seq = sh->posted[p->c->rank]++;
     fround *r = sh->rounds;
@@ -798,18 +1122,32 @@ static sl_status fc_group_end(void *ctx) {
   return st;
 }
 
+/* A failed post: the group call issues nothing. */
+static sl_status post_failed(sl_status st) {
+  if (pending_err == SL_OK) pending_err = st;
+  return st;
+}
+
 /* Queues a rank's part for the group call (fc_group_end). */
 static sl_status fc_post(sl__dev_coll_op coll, void *comm, const void *in,
                          void *out, size_t count, sl__dev_type t,
                          sl__dev_redop op, sl__stream *s) {
   if (n_pending == (int)SL_ARRAY_LEN(pending))
-    return sl__fail(SL_EINVAL, "fake nccl: too many operations in a group");
+    return post_failed(
+        sl__fail(SL_EINVAL, "fake nccl: too many operations in a group"));
   if ((in && !((uintptr_t)in & DEVICE_BIT)) ||
       (out && !((uintptr_t)out & DEVICE_BIT)))
-    return sl__fail(SL_EINVAL, "fake nccl: %s on host memory",
-                    sl__dev_coll_op_name(coll));
-  pending[n_pending++] =
-      (pending_op){coll, comm, in, out, count, t, op, (fstream *)s};
+    return post_failed(sl__fail(SL_EINVAL, "fake nccl: %s on host memory",
+                                sl__dev_coll_op_name(coll)));
+  pending[n_pending++] = (pending_op){.kind = P_COLL,
+                                      .coll = coll,
+                                      .c = comm,
+                                      .in = in,
+                                      .out = out,
+                                      .count = count,
+                                      .t = t,
+                                      .op = op,
+                                      .s = (fstream *)s};
   return SL_OK;
 }
 
@@ -828,17 +1166,47 @@ static sl_status fc_all_gather(void *ctx, void *comm, const void *in, void *out,
   return fc_post(SL__DEV_ALL_GATHER, comm, in, out, count, t, SL__DEV_SUM, s);
 }
 
-static sl_status fc_only_collectives(void) {
-  return sl__fail(SL_EUNSUPPORTED,
-                  "fake nccl: only all_reduce, all_gather, reduce_scatter");
+/* Queues a send or receive for the group call (fc_group_end). */
+static sl_status fc_post_p2p(pending_kind kind, void *comm, void *buf,
+                             size_t count, sl__dev_type t, int peer,
+                             sl__stream *s) {
+  fcomm *c = comm;
+  const char *what = kind == P_SEND ? "send to" : "receive from";
+  if (n_pending == (int)SL_ARRAY_LEN(pending))
+    return post_failed(
+        sl__fail(SL_EINVAL, "fake nccl: too many operations in a group"));
+  if (peer < 0 || peer >= c->sh->nranks)
+    return post_failed(sl__fail(SL_EINVAL,
+                                "fake nccl: rank %d's %s rank %d: the "
+                                "communicator has %d ranks",
+                                c->rank, what, peer, c->sh->nranks));
+  if ((buf && !((uintptr_t)buf & DEVICE_BIT)) || (count && !buf))
+    return post_failed(sl__fail(SL_EINVAL,
+                                "fake nccl: rank %d's %s rank %d: %s", c->rank,
+                                what, peer, buf ? "host memory" : "no buffer"));
+  if (count > SIZE_MAX / sl_dtype_size(fc_dtype(t)))
+    return post_failed(sl__fail(SL_EINVAL,
+                                "fake nccl: rank %d's %s rank %d: %zu "
+                                "elements overflow a size",
+                                c->rank, what, peer, count));
+  pending[n_pending++] = (pending_op){.kind = kind,
+                                      .c = c,
+                                      .in = kind == P_SEND ? buf : NULL,
+                                      .out = kind == P_RECV ? buf : NULL,
+                                      .count = count,
+                                      .t = t,
+                                      .peer = peer,
+                                      .s = (fstream *)s};
+  return SL_OK;
 }
+
 static sl_status fc_send(void *ctx, void *comm, const void *buf, size_t count,
                          sl__dev_type t, int peer, sl__stream *s) {
-  return fc_only_collectives();
+  return fc_post_p2p(P_SEND, comm, (void *)buf, count, t, peer, s);
 }
 static sl_status fc_recv(void *ctx, void *comm, void *buf, size_t count,
                          sl__dev_type t, int peer, sl__stream *s) {
-  return fc_only_collectives();
+  return fc_post_p2p(P_RECV, comm, buf, count, t, peer, s);
 }
 
 /* The check of fproc's header, when the process closes. */
@@ -877,12 +1245,11 @@ static void fc_close(void *ctx) {
 static const sl__dev_coll_vtable fake_coll_vt = {
     .name = "fake-nccl",
     .id_bytes = 8,
-    .types = SL__DEV_TYPE_BIT(SL__DEV_FLOAT32) |
-             SL__DEV_TYPE_BIT(SL__DEV_FLOAT64) |
-             SL__DEV_TYPE_BIT(SL__DEV_FLOAT16) |
-             SL__DEV_TYPE_BIT(SL__DEV_BFLOAT16) |
-             SL__DEV_TYPE_BIT(SL__DEV_INT8) | SL__DEV_TYPE_BIT(SL__DEV_UINT8) |
-             SL__DEV_TYPE_BIT(SL__DEV_INT32) | SL__DEV_TYPE_BIT(SL__DEV_INT64),
+    .types =
+        SL__DEV_TYPE_BIT(SL__DEV_FLOAT32) | SL__DEV_TYPE_BIT(SL__DEV_FLOAT64) |
+        SL__DEV_TYPE_BIT(SL__DEV_FLOAT16) | SL__DEV_TYPE_BIT(SL__DEV_BFLOAT16) |
+        SL__DEV_TYPE_BIT(SL__DEV_INT8) | SL__DEV_TYPE_BIT(SL__DEV_UINT8) |
+        SL__DEV_TYPE_BIT(SL__DEV_INT32) | SL__DEV_TYPE_BIT(SL__DEV_INT64),
     .unique_id = fc_unique_id,
     .comm_init = fc_comm_init,
     .comm_destroy = fc_comm_destroy,
@@ -906,7 +1273,11 @@ static sl_status fake_coll_open(sl__dev_coll **out) {
 }
 
 static const sl__session_backend fake_backend = {fake_open, fake_run_op,
-                                                 fake_coll_open};
+                                                 fake_coll_open, fake_box};
+
+const struct sl__session_backend *fake_cuda_backend(void) {
+  return &fake_backend;
+}
 
 void fake_cuda_install(void) {
   /* A daemon may still be freeing an earlier test's job on its own thread
@@ -931,7 +1302,11 @@ void fake_cuda_install(void) {
                                        &stats.reduce_scatters,
                                        &stats.cross_reduce_scatters,
                                        &stats.order_checks,
-                                       &stats.order_errors};
+                                       &stats.order_errors,
+                                       &stats.exchanges,
+                                       &stats.cross_exchanges,
+                                       &stats.p2p_bytes,
+                                       &stats.boxes};
   for (size_t i = 0; i < SL_ARRAY_LEN(counters); i++)
     atomic_store(counters[i], 0);
   atomic_store(&stats.live_allocs, 0);
@@ -939,6 +1314,7 @@ void fake_cuda_install(void) {
   for (size_t d = 0; d < SL_ARRAY_LEN(delay_us); d++)
     atomic_store(&delay_us[d], 0);
   atomic_store(&init_delay_ms, 0);
+  atomic_store(&wait_ms_v, WAIT_MS_DEFAULT);
   atomic_store(&fail_ids, 0);
   fake_cuda_fail_collective(-1, 0);
   sl__session_set_backend(&fake_backend);
@@ -962,6 +1338,10 @@ void fake_cuda_get_stats(fake_cuda_stats *out) {
   out->cross_reduce_scatters = atomic_load(&stats.cross_reduce_scatters);
   out->order_checks = atomic_load(&stats.order_checks);
   out->order_errors = atomic_load(&stats.order_errors);
+  out->exchanges = atomic_load(&stats.exchanges);
+  out->cross_exchanges = atomic_load(&stats.cross_exchanges);
+  out->p2p_bytes = atomic_load(&stats.p2p_bytes);
+  out->boxes = atomic_load(&stats.boxes);
 }
 
 void fake_cuda_set_device_delay(int device, unsigned us) {
@@ -990,3 +1370,7 @@ int fake_cuda_live_comms(void) {
 }
 
 void fake_cuda_set_init_delay(unsigned ms) { atomic_store(&init_delay_ms, ms); }
+
+void fake_cuda_set_wait_ms(unsigned ms) {
+  atomic_store(&wait_ms_v, ms ? ms : WAIT_MS_DEFAULT);
+}

@@ -17,11 +17,18 @@
  * NCCL's processes do; a collective init; each rank's stream blocked in a
  * collective until all ranks reached it (past a 20 s wait, where NCCL
  * would hang, the stream fails naming the collective); members reduced in
- * rank order; an abort frees only its own rank. */
+ * rank order; an abort frees only its own rank. And sends and receives
+ * (exchanges, all-to-alls): one rank's of a group call are one part on its
+ * stream; the k-th send from a to b fills the k-th receive at b from a,
+ * of the same size (else both streams fail: NCCL would corrupt memory); a
+ * send completes once received; the same 20 s waits.
+ * Box moves and fills (kernels/box.h) run the host's on the stream. */
 #ifndef SLUICE_TESTS_FAKE_CUDA_H
 #define SLUICE_TESTS_FAKE_CUDA_H
 
 #include <stdint.h>
+
+struct sl__session_backend;
 
 typedef struct fake_cuda_stats {
   uint64_t kernels, h2d, d2h, d2d, memsets; /* work items queued */
@@ -38,6 +45,11 @@ typedef struct fake_cuda_stats {
    * round by round in the order they created those communicators; and of
    * them, the ones that did not (a message on stderr says where). */
   uint64_t order_checks, order_errors;
+  /* Ranks' parts of group calls of sends and receives (exchanges,
+   * all-to-alls) launched on communicators inside one process and across
+   * processes, and the bytes their receives got. */
+  uint64_t exchanges, cross_exchanges, p2p_bytes;
+  uint64_t boxes; /* box moves and fills queued */
 } fake_cuda_stats;
 
 void fake_cuda_install(void);
@@ -60,10 +72,20 @@ void fake_cuda_fail_unique_ids(int n);
  * the next communicator across processes to get there fails its stream
  * (a fault inside the collective), once every other rank has reached it;
  * it never joins, so the others wait until they are aborted. Once; rank
- * -1 cancels; install resets it. */
+ * -1 cancels; install resets it. Collectives only: sends and receives
+ * neither count nor fail. */
 void fake_cuda_fail_collective(int rank, uint64_t seq);
 /* Communicators with a rank still initialised or a part still queued: 0
  * once every session is gone. */
 int fake_cuda_live_comms(void);
+/* Every wait of the fake NCCL (inits, collectives, sends and receives)
+ * gives up after ms milliseconds, failing as NCCL would hang (0: the
+ * default, 20 s; install resets it). Set it once the communicators are
+ * made, as their init waits too. */
+void fake_cuda_set_wait_ms(unsigned ms);
+/* The session backend fake_cuda_install() installs (session_int.h): its
+ * devices, kernels, collectives (coll_open: one "process" per call) and
+ * boxes, for tests that drive them directly. */
+const struct sl__session_backend *fake_cuda_backend(void);
 
 #endif

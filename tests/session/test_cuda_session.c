@@ -6,10 +6,10 @@
  * device and its host side for feeds, fetches and boxing, placements mixing
  * cpu and cuda, all-reduces between the GPUs through the device
  * collectives (the fake's NCCL): all-reduces, and all-gathers and
- * reduce-scatters in NCCL's layout (others on the host sides), bit for bit
- * the cpu run. Each model trains step by step against
- * the interpreter.
- * The last test runs on a real GPU and skips without one. */
+ * reduce-scatters in NCCL's layout, and every other boxing step as grouped
+ * sends and receives with packing on the devices, bit for bit the cpu run. Each
+ * model trains step by step against the interpreter. The last test runs on a
+ * real GPU and skips without one. */
 #include <sluice/build.h>
 
 #include "fake_cuda.h"
@@ -112,8 +112,8 @@ static void test_device_failure(void **state) {
 
 /* ---- all-gathers and reduce-scatters between the GPUs -------------------
  * A boxing of all-gathers / reduce-scatters whose members' parts are
- * contiguous equal blocks (axis 0, an extent the group divides) stays on
- * the devices (graph/lower.c); any other goes to the host sides. Both must
+ * contiguous equal blocks (axis 0, an extent the group divides) is NCCL's
+ * collective; any other is an exchange (session/dev_xchg.c). Both must
  * compute bit for bit what the same graph does on cpu placements (the
  * fake NCCL reduces in rank order, as comm/coll.c does). */
 
@@ -136,10 +136,10 @@ static const split_case split_cases[] = {
     {"2d", "0-3[2,2]", 8, "(S(0),S(0))", "(B,B)", "(S(0),S(0))", 2, 2},
     /* A mesh axis gathered, the other all-reduced, in one boxing. */
     {"mixed", "0-3[2,2]", 8, "(S(0),B)", "(B,B)", "(S(0),B)", 1, 1},
-    /* 6 rows on 4 ranks: parts of 2 and 1 rows, no NCCL layout: the host
-     * sides box it. */
+    /* 6 rows on 4 ranks: parts of 2 and 1 rows, no NCCL layout: grouped
+     * sends and receives (test_exchanges). */
     {"uneven", "0-3", 6, "S(0)", "B", "S(0)", 0, 0},
-    /* Split on axis 1: parts are strided, not contiguous: host sides. */
+    /* Split on axis 1: parts are strided, packed on the devices. */
     {"axis1", "0-1", 4, "S(1)", "B", "S(1)", 0, 0},
 };
 
@@ -239,6 +239,126 @@ static void test_gather_scatter(void **state) {
   fake_cuda_uninstall();
 }
 
+/* ---- every other boxing step on the GPUs ---------------------------------
+ * All-to-alls, uneven and strided gathers and scatters, send_recv between
+ * placements (also of partial values), slice and zero: grouped sends and
+ * receives with packing on the devices (session/dev_xchg.c), never the
+ * host sides. Bit for bit the cpu run. */
+
+typedef struct xchg_case {
+  const char *name;
+  const char *from_pl, *from; /* x's placement mesh ("0-3") and nd-SBP */
+  const char *to_pl, *to;     /* boxed to this */
+  int rows, cols;
+  bool partial; /* x is the partial sum a @ w instead of an input */
+} xchg_case;
+
+static const xchg_case xchg_cases[] = {
+    {"all-to-all", "0-3", "S(0)", "0-3", "S(1)", 6, 10, false},
+    {"uneven gather", "0-3", "S(0)", "0-3", "B", 6, 5, false},
+    {"axis-1 gather", "0-2", "S(1)", "0-2", "B", 4, 7, false},
+    {"uneven scatter", "0-3", "P", "0-3", "S(0)", 7, 3, true},
+    {"axis-1 scatter", "0-1", "P", "0-1", "S(1)", 4, 5, true},
+    {"slice", "0-2", "B", "0-2", "S(1)", 5, 7, false},
+    {"zero", "0-1", "S(0)", "0-1", "P", 5, 3, false},
+    {"zero from B", "0-2", "B", "0-2", "P", 4, 3, false},
+    {"send_recv", "0-1", "S(0)", "2-3", "S(1)", 5, 6, false},
+    {"send_recv partial", "0-1", "P", "2-4", "B", 4, 3, true},
+    {"copy", "0", "B", "1", "B", 3, 4, false},
+    {"2d", "0-3[2,2]", "(S(0),S(1))", "0-3[2,2]", "(S(1),B)", 7, 6, false},
+    {"2d partial", "0-3[2,2]", "(P,S(0))", "0-3[2,2]", "(S(1),B)", 6, 5, true},
+};
+
+/* x [rows, cols] on <dev>:<from_pl> as c->from (a partial one: a @ w, a
+ * split on its inner axis), boxed to c->to on <dev>:<to_pl> and fetched. */
+static sl_graph *xchg_graph(const xchg_case *c, const char *dev) {
+  char from_pl[64], to_pl[64];
+  snprintf(from_pl, sizeof from_pl, "%s:%s", dev, c->from_pl);
+  snprintf(to_pl, sizeof to_pl, "%s:%s", dev, c->to_pl);
+  sl_graph *g = st_graph(from_pl);
+  sl_shape xs = SL_SHAPE(c->rows, c->cols);
+  sl_tensor x;
+  if (c->partial) {
+    /* P on the mesh axes where c->from says P, the rest as c->from. */
+    bool two = strchr(c->from_pl, '[') != NULL;
+    sl_shape as = SL_SHAPE(c->rows, 8), ws = SL_SHAPE(8, c->cols);
+    sl_tensor a =
+        sl_input(g, "a", &as, SL_DTYPE_F32, NULL, two ? "(S(1),S(0))" : "S(1)");
+    sl_tensor w =
+        sl_input(g, "w", &ws, SL_DTYPE_F32, NULL, two ? "(S(0),B)" : "S(0)");
+    x = sl_to_global(sl_matmul(a, w, false, false), from_pl, c->from);
+  } else {
+    x = sl_input(g, "x", &xs, SL_DTYPE_F32, NULL, c->from);
+  }
+  sl_fetch(sl_to_global(x, to_pl, c->to), "y");
+  st_check_graph(g);
+  return g;
+}
+
+/* One step of g with the feeds of seed; fetch "y" (malloc'ed). */
+static void *run_y(sl_graph *g, uint64_t seed, int *boxing_copies) {
+  sl_session *s = NULL;
+  if (sl_session_create(g, NULL, &s) != SL_OK)
+    fail_msg("session: %s", sl_last_error());
+  *boxing_copies = 0;
+  for (int32_t i = 0; i < s->pp->n_tasks; i++)
+    if (s->pp->tasks[i].kind == SL__TASK_COPY &&
+        strstr(s->pp->tasks[i].name, "@p"))
+      ++*boxing_copies;
+  st_feeds f;
+  st_feeds_make(g, seed, 0, &f);
+  for (int k = 0; k < f.n; k++)
+    if (sl_session_feed(s, f.name[k], f.data[k], f.bytes[k]) != SL_OK)
+      fail_msg("feed %s: %s", f.name[k], sl_last_error());
+  st_feeds_free(&f);
+  if (sl_session_run(s, 1) != SL_OK) fail_msg("run: %s", sl_last_error());
+  const sl__node *n = NULL;
+  for (int32_t j = 0; j < sl__graph_node_count(g) && !n; j++)
+    if (strcmp(sl__graph_node(g, j)->name, "y") == 0) n = sl__graph_node(g, j);
+  assert_non_null(n);
+  size_t bytes = st_value_bytes(sl__graph_value(g, n->in[0]));
+  void *out = malloc(bytes + 8);
+  if (sl_session_fetch(s, "y", out, bytes) != SL_OK)
+    fail_msg("fetch y: %s", sl_last_error());
+  sl_session_destroy(s);
+  return out;
+}
+
+static void test_exchanges(void **state) {
+  uint64_t seed = st_seed(65, "cuda exchanges");
+  fake_cuda_install();
+  for (size_t i = 0; i < SL_ARRAY_LEN(xchg_cases); i++) {
+    const xchg_case *c = &xchg_cases[i];
+    printf("  %s: cuda:%s %s -> cuda:%s %s\n", c->name, c->from_pl, c->from,
+           c->to_pl, c->to);
+    sl_graph *gc = xchg_graph(c, "cpu"), *gg = xchg_graph(c, "cuda");
+    fake_cuda_stats f0, f1;
+    fake_cuda_get_stats(&f0);
+    int copies_c, copies_g;
+    void *want = run_y(gc, seed + i, &copies_c);
+    void *got = run_y(gg, seed + i, &copies_g);
+    fake_cuda_get_stats(&f1);
+    st_compare(SL_DTYPE_F32, got, want, (int64_t)c->rows * c->cols, 0,
+               "cuda against cpu");
+    free(want);
+    free(got);
+    st_run_vs_interp(gg, 2, 1e-5, seed + i, 0, NULL);
+    /* On the devices: no boxing copy to or from a host side, and box
+     * kernels or grouped sends and receives did the work. */
+    uint64_t boxes = f1.boxes - f0.boxes, xchg = f1.exchanges - f0.exchanges;
+    printf("    box ops %llu, exchange launches %llu\n",
+           (unsigned long long)boxes, (unsigned long long)xchg);
+    assert_int_equal(copies_g, 0);
+    assert_true(boxes + xchg > 0);
+    sl_graph_destroy(gc);
+    sl_graph_destroy(gg);
+  }
+  fake_cuda_stats fs;
+  fake_cuda_get_stats(&fs);
+  assert_int_equal(fs.live_allocs, 0);
+  fake_cuda_uninstall();
+}
+
 /* The real thing: the same models on the GPUs this machine has. */
 static void test_real_gpu(void **state) {
   int n = sl_device_count(SL_DEVICE_CUDA);
@@ -268,6 +388,7 @@ int main(void) {
       cmocka_unit_test(test_mixed_placements),
       cmocka_unit_test(test_device_failure),
       cmocka_unit_test(test_gather_scatter),
+      cmocka_unit_test(test_exchanges),
       cmocka_unit_test(test_real_gpu),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -554,6 +554,83 @@ static void test_cuda_gather_scatter_across_nodes(void **state) {
   fake_cuda_uninstall();
 }
 
+/* Boxings NCCL has no collective for, across nodes: an uneven all-to-all,
+ * an all-gather along axis 1 and a send_recv to the second node's devices
+ * (cpu: to cpu:2-3). */
+static sl_graph *exchanges(const char *pl, const char *half) {
+  sl_graph *g = st_graph(pl);
+  sl_shape xs = SL_SHAPE(7, 6), ys = SL_SHAPE(5, 7), zs = SL_SHAPE(6, 3);
+  sl_tensor x = sl_input(g, "x", &xs, SL_DTYPE_F32, NULL, "S(0)");
+  sl_tensor y = sl_input(g, "y", &ys, SL_DTYPE_F32, NULL, "S(1)");
+  sl_tensor z = sl_input(g, "z", &zs, SL_DTYPE_F32, NULL, "S(0)");
+  sl_fetch(sl_tanh(sl_to_global(x, NULL, "S(1)")), "x2");
+  sl_fetch(sl_tanh(sl_to_global(y, NULL, "B")), "y2");
+  sl_fetch(sl_tanh(sl_to_global(z, half, "S(1)")), "z2");
+  st_check_graph(g);
+  return g;
+}
+
+/* Exchanges between GPUs across nodes (session/dev_xchg.c): grouped sends
+ * and receives on communicators across the daemons, warmed up pair by
+ * pair and launched in the job's order; bit for bit the embedded run on
+ * cpu, no collective between nodes on the hosts. */
+static void test_cuda_exchanges_across_nodes(void **state) {
+  enum { N = 2 };
+  static const char *names[3] = {"x2", "y2", "z2"};
+  static const size_t sizes[3] = {7 * 6, 5 * 7, 6 * 3};
+  fake_cuda_install();
+  fake_cuda_set_jitter(300);
+  fake_cuda_set_init_delay(50);
+  float got[2][3][64];
+  fake_cuda_stats f0, f1;
+  uint64_t before = 0;
+  for (int k = 0; k < 2; k++) {
+    const char *pl = k == 0 ? "cpu:0-3" : "cuda:0-1/0-1";
+    remote_on(k == 1);
+    sl_graph *g = exchanges(pl, k == 0 ? "cpu:2-3" : "cuda:1/0-1");
+    sl_session *s = NULL;
+    sl_status st = sl_session_create(g, NULL, &s);
+    remote_on(false);
+    if (st != SL_OK) fail_msg("create on %s: %s", pl, sl_last_error());
+    if (k == 1) {
+      fake_cuda_get_stats(&f0);
+      before = net_started(state);
+    }
+    for (int step = 0; step < N; step++) {
+      st_feeds f;
+      st_feeds_make(g, 73 + (uint64_t)step, 0, &f);
+      for (int j = 0; j < f.n; j++)
+        assert_int_equal(sl_session_feed(s, f.name[j], f.data[j], f.bytes[j]),
+                         SL_OK);
+      st_feeds_free(&f);
+      if (sl_session_run(s, 1) != SL_OK)
+        fail_msg("%s step %d: %s", pl, step, sl_last_error());
+    }
+    for (int i = 0; i < 3; i++)
+      assert_int_equal(
+          sl_session_fetch(s, names[i], got[k][i], sizes[i] * sizeof(float)),
+          SL_OK);
+    assert_int_equal(sl_session_finish(s), SL_OK);
+    sl_session_destroy(s);
+    sl_graph_destroy(g);
+  }
+  fake_cuda_get_stats(&f1);
+  for (int i = 0; i < 3; i++)
+    st_compare(SL_DTYPE_F32, got[1][i], got[0][i], (int64_t)sizes[i], 0,
+               names[i]);
+  uint64_t xx = f1.cross_exchanges - f0.cross_exchanges;
+  printf("exchange launches across nodes: %llu\n", (unsigned long long)xx);
+  assert_true(xx > 0);
+  assert_int_equal(net_started(state), before);
+  fake_cuda_stats fs;
+  fake_cuda_get_stats(&fs);
+  assert_int_equal(fs.order_checks, 2); /* both daemons */
+  assert_int_equal(fs.order_errors, 0);
+  assert_int_equal(fs.live_allocs, 0);
+  assert_int_equal(fake_cuda_live_comms(), 0);
+  fake_cuda_uninstall();
+}
+
 /* Three layers of data parallelism on pl: x and y split over the batch,
  * the weights broadcast, so each weight's gradient is one all-reduce over
  * every device (three groups on the same devices). */
@@ -716,6 +793,7 @@ int main(void) {
       cmocka_unit_test(test_failure_inside_collective),
       cmocka_unit_test(test_cuda_across_nodes),
       cmocka_unit_test(test_cuda_gather_scatter_across_nodes),
+      cmocka_unit_test(test_cuda_exchanges_across_nodes),
       cmocka_unit_test(test_cuda_groups_in_order),
       cmocka_unit_test(test_cuda_failure_inside_collective),
       cmocka_unit_test(test_cuda_group_creation_fails),
