@@ -167,12 +167,19 @@ static sl_graph *split_graph(const split_case *c, const char *dev) {
   return g;
 }
 
-/* One step of g with the feeds of seed; the fetches, malloc'ed. */
-static void run_once(sl_graph *g, uint64_t seed, void *out[2]) {
-  static const char *names[2] = {"gathered", "scattered"};
+/* One step of g with the feeds of seed; fetches names[0..n) into out[]
+ * (malloc'ed). *boxing_copies (may be NULL): the plan's copy tasks of
+ * boxings, between a GPU and its host side. */
+static void run_once(sl_graph *g, uint64_t seed, int n,
+                     const char *const *names, void **out, int *boxing_copies) {
   sl_session *s = NULL;
   if (sl_session_create(g, NULL, &s) != SL_OK)
     fail_msg("session: %s", sl_last_error());
+  if (boxing_copies) *boxing_copies = 0;
+  for (int32_t i = 0; boxing_copies && i < s->pp->n_tasks; i++)
+    if (s->pp->tasks[i].kind == SL__TASK_COPY &&
+        strstr(s->pp->tasks[i].name, "@p"))
+      ++*boxing_copies;
   st_feeds f;
   st_feeds_make(g, seed, 0, &f);
   for (int k = 0; k < f.n; k++)
@@ -180,13 +187,13 @@ static void run_once(sl_graph *g, uint64_t seed, void *out[2]) {
       fail_msg("feed %s: %s", f.name[k], sl_last_error());
   st_feeds_free(&f);
   if (sl_session_run(s, 1) != SL_OK) fail_msg("run: %s", sl_last_error());
-  for (int i = 0; i < 2; i++) {
-    const sl__node *n = NULL;
-    for (int32_t j = 0; j < sl__graph_node_count(g) && !n; j++)
+  for (int i = 0; i < n; i++) {
+    const sl__node *nd = NULL;
+    for (int32_t j = 0; j < sl__graph_node_count(g) && !nd; j++)
       if (strcmp(sl__graph_node(g, j)->name, names[i]) == 0)
-        n = sl__graph_node(g, j);
-    assert_non_null(n);
-    size_t bytes = st_value_bytes(sl__graph_value(g, n->in[0]));
+        nd = sl__graph_node(g, j);
+    assert_non_null(nd);
+    size_t bytes = st_value_bytes(sl__graph_value(g, nd->in[0]));
     out[i] = malloc(bytes + 8);
     if (sl_session_fetch(s, names[i], out[i], bytes) != SL_OK)
       fail_msg("fetch %s: %s", names[i], sl_last_error());
@@ -204,8 +211,9 @@ static void test_gather_scatter(void **state) {
     fake_cuda_stats f0, f1;
     fake_cuda_get_stats(&f0);
     void *want[2], *got[2];
-    run_once(gc, seed + i, want);
-    run_once(gg, seed + i, got);
+    static const char *const names[2] = {"gathered", "scattered"};
+    run_once(gc, seed + i, 2, names, want, NULL);
+    run_once(gg, seed + i, 2, names, got, NULL);
     fake_cuda_get_stats(&f1);
     /* Bit for bit the cpu run, and near the interpreter's. */
     st_compare(SL_DTYPE_F32, got[0], want[0], (int64_t)c->rows * 8, 0,
@@ -295,35 +303,6 @@ static sl_graph *xchg_graph(const xchg_case *c, const char *dev) {
   return g;
 }
 
-/* One step of g with the feeds of seed; fetch "y" (malloc'ed). */
-static void *run_y(sl_graph *g, uint64_t seed, int *boxing_copies) {
-  sl_session *s = NULL;
-  if (sl_session_create(g, NULL, &s) != SL_OK)
-    fail_msg("session: %s", sl_last_error());
-  *boxing_copies = 0;
-  for (int32_t i = 0; i < s->pp->n_tasks; i++)
-    if (s->pp->tasks[i].kind == SL__TASK_COPY &&
-        strstr(s->pp->tasks[i].name, "@p"))
-      ++*boxing_copies;
-  st_feeds f;
-  st_feeds_make(g, seed, 0, &f);
-  for (int k = 0; k < f.n; k++)
-    if (sl_session_feed(s, f.name[k], f.data[k], f.bytes[k]) != SL_OK)
-      fail_msg("feed %s: %s", f.name[k], sl_last_error());
-  st_feeds_free(&f);
-  if (sl_session_run(s, 1) != SL_OK) fail_msg("run: %s", sl_last_error());
-  const sl__node *n = NULL;
-  for (int32_t j = 0; j < sl__graph_node_count(g) && !n; j++)
-    if (strcmp(sl__graph_node(g, j)->name, "y") == 0) n = sl__graph_node(g, j);
-  assert_non_null(n);
-  size_t bytes = st_value_bytes(sl__graph_value(g, n->in[0]));
-  void *out = malloc(bytes + 8);
-  if (sl_session_fetch(s, "y", out, bytes) != SL_OK)
-    fail_msg("fetch y: %s", sl_last_error());
-  sl_session_destroy(s);
-  return out;
-}
-
 static void test_exchanges(void **state) {
   uint64_t seed = st_seed(65, "cuda exchanges");
   fake_cuda_install();
@@ -334,9 +313,11 @@ static void test_exchanges(void **state) {
     sl_graph *gc = xchg_graph(c, "cpu"), *gg = xchg_graph(c, "cuda");
     fake_cuda_stats f0, f1;
     fake_cuda_get_stats(&f0);
-    int copies_c, copies_g;
-    void *want = run_y(gc, seed + i, &copies_c);
-    void *got = run_y(gg, seed + i, &copies_g);
+    static const char *const y[1] = {"y"};
+    int copies_g = -1;
+    void *want, *got;
+    run_once(gc, seed + i, 1, y, &want, NULL);
+    run_once(gg, seed + i, 1, y, &got, &copies_g);
     fake_cuda_get_stats(&f1);
     st_compare(SL_DTYPE_F32, got, want, (int64_t)c->rows * c->cols, 0,
                "cuda against cpu");
