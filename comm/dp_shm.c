@@ -29,6 +29,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "dp_int.h"
@@ -120,9 +121,16 @@ sl_status sl__dp_shm_create(uint64_t ring_bytes,
   /* Reserved now, not as payloads touch the pages: a tmpfs that runs out
    * of room (a small /dev/shm, a container's 64 MiB) would otherwise kill
    * the process with SIGBUS at some later write. Too little room here
-   * means no segment, and the pair stays on TCP. */
+   * means no segment, and the pair stays on TCP. The free space is
+   * checked first: on a tmpfs as large as the machine's memory, reserving
+   * more than is free would take the memory of every process (the OOM
+   * killer) before it failed. */
   off_t size = (off_t)(SHM_HDR_BYTES + 2 * ring_bytes);
-  int rc = ftruncate(fd, size) != 0 ? errno : posix_fallocate(fd, 0, size);
+  struct statvfs fs;
+  int rc = fstatvfs(fd, &fs) != 0                                 ? errno
+           : (uint64_t)size > (uint64_t)fs.f_bavail * fs.f_frsize ? ENOSPC
+           : ftruncate(fd, size) != 0                             ? errno
+                                      : posix_fallocate(fd, 0, size);
   if (rc != 0) {
     sl_status st = sl__fail(SL_EIO, "shared memory %s: %lld bytes: %s", name,
                             (long long)size, strerror(rc));

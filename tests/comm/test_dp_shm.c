@@ -111,8 +111,10 @@ static void test_rings(void **state) {
 
 /* More than /dev/shm can hold: no segment (the memory is reserved at
  * creation, so a full /dev/shm is found out here instead of by SIGBUS at
- * some later write), and no file left behind. Skipped where /dev/shm is
- * larger than the largest ring (16 GiB) could use up. */
+ * some later write), refused from the free space before any is taken (a
+ * /dev/shm as large as the memory must not be filled to find out), and no
+ * file left behind. Skipped where /dev/shm is larger than the largest ring
+ * (16 GiB) could use up. */
 static void test_no_room(void **state) {
   (void)state;
   struct statvfs v;
