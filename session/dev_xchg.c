@@ -254,9 +254,9 @@ sl_status sl__xgeom_local(const sl_graph *gr, const sl__node *n, int step,
 
 /* ---- a member's program ------------------------------------------------- */
 
-/* Whether the box ext at off of a row-major buffer of dims is one
- * contiguous run: every dim after the first one the box spans more than
- * one element of is whole. */
+/* Whether a box of extents ext in a row-major buffer of dims is one
+ * contiguous run, wherever it starts: every dim after the first one the
+ * box spans more than one element of is whole. */
 static bool contiguous(int nd, const int64_t *dims, const int64_t *ext) {
   int d = 0;
   while (d < nd && ext[d] == 1)
