@@ -1,10 +1,10 @@
-/* Collectives between GPUs (graph/lower.c keeps a boxing on its CUDA
- * ranks' devices when its steps are all-reduces, and all-gathers and
- * reduce-scatters whose members' parts are contiguous equal blocks of the
- * group's buffer, NCCL's layout; docs/cuda.md, "Sessions on CUDA
- * placements"). One device group per boxing collective, with its
- * communicator (comm/dev_coll.h: NCCL) and its one collective: every
- * round launches the same op on the same counts.
+/* Boxing steps between GPUs (graph/lower.c keeps a boxing whose ranks are
+ * all CUDA devices on them; docs/cuda.md, "Sessions on CUDA placements").
+ * One device group per step's group, with its communicator
+ * (comm/dev_coll.h: NCCL) and its one launch: NCCL's collective where NCCL
+ * computes the step as it stands, every round the same op on the same
+ * counts; otherwise an exchange, each local member's program
+ * (dev_xchg.c) queued around one grouped send/receive call.
  *
  * In-process groups (every member in this process): each member's actor
  * arrives with its registers and defers; the last to arrive launches the
@@ -75,11 +75,9 @@ struct sl__dgroup {
   int *ranks, *devices;    /* local index -> member index, device */
   task_rt **member;        /* by local index, while it waits */
   sl__dev_rank_args *args; /* by local index */
-  /* An exchange (dev_xchg.c): each local member's program, and the
-   * buffers it arrived with. NULL for a collective. */
+  /* An exchange (dev_xchg.c): each local member's program. NULL for a
+   * collective. */
   sl__dxchg **prog;
-  const void **xin;
-  void **xout;
   sl_status aborted; /* SL_OK, or why every arrival now fails */
   /* Spanning groups: the sequencer and the place in the job's order. */
   sl__dseq *seq;
@@ -161,8 +159,6 @@ void sl__dgroup_destroy(sl__dgroup *g) {
   for (int i = 0; g->prog && i < g->n; i++)
     sl__dxchg_destroy(g->prog[i]);
   sl__free(g->prog);
-  sl__free(g->xin);
-  sl__free(g->xout);
   pthread_mutex_destroy(&g->m);
   sl__free(g->local_of);
   sl__free(g->ranks);
@@ -173,20 +169,15 @@ void sl__dgroup_destroy(sl__dgroup *g) {
 }
 
 sl_status sl__dgroup_set_program(sl__dgroup *g, int member, sl__dxchg *x) {
-  if (!g->prog) {
-    g->prog = sl__calloc((size_t)g->n, sizeof *g->prog);
-    g->xin = sl__calloc((size_t)g->n, sizeof *g->xin);
-    g->xout = sl__calloc((size_t)g->n, sizeof *g->xout);
-  }
+  if (!g->prog) g->prog = sl__calloc((size_t)g->n, sizeof *g->prog);
   int k = member >= 0 && member < g->nranks ? g->local_of[member] : -1;
-  if (!g->prog || !g->xin || !g->xout || k < 0 || g->prog[k]) {
+  if (!g->prog || k < 0 || g->prog[k]) {
     sl__dxchg_destroy(x);
-    return g->prog && g->xin && g->xout
-               ? sl__fail(SL_EINTERNAL,
-                          "device group '%s': member %d is not one of this "
-                          "process's, or has a program",
-                          g->name, member)
-               : SL_ENOMEM;
+    return g->prog ? sl__fail(SL_EINTERNAL,
+                              "device group '%s': member %d is not one of this "
+                              "process's, or has a program",
+                              g->name, member)
+                   : SL_ENOMEM;
   }
   g->prog[k] = x;
   return SL_OK;
@@ -214,15 +205,16 @@ static void fail_waiting(sl__dgroup *g, sl_status st, const char *why) {
  * failure. */
 static sl_status launch(sl__dgroup *g) {
   sl_status st = SL_OK;
+  /* An exchange's members keep the buffers they arrived with in args. */
   for (int i = 0; g->prog && i < g->n && st == SL_OK; i++) {
-    g->xin[i] = g->args[i].in;
-    g->xout[i] = g->args[i].out;
-    st = sl__dxchg_before(g->prog[i], g->xin[i], g->xout[i], g->args[i].stream,
-                          &g->args[i]);
+    sl__dev_rank_args *a = &g->args[i];
+    st = sl__dxchg_before(g->prog[i], a->in, a->out, a->stream, a);
   }
   if (st == SL_OK) st = sl__dev_comm_launch(g->comm, &g->desc, g->args);
-  for (int i = 0; g->prog && i < g->n && st == SL_OK; i++)
-    st = sl__dxchg_after(g->prog[i], g->xin[i], g->xout[i], g->args[i].stream);
+  for (int i = 0; g->prog && i < g->n && st == SL_OK; i++) {
+    sl__dev_rank_args *a = &g->args[i];
+    st = sl__dxchg_after(g->prog[i], a->in, a->out, a->stream);
+  }
   char why[512];
   snprintf(why, sizeof why, "%s", st == SL_OK ? "" : sl_last_error());
   for (int i = 0; i < g->n; i++) {

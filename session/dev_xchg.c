@@ -385,6 +385,16 @@ static sl_status box(sl__dxchg *x, sl__stream *s, void *dst,
   return x->dev->be->box(&b, s);
 }
 
+/* The exchange's part of a launch's arguments; in and out stay as the
+ * member arrived with them (an exchange does not read them). */
+static void set_lists(sl__dxchg *x, sl__stream *s, sl__dev_rank_args *a) {
+  a->stream = s;
+  a->n_send = x->n_send;
+  a->n_recv = x->n_recv;
+  a->send = x->sends;
+  a->recv = x->recvs;
+}
+
 sl_status sl__dxchg_before(sl__dxchg *x, const void *in, void *out,
                            sl__stream *s, sl__dev_rank_args *a) {
   static const int64_t zero[SL_MAX_DIMS];
@@ -411,11 +421,7 @@ sl_status sl__dxchg_before(sl__dxchg *x, const void *in, void *out,
                                : (void *)((unsigned char *)out + mv->direct);
     x->recvs[r++] = (sl__dev_recv){mv->peer, buf, mv->bytes};
   }
-  *a = (sl__dev_rank_args){.stream = s,
-                           .n_send = x->n_send,
-                           .n_recv = x->n_recv,
-                           .send = x->sends,
-                           .recv = x->recvs};
+  set_lists(x, s, a);
   return SL_OK;
 }
 
@@ -449,9 +455,5 @@ void sl__dxchg_warm_args(sl__dxchg *x, void *buf, sl__stream *s,
   for (int i = 0; i < x->n_apply; i++)
     if (!x->apply[i].own)
       x->recvs[r++] = (sl__dev_recv){x->apply[i].peer, b++, 1};
-  *a = (sl__dev_rank_args){.stream = s,
-                           .n_send = x->n_send,
-                           .n_recv = x->n_recv,
-                           .send = x->sends,
-                           .recv = x->recvs};
+  set_lists(x, s, a);
 }

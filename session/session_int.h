@@ -345,8 +345,9 @@ sl_status sl__dxchg_create(sess_dev *dev, const sl__xgeom *g, int me,
                            sl__dxchg **out);
 void sl__dxchg_destroy(sl__dxchg *x);
 /* One round on stream s: before the NCCL call (fills, packing; *a gets
- * the sends and receives, valid until the next call), and after it
- * (unpacking, own pieces, in piece order). Device errors of queueing. */
+ * the stream and the sends and receives, valid until the next call, its in
+ * and out untouched), and after it (unpacking, own pieces, in piece
+ * order). Device errors of queueing. */
 sl_status sl__dxchg_before(sl__dxchg *x, const void *in, void *out,
                            sl__stream *s, sl__dev_rank_args *a);
 sl_status sl__dxchg_after(sl__dxchg *x, const void *in, void *out,
