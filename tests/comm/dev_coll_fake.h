@@ -23,6 +23,7 @@
 
 #include "core_thread.h"
 #include "dev_coll.h"
+#include "mem_kv.h"
 
 #define FMAX 16
 
@@ -420,68 +421,6 @@ static sl__dev_comm *local_comm(sl__dev_coll *e, const char *name, int n) {
 /* Stand-ins for streams: the fake only checks they are there. */
 static int g_streams[FMAX];
 #define STREAM(k) ((sl__stream *)&g_streams[k])
-
-/* ---- an in-memory key-value store -------------------------------------- */
-
-typedef struct memkv {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  char key[16][SL__CP_MAX_NAME + 1];
-  uint8_t val[16][SL__DEV_COLL_ID_MAX];
-  size_t len[16];
-  int n, puts, gets;
-} memkv;
-
-static sl_status kv_put(void *ctx, const char *key, const void *b, size_t len) {
-  memkv *m = ctx;
-  pthread_mutex_lock(&m->mu);
-  int k = 0;
-  while (k < m->n && strcmp(m->key[k], key) != 0)
-    k++;
-  assert_true(k < 16 && len <= SL__DEV_COLL_ID_MAX);
-  if (k == m->n) m->n++;
-  snprintf(m->key[k], sizeof m->key[k], "%s", key);
-  memcpy(m->val[k], b, len);
-  m->len[k] = len;
-  m->puts++;
-  pthread_cond_broadcast(&m->cv);
-  pthread_mutex_unlock(&m->mu);
-  return SL_OK;
-}
-
-static sl_status kv_get(void *ctx, const char *key, uint64_t wait_ms,
-                        uint8_t **b, size_t *len) {
-  memkv *m = ctx;
-  uint64_t end = sl__now_ns() + wait_ms * 1000000u;
-  pthread_mutex_lock(&m->mu);
-  m->gets++;
-  for (;;) {
-    for (int k = 0; k < m->n; k++)
-      if (strcmp(m->key[k], key) == 0) {
-        *b = sl__malloc(m->len[k]);
-        memcpy(*b, m->val[k], m->len[k]);
-        *len = m->len[k];
-        pthread_mutex_unlock(&m->mu);
-        return SL_OK;
-      }
-    uint64_t now = sl__now_ns();
-    if (now >= end) break;
-    sl__cond_wait_ns(&m->cv, &m->mu, end - now);
-  }
-  pthread_mutex_unlock(&m->mu);
-  return sl__fail(SL_ETIMEOUT, "memkv: no '%s'", key);
-}
-
-static void memkv_init(memkv *m) {
-  memset(m, 0, sizeof *m);
-  pthread_mutex_init(&m->mu, NULL);
-  assert_int_equal(sl__cond_init(&m->cv), SL_OK);
-}
-
-static void memkv_fini(memkv *m) {
-  pthread_cond_destroy(&m->cv);
-  pthread_mutex_destroy(&m->mu);
-}
 
 static inline sl__dev_rank_args rargs(const void *in, void *out,
                                       sl__stream *s) {

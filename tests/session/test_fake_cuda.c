@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../comm/mem_kv.h"
 #include "core_thread.h"
 #include "fake_cuda.h"
 #include "session_int.h"
@@ -59,56 +60,6 @@ static void dev_down(fdev *d, void *host, const void *p, size_t bytes) {
 
 static void dev_free(fdev *d, void *p) {
   assert_int_equal(sl__device_free(d->dev, p), SL_OK);
-}
-
-/* A key-value store for the unique ids between fake processes. */
-typedef struct memkv {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  char key[8][SL__CP_MAX_NAME + 1];
-  uint8_t val[8][SL__DEV_COLL_ID_MAX];
-  size_t len[8];
-  int n;
-} memkv;
-
-static sl_status kv_put(void *ctx, const char *key, const void *b, size_t len) {
-  memkv *m = ctx;
-  if (len > SL__DEV_COLL_ID_MAX) return sl__fail(SL_EINVAL, "memkv: too long");
-  pthread_mutex_lock(&m->mu);
-  sl_status st = SL_OK;
-  if (m->n == 8) {
-    st = sl__fail(SL_ENOMEM, "memkv: full");
-  } else {
-    snprintf(m->key[m->n], sizeof m->key[m->n], "%s", key);
-    memcpy(m->val[m->n], b, len);
-    m->len[m->n++] = len;
-    pthread_cond_broadcast(&m->cv);
-  }
-  pthread_mutex_unlock(&m->mu);
-  return st;
-}
-
-static sl_status kv_get(void *ctx, const char *key, uint64_t wait_ms,
-                        uint8_t **b, size_t *len) {
-  memkv *m = ctx;
-  uint64_t end = sl__now_ns() + wait_ms * 1000000u;
-  pthread_mutex_lock(&m->mu);
-  for (;;) {
-    for (int k = 0; k < m->n; k++)
-      if (strcmp(m->key[k], key) == 0) {
-        *b = sl__malloc(m->len[k]);
-        sl_status st = *b ? SL_OK : SL_ENOMEM;
-        if (*b) memcpy(*b, m->val[k], m->len[k]);
-        *len = m->len[k];
-        pthread_mutex_unlock(&m->mu);
-        return st;
-      }
-    uint64_t now = sl__now_ns();
-    if (now >= end) break;
-    sl__cond_wait_ns(&m->cv, &m->mu, end - now);
-  }
-  pthread_mutex_unlock(&m->mu);
-  return sl__fail(SL_ETIMEOUT, "memkv: no '%s'", key);
 }
 
 /* A fake process holding one rank of a two-rank communicator: its own
@@ -178,9 +129,7 @@ static void procs_on_threads(proc *p, void *(*fn)(void *)) {
  * two threads: creation is collective). */
 static void procs_create(proc *p, memkv *kv, uint64_t job) {
   memset(p, 0, NPROC * sizeof *p);
-  memset(kv, 0, sizeof *kv);
-  pthread_mutex_init(&kv->mu, NULL);
-  assert_int_equal(sl__cond_init(&kv->cv), SL_OK);
+  memkv_init(kv);
   for (int r = 0; r < NPROC; r++) {
     p[r].rank = r;
     p[r].kv = kv;
@@ -205,8 +154,7 @@ static void procs_destroy(proc *p, memkv *kv) {
       dev_free(&p[r].d, p[r].bufs[k]);
     dev_close(&p[r].d);
   }
-  pthread_cond_destroy(&kv->cv);
-  pthread_mutex_destroy(&kv->mu);
+  memkv_fini(kv);
 }
 
 static sl_status exchange(sl__dev_comm *c, sl__dev_rank_args *ra) {
