@@ -455,6 +455,35 @@ static void test_cuda_across_nodes(void **state) {
 /* x [8, 8] boxed from xs to xb (all-gathers), a [8, 6] times w [6, 4]
  * split on the inner axis: a partial sum, boxed to ps (reduce-scatters);
  * both fetched through a tanh. On pl; "2d" for a [2,2] mesh. */
+/* A session of g on pl (on the daemons when remote) and `steps` steps of
+ * it with the feeds of seed + step. When remote, *f0 and *before get the
+ * fake's counts and net_started once the session exists, before its first
+ * step. */
+static sl_session *run_steps(void **state, sl_graph *g, const char *pl,
+                             bool remote, int steps, uint64_t seed,
+                             fake_cuda_stats *f0, uint64_t *before) {
+  remote_on(remote);
+  sl_session *s = NULL;
+  sl_status st = sl_session_create(g, NULL, &s);
+  remote_on(false);
+  if (st != SL_OK) fail_msg("create on %s: %s", pl, sl_last_error());
+  if (remote) {
+    fake_cuda_get_stats(f0);
+    *before = net_started(state);
+  }
+  for (int step = 0; step < steps; step++) {
+    st_feeds f;
+    st_feeds_make(g, seed + (uint64_t)step, 0, &f);
+    for (int j = 0; j < f.n; j++)
+      assert_int_equal(sl_session_feed(s, f.name[j], f.data[j], f.bytes[j]),
+                       SL_OK);
+    st_feeds_free(&f);
+    if (sl_session_run(s, 1) != SL_OK)
+      fail_msg("%s step %d: %s", pl, step, sl_last_error());
+  }
+  return s;
+}
+
 static sl_graph *gather_scatter(const char *pl, bool two) {
   sl_graph *g = st_graph(pl);
   sl_shape xs = SL_SHAPE(8, 8), as = SL_SHAPE(8, 6), ws = SL_SHAPE(6, 4);
@@ -496,26 +525,8 @@ static void test_cuda_gather_scatter_across_nodes(void **state) {
     for (int k = 0; k < 2; k++) {
       const char *pl = k == 0 ? (two ? "cpu:0-3[2,2]" : "cpu:0-3")
                               : (two ? "cuda:0-1/0-1[2,2]" : "cuda:0-1/0-1");
-      remote_on(k == 1);
       sl_graph *g = gather_scatter(pl, two);
-      sl_session *s = NULL;
-      sl_status st = sl_session_create(g, NULL, &s);
-      remote_on(false);
-      if (st != SL_OK) fail_msg("create on %s: %s", pl, sl_last_error());
-      if (k == 1) {
-        fake_cuda_get_stats(&f0);
-        before = net_started(state);
-      }
-      for (int step = 0; step < N; step++) {
-        st_feeds f;
-        st_feeds_make(g, 71 + (uint64_t)step, 0, &f);
-        for (int j = 0; j < f.n; j++)
-          assert_int_equal(sl_session_feed(s, f.name[j], f.data[j], f.bytes[j]),
-                           SL_OK);
-        st_feeds_free(&f);
-        if (sl_session_run(s, 1) != SL_OK)
-          fail_msg("%s step %d: %s", pl, step, sl_last_error());
-      }
+      sl_session *s = run_steps(state, g, pl, k == 1, N, 71, &f0, &before);
       assert_int_equal(
           sl_session_fetch(s, "gathered", got[k][0], 64 * sizeof(float)),
           SL_OK);
@@ -586,26 +597,8 @@ static void test_cuda_exchanges_across_nodes(void **state) {
   uint64_t before = 0;
   for (int k = 0; k < 2; k++) {
     const char *pl = k == 0 ? "cpu:0-3" : "cuda:0-1/0-1";
-    remote_on(k == 1);
     sl_graph *g = exchanges(pl, k == 0 ? "cpu:2-3" : "cuda:1/0-1");
-    sl_session *s = NULL;
-    sl_status st = sl_session_create(g, NULL, &s);
-    remote_on(false);
-    if (st != SL_OK) fail_msg("create on %s: %s", pl, sl_last_error());
-    if (k == 1) {
-      fake_cuda_get_stats(&f0);
-      before = net_started(state);
-    }
-    for (int step = 0; step < N; step++) {
-      st_feeds f;
-      st_feeds_make(g, 73 + (uint64_t)step, 0, &f);
-      for (int j = 0; j < f.n; j++)
-        assert_int_equal(sl_session_feed(s, f.name[j], f.data[j], f.bytes[j]),
-                         SL_OK);
-      st_feeds_free(&f);
-      if (sl_session_run(s, 1) != SL_OK)
-        fail_msg("%s step %d: %s", pl, step, sl_last_error());
-    }
+    sl_session *s = run_steps(state, g, pl, k == 1, N, 73, &f0, &before);
     for (int i = 0; i < 3; i++)
       assert_int_equal(
           sl_session_fetch(s, names[i], got[k][i], sizes[i] * sizeof(float)),
