@@ -8,116 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <pthread.h>
-
-#include "dp_int.h"
-#include "net_coll.h"
-#include "sbp_int.h"
+#include "net_coll_int.h"
 
 #define DEF_CHUNK (1ull << 20)
-/* Scratch buffers kept for reuse: at most this many, and beyond one
- * buffer at most SPARE_CAP bytes in all. */
-#define NC_SPARES 8
+/* Below this an all-reduce takes fewer hops than the shared one's three. */
+#define DEF_SHARED_MIN (256ull << 10)
+/* Beyond one scratch buffer kept for reuse, at most this many bytes. */
 #define SPARE_CAP (256ull << 20)
-
-/* OP_EXCHANGE and OP_TREE are the all-reduces for small buffers.
- * Exchange: every member sends its whole buffer to every other one (one
- * hop instead of the ring's 2(n-1)), and each reduces all of them in member
- * order. Tree: a binomial tree rooted at member 0 — member r's children
- * are r + 2^j for 2^j below r's lowest set bit (all 2^j < n for the root),
- * its parent r - lowbit(r); each member reduces its children's buffers
- * into its own in the order of j and sends the result up (step 0), the
- * root sends the total down (step 1), which every member forwards to its
- * children, largest subtree first: 2 ceil(log2 n) hops of the whole
- * buffer. Both give every member the same bits. */
-enum {
-  OP_ALL_REDUCE = 1,
-  OP_ALL_GATHER = 2,
-  OP_REDUCE_SCATTER = 3,
-  OP_EXCHANGE = 4,
-  OP_ALL_TO_ALL = 5, /* pairwise: member k's part j goes to member j */
-  OP_TREE = 6
-};
-enum { TREE_UP = 0, TREE_DOWN = 1 }; /* a tree frame's step */
-
-/* A chunk that arrived before its instance could take it. */
-typedef struct staged {
-  struct staged *next;
-  uint32_t node;
-  sl__dp_frame f;
-  void *buf; /* f.len bytes, owned */
-  bool complete;
-} staged;
-
-typedef struct inst {
-  struct inst *next;
-  uint64_t group, seq;
-  bool started;
-  bool failed;   /* no more sends; done once the sends drain */
-  bool finished; /* done was called: a tombstone that drops late chunks */
-  sl_status fail_st;
-  char fail_msg[600];
-  staged *sq, *sq_tail;
-
-  int op;
-  sl_dtype dt;
-  sl_reduce_op rop;
-  size_t esize;
-  uint32_t n, r, right, left;
-  uint32_t *nodes;
-  uint64_t *seg_start, *seg_cnt;   /* elements; all-to-all: out's parts */
-  uint64_t *send_start, *send_cnt; /* all-to-all: in's parts */
-  uint32_t lanes, steps, rs_steps;
-  uint8_t *base; /* the buffer the steps work on */
-  /* all-reduce: this member's own values; base when in place, else
-   * unchanged (step 0 sends from it, reductions start from it) */
-  const uint8_t *src;
-  uint8_t *scratch;       /* lanes * piece_max bytes: reduce-scatter receives */
-  uint64_t scratch_bytes; /* its size (a spare may be larger) */
-  uint64_t piece_max;
-  uint64_t total_bytes;
-  uint8_t *work;     /* reduce-scatter: owned copy of in */
-  const uint8_t *in; /* all-to-all: the parts to send */
-  uint8_t *out;      /* reduce-scatter: where segment r ends up */
-  uint64_t recv_total, recv_done, send_issued, send_done;
-  uint32_t kids, kids_in; /* tree: children, and those whose sums are in */
-  sl__net_coll_done_fn done;
-  void *arg;
-} inst;
-
-struct sl__net_coll {
-  sl__dp_endpoint *ep;
-  uint32_t node, nnodes;
-  uint64_t chunk;
-  bool ar_auto;            /* the cost model picks the all-reduce's algorithm */
-  sl__net_algo ar_algo;    /* else this one */
-  sl_boxing_cost cost;     /* the model's figures (the inter-node ones) */
-  pthread_mutex_t lock;
-  inst *insts;
-  bool *node_failed; /* nnodes */
-  sl_status *node_st;
-  char (*node_msg)[320];
-  /* scratch buffers kept for later instances: a model's gradients are
-   * all-reduced as several instances at once, each needing its own, and
-   * a fresh buffer costs a page fault per 4 KiB on first touch (on the
-   * loop thread, as the kernel copies received chunks into it) and an
-   * munmap when freed */
-  uint8_t *spare[NC_SPARES];
-  uint64_t spare_bytes[NC_SPARES];
-  sl__net_coll_stats stats;
-  /* sl__net_coll_abort: later starts fail with this until the reset */
-  bool aborted;
-  sl_status abort_st;
-  char abort_msg[320];
-};
-
-/* A callback to make once the lock is released. */
-typedef struct pending_done {
-  sl__net_coll_done_fn fn;
-  void *arg;
-  sl_status st;
-  char msg[600];
-} pending_done;
 
 static uint32_t mod(int64_t a, uint32_t n) {
   int64_t m = a % (int64_t)n;
@@ -176,6 +73,16 @@ static uint8_t *spare_take(sl__net_coll *nc, uint64_t bytes, uint64_t *got) {
   return buf;
 }
 
+sl_status sl__nc_scratch(sl__net_coll *nc, inst *x, uint64_t bytes) {
+  if (x->scratch || !bytes) return SL_OK;
+  x->scratch = spare_take(nc, bytes, &x->scratch_bytes); /* maybe larger */
+  if (!x->scratch) {
+    x->scratch = sl__malloc(bytes);
+    x->scratch_bytes = bytes;
+  }
+  return x->scratch ? SL_OK : SL_ENOMEM;
+}
+
 static void free_inst(sl__net_coll *nc, inst *x) {
   for (staged *s = x->sq, *n; s; s = n) {
     n = s->next;
@@ -188,6 +95,10 @@ static void free_inst(sl__net_coll *nc, inst *x) {
   sl__free(x->seg_cnt);
   sl__free(x->send_start);
   sl__free(x->send_cnt);
+  sl__free(x->phase_in);
+  sl__free((void *)x->lent);
+  x->phase_in = NULL;
+  x->lent = NULL;
   x->nodes = NULL;
   x->seg_start = x->seg_cnt = x->send_start = x->send_cnt = NULL;
   if (x->scratch) spare_put(nc, x->scratch, x->scratch_bytes);
@@ -225,7 +136,7 @@ static uint32_t send_seg(const inst *x, uint32_t t) {
   return x->rs_steps ? mod((int64_t)x->r - 1, x->n) : x->r;
 }
 
-static void fail_inst(inst *x, sl_status st, const char *msg) {
+void sl__nc_fail(inst *x, sl_status st, const char *msg) {
   if (x->failed) return;
   x->failed = true;
   x->fail_st = st;
@@ -295,7 +206,7 @@ static void send_step(sl__net_coll *nc, inst *x, uint32_t t, uint32_t lane,
           : sl__dp_endpoint_send_coll(nc->ep, x->right, &f, payload, len, x);
   if (st != SL_OK) {
     x->send_issued--;
-    fail_inst(x, st, sl_last_error());
+    sl__nc_fail(x, st, sl_last_error());
     return;
   }
   nc->stats.chunks_sent++;
@@ -344,7 +255,7 @@ static void send_exchange(sl__net_coll *nc, inst *x, uint32_t k) {
       sl__dp_endpoint_send_coll(nc->ep, node, &f, len ? payload : NULL, len, x);
   if (st != SL_OK) {
     x->send_issued--;
-    fail_inst(x, st, sl_last_error());
+    sl__nc_fail(x, st, sl_last_error());
     return;
   }
   nc->stats.chunks_sent++;
@@ -372,7 +283,7 @@ static void send_abort(sl__net_coll *nc, inst *x) {
   }
 }
 
-static int member_of(const inst *x, uint32_t node) {
+int sl__nc_member_of(const inst *x, uint32_t node) {
   for (uint32_t i = 0; i < x->n; i++)
     if (x->nodes[i] == node) return (int)i;
   return -1;
@@ -428,7 +339,7 @@ static void send_tree(sl__net_coll *nc, inst *x, uint32_t k, int step,
                                            x->total_bytes, x);
   if (st != SL_OK) {
     x->send_issued--;
-    fail_inst(x, st, sl_last_error());
+    sl__nc_fail(x, st, sl_last_error());
     return;
   }
   nc->stats.chunks_sent++;
@@ -461,7 +372,7 @@ static void tree_up(sl__net_coll *nc, inst *x) {
 /* Checks a chunk against the instance: SL_ECOMM with the reason. */
 static sl_status check_tree_chunk(const inst *x, uint32_t node,
                                   const sl__dp_frame *f) {
-  int k = member_of(x, node);
+  int k = sl__nc_member_of(x, node);
   bool from_kid = f->desc == TREE_UP && k >= 0 && tree_is_kid(x, (uint32_t)k);
   bool from_parent = f->desc == TREE_DOWN && x->r && k >= 0 &&
                      (uint32_t)k == x->r - lowbit(x->r);
@@ -479,11 +390,12 @@ static sl_status check_tree_chunk(const inst *x, uint32_t node,
                   (unsigned long long)x->total_bytes, (int)x->dt, x->r);
 }
 
-static sl_status check_chunk(const inst *x, uint32_t node,
-                             const sl__dp_frame *f) {
+static sl_status check_chunk(const sl__net_coll *nc, const inst *x,
+                             uint32_t node, const sl__dp_frame *f) {
   if (x->op == OP_TREE) return check_tree_chunk(x, node, f);
+  if (x->op == OP_SHARED) return sl__nc_shared_check(nc, x, node, f);
   if (is_direct(x)) {
-    int k = member_of(x, node);
+    int k = sl__nc_member_of(x, node);
     if (f->slot == x->op && f->consumer == x->dt && f->desc == 0 && k >= 0 &&
         (uint32_t)k != x->r && f->index == k && f->piece == 0 &&
         f->len == direct_recv_bytes(x, (uint32_t)k))
@@ -530,9 +442,13 @@ static sl_status check_chunk(const inst *x, uint32_t node,
 }
 
 /* A chunk is in buf: reduce or store it, forward it, count it. */
-static void take_chunk(sl__net_coll *nc, inst *x, const sl__dp_frame *f,
-                       const void *buf) {
+static void take_chunk(sl__net_coll *nc, inst *x, uint32_t node,
+                       const sl__dp_frame *f, const void *buf) {
   if (x->failed) return;
+  if (x->op == OP_SHARED) {
+    sl__nc_shared_take(nc, x, node, f, buf);
+    return;
+  }
   if (x->op == OP_TREE) {
     bool up = f->desc == TREE_UP;
     uint8_t *slot = up ? tree_kid_slot(x, (uint32_t)f->index) : x->base;
@@ -581,11 +497,11 @@ static void drain(sl__net_coll *nc, inst *x) {
     x->sq = s->next;
     if (!x->sq) x->sq_tail = NULL;
     if (!x->failed) {
-      if (check_chunk(x, s->node, &s->f) != SL_OK) {
-        fail_inst(x, SL_ECOMM, sl_last_error());
+      if (check_chunk(nc, x, s->node, &s->f) != SL_OK) {
+        sl__nc_fail(x, SL_ECOMM, sl_last_error());
         send_abort(nc, x);
       } else {
-        take_chunk(nc, x, &s->f, s->buf);
+        take_chunk(nc, x, s->node, &s->f, s->buf);
       }
     }
     sl__free(s->buf);
@@ -649,15 +565,19 @@ static sl_status hook_target(void *ctx, uint32_t node, const sl__dp_frame *f,
     *buf = b;
     goto out;
   }
-  if (check_chunk(x, node, f) != SL_OK) {
+  if (check_chunk(nc, x, node, f) != SL_OK) {
     /* the members disagree: this collective fails on all of them, the
      * pair stays (the chunk is read and dropped) */
-    fail_inst(x, SL_ECOMM, sl_last_error());
+    sl__nc_fail(x, SL_ECOMM, sl_last_error());
     send_abort(nc, x);
     goto out;
   }
   uint32_t t = (uint32_t)f->desc;
   if (!f->len) goto out;
+  if (x->op == OP_SHARED) {
+    st = sl__nc_shared_target(nc, x, f, buf);
+    goto out;
+  }
   if (x->op == OP_TREE) {
     *buf = t == TREE_UP ? tree_kid_slot(x, (uint32_t)f->index) : x->base;
     goto out;
@@ -697,7 +617,7 @@ static void hook_received(void *ctx, uint32_t node, const sl__dp_frame *f,
       nc->insts = x;
     }
     if (x && !x->finished) {
-      fail_inst(x, SL_ECOMM, msg);
+      sl__nc_fail(x, SL_ECOMM, msg);
       check_done(nc, x, &pd);
     }
     pthread_mutex_unlock(&nc->lock);
@@ -714,7 +634,7 @@ static void hook_received(void *ctx, uint32_t node, const sl__dp_frame *f,
       s->complete = true;
       if (x->started) drain(nc, x);
     } else if (!x->failed) {
-      take_chunk(nc, x, f, buf);
+      take_chunk(nc, x, node, f, buf);
     }
     check_done(nc, x, &pd);
   }
@@ -731,7 +651,7 @@ static void hook_sent(void *ctx, void *token, sl_status st) {
   /* A dropped chunk means its pair failed: the failed hook, called after
    * the pair's queues are dropped, fails the instance with the reason. */
   if (st != SL_OK && x->right < nc->nnodes && nc->node_failed[x->right])
-    fail_inst(x, nc->node_st[x->right], nc->node_msg[x->right]);
+    sl__nc_fail(x, nc->node_st[x->right], nc->node_msg[x->right]);
   check_done(nc, x, &pd);
   pthread_mutex_unlock(&nc->lock);
   call_done(&pd);
@@ -754,7 +674,7 @@ static void fail_running_unlock(sl__net_coll *nc, uint32_t node, sl_status st,
     for (uint32_t i = 0; i < x->n && !member; i++)
       member = x->nodes[i] == node;
     if (!member) continue;
-    fail_inst(x, st, msg);
+    sl__nc_fail(x, st, msg);
     pending_done pd = {0};
     if (check_done(nc, x, &pd) && pds) pds[npd++] = pd;
   }
@@ -842,6 +762,8 @@ sl_status sl__net_coll_create(sl__dp_endpoint *ep,
     chunk = e && e[0] ? strtoull(e, NULL, 0) : 0;
   }
   nc->chunk = chunk ? chunk : DEF_CHUNK;
+  nc->shared_min =
+      cfg && cfg->shared_min_bytes ? cfg->shared_min_bytes : DEF_SHARED_MIN;
   sl_status st = configure_all_reduce(nc, cfg);
   if (st != SL_OK) {
     sl__free(nc);
@@ -877,6 +799,7 @@ void sl__net_coll_destroy(sl__net_coll *nc) {
   sl__free(nc->node_failed);
   sl__free(nc->node_st);
   sl__free(nc->node_msg);
+  sl__free(nc->maps);
   pthread_mutex_destroy(&nc->lock);
   sl__free(nc);
 }
@@ -895,6 +818,14 @@ void sl__net_coll_abort(sl__net_coll *nc, sl_status st, const char *msg) {
     snprintf(nc->abort_msg, sizeof nc->abort_msg, "%s", msg ? msg : "");
   }
   fail_running_unlock(nc, ANY_NODE, st, nc->abort_msg);
+}
+
+sl_status sl__net_coll_aborted(sl__net_coll *nc) {
+  pthread_mutex_lock(&nc->lock);
+  sl_status st = nc->aborted ? nc->abort_st : SL_OK;
+  if (st != SL_OK) sl__fail(st, "%s", nc->abort_msg);
+  pthread_mutex_unlock(&nc->lock);
+  return st;
 }
 
 void sl__net_coll_reset(sl__net_coll *nc) {
@@ -1037,7 +968,8 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
   tmp.rs_steps = a->op == OP_ALL_GATHER ? 0 : n - 1;
   tmp.steps = a->op == OP_ALL_REDUCE ? 2 * (n - 1) : n - 1;
   tmp.total_bytes = total * es;
-  if (a->op == OP_EXCHANGE || a->op == OP_ALL_TO_ALL || a->op == OP_TREE) {
+  if (a->op == OP_EXCHANGE || a->op == OP_ALL_TO_ALL || a->op == OP_TREE ||
+      a->op == OP_SHARED) {
     tmp.lanes = 1;
     tmp.rs_steps = 0;
     tmp.steps = n > 1;
@@ -1045,7 +977,8 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
      * child */
     tmp.kids = a->op == OP_TREE && n > 1 ? tree_kids(&tmp, r) : 0;
     tmp.piece_max = a->op == OP_EXCHANGE ? tmp.total_bytes * n
-                                         : tmp.total_bytes * tmp.kids;
+                    : a->op == OP_TREE   ? tmp.total_bytes * tmp.kids
+                                         : 0; /* shared: when needed */
   }
   if (a->op == OP_ALL_TO_ALL) {
     uint64_t pb = tmp.seg_cnt[r] * es;
@@ -1082,6 +1015,7 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
   tmp.recv_total = (uint64_t)tmp.steps * tmp.lanes;
   if (a->op == OP_EXCHANGE || a->op == OP_ALL_TO_ALL) tmp.recv_total = n - 1;
   if (a->op == OP_TREE) tmp.recv_total = n > 1 ? tmp.kids + (r != 0) : 0;
+  if (a->op == OP_SHARED && (st = sl__nc_shared_init(&tmp)) != SL_OK) goto fail;
   pending_done pd = {0};
   pthread_mutex_lock(&nc->lock);
   if (nc->aborted) {
@@ -1103,20 +1037,11 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
                   (unsigned long long)a->g->id, (unsigned long long)a->seq);
     goto fail;
   }
-  if ((tmp.rs_steps || a->op == OP_EXCHANGE || a->op == OP_TREE) &&
-      tmp.steps) {
-    uint64_t bytes = tmp.lanes * tmp.piece_max;
-    if (bytes && (tmp.scratch = spare_take(nc, bytes, &tmp.scratch_bytes))) {
-      /* a spare, maybe larger */
-    } else if (bytes) {
-      tmp.scratch = sl__malloc(bytes);
-      tmp.scratch_bytes = bytes;
-      if (!tmp.scratch) {
-        pthread_mutex_unlock(&nc->lock);
-        st = SL_ENOMEM;
-        goto fail;
-      }
-    }
+  if ((tmp.rs_steps || a->op == OP_EXCHANGE || a->op == OP_TREE) && tmp.steps &&
+      sl__nc_scratch(nc, &tmp, tmp.lanes * tmp.piece_max) != SL_OK) {
+    pthread_mutex_unlock(&nc->lock);
+    st = SL_ENOMEM;
+    goto fail;
   }
   if (!x) {
     x = sl__calloc(1, sizeof *x);
@@ -1144,10 +1069,13 @@ static sl_status start(sl__net_coll *nc, const start_args *a) {
   nc->stats.by_algo[x->op == OP_EXCHANGE     ? SL__NET_ALGO_EXCHANGE
                     : x->op == OP_TREE       ? SL__NET_ALGO_TREE
                     : x->op == OP_ALL_TO_ALL ? SL__NET_ALGO_PAIRWISE
+                    : x->op == OP_SHARED     ? SL__NET_ALGO_SHARED
                                              : SL__NET_ALGO_RING]++;
-  if (pre_failed) fail_inst(x, pre_st, pre_msg); /* another member gave up */
+  if (pre_failed) sl__nc_fail(x, pre_st, pre_msg); /* another member gave up */
   if (x->op == OP_TREE) {
     if (x->steps && !x->kids) tree_up(nc, x); /* a leaf sends at once */
+  } else if (x->op == OP_SHARED) {
+    sl__nc_shared_start(nc, x);
   } else if (is_direct(x)) {
     for (uint32_t k = 0; k < x->n && x->steps; k++)
       if (k != x->r) send_exchange(nc, x, k);
@@ -1166,6 +1094,8 @@ fail:
   sl__free(tmp.seg_cnt);
   sl__free(tmp.send_start);
   sl__free(tmp.send_cnt);
+  sl__free(tmp.phase_in);
+  sl__free((void *)tmp.lent);
   sl__free(tmp.work);
   sl__free(tmp.scratch);
   return st;
@@ -1177,6 +1107,7 @@ const char *sl__net_algo_name(sl__net_algo a) {
   case SL__NET_ALGO_EXCHANGE: return "exchange";
   case SL__NET_ALGO_TREE: return "tree";
   case SL__NET_ALGO_PAIRWISE: return "pairwise";
+  case SL__NET_ALGO_SHARED: return "shared";
   default: return "?";
   }
 }
@@ -1204,17 +1135,22 @@ sl_status sl__net_all_reduce_into(sl__net_coll *nc, const sl__net_group *g,
                                   sl__net_coll_done_fn done, void *arg) {
   if (count && (!in || !out))
     return sl__fail(SL_EINVAL, "collective: no buffer");
+  size_t es = (unsigned)dt < SL_DTYPE_COUNT ? sl_dtype_size(dt) : 1;
   if (count && in != out) {
-    size_t es = (unsigned)dt < SL_DTYPE_COUNT ? sl_dtype_size(dt) : 1;
     uintptr_t a = (uintptr_t)in, b = (uintptr_t)out;
     if (a < b + count * es && b < a + count * es)
       return sl__fail(SL_EINVAL, "collective: in and out overlap");
   }
   sl__net_algo algo =
       g ? sl__net_all_reduce_algo(nc, g->n, count, dt) : SL__NET_ALGO_RING;
-  int op_code = algo == SL__NET_ALGO_EXCHANGE ? OP_EXCHANGE
-                : algo == SL__NET_ALGO_TREE   ? OP_TREE
-                                              : OP_ALL_REDUCE;
+  /* through the shared registers when the job's pools allow it */
+  pthread_mutex_lock(&nc->lock);
+  bool shared = g && sl__nc_shared_fits(nc, g, (uint64_t)count * es);
+  pthread_mutex_unlock(&nc->lock);
+  int op_code = shared                          ? OP_SHARED
+                : algo == SL__NET_ALGO_EXCHANGE ? OP_EXCHANGE
+                : algo == SL__NET_ALGO_TREE     ? OP_TREE
+                                                : OP_ALL_REDUCE;
   start_args a = {.op = op_code,
                   .g = g,
                   .seq = seq,

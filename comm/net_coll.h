@@ -36,6 +36,7 @@
 
 #include "dp.h"
 #include "sbp_int.h"
+#include "shm_pool.h"
 
 typedef struct sl__net_coll sl__net_coll;
 
@@ -51,6 +52,9 @@ typedef struct sl__net_coll_config {
    * GB/s; 0: SLUICE_NET_COLL_LATENCY_US / SLUICE_NET_COLL_BANDWIDTH_GBPS,
    * else the CPU defaults of sl_boxing_cost_default. */
   double latency_us, bandwidth_gbps;
+  /* The smallest all-reduce (bytes) that goes through shared registers
+   * when they are set (sl__net_coll_set_shared); 0: 256 KiB. */
+  uint64_t shared_min_bytes;
 } sl__net_coll_config;
 
 /* The collectives of endpoint ep: installs the endpoint's COLL hooks (an
@@ -147,6 +151,24 @@ void sl__net_coll_abort(sl__net_coll *nc, sl_status st, const char *msg);
  * instances never started here. Instances still running stay. */
 void sl__net_coll_reset(sl__net_coll *nc);
 
+/* Shared registers (docs/net_coll.md, "Shared registers"), set for a job
+ * before its first collective and cleared (maps NULL) after its last:
+ * pool is this node's register pool (NULL: none); for nodes 0..n-1,
+ * views[k] is node k's pool mapped here (zeroed where not; borrowed until
+ * cleared) and maps[i * n + j] is nonzero when node i maps node j's pool,
+ * the same on every node. An all-reduce of at least shared_min_bytes in
+ * "auto" mode whose members all map each other then runs as the shared
+ * all-reduce (net_shared.c): the members read each other's values in
+ * their pools instead of sending them. SL_EINVAL (n > nnodes), SL_ENOMEM. */
+sl_status sl__net_coll_set_shared(sl__net_coll *nc, const sl__shm_pool *pool,
+                                  const sl__shm_view *views, uint32_t n,
+                                  const uint8_t *maps);
+
+/* SL_OK, or the status of sl__net_coll_abort (since the last reset) with
+ * its message as the calling thread's error: for waits outside the
+ * collectives that the same abort should end. */
+sl_status sl__net_coll_aborted(sl__net_coll *nc);
+
 /* The algorithms an instance may run (net_coll.h's header and
  * docs/net_coll.md describe them); the all-reduce's are the cost model's
  * (sbp_int.h). */
@@ -155,6 +177,7 @@ typedef enum sl__net_algo {
   SL__NET_ALGO_EXCHANGE = SL__ALL_REDUCE_EXCHANGE, /* one hop */
   SL__NET_ALGO_TREE = SL__ALL_REDUCE_TREE, /* binomial reduce + broadcast */
   SL__NET_ALGO_PAIRWISE = SL__ALL_REDUCE_COUNT, /* all-to-all */
+  SL__NET_ALGO_SHARED, /* all-reduce through shared registers */
   SL__NET_ALGO_COUNT
 } sl__net_algo;
 
@@ -172,6 +195,7 @@ typedef struct sl__net_coll_stats {
   uint64_t started, completed, failed;
   uint64_t chunks_sent, chunks_received, chunks_staged;
   uint64_t by_algo[SL__NET_ALGO_COUNT]; /* instances started, per algorithm */
+  uint64_t bytes_read_shared; /* read straight from a peer's registers */
 } sl__net_coll_stats;
 
 void sl__net_coll_get_stats(sl__net_coll *nc, sl__net_coll_stats *out);

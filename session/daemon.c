@@ -152,7 +152,9 @@ static sl_session *session_new(void) {
 
 static void session_free(sl_session *s) {
   if (!s) return;
+  sl__shared_regs_close(s);
   sl_job_destroy(s->job);
+  sl__shm_pool_destroy(s->pool);
   sl__comm_destroy(s->comm);
   sl_plan_destroy(s->plan);
   sl__session_free_build(s);
@@ -245,6 +247,7 @@ static sl_status job_prepare(djob *j, const uint8_t *blob, size_t len) {
   }
   jc.device_name = sl__dev_name; /* "cuda:1" in messages, traces */
   jc.transport = (sl_transport){&dj_transport, j};
+  sl__shared_regs_open(s, sl__cp_client_nnodes(j->o->cp));
   sl__session_job_memory(s, &jc);
   SL_CHECK(sl_job_create(s->plan, &jc, &s->job));
   return sl__dp_endpoint_attach(j->o->dp, s->job);
@@ -278,6 +281,9 @@ static sl_status job_run(djob *j, const uint8_t *blob, size_t len) {
   /* Every node is LIVE now: a node restarted since the build has its new
    * address. */
   if (st == SL_OK) st = sl__daemon_set_peers(o->cp, o->dp);
+  if (st == SL_OK)
+    st =
+        sl__shared_regs_connect(s, o->cp, sl__cp_client_nnodes(o->cp), CALL_MS);
   /* Device groups spanning nodes get their communicators now, not while
    * building: creating one waits for every node holding a member, and a
    * node that refused the job would never come. The monitor runs, so a

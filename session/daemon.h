@@ -64,6 +64,19 @@ sl_status sl__daemon_run(const sl__daemon_run_opts *o);
  * table of now. SL_EINVAL for a bad address, the call's failure. */
 sl_status sl__daemon_set_peers(sl__cp_client *cp, sl__dp_endpoint *ep);
 
+/* Shared registers (shared_regs.c). open: before the job is made, a pool
+ * for its host registers when nnodes > 1 and SLUICE_SHARED_REGISTERS is
+ * not 0 (none, with a warning, when it cannot be made). connect: once
+ * every node runs the job, the two rounds through the store (each wait at
+ * most wait_ms, ended early by an abort of s->nc), then the collectives'
+ * map; SL_OK at once without a pool. close: the collectives forget the
+ * pools and the peers' are unmapped (this node's goes after the job). */
+typedef struct sl_session sl_session;
+void sl__shared_regs_open(sl_session *s, int nnodes);
+sl_status sl__shared_regs_connect(sl_session *s, sl__cp_client *cp, int nnodes,
+                                  uint64_t wait_ms);
+void sl__shared_regs_close(sl_session *s);
+
 /* Splits "host:port" (IPv6 in brackets) into host and port. SL_EINVAL. */
 sl_status sl__daemon_split_addr(const char *addr, char *host, size_t n,
                                 uint16_t *port);

@@ -98,14 +98,18 @@ void sl__session_close_devices(sl_session *s) {
 }
 
 /* ---- register memory -------------------------------------------------------
- * CPU devices: zeroed host memory, as the job's default. A CUDA device: its
+ * CPU devices: zeroed host memory, as the job's default (a daemon's
+ * from its shared pool while that has room). A CUDA device: its
  * memory, zeroed once. A host side: the device's pinned memory when the
  * device is open here, plain host memory otherwise (the program's feeds and
  * fetches in a remote session). */
 
 static sl_status mem_alloc(void *ctx, int32_t device, size_t bytes,
                            void **out) {
-  sess_dev *d = sl__session_dev(ctx, (uint32_t)device);
+  sl_session *sess = ctx;
+  sess_dev *d = sl__session_dev(sess, (uint32_t)device);
+  if (!d && sess->pool && (*out = sl__shm_pool_alloc(sess->pool, bytes)))
+    return SL_OK; /* zeroed */
   if (!d) return sl_regst_host_memory.alloc(NULL, device, bytes, out);
   if (sl__dev_class_of((uint32_t)device) == SL__DEV_CLASS_HOST) {
     SL_CHECK(sl__caching_alloc_alloc(d->pinned, bytes, NULL, out));
@@ -124,7 +128,11 @@ static sl_status mem_alloc(void *ctx, int32_t device, size_t bytes,
 }
 
 static void mem_free(void *ctx, int32_t device, void *p) {
-  sess_dev *d = sl__session_dev(ctx, (uint32_t)device);
+  sl_session *s = ctx;
+  sess_dev *d = sl__session_dev(s, (uint32_t)device);
+  uint64_t off;
+  if (!d && sl__shm_pool_offset(s->pool, p, 1, &off))
+    return; /* the pool goes as a whole, after the job */
   if (!d) {
     sl_regst_host_memory.free(NULL, device, p);
     return;
@@ -136,7 +144,7 @@ static void mem_free(void *ctx, int32_t device, void *p) {
 const sl_regst_memory_vtable sl__session_memory = {mem_alloc, mem_free};
 
 void sl__session_job_memory(sl_session *s, sl_job_config *jc) {
-  if (s->n_devs == 0) return; /* the job's own host memory */
+  if (s->n_devs == 0 && !s->pool) return; /* the job's own host memory */
   jc->memory = &sl__session_memory;
   jc->memory_ctx = s;
 }

@@ -158,6 +158,11 @@ struct sl_session {
    * nodes that this node takes part in. */
   sl__net_coll *nc;
   uint64_t job_id;
+  /* Daemons: the pool this node's host registers come from, and the other
+   * nodes' pools mapped here (shared_regs.c); NULL without. */
+  sl__shm_pool *pool;
+  sl__shm_view *views;
+  uint32_t n_views;
   int32_t n_spans;
   sl__span **spans;
   uint32_t driver;  /* the driver's node id */
