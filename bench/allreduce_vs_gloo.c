@@ -4,7 +4,7 @@
  * 127.0.0.1 (bench/peers/allreduce_gloo.py), 4 KiB to 64 MiB, one table.
  *
  *   bench_allreduce_vs_gloo [--budget S] [--no-gloo] [--python PATH]
- *                           [--size BYTES]... [--split K]
+ *                           [--size BYTES]... [--split K] [--no-shared]
  *
  * Time per all-reduce is the median over repetitions (each from both
  * starts to both completions); bus bandwidth follows nccl-tests:
@@ -16,7 +16,10 @@
  * SLUICE_NET_COLL_ALGO=ring|exchange|tree forces. --size
  * (repeatable) picks the sizes, e.g. for a profile of one. --split K cuts each
  * size into K buffers all-reduced at once (as a model's gradients are; sluice
- * only), the time being until all K are done. */
+ * only), the time being until all K are done. The buffers lie in register
+ * pools the two endpoints map, as two daemons' on one host do, so from
+ * 256 KiB the all-reduce is the shared one (docs/net_coll.md, "Shared
+ * registers"); --no-shared puts them on the heap (the rings' copies). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +28,7 @@
 #include "core_thread.h"
 #include "dp.h"
 #include "net_coll.h"
+#include "shm_pool.h"
 #include "bench_util.h"
 
 #ifndef ALLREDUCE_GLOO_PEER
@@ -74,11 +78,14 @@ int main(int argc, char **argv) {
   const char *python = "/usr/bin/python3";
   size_t sizes[MAXSIZES];
   int nsizes = 0, split = 1;
+  bool shared = true;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--budget") && i + 1 < argc)
       budget = atof(argv[++i]);
     else if (!strcmp(argv[i], "--no-gloo"))
       gloo = false;
+    else if (!strcmp(argv[i], "--no-shared"))
+      shared = false;
     else if (!strcmp(argv[i], "--split") && i + 1 < argc &&
              atoi(argv[i + 1]) >= 1)
       split = atoi(argv[++i]);
@@ -90,7 +97,7 @@ int main(int argc, char **argv) {
     else {
       fprintf(stderr,
               "usage: %s [--budget S] [--no-gloo] [--python PATH] "
-              "[--size BYTES]... [--split K]\n",
+              "[--size BYTES]... [--split K] [--no-shared]\n",
               argv[0]);
       return 2;
     }
@@ -138,6 +145,26 @@ int main(int argc, char **argv) {
   if (sl__dp_endpoint_connect(ep[0], 1) != SL_OK ||
       sl__dp_endpoint_wait_connected(ep[0], 1, 10000) != SL_OK)
     die("connect");
+  /* register pools that map each other, one per endpoint */
+  sl__shm_pool *pool[2] = {NULL, NULL};
+  sl__shm_view views[2][2];
+  memset(views, 0, sizeof views);
+  if (shared) {
+    uint64_t need = 0;
+    for (int i = 0; i < nsizes; i++)
+      need += sizes[i] + 4096;
+    static const uint8_t maps[4] = {0, 1, 1, 0};
+    for (uint32_t i = 0; i < 2; i++)
+      if (sl__shm_pool_create(need + (1u << 20), &pool[i]) != SL_OK)
+        die("shared registers");
+    for (uint32_t i = 0; i < 2; i++) {
+      char desc[SL__SHM_POOL_DESC_MAX];
+      sl__shm_pool_describe(pool[1 - i], desc, sizeof desc);
+      if (sl__shm_view_map(desc, &views[i][1 - i]) != SL_OK ||
+          sl__net_coll_set_shared(nc[i], pool[i], views[i], 2, maps) != SL_OK)
+        die("shared registers");
+    }
+  }
   uint32_t nodes[2] = {0, 1};
   sl__net_group g = {.id = 1, .nodes = nodes, .n = 2};
   uint64_t seq = 0;
@@ -153,7 +180,11 @@ int main(int argc, char **argv) {
     sl__net_coll_stats before, after;
     sl__net_coll_get_stats(nc[0], &before);
     size_t count = sizes[si] / 4;
-    float *a = malloc(sizes[si]), *b = malloc(sizes[si]);
+    float *a =
+        shared ? sl__shm_pool_alloc(pool[0], sizes[si]) : malloc(sizes[si]);
+    float *b =
+        shared ? sl__shm_pool_alloc(pool[1], sizes[si]) : malloc(sizes[si]);
+    if (!a || !b) die("buffers");
     for (size_t i = 0; i < count; i++)
       a[i] = b[i] = 0.0f; /* stays 0 however many times it is reduced */
     double t[MAXREPS];
@@ -198,13 +229,18 @@ int main(int argc, char **argv) {
              s * 1e6, bus, "-", "-", "-");
     }
     fflush(stdout);
-    free(a);
-    free(b);
+    if (!shared) {
+      free(a);
+      free(b);
+    }
   }
   for (uint32_t i = 0; i < 2; i++)
     sl__dp_endpoint_destroy(ep[i]);
-  for (uint32_t i = 0; i < 2; i++)
+  for (uint32_t i = 0; i < 2; i++) {
     sl__net_coll_destroy(nc[i]);
+    sl__shm_view_unmap(&views[i][1 - i]);
+    sl__shm_pool_destroy(pool[i]);
+  }
   pthread_mutex_destroy(&w.m);
   pthread_cond_destroy(&w.cv);
   return 0;

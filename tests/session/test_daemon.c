@@ -75,7 +75,10 @@ static void *daemon_main(void *arg) {
         fopencookie(d, "w", (cookie_io_functions_t){.write = log_write});
     setvbuf(log, NULL, _IONBF, 0);
     sl__net_coll *nc = NULL;
-    d->st = sl__net_coll_create(ep, NULL, &nc);
+    /* every all-reduce between the daemons through their shared registers,
+     * however small (test_shared_registers) */
+    sl__net_coll_config nc_cfg = {.shared_min_bytes = 1};
+    d->st = sl__net_coll_create(ep, &nc_cfg, &nc);
     atomic_store(&d->nc, nc);
     sl__daemon_opts o = {cp, ep, nc, &d->stop, 0, log};
     if (d->st == SL_OK) d->st = sl__daemon_serve(&o);
@@ -341,6 +344,35 @@ static void test_boxing_across_nodes(void **state) {
              lb[k]);
     close_to("loss", la, lb, STEPS);
     close_to("w", wa, wb, 30);
+  }
+}
+
+/* The daemons (threads of this process here, so the pools map through
+ * /proc/self/fd) share their registers: the gradients' all-reduces between
+ * them read each other's values in place, and the training matches the
+ * embedded one. */
+static void test_shared_registers(void **state) {
+  cluster *c = *state;
+  sl__net_coll_stats before[NNODES], after;
+  for (int r = 0; r < NNODES; r++)
+    sl__net_coll_get_stats(atomic_load(&c->d[r].nc), &before[r]);
+  float la[STEPS], lb[STEPS], wa[30], wb[30];
+  if (train_one("cpu:0-3", "dp", false, false, la, wa) != SL_OK)
+    fail_msg("embedded: %s", sl_last_error());
+  if (train_one("cpu:0-1/0-1", "dp", true, false, lb, wb) != SL_OK)
+    fail_msg("remote: %s", sl_last_error());
+  close_to("loss", la, lb, STEPS);
+  close_to("w", wa, wb, 30);
+  for (int r = 0; r < NNODES; r++) {
+    sl__net_coll_get_stats(atomic_load(&c->d[r].nc), &after);
+    printf("node %d: %llu shared all-reduces, %llu bytes read in place\n", r,
+           (unsigned long long)(after.by_algo[SL__NET_ALGO_SHARED] -
+                                before[r].by_algo[SL__NET_ALGO_SHARED]),
+           (unsigned long long)(after.bytes_read_shared -
+                                before[r].bytes_read_shared));
+    assert_true(after.by_algo[SL__NET_ALGO_SHARED] >=
+                before[r].by_algo[SL__NET_ALGO_SHARED] + STEPS);
+    assert_true(after.bytes_read_shared > before[r].bytes_read_shared);
   }
 }
 
@@ -784,6 +816,7 @@ int main(void) {
       cmocka_unit_test(test_kernel_failure_names_node),
       cmocka_unit_test(test_boxing_across_nodes),
       cmocka_unit_test(test_failure_inside_collective),
+      cmocka_unit_test(test_shared_registers),
       cmocka_unit_test(test_cuda_across_nodes),
       cmocka_unit_test(test_cuda_gather_scatter_across_nodes),
       cmocka_unit_test(test_cuda_exchanges_across_nodes),
