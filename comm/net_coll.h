@@ -1,7 +1,9 @@
 /* sluice comm — collectives between nodes over the data plane (DESIGN.md
  * section 8; issue 5): ring all-reduce, reduce-scatter and all-gather,
  * exchange and binomial-tree all-reduces for small buffers (the cost
- * model picks by members and size) and a pairwise all-to-all, for
+ * model picks by members and size), a pairwise all-to-all, and an
+ * all-reduce through shared registers between daemons on one host
+ * (sl__net_coll_set_shared; net_shared.c), for
  * CPU groups with one member per node, their chunks carried as
  * SL__DP_COLL frames on the node pairs' connections (comm/dp.h).
  *
