@@ -212,6 +212,19 @@ static void send_step(sl__net_coll *nc, inst *x, uint32_t t, uint32_t lane,
   nc->stats.chunks_sent++;
 }
 
+void sl__nc_send(sl__net_coll *nc, inst *x, uint32_t node,
+                 const sl__dp_frame *f, const void *payload, uint64_t len) {
+  x->send_issued++;
+  sl_status st =
+      sl__dp_endpoint_send_coll(nc->ep, node, f, len ? payload : NULL, len, x);
+  if (st != SL_OK) {
+    x->send_issued--;
+    sl__nc_fail(x, st, sl_last_error());
+    return;
+  }
+  nc->stats.chunks_sent++;
+}
+
 /* The exchange and the all-to-all send straight to every member. */
 static bool is_direct(const inst *x) {
   return x->op == OP_EXCHANGE || x->op == OP_ALL_TO_ALL;
@@ -250,15 +263,7 @@ static void send_exchange(sl__net_coll *nc, inst *x, uint32_t k) {
   f.index = (int32_t)x->r;
   f.slot = (uint16_t)x->op;
   f.consumer = (uint16_t)x->dt;
-  x->send_issued++;
-  sl_status st =
-      sl__dp_endpoint_send_coll(nc->ep, node, &f, len ? payload : NULL, len, x);
-  if (st != SL_OK) {
-    x->send_issued--;
-    sl__nc_fail(x, st, sl_last_error());
-    return;
-  }
-  nc->stats.chunks_sent++;
+  sl__nc_send(nc, x, node, &f, payload, len);
 }
 
 /* A member that finds the instance broken (a chunk that does not match)
@@ -333,16 +338,7 @@ static void send_tree(sl__net_coll *nc, inst *x, uint32_t k, int step,
   f.index = (int32_t)x->r;
   f.slot = (uint16_t)x->op;
   f.consumer = (uint16_t)x->dt;
-  x->send_issued++;
-  sl_status st = sl__dp_endpoint_send_coll(nc->ep, x->nodes[k], &f,
-                                           x->total_bytes ? payload : NULL,
-                                           x->total_bytes, x);
-  if (st != SL_OK) {
-    x->send_issued--;
-    sl__nc_fail(x, st, sl_last_error());
-    return;
-  }
-  nc->stats.chunks_sent++;
+  sl__nc_send(nc, x, x->nodes[k], &f, payload, x->total_bytes);
 }
 
 /* The total is in base: down to the children, the largest subtree first. */

@@ -134,6 +134,10 @@ void sl__nc_fail(inst *x, sl_status st, const char *msg);
 /* A scratch buffer of at least bytes into x->scratch: SL_ENOMEM. */
 sl_status sl__nc_scratch(sl__net_coll *nc, inst *x, uint64_t bytes);
 int sl__nc_member_of(const inst *x, uint32_t node);
+/* Sends f with its payload to node, counted in x's sends; a failure to
+ * queue it fails x. */
+void sl__nc_send(sl__net_coll *nc, inst *x, uint32_t node,
+                 const sl__dp_frame *f, const void *payload, uint64_t len);
 
 /* net_shared.c: the shared all-reduce. */
 bool sl__nc_shared_fits(const sl__net_coll *nc, const sl__net_group *g,

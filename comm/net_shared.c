@@ -98,15 +98,7 @@ static void tell(sl__net_coll *nc, inst *x, uint32_t k, int phase,
   f.slot = (uint16_t)OP_SHARED;
   f.consumer = (uint16_t)x->dt;
   f.piece = piece;
-  x->send_issued++;
-  sl_status st = sl__dp_endpoint_send_coll(nc->ep, x->nodes[k], &f,
-                                           len ? payload : NULL, len, x);
-  if (st != SL_OK) {
-    x->send_issued--;
-    sl__nc_fail(x, st, sl_last_error());
-    return;
-  }
-  nc->stats.chunks_sent++;
+  sl__nc_send(nc, x, x->nodes[k], &f, payload, len);
 }
 
 /* Lends buf when it lies in this node's pool: its offset, else NOT_LENT. */
