@@ -69,8 +69,9 @@ sl_status sl__daemon_set_peers(sl__cp_client *cp, sl__dp_endpoint *ep);
  * not 0 (none, with a warning, when it cannot be made). connect: once
  * every node runs the job, the two rounds through the store (each wait at
  * most wait_ms, ended early by an abort of s->nc), then the collectives'
- * map; SL_OK at once without a pool. close: the collectives forget the
- * pools and the peers' are unmapped (this node's goes after the job). */
+ * map; a node without a pool takes part as one nobody maps. close: the
+ * collectives forget the pools and the peers' are unmapped (this node's goes
+ * after the job). */
 typedef struct sl_session sl_session;
 void sl__shared_regs_open(sl_session *s, int nnodes);
 sl_status sl__shared_regs_connect(sl_session *s, sl__cp_client *cp, int nnodes,

@@ -62,10 +62,12 @@ static sl_status wait_get(sl_session *s, sl__cp_client *cp, const char *key,
 
 sl_status sl__shared_regs_connect(sl_session *s, sl__cp_client *cp, int nnodes,
                                   uint64_t wait_ms) {
-  if (!s->pool) return SL_OK;
+  /* A node without a pool (turned off, no /dev/shm) takes part all the
+   * same, with "-": the others wait for every node's word. */
+  if (nnodes < 2 || !s->nc) return SL_OK;
   uint32_t n = (uint32_t)nnodes, self = s->self_node;
-  char key[128], desc[SL__SHM_POOL_DESC_MAX];
-  sl__shm_pool_describe(s->pool, desc, sizeof desc);
+  char key[128], desc[SL__SHM_POOL_DESC_MAX] = "-";
+  if (s->pool) sl__shm_pool_describe(s->pool, desc, sizeof desc);
   key_of(s, "pool", (int)self, key, sizeof key);
   SL_CHECK(sl__cp_kv_put(cp, key, desc, strlen(desc), wait_ms));
   s->views = sl__calloc(n, sizeof *s->views);
@@ -79,7 +81,7 @@ sl_status sl__shared_regs_connect(sl_session *s, sl__cp_client *cp, int nnodes,
     if (k == self) continue;
     key_of(s, "pool", (int)k, key, sizeof key);
     if ((st = wait_get(s, cp, key, wait_ms, &v)) != SL_OK) break;
-    if (sl__shm_view_map(v, &s->views[k]) == SL_OK)
+    if (strcmp(v, "-") != 0 && sl__shm_view_map(v, &s->views[k]) == SL_OK)
       row[k] = '1';
     else
       SL_DEBUG("daemon: node %u's registers stay unshared: %s", k,
@@ -114,7 +116,7 @@ sl_status sl__shared_regs_connect(sl_session *s, sl__cp_client *cp, int nnodes,
 }
 
 void sl__shared_regs_close(sl_session *s) {
-  if (s->nc && s->pool) sl__net_coll_set_shared(s->nc, NULL, NULL, 0, NULL);
+  if (s->nc && s->views) sl__net_coll_set_shared(s->nc, NULL, NULL, 0, NULL);
   for (uint32_t k = 0; k < s->n_views; k++)
     sl__shm_view_unmap(&s->views[k]);
   sl__free(s->views);
