@@ -430,22 +430,31 @@ out:
   return st;
 }
 
+sl_status sl__group_step_of(const sl__node *n, int step, int group,
+                            sl__group_step *out) {
+  const sl_boxing_plan *bp = n->boxing;
+  sl_boxing_step_layout(bp, step, &out->from, &out->to);
+  out->axis = sl_boxing_step_mesh_axis(bp, step);
+  out->ranks = NULL;
+  out->n = sl_boxing_step_group(bp, step, group, &out->ranks);
+  if (out->n < 1 || out->axis < 0 || out->axis >= out->from.ndim)
+    return sl__fail(SL_EINTERNAL,
+                    "boxing '%s' step %d: a group of %d on mesh axis %d",
+                    n->name, step, out->n, out->axis);
+  return SL_OK;
+}
+
 static sl_status make_group(sl_session *s, const sl__node *n, int step,
                             int group, const int *dev_worker, sl__coll **out,
                             uint32_t **mnode) {
   const sl_boxing_plan *bp = n->boxing;
   const sl__value *vin = sl__graph_value(s->g, n->in[0]);
+  sl__group_step gs;
+  SL_CHECK(sl__group_step_of(n, step, group, &gs));
   const sl_placement *p = vin->placement; /* group steps: one placement */
-  sl_nd_sbp from, to;
-  sl_boxing_step_layout(bp, step, &from, &to);
-  int m = sl_boxing_step_mesh_axis(bp, step);
-  const int *ranks;
-  int gn = sl_boxing_step_group(bp, step, group, &ranks);
-  if (gn < 1 || m < 0 || m >= from.ndim)
-    return sl__fail(SL_EINTERNAL,
-                    "boxing '%s' step %d: a group of %d on "
-                    "mesh axis %d",
-                    n->name, step, gn, m);
+  sl_nd_sbp from = gs.from, to = gs.to;
+  int m = gs.axis, gn = gs.n;
+  const int *ranks = gs.ranks;
   int *workers = sl__calloc((size_t)gn, sizeof *workers);
   uint32_t *nodes = sl__calloc((size_t)gn, sizeof *nodes);
   if (!workers || !nodes) {

@@ -126,16 +126,11 @@ sl_status sl__xgeom_group(const sl_graph *gr, const sl__node *n, int step,
   const sl_boxing_plan *bp = n->boxing;
   const sl__value *vin = sl__graph_value(gr, n->in[0]);
   const sl_placement *p = vin->placement; /* group steps: one placement */
-  int m = sl_boxing_step_mesh_axis(bp, step);
-  sl_nd_sbp from, to;
-  sl_boxing_step_layout(bp, step, &from, &to);
-  const int *ranks = NULL;
-  int gn = sl_boxing_step_group(bp, step, group, &ranks);
-  if (gn < 1 || m < 0 || m >= from.ndim)
-    return sl__fail(SL_EINTERNAL,
-                    "boxing '%s' step %d: a group of %d on mesh "
-                    "axis %d",
-                    n->name, step, gn, m);
+  sl__group_step gs;
+  SL_CHECK(sl__group_step_of(n, step, group, &gs));
+  sl_nd_sbp from = gs.from, to = gs.to;
+  int m = gs.axis, gn = gs.n;
+  const int *ranks = gs.ranks;
   int *inv = sl__calloc((size_t)sl_boxing_plan_rank_count(bp), sizeof *inv);
   if (!inv) return SL_ENOMEM;
   sl_status st = geom_alloc(g, gn, gn * gn);

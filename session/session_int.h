@@ -363,6 +363,17 @@ size_t sl__dxchg_warm_bytes(const sl__dxchg *x);
 void sl__dxchg_warm_args(sl__dxchg *x, void *buf, sl__stream *s,
                          sl__dev_rank_args *a);
 
+/* build.c: group `group` of boxing node n's group step `step`: the
+ * layouts before and after, its mesh axis and its plan ranks;
+ * SL_EINTERNAL when the plan has no such group. */
+typedef struct sl__group_step {
+  sl_nd_sbp from, to;
+  int axis, n;
+  const int *ranks;
+} sl__group_step;
+sl_status sl__group_step_of(const sl__node *n, int step, int group,
+                            sl__group_step *out);
+
 /* build.c: the placement rank of every plan rank on placement p's side
  * (-1: not there), and the placement holding the shards before step. */
 sl_status sl__boxing_side_of(const sl_boxing_plan *bp, const sl_placement *p,
