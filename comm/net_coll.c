@@ -188,14 +188,8 @@ static void send_step(sl__net_coll *nc, inst *x, uint32_t t, uint32_t lane,
   if (x->failed) return;
   uint64_t off, len;
   piece(x, send_seg(x, t), lane, &off, &len);
-  sl__dp_frame f = {0};
-  f.src = x->group;
-  f.dst = x->seq;
+  sl__dp_frame f = sl__nc_frame(x, (int32_t)t, (int32_t)lane);
   f.piece = (int64_t)off;
-  f.desc = (int32_t)t;
-  f.index = (int32_t)lane;
-  f.slot = (uint16_t)x->op;
-  f.consumer = (uint16_t)x->dt;
   x->send_issued++;
   /* step 0 sends this member's own values; later steps what it reduced
    * or received */
@@ -210,6 +204,17 @@ static void send_step(sl__net_coll *nc, inst *x, uint32_t t, uint32_t lane,
     return;
   }
   nc->stats.chunks_sent++;
+}
+
+sl__dp_frame sl__nc_frame(const inst *x, int32_t desc, int32_t index) {
+  sl__dp_frame f = {0};
+  f.src = x->group;
+  f.dst = x->seq;
+  f.desc = desc;
+  f.index = index;
+  f.slot = (uint16_t)x->op;
+  f.consumer = (uint16_t)x->dt;
+  return f;
 }
 
 void sl__nc_send(sl__net_coll *nc, inst *x, uint32_t node,
@@ -257,12 +262,7 @@ static void send_exchange(sl__net_coll *nc, inst *x, uint32_t k) {
   const uint8_t *payload = x->op == OP_EXCHANGE ? x->src
                            : x->in ? x->in + x->send_start[k] * x->esize
                                    : NULL;
-  sl__dp_frame f = {0};
-  f.src = x->group;
-  f.dst = x->seq;
-  f.index = (int32_t)x->r;
-  f.slot = (uint16_t)x->op;
-  f.consumer = (uint16_t)x->dt;
+  sl__dp_frame f = sl__nc_frame(x, 0, (int32_t)x->r);
   sl__nc_send(nc, x, node, &f, payload, len);
 }
 
@@ -331,13 +331,7 @@ static uint8_t *tree_kid_slot(const inst *x, uint32_t k) {
 static void send_tree(sl__net_coll *nc, inst *x, uint32_t k, int step,
                       const uint8_t *payload) {
   if (x->failed) return;
-  sl__dp_frame f = {0};
-  f.src = x->group;
-  f.dst = x->seq;
-  f.desc = step;
-  f.index = (int32_t)x->r;
-  f.slot = (uint16_t)x->op;
-  f.consumer = (uint16_t)x->dt;
+  sl__dp_frame f = sl__nc_frame(x, step, (int32_t)x->r);
   sl__nc_send(nc, x, x->nodes[k], &f, payload, x->total_bytes);
 }
 

@@ -134,6 +134,9 @@ void sl__nc_fail(inst *x, sl_status st, const char *msg);
 /* A scratch buffer of at least bytes into x->scratch: SL_ENOMEM. */
 sl_status sl__nc_scratch(sl__net_coll *nc, inst *x, uint64_t bytes);
 int sl__nc_member_of(const inst *x, uint32_t node);
+/* A frame of instance x: its group, seq, op and dtype, with desc (the
+ * step or phase) and index (the lane or member). */
+sl__dp_frame sl__nc_frame(const inst *x, int32_t desc, int32_t index);
 /* Sends f with its payload to node, counted in x's sends; a failure to
  * queue it fails x. */
 void sl__nc_send(sl__net_coll *nc, inst *x, uint32_t node,

@@ -90,13 +90,7 @@ static uint8_t *ready_slot(const inst *x, uint32_t k) {
 static void tell(sl__net_coll *nc, inst *x, uint32_t k, int phase,
                  int64_t piece, const void *payload, uint64_t len) {
   if (x->failed) return;
-  sl__dp_frame f = {0};
-  f.src = x->group;
-  f.dst = x->seq;
-  f.desc = phase;
-  f.index = (int32_t)x->r;
-  f.slot = (uint16_t)OP_SHARED;
-  f.consumer = (uint16_t)x->dt;
+  sl__dp_frame f = sl__nc_frame(x, phase, (int32_t)x->r);
   f.piece = piece;
   sl__nc_send(nc, x, x->nodes[k], &f, payload, len);
 }
