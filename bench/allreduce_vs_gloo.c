@@ -6,8 +6,12 @@
  *   bench_allreduce_vs_gloo [--budget S] [--no-gloo] [--python PATH]
  *                           [--size BYTES]... [--split K] [--no-shared]
  *
- * Time per all-reduce is the median over repetitions (each from both
- * starts to both completions); bus bandwidth follows nccl-tests:
+ * Each endpoint's all-reduces are issued by a thread of its own, as a
+ * daemon's collective stream issues them and as each gloo process does;
+ * the two pass a barrier before each repetition (gloo's peer agrees on
+ * going on with an all-reduce). Time per all-reduce is the median over
+ * repetitions of member 0's, from its start to its completion, as the gloo
+ * peer times rank 0's; bus bandwidth follows nccl-tests:
  * 2(n-1)/n x bytes / time, n = 2. Each size gets 5 untimed repetitions
  * and then about `budget` seconds (default 0.4) on each side. `algo` is the
  * algorithm net_coll ran for the size (its per-algorithm counts), as NCCL_ALGO
@@ -20,6 +24,7 @@
  * pools the two endpoints map, as two daemons' on one host do, so from
  * 256 KiB the all-reduce is the shared one (docs/net_coll.md, "Shared
  * registers"); --no-shared puts them on the heap (the rings' copies). */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +47,10 @@ static void die(const char *what) {
   exit(1);
 }
 
+/* Untimed repetitions before each size, as nccl-tests' default (-w 5);
+ * the gloo peer does as many. */
+enum { NDEFAULT = 8, MAXSIZES = 32, MAXREPS = 4000, WARMUP = 5 };
+
 typedef struct waiter {
   pthread_mutex_t m;
   pthread_cond_t cv;
@@ -57,9 +66,61 @@ static void on_done(void *arg, sl_status st) {
   pthread_mutex_unlock(&w->m);
 }
 
-/* Untimed repetitions before each size, as nccl-tests' default (-w 5);
- * the gloo peer does as many. */
-enum { NDEFAULT = 8, MAXSIZES = 32, MAXREPS = 200, WARMUP = 5 };
+/* One member, as one daemon's collective stream issues it: each
+ * repetition starts after both members passed a barrier (gloo's peer
+ * agrees on going on with an all-reduce), and lasts from this member's
+ * start to its completion. Rank 0 decides how many and keeps the times. */
+typedef struct rank {
+  uint32_t r;
+  sl__net_coll *nc;
+  const sl__net_group *g;
+  float *buf;
+  size_t count;
+  int split;
+  uint64_t seq; /* the first instance's; both ranks count alike */
+  waiter w;
+  pthread_barrier_t *bar;
+  atomic_bool *go;
+  double budget, *t;
+  int reps;
+} rank;
+
+static void *rank_main(void *arg) {
+  rank *k = arg;
+  uint64_t t_end = 0;
+  for (int it = -WARMUP;; it++) {
+    if (k->r == 0) {
+      uint64_t now = sl__now_ns();
+      if (it == 0) t_end = now + (uint64_t)(k->budget * 1e9);
+      atomic_store(k->go, it < 3 || (it < MAXREPS && now < t_end));
+    }
+    pthread_barrier_wait(k->bar);
+    if (!atomic_load(k->go)) break;
+    uint64_t t0 = sl__now_ns();
+    pthread_mutex_lock(&k->w.m);
+    k->w.done = 0;
+    pthread_mutex_unlock(&k->w.m);
+    for (int j = 0; j < k->split; j++) {
+      size_t lo = k->count * (size_t)j / (size_t)k->split;
+      size_t hi = k->count * (size_t)(j + 1) / (size_t)k->split;
+      if (sl__net_all_reduce(k->nc, k->g, k->seq++, k->buf + lo, hi - lo,
+                             SL_DTYPE_F32, SL_REDUCE_SUM, on_done,
+                             &k->w) != SL_OK)
+        die("all_reduce");
+    }
+    pthread_mutex_lock(&k->w.m);
+    while (k->w.done < k->split)
+      pthread_cond_wait(&k->w.cv, &k->w.m);
+    int failed = k->w.failed;
+    pthread_mutex_unlock(&k->w.m);
+    if (failed) die("all_reduce completed");
+    if (it >= 0 && k->r == 0)
+      k->t[k->reps++] = (double)(sl__now_ns() - t0) * 1e-9;
+  }
+  /* the last barrier released both: rank 1 would otherwise leave first */
+  pthread_barrier_wait(k->bar);
+  return NULL;
+}
 
 /* The algorithm the instances counted in `after` but not in `before`
  * ran: one name, or "mixed". */
@@ -167,10 +228,23 @@ int main(int argc, char **argv) {
   }
   uint32_t nodes[2] = {0, 1};
   sl__net_group g = {.id = 1, .nodes = nodes, .n = 2};
-  uint64_t seq = 0;
-  waiter w = {.done = 0};
-  pthread_mutex_init(&w.m, NULL);
-  sl__cond_init(&w.cv);
+  rank rk[2];
+  pthread_barrier_t bar;
+  atomic_bool go;
+  pthread_barrier_init(&bar, NULL, 2);
+  double t[MAXREPS];
+  for (uint32_t i = 0; i < 2; i++) {
+    rk[i] = (rank){.r = i,
+                   .nc = nc[i],
+                   .g = &g,
+                   .split = split,
+                   .bar = &bar,
+                   .go = &go,
+                   .budget = budget,
+                   .t = t};
+    pthread_mutex_init(&rk[i].w.m, NULL);
+    sl__cond_init(&rk[i].w.cv);
+  }
 
   printf("all-reduce f32, 2 nodes on 127.0.0.1; bus bandwidth = "
          "2(n-1)/n x bytes / time\n");
@@ -187,35 +261,18 @@ int main(int argc, char **argv) {
     if (!a || !b) die("buffers");
     for (size_t i = 0; i < count; i++)
       a[i] = b[i] = 0.0f; /* stays 0 however many times it is reduced */
-    double t[MAXREPS];
-    int reps = 0;
-    uint64_t t_end = 0;
-    for (int it = -WARMUP; it < MAXREPS; it++) {
-      uint64_t t0 = sl__now_ns();
-      if (it == 0) t_end = t0 + (uint64_t)(budget * 1e9);
-      pthread_mutex_lock(&w.m);
-      w.done = 0;
-      pthread_mutex_unlock(&w.m);
-      for (int k = 0; k < split; k++) {
-        size_t lo = count * (size_t)k / (size_t)split;
-        size_t hi = count * (size_t)(k + 1) / (size_t)split;
-        if (sl__net_all_reduce(nc[0], &g, seq, a + lo, hi - lo, SL_DTYPE_F32,
-                               SL_REDUCE_SUM, on_done, &w) != SL_OK ||
-            sl__net_all_reduce(nc[1], &g, seq, b + lo, hi - lo, SL_DTYPE_F32,
-                               SL_REDUCE_SUM, on_done, &w) != SL_OK)
-          die("all_reduce");
-        seq++;
-      }
-      pthread_mutex_lock(&w.m);
-      while (w.done < 2 * split)
-        pthread_cond_wait(&w.cv, &w.m);
-      int failed = w.failed;
-      pthread_mutex_unlock(&w.m);
-      if (failed) die("all_reduce completed");
-      uint64_t t1 = sl__now_ns();
-      if (it >= 0) t[reps++] = (double)(t1 - t0) * 1e-9;
-      if (it >= 2 && t1 > t_end) break;
+    for (uint32_t i = 0; i < 2; i++) {
+      rk[i].buf = i ? b : a;
+      rk[i].count = count;
+      rk[i].reps = 0;
     }
+    sl__thread th[2];
+    for (uint32_t i = 0; i < 2; i++)
+      if (sl__thread_start(&th[i], rank_main, &rk[i], "bench-rank") != SL_OK)
+        die("thread");
+    for (uint32_t i = 0; i < 2; i++)
+      sl__thread_join(&th[i]);
+    int reps = rk[0].reps;
     sl__net_coll_get_stats(nc[0], &after);
     const char *algo = algo_ran(&before, &after);
     double s = bench_median(t, reps);
@@ -241,7 +298,10 @@ int main(int argc, char **argv) {
     sl__shm_view_unmap(&views[i][1 - i]);
     sl__shm_pool_destroy(pool[i]);
   }
-  pthread_mutex_destroy(&w.m);
-  pthread_cond_destroy(&w.cv);
+  for (uint32_t i = 0; i < 2; i++) {
+    pthread_mutex_destroy(&rk[i].w.m);
+    pthread_cond_destroy(&rk[i].w.cv);
+  }
+  pthread_barrier_destroy(&bar);
   return 0;
 }

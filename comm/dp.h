@@ -374,6 +374,8 @@ void sl__dp_endpoint_detach(sl__dp_endpoint *ep);
 
 typedef struct sl__dp_stats {
   uint64_t frames_sent, frames_received; /* every kind */
+  uint64_t frames_inline; /* of those sent, written by the sending thread */
+  uint64_t frames_inline_part; /* of those, the loop wrote the rest */
   uint64_t messages_sent, messages_received;
   uint64_t payload_bytes_sent, payload_bytes_received;
   uint64_t payload_bytes_direct; /* read straight into registers */
@@ -429,17 +431,22 @@ void sl__dp_endpoint_set_coll(sl__dp_endpoint *ep, const sl__dp_coll_hooks *h,
 /* Queues a COLL frame (f's kind, version, length and checksum are set
  * here) with len payload bytes, written straight from payload, which must
  * stay unchanged until the sent hook is called with token. Any thread,
- * including the loop thread inside a hook. SL_OK: `sent` will be called;
- * SL_ECOMM (no such peer, pair failed, endpoint closing), SL_ENOMEM: it
- * will not. */
+ * including the loop thread inside a hook. SL_OK: `sent` will be called,
+ * unless *written says the frame is already out: with `written` not NULL,
+ * a frame of at most 16 KiB of payload to a peer whose connection has
+ * nothing else to write is written by this thread at once (sparing the
+ * loop thread's wake-up), *written is true, and no `sent` follows (the
+ * caller may hold a lock the hook takes). SL_ECOMM (no such peer, pair
+ * failed, endpoint closing), SL_ENOMEM: neither. */
 sl_status sl__dp_endpoint_send_coll(sl__dp_endpoint *ep, uint32_t node,
                                     const sl__dp_frame *f, const void *payload,
-                                    uint64_t len, void *token);
+                                    uint64_t len, void *token, bool *written);
 /* The same with the payload's CRC32C given (a chunk forwarded unchanged
  * keeps the CRC it arrived with, verified then). */
 sl_status sl__dp_endpoint_send_coll_crc(sl__dp_endpoint *ep, uint32_t node,
                                         const sl__dp_frame *f,
                                         const void *payload, uint64_t len,
-                                        uint32_t crc, void *token);
+                                        uint32_t crc, void *token,
+                                        bool *written);
 
 #endif

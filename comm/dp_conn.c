@@ -27,6 +27,7 @@ typedef struct dp_hsreq {
 static uint64_t ms_ns(int64_t ms) { return (uint64_t)ms * 1000000ull; }
 
 static void conn_lost(dp_conn *c, const char *why);
+static void flush_queues(dp_conn *c);
 
 /* ---- lifetime ---------------------------------------------------------------
  */
@@ -67,6 +68,8 @@ void sl__dp_conn_close(dp_conn *c) {
     atomic_store(&p->shm, false);
     pthread_mutex_lock(&ep->lock);
     p->open = false;
+    p->tx_idle = false; /* before the socket goes */
+    p->tx_conn = NULL;
     pthread_cond_broadcast(&ep->cond);
     pthread_mutex_unlock(&ep->lock);
   }
@@ -133,6 +136,8 @@ static void on_written(uv_write_t *req, int status) {
   sl__free(w);
   if (status < 0 && status != UV_ECANCELED && c->state == DP_OPEN)
     conn_lost(c, uv_strerror(status));
+  else if (!c->writes)
+    sl__dp_tx_idle_update(c);
   if (npay) sl__dp_check_detach(ep);
   sl__dp_check_shutdown(ep);
 }
@@ -146,6 +151,11 @@ static bool submit(dp_conn *c, dp_out *list) {
   uint32_t npay = 0;
   uint64_t nframes = 0, nmsg = 0, bytes = 0, shm_bytes = 0;
   for (dp_out *o = list; o; o = o->next) {
+    if (o->raw) { /* counted when its first bytes went out */
+      bufs[nb].base = (char *)o->raw;
+      bufs[nb++].len = o->raw_len;
+      continue;
+    }
     o->f.credit_frames = c->rx_frames;
     o->f.credit_bytes = c->rx_bytes;
     bool in_shm =
@@ -227,17 +237,18 @@ static dp_out *take(dp_conn *c, dp_fifo *q, bool credit) {
   dp_out *head = NULL, *tail = NULL;
   for (int n = 0; n < DP_BATCH && q->head; n++) {
     dp_out *o = q->head;
-    if (credit && (o->f.kind == SL__DP_MSG || o->f.kind == SL__DP_COLL)) {
-      uint64_t of = c->tx_frames - c->acked_frames;
-      uint64_t ob = c->tx_bytes - c->acked_bytes;
+    if (credit && !o->raw &&
+        (o->f.kind == SL__DP_MSG || o->f.kind == SL__DP_COLL)) {
+      uint64_t of = dp_load(&c->tx_frames) - dp_load(&c->acked_frames);
+      uint64_t ob = dp_load(&c->tx_bytes) - dp_load(&c->acked_bytes);
       if (of >= ep->cfg.window_frames ||
           (ob > 0 && ob + o->f.len > ep->cfg.window_bytes)) {
         if (!c->stalled) dp_count(&ep->stats.credit_stalls, 1);
         c->stalled = true;
         break;
       }
-      c->tx_frames++;
-      c->tx_bytes += o->f.len;
+      dp_count(&c->tx_frames, 1);
+      dp_count(&c->tx_bytes, o->f.len);
       dp_peak(&ep->stats.peak_window_frames, of + 1);
       dp_peak(&ep->stats.peak_window_bytes, ob + o->f.len);
     }
@@ -251,8 +262,40 @@ static dp_out *take(dp_conn *c, dp_fifo *q, bool credit) {
   return head;
 }
 
+/* Senders only ever clear tx_idle (queueing, which wakes the loop to
+ * write what they queued), so the loop takes the lock only to change what
+ * it last published: nothing on the read path of an idle connection. */
+static void publish_idle(dp_conn *c, bool idle) {
+  sl__dp_endpoint *ep = c->ep;
+  dp_peer *p = c->peer;
+  uv_os_fd_t fd = -1;
+  if (idle && uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0) idle = false;
+  if (idle == c->idle_published) return;
+  pthread_mutex_lock(&ep->lock);
+  p->tx_idle = idle && !p->inbox.head;
+  p->tx_fd = fd;
+  p->tx_conn = c;
+  c->idle_published = p->tx_idle;
+  pthread_mutex_unlock(&ep->lock);
+}
+
+void sl__dp_tx_idle_update(dp_conn *c) {
+  dp_peer *p = c->peer;
+  if (!p || p->conn != c) return;
+  publish_idle(c, c->state == DP_OPEN && !c->writes && !c->ctl.head &&
+                      !p->pending.head && !c->stalled);
+}
+
 void sl__dp_flush(dp_conn *c) {
   if (c->state != DP_OPEN) return;
+  dp_peer *p = c->peer;
+  /* No sender writes inline from here until the loop's writes are done. */
+  if (c->ctl.head || p->pending.head) publish_idle(c, false);
+  flush_queues(c);
+  sl__dp_tx_idle_update(c);
+}
+
+static void flush_queues(dp_conn *c) {
   dp_peer *p = c->peer;
   for (;;) {
     dp_out *l = take(c, &c->ctl, false);
@@ -925,22 +968,25 @@ static void frame_begin(dp_conn *c, const uint8_t *hdr) {
     return;
   }
   dp_count(&ep->stats.frames_received, 1);
-  if (f.credit_frames < c->acked_frames || f.credit_frames > c->tx_frames ||
-      f.credit_bytes < c->acked_bytes || f.credit_bytes > c->tx_bytes) {
+  uint64_t tx_frames = dp_load(&c->tx_frames), tx_bytes = dp_load(&c->tx_bytes);
+  uint64_t acked_frames = dp_load(&c->acked_frames);
+  uint64_t acked_bytes = dp_load(&c->acked_bytes);
+  if (f.credit_frames < acked_frames || f.credit_frames > tx_frames ||
+      f.credit_bytes < acked_bytes || f.credit_bytes > tx_bytes) {
     bad_frame(c,
               "bad frame: credit for %llu messages (%llu bytes), but %llu "
               "(%llu bytes) were sent and %llu (%llu) acknowledged",
               (unsigned long long)f.credit_frames,
-              (unsigned long long)f.credit_bytes,
-              (unsigned long long)c->tx_frames, (unsigned long long)c->tx_bytes,
-              (unsigned long long)c->acked_frames,
-              (unsigned long long)c->acked_bytes);
+              (unsigned long long)f.credit_bytes, (unsigned long long)tx_frames,
+              (unsigned long long)tx_bytes, (unsigned long long)acked_frames,
+              (unsigned long long)acked_bytes);
     return;
   }
-  if (f.credit_frames != c->acked_frames || f.credit_bytes != c->acked_bytes)
+  if (f.credit_frames != acked_frames || f.credit_bytes != acked_bytes)
     c->credit_requested = c->stalled = false; /* flushed after this read */
-  c->acked_frames = f.credit_frames;
-  c->acked_bytes = f.credit_bytes;
+  atomic_store_explicit(&c->acked_frames, f.credit_frames,
+                        memory_order_relaxed);
+  atomic_store_explicit(&c->acked_bytes, f.credit_bytes, memory_order_relaxed);
   dp_peer *p = c->peer;
   c->cur = f;
   switch (f.kind) {

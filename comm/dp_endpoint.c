@@ -587,6 +587,7 @@ static void release(sl__dp_endpoint *ep) {
     for (uint32_t i = 0; i < ep->cfg.nnodes; i++) {
       free_fifo(ep, &ep->peers[i].inbox);
       free_fifo(ep, &ep->peers[i].pending);
+      sl__free(ep->peers[i].spill);
     }
   sl__free(ep->peers);
   if (ep->token) memset(ep->token, 0, ep->cfg.token_len);
@@ -845,6 +846,8 @@ void sl__dp_endpoint_get_stats(sl__dp_endpoint *ep, sl__dp_stats *o) {
 #define LD(f) o->f = atomic_load_explicit(&s->f, memory_order_relaxed)
   LD(frames_sent);
   LD(frames_received);
+  LD(frames_inline);
+  LD(frames_inline_part);
   LD(messages_sent);
   LD(messages_received);
   LD(payload_bytes_sent);

@@ -27,6 +27,9 @@
 #define DP_DIRECT_MIN (16u * 1024u)
 /* Incoming connections still in their handshake; more are closed at once. */
 #define DP_MAX_HANDSHAKING 64
+/* A COLL frame with at most this many payload bytes may be written by the
+ * sending thread itself when its connection is idle (dp_transport.c). */
+#define DP_INLINE_MAX (16u * 1024u)
 
 /* One frame waiting to be written (header and the register's bytes). */
 typedef struct dp_out {
@@ -35,6 +38,11 @@ typedef struct dp_out {
   const void *payload; /* READY: the sending job's register, not owned */
   void *token;         /* COLL: handed to the sent hook */
   bool crc_pending;    /* payload_crc is computed if it goes over TCP */
+  /* The rest of a frame another thread began writing (dp_transport.c):
+   * these bytes go out as they are, first, and nothing is charged for
+   * them again. Points into the peer's `spill`. */
+  const uint8_t *raw;
+  size_t raw_len;
   uint8_t hdr[SL__DP_HDR_BYTES];
 } dp_out;
 
@@ -88,12 +96,17 @@ typedef struct dp_conn {
   bool stalled;          /* the credit window is full */
   bool done_unacked;     /* a detach's DONE awaits its DONE_ACK */
   bool credit_requested; /* a CREDIT_REQ is out, no credit came since */
+  bool idle_published;   /* what the loop last set peer->tx_idle to */
 
-  /* credits: cumulative messages and payload bytes */
-  uint64_t tx_frames, tx_bytes;       /* written */
-  uint64_t acked_frames, acked_bytes; /* consumed by the peer, as it said */
-  uint64_t rx_frames, rx_bytes;       /* consumed here */
-  uint64_t credited_frames, credited_bytes; /* told the peer */
+  /* credits: cumulative messages and payload bytes. The tx and acked
+   * counts are atomic because a sending thread writing inline (while the
+   * loop has nothing to write, dp_transport.c) reads and adds to them as
+   * the loop thread reads them; credited_* it only reads then, when the
+   * loop is not writing them. */
+  atomic_uint_least64_t tx_frames, tx_bytes;       /* written */
+  atomic_uint_least64_t acked_frames, acked_bytes; /* consumed, as it said */
+  uint64_t rx_frames, rx_bytes;                    /* consumed here */
+  uint64_t credited_frames, credited_bytes;        /* told the peer */
 
   /* shared memory with a peer on this host (dp_shm.c) */
   sl__dp_shm *shm; /* dialer: from its offer; acceptor: once taken */
@@ -113,6 +126,15 @@ typedef struct dp_peer {
   sl_status fail_st;
   char fail_msg[320];
   bool open; /* mirrors conn != NULL, for waiters */
+  /* The loop has nothing queued or being written for this peer, so a
+   * sender may write a small COLL frame to tx_conn's socket (tx_fd) itself,
+   * holding the lock (dp_transport.c). Set by the loop after a flush or a
+   * write; cleared by the loop before it writes, by a sender that queues,
+   * and before the connection closes. */
+  bool tx_idle;
+  int tx_fd;
+  struct dp_conn *tx_conn;
+  uint8_t *spill; /* DP_INLINE_MAX + header bytes: an inline write's rest */
   /* the last probe reply or DONE (lock) */
   bool have_reply, reply_quiescent;
   uint32_t reply_seq;
@@ -143,12 +165,12 @@ typedef struct dp_call {
 } dp_call;
 
 typedef struct dp_counters {
-  atomic_uint_least64_t frames_sent, frames_received, messages_sent,
-      messages_received, payload_bytes_sent, payload_bytes_received,
-      payload_bytes_direct, payload_bytes_shm, shm_connections, shm_refused,
-      messages_discarded, connections_opened, connections_dialed,
-      duplicates_refused, handshakes_refused, bad_frames, credit_stalls,
-      peak_window_frames, peak_window_bytes, probes_answered;
+  atomic_uint_least64_t frames_sent, frames_received, frames_inline,
+      frames_inline_part, messages_sent, messages_received, payload_bytes_sent,
+      payload_bytes_received, payload_bytes_direct, payload_bytes_shm,
+      shm_connections, shm_refused, messages_discarded, connections_opened,
+      connections_dialed, duplicates_refused, handshakes_refused, bad_frames,
+      credit_stalls, peak_window_frames, peak_window_bytes, probes_answered;
 } dp_counters;
 
 struct sl__dp_endpoint {
@@ -238,6 +260,8 @@ void sl__dp_dial(sl__dp_endpoint *ep, dp_peer *p);
 void sl__dp_flush(dp_conn *c);
 /* Queues a control frame of `kind` on c (fields from f when not NULL). */
 void sl__dp_send_ctl(dp_conn *c, unsigned kind, const sl__dp_frame *f);
+/* Publishes whether senders may write to c themselves (tx_idle). */
+void sl__dp_tx_idle_update(dp_conn *c);
 /* Closes c (idempotent); it is freed in the close callback. */
 void sl__dp_conn_close(dp_conn *c);
 /* Deadlines, pings and liveness of every connection; run by the tick. */
@@ -276,6 +300,9 @@ static inline void dp_fifo_splice(dp_fifo *to, dp_fifo *from) {
 
 static inline void dp_count(atomic_uint_least64_t *c, uint64_t n) {
   atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+static inline uint64_t dp_load(atomic_uint_least64_t *c) {
+  return atomic_load_explicit(c, memory_order_relaxed);
 }
 static inline void dp_peak(atomic_uint_least64_t *c, uint64_t v) {
   if (v > atomic_load_explicit(c, memory_order_relaxed))

@@ -194,15 +194,18 @@ static void send_step(sl__net_coll *nc, inst *x, uint32_t t, uint32_t lane,
   /* step 0 sends this member's own values; later steps what it reduced
    * or received */
   const void *payload = len ? (t == 0 ? x->src : x->base) + off : NULL;
+  bool written;
   sl_status st =
       crc ? sl__dp_endpoint_send_coll_crc(nc->ep, x->right, &f, payload, len,
-                                          *crc, x)
-          : sl__dp_endpoint_send_coll(nc->ep, x->right, &f, payload, len, x);
+                                          *crc, x, &written)
+          : sl__dp_endpoint_send_coll(nc->ep, x->right, &f, payload, len, x,
+                                      &written);
   if (st != SL_OK) {
     x->send_issued--;
     sl__nc_fail(x, st, sl_last_error());
     return;
   }
+  x->send_done += written; /* no sent hook follows */
   nc->stats.chunks_sent++;
 }
 
@@ -220,13 +223,15 @@ sl__dp_frame sl__nc_frame(const inst *x, int32_t desc, int32_t index) {
 void sl__nc_send(sl__net_coll *nc, inst *x, uint32_t node,
                  const sl__dp_frame *f, const void *payload, uint64_t len) {
   x->send_issued++;
-  sl_status st =
-      sl__dp_endpoint_send_coll(nc->ep, node, f, len ? payload : NULL, len, x);
+  bool written;
+  sl_status st = sl__dp_endpoint_send_coll(
+      nc->ep, node, f, len ? payload : NULL, len, x, &written);
   if (st != SL_OK) {
     x->send_issued--;
     sl__nc_fail(x, st, sl_last_error());
     return;
   }
+  x->send_done += written; /* no sent hook follows */
   nc->stats.chunks_sent++;
 }
 
@@ -281,10 +286,13 @@ static void send_abort(sl__net_coll *nc, inst *x) {
     f.dst = x->seq;
     f.desc = ABORT_STEP;
     f.slot = (uint16_t)x->op;
+    bool written;
     x->send_issued++;
-    if (sl__dp_endpoint_send_coll(nc->ep, x->nodes[k], &f, x->fail_msg, len,
-                                  x) != SL_OK)
+    if (sl__dp_endpoint_send_coll(nc->ep, x->nodes[k], &f, x->fail_msg, len, x,
+                                  &written) != SL_OK)
       x->send_issued--;
+    else
+      x->send_done += written;
   }
 }
 

@@ -271,7 +271,8 @@ static void test_ring_full(void **state) {
     sl__dp_frame f = {0};
     f.piece = i;
     assert_int_equal(
-        sl__dp_endpoint_send_coll(eps[0], 1, &f, out[i], CHUNK, NULL), SL_OK);
+        sl__dp_endpoint_send_coll(eps[0], 1, &f, out[i], CHUNK, NULL, NULL),
+        SL_OK);
   }
   pthread_mutex_lock(&k.m);
   while (k.got < CHUNKS || k.sent < CHUNKS)
