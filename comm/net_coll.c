@@ -181,6 +181,27 @@ static bool check_done(sl__net_coll *nc, inst *x, pending_done *pd) {
   return true;
 }
 
+/* Sends one frame of x to node, with the payload's CRC32C when crc is not
+ * NULL; a frame written at once counts as sent here, since no sent hook
+ * follows it. A refused send fails x. */
+static void send_frame(sl__net_coll *nc, inst *x, uint32_t node,
+                       const sl__dp_frame *f, const void *payload, uint64_t len,
+                       const uint32_t *crc) {
+  bool written;
+  x->send_issued++;
+  sl_status st = crc ? sl__dp_endpoint_send_coll_crc(nc->ep, node, f, payload,
+                                                     len, *crc, x, &written)
+                     : sl__dp_endpoint_send_coll(nc->ep, node, f, payload, len,
+                                                 x, &written);
+  if (st != SL_OK) {
+    x->send_issued--;
+    sl__nc_fail(x, st, sl_last_error());
+    return;
+  }
+  x->send_done += written;
+  nc->stats.chunks_sent++;
+}
+
 /* crc: the piece's CRC32C when known (an all-gather step forwards the
  * bytes it received unchanged, over TCP with their checksum), else NULL. */
 static void send_step(sl__net_coll *nc, inst *x, uint32_t t, uint32_t lane,
@@ -190,23 +211,10 @@ static void send_step(sl__net_coll *nc, inst *x, uint32_t t, uint32_t lane,
   piece(x, send_seg(x, t), lane, &off, &len);
   sl__dp_frame f = sl__nc_frame(x, (int32_t)t, (int32_t)lane);
   f.piece = (int64_t)off;
-  x->send_issued++;
   /* step 0 sends this member's own values; later steps what it reduced
    * or received */
-  const void *payload = len ? (t == 0 ? x->src : x->base) + off : NULL;
-  bool written;
-  sl_status st =
-      crc ? sl__dp_endpoint_send_coll_crc(nc->ep, x->right, &f, payload, len,
-                                          *crc, x, &written)
-          : sl__dp_endpoint_send_coll(nc->ep, x->right, &f, payload, len, x,
-                                      &written);
-  if (st != SL_OK) {
-    x->send_issued--;
-    sl__nc_fail(x, st, sl_last_error());
-    return;
-  }
-  x->send_done += written; /* no sent hook follows */
-  nc->stats.chunks_sent++;
+  send_frame(nc, x, x->right, &f,
+             len ? (t == 0 ? x->src : x->base) + off : NULL, len, crc);
 }
 
 sl__dp_frame sl__nc_frame(const inst *x, int32_t desc, int32_t index) {
@@ -222,17 +230,7 @@ sl__dp_frame sl__nc_frame(const inst *x, int32_t desc, int32_t index) {
 
 void sl__nc_send(sl__net_coll *nc, inst *x, uint32_t node,
                  const sl__dp_frame *f, const void *payload, uint64_t len) {
-  x->send_issued++;
-  bool written;
-  sl_status st = sl__dp_endpoint_send_coll(
-      nc->ep, node, f, len ? payload : NULL, len, x, &written);
-  if (st != SL_OK) {
-    x->send_issued--;
-    sl__nc_fail(x, st, sl_last_error());
-    return;
-  }
-  x->send_done += written; /* no sent hook follows */
-  nc->stats.chunks_sent++;
+  send_frame(nc, x, node, f, len ? payload : NULL, len, NULL);
 }
 
 /* The exchange and the all-to-all send straight to every member. */

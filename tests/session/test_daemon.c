@@ -326,6 +326,21 @@ static void close_to(const char *what, const float *a, const float *b, int n) {
   }
 }
 
+/* The layout trains on the daemons (placement rem) as it does embedded
+ * (placement emb): the same losses and weights. */
+static void same_as_embedded(const char *emb, const char *rem,
+                             const char *layout) {
+  float la[STEPS], lb[STEPS], wa[30], wb[30];
+  if (train_one(emb, layout, false, false, la, wa) != SL_OK)
+    fail_msg("%s embedded on %s: %s", layout, emb, sl_last_error());
+  if (train_one(rem, layout, true, false, lb, wb) != SL_OK)
+    fail_msg("%s remote on %s: %s", layout, rem, sl_last_error());
+  for (int k = 0; k < STEPS; k++)
+    printf("%s loss[%d] embedded %.7f remote %.7f\n", layout, k, la[k], lb[k]);
+  close_to("loss", la, lb, STEPS);
+  close_to("w", wa, wb, 30);
+}
+
 static void test_boxing_across_nodes(void **state) {
   (void)state;
   static const char *const layouts[] = {"dp", "tp", "hybrid"};
@@ -334,16 +349,7 @@ static void test_boxing_across_nodes(void **state) {
         !strcmp(layouts[i], "hybrid") ? "cpu:0-3[2,2]" : "cpu:0-3";
     const char *rem =
         !strcmp(layouts[i], "hybrid") ? "cpu:0-1/0-1[2,2]" : "cpu:0-1/0-1";
-    float la[STEPS], lb[STEPS], wa[30], wb[30];
-    if (train_one(emb, layouts[i], false, false, la, wa) != SL_OK)
-      fail_msg("%s embedded: %s", layouts[i], sl_last_error());
-    if (train_one(rem, layouts[i], true, false, lb, wb) != SL_OK)
-      fail_msg("%s remote: %s", layouts[i], sl_last_error());
-    for (int k = 0; k < STEPS; k++)
-      printf("%s loss[%d] embedded %.7f remote %.7f\n", layouts[i], k, la[k],
-             lb[k]);
-    close_to("loss", la, lb, STEPS);
-    close_to("w", wa, wb, 30);
+    same_as_embedded(emb, rem, layouts[i]);
   }
 }
 
@@ -361,13 +367,7 @@ static void test_shared_registers(void **state) {
   sl__net_coll_stats before[NNODES], after;
   for (int r = 0; r < NNODES; r++)
     sl__net_coll_get_stats(atomic_load(&c->d[r].nc), &before[r]);
-  float la[STEPS], lb[STEPS], wa[30], wb[30];
-  if (train_one("cpu:0-3", "dp", false, false, la, wa) != SL_OK)
-    fail_msg("embedded: %s", sl_last_error());
-  if (train_one("cpu:0-1/0-1", "dp", true, false, lb, wb) != SL_OK)
-    fail_msg("remote: %s", sl_last_error());
-  close_to("loss", la, lb, STEPS);
-  close_to("w", wa, wb, 30);
+  same_as_embedded("cpu:0-3", "cpu:0-1/0-1", "dp");
   for (int r = 0; r < NNODES; r++) {
     sl__net_coll_get_stats(atomic_load(&c->d[r].nc), &after);
     printf("node %d: %llu shared all-reduces, %llu bytes read in place\n", r,
@@ -748,13 +748,7 @@ static void test_cuda_groups_in_order(void **state) {
 
   fake_cuda_set_jitter(0);
   fake_cuda_set_device_delay(0, 3000);
-  float la[STEPS], lb[STEPS], wa[30], wb[30];
-  if (train_one("cpu:0-3[2,2]", "hybrid", false, false, la, wa) != SL_OK)
-    fail_msg("hybrid embedded: %s", sl_last_error());
-  if (train_one("cuda:0-1/0-1[2,2]", "hybrid", true, false, lb, wb) != SL_OK)
-    fail_msg("hybrid remote on cuda: %s", sl_last_error());
-  close_to("loss", la, lb, STEPS);
-  close_to("w", wa, wb, 30);
+  same_as_embedded("cpu:0-3[2,2]", "cuda:0-1/0-1[2,2]", "hybrid");
   fake_cuda_get_stats(&fs);
   assert_int_equal(fs.order_checks, 4);
   assert_int_equal(fs.order_errors, 0);
