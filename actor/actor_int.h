@@ -4,6 +4,7 @@
 #define SLUICE_ACTOR_INT_H
 
 #include <pthread.h>
+#include <stdalign.h>
 #include <stdatomic.h>
 
 #include <sluice/actor.h>
@@ -136,28 +137,39 @@ typedef struct trace_event {
   uint64_t t0, t1;
 } trace_event;
 
+/* One per (device, stream) of a job. The first part is set before the
+ * threads start and then only read (other threads read `q` to push, the
+ * watchdog reads `handled_pub` and `exited`); the second is written by the
+ * stream's own thread on every message, so it starts a cache line of its
+ * own, and the array of streams is cache-line aligned: a thread's stores
+ * never move a line that another stream's thread keeps reading. */
 typedef struct stream {
   struct sl_job *job;
   uint32_t device, stream, ordinal;
   rt_actor *actors; /* by index within the stream */
-  int32_t n_actors, live;
-  bool started;
+  int32_t n_actors;
   sl__mpsc *q; /* messages from other threads and nodes */
-  sl_msg *lq;  /* messages between this thread's actors */
-  uint32_t lhead, llen, lmask;
   sl__thread thread;
-  uint64_t handled;                  /* messages handled (thread-owned) */
+  int32_t spin; /* polls of an empty queue before sleeping; 0: none */
+  bool trace_on;
+  char name[64];
   atomic_uint_least64_t handled_pub; /* published before sleeping */
   atomic_int exited;
-  int32_t spin;
+
+  /* thread-owned */
+  alignas(SL__CACHE_LINE) int32_t live;
+  bool started;
+  sl_msg *lq; /* messages between this thread's actors */
+  uint32_t lhead, llen, lmask;
+  uint64_t handled;    /* messages handled */
+  uint64_t slept_at;   /* when the thread last went to sleep; 0: awake */
+  uint32_t long_waits; /* of recent waits, the share that were long */
   /* stats, read after join */
   uint64_t firings, msgs_local, msgs_cross, msgs_remote, discarded;
   uint64_t dropped; /* popped but not handled because the job aborted */
-  /* trace */
-  bool trace_on;
+  uint64_t spins_caught, spins_missed, sleeps;
   trace_event *tev;
   size_t n_tev, cap_tev;
-  char name[64];
 } stream;
 
 enum job_state { JOB_CREATED, JOB_STARTED, JOB_WAITED };

@@ -238,8 +238,9 @@ static sl_status build_streams(sl_job *job) {
   for (uint32_t s = 0; s < job->n_slots; s++)
     if (n_in_slot[s]) job->n_streams++;
   job->streams =
-      sl__arena_calloc(job->arena, job->n_streams, sizeof *job->streams);
+      sl__calloc_aligned(job->n_streams, sizeof *job->streams, alignof(stream));
   if (!job->streams) {
+    job->n_streams = 0;
     sl__free(n_in_slot);
     return SL_ENOMEM;
   }
@@ -651,6 +652,7 @@ void sl_job_destroy(sl_job *job) {
   }
   for (uint32_t i = 0; i < job->n_mem; i++)
     mem_free(job, &job->mem[i]);
+  sl__free(job->streams);
   sl__free(job->mem);
   sl__free(job->hang_report);
   sl__free(job->trace_path);
@@ -813,6 +815,9 @@ sl_status sl_job_get_stats(const sl_job *job, sl_job_stats *out) {
     out->messages_cross += s->msgs_cross;
     out->messages_remote += s->msgs_remote;
     out->discarded += s->discarded;
+    out->spins_caught += s->spins_caught;
+    out->spins_missed += s->spins_missed;
+    out->sleeps += s->sleeps;
     for (int32_t k = 0; k < s->n_actors; k++) {
       const rt_actor *a = &s->actors[k];
       for (int32_t o = 0; o < a->n_out; o++) {

@@ -103,6 +103,48 @@ static void thread_exit(stream *s) {
   pthread_mutex_unlock(&job->lock);
 }
 
+/* Spinning on an empty queue saves a wake-up (microseconds) when the next
+ * message comes soon, and burns a CPU that another thread may need when it
+ * does not: on a machine with more busy threads than cores, a stream that
+ * spins through every wait (its producer waiting for a collective, say)
+ * slows the whole job. So a stream spins only while at least half of its
+ * recent waits were short, and never longer than SPIN_WINDOW_NS. A wait
+ * the spin catches is short without reading the clock (a read costs half
+ * a message between threads); one slept through is timed. */
+#define SPIN_WINDOW_NS 20000
+#define WAITS_ALL 1024 /* long_waits is a fraction of this */
+
+/* The share of long waits moves 1/8 of the way towards this wait's. */
+static void wait_ended(stream *s, bool is_long) {
+  int32_t now = is_long ? WAITS_ALL : 0, old = (int32_t)s->long_waits;
+  s->long_waits = (uint32_t)(old + (now - old) / 8);
+}
+
+/* Polls the empty queue up to s->spin times, yielding the CPU every 64
+ * polls in case the producer shares it; 0 when nothing came. Also after a
+ * wake-up: a push may be announced before it can be popped. */
+static size_t spin_poll(stream *s, sl_msg *batch) {
+  if (s->spin <= 0 || s->long_waits > WAITS_ALL / 2) return 0;
+  uint64_t t0 = 0;
+  for (int32_t i = 1; i <= s->spin; i++) {
+    if (i % 64 == 0) {
+      uint64_t t = sl__now_ns();
+      if (!t0) t0 = t;
+      if (t - t0 > SPIN_WINDOW_NS) break;
+      sched_yield();
+    } else {
+      sl__cpu_relax();
+    }
+    size_t n = sl__mpsc_pop(s->q, batch, BATCH);
+    if (n) {
+      s->spins_caught++;
+      return n;
+    }
+  }
+  s->spins_missed++;
+  return 0;
+}
+
 void *sl__stream_main(void *arg) {
   stream *s = arg;
   sl_job *job = s->job;
@@ -119,16 +161,17 @@ void *sl__stream_main(void *arg) {
     }
     if (s->started && s->live == 0) break;
     size_t n = sl__mpsc_pop(s->q, batch, BATCH);
-    /* Spin a little before sleeping (a wake-up costs microseconds), and
-     * yield now and then in case the producer shares this CPU. */
-    for (int32_t i = 1; n == 0 && i <= s->spin; i++) {
-      if (i % 64 == 0)
-        sched_yield();
-      else
-        sl__cpu_relax();
-      n = sl__mpsc_pop(s->q, batch, BATCH);
-    }
+    bool waited = n == 0;
+    if (waited) n = spin_poll(s, batch);
     if (n) {
+      /* A slept wait includes the wake-up: long only past twice the
+       * window. */
+      if (s->slept_at) {
+        wait_ended(s, sl__now_ns() - s->slept_at > 2 * SPIN_WINDOW_NS);
+        s->slept_at = 0;
+      } else if (waited) {
+        wait_ended(s, false);
+      }
       size_t i = 0;
       for (; i < n; i++) {
         if (atomic_load_explicit(&job->stop, memory_order_relaxed)) break;
@@ -140,6 +183,8 @@ void *sl__stream_main(void *arg) {
     /* Published before the consumer announces it sleeps, so the watchdog,
      * which reads "sleeping" first, sees this count or a later one. */
     atomic_store_explicit(&s->handled_pub, s->handled, memory_order_relaxed);
+    if (!s->slept_at) s->slept_at = sl__now_ns();
+    s->sleeps++;
     sl__mpsc_wait(s->q, 0);
   }
   thread_exit(s);

@@ -31,6 +31,22 @@ void *sl__reallocarray(void *p, size_t n, size_t size) {
   return sl__realloc(p, n * size);
 }
 
+void *sl__calloc_aligned(size_t n, size_t size, size_t align) {
+  if (size && n > SIZE_MAX / size) {
+    sl__fail(SL_ENOMEM, "allocation of %zu x %zu bytes overflows", n, size);
+    return NULL;
+  }
+  size_t bytes = n * size;
+  if (bytes == 0) bytes = 1;
+  void *p = NULL;
+  if (posix_memalign(&p, align, bytes) != 0) {
+    sl__fail(SL_ENOMEM, "out of memory allocating %zu bytes aligned to %zu",
+             bytes, align);
+    return NULL;
+  }
+  return memset(p, 0, bytes);
+}
+
 void sl__free(void *p) { free(p); }
 
 char *sl__strdup(const char *s) {

@@ -65,7 +65,15 @@ void *sl__malloc(size_t size);
 void *sl__calloc(size_t n, size_t size);
 void *sl__realloc(void *p, size_t size);
 void *sl__reallocarray(void *p, size_t n, size_t size);
+/* A zeroed array whose start is aligned to `align` (a power of two, at
+ * least sizeof(void *)), for objects that declare a larger alignment than
+ * malloc's; freed by sl__free. */
+void *sl__calloc_aligned(size_t n, size_t size, size_t align);
 void sl__free(void *p);
+
+/* What threads writing different objects should not share, so that one
+ * thread's stores do not move a line another thread keeps reading. */
+#define SL__CACHE_LINE 64
 char *sl__strdup(const char *s);
 
 /* Allocates a zeroed T into *ptr, returning SL_ENOMEM on failure. */

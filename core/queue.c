@@ -6,8 +6,6 @@
 
 #include "core_thread.h"
 
-#define SL__CACHE_LINE 64
-
 /* A lock-free cell: the sequence number tells whose turn the cell is.
  * seq == pos: free for the producer that claims position pos;
  * seq == pos + 1: holds the element of position pos, ready for the consumer;
@@ -72,7 +70,7 @@ sl_status sl__mpsc_create(sl__queue_kind kind, size_t elem_size,
       return sl__fail(SL_EINVAL, "queue: capacity %zu too large", capacity);
     cap *= 2;
   }
-  sl__mpsc *q = sl__calloc(1, sizeof *q);
+  sl__mpsc *q = sl__calloc_aligned(1, sizeof *q, alignof(sl__mpsc));
   if (!q) return SL_ENOMEM;
   q->kind = kind;
   q->elem = elem_size;

@@ -304,7 +304,9 @@ typedef struct sl_job_config {
    * several nodes, ".node<N>" goes before the extension. */
   const char *trace_path;
   /* Polls of an empty queue before a stream thread sleeps (yielding the
-   * CPU every 64). 0: the default (2000); negative: sleep at once. */
+   * CPU every 64, for at most 20 us, and only while at least half of the
+   * thread's recent waits were short: docs/actor.md). 0: the default
+   * (2000); negative: sleep at once. */
   int32_t spin;
   sl_transport transport;               /* required when the plan spans nodes */
   const sl_regst_memory_vtable *memory; /* NULL: host memory */
@@ -402,6 +404,9 @@ typedef struct sl_job_stats {
   uint64_t peak_in_flight_sum; /* sum over descriptors of their peaks */
   uint64_t messages_left;      /* queued and never handled (after abort) */
   double run_ms;               /* start to the end of the last actor */
+  /* How the stream threads waited on empty queues (see `spin`): waits a
+   * spin ended with a message, spins that ran out, and sleeps. */
+  uint64_t spins_caught, spins_missed, sleeps;
 } sl_job_stats;
 
 /* Counters of a waited-for job. SL_ESTATE before sl_job_wait returned. */

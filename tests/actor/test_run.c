@@ -538,6 +538,51 @@ static void test_register_metadata_and_memory(void **state) {
   sl_plan_destroy(p);
 }
 
+/* ---- spinning backs off when waits are long ------------------------------ */
+
+/* A source that takes 2 ms per piece, so its consumer's waits are long. */
+static sl_status act_slow_source(sl_act *a) {
+  sl__sleep_ns(2000000);
+  *(int64_t *)a->out[0]->data = a->piece;
+  return SL_OK;
+}
+
+/* The sink on its own thread waits 2 ms for every piece, a hundred times
+ * the spin window: after a few spins that run out it stops spinning and
+ * sleeps at once (docs/actor.md, "Stream threads"). Without the back-off
+ * nearly every one of its 40 waits would be a spin that ran out. */
+static void test_spin_backs_off(void **state) {
+  for (int spin_off = 0; spin_off < 2; spin_off++) {
+    sl_plan *p;
+    assert_int_equal(sl_plan_create(&p), SL_OK);
+    sl_actor_id src = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0,
+                                act_slow_source, NULL, 40);
+    sink_state ss = {0};
+    sl_actor_id sink =
+        add_actor(p, "sink", SL_ACTOR_SINK, 0, 1, 0, act_sink, &ss, 0);
+    connect_to(p, add_out(p, src, 2, sizeof(int64_t)), sink);
+    sl_job_config cfg = {.spin = spin_off ? -1 : 0};
+    sl_job *job;
+    assert_int_equal(run_plan(p, &cfg, &job), SL_OK);
+    assert_int_equal(ss.next, 40);
+    assert_int_equal(ss.errors, 0);
+    sl_job_stats s;
+    assert_int_equal(sl_job_get_stats(job, &s), SL_OK);
+    print_message("spin %s: %llu caught, %llu missed, %llu sleeps\n",
+                  spin_off ? "off" : "on", (unsigned long long)s.spins_caught,
+                  (unsigned long long)s.spins_missed,
+                  (unsigned long long)s.sleeps);
+    assert_true(s.sleeps >= 20);
+    if (spin_off) {
+      assert_int_equal(s.spins_caught + s.spins_missed, 0);
+    } else {
+      assert_true(s.spins_missed <= 12);
+    }
+    sl_job_destroy(job);
+    sl_plan_destroy(p);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_chain_one_thread),
@@ -550,6 +595,7 @@ int main(void) {
       cmocka_unit_test(test_empty_source_and_unread_output),
       cmocka_unit_test(test_job_states),
       cmocka_unit_test(test_register_metadata_and_memory),
+      cmocka_unit_test(test_spin_backs_off),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
