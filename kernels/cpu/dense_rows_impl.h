@@ -292,6 +292,18 @@ DR_ATTR static void DR_FN(exp_mul_sub)(const float *dy, const float *y,
     dx[j] = dy[j] - sl__dense_exp(y[j]) * s[j * s_step];
 }
 
+/* wn[j] = w[j] - lr g[j], j < n (wn may be w): sgd_update without momentum
+ * or weight decay, one pass over memory instead of sgd_chunk's copy. */
+DR_ATTR static void DR_FN(sgd_plain)(float lr, const float *w, const float *g,
+                                     float *wn, int64_t n) {
+  int64_t j = 0;
+  VF vl = DR_FN(splat)(lr);
+  for (; j + DR_W <= n; j += DR_W)
+    DR_FN(store)(wn + j, DR_FN(load)(w + j) - vl * DR_FN(load)(g + j));
+  for (; j < n; j++)
+    wn[j] = w[j] - lr * g[j];
+}
+
 /* ---- plain loops the compiler vectorises for the instance's target ------ */
 
 DR_ATTR static void DR_FN(ln_grad_row)(const float *dy, const float *x,
@@ -365,6 +377,7 @@ static const sl__dense_rows DR_FN(table) = {
     .row_affine = DR_FN(row_affine),
     .ln_grad_row = DR_FN(ln_grad_row),
     .sgd_chunk = DR_FN(sgd_chunk),
+    .sgd_plain = DR_FN(sgd_plain),
     .adam_chunk = DR_FN(adam_chunk),
 };
 

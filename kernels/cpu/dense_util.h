@@ -214,6 +214,10 @@ typedef struct sl__dense_rows {
    * formulas of optim.c. The outputs are distinct from the inputs. */
   void (*sgd_chunk)(const sl__dense_sgd *c, const float *w, const float *g,
                     const float *m, float *wl, float *ml, int64_t n);
+  /* wn[j] = w[j] - lr g[j] (wn may be w): the same bits as sgd_chunk
+   * without momentum and weight decay, in one pass. */
+  void (*sgd_plain)(float lr, const float *w, const float *g, float *wn,
+                    int64_t n);
   void (*adam_chunk)(const sl__dense_adam *c, const float *w, const float *g,
                      const float *m, const float *v, float *wl, float *ml,
                      float *vl, int64_t n);

@@ -134,9 +134,13 @@ static sl_status sgd_cpu(const sl__kernel_ctx *k) {
   /* Chunks computed into local arrays, then stored: the loops vectorise
    * without alias checks, and an output that is its input's buffer reads
    * each chunk before it is written. */
+  const sl__dense_rows *v = sl__dense_rows_get();
+  if (!use_mom && !has_wd) {
+    v->sgd_plain(lr, w, g, wn, n);
+    return SL_OK;
+  }
   float wl[CHUNK], ml[CHUNK];
   sl__dense_sgd cf = {lr, mom, damp1, wd, has_wd, first, nesterov, use_mom};
-  const sl__dense_rows *v = sl__dense_rows_get();
   for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
     int64_t c = SL_MIN(CHUNK, n - i0);
     v->sgd_chunk(&cf, w + i0, g + i0, m + i0, wl, ml, c);

@@ -373,6 +373,16 @@ static void test_rows_tables_agree(void **state) {
         assert_memory_equal(a1, a2, (size_t)(n - 1) * sizeof(float));
         assert_memory_equal(vl1, vl2, (size_t)(n - 1) * sizeof(float));
       }
+      /* sgd_plain has sgd_chunk's bits without momentum or decay, into
+       * another buffer and in place. */
+      sl__dense_sgd plain = {0.1f,  0.0f,  1.0f,  0.0f,
+                             false, false, false, false};
+      ref->sgd_chunk(&plain, xs, z, z, o2, a2, n);
+      v->sgd_plain(0.1f, xs, z, o1, n);
+      assert_memory_equal(o1, o2, (size_t)n * sizeof(float));
+      memcpy(o1, xs, (size_t)n * sizeof(float));
+      v->sgd_plain(0.1f, o1, z, o1, n);
+      assert_memory_equal(o1, o2, (size_t)n * sizeof(float));
     }
   }
   printf("  dense rows: %d tables checked, %s in use\n", checked,
