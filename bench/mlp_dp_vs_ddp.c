@@ -50,7 +50,7 @@ static void usage(FILE *f) {
              "The 4x1024 MLP, global batch 256, data parallel on 2 nodes x 1 "
              "device\n(sluice launch + examples/mlp) against PyTorch DDP over "
              "gloo in 2 processes.\n"
-             "  --steps N     training steps per run (default 20; the first is "
+             "  --steps N     training steps per run (default 100; the first is "
              "not timed)\n"
              "  --rounds R    alternating runs of each side (default 3)\n"
              "  --python P    the interpreter with torch (default "
@@ -59,7 +59,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-  long steps = 20, rounds = 3;
+  long steps = 100, rounds = 3;
   const char *python = "/usr/bin/python3";
   int torch = 1;
   for (int i = 1; i < argc; i++) {
