@@ -70,11 +70,11 @@ void *sl__reallocarray(void *p, size_t n, size_t size);
  * malloc's; freed by sl__free. */
 void *sl__calloc_aligned(size_t n, size_t size, size_t align);
 void sl__free(void *p);
+char *sl__strdup(const char *s);
 
 /* What threads writing different objects should not share, so that one
  * thread's stores do not move a line another thread keeps reading. */
 #define SL__CACHE_LINE 64
-char *sl__strdup(const char *s);
 
 /* Allocates a zeroed T into *ptr, returning SL_ENOMEM on failure. */
 #define SL_NEW(ptr) (((ptr) = sl__calloc(1, sizeof *(ptr))) ? SL_OK : SL_ENOMEM)

@@ -1,4 +1,5 @@
-/* Arenas: alignment, zeroing, large requests, overflow; checked allocation. */
+/* Arenas: alignment, zeroing, large requests, overflow; checked and aligned
+ * allocation. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -45,6 +46,17 @@ static void test_checked_alloc(void **state) {
   assert_int_equal(SL_NEW(x), SL_OK);
   assert_int_equal(*x, 0);
   sl__free(x);
+  /* Aligned arrays: the start on the boundary, every byte zero. */
+  for (size_t align = sizeof(void *); align <= 4096; align *= 4) {
+    unsigned char *p = sl__calloc_aligned(3, 100, align);
+    assert_non_null(p);
+    assert_int_equal((uintptr_t)p % align, 0);
+    for (int i = 0; i < 300; i++)
+      assert_int_equal(p[i], 0);
+    sl__free(p);
+  }
+  assert_null(sl__calloc_aligned(SIZE_MAX / 2, 8, 64));
+  assert_non_null(strstr(sl_last_error(), "overflows"));
 }
 
 static void test_rng_is_deterministic(void **state) {
