@@ -162,7 +162,7 @@ typedef struct stream {
   sl_msg *lq; /* messages between this thread's actors */
   uint32_t lhead, llen, lmask;
   uint64_t handled;    /* messages handled */
-  uint64_t slept_at;   /* when the thread last went to sleep; 0: awake */
+  uint64_t waiting_since; /* start of a wait slept through; 0: none */
   uint32_t long_waits; /* of recent waits, the share that were long */
   /* stats, read after join */
   uint64_t firings, msgs_local, msgs_cross, msgs_remote, discarded;

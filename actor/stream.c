@@ -110,7 +110,7 @@ static void thread_exit(stream *s) {
  * slows the whole job. So a stream spins only while at least half of its
  * recent waits were short, and never longer than SPIN_WINDOW_NS. A wait
  * the spin catches is short without reading the clock (a read costs half
- * a message between threads); one slept through is timed. */
+ * a message between threads); one slept through is timed from its start. */
 #define SPIN_WINDOW_NS 20000
 #define WAITS_ALL 1024 /* long_waits is a fraction of this */
 
@@ -142,6 +142,9 @@ static size_t spin_poll(stream *s, sl_msg *batch) {
     }
   }
   s->spins_missed++;
+  /* The wait began before the spin; under load the spin's yields can take
+   * up most of it, so timing from the sleep would call a long wait short. */
+  if (!s->waiting_since) s->waiting_since = t0;
   return 0;
 }
 
@@ -166,9 +169,9 @@ void *sl__stream_main(void *arg) {
     if (n) {
       /* A slept wait includes the wake-up: long only past twice the
        * window. */
-      if (s->slept_at) {
-        wait_ended(s, sl__now_ns() - s->slept_at > 2 * SPIN_WINDOW_NS);
-        s->slept_at = 0;
+      if (s->waiting_since) {
+        wait_ended(s, sl__now_ns() - s->waiting_since > 2 * SPIN_WINDOW_NS);
+        s->waiting_since = 0;
       } else if (waited) {
         wait_ended(s, false);
       }
@@ -183,7 +186,7 @@ void *sl__stream_main(void *arg) {
     /* Published before the consumer announces it sleeps, so the watchdog,
      * which reads "sleeping" first, sees this count or a later one. */
     atomic_store_explicit(&s->handled_pub, s->handled, memory_order_relaxed);
-    if (!s->slept_at) s->slept_at = sl__now_ns();
+    if (!s->waiting_since) s->waiting_since = sl__now_ns();
     s->sleeps++;
     sl__mpsc_wait(s->q, 0);
   }

@@ -547,10 +547,13 @@ static sl_status act_slow_source(sl_act *a) {
   return SL_OK;
 }
 
-/* The sink on its own thread waits 2 ms for every piece, a hundred times
- * the spin window: after a few spins that run out it stops spinning and
- * sleeps at once (docs/actor.md, "Stream threads"). Without the back-off
- * nearly every one of its 40 waits would be a spin that ran out. */
+/* The sink on its own thread waits about 2 ms for every piece, a hundred
+ * times the spin window. Spinning starts on (no waits seen) and turns off
+ * once more than half of the recent waits were long (a moving share, 1/8
+ * per wait): 6 long waits from the start, then at most about 2 more for
+ * every wait a spin caught (under load the sink falls behind and finds its
+ * pieces waiting). Without the back-off each of the 40 waits would be a
+ * spin that ran out. docs/actor.md, "Threads and queues". */
 static void test_spin_backs_off(void **state) {
   for (int spin_off = 0; spin_off < 2; spin_off++) {
     sl_plan *p;
@@ -572,12 +575,11 @@ static void test_spin_backs_off(void **state) {
                   spin_off ? "off" : "on", (unsigned long long)s.spins_caught,
                   (unsigned long long)s.spins_missed,
                   (unsigned long long)s.sleeps);
-    assert_true(s.sleeps >= 20);
-    if (spin_off) {
+    assert_true(s.sleeps >= s.spins_missed);
+    if (spin_off)
       assert_int_equal(s.spins_caught + s.spins_missed, 0);
-    } else {
-      assert_true(s.spins_missed <= 12);
-    }
+    else
+      assert_true(s.spins_missed <= 8 + 2 * s.spins_caught);
     sl_job_destroy(job);
     sl_plan_destroy(p);
   }
