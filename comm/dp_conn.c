@@ -878,12 +878,12 @@ void sl__dp_on_connection(uv_stream_t *server, int status) {
  * -----------------------------------------------------------------
  */
 
+/* After the job has the message: until then it is in transit for the
+ * hang check (sl__dp_count_received), and the credit too. */
 static void count_in(dp_conn *c, uint64_t len, bool delivered) {
   sl__dp_endpoint *ep = c->ep;
   c->rx_frames++;
   c->rx_bytes += len;
-  dp_count(&ep->stats.messages_received, 1);
-  dp_count(&ep->stats.payload_bytes_received, len);
   if (!delivered) dp_count(&ep->stats.messages_discarded, 1);
   sl__dp_count_received(ep, 1);
 }
@@ -892,11 +892,17 @@ static void deliver(dp_conn *c) {
   sl__dp_endpoint *ep = c->ep;
   uint64_t len = c->cur.len;
   bool delivered = false;
+  /* The stats count it before the job sees it: the job may finish on this
+   * message and its owner read the stats before this thread gets back. */
+  dp_count(&ep->stats.messages_received, 1);
+  dp_count(&ep->stats.payload_bytes_received, len);
   if (ep->job && (c->target || len == 0)) {
     sl_status st = sl_job_deliver(ep->job, &c->msg, c->target, (size_t)len);
     if (st == SL_OK) {
       delivered = true;
     } else if (st != SL_ESTATE) {
+      atomic_fetch_sub(&ep->stats.messages_received, 1);
+      atomic_fetch_sub(&ep->stats.payload_bytes_received, len);
       bad_frame(c, "a message that does not fit the plan: %s", sl_last_error());
       return;
     }
