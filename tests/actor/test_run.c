@@ -575,7 +575,6 @@ static void test_spin_backs_off(void **state) {
                   spin_off ? "off" : "on", (unsigned long long)s.spins_caught,
                   (unsigned long long)s.spins_missed,
                   (unsigned long long)s.sleeps);
-    assert_true(s.sleeps >= s.spins_missed);
     if (spin_off)
       assert_int_equal(s.spins_caught + s.spins_missed, 0);
     else
