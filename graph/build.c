@@ -461,9 +461,7 @@ sl_tensor sl__g_op(sl_graph *g, const char *opname, int n_in,
   return sl__g_tensor(g, gn->n.out[0]);
 }
 
-/* Whether 1-D SBP s is what output 0 of a source op can produce. */
-static bool source_accepts(const sl__op_def *op, const sl__attrs *at,
-                           sl_sbp s) {
+bool sl__g_source_accepts(const sl__op_def *op, const sl__attrs *at, sl_sbp s) {
   if (s.kind == SL_SBP_BROADCAST) return true;
   if (!op->signatures) return false;
   sl__sbp_sig sigs[SL_OP_MAX_SIGNATURES];
@@ -496,7 +494,7 @@ sl_tensor sl__g_source(sl_graph *g, const char *opname, const sl__attrs *at,
       return sl__g_poison(g, false);
     }
     for (int m = 0; m < sbp->ndim; m++)
-      if (!source_accepts(n->op, &n->attrs, sbp->sbp[m])) {
+      if (!sl__g_source_accepts(n->op, &n->attrs, sbp->sbp[m])) {
         char s[32];
         sl_sbp_print(sbp->sbp[m], s, sizeof s);
         sl__g_error(g, SL_EINVAL, "op", n->name, opname,

@@ -34,17 +34,6 @@ static sl_nd_sbp nd_all_b(int ndim) {
   return s;
 }
 
-/* Whether output 0 of source node n can be s on one mesh axis. */
-static bool source_can(const sl__node *n, sl_sbp s) {
-  if (s.kind == SL_SBP_BROADCAST) return true;
-  if (!n->op || !n->op->signatures) return false;
-  sl__sbp_sig sigs[SL_OP_MAX_SIGNATURES];
-  int k = n->op->signatures(&n->attrs, 0, NULL, sigs, SL_OP_MAX_SIGNATURES);
-  for (int i = 0; i < k; i++)
-    if (sl_sbp_equal(sigs[i].out[0], s)) return true;
-  return false;
-}
-
 /* Predicted µs of boxing value v to (p, want); HUGE_VAL when no plan. */
 static double boxing_cost(const sl__value *v, const sl_placement *p,
                           const sl_nd_sbp *want) {
@@ -77,15 +66,14 @@ static bool sig_fits(const sl__sbp_sig *s, const sl__node *n,
   return true;
 }
 
-static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
-  sl_graph *g = c->g;
-  sl__node *n = &gn->n;
-  int M = sl_placement_mesh_ndim(n->placement);
+/* The 1-D signatures op node n may take, into cand (room for
+ * SL_OP_MAX_SIGNATURES + 1): all-B first, then the op's own that fit its
+ * tensors. Returns how many. */
+static int op_candidates(const sl_graph *g, const sl__node *n,
+                         sl__sbp_sig *cand) {
   sl__meta metas[SL_OP_MAX_INPUTS];
   for (int i = 0; i < n->n_in; i++)
     metas[i] = g->values[n->in[i]]->meta;
-  /* Candidates: all-B first, then the op's own. */
-  static _Thread_local sl__sbp_sig cand[SL_OP_MAX_SIGNATURES + 1];
   memset(&cand[0], 0, sizeof cand[0]);
   for (int i = 0; i < n->n_in; i++)
     cand[0].in[i] = sl_sbp_broadcast();
@@ -98,6 +86,15 @@ static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
     for (int i = 0; i < k; i++)
       if (sig_fits(&cand[1 + i], n, g)) cand[nc++] = cand[1 + i];
   }
+  return nc;
+}
+
+static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
+  sl_graph *g = c->g;
+  sl__node *n = &gn->n;
+  int M = sl_placement_mesh_ndim(n->placement);
+  static _Thread_local sl__sbp_sig cand[SL_OP_MAX_SIGNATURES + 1];
+  int nc = op_candidates(g, n, cand);
   sl_nd_sbp in_nd[SL_OP_MAX_INPUTS], out_nd[SL_OP_MAX_OUTPUTS];
   for (int i = 0; i < n->n_in; i++)
     in_nd[i] = nd_all_b(M);
@@ -121,7 +118,7 @@ static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
         const sl__value *v = g->values[n->in[i]];
         if (c->open[n->in[i]]) {
           const sl__node *src = &g->nodes[v->producer]->n;
-          if (source_can(src, sig->in[i])) score++;
+          if (sl__g_source_accepts(src->op, &src->attrs, sig->in[i])) score++;
           continue;
         }
         if (v->sbp.ndim == M && sl_sbp_equal(v->sbp.sbp[m], sig->in[i]))
@@ -184,7 +181,8 @@ static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
     sl_nd_sbp s = nd_all_b(sl_placement_mesh_ndim(v->placement));
     if (s.ndim == M)
       for (int m = 0; m < M; m++)
-        if (source_can(src, in_nd[i].sbp[m])) s.sbp[m] = in_nd[i].sbp[m];
+        if (sl__g_source_accepts(src->op, &src->attrs, in_nd[i].sbp[m]))
+          s.sbp[m] = in_nd[i].sbp[m];
     v->sbp = s;
     src->out_sbp[v->index] = s;
     c->open[n->in[i]] = false;
@@ -193,6 +191,45 @@ static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
     sl__value *o = g->values[n->out[j]];
     n->out_sbp[j] = out_nd[j];
     if (!o->sbp_fixed) o->sbp = out_nd[j];
+  }
+  return SL_OK;
+}
+
+sl_status sl__g_check_op_layout(const sl_graph *g, const sl__node *n) {
+  int M = sl_placement_mesh_ndim(n->placement);
+  for (int i = 0; i < n->n_in; i++) {
+    const sl__value *v = g->values[n->in[i]];
+    if (n->in_sbp[i].ndim != M ||
+        !sl_placement_equal(v->placement, n->placement) ||
+        !sl_nd_sbp_equal(&v->sbp, &n->in_sbp[i]))
+      return sl__fail(SL_EINVAL,
+                      "op '%s' (%s): input %d is not laid out as the op "
+                      "consumes it",
+                      n->name, n->op->name, i);
+  }
+  for (int j = 0; j < n->n_out; j++)
+    if (n->out_sbp[j].ndim != M ||
+        !sl_nd_sbp_equal(&g->values[n->out[j]]->sbp, &n->out_sbp[j]))
+      return sl__fail(SL_EINVAL,
+                      "op '%s' (%s): output %d is not laid out as the op "
+                      "produces it",
+                      n->name, n->op->name, j);
+  sl__sbp_sig cand[SL_OP_MAX_SIGNATURES + 1];
+  int nc = op_candidates(g, n, cand);
+  for (int m = 0; m < M; m++) {
+    bool found = false;
+    for (int s = 0; s < nc && !found; s++) {
+      found = true;
+      for (int i = 0; i < n->n_in && found; i++)
+        found = sl_sbp_equal(cand[s].in[i], n->in_sbp[i].sbp[m]);
+      for (int j = 0; j < n->n_out && found; j++)
+        found = sl_sbp_equal(cand[s].out[j], n->out_sbp[j].sbp[m]);
+    }
+    if (!found)
+      return sl__fail(SL_EINVAL,
+                      "op '%s' (%s): its layout on mesh axis %d is none of "
+                      "the op's SBP signatures",
+                      n->name, n->op->name, m);
   }
   return SL_OK;
 }

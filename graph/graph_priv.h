@@ -143,6 +143,17 @@ sl_status sl__graph_rehash(sl_graph *g);
 /* Frees what nodes own outside the arena (boxing plans, npy files). */
 void sl__g_release_nodes(sl_graph *g);
 
+/* Whether 1-D SBP s is what output 0 of source op `op` (no inputs) can
+ * produce: B, or an output of one of its signatures. */
+bool sl__g_source_accepts(const sl__op_def *op, const sl__attrs *at, sl_sbp s);
+
+/* What compile promises of op node n's layouts, which lowering and the
+ * kernels rely on: its inputs and outputs are laid out as in_sbp and
+ * out_sbp say, on its placement, and on every mesh axis those are one of
+ * the op's signatures (or all-B). SL_EINVAL naming the node otherwise
+ * (compile.c). */
+sl_status sl__g_check_op_layout(const sl_graph *g, const sl__node *n);
+
 /* ---- initializers (init.c) --------------------------------------------- */
 
 /* Fills the part `slice` of a tensor of global shape `global` initialised

@@ -262,8 +262,8 @@ static sl_status check_value(const sl__value *val) {
 /* What compile promises of the nodes, which lowering and the kernels rely
  * on: each kind's inputs and outputs, inputs produced by earlier nodes,
  * every value the output of exactly the node and slot it names, op outputs
- * what the op infers from its inputs, and a variable's update of the
- * variable's meta and layout. */
+ * what the op infers from its inputs and laid out as one of its SBP
+ * signatures, and a variable's update of the variable's meta and layout. */
 static sl_status check_node(const sl_graph *g, int32_t i) {
   const sl__gnode *gn = g->nodes[i];
   const sl__node *n = &gn->n;
@@ -326,6 +326,8 @@ static sl_status check_node(const sl_graph *g, int32_t i) {
                         "dtype is not what the op gives",
                         n->name, n->op->name, k);
     }
+    st = sl__g_check_op_layout(g, n);
+    if (st != SL_OK) return sl__fail_context(st, "graph unpack: ");
   }
   if (n->kind == SL__NODE_VARIABLE) {
     const sl__value *var = g->values[n->out[0]];

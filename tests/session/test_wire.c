@@ -1,7 +1,8 @@
 /* A compiled graph packed for daemons (graph/graph_wire.c): the unpacked
  * graph lowers to a byte-identical plan, repacks to the same bytes, gives
  * every variable the same initial shards, placements of any length survive,
- * and malformed bytes are refused without crashing. */
+ * and malformed bytes, or op layouts no signature of the op gives, are
+ * refused without crashing. */
 #include "lower_int.h"
 #include "session_helpers.h"
 
@@ -130,6 +131,70 @@ static void test_not_compiled(void **state) {
   sl_graph_destroy(g);
 }
 
+/* Packs g, whose node `node` was altered after compile, and expects the
+ * unpack to refuse it with `why`. */
+static void expect_refused(sl_graph *g, const char *why) {
+  uint8_t *b = NULL;
+  size_t n = 0;
+  assert_int_equal(sl__graph_pack(g, &b, &n), SL_OK);
+  sl_graph *h = NULL;
+  assert_int_equal(sl__graph_unpack(b, n, &h), SL_EINVAL);
+  assert_null(h);
+  if (!strstr(sl_last_error(), why))
+    fail_msg("error '%s' does not say '%s'", sl_last_error(), why);
+  sl__free(b);
+}
+
+/* The first matmul of the data-parallel MLP: x S(0) times w1 B gives
+ * S(0). Laid out otherwise in the packed bytes, it would have the kernels
+ * multiply shards that do not pair up. */
+static void test_layout_not_a_signature(void **state) {
+  (void)state;
+  sl_graph *g = mlp("cpu:0-1/0", "S(0)", "B", "B");
+  if (sl__graph_compile(g) != SL_OK) fail_msg("compile: %s", sl_last_error());
+  sl__node *mm = NULL;
+  for (int32_t i = 0; i < sl__graph_node_count(g) && !mm; i++) {
+    sl__node *n = (sl__node *)sl__graph_node(g, i);
+    if (n->kind == SL__NODE_OP && strcmp(n->op->name, "matmul") == 0) mm = n;
+  }
+  assert_non_null(mm);
+  sl__value *out = (sl__value *)sl__graph_value(g, mm->out[0]);
+  assert_int_equal(mm->in_sbp[0].sbp[0].kind, SL_SBP_SPLIT);
+  assert_int_equal(mm->out_sbp[0].sbp[0].kind, SL_SBP_SPLIT);
+  assert_int_equal(mm->out_sbp[0].sbp[0].axis, 0);
+  sl_nd_sbp saved = mm->out_sbp[0];
+
+  /* Output S(1), a valid layout of its tensor, but (S(0), B) -> S(1) is
+   * no signature of matmul. */
+  mm->out_sbp[0].sbp[0].axis = 1;
+  out->sbp = mm->out_sbp[0];
+  expect_refused(g, "none of the op's SBP signatures");
+  mm->out_sbp[0] = saved;
+  out->sbp = saved;
+
+  /* The node says its output is S(1); the value says S(0). */
+  mm->out_sbp[0].sbp[0].axis = 1;
+  expect_refused(g, "output 0 is not laid out as the op produces it");
+  mm->out_sbp[0] = saved;
+
+  /* The node says it consumes x as B; x is S(0). */
+  sl_nd_sbp in0 = mm->in_sbp[0];
+  mm->in_sbp[0].sbp[0] = sl_sbp_broadcast();
+  expect_refused(g, "input 0 is not laid out as the op consumes it");
+  mm->in_sbp[0] = in0;
+
+  /* Restored, it unpacks again. */
+  uint8_t *b = NULL;
+  size_t n = 0;
+  assert_int_equal(sl__graph_pack(g, &b, &n), SL_OK);
+  sl_graph *h = NULL;
+  if (sl__graph_unpack(b, n, &h) != SL_OK)
+    fail_msg("unpack: %s", sl_last_error());
+  sl_graph_destroy(h);
+  sl__free(b);
+  sl_graph_destroy(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_one_device),
@@ -137,6 +202,7 @@ int main(void) {
       cmocka_unit_test(test_hybrid_mesh),
       cmocka_unit_test(test_long_placement),
       cmocka_unit_test(test_not_compiled),
+      cmocka_unit_test(test_layout_not_a_signature),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
