@@ -77,7 +77,8 @@ typedef enum sl__dp_kind {
                              payload; counted in the credit window like a
                              message, but not in the job's message counts */
   SL__DP_SHM_OFFER = 10,  /* the dialer offers a shared-memory segment
-                             (dp_shm.c): src, dst = its 16-byte id, piece =
+                             (dp_shm.c): src, dst = its 16-byte id (pid,
+                             descriptor, cookie), piece =
                              bytes per ring */
   SL__DP_SHM_REPLY = 11,  /* the acceptor's answer: desc = 1 taken (payloads
                              may use the rings from now on), 0 refused */
@@ -213,32 +214,32 @@ const char *sl__dp_hs_code_str(unsigned code);
 
 typedef struct sl__dp_shm sl__dp_shm;
 
-/* The segment's path, "/dev/shm/sluice-dp-" and the id in hex, into out
- * (n >= 52 bytes). */
-void sl__dp_shm_name(const uint8_t id[SL__DP_SHM_ID_BYTES], char *out,
-                     size_t n);
 /* True for a ring size the segment can have: a multiple of 4096 bytes,
  * from 4 KiB to 16 GiB. */
 bool sl__dp_shm_ring_ok(uint64_t ring_bytes);
-/* The dialer's side: creates a segment with a fresh random id (mode 0600,
+/* The dialer's side: creates an unnamed segment in /dev/shm (mode 0600,
  * its memory reserved at once) whose header carries mac (the acceptor
- * checks it). SL_EINVAL, SL_EIO (also: no room in /dev/shm), SL_ENOMEM. */
+ * checks it), and fills id with where the acceptor finds it: this
+ * process's id, the descriptor that holds it, a random cookie the header
+ * repeats. No name exists, so nothing outlives the processes that map
+ * it. SL_EINVAL, SL_EIO (also: no room in /dev/shm), SL_ENOMEM. */
 sl_status sl__dp_shm_create(uint64_t ring_bytes,
                             const uint8_t mac[SL__DP_MAC_BYTES],
                             uint8_t id[SL__DP_SHM_ID_BYTES], sl__dp_shm **out);
-/* The acceptor's side: maps the segment `id` offered with ring_bytes after
- * checking that it is a regular file of this user of that size, and
- * checks its header. SL_ENOTFOUND (no such segment: the dialer runs on
- * another host), SL_EINVAL, SL_EIO. The caller verifies the header's MAC
- * (sl__dp_shm_mac) and then unlinks the name (sl__dp_shm_unlink); a
- * segment it refuses is left alone. */
+/* The acceptor's side: maps the segment `id` offered with ring_bytes
+ * (/proc/<pid>/fd/<fd>) after checking that it is a regular file of this
+ * user of that size, and checks its header and cookie. SL_ENOTFOUND (no
+ * such process or descriptor visible here: the dialer runs on another
+ * host, or withdrew it), SL_EINVAL, SL_EIO. The caller verifies the
+ * header's MAC (sl__dp_shm_mac). */
 sl_status sl__dp_shm_open(const uint8_t id[SL__DP_SHM_ID_BYTES],
                           uint64_t ring_bytes, sl__dp_shm **out);
 const uint8_t *sl__dp_shm_mac(const sl__dp_shm *s);
-/* Removes the name (the mappings stay); idempotent. destroy does it for
- * the creator. */
-void sl__dp_shm_unlink(sl__dp_shm *s);
-/* Unmaps (and unlinks, if this end still has to); NULL is a no-op. */
+/* The dialer, once answered: closes the descriptor its offer named, so
+ * that no other process can open the segment any more (the mappings
+ * stay); idempotent; destroy does it too. */
+void sl__dp_shm_withdraw(sl__dp_shm *s);
+/* Unmaps (and withdraws); NULL is a no-op. */
 void sl__dp_shm_destroy(sl__dp_shm *s);
 /* Sender: copies len bytes into this end's ring and returns true, or
  * returns false when len is 0, larger than the ring, or finds no room

@@ -575,7 +575,6 @@ static void shm_offered(dp_conn *c, const sl__dp_frame *f) {
                ep->cfg.node, c->peer->node, sl_last_error());
     }
     if (s) {
-      sl__dp_shm_unlink(s); /* both ends have it mapped now */
       c->shm = s;
       r.desc = 1;
       shm_use(c);
@@ -585,7 +584,7 @@ static void shm_offered(dp_conn *c, const sl__dp_frame *f) {
 }
 
 static void shm_replied(dp_conn *c, const sl__dp_frame *f) {
-  sl__dp_shm_unlink(c->shm);
+  sl__dp_shm_withdraw(c->shm);
   if (f->desc == 1) {
     shm_use(c);
     return;

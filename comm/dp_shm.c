@@ -1,13 +1,18 @@
 /* The shared-memory payload path of a data-plane connection whose two
  * ends run on one host (docs/dataplane.md, "Shared memory").
  *
- * The dialer creates a POSIX shared-memory object (a random name in
- * /dev/shm, mode 0600, its memory reserved) holding a header page and two
- * rings, one per direction, and offers it on the connection; the acceptor
- * opens it, checks the header's MAC (the token's HMAC over this
- * connection's handshake nonces, so a segment planted by anyone without
- * the token is refused), unlinks the name and accepts. From then on a
- * frame's payload may travel in the sender's ring instead of the socket:
+ * The dialer creates an unnamed file in /dev/shm (O_TMPFILE, mode 0600,
+ * its memory reserved) holding a header page and two rings, one per
+ * direction, and offers it on the connection as where to find it: its
+ * process id, the descriptor holding the file, and a random cookie the
+ * header repeats. The acceptor opens /proc/<pid>/fd/<fd>, checks the
+ * header's cookie and MAC (the token's HMAC over this connection's
+ * handshake nonces, so a segment planted by anyone without the token is
+ * refused) and accepts; the dialer then closes that descriptor, and only
+ * the two mappings hold the memory. No name ever exists, so nothing can
+ * outlive the two processes: a dialer killed mid-offer takes its segment
+ * with it. From then on a frame's payload may travel in the sender's ring
+ * instead of the socket:
  * the header still goes over TCP, flagged SL__DP_FLAG_SHM, and its order
  * on the stream is the order of the payloads in the ring. Both ends place
  * a payload of len bytes at the same position, computed from the lengths
@@ -19,10 +24,7 @@
  * ring never blocks anything.
  *
  * The counters are C11 atomics in the shared page (lock-free 64-bit
- * atomics are address-free, so they work across processes). The object is
- * a file in /dev/shm opened by path, which is what shm_open does on Linux
- * (glibc's shm_open opens it with a system call ThreadSanitizer does not
- * see, so it took a reused descriptor number for a race). */
+ * atomics are address-free, so they work across processes). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -35,7 +37,9 @@
 #include "dp_int.h"
 
 #define SHM_MAGIC 0x48534c53u /* "SLSH" */
-#define SHM_VERSION 1u
+#define SHM_VERSION 2u
+#define SHM_DIR "/dev/shm"
+#define COOKIE_BYTES 8u
 #define SHM_HDR_BYTES 4096u
 #define SHM_RING_MAX (16ull << 30)
 
@@ -49,6 +53,9 @@ typedef struct shm_dir {
 typedef struct shm_hdr {
   uint32_t magic, version;
   uint64_t ring_bytes;
+  uint8_t cookie[COOKIE_BYTES]; /* the offer's, so that a process and
+                                   descriptor of that number on another
+                                   host is not taken for it */
   uint8_t mac[SL__DP_MAC_BYTES];
   shm_dir dir[2]; /* 0: dialer to acceptor; 1: acceptor to dialer */
 } shm_hdr;
@@ -63,17 +70,25 @@ struct sl__dp_shm {
   uint8_t *tx, *rx;        /* the two rings */
   shm_dir *txd, *rxd;      /* their positions */
   uint64_t tx_pos, rx_pos; /* the next payload's start, before placing */
-  bool owner;              /* created here: the name is this end's */
-  bool linked;             /* the name is still there */
-  char name[64];
+  int fd;                  /* dialer: the offered descriptor until
+                              withdrawn; -1 otherwise */
+  char name[64];           /* for messages */
 };
 
-void sl__dp_shm_name(const uint8_t id[SL__DP_SHM_ID_BYTES], char *out,
-                     size_t n) {
-  char hex[2 * SL__DP_SHM_ID_BYTES + 1];
-  for (unsigned i = 0; i < SL__DP_SHM_ID_BYTES; i++)
-    snprintf(hex + 2 * i, 3, "%02x", id[i]);
-  snprintf(out, n, "/dev/shm/sluice-dp-%s", hex);
+/* The offer's id: this process, the descriptor, the cookie. */
+static void id_pack(uint8_t id[SL__DP_SHM_ID_BYTES], uint32_t pid, uint32_t fd,
+                    const uint8_t cookie[COOKIE_BYTES]) {
+  memcpy(id, &pid, 4);
+  memcpy(id + 4, &fd, 4);
+  memcpy(id + 8, cookie, COOKIE_BYTES);
+}
+
+static void id_path(const uint8_t id[SL__DP_SHM_ID_BYTES], char *out,
+                    size_t n) {
+  uint32_t pid, fd;
+  memcpy(&pid, id, 4);
+  memcpy(&fd, id + 4, 4);
+  snprintf(out, n, "/proc/%u/fd/%u", pid, fd);
 }
 
 static sl_status map(int fd, uint64_t ring, const char *name, bool dialer,
@@ -91,6 +106,7 @@ static sl_status map(int fd, uint64_t ring, const char *name, bool dialer,
   s->base = p;
   s->ring = ring;
   s->hdr = p;
+  s->fd = -1;
   uint8_t *r0 = s->base + SHM_HDR_BYTES, *r1 = r0 + ring;
   s->tx = dialer ? r0 : r1;
   s->rx = dialer ? r1 : r0;
@@ -108,16 +124,15 @@ sl_status sl__dp_shm_create(uint64_t ring_bytes,
   if (!sl__dp_shm_ring_ok(ring_bytes))
     return sl__fail(SL_EINVAL, "shared memory: a ring of %llu bytes",
                     (unsigned long long)ring_bytes);
-  char name[64];
-  int fd = -1;
-  for (int tries = 0; fd < 0 && tries < 4; tries++) {
-    SL_CHECK(sl__dp_random(id, SL__DP_SHM_ID_BYTES));
-    sl__dp_shm_name(id, name, sizeof name);
-    fd = open(name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0 && errno != EEXIST) break;
-  }
+  uint8_t cookie[COOKIE_BYTES];
+  SL_CHECK(sl__dp_random(cookie, sizeof cookie));
+  int fd = open(SHM_DIR, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0)
-    return sl__fail(SL_EIO, "shared memory %s: %s", name, strerror(errno));
+    return sl__fail(SL_EIO, "shared memory: an unnamed file in %s: %s", SHM_DIR,
+                    strerror(errno));
+  char name[64];
+  id_pack(id, (uint32_t)getpid(), (uint32_t)fd, cookie);
+  id_path(id, name, sizeof name);
   /* Reserved now, not as payloads touch the pages: a tmpfs that runs out
    * of room (a small /dev/shm, a container's 64 MiB) would otherwise kill
    * the process with SIGBUS at some later write. Too little room here
@@ -132,23 +147,21 @@ sl_status sl__dp_shm_create(uint64_t ring_bytes,
            : ftruncate(fd, size) != 0                             ? errno
                                       : posix_fallocate(fd, 0, size);
   if (rc != 0) {
-    sl_status st = sl__fail(SL_EIO, "shared memory %s: %lld bytes: %s", name,
-                            (long long)size, strerror(rc));
     close(fd);
-    unlink(name);
-    return st;
+    return sl__fail(SL_EIO, "shared memory in %s: %lld bytes: %s", SHM_DIR,
+                    (long long)size, strerror(rc));
   }
   sl__dp_shm *s;
   sl_status st = map(fd, ring_bytes, name, true, &s);
-  close(fd);
   if (st != SL_OK) {
-    unlink(name);
+    close(fd);
     return st;
   }
-  s->owner = s->linked = true;
+  s->fd = fd;
   s->hdr->magic = SHM_MAGIC;
   s->hdr->version = SHM_VERSION;
   s->hdr->ring_bytes = ring_bytes;
+  memcpy(s->hdr->cookie, cookie, sizeof cookie);
   memcpy(s->hdr->mac, mac, SL__DP_MAC_BYTES);
   for (int d = 0; d < 2; d++) {
     atomic_init(&s->hdr->dir[d].written, 0);
@@ -162,56 +175,67 @@ sl_status sl__dp_shm_open(const uint8_t id[SL__DP_SHM_ID_BYTES],
                           uint64_t ring_bytes, sl__dp_shm **out) {
   *out = NULL;
   char name[64];
-  sl__dp_shm_name(id, name, sizeof name);
+  id_path(id, name, sizeof name);
   if (!sl__dp_shm_ring_ok(ring_bytes))
     return sl__fail(SL_EINVAL, "shared memory %s: a ring of %llu bytes", name,
                     (unsigned long long)ring_bytes);
-  int fd = open(name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  /* What the link leads to is checked before opening it: a peer names
+   * the descriptor, and opening a device or a FIFO can do things. A
+   * process or descriptor this process may not see is another host's. */
+  struct stat before, stt;
+  if (stat(name, &before) != 0) {
+    int e = errno;
+    bool elsewhere = e == ENOENT || e == EACCES || e == EPERM;
+    return sl__fail(elsewhere ? SL_ENOTFOUND : SL_EIO, "shared memory %s: %s",
+                    name, elsewhere ? "not on this host" : strerror(e));
+  }
+  if (!S_ISREG(before.st_mode) || before.st_uid != geteuid())
+    return sl__fail(SL_EINVAL,
+                    "shared memory %s: not a regular file of this user", name);
+  if ((uint64_t)before.st_size != SHM_HDR_BYTES + 2 * ring_bytes)
+    return sl__fail(SL_EINVAL,
+                    "shared memory %s: %lld bytes, but the offer says %llu",
+                    name, (long long)before.st_size,
+                    (unsigned long long)(SHM_HDR_BYTES + 2 * ring_bytes));
+  int fd = open(name, O_RDWR | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0)
     return sl__fail(errno == ENOENT ? SL_ENOTFOUND : SL_EIO,
                     "shared memory %s: %s", name,
-                    errno == ENOENT ? "not on this host" : strerror(errno));
-  struct stat stt;
+                    errno == ENOENT ? "withdrawn" : strerror(errno));
   sl_status st = SL_OK;
   if (fstat(fd, &stt) != 0)
     st = sl__fail(SL_EIO, "shared memory %s: %s", name, strerror(errno));
-  else if (!S_ISREG(stt.st_mode) || stt.st_uid != geteuid())
-    st = sl__fail(SL_EINVAL,
-                  "shared memory %s: not a regular file of this user", name);
-  else if ((uint64_t)stt.st_size != SHM_HDR_BYTES + 2 * ring_bytes)
-    st = sl__fail(SL_EINVAL,
-                  "shared memory %s: %lld bytes, but the offer says %llu", name,
-                  (long long)stt.st_size,
-                  (unsigned long long)(SHM_HDR_BYTES + 2 * ring_bytes));
+  else if (stt.st_dev != before.st_dev || stt.st_ino != before.st_ino)
+    st = sl__fail(SL_EINVAL, "shared memory %s: replaced while opened", name);
   sl__dp_shm *s = NULL;
   if (st == SL_OK) st = map(fd, ring_bytes, name, false, &s);
   close(fd);
   if (st != SL_OK) return st;
   /* The creator wrote the header before offering it. */
   if (s->hdr->magic != SHM_MAGIC || s->hdr->version != SHM_VERSION ||
-      s->hdr->ring_bytes != ring_bytes) {
+      s->hdr->ring_bytes != ring_bytes ||
+      memcmp(s->hdr->cookie, id + 8, COOKIE_BYTES) != 0) {
     sl__dp_shm_destroy(s);
     return sl__fail(SL_EINVAL,
-                    "shared memory %s: not a sluice segment of "
-                    "this version and size",
+                    "shared memory %s: not the sluice segment offered (of "
+                    "this version and size)",
                     name);
   }
-  s->linked = true; /* the caller unlinks it once its MAC verified */
   *out = s;
   return SL_OK;
 }
 
 const uint8_t *sl__dp_shm_mac(const sl__dp_shm *s) { return s->hdr->mac; }
 
-void sl__dp_shm_unlink(sl__dp_shm *s) {
-  if (!s || !s->linked) return;
-  unlink(s->name);
-  s->linked = false;
+void sl__dp_shm_withdraw(sl__dp_shm *s) {
+  if (!s || s->fd < 0) return;
+  close(s->fd);
+  s->fd = -1;
 }
 
 void sl__dp_shm_destroy(sl__dp_shm *s) {
   if (!s) return;
-  if (s->owner) sl__dp_shm_unlink(s);
+  sl__dp_shm_withdraw(s);
   munmap(s->base, s->size);
   sl__free(s);
 }

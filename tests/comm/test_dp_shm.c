@@ -1,14 +1,18 @@
 /* The shared-memory payload path between endpoints on one host
  * (comm/dp_shm.c): the rings' placement (aligned), wrap-around, full and
- * unwritten cases and the segment's name and size checks; two endpoints taking
- * a segment (and not, when one side has it off); a segment offered without the
- * token's proof, one that does not exist, and a payload flagged as in shared
- * memory on a connection that has none. The bytes themselves cross through the
+ * unwritten cases and the segment's checks (size, file type, cookie); a
+ * segment reachable only while offered, and gone with a dialer killed
+ * mid-offer; two endpoints taking a segment (and not, when one side has it
+ * off); a segment offered without the token's proof, one that does not
+ * exist, and a payload flagged as in shared memory on a connection that has
+ * none. The bytes themselves cross through the
  * rings in comm_dp_plan_shm and comm_net_coll_shm (the plan and collective
  * tests run with a 1 MiB ring). */
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/wait.h>
 
 #include "dp_helpers.h"
 
@@ -35,21 +39,21 @@ static void test_rings(void **state) {
   memset(mac, 0x5a, sizeof mac);
   sl__dp_shm *a, *b;
   assert_int_equal(sl__dp_shm_create(RING, mac, id, &a), SL_OK);
-  /* the wrong size, then the right one (which unlinks the name) */
+  /* the wrong size, a changed cookie, then the right offer */
   assert_int_equal(sl__dp_shm_open(id, 2 * RING, &b), SL_EINVAL);
   assert_non_null(strstr(sl_last_error(), "but the offer says"));
+  id[15] ^= 1;
+  assert_int_equal(sl__dp_shm_open(id, RING, &b), SL_EINVAL);
+  assert_non_null(strstr(sl_last_error(), "not the sluice segment offered"));
+  id[15] ^= 1;
   assert_int_equal(sl__dp_shm_open(id, RING, &b), SL_OK);
   assert_memory_equal(sl__dp_shm_mac(b), mac, sizeof mac);
-  /* the name stays until the acceptor, its MAC checked, unlinks it */
-  char name[64];
-  sl__dp_shm_name(id, name, sizeof name);
-  assert_int_equal(strncmp(name, "/dev/shm/sluice-dp-", 19), 0);
-  int fd = open(name, O_RDWR);
-  assert_true(fd >= 0);
-  close(fd);
-  sl__dp_shm_unlink(b);
-  assert_int_equal(open(name, O_RDWR), -1);
-  assert_int_equal(errno, ENOENT);
+  /* reachable until the dialer withdraws it; the mappings stay */
+  sl__dp_shm_withdraw(a);
+  sl__dp_shm *c = NULL;
+  assert_int_equal(sl__dp_shm_open(id, RING, &c), SL_ENOTFOUND);
+  assert_null(c);
+  sl__dp_shm_withdraw(a); /* idempotent */
 
   uint8_t buf[RING];
   /* a -> b: three payloads, each on a 64-byte line, take bytes 0 to 7016
@@ -94,16 +98,23 @@ static void test_rings(void **state) {
   sl__dp_shm_destroy(a);
   sl__dp_shm_destroy(b);
 
-  /* no such segment: the offer came from another host */
-  memset(id, 0xee, sizeof id);
+  /* no such process here: the offer came from another host */
+  uint32_t nobody = 0x7ffffff0u, fd_no = 3;
+  memcpy(id, &nobody, 4);
+  memcpy(id + 4, &fd_no, 4);
   assert_int_equal(sl__dp_shm_open(id, RING, &b), SL_ENOTFOUND);
   assert_non_null(strstr(sl_last_error(), "not on this host"));
-  /* not a regular file: refused, and left where it is */
-  sl__dp_shm_name(id, name, sizeof name);
-  assert_int_equal(mkfifo(name, 0600), 0);
+  /* a descriptor that is not a regular file (a pipe): refused before
+   * it is opened */
+  int pfd[2];
+  assert_int_equal(pipe(pfd), 0);
+  uint32_t me = (uint32_t)getpid(), rd = (uint32_t)pfd[0];
+  memcpy(id, &me, 4);
+  memcpy(id + 4, &rd, 4);
   assert_int_equal(sl__dp_shm_open(id, RING, &b), SL_EINVAL);
   assert_non_null(strstr(sl_last_error(), "not a regular file"));
-  assert_int_equal(unlink(name), 0);
+  close(pfd[0]);
+  close(pfd[1]);
   assert_false(sl__dp_shm_ring_ok(0));
   assert_false(sl__dp_shm_ring_ok(4097));
   assert_true(sl__dp_shm_ring_ok(4096));
@@ -113,8 +124,18 @@ static void test_rings(void **state) {
  * creation, so a full /dev/shm is found out here instead of by SIGBUS at
  * some later write), refused from the free space before any is taken (a
  * /dev/shm as large as the memory must not be filled to find out), and no
- * file left behind. Skipped where /dev/shm is larger than the largest ring
- * (16 GiB) could use up. */
+ * descriptor left holding any of it. Skipped where /dev/shm is larger than the
+ * largest ring (16 GiB) could use up. */
+static int count_fds(void) {
+  struct dirent **list;
+  int k = scandir("/proc/self/fd", &list, NULL, NULL);
+  assert_true(k >= 0);
+  for (int i = 0; i < k; i++)
+    free(list[i]);
+  free(list);
+  return k;
+}
+
 static void test_no_room(void **state) {
   (void)state;
   struct statvfs v;
@@ -128,12 +149,62 @@ static void test_no_room(void **state) {
   }
   uint8_t mac[SL__DP_MAC_BYTES] = {0}, id[SL__DP_SHM_ID_BYTES];
   sl__dp_shm *a = NULL;
+  int fds = count_fds();
   assert_int_equal(sl__dp_shm_create(ring, mac, id, &a), SL_EIO);
   assert_null(a);
-  char name[64];
-  sl__dp_shm_name(id, name, sizeof name);
-  assert_int_equal(open(name, O_RDWR), -1);
-  assert_int_equal(errno, ENOENT);
+  assert_int_equal(count_fds(), fds); /* nothing holds a reservation */
+}
+
+/* The names in /dev/shm that start "sluice", sorted and joined, into out
+ * (others come and go with other programs). */
+static void shm_names(char *out, size_t n) {
+  struct dirent **list;
+  int k = scandir("/dev/shm", &list, NULL, alphasort);
+  assert_true(k >= 0);
+  size_t at = 0;
+  out[0] = '\0';
+  for (int i = 0; i < k; i++) {
+    if (at < n)
+      at += (size_t)snprintf(out + at, n - at, "%s/", list[i]->d_name);
+    free(list[i]);
+  }
+  free(list);
+}
+
+/* A dialer killed between its offer and the answer: before, the offer
+ * can be taken; after, it cannot, and /dev/shm lists no sluice name it
+ * did not list before (a named segment would stay there until someone
+ * removed it). */
+static void test_dialer_killed(void **state) {
+  (void)state;
+  static char before[1 << 16], after[1 << 16];
+  shm_names(before, sizeof before);
+  int p[2];
+  assert_int_equal(pipe(p), 0);
+  pid_t child = fork();
+  assert_true(child >= 0);
+  if (child == 0) {
+    uint8_t mac[SL__DP_MAC_BYTES] = {0}, id[SL__DP_SHM_ID_BYTES];
+    sl__dp_shm *a;
+    if (sl__dp_shm_create(RING, mac, id, &a) != SL_OK) _exit(1);
+    if (write(p[1], id, sizeof id) != (ssize_t)sizeof id) _exit(1);
+    pause(); /* killed here, mid-offer */
+    _exit(0);
+  }
+  close(p[1]);
+  uint8_t id[SL__DP_SHM_ID_BYTES];
+  assert_int_equal(read(p[0], id, sizeof id), (ssize_t)sizeof id);
+  close(p[0]);
+  sl__dp_shm *b = NULL;
+  assert_int_equal(sl__dp_shm_open(id, RING, &b), SL_OK);
+  sl__dp_shm_destroy(b);
+  assert_int_equal(kill(child, SIGKILL), 0);
+  int status;
+  assert_int_equal(waitpid(child, &status, 0), child);
+  assert_true(WIFSIGNALED(status));
+  assert_int_equal(sl__dp_shm_open(id, RING, &b), SL_ENOTFOUND);
+  shm_names(after, sizeof after);
+  assert_string_equal(after, before);
 }
 
 /* Polls (bounded) until both endpoints counted `want` segments. */
@@ -336,12 +407,6 @@ static void test_bad_offers(void **state) {
   sl__dp_frame f = offer_of(id);
   fake_frame(s, &f, NULL);
   assert_int_equal(fake_expect(s, SL__DP_SHM_REPLY).desc, 0);
-  /* refused, so left where it was (its creator removes it) */
-  char name[64];
-  sl__dp_shm_name(id, name, sizeof name);
-  int fd = open(name, O_RDWR);
-  assert_true(fd >= 0);
-  close(fd);
   sl__dp_shm_destroy(seg);
   /* rings larger than the endpoint's own: refused before opening */
   assert_int_equal(sl__dp_shm_create(2 * RING, mac, id, &seg), SL_OK);
@@ -377,9 +442,9 @@ static void test_bad_offers(void **state) {
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_rings),      cmocka_unit_test(test_no_room),
-      cmocka_unit_test(test_pair),       cmocka_unit_test(test_ring_full),
-      cmocka_unit_test(test_bad_offers),
+      cmocka_unit_test(test_rings),         cmocka_unit_test(test_no_room),
+      cmocka_unit_test(test_dialer_killed), cmocka_unit_test(test_pair),
+      cmocka_unit_test(test_ring_full),     cmocka_unit_test(test_bad_offers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
