@@ -6,20 +6,37 @@
  * DistributedDataParallel over gloo in 2 processes (bench/peers/
  * mlp_torch.py ddp), one thread per process on both sides.
  *
- * The two alternate, round after round, so that both meet the same
- * machine load; the table gives each side's median samples/s over the
- * rounds and the ratio (target: sluice >= 1.6x DDP). PyTorch runs with
- * OPENBLAS_CORETYPE set to the kernel set sluice's BLAS uses.
+ * The peer trains on one fixed random batch. So does the first sluice row:
+ * a batch of the same shape and kind (N(0,1) features, labels uniform over
+ * the classes), written to two .npy files that examples/mlp reads with
+ * --data. The second row is examples/mlp as it comes, generating a fresh
+ * batch inside the graph every step (a Gaussian mixture: more work than
+ * the peer does, about 0.3 ms a step here).
+ *
+ * The runs alternate, round after round, so that all meet the same
+ * machine load; the table gives each one's median samples/s over the
+ * rounds and its ratio to DDP's (target: the fixed batch >= 1.6x DDP).
+ * PyTorch runs with OPENBLAS_CORETYPE set to the kernel set sluice's BLAS
+ * uses.
  *
  * Usage: bench_mlp_dp_vs_ddp [--steps N] [--rounds R] [--python PATH]
  *        [--no-torch] (--help) */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <sluice/graph.h>
 
 #include "cpu/blas.h"
+#include "cpu/npy.h"
 #include "bench_util.h"
+
+#define BATCH 256
+#define FEATURES 1024 /* examples/mlp's --in */
+#define CLASSES 10    /* and --classes */
 
 #ifndef MLP_TORCH_PEER
 #define MLP_TORCH_PEER "bench/peers/mlp_torch.py"
@@ -44,19 +61,56 @@ static void run_parse(const char *cmd, const char *key, const char *fmt,
   if (st != 0) fprintf(stderr, "bench: '%s' exited with %d\n", cmd, st);
 }
 
-static void usage(FILE *f) {
-  fprintf(f, "usage: bench_mlp_dp_vs_ddp [--steps N] [--rounds R] "
-             "[--python PATH] [--no-torch]\n"
-             "The 4x1024 MLP, global batch 256, data parallel on 2 nodes x 1 "
-             "device\n(sluice launch + examples/mlp) against PyTorch DDP over "
-             "gloo in 2 processes.\n"
-             "  --steps N     training steps per run (default 100; the first is "
-             "not timed)\n"
-             "  --rounds R    alternating runs of each side (default 3)\n"
-             "  --python P    the interpreter with torch (default "
-             "/usr/bin/python3)\n"
-             "  --no-torch    sluice only\n");
+/* One fixed batch, as the peer's torch.randn / torch.randint: into
+ * DIR/x.npy and DIR/y.npy. False with a message on failure. */
+static bool write_batch(const char *dir) {
+  float *x = malloc(sizeof(float) * BATCH * FEATURES);
+  int32_t y[BATCH];
+  if (!x) return false;
+  uint64_t z = 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < BATCH * FEATURES; i += 2) {
+    /* splitmix64, two uniforms, Box-Muller */
+    double u[2];
+    for (int k = 0; k < 2; k++) {
+      uint64_t v = (z += 0x9e3779b97f4a7c15ull);
+      v = (v ^ (v >> 30)) * 0xbf58476d1ce4e5b9ull;
+      v = (v ^ (v >> 27)) * 0x94d049bb133111ebull;
+      u[k] = ((double)((v ^ (v >> 31)) >> 11) + 0.5) / 9007199254740992.0;
+    }
+    double r = sqrt(-2 * log(u[0]));
+    x[i] = (float)(r * cos(2 * M_PI * u[1]));
+    x[i + 1] = (float)(r * sin(2 * M_PI * u[1]));
+  }
+  for (int i = 0; i < BATCH; i++)
+    y[i] = (int32_t)((unsigned)(i * 7919 + 13) % CLASSES);
+  char xp[512], yp[512];
+  snprintf(xp, sizeof xp, "%s/x.npy", dir);
+  snprintf(yp, sizeof yp, "%s/y.npy", dir);
+  sl_shape xs = SL_SHAPE(BATCH, FEATURES), ys = SL_SHAPE(BATCH);
+  bool ok = sl__npy_write(xp, SL_DTYPE_F32, &xs, x) == SL_OK &&
+            sl__npy_write(yp, SL_DTYPE_I32, &ys, y) == SL_OK;
+  if (!ok) fprintf(stderr, "bench: writing the batch: %s\n", sl_last_error());
+  free(x);
+  return ok;
 }
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: bench_mlp_dp_vs_ddp [--steps N] [--rounds R] "
+          "[--python PATH] [--no-torch]\n"
+          "The 4x1024 MLP, global batch 256, data parallel on 2 nodes x 1 "
+          "device\n(sluice launch + examples/mlp) against PyTorch DDP over "
+          "gloo in 2 processes,\nboth on one fixed batch; sluice also "
+          "with a batch generated every step.\n"
+          "  --steps N     training steps per run (default 100; the first is "
+          "not timed)\n"
+          "  --rounds R    alternating runs of each (default 3)\n"
+          "  --python P    the interpreter with torch (default "
+          "/usr/bin/python3)\n"
+          "  --no-torch    sluice only\n");
+}
+
+enum { FIXED, FRESH, DDP, RUNS };
 
 int main(int argc, char **argv) {
   long steps = 100, rounds = 3;
@@ -88,44 +142,74 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_mlp_dp_vs_ddp: --steps >= 2, --rounds 1..50\n");
     return 2;
   }
+  char dir[] = "/tmp/sluice-bench-mlp-XXXXXX";
+  if (!mkdtemp(dir)) {
+    perror("bench_mlp_dp_vs_ddp: mkdtemp");
+    return 1;
+  }
+  if (!write_batch(dir)) return 1;
   const char *core = sl__blas_coretype();
-  char sl_cmd[2048], pt_cmd[2048];
-  snprintf(sl_cmd, sizeof sl_cmd,
-           "'%s' launch --nnodes 2 --devices cpu:1 -- '%s' --devices "
-           "cpu:0-1/0 --layout dp --batch 256 --steps %ld 2>/dev/null",
-           SLUICE_CLI_PATH, SLUICE_MLP_PATH, steps);
-  snprintf(pt_cmd, sizeof pt_cmd,
+  char cmd[RUNS][2048];
+  const char *label[RUNS] = {"sluice dp, one fixed batch (as DDP)",
+                             "sluice dp, a batch generated each step",
+                             "PyTorch DDP (gloo), one fixed batch"};
+  for (int k = FIXED; k <= FRESH; k++) {
+    char data[600] = "";
+    if (k == FIXED)
+      snprintf(data, sizeof data, " --data '%s/x.npy,%s/y.npy'", dir, dir);
+    snprintf(cmd[k], sizeof cmd[k],
+             "'%s' launch --nnodes 2 --devices cpu:1 -- '%s' --devices "
+             "cpu:0-1/0 --layout dp --batch %d --in %d --classes %d --steps "
+             "%ld%s 2>/dev/null",
+             SLUICE_CLI_PATH, SLUICE_MLP_PATH, BATCH, FEATURES, CLASSES, steps,
+             data);
+  }
+  snprintf(cmd[DDP], sizeof cmd[DDP],
            "OPENBLAS_CORETYPE=%s OMP_NUM_THREADS=1 '%s' '%s' ddp --world 2 "
-           "--batch 256 --steps %ld 2>/dev/null",
-           core && core[0] ? core : "", python, MLP_TORCH_PEER, steps - 1);
-  printf("sluice: %s\n", sl_cmd);
-  if (torch) printf("PyTorch: %s\n", pt_cmd);
-  double sl_sps[50], pt_sps[50], sl_ms[50], pt_ms[50];
+           "--batch %d --in %d --classes %d --steps %ld 2>/dev/null",
+           core && core[0] ? core : "", python, MLP_TORCH_PEER, BATCH, FEATURES,
+           CLASSES, steps - 1);
+  int runs = torch ? RUNS : DDP;
+  for (int k = 0; k < runs; k++)
+    printf("%s: %s\n", label[k], cmd[k]);
+  double sps[RUNS][50], ms[RUNS][50];
   for (long r = 0; r < rounds; r++) {
-    run_parse(sl_cmd, "throughput:", "throughput: %lf samples/s, %lf",
-              &sl_sps[r], &sl_ms[r]);
-    if (torch)
-      run_parse(pt_cmd, "torch ddp",
-                "torch ddp samples_per_s %lf ms_per_step %lf", &pt_sps[r],
-                &pt_ms[r]);
-    printf("round %ld: sluice %.1f samples/s (%.2f ms/step)", r + 1, sl_sps[r],
-           sl_ms[r]);
-    if (torch)
-      printf(", DDP %.1f samples/s (%.2f ms/step)", pt_sps[r], pt_ms[r]);
+    printf("round %ld:", r + 1);
+    for (int k = 0; k < runs; k++) {
+      if (k == DDP)
+        run_parse(cmd[k], "torch ddp",
+                  "torch ddp samples_per_s %lf ms_per_step %lf", &sps[k][r],
+                  &ms[k][r]);
+      else
+        run_parse(cmd[k], "throughput:", "throughput: %lf samples/s, %lf",
+                  &sps[k][r], &ms[k][r]);
+      printf("%s %.2f ms/step", k ? "," : "", ms[k][r]);
+      fflush(stdout);
+    }
     printf("\n");
   }
-  double s = bench_median(sl_sps, (int)rounds),
-         sm = bench_median(sl_ms, (int)rounds);
-  printf("\n%-46s %12s %12s %8s\n", "MLP 4x1024, batch 256, 2 nodes x 1 device",
-         "ms/step", "samples/s", "ratio");
-  printf("%-46s %12.2f %12.1f %8s\n", "sluice dp (2 daemons, data plane)", sm,
-         s, "1.000");
-  if (torch) {
-    double p = bench_median(pt_sps, (int)rounds),
-           pm = bench_median(pt_ms, (int)rounds);
-    printf("%-46s %12.2f %12.1f %8.3f\n", "PyTorch DDP (gloo, 2 processes)", pm,
-           p, s / p);
-    printf("(ratio: sluice samples/s over PyTorch's; target >= 1.6)\n");
+  double med_sps[RUNS], med_ms[RUNS];
+  for (int k = 0; k < runs; k++) {
+    med_sps[k] = bench_median(sps[k], (int)rounds);
+    med_ms[k] = bench_median(ms[k], (int)rounds);
   }
-  return isnan(s) ? 1 : 0;
+  printf("\n%-46s %12s %12s %8s\n", "MLP 4x1024, batch 256, 2 nodes x 1 device",
+         "ms/step", "samples/s", "vs DDP");
+  for (int k = 0; k < runs; k++) {
+    printf("%-46s %12.2f %12.1f", label[k], med_ms[k], med_sps[k]);
+    if (torch)
+      printf(" %8.3f\n", med_sps[k] / med_sps[DDP]);
+    else
+      printf(" %8s\n", "-");
+  }
+  if (torch)
+    printf("(vs DDP: samples/s over PyTorch DDP's; target >= 1.6 on one "
+           "fixed batch)\n");
+  char path[600];
+  snprintf(path, sizeof path, "%s/x.npy", dir);
+  unlink(path);
+  snprintf(path, sizeof path, "%s/y.npy", dir);
+  unlink(path);
+  rmdir(dir);
+  return isnan(med_sps[FIXED]) || isnan(med_sps[FRESH]) ? 1 : 0;
 }
