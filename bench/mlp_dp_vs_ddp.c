@@ -94,6 +94,15 @@ static bool write_batch(const char *dir) {
   return ok;
 }
 
+static void remove_batch(const char *dir) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/x.npy", dir);
+  unlink(path);
+  snprintf(path, sizeof path, "%s/y.npy", dir);
+  unlink(path);
+  rmdir(dir);
+}
+
 static void usage(FILE *f) {
   fprintf(f,
           "usage: bench_mlp_dp_vs_ddp [--steps N] [--rounds R] "
@@ -147,7 +156,10 @@ int main(int argc, char **argv) {
     perror("bench_mlp_dp_vs_ddp: mkdtemp");
     return 1;
   }
-  if (!write_batch(dir)) return 1;
+  if (!write_batch(dir)) {
+    remove_batch(dir);
+    return 1;
+  }
   const char *core = sl__blas_coretype();
   char cmd[RUNS][2048];
   const char *label[RUNS] = {"sluice dp, one fixed batch (as DDP)",
@@ -205,11 +217,6 @@ int main(int argc, char **argv) {
   if (torch)
     printf("(vs DDP: samples/s over PyTorch DDP's; target >= 1.6 on one "
            "fixed batch)\n");
-  char path[600];
-  snprintf(path, sizeof path, "%s/x.npy", dir);
-  unlink(path);
-  snprintf(path, sizeof path, "%s/y.npy", dir);
-  unlink(path);
-  rmdir(dir);
+  remove_batch(dir);
   return isnan(med_sps[FIXED]) || isnan(med_sps[FRESH]) ? 1 : 0;
 }
