@@ -174,7 +174,8 @@ static void shm_names(char *out, size_t n) {
 /* A dialer killed between its offer and the answer: before, the offer
  * can be taken; after, it cannot, and /dev/shm lists no sluice name it
  * did not list before (a named segment would stay there until someone
- * removed it). */
+ * removed it). Runs before the tests that start endpoints: the child
+ * forks from a process with no other thread. */
 static void test_dialer_killed(void **state) {
   (void)state;
   static char before[1 << 16], after[1 << 16];
