@@ -18,6 +18,8 @@
 
 #include "cpu/blas.h"
 
+extern char **environ; /* POSIX: the program may assign it */
+
 /* CBLAS enum values, fixed by the CBLAS standard (cblas.h), so sluice needs
  * no BLAS header at build time. */
 enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
@@ -176,6 +178,41 @@ static void finish_openblas(const char *how, const char *asked, bool ours) {
   g.name = "openblas";
 }
 
+/* A copy of the environment with `name` set to `value`, for the one dlopen
+ * that must see it. setenv would do, but it reallocates the environment
+ * array and glibc frees the old one, which another thread's getenv (a
+ * daemon starting, gRPC reading its settings) may be walking at that
+ * instant: a crash seen in CI. Swapping `environ` to this copy and back
+ * frees nothing, so a getenv elsewhere reads either array, each whole.
+ * The copy is kept (load_env_keep) for as long as the process lives: a
+ * getenv that began on it may still be reading. NULL when out of memory.
+ * A setenv by another thread inside the window is lost, as any setenv
+ * racing another is. */
+static char **load_env_keep;
+
+static char **environment_with(const char *name, const char *value) {
+  size_t n = 0, len = strlen(name);
+  while (environ && environ[n])
+    n++;
+  char **env = malloc((n + 2) * sizeof *env);
+  size_t entry_len = len + 1 + strlen(value) + 1;
+  char *entry = malloc(entry_len);
+  if (!env || !entry) {
+    free(env);
+    free(entry);
+    return NULL;
+  }
+  snprintf(entry, entry_len, "%s=%s", name, value);
+  size_t k = 0;
+  env[k++] = entry;
+  for (size_t i = 0; i < n; i++)
+    if (!(strncmp(environ[i], name, len) == 0 && environ[i][len] == '='))
+      env[k++] = environ[i];
+  env[k] = NULL;
+  load_env_keep = env;
+  return env;
+}
+
 static void blas_init(void) {
   const char *const *names = default_libraries;
   size_t count = SL_ARRAY_LEN(default_libraries);
@@ -241,21 +278,21 @@ static void blas_init(void) {
              user_core ? "OPENBLAS_CORETYPE" : "OpenBLAS's own probe");
   }
 
-  /* The variable is set only around dlopen and then restored, so child
-   * processes and later loads see the user's environment. setenv is not
-   * safe against another thread's getenv at that instant; this happens
-   * once, on the first matmul, and not at all when nothing changes. */
+  /* OpenBLAS reads the variable in the constructor dlopen runs. The
+   * program's environment stays as it is: the load alone sees a copy of it
+   * with OPENBLAS_CORETYPE replaced (environment_with). */
   const char *prev = getenv("OPENBLAS_CORETYPE");
-  char saved[64] = "";
-  bool had_prev = prev != NULL;
-  if (prev) snprintf(saved, sizeof saved, "%s", prev);
-  bool set_env = asked && !(prev && strcmp(prev, asked) == 0);
-  if (set_env && setenv("OPENBLAS_CORETYPE", asked, 1) != 0) {
-    append(g.reason, sizeof g.reason, "setenv OPENBLAS_CORETYPE failed; ");
-    set_env = false;
-    asked = user_core;
-    snprintf(how, sizeof how, "OpenBLAS's own probe: setenv failed");
+  char **load_env = NULL;
+  if (asked && !(prev && strcmp(prev, asked) == 0)) {
+    load_env = environment_with("OPENBLAS_CORETYPE", asked);
+    if (!load_env) {
+      asked = prev;
+      snprintf(how, sizeof how, "%s: no memory to set OPENBLAS_CORETYPE",
+               prev ? "OPENBLAS_CORETYPE" : "OpenBLAS's own probe");
+    }
   }
+  char **saved_env = environ;
+  if (load_env) environ = load_env;
   bool ok = false;
   for (size_t i = 0; i < count && !ok; i++) {
     void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
@@ -268,10 +305,7 @@ static void blas_init(void) {
     ok = resolve(h, names[i]);
     if (!ok) dlclose(h);
   }
-  if (set_env && had_prev)
-    setenv("OPENBLAS_CORETYPE", saved, 1);
-  else if (set_env)
-    unsetenv("OPENBLAS_CORETYPE");
+  environ = saved_env;
   if (ok) {
     finish_openblas(how, asked, true);
     return;
