@@ -256,6 +256,11 @@ typedef struct sl__cp_env {
  * MASTER_ADDR without MASTER_PORT, or no master at all. *out is the
  * caller's (sl__cp_env_free) and zeroed on failure. */
 sl_status sl__cp_env_parse(char *const *envp, sl__cp_env *out);
+/* The same, with a master ("host:port") and token the caller was given (a
+ * session's config) ahead of the variables; NULL: from envp. A bad master
+ * is named "the session's master". */
+sl_status sl__cp_env_parse_given(char *const *envp, const char *master,
+                                 const char *token, sl__cp_env *out);
 void sl__cp_env_free(sl__cp_env *e);
 
 /* The first host of a Slurm host list ("node[07-09,12],gpu1" -> "node07"),

@@ -96,15 +96,19 @@ bad:
                   list);
 }
 
-static sl_status master_from_env(char *const *envp, sl__cp_env *e) {
+/* given: the caller's master, ahead of every variable; NULL or "": none. */
+static sl_status master_from_env(char *const *envp, const char *given,
+                                 sl__cp_env *e) {
   char host[256];
   int port;
-  const char *v = get(envp, "SLUICE_MASTER");
+  const char *from =
+      given && given[0] ? "the session's master" : "SLUICE_MASTER";
+  const char *v = given && given[0] ? given : get(envp, "SLUICE_MASTER");
   if (v) {
     sl_status st = sl__cp_addr_split(v, host, sizeof host, &port);
-    if (st != SL_OK) return sl__fail_context(st, "SLUICE_MASTER: ");
-    if (port == 0) return sl__fail(SL_EINVAL, "SLUICE_MASTER='%s': port 0", v);
-    e->master_from = "SLUICE_MASTER";
+    if (st != SL_OK) return sl__fail_context(st, "%s: ", from);
+    if (port == 0) return sl__fail(SL_EINVAL, "%s '%s': port 0", from, v);
+    e->master_from = from;
     return (e->master = sl__strdup(v)) ? SL_OK : SL_ENOMEM;
   }
   const char *addr = get(envp, "MASTER_ADDR");
@@ -158,6 +162,11 @@ static sl_status master_from_env(char *const *envp, sl__cp_env *e) {
 }
 
 sl_status sl__cp_env_parse(char *const *envp, sl__cp_env *out) {
+  return sl__cp_env_parse_given(envp, NULL, NULL, out);
+}
+
+sl_status sl__cp_env_parse_given(char *const *envp, const char *master,
+                                 const char *token, sl__cp_env *out) {
   memset(out, 0, sizeof *out);
   sl__cp_env e = {0};
   e.node_rank = SL__CP_RANK_ANY;
@@ -183,7 +192,7 @@ sl_status sl__cp_env_parse(char *const *envp, sl__cp_env *out) {
   }
   e.node_rank = rank_from ? (int)rank : SL__CP_RANK_ANY;
   e.nnodes = nnodes_from ? (int)nnodes : 0;
-  SL_CHECK_GOTO(master_from_env(envp, &e), st, fail);
+  SL_CHECK_GOTO(master_from_env(envp, master, &e), st, fail);
   const char *v = get(envp, "SLUICE_HEARTBEAT_TIMEOUT_MS");
   if (v) {
     long ms;
@@ -191,8 +200,8 @@ sl_status sl__cp_env_parse(char *const *envp, sl__cp_env *out) {
                   st, fail);
     e.heartbeat_timeout_ms = (uint32_t)ms;
   }
-  v = get(envp, "SLUICE_TOKEN");
-  if (v && !(e.token = sl__strdup(v))) {
+  v = token ? token : get(envp, "SLUICE_TOKEN");
+  if (v && v[0] && !(e.token = sl__strdup(v))) {
     st = SL_ENOMEM;
     goto fail;
   }

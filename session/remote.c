@@ -41,7 +41,7 @@ struct sl__remote {
 };
 
 bool sl__remote_wanted(const sl_session_config *c) {
-  if (c->kind == SL_SESSION_REMOTE) return true;
+  if (c->kind == SL_SESSION_REMOTE || (c->master && c->master[0])) return true;
   const char *m = getenv("SLUICE_MASTER");
   return m && m[0];
 }
@@ -165,7 +165,7 @@ static uint64_t next_job(sl__cp_client *cp) {
 
 static sl_status connect_cluster(sl_session *s, sl__cp_env *env) {
   sl__remote *rm = s->rm;
-  SL_CHECK(sl__cp_env_parse(environ, env));
+  SL_CHECK(sl__cp_env_parse_given(environ, s->cfg.master, s->cfg.token, env));
   sl__cp_client_opts co;
   memset(&co, 0, sizeof co);
   co.master = env->master;
@@ -188,7 +188,8 @@ static sl_status connect_cluster(sl_session *s, sl__cp_env *env) {
   dc.token = env->token ? env->token : "";
   dc.token_len = strlen(dc.token);
   if (!dc.token_len)
-    return sl__fail(SL_EAUTH, "remote session: no token (set SLUICE_TOKEN)");
+    return sl__fail(SL_EAUTH, "remote session: no token (set SLUICE_TOKEN "
+                              "or the session config's token)");
   return sl__dp_endpoint_create(&dc, &rm->ep);
 }
 

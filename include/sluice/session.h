@@ -26,9 +26,10 @@ typedef struct sl_session sl_session;
 
 typedef enum sl_session_kind {
   SL_SESSION_LOCAL = 0, /* embedded: every device in this process */
-  /* Daemons of a cluster (docs/daemon.md): the master from SLUICE_MASTER
-   * (or MASTER_ADDR/MASTER_PORT, Slurm), the token from SLUICE_TOKEN.
-   * SLUICE_MASTER set makes every session remote. */
+  /* Daemons of a cluster (docs/daemon.md): the master and token from the
+   * config, else from SLUICE_MASTER (or MASTER_ADDR/MASTER_PORT, Slurm)
+   * and SLUICE_TOKEN. A master in the config or SLUICE_MASTER set makes
+   * the session remote. */
   SL_SESSION_REMOTE = 1,
 } sl_session_kind;
 
@@ -47,11 +48,18 @@ typedef struct sl_session_config {
    * one thread ("direct"), larger ones in parallel, one chunk per device.
    * 0: SLUICE_COMM_DIRECT_MAX or 64 KiB; negative: always parallel. */
   int64_t comm_direct_max_bytes;
+  /* The cluster's master, "host:port" (read while the session is created);
+   * setting it makes the session remote. NULL: from the environment, as
+   * above. */
+  const char *master;
+  /* The cluster's token (read while the session is created). NULL:
+   * SLUICE_TOKEN. */
+  const char *token;
 } sl_session_config;
 
 /* The defaults (all zero). */
 static inline sl_session_config sl_session_config_default(void) {
-  sl_session_config c = {SL_SESSION_LOCAL, NULL, NULL, 0, 0};
+  sl_session_config c = {SL_SESSION_LOCAL, NULL, NULL, 0, 0, NULL, NULL};
   return c;
 }
 

@@ -126,6 +126,36 @@ static void test_inconsistent(void **state) {
   assert_null(e.token);
 }
 
+/* A session's own master and token come before every variable; a bad
+ * master is named as the session's. */
+static void test_given(void **state) {
+  (void)state;
+  sl__cp_env e;
+  char *envp[] = {"SLUICE_MASTER=env:1", "SLUICE_TOKEN=from-env",
+                  "SLUICE_NODE_RANK=1", NULL};
+  CHECK_OK(sl__cp_env_parse_given(envp, "given:2", "from-config", &e));
+  assert_string_equal(e.master, "given:2");
+  assert_string_equal(e.master_from, "the session's master");
+  assert_string_equal(e.token, "from-config");
+  assert_int_equal(e.node_rank, 1); /* the rest from the variables */
+  sl__cp_env_free(&e);
+  /* NULL (or "" for the master): the variables'. */
+  CHECK_OK(sl__cp_env_parse_given(envp, "", NULL, &e));
+  assert_string_equal(e.master, "env:1");
+  assert_string_equal(e.token, "from-env");
+  sl__cp_env_free(&e);
+  /* A master given with no variable at all. */
+  char *empty[] = {NULL};
+  CHECK_OK(sl__cp_env_parse_given(empty, "127.0.0.1:9", NULL, &e));
+  assert_string_equal(e.master, "127.0.0.1:9");
+  assert_null(e.token);
+  sl__cp_env_free(&e);
+  CHECK_FAILS(sl__cp_env_parse_given(envp, "nohost", NULL, &e), SL_EINVAL,
+              "the session's master: address 'nohost'");
+  CHECK_FAILS(sl__cp_env_parse_given(envp, "h:0", NULL, &e), SL_EINVAL,
+              "the session's master 'h:0': port 0");
+}
+
 static void test_slurm_host_lists(void **state) {
   (void)state;
   static const char *const ok[][2] = {
@@ -159,6 +189,7 @@ int main(void) {
       cmocka_unit_test(test_torchrun_variables),
       cmocka_unit_test(test_slurm_variables),
       cmocka_unit_test(test_inconsistent),
+      cmocka_unit_test(test_given),
       cmocka_unit_test(test_slurm_host_lists),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

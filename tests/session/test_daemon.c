@@ -1,7 +1,7 @@
 /* Remote sessions against daemons in this process: a master on 127.0.0.1,
  * two daemon threads (each its own control-plane client and data-plane
  * endpoint, serving jobs with sl__daemon_serve), and the program's session
- * with SLUICE_MASTER set. The losses and weights equal the embedded
+ * with the master in its config. The losses and weights equal the embedded
  * session's bit for bit; a kernel failing on a daemon fails the program
  * naming the node and actor and the daemons serve the next job. Models
  * whose boxing spans the nodes (data, tensor and both parallel over
@@ -94,6 +94,8 @@ static void *daemon_main(void *arg) {
   return NULL;
 }
 
+static char g_master[64]; /* the master's "host:port" (setup) */
+
 typedef struct cluster {
   sl__cp_server *master;
   dthread d[NNODES];
@@ -113,10 +115,8 @@ static int setup(void **state) {
     atomic_init(&c->d[r].stop, false);
     pthread_create(&c->d[r].th, NULL, daemon_main, &c->d[r]);
   }
-  char addr[64];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d", sl__cp_server_port(c->master));
-  setenv("SLUICE_TOKEN", TOKEN, 1);
-  setenv("SLUICE_MASTER_SAVED", addr, 1);
+  snprintf(g_master, sizeof g_master, "127.0.0.1:%d",
+           sl__cp_server_port(c->master));
   *state = c;
   return 0;
 }
@@ -135,11 +135,16 @@ static int teardown(void **state) {
   return 0;
 }
 
-static void remote_on(bool on) {
-  if (on)
-    setenv("SLUICE_MASTER", getenv("SLUICE_MASTER_SAVED"), 1);
-  else
-    unsetenv("SLUICE_MASTER");
+/* A remote session is told its master and token in its config: the test
+ * never writes the environment, which the daemon threads (and gRPC's) read
+ * at any time. */
+static sl_session_config config(bool remote) {
+  sl_session_config c = sl_session_config_default();
+  if (remote) {
+    c.master = g_master;
+    c.token = TOKEN;
+  }
+  return c;
 }
 
 /* Two models, one on each node's two devices (data parallel inside a
@@ -193,11 +198,10 @@ static void feed_step(sl_session *s, int step, bool bad) {
 
 /* Losses of every step and the weights after the last. */
 static sl_status train(bool remote, bool bad, float *losses, float *w) {
-  remote_on(remote);
   sl_graph *g = two_models(remote); /* embedded: both on node 0 */
   sl_session *s = NULL;
-  sl_status st = sl_session_create(g, NULL, &s);
-  remote_on(false);
+  sl_session_config cfg = config(remote);
+  sl_status st = sl_session_create(g, &cfg, &s);
   if (st != SL_OK) fail_msg("create: %s", sl_last_error());
   for (int step = 0; step < STEPS && st == SL_OK; step++) {
     feed_step(s, step, bad);
@@ -280,11 +284,10 @@ static sl_graph *one_model(const char *pl, const char *layout) {
 
 static sl_status train_one(const char *pl, const char *layout, bool remote,
                            bool bad, float *losses, float *w) {
-  remote_on(remote);
   sl_graph *g = one_model(pl, layout);
   sl_session *s = NULL;
-  sl_status st = sl_session_create(g, NULL, &s);
-  remote_on(false);
+  sl_session_config cfg = config(remote);
+  sl_status st = sl_session_create(g, &cfg, &s);
   if (st != SL_OK) {
     sl_graph_destroy(g);
     return st;
@@ -505,10 +508,9 @@ static void test_cuda_across_nodes(void **state) {
 static sl_session *run_steps(void **state, sl_graph *g, const char *pl,
                              bool remote, int steps, uint64_t seed,
                              fake_cuda_stats *f0, uint64_t *before) {
-  remote_on(remote);
   sl_session *s = NULL;
-  sl_status st = sl_session_create(g, NULL, &s);
-  remote_on(false);
+  sl_session_config cfg = config(remote);
+  sl_status st = sl_session_create(g, &cfg, &s);
   if (st != SL_OK) fail_msg("create on %s: %s", pl, sl_last_error());
   if (remote) {
     fake_cuda_get_stats(f0);
@@ -711,11 +713,10 @@ static void test_cuda_groups_in_order(void **state) {
   float loss[2][N], w1[2][12 * 10];
   uint64_t before = 0;
   for (int k = 0; k < 2; k++) {
-    remote_on(k == 1);
     sl_graph *g = three_layers(k ? "cuda:0-1/0-1" : "cpu:0-3");
     sl_session *s = NULL;
-    sl_status st = sl_session_create(g, NULL, &s);
-    remote_on(false);
+    sl_session_config cfg = config(k == 1);
+    sl_status st = sl_session_create(g, &cfg, &s);
     if (st != SL_OK) fail_msg("create: %s", sl_last_error());
     if (k == 1) before = net_started(state);
     for (int step = 0; step < N; step++) {

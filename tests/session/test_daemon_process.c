@@ -42,10 +42,29 @@ static int kill_spawned(void **state) {
   return 0;
 }
 
+/* "NAME=value" settings the children started from now on get on top of
+ * this process's environment, NULL-ended. They are put in the child after
+ * the fork: this process (its control-plane threads read the environment
+ * at any time) never writes its own. */
+static const char *child_env[4];
+
+static void child_env_set(const char *a, const char *b) {
+  child_env[0] = a;
+  child_env[1] = a ? b : NULL;
+  child_env[2] = NULL;
+}
+
+/* In the child, before exec. */
+static void child_env_put(void) {
+  for (int i = 0; child_env[i]; i++)
+    putenv((char *)child_env[i]);
+}
+
 /* Starts argv with stdout and stderr appended to path. */
 static pid_t spawn(const char *const *argv, const char *path) {
   pid_t pid = fork();
   if (pid == 0) {
+    child_env_put();
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
@@ -90,6 +109,7 @@ static void run_guarded(const char *const *argv, cli_result *r) {
   fflush(stderr);
   pid_t pid = fork();
   if (pid == 0) {
+    child_env_put();
     dup2(fo, 1);
     dup2(fe, 2);
     execv(argv[0], (char *const *)argv);
@@ -203,7 +223,9 @@ static void test_daemon_killed_mid_job(void **state) {
   sl__cp_server *srv = NULL;
   assert_int_equal(sl__cp_server_create(&so, &srv), SL_OK);
   snprintf(master, sizeof master, "127.0.0.1:%d", sl__cp_server_port(srv));
-  setenv("SLUICE_TOKEN", "process-test-token", 1);
+  char master_env[80];
+  snprintf(master_env, sizeof master_env, "SLUICE_MASTER=%s", master);
+  child_env_set("SLUICE_TOKEN=process-test-token", NULL);
   const char *d0[] = {SLUICE_CLI_PATH, "daemon", "--master", master,
                       "--node-rank", "0", "--nnodes", "2", "--devices",
                       "cpu:2", "--external-master", NULL};
@@ -211,7 +233,7 @@ static void test_daemon_killed_mid_job(void **state) {
                       "--node-rank", "1", "--nnodes", "2", "--devices",
                       "cpu:2", NULL};
   pid_t p0 = spawn(d0, d0log), p1 = spawn(d1, d1log);
-  setenv("SLUICE_MASTER", master, 1);
+  child_env_set("SLUICE_TOKEN=process-test-token", master_env);
   /* A long job on node 1; node 1 is killed once steps are coming. */
   const char *prog[] = {SLUICE_MLP_PATH, "--devices", "cpu:1/0-1", "--layout",
                         "dp", "--steps", "100000000", "--hidden", "64", NULL};
@@ -237,7 +259,7 @@ static void test_daemon_killed_mid_job(void **state) {
   assert_int_equal(r.status, 0);
   assert_non_null(strstr(r.out, "step 2 loss"));
   cli_result_free(&r);
-  unsetenv("SLUICE_MASTER");
+  child_env_set(NULL, NULL);
   kill(p1, SIGTERM);
   kill(p0, SIGTERM);
   int s1 = wait_for(p1), s0 = wait_for(p0);
@@ -267,14 +289,16 @@ static void test_launch_trace_merges_nodes(void **state) {
   close(fd);
   char own[64];
   snprintf(own, sizeof own, "%s.node2", path);
-  setenv("SLUICE_TRACE", path, 1);
+  char trace_env[64];
+  snprintf(trace_env, sizeof trace_env, "SLUICE_TRACE=%s", path);
+  child_env_set(trace_env, NULL);
   const char *launch[] = {SLUICE_CLI_PATH, "launch", "--nnodes", "2",
                           "--devices", "cpu:1", "--", SLUICE_MLP_PATH,
                           "--devices", "cpu:0-1/0", "--layout", "dp",
                           "--steps", "2", "--hidden", "32", NULL};
   cli_result r;
   run_guarded(launch, &r);
-  unsetenv("SLUICE_TRACE");
+  child_env_set(NULL, NULL);
   if (r.status != 0) fail_msg("launch: %s\n%s", r.out, r.err);
   char *t = slurp(path);
   for (int node = 0; node <= 2; node++) {
