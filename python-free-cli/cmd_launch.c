@@ -65,6 +65,33 @@ typedef struct node {
 } node;
 
 /* In the child: die with the launcher, even if it was already gone. */
+extern char **environ;
+
+/* This environment with `a` and `b` ("NAME=value"; b may be NULL) in place
+ * of any variables of their names, for a child's exec. The launcher never
+ * writes its own environment: its master's threads may be reading it.
+ * NULL when out of memory. */
+static char **env_with(const char *a, const char *b) {
+  size_t n = 0;
+  while (environ[n])
+    n++;
+  char **env = calloc(n + 3, sizeof *env);
+  if (!env) return NULL;
+  size_t k = 0;
+  const char *set[] = {a, b};
+  for (size_t j = 0; j < 2; j++)
+    if (set[j]) env[k++] = (char *)set[j];
+  for (size_t i = 0; i < n; i++) {
+    bool replaced = false;
+    for (size_t j = 0; j < 2 && set[j]; j++) {
+      size_t len = (size_t)(strchr(set[j], '=') - set[j]) + 1;
+      replaced |= strncmp(environ[i], set[j], len) == 0;
+    }
+    if (!replaced) env[k++] = environ[i];
+  }
+  return env;
+}
+
 static void child_setup(pid_t launcher, pid_t group) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != launcher) _exit(127);
@@ -252,7 +279,20 @@ int sl_cli_launch(int argc, char **argv) {
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
-  setenv("SLUICE_TOKEN", token, 1);
+  /* The daemons get the token, the program the token and master; a
+   * SLUICE_MASTER of the launcher's own is not the daemons' (--master). */
+  char token_var[96], master_var[320];
+  snprintf(token_var, sizeof token_var, "SLUICE_TOKEN=%s", token);
+  snprintf(master_var, sizeof master_var, "SLUICE_MASTER=%s", master);
+  char **daemon_env = env_with(token_var, "SLUICE_MASTER=");
+  char **prog_env = env_with(token_var, master_var);
+  if (!daemon_env || !prog_env) {
+    fprintf(stderr, "sluice launch: out of memory\n");
+    free(daemon_env);
+    free(prog_env);
+    sl__cp_server_destroy(srv);
+    return 1;
+  }
   fflush(NULL);
   pid_t me = getpid(), group = 0;
   node nodes[MAX_NODES];
@@ -282,14 +322,13 @@ int sl_cli_launch(int argc, char **argv) {
       snprintf(rank, sizeof rank, "%d", r);
       snprintf(nn, sizeof nn, "%ld", nnodes);
       snprintf(hbs, sizeof hbs, "%ld", hb ? hb : 5000);
-      unsetenv("SLUICE_MASTER");
       char *args[] = {self,       "daemon",     "--master",
                       master,     "--node-rank", rank,
                       "--nnodes", nn,           "--devices",
                       (char *)devices, "--listen", (char *)listen,
                       "--external-master", "--heartbeat-timeout-ms", hbs,
                       NULL};
-      execv(self, args);
+      execve(self, args, daemon_env);
       fprintf(stderr, "exec %s: %s\n", self, strerror(errno));
       _exit(127);
     }
@@ -300,7 +339,6 @@ int sl_cli_launch(int argc, char **argv) {
     nodes[r].pid = pid;
     nodes[r].fd = p[0];
   }
-  setenv("SLUICE_MASTER", master, 1);
   pid_t prog = fork();
   if (prog < 0) {
     fprintf(stderr, "sluice launch: fork: %s\n", strerror(errno));
@@ -308,7 +346,7 @@ int sl_cli_launch(int argc, char **argv) {
   }
   if (prog == 0) {
     child_setup(me, group);
-    execvp(argv[dash + 1], argv + dash + 1);
+    execvpe(argv[dash + 1], argv + dash + 1, prog_env);
     fprintf(stderr, "sluice launch: cannot run '%s': %s\n", argv[dash + 1],
             strerror(errno));
     _exit(127);
@@ -340,5 +378,7 @@ int sl_cli_launch(int argc, char **argv) {
 stop:
   stop_nodes(nodes, (int)nnodes);
   sl__cp_server_destroy(srv);
+  free(daemon_env);
+  free(prog_env);
   return rc;
 }
