@@ -101,9 +101,9 @@ static sl_status master_from_env(char *const *envp, const char *given,
                                  sl__cp_env *e) {
   char host[256];
   int port;
-  const char *from =
-      given && given[0] ? "the session's master" : "SLUICE_MASTER";
-  const char *v = given && given[0] ? given : get(envp, "SLUICE_MASTER");
+  bool own = given && given[0];
+  const char *from = own ? "the session's master" : "SLUICE_MASTER";
+  const char *v = own ? given : get(envp, "SLUICE_MASTER");
   if (v) {
     sl_status st = sl__cp_addr_split(v, host, sizeof host, &port);
     if (st != SL_OK) return sl__fail_context(st, "%s: ", from);

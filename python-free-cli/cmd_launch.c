@@ -64,7 +64,6 @@ typedef struct node {
   bool exited;
 } node;
 
-/* In the child: die with the launcher, even if it was already gone. */
 extern char **environ;
 
 /* This environment with `a` and `b` ("NAME=value"; b may be NULL) in place
@@ -92,6 +91,7 @@ static char **env_with(const char *a, const char *b) {
   return env;
 }
 
+/* In the child: die with the launcher, even if it was already gone. */
 static void child_setup(pid_t launcher, pid_t group) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != launcher) _exit(127);
