@@ -1,7 +1,8 @@
 /* Bad input to the session gives clear errors, never a crash or a hang:
  * feeds of the wrong size (naming the input), unknown names, running with
  * an input never fed, fetching before a step, graphs with errors, devices
- * the embedded session cannot run; a kernel failing on one rank while the
+ * the embedded session cannot run, a config's master that does not parse;
+ * a kernel failing on one rank while the
  * others wait in collectives stops the job with the actor and op named,
  * and the session then only reports it. */
 #include <unistd.h>
@@ -105,6 +106,18 @@ static void test_bad_graphs_and_devices(void **state) {
   assert_int_equal(sl_session_create(NULL, NULL, &s), SL_EINVAL);
   assert_int_equal(sl_session_create(g, NULL, NULL), SL_EINVAL);
   sl_session_destroy(NULL);
+  /* a master in the config makes the session remote; one that does not
+   * parse is named as the session's */
+  const char *bad_masters[] = {"nohost", "h:0", "h:99999"};
+  for (size_t i = 0; i < SL_ARRAY_LEN(bad_masters); i++) {
+    cfg = sl_session_config_default();
+    cfg.master = bad_masters[i];
+    cfg.token = "t";
+    assert_int_equal(sl_session_create(g, &cfg, &s), SL_EINVAL);
+    assert_null(s);
+    print_message("master '%s': %s\n", bad_masters[i], sl_last_error());
+    assert_non_null(strstr(sl_last_error(), "the session's master"));
+  }
   /* an unwritable trace: the job's status at finish */
   cfg = sl_session_config_default();
   cfg.trace_path = "/nonexistent/dir/trace.json";
