@@ -2,9 +2,9 @@
  * feeds of the wrong size (naming the input), unknown names, running with
  * an input never fed, fetching before a step, graphs with errors, devices
  * the embedded session cannot run, a config's master that does not parse;
- * a kernel failing on one rank while the
- * others wait in collectives stops the job with the actor and op named,
- * and the session then only reports it. */
+ * a kernel failing on one rank while the others wait in collectives stops
+ * the job with the actor and op named, and the session then only reports
+ * it. */
 #include <unistd.h>
 
 #include "session_helpers.h"
