@@ -72,6 +72,16 @@ void *sl__calloc_aligned(size_t n, size_t size, size_t align);
 void sl__free(void *p);
 char *sl__strdup(const char *s);
 
+/* ---- environments ------------------------------------------------------ */
+
+/* A copy of `base` (NULL-ended "NAME=value" strings, e.g. environ) with the
+ * n entries of `set` ("NAME=value") first and in place of any variable of
+ * their names: the environment of a child's exec or of one dlopen, made
+ * without writing the process's own (core/environ.c says why). Only the
+ * array is new (sl__free it); its strings are base's and set's, which must
+ * outlive it. NULL when out of memory. */
+char **sl__env_with(char *const *base, const char *const *set, size_t n);
+
 /* What threads writing different objects should not share, so that one
  * thread's stores do not move a line another thread keeps reading. */
 #define SL__CACHE_LINE 64

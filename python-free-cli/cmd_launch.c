@@ -66,31 +66,6 @@ typedef struct node {
 
 extern char **environ;
 
-/* This environment with `a` and `b` ("NAME=value"; b may be NULL) in place
- * of any variables of their names, for a child's exec. The launcher never
- * writes its own environment: its master's threads may be reading it.
- * NULL when out of memory. */
-static char **env_with(const char *a, const char *b) {
-  size_t n = 0;
-  while (environ[n])
-    n++;
-  char **env = calloc(n + 3, sizeof *env);
-  if (!env) return NULL;
-  size_t k = 0;
-  const char *set[] = {a, b};
-  for (size_t j = 0; j < 2; j++)
-    if (set[j]) env[k++] = (char *)set[j];
-  for (size_t i = 0; i < n; i++) {
-    bool replaced = false;
-    for (size_t j = 0; j < 2 && set[j]; j++) {
-      size_t len = (size_t)(strchr(set[j], '=') - set[j]) + 1;
-      replaced |= strncmp(environ[i], set[j], len) == 0;
-    }
-    if (!replaced) env[k++] = environ[i];
-  }
-  return env;
-}
-
 /* In the child: die with the launcher, even if it was already gone. */
 static void child_setup(pid_t launcher, pid_t group) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -284,12 +259,14 @@ int sl_cli_launch(int argc, char **argv) {
   char token_var[96], master_var[320];
   snprintf(token_var, sizeof token_var, "SLUICE_TOKEN=%s", token);
   snprintf(master_var, sizeof master_var, "SLUICE_MASTER=%s", master);
-  char **daemon_env = env_with(token_var, "SLUICE_MASTER=");
-  char **prog_env = env_with(token_var, master_var);
+  const char *daemon_set[] = {token_var, "SLUICE_MASTER="};
+  const char *prog_set[] = {token_var, master_var};
+  char **daemon_env = sl__env_with(environ, daemon_set, 2);
+  char **prog_env = sl__env_with(environ, prog_set, 2);
   if (!daemon_env || !prog_env) {
     fprintf(stderr, "sluice launch: out of memory\n");
-    free(daemon_env);
-    free(prog_env);
+    sl__free(daemon_env);
+    sl__free(prog_env);
     sl__cp_server_destroy(srv);
     return 1;
   }
@@ -378,7 +355,7 @@ int sl_cli_launch(int argc, char **argv) {
 stop:
   stop_nodes(nodes, (int)nnodes);
   sl__cp_server_destroy(srv);
-  free(daemon_env);
-  free(prog_env);
+  sl__free(daemon_env);
+  sl__free(prog_env);
   return rc;
 }

@@ -178,41 +178,6 @@ static void finish_openblas(const char *how, const char *asked, bool ours) {
   g.name = "openblas";
 }
 
-/* A copy of the environment with `name` set to `value`, for the one dlopen
- * that must see it. setenv would do, but it reallocates the environment
- * array and glibc frees the old one, which another thread's getenv (a
- * daemon starting, gRPC reading its settings) may be walking at that
- * instant: a crash seen in CI. Swapping `environ` to this copy and back
- * frees nothing, so a getenv elsewhere reads either array, each whole.
- * The copy is kept (load_env_keep) for as long as the process lives: a
- * getenv that began on it may still be reading. NULL when out of memory.
- * A setenv by another thread inside the window is lost, as any setenv
- * racing another is. */
-static char **load_env_keep;
-
-static char **environment_with(const char *name, const char *value) {
-  size_t n = 0, len = strlen(name);
-  while (environ && environ[n])
-    n++;
-  char **env = malloc((n + 2) * sizeof *env);
-  size_t entry_len = len + 1 + strlen(value) + 1;
-  char *entry = malloc(entry_len);
-  if (!env || !entry) {
-    free(env);
-    free(entry);
-    return NULL;
-  }
-  snprintf(entry, entry_len, "%s=%s", name, value);
-  size_t k = 0;
-  env[k++] = entry;
-  for (size_t i = 0; i < n; i++)
-    if (!(strncmp(environ[i], name, len) == 0 && environ[i][len] == '='))
-      env[k++] = environ[i];
-  env[k] = NULL;
-  load_env_keep = env;
-  return env;
-}
-
 static void blas_init(void) {
   const char *const *names = default_libraries;
   size_t count = SL_ARRAY_LEN(default_libraries);
@@ -279,12 +244,20 @@ static void blas_init(void) {
   }
 
   /* OpenBLAS reads the variable in the constructor dlopen runs. The
-   * program's environment stays as it is: the load alone sees a copy of it
-   * with OPENBLAS_CORETYPE replaced (environment_with). */
+   * program's environment is never written (setenv could free the array
+   * another thread's getenv is walking: a crash seen in CI): `environ`
+   * points at a copy with the variable replaced for the load, and back.
+   * Neither array is freed, so a getenv elsewhere reads one or the other,
+   * each whole; the copy and its entry stay for the process's life, as a
+   * getenv that began on them may still be reading. A setenv by another
+   * thread inside the window is lost, as any setenv racing another is. */
+  static char core_entry[96];
+  static char **load_env;
   const char *prev = getenv("OPENBLAS_CORETYPE");
-  char **load_env = NULL;
   if (asked && !(prev && strcmp(prev, asked) == 0)) {
-    load_env = environment_with("OPENBLAS_CORETYPE", asked);
+    snprintf(core_entry, sizeof core_entry, "OPENBLAS_CORETYPE=%s", asked);
+    const char *set = core_entry;
+    load_env = sl__env_with(environ, &set, 1);
     if (!load_env) {
       asked = prev;
       snprintf(how, sizeof how, "%s: no memory to set OPENBLAS_CORETYPE",
