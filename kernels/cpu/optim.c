@@ -131,14 +131,15 @@ static sl_status sgd_cpu(const sl__kernel_ctx *k) {
   if (no_state) m = g; /* never read: any valid memory */
   if (!use_mom && !no_state && mn != m && n > 0)
     memmove(mn, m, (size_t)n * sizeof *mn);
-  /* Chunks computed into local arrays, then stored: the loops vectorise
-   * without alias checks, and an output that is its input's buffer reads
-   * each chunk before it is written. */
   const sl__dense_rows *v = sl__dense_rows_get();
+  /* Plain SGD: one pass over memory (a weight updated in place included). */
   if (!use_mom && !has_wd) {
     v->sgd_plain(lr, w, g, wn, n);
     return SL_OK;
   }
+  /* Chunks computed into local arrays, then stored: the loops vectorise
+   * without alias checks, and an output that is its input's buffer reads
+   * each chunk before it is written. */
   float wl[CHUNK], ml[CHUNK];
   sl__dense_sgd cf = {lr, mom, damp1, wd, has_wd, first, nesterov, use_mom};
   for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
