@@ -47,6 +47,7 @@ run cuda_kernels       120 "$bin/test_tensor_cuda_kernels"
 run device_notify      120 "$bin/test_tensor_device_notify"
 run conformance        300 "$bin/test_kernels_cuda_conformance"
 run cuda_box           120 "$bin/test_kernels_cuda_box"
+run nccl               120 "$bin/test_comm_dev_coll"   # test_nccl_gpu: NCCL on every GPU present
 run session_cuda       180 "$bin/test_session_cuda"
 run examples_mlp       180 "$bin/test_examples_mlp"    # every layout on the GPUs against the CPU's losses
 run examples_gpt       180 "$bin/test_examples_gpt"
@@ -57,7 +58,7 @@ run gpt_cuda           60  "$bin/gpt" --devices cuda:1 --layout single --steps 1
 run kernels_vs_torch   240 "$bin/bench_kernels_vs_torch" --python "$py"
 run gpt_gpu_vs_torch   240 "$bin/bench_gpt_gpu_vs_torch" --python "$py"
 # Batch 4: the most GPT-2 small sequences whose registers fit 80 GB while every register
-# lives for the whole job (batch 8 needs 116.5 GiB of them: `sluice plan`).
+# lives for the whole job (batch 8 needs 113.8 GiB of them: `sluice plan`).
 run gpt_gpu_b4         240 "$bin/bench_gpt_gpu_vs_torch" --python "$py" --batch 4
 if [ "${SLUICE_GPU_QUICK:-0}" != 1 ]; then
   run notify_bench     120 "$bin/bench_cuda_notify" --iters 2000
