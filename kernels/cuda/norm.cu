@@ -8,12 +8,12 @@
 //                    dgamma = sum over rows of dy xhat, dbeta = sum of dy
 // Rows go to thread groups as in softmax.cu (the CPU's lanes up to
 // kRowLanesMax: bit-identical row sums). Rows of up to kRowStageMax
-// elements in 16-byte pieces are staged in shared memory (ln_staged_k). dgamma and dbeta are column sums
-// in double as on the CPU: a thread per column walks a chunk of rows in
-// order, 8 threads share a column's chunk, and for many rows the chunks'
-// partials go to the workspace and are added in chunk order, so the result
-// is deterministic and within rounding of the CPU's row-order double sums
-// (the same float after rounding but for rare ties).
+// elements in 16-byte pieces are staged in shared memory (ln_staged_k). dgamma
+// and dbeta are column sums in double as on the CPU: a thread per column walks
+// a chunk of rows in order, 8 threads share a column's chunk, and for many rows
+// the chunks' partials go to the workspace and are added in chunk order, so the
+// result is deterministic and within rounding of the CPU's row-order double
+// sums (the same float after rounding but for rare ties).
 #include <type_traits>
 
 #include "cuda_util.cuh"
@@ -95,9 +95,9 @@ __global__ void __launch_bounds__(TPR == 16 ? 256 : TPR)
 // and the results leave with 16-byte stores. Memory is read once, in whole
 // lines: on an H100, bench_kernels_vs_torch's layer_norm over [8192, 768]
 // took 31 us this way, 40 us with ln_k<16>'s three passes over memory, and
-// 42 us holding the row in registers with 4-byte loads (docs/cuda.md). A row occupies `stride`
-// floats, its length rounded so that the two half-warps of a warp, on
-// neighbouring rows, read different banks.
+// 42 us holding the row in registers with 4-byte loads (docs/cuda.md). A row
+// occupies `stride` floats, its length rounded so that the two half-warps of a
+// warp, on neighbouring rows, read different banks.
 constexpr int kStageRows = 4;
 constexpr int64_t kRowStageMax = 1024;
 constexpr int64_t kStageRowFloats = kRowStageMax + 32;
@@ -125,8 +125,8 @@ __device__ inline void stage_out(float *dst, const float *row, int64_t d,
 }
 
 __global__ void __launch_bounds__(16 * kStageRows)
-    ln_staged_k(const float *x, const float *gamma, const float *beta,
-                float *y, float *mean, float *rstd, int64_t rows, int64_t d,
+    ln_staged_k(const float *x, const float *gamma, const float *beta, float *y,
+                float *mean, float *rstd, int64_t rows, int64_t d,
                 int64_t stride, float inv_d, float eps) {
   __shared__ __align__(16) float sm[kStageRows * kStageRowFloats];
   const int lane = threadIdx.x;
@@ -328,9 +328,9 @@ sl_status lng_run(const sl__kernel_ctx *k, sl__stream *s) {
     return sl__fail(SL_EINVAL, "layer_norm_grad: no workspace (run it with "
                                "sl__op_run_cuda)");
   if (stageable(d, dy, x, dx))
-    ln_grad_dx_staged_k<<<blocks_for(rows, kStageRows), dim3(16, kStageRows),
-                          0, cs>>>(dy, x, gamma, mean, rstd, dx, rows, d,
-                                   stage_stride(d), inv_d);
+    ln_grad_dx_staged_k<<<blocks_for(rows, kStageRows), dim3(16, kStageRows), 0,
+                          cs>>>(dy, x, gamma, mean, rstd, dx, rows, d,
+                                stage_stride(d), inv_d);
   else
     by_length(d, [&](auto tpr) {
       constexpr int TPR = decltype(tpr)::value;
