@@ -108,20 +108,14 @@ template <typename... P> bool stageable(int64_t d, P... rows) {
   return d <= kRowStageMax && d % 4 == 0 && aligned(16, rows...);
 }
 
-__device__ inline void stage_in(float *row, const float *src, int64_t d,
+// A row's d floats between memory and shared memory, by the 16 lanes of its
+// half-warp in 16-byte pieces.
+__device__ inline void copy_row(float *dst, const float *src, int64_t d,
                                 int lane) {
   const float4 *s4 = (const float4 *)src;
-  float4 *r4 = (float4 *)row;
-  for (int64_t q = lane; q < d / 4; q += 16)
-    r4[q] = s4[q];
-}
-
-__device__ inline void stage_out(float *dst, const float *row, int64_t d,
-                                 int lane) {
-  const float4 *r4 = (const float4 *)row;
   float4 *d4 = (float4 *)dst;
   for (int64_t q = lane; q < d / 4; q += 16)
-    d4[q] = r4[q];
+    d4[q] = s4[q];
 }
 
 __global__ void __launch_bounds__(16 * kStageRows)
@@ -136,7 +130,7 @@ __global__ void __launch_bounds__(16 * kStageRows)
     int64_t r = r0 + threadIdx.y;
     bool valid = r < rows;
     if (!valid) r = rows - 1;
-    stage_in(row, x + r * d, d, lane);
+    copy_row(row, x + r * d, d, lane);
     __syncwarp();
     float acc = 0.0f;
     for (int64_t j = lane; j < d; j += 16)
@@ -152,7 +146,7 @@ __global__ void __launch_bounds__(16 * kStageRows)
       row[j] = (row[j] - mu) * rs * gamma[j] + beta[j];
     __syncwarp();
     if (valid) {
-      stage_out(y + r * d, row, d, lane);
+      copy_row(y + r * d, row, d, lane);
       if (lane == 0) {
         mean[r] = mu;
         rstd[r] = rs;
@@ -175,8 +169,8 @@ __global__ void __launch_bounds__(16 * kStageRows)
     int64_t r = r0 + threadIdx.y;
     bool valid = r < rows;
     if (!valid) r = rows - 1;
-    stage_in(er, dy + r * d, d, lane);
-    stage_in(xr, x + r * d, d, lane);
+    copy_row(er, dy + r * d, d, lane);
+    copy_row(xr, x + r * d, d, lane);
     float mu = mean[r], rs = rstd[r];
     __syncwarp();
     float sa = 0.0f, sb = 0.0f;
@@ -192,7 +186,7 @@ __global__ void __launch_bounds__(16 * kStageRows)
       er[j] = rs * ((gamma[j] * e - a) - xh * b);
     }
     __syncwarp();
-    if (valid) stage_out(dx + r * d, er, d, lane);
+    if (valid) copy_row(dx + r * d, er, d, lane);
     __syncwarp();
   }
 }
