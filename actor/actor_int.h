@@ -34,6 +34,8 @@ typedef struct plan_regst {
   int32_t out_slot; /* producer's output slot */
   plan_consumer *cons;
   int32_t n_cons, cap_cons;
+  int32_t block; /* sl_plan_place: its block (0: memory of its own) */
+  size_t offset;
 } plan_regst;
 
 /* Open addressing from a 64-bit key to an int32 (keys != UINT64_MAX). */
@@ -43,8 +45,16 @@ typedef struct sl__u64map {
   size_t cap, n;
 } sl__u64map;
 
+typedef struct plan_block {
+  uint32_t node;
+  int32_t device;
+  size_t bytes;
+} plan_block;
+
 struct sl_plan {
   sl_arena *arena;
+  plan_block *blocks; /* block k is blocks[k - 1] */
+  int32_t n_blocks, cap_blocks;
   plan_actor *actors;
   int32_t n_actors, cap_actors;
   plan_regst *regsts;
@@ -54,6 +64,15 @@ struct sl_plan {
   uint32_t n_nodes;      /* 1 + the highest node used */
   atomic_int frozen;     /* a job was created from it */
 };
+
+/* Registers start on this boundary; one of `bytes` takes its stride. */
+#define SL__REGISTER_ALIGN 64
+static inline size_t sl__regst_stride(size_t bytes) {
+  return bytes > SIZE_MAX - (SL__REGISTER_ALIGN - 1)
+             ? 0
+             : (bytes + SL__REGISTER_ALIGN - 1) / SL__REGISTER_ALIGN *
+                   SL__REGISTER_ALIGN;
+}
 
 /* Plan index of an actor id, -1 if none. */
 int32_t sl__plan_find(const sl_plan *p, sl_actor_id id);
@@ -68,6 +87,9 @@ typedef struct rt_regst {
   sl_register pub;
   int32_t pending; /* readers yet to return it (producer's thread) */
   uint8_t *held;   /* per reader: 1 while it holds it (for hang reports) */
+  bool shared;     /* lives in a plan block (memory other registers reuse) */
+  uint64_t sum;    /* SLUICE_MEMCHECK: its bytes' checksum when published */
+  atomic_int readers_left; /* SLUICE_MEMCHECK: readers yet to finish */
 } rt_regst;
 
 typedef struct in_slot {
@@ -161,9 +183,9 @@ typedef struct stream {
   bool started;
   sl_msg *lq; /* messages between this thread's actors */
   uint32_t lhead, llen, lmask;
-  uint64_t handled;    /* messages handled */
+  uint64_t handled;       /* messages handled */
   uint64_t waiting_since; /* start of a wait slept through; 0: none */
-  uint32_t long_waits; /* of recent waits, the share that were long */
+  uint32_t long_waits;    /* of recent waits, the share that were long */
   /* stats, read after join */
   uint64_t firings, msgs_local, msgs_cross, msgs_remote, discarded;
   uint64_t dropped; /* popped but not handled because the job aborted */
@@ -194,6 +216,9 @@ struct sl_job {
   out_slot **out_of;  /* descriptor -> producer's out slot if local */
   mem_block *mem;
   uint32_t n_mem, cap_mem;
+  unsigned char **block_base; /* plan block k -> its memory (k - 1), this
+                                 node's only */
+  bool memcheck; /* SLUICE_MEMCHECK=1 with host registers (fire.c) */
   uint64_t n_registers, register_bytes;
   bool has_remote; /* some edge crosses to another node */
 

@@ -21,6 +21,62 @@
 
 static void try_fire(stream *s, rt_actor *a);
 
+/* ---- SLUICE_MEMCHECK
+ * --------------------------------------------------------- A register's bytes
+ * are summed when it is published, and checked when each reader fires and again
+ * when it hands the register back; a register in a plan block is overwritten
+ * with 0xff (NaN as floats) once every reader returned it. A plan that lets two
+ * live registers share bytes, or a reader that reads after returning, then
+ * fails the job naming both. */
+
+static uint64_t memcheck_sum(const sl_register *r) {
+  const unsigned char *p = r->data;
+  uint64_t h = 0x9e3779b97f4a7c15u ^ r->bytes;
+  size_t i = 0;
+  for (; i + 8 <= r->bytes; i += 8) {
+    uint64_t w;
+    memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0xff51afd7ed558ccdu;
+    h ^= h >> 29;
+  }
+  for (; i < r->bytes; i++)
+    h = (h ^ p[i]) * 0x100000001b3u;
+  return h;
+}
+
+static void fail(stream *s, rt_actor *a, sl_status st, const char *detail);
+
+/* False (and the job failed) when input i's register changed. */
+static bool memcheck_input(stream *s, rt_actor *a, int32_t i,
+                           const char *when) {
+  const in_slot *sl = &a->in[i];
+  const rt_regst *r = &sl->regs[sl->fifo[sl->head]];
+  if (sl->remote || !r->pub.data || memcheck_sum(&r->pub) == r->sum)
+    return true;
+  char detail[400];
+  snprintf(detail, sizeof detail,
+           "memcheck: register %d of '%s' (piece %lld) changed after its "
+           "producer wrote it, %s this reader (another register sharing its "
+           "memory while it is live?)",
+           (int)r->pub.index, s->job->plan->regsts[sl->desc].d.name,
+           (long long)r->pub.piece, when);
+  fail(s, a, SL_EINTERNAL, detail);
+  return false;
+}
+
+/* A reader is done with input i: checked once more, and the last reader
+ * of a register in a block poisons it — before it sends anything, so that
+ * the poison lands before whatever the plan orders after this firing. */
+static void memcheck_done(stream *s, rt_actor *a, int32_t i) {
+  const in_slot *sl = &a->in[i];
+  rt_regst *r = &sl->regs[sl->fifo[sl->head]];
+  if (sl->remote || !r->pub.data ||
+      !memcheck_input(s, a, i, "when it was handed back by"))
+    return;
+  if (atomic_fetch_sub(&r->readers_left, 1) == 1 && r->shared)
+    memset(r->pub.data, 0xff, r->pub.bytes);
+}
+
 static inline void release(out_slot *o, rt_regst *r) {
   uint32_t pos = o->fhead + o->flen;
   if (pos >= (uint32_t)o->count) pos -= (uint32_t)o->count;
@@ -31,6 +87,11 @@ static inline void release(out_slot *o, rt_regst *r) {
 
 /* Sends register r of output o to every reader. */
 static void publish(stream *s, rt_actor *a, out_slot *o, rt_regst *r) {
+  if (s->job->memcheck && r->pub.data) {
+    r->sum = memcheck_sum(&r->pub);
+    atomic_store(&r->readers_left, o->n_cons);
+    if (o->n_cons == 0 && r->shared) memset(r->pub.data, 0xff, r->pub.bytes);
+  }
   if (o->n_cons == 0) {
     release(o, r);
     return;
@@ -70,6 +131,7 @@ static void send_outputs(stream *s, rt_actor *a) {
 /* Pops the oldest ready register of input i and returns it. */
 static void consume(stream *s, rt_actor *a, int32_t i) {
   in_slot *sl = &a->in[i];
+  if (s->job->memcheck) memcheck_done(s, a, i);
   int32_t idx = sl->fifo[sl->head];
   if (++sl->head == sl->cap) sl->head = 0;
   sl->len--;
@@ -142,9 +204,11 @@ static void finish(stream *s, rt_actor *a) {
   s->firings++;
   switch (a->mode) {
   case MODE_ONE:
-    send_outputs(s, a);
+    /* Inputs first: what a register's last reader does with it (memcheck's
+     * poison) happens before anything this firing enables. */
     for (int32_t i = 0; i < a->n_in; i++)
       consume(s, a, i);
+    send_outputs(s, a);
     a->fired++;
     break;
   case MODE_FAN_OUT:
@@ -183,6 +247,9 @@ static void fire(stream *s, rt_actor *a) {
   a->a.piece = a->next_piece;
   a->a.step = a->step;
   a->deferred = false;
+  if (s->job->memcheck)
+    for (int32_t i = 0; i < a->n_in; i++)
+      if (!memcheck_input(s, a, i, "before the firing of")) return;
   uint64_t t0 = s->trace_on ? sl__now_ns() : 0;
   sl_status st = a->act ? a->act(&a->a) : default_act(a);
   if (st != SL_OK) {

@@ -14,15 +14,16 @@
  * with bench_actor_chain's fan-in rows, waking a sleeping thread costs far
  * more than this, with few or many threads per CPU. */
 #define DEFAULT_SPIN 2000
-#define REGISTER_ALIGN 64
 
 /* ---- register memory ------------------------------------------------------
  */
 
 static sl_status host_alloc(void *ctx, int32_t device, size_t bytes,
                             void **out) {
-  size_t n = (bytes + REGISTER_ALIGN - 1) / REGISTER_ALIGN * REGISTER_ALIGN;
-  *out = aligned_alloc(REGISTER_ALIGN, n ? n : REGISTER_ALIGN);
+  size_t n = sl__regst_stride(bytes);
+  if (bytes && !n)
+    return sl__fail(SL_ENOMEM, "registers of %zu bytes overflow", bytes);
+  *out = aligned_alloc(SL__REGISTER_ALIGN, n ? n : SL__REGISTER_ALIGN);
   if (!*out)
     return sl__fail(SL_ENOMEM,
                     "out of memory allocating %zu bytes of registers", bytes);
@@ -66,30 +67,51 @@ static sl_status mem_alloc(sl_job *job, int32_t device, size_t bytes,
   return SL_OK;
 }
 
-/* `count` registers of `bytes` each, data 64-byte aligned in one block. */
+/* `count` registers of `bytes` each, data 64-byte aligned in one piece of
+ * memory: a plan block's at `offset` when block > 0, else their own. */
 static sl_status regs_alloc(sl_job *job, int32_t desc, int32_t count,
-                            size_t bytes, int32_t device, int32_t n_cons,
-                            sl_actor_id producer, rt_regst **out) {
+                            size_t bytes, int32_t device, int32_t block,
+                            size_t offset, int32_t n_cons, sl_actor_id producer,
+                            rt_regst **out) {
   rt_regst *r = sl__arena_calloc(job->arena, (size_t)count, sizeof *r);
   if (!r) return SL_ENOMEM;
-  size_t stride =
-      (bytes + REGISTER_ALIGN - 1) / REGISTER_ALIGN * REGISTER_ALIGN;
-  if (stride < bytes || (count && stride > SIZE_MAX / (size_t)count))
+  size_t stride = sl__regst_stride(bytes);
+  if ((bytes && !stride) || (count && stride > SIZE_MAX / (size_t)count))
     return sl__fail(SL_ENOMEM, "registers of %zu bytes overflow", bytes);
   unsigned char *base = NULL;
-  if (stride)
+  bool shared = block > 0 && stride;
+  if (shared)
+    base = job->block_base[block - 1] + offset;
+  else if (stride)
     SL_CHECK(mem_alloc(job, device, stride * (size_t)count, (void **)&base));
   for (int32_t i = 0; i < count; i++) {
     r[i].pub = (sl_register){
         base ? base + stride * (size_t)i : NULL, bytes, -1, producer, desc, i};
+    r[i].shared = shared;
     if (n_cons > 0) {
       r[i].held = sl__arena_alloc(job->arena, (size_t)n_cons);
       if (!r[i].held) return SL_ENOMEM;
     }
   }
   job->n_registers += (uint64_t)count;
-  job->register_bytes += (uint64_t)bytes * (uint64_t)count;
+  if (!shared) job->register_bytes += (uint64_t)bytes * (uint64_t)count;
   *out = r;
+  return SL_OK;
+}
+
+/* This node's plan blocks, each allocated once. */
+static sl_status blocks_alloc(sl_job *job) {
+  const sl_plan *p = job->plan;
+  job->block_base = sl__arena_calloc(job->arena, (size_t)p->n_blocks + 1,
+                                     sizeof *job->block_base);
+  if (!job->block_base) return SL_ENOMEM;
+  for (int32_t b = 0; b < p->n_blocks; b++) {
+    const plan_block *pb = &p->blocks[b];
+    if (pb->node != job->node || !pb->bytes) continue;
+    SL_CHECK(
+        mem_alloc(job, pb->device, pb->bytes, (void **)&job->block_base[b]));
+    job->register_bytes += pb->bytes;
+  }
   return SL_OK;
 }
 
@@ -179,6 +201,10 @@ static sl_status resolve_config(sl_job *job, const sl_job_config *cfg) {
     c->memory = &sl_regst_host_memory;
     c->memory_ctx = NULL;
   }
+  /* Checksums and poison need the registers' bytes in host memory. */
+  const char *mc = getenv("SLUICE_MEMCHECK");
+  job->memcheck =
+      mc && mc[0] && strcmp(mc, "0") != 0 && c->memory == &sl_regst_host_memory;
   if (c->transport.vt && !c->transport.vt->send)
     return sl__fail(SL_EINVAL, "job: the transport has no send function");
   const char *tp = c->trace_path ? c->trace_path : getenv("SLUICE_TRACE");
@@ -339,8 +365,8 @@ static sl_status build_outputs(sl_job *job) {
     o->count = r->d.count;
     o->cur = -1;
     o->n_cons = r->n_cons;
-    SL_CHECK(regs_alloc(job, ri, o->count, r->d.bytes, r->d.device, r->n_cons,
-                        a->id, &o->regs));
+    SL_CHECK(regs_alloc(job, ri, o->count, r->d.bytes, r->d.device, r->block,
+                        r->offset, r->n_cons, a->id, &o->regs));
     o->free_fifo =
         sl__arena_calloc(job->arena, (size_t)o->count, sizeof(int32_t));
     o->cons_id =
@@ -396,8 +422,9 @@ static sl_status build_inputs(sl_job *job) {
         /* The mirror is on the descriptor's device id (on this node),
          * else the reader's. */
         int32_t dev = r->d.device >= 0 ? r->d.device : (int32_t)a->pa->d.device;
-        SL_CHECK(regs_alloc(job, ri, r->d.count, r->d.bytes, dev, 0, prod->id,
-                            &sl->regs));
+        /* A mirror: the block is the producer node's. */
+        SL_CHECK(regs_alloc(job, ri, r->d.count, r->d.bytes, dev, 0, 0, 0,
+                            prod->id, &sl->regs));
       } else {
         sl->regs = job->out_of[ri]->regs;
       }
@@ -497,6 +524,7 @@ sl_status sl_job_create(sl_plan *plan, const sl_job_config *cfg, sl_job **out) {
   atomic_store(&plan->frozen, 1);
   SL_CHECK_GOTO(build_streams(job), st, fail);
   SL_CHECK_GOTO(build_actors(job), st, fail);
+  SL_CHECK_GOTO(blocks_alloc(job), st, fail);
   SL_CHECK_GOTO(build_outputs(job), st, fail);
   SL_CHECK_GOTO(build_inputs(job), st, fail);
   SL_CHECK_GOTO(build_queues(job), st, fail);

@@ -88,6 +88,7 @@ void sl_plan_destroy(sl_plan *p) {
     sl__free(p->regsts[i].cons);
   sl__free(p->actors);
   sl__free(p->regsts);
+  sl__free(p->blocks);
   map_free(&p->by_id);
   map_free(&p->next_index);
   sl__arena_destroy(p->arena);
@@ -227,6 +228,45 @@ sl_status sl_plan_add_output(sl_plan *p, sl_actor_id producer,
   r->out_slot = a->n_out;
   a->out[a->n_out++] = ri;
   *out = ri;
+  return SL_OK;
+}
+
+sl_status sl_plan_add_block(sl_plan *p, uint32_t node, int32_t device,
+                            size_t bytes, int32_t *out) {
+  *out = 0;
+  SL_CHECK(check_frozen(p));
+  if (node >= SL_ACTOR_MAX_NODES || device < 0 ||
+      (uint32_t)device >= SL_ACTOR_MAX_DEVICES || p->n_blocks == INT32_MAX)
+    return sl__fail(SL_EINVAL, "plan: a block on node %u, device %d", node,
+                    (int)device);
+  SL_CHECK(grow((void **)&p->blocks, &p->cap_blocks, p->n_blocks,
+                sizeof *p->blocks));
+  p->blocks[p->n_blocks++] = (plan_block){node, device, bytes};
+  *out = p->n_blocks;
+  return SL_OK;
+}
+
+sl_status sl_plan_place(sl_plan *p, int32_t desc, int32_t block,
+                        size_t offset) {
+  SL_CHECK(check_frozen(p));
+  if (desc < 0 || desc >= p->n_regsts || block < 1 || block > p->n_blocks)
+    return sl__fail(SL_ENOTFOUND, "plan: no register descriptor %d or block %d",
+                    (int)desc, (int)block);
+  plan_regst *r = &p->regsts[desc];
+  const plan_actor *a = &p->actors[r->producer];
+  const plan_block *b = &p->blocks[block - 1];
+  size_t stride = sl__regst_stride(r->d.bytes), count = (size_t)r->d.count;
+  if ((r->d.bytes && !stride) || b->node != a->d.node ||
+      b->device != r->d.device || offset % SL__REGISTER_ALIGN ||
+      offset > b->bytes || (stride && count > (b->bytes - offset) / stride))
+    return sl__fail(SL_EINVAL,
+                    "plan: %zu registers of %zu bytes ('%s', node %u, device "
+                    "%d) do not fit at offset %zu of block %d (node %u, "
+                    "device %d, %zu bytes)",
+                    count, r->d.bytes, r->d.name, a->d.node, (int)r->d.device,
+                    offset, (int)block, b->node, (int)b->device, b->bytes);
+  r->block = block;
+  r->offset = offset;
   return SL_OK;
 }
 

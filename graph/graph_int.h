@@ -72,6 +72,12 @@ const sl__value *sl__graph_value(const sl_graph *g, int32_t v);
 /* The index of the node named name (inputs, variables and fetches by the
  * name the program gave), or -1. */
 int32_t sl__graph_find(const sl_graph *g, const char *name);
+/* The kernel context of op node `node` on placement rank `rank` as the
+ * plan runs it: attrs, local metas and slices, global shapes, partial
+ * marks; no tensors, step 0. SL_EINVAL for a node that is not an op,
+ * sl_local_slice's errors. */
+sl_status sl__graph_kernel_ctx(const sl_graph *g, int32_t node, int rank,
+                               sl__kernel_ctx *k);
 /* Whether sl__graph_compile has run (the graph no longer changes). */
 bool sl__graph_frozen(const sl_graph *g);
 /* "op", "input", "variable", "boxing", "fetch". */

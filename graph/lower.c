@@ -60,6 +60,8 @@ void sl__pplan_destroy(sl__pplan *p) {
   if (!p) return;
   sl__free(p->tasks);
   sl__free(p->regsts);
+  sl__free(p->ctrl);
+  sl__free(p->mem);
   sl__arena_destroy(p->arena);
   sl__free(p);
 }
@@ -88,7 +90,7 @@ sl__regst *sl__pplan_add_regst(sl__pplan *p) {
   }
   sl__regst *r = &p->regsts[p->n_regsts++];
   memset(r, 0, sizeof *r);
-  r->producer = r->out_slot = r->value = r->rank = r->var_node = -1;
+  r->producer = r->out_slot = r->value = r->rank = r->var_node = r->mem = -1;
   r->count = 1;
   return r;
 }
@@ -156,6 +158,50 @@ sl_status sl__pplan_validate(sl__pplan *p) {
   }
   sl__free(ncons);
   return st;
+}
+
+/* ---- kernel contexts
+ * ---------------------------------------------------------
+ */
+
+static bool any_partial(const sl_nd_sbp *s) {
+  for (int m = 0; m < s->ndim; m++)
+    if (s->sbp[m].kind == SL_SBP_PARTIAL) return true;
+  return false;
+}
+
+/* The local meta, slice, global shape and partial mark of value v. */
+static sl_status kernel_arg(const sl_graph *g, int32_t v, int rank,
+                            sl__meta *meta, sl_slice *slice, sl_shape *global,
+                            bool *partial) {
+  const sl__value *val = sl__graph_value(g, v);
+  SL_CHECK(
+      sl_local_slice(&val->meta.shape, val->placement, &val->sbp, rank, slice));
+  meta->dtype = val->meta.dtype;
+  meta->shape.ndim = val->meta.shape.ndim;
+  for (int d = 0; d < val->meta.shape.ndim; d++)
+    meta->shape.dims[d] = slice->extent[d];
+  *global = val->meta.shape;
+  *partial = any_partial(&val->sbp);
+  return SL_OK;
+}
+
+sl_status sl__graph_kernel_ctx(const sl_graph *g, int32_t node, int rank,
+                               sl__kernel_ctx *k) {
+  memset(k, 0, sizeof *k);
+  const sl__node *n = sl__graph_node(g, node);
+  if (!n || n->kind != SL__NODE_OP)
+    return sl__fail(SL_EINVAL, "graph: node %d is not an op", (int)node);
+  k->attrs = &n->attrs;
+  k->n_in = n->n_in;
+  k->n_out = n->n_out;
+  for (int i = 0; i < n->n_in; i++)
+    SL_CHECK(kernel_arg(g, n->in[i], rank, &k->in_meta[i], &k->in_slice[i],
+                        &k->in_global[i], &k->in_partial[i]));
+  for (int j = 0; j < n->n_out; j++)
+    SL_CHECK(kernel_arg(g, n->out[j], rank, &k->out_meta[j], &k->out_slice[j],
+                        &k->out_global[j], &k->out_partial[j]));
+  return SL_OK;
 }
 
 /* ---- lowering --------------------------------------------------------------
@@ -910,6 +956,7 @@ sl_status sl__lower(const sl_graph *g, sl__pplan **out) {
     sl__fail_context(SL_EINTERNAL, "lowering produced a bad plan: ");
     st = SL_EINTERNAL;
   }
+  if (st == SL_OK) st = sl__pplan_plan_memory(L.p, g);
 out:
   sl__free(L.shard);
   sl__free(L.var_of);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include <sluice/actor.h>
+#include <sluice/session.h>
 
 #include "graph_int.h"
 
@@ -100,7 +101,36 @@ typedef struct sl__regst {
                        initial register, else -1 */
   int32_t n_cons;
   int32_t *cons; /* consumer task ids, in the order they connect */
+  /* Memory (memory.c): mem >= 0 puts the registers at `offset` of the
+   * shared block of plan->mem[mem]; -1: memory of their own. */
+  int32_t mem;
+  int64_t offset;
+  sl_memory_category category;
 } sl__regst;
+
+/* A control edge (memory.c): a 0-byte register of count 1 from `from` to
+ * `to`, so that `to` fires after `from` in each step and, since `from`
+ * needs the register back before it fires again, `from` of step k+1 fires
+ * after `to` of step k. The closing edge of a device's order goes from its
+ * first task to its last. */
+typedef struct sl__ctrl {
+  int32_t from, to;
+  bool closing;
+} sl__ctrl;
+
+/* One device's memory, as planned (memory.c). */
+typedef struct sl__pmem {
+  uint32_t machine, device;
+  int64_t block;     /* bytes of the block its shared registers live in */
+  int64_t own;       /* its registers with memory of their own */
+  int64_t mirrors;   /* its copies of registers other machines produce */
+  int64_t workspace; /* the largest kernel workspace of its tasks */
+  int64_t unshared;  /* what its registers would take, none shared */
+  int64_t peak;      /* the most bytes live at once */
+  int64_t category[SL_MEMORY_CATEGORIES]; /* of peak */
+  int32_t n_shared;                       /* registers placed in the block */
+  int32_t n_ctrl; /* control edges that order its tasks */
+} sl__pmem;
 
 /* What the plan keeps of a logical node, so that a plan read from a file
  * prints without its graph. */
@@ -135,6 +165,9 @@ typedef struct sl__pplan {
   sl__task *tasks;
   sl__regst *regsts;
   int32_t cap_tasks, cap_regsts; /* growth while lowering */
+  int32_t n_ctrl, n_mem;         /* memory.c */
+  sl__ctrl *ctrl;
+  sl__pmem *mem;
 } sl__pplan;
 
 /* Lowers a compiled graph (sl__graph_compile must have succeeded).
@@ -156,6 +189,28 @@ sl__regst *sl__pplan_add_regst(sl__pplan *p);
  * fills every register's consumer list from the tasks. SL_EINVAL naming
  * the first bad task or register. */
 sl_status sl__pplan_validate(sl__pplan *p);
+
+/* ---- memory (memory.c) ------------------------------------------------------
+ */
+
+/* Plans the memory of a validated plan (DESIGN.md section 5 step 6,
+ * docs/plan.md "Memory"): orders each device's compute tasks by control
+ * edges, finds each register's lifetime within a step from the plan's
+ * happens-before relation, places registers whose lifetimes are ordered in
+ * one block per device, and fills plan->mem. g (may be NULL: no workspace
+ * figures) gives the kernels' workspaces. SL_ENOMEM. */
+sl_status sl__pplan_plan_memory(sl__pplan *p, const sl_graph *g);
+
+/* The machine and device of plan->mem[i] as "cpu:0" (one machine) or
+ * "n1/cuda:0" into buf. */
+void sl__pmem_name(const sl__pplan *p, int32_t i, char *buf, size_t n);
+
+/* Bytes a device allocates for the job: block, own registers, mirrors and
+ * the largest workspace. */
+int64_t sl__pmem_allocated(const sl__pmem *m);
+
+/* The per-device memory table (`sluice plan --memory`). SL_EIO. */
+sl_status sl__pplan_write_memory(const sl__pplan *p, FILE *f);
 
 /* ---- forms (plan_text.c, plan_pb.c) ---------------------------------------
  */

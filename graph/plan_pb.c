@@ -32,9 +32,13 @@ sl_status sl__pplan_pack(const sl__pplan *p, uint8_t **buf, size_t *len) {
   Sluice__BoxingStep **stepp = sl__calloc((size_t)n_steps + 1, sizeof *stepp);
   int64_t *shapes =
       sl__calloc((size_t)p->n_regsts * SL_MAX_DIMS + 1, sizeof *shapes);
+  Sluice__Control *ctrl = sl__calloc((size_t)p->n_ctrl + 1, sizeof *ctrl);
+  Sluice__Control **ctrlp = sl__calloc((size_t)p->n_ctrl + 1, sizeof *ctrlp);
+  Sluice__DeviceMemory *mem = sl__calloc((size_t)p->n_mem + 1, sizeof *mem);
+  Sluice__DeviceMemory **memp = sl__calloc((size_t)p->n_mem + 1, sizeof *memp);
   sl_status st = SL_OK;
   if (!nodes || !nodep || !tasks || !taskp || !regs || !regp || !steps ||
-      !stepp || !shapes) {
+      !stepp || !shapes || !ctrl || !ctrlp || !mem || !memp) {
     st = SL_ENOMEM;
     goto out;
   }
@@ -109,8 +113,40 @@ sl_status sl__pplan_pack(const sl__pplan *p, uint8_t **buf, size_t *len) {
     x->count = r->count;
     x->initial = r->initial;
     x->var_node = r->var_node;
+    x->block = r->mem + 1;
+    x->offset = r->offset;
+    x->category = (int32_t)r->category;
     regp[i] = x;
   }
+  for (int32_t i = 0; i < p->n_ctrl; i++) {
+    sluice__control__init(&ctrl[i]);
+    ctrl[i].from = p->ctrl[i].from;
+    ctrl[i].to = p->ctrl[i].to;
+    ctrl[i].closing = p->ctrl[i].closing;
+    ctrlp[i] = &ctrl[i];
+  }
+  for (int32_t i = 0; i < p->n_mem; i++) {
+    const sl__pmem *m = &p->mem[i];
+    Sluice__DeviceMemory *x = &mem[i];
+    sluice__device_memory__init(x);
+    x->machine = m->machine;
+    x->device = m->device;
+    x->block = m->block;
+    x->own = m->own;
+    x->mirrors = m->mirrors;
+    x->workspace = m->workspace;
+    x->unshared = m->unshared;
+    x->peak = m->peak;
+    x->n_category = SL_MEMORY_CATEGORIES;
+    x->category = (int64_t *)m->category;
+    x->shared_registers = m->n_shared;
+    x->control_edges = m->n_ctrl;
+    memp[i] = x;
+  }
+  plan.n_controls = (size_t)p->n_ctrl;
+  plan.controls = ctrlp;
+  plan.n_memory = (size_t)p->n_mem;
+  plan.memory = memp;
   plan.n_nodes = (size_t)p->n_nodes;
   plan.nodes = nodep;
   plan.n_tasks = (size_t)p->n_tasks;
@@ -134,6 +170,10 @@ out:
   sl__free(steps);
   sl__free(stepp);
   sl__free(shapes);
+  sl__free(ctrl);
+  sl__free(ctrlp);
+  sl__free(mem);
+  sl__free(memp);
   return st;
 }
 
@@ -143,6 +183,57 @@ static const char *adup(sl__pplan *p, const char *s) {
 
 static sl_status bad(const char *what, size_t i) {
   return sl__fail(SL_EINVAL, "plan file: %s %zu is malformed", what, i);
+}
+
+/* Control edges and device memory; the registers' places in the blocks
+ * are checked against the blocks' sizes here too. */
+static sl_status copy_memory(const Sluice__Plan *m, sl__pplan *p) {
+  if (m->n_controls > INT32_MAX / 2 || m->n_memory > INT32_MAX / 2)
+    return sl__fail(SL_EINVAL, "plan file: too many entries");
+  p->ctrl = sl__calloc(m->n_controls + 1, sizeof *p->ctrl);
+  p->mem = sl__calloc(m->n_memory + 1, sizeof *p->mem);
+  if (!p->ctrl || !p->mem) return SL_ENOMEM;
+  for (size_t i = 0; i < m->n_controls; i++) {
+    const Sluice__Control *x = m->controls[i];
+    if (x->from < 0 || x->from >= p->n_tasks || x->to < 0 ||
+        x->to >= p->n_tasks || x->from == x->to)
+      return bad("control edge", i);
+    p->ctrl[p->n_ctrl++] = (sl__ctrl){x->from, x->to, x->closing};
+  }
+  for (size_t i = 0; i < m->n_memory; i++) {
+    const Sluice__DeviceMemory *x = m->memory[i];
+    if (x->n_category != SL_MEMORY_CATEGORIES || x->block < 0 || x->own < 0 ||
+        x->mirrors < 0 || x->workspace < 0 || x->unshared < 0 || x->peak < 0 ||
+        x->shared_registers < 0 || x->control_edges < 0)
+      return bad("device memory", i);
+    sl__pmem *pm = &p->mem[p->n_mem++];
+    pm->machine = x->machine;
+    pm->device = x->device;
+    pm->block = x->block;
+    pm->own = x->own;
+    pm->mirrors = x->mirrors;
+    pm->workspace = x->workspace;
+    pm->unshared = x->unshared;
+    pm->peak = x->peak;
+    for (int c = 0; c < SL_MEMORY_CATEGORIES; c++) {
+      if (x->category[c] < 0) return bad("device memory", i);
+      pm->category[c] = x->category[c];
+    }
+    pm->n_shared = x->shared_registers;
+    pm->n_ctrl = x->control_edges;
+  }
+  for (int32_t i = 0; i < p->n_regsts; i++) {
+    const sl__regst *r = &p->regsts[i];
+    if (r->mem < 0) continue;
+    const sl__pmem *pm = &p->mem[r->mem];
+    if (r->bytes > INT64_MAX - 64) return bad("register", (size_t)i);
+    int64_t stride = (r->bytes + 63) / 64 * 64;
+    if (r->count != 1 || r->offset % 64 || r->machine != pm->machine ||
+        r->device != pm->device || r->offset > pm->block ||
+        stride > pm->block - r->offset)
+      return bad("register", (size_t)i);
+  }
+  return SL_OK;
 }
 
 static sl_status copy_plan(const Sluice__Plan *m, sl__pplan *p) {
@@ -250,7 +341,14 @@ static sl_status copy_plan(const Sluice__Plan *m, sl__pplan *p) {
     r->count = x->count;
     r->initial = x->initial;
     r->var_node = x->var_node;
+    if (x->block < 0 || (size_t)x->block > m->n_memory || x->offset < 0 ||
+        x->category < 0 || x->category >= SL_MEMORY_CATEGORIES)
+      return bad("register", i);
+    r->mem = x->block - 1;
+    r->offset = x->offset;
+    r->category = (sl_memory_category)x->category;
   }
+  SL_CHECK(copy_memory(m, p));
   return sl__pplan_validate(p);
 }
 

@@ -58,6 +58,7 @@ static void regst_line(FILE *f, const sl__pplan *p, const char *dir, int32_t id,
   if (with_count) {
     fprintf(f, " x%d", (int)r->count);
     if (r->initial) fprintf(f, " (%d initial)", (int)r->initial);
+    if (r->mem >= 0) fprintf(f, " at %lld", (long long)r->offset);
   }
   if (r->producer >= 0 && p->tasks[r->producer].kind == SL__TASK_TICK)
     fprintf(f, " [tick]");
@@ -159,6 +160,12 @@ sl_status sl__pplan_write_text(const sl__pplan *p, FILE *f) {
           if (k != t->tick_slot)
             regst_line(f, p, "in ", t->in[k], false, in_place(p, t, t->in[k]));
         if (t->tick_slot >= 0) fprintf(f, "        tick\n");
+        for (int32_t c = 0; c < p->n_ctrl; c++)
+          if (p->ctrl[c].to == i)
+            fprintf(f, "        after %s%s\n", p->tasks[p->ctrl[c].from].name,
+                    p->ctrl[c].closing ? " (which waits for this task before "
+                                         "its next step)"
+                                       : "");
         for (int32_t k = 0; k < t->n_out; k++)
           regst_line(f, p, "out", t->out[k], true, in_place(p, t, t->out[k]));
       }
@@ -274,7 +281,7 @@ sl_status sl__pplan_write_dot(const sl__pplan *p, FILE *f) {
 sl_status sl__pplan_write_file(const sl__pplan *p, int format,
                                const char *path) {
   if (!p || !path) return sl__fail(SL_EINVAL, "plan: NULL argument");
-  if (format < 0 || format > 2)
+  if (format < 0 || format > 3)
     return sl__fail(SL_EINVAL, "plan: unknown format %d", format);
   bool out = strcmp(path, "-") == 0;
   FILE *f = out ? stdout : fopen(path, format == 2 ? "wb" : "w");
@@ -284,6 +291,8 @@ sl_status sl__pplan_write_file(const sl__pplan *p, int format,
     st = sl__pplan_write_text(p, f);
   } else if (format == 1) {
     st = sl__pplan_write_dot(p, f);
+  } else if (format == 3) {
+    st = sl__pplan_write_memory(p, f);
   } else {
     uint8_t *buf = NULL;
     size_t len = 0;

@@ -1,5 +1,6 @@
 /* sluice plan: prints a program's actor plan — tasks per machine, device
- * and stream, their registers and bytes — as text or Graphviz DOT.
+ * and stream, their registers and bytes — as text or Graphviz DOT, or its
+ * memory per device.
  *
  * The plan comes from a file the program wrote: any program run with
  * SLUICE_PLAN_DUMP=prog.pb (or calling sl_session_write_plan /
@@ -17,11 +18,14 @@
 int sl_cli_plan(int argc, char **argv);
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: sluice plan FILE.pb [--dot | --text | --pb] [-o OUT]\n\n"
+  fprintf(f, "usage: sluice plan FILE.pb [--dot | --text | --memory | --pb] "
+             "[-o OUT]\n\n"
              "Prints the actor plan of a program: per machine, device and\n"
              "stream its tasks (ops, boxing steps, feeds, fetches) with their\n"
              "input and output registers, shapes, bytes and register counts;\n"
-             "with --dot, a Graphviz graph with boxing tasks marked.\n\n"
+             "with --dot, a Graphviz graph with boxing tasks marked; with\n"
+             "--memory, each device's memory: allocated and peak bytes, by\n"
+             "what they hold, and how many registers share its block.\n\n"
              "FILE.pb is what a program writes when run with\n"
              "SLUICE_PLAN_DUMP=FILE.pb (or through sl_session_write_plan):\n"
              "  SLUICE_PLAN_DUMP=mlp.pb ./mlp --layout dp --devices cpu:4 "
@@ -30,6 +34,7 @@ static void usage(FILE *f) {
              "mlp.svg\n\n"
              "  --text    text (the default)\n"
              "  --dot     Graphviz DOT\n"
+             "  --memory  the per-device memory table (docs/plan.md)\n"
              "  --pb      the protobuf plan again (checks and normalises it)\n"
              "  -o OUT    write to OUT instead of standard output\n");
 }
@@ -47,6 +52,8 @@ int sl_cli_plan(int argc, char **argv) {
       fmt = SL_PLAN_DOT;
     } else if (strcmp(a, "--text") == 0) {
       fmt = SL_PLAN_TEXT;
+    } else if (strcmp(a, "--memory") == 0) {
+      fmt = SL_PLAN_MEMORY;
     } else if (strcmp(a, "--pb") == 0) {
       fmt = SL_PLAN_PROTOBUF;
     } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {

@@ -27,12 +27,6 @@ static sl_status var_init_fn(void *ctx, sl_register *r) {
   return st;
 }
 
-static bool any_partial(const sl_nd_sbp *s) {
-  for (int m = 0; m < s->ndim; m++)
-    if (s->sbp[m].kind == SL_SBP_PARTIAL) return true;
-  return false;
-}
-
 static sl_status value_slice(const sl_graph *g, int32_t v, int rank,
                              sl_slice *out) {
   const sl__value *val = sl__graph_value(g, v);
@@ -48,34 +42,8 @@ static void slice_dims(const sl_slice *s, int64_t *dims) {
  */
 
 static sl_status setup_op(sl_session *s, task_rt *rt) {
-  const sl__node *n = sl__graph_node(s->g, rt->t->node);
-  rt->node = n;
-  sl__kernel_ctx *k = &rt->k;
-  memset(k, 0, sizeof *k);
-  k->attrs = &n->attrs;
-  k->n_in = n->n_in;
-  k->n_out = n->n_out;
-  for (int i = 0; i < n->n_in; i++) {
-    const sl__value *v = sl__graph_value(s->g, n->in[i]);
-    SL_CHECK(value_slice(s->g, n->in[i], rt->t->rank, &k->in_slice[i]));
-    k->in_meta[i].dtype = v->meta.dtype;
-    k->in_meta[i].shape.ndim = v->meta.shape.ndim;
-    for (int d = 0; d < v->meta.shape.ndim; d++)
-      k->in_meta[i].shape.dims[d] = k->in_slice[i].extent[d];
-    k->in_global[i] = v->meta.shape;
-    k->in_partial[i] = any_partial(&v->sbp);
-  }
-  for (int j = 0; j < n->n_out; j++) {
-    const sl__value *v = sl__graph_value(s->g, n->out[j]);
-    SL_CHECK(value_slice(s->g, n->out[j], rt->t->rank, &k->out_slice[j]));
-    k->out_meta[j].dtype = v->meta.dtype;
-    k->out_meta[j].shape.ndim = v->meta.shape.ndim;
-    for (int d = 0; d < v->meta.shape.ndim; d++)
-      k->out_meta[j].shape.dims[d] = k->out_slice[j].extent[d];
-    k->out_global[j] = v->meta.shape;
-    k->out_partial[j] = any_partial(&v->sbp);
-  }
-  return SL_OK;
+  rt->node = sl__graph_node(s->g, rt->t->node);
+  return sl__graph_kernel_ctx(s->g, rt->t->node, rt->t->rank, &rt->k);
 }
 
 /* ---- boxing ----------------------------------------------------------------
@@ -782,6 +750,40 @@ static sl_status add_registers(sl_session *s) {
   return SL_OK;
 }
 
+/* The memory plan (graph/memory.c): one block per device for the
+ * registers placed in it, and the control edges that order each device's
+ * compute tasks, as 0-byte descriptors after the tasks' data slots. */
+static sl_status add_memory(sl_session *s) {
+  const sl__pplan *pp = s->pp;
+  int32_t *block = sl__calloc((size_t)pp->n_mem + 1, sizeof *block);
+  if (!block) return SL_ENOMEM;
+  sl_status st = SL_OK;
+  for (int32_t m = 0; m < pp->n_mem && st == SL_OK; m++)
+    if (pp->mem[m].block > 0)
+      st = sl_plan_add_block(s->plan, pp->mem[m].machine,
+                             (int32_t)pp->mem[m].device,
+                             (size_t)pp->mem[m].block, &block[m]);
+  for (int32_t r = 0; r < pp->n_regsts && st == SL_OK; r++)
+    if (pp->regsts[r].mem >= 0)
+      st = sl_plan_place(s->plan, s->actor_desc[r], block[pp->regsts[r].mem],
+                         (size_t)pp->regsts[r].offset);
+  sl__free(block);
+  for (int32_t i = 0; i < pp->n_ctrl && st == SL_OK; i++) {
+    const sl__ctrl *c = &pp->ctrl[i];
+    char name[256];
+    snprintf(name, sizeof name, "%s.then", pp->tasks[c->from].name);
+    sl_regst_desc d;
+    memset(&d, 0, sizeof d);
+    d.name = name;
+    d.count = 1;
+    d.device = -1;
+    int32_t desc;
+    st = sl_plan_add_output(s->plan, s->rt[c->from].actor, &d, &desc);
+    if (st == SL_OK) st = sl_plan_connect(s->plan, desc, s->rt[c->to].actor);
+  }
+  return st;
+}
+
 static drv_tick *tick_of_regst(sl_session *s, int32_t reg) {
   for (int32_t i = 0; i < s->n_ticks; i++)
     if (s->ticks[i].desc == s->actor_desc[reg]) return &s->ticks[i];
@@ -894,6 +896,7 @@ sl_status sl__session_build(sl_session *s) {
   SL_CHECK_GOTO(add_registers(s), st, out);
   SL_CHECK_GOTO(setup_ticks(s), st, out);
   SL_CHECK_GOTO(connect_all(s), st, out);
+  SL_CHECK_GOTO(add_memory(s), st, out);
   SL_CHECK_GOTO(setup_io(s), st, out);
   for (int32_t i = 0; i < pp->n_tasks && st == SL_OK; i++) {
     task_rt *rt = &s->rt[i];

@@ -23,7 +23,7 @@ sl_plan_format sl_plan_format_for_path(const char *path) {
 }
 
 static sl_status check_format(sl_plan_format f) {
-  if ((int)f < SL_PLAN_TEXT || f > SL_PLAN_PROTOBUF)
+  if ((int)f < SL_PLAN_TEXT || f > SL_PLAN_MEMORY)
     return sl__fail(SL_EINVAL, "plan: unknown format %d", (int)f);
   return SL_OK;
 }
@@ -230,8 +230,7 @@ sl_status sl_session_run(sl_session *s, int64_t steps) {
   atomic_store(&s->waiting, true);
   pthread_mutex_lock(&s->lock);
   for (;;) {
-    if (atomic_load(&s->failed) != SL_OK || s->completed >= target)
-      break;
+    if (atomic_load(&s->failed) != SL_OK || s->completed >= target) break;
     if (s->n_counted == 0) {
       /* Remote, nothing fed or fetched: release the steps, wait for none. */
       if (s->remote) {
@@ -427,6 +426,28 @@ sl_status sl_session_get_stats(const sl_session *s, sl_session_stats *out) {
     out->collective_rounds_direct = cs.rounds_direct;
     out->collective_rounds_parallel = cs.rounds_parallel;
   }
+  return SL_OK;
+}
+
+int32_t sl_session_memory_device_count(const sl_session *s) {
+  return s && s->pp ? s->pp->n_mem : 0;
+}
+
+sl_status sl_session_get_memory(const sl_session *s, int32_t device,
+                                sl_memory_stats *out) {
+  if (!s || !out) return sl__fail(SL_EINVAL, "memory: NULL argument");
+  memset(out, 0, sizeof *out);
+  if (!s->pp || device < 0 || device >= s->pp->n_mem)
+    return sl__fail(SL_ENOTFOUND, "memory: no device %d (the plan has %d)",
+                    (int)device, (int)sl_session_memory_device_count(s));
+  const sl__pmem *m = &s->pp->mem[device];
+  sl__pmem_name(s->pp, device, out->device, sizeof out->device);
+  out->allocated = sl__pmem_allocated(m);
+  out->peak = m->peak;
+  memcpy(out->category, m->category, sizeof out->category);
+  out->unshared = m->unshared;
+  out->shared_registers = m->n_shared;
+  out->control_edges = m->n_ctrl;
   return SL_OK;
 }
 

@@ -201,6 +201,25 @@ SL_API sl_status sl_plan_add_actor(sl_plan *p, const sl_actor_desc *d,
 SL_API sl_status sl_plan_add_output(sl_plan *p, sl_actor_id producer,
                                     const sl_regst_desc *d, int32_t *out);
 
+/* Memory planned by a compiler. Adds a block of `bytes` bytes on device
+ * `device` of node `node` that descriptors of actors on that node and
+ * device can share (sl_plan_place); *out is its number, >= 1. A job
+ * allocates each block of its node once, with the job's register memory.
+ * SL_EINVAL for a node or device out of range, SL_ESTATE once frozen. */
+SL_API sl_status sl_plan_add_block(sl_plan *p, uint32_t node, int32_t device,
+                                   size_t bytes, int32_t *out);
+
+/* Places descriptor desc's registers at byte `offset` (a multiple of 64)
+ * of block `block`, back to back, each rounded up to 64 bytes, instead of
+ * memory of their own. The block must be on the producer's node and the
+ * descriptor's device, and hold them. Whoever places registers promises
+ * that registers sharing bytes of a block are never live at once: the
+ * runtime does not check it (SLUICE_MEMCHECK=1 does, docs/plan.md).
+ * SL_ENOTFOUND for an unknown descriptor or block, SL_EINVAL when they do
+ * not fit, SL_ESTATE once frozen. */
+SL_API sl_status sl_plan_place(sl_plan *p, int32_t desc, int32_t block,
+                               size_t offset);
+
 /* Makes `consumer` read descriptor `desc` as its next input slot.
  * SL_ENOTFOUND for an unknown actor or descriptor, SL_EINVAL when the
  * consumer already reads desc, SL_ESTATE once frozen. */

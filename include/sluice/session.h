@@ -129,12 +129,57 @@ SL_API sl_status sl_session_get_stats(const sl_session *s,
 /* Finishes (if needed) and frees the session. NULL is a no-op. */
 SL_API void sl_session_destroy(sl_session *s);
 
+/* ---- memory ------------------------------------------------------------- */
+
+/* What a device's bytes hold (docs/plan.md, "Memory"). */
+typedef enum sl_memory_category {
+  SL_MEMORY_WEIGHTS = 0,       /* variables' values (and their copies) */
+  SL_MEMORY_OPTIMIZER = 1,     /* optimizer state and the optimizer's ops */
+  SL_MEMORY_GRADIENTS = 2,     /* outputs of backward ops */
+  SL_MEMORY_ACTIVATIONS = 3,   /* feeds and outputs of forward ops */
+  SL_MEMORY_COMMUNICATION = 4, /* boxing steps' outputs, copies between a
+                                  device and its host side, mirrors of
+                                  other machines' registers */
+  SL_MEMORY_WORKSPACE = 5,     /* the largest kernel workspace */
+} sl_memory_category;
+#define SL_MEMORY_CATEGORIES 6
+
+/* "weights", "optimizer", "gradients", "activations", "communication",
+ * "workspace"; "?" for anything else. */
+SL_API const char *sl_memory_category_name(sl_memory_category c);
+
+/* One device's memory as the plan lays it out. Registers whose lifetimes
+ * within a step the plan orders share one block per device; the rest
+ * (variables, registers with more than one buffer, those read on other
+ * machines) have their own. */
+typedef struct sl_memory_stats {
+  char device[48];   /* "cpu:0", "cuda:1", "cuda:1/host"; with several
+                        machines "n1/cpu:0" */
+  int64_t allocated; /* bytes the device holds for the job: the shared
+                        block, registers of their own, mirrors of other
+                        machines' registers and the largest workspace */
+  int64_t peak;      /* the most of them live at once, in the order the
+                        plan gives the device's tasks */
+  int64_t category[SL_MEMORY_CATEGORIES]; /* peak, by what it holds */
+  int64_t unshared;         /* what the registers would take with no sharing */
+  int32_t shared_registers; /* descriptors placed in the shared block */
+  int32_t control_edges;    /* edges added to order the device's tasks */
+} sl_memory_stats;
+
+/* Devices with memory in the session's plan, and their stats by index
+ * 0..count-1 (the order `sluice plan --memory` prints). SL_ENOTFOUND for
+ * an index out of range; *out is zeroed then. */
+SL_API int32_t sl_session_memory_device_count(const sl_session *s);
+SL_API sl_status sl_session_get_memory(const sl_session *s, int32_t device,
+                                       sl_memory_stats *out);
+
 /* ---- plans -------------------------------------------------------------- */
 
 typedef enum sl_plan_format {
   SL_PLAN_TEXT = 0,     /* per machine, device, stream: tasks, registers */
   SL_PLAN_DOT = 1,      /* Graphviz, boxing tasks marked */
   SL_PLAN_PROTOBUF = 2, /* graph/plan.proto, for `sluice plan FILE.pb` */
+  SL_PLAN_MEMORY = 3,   /* the per-device memory table */
 } sl_plan_format;
 
 /* The format a path's extension asks for: ".pb" protobuf, ".dot" DOT,

@@ -1,0 +1,641 @@
+/* Memory planning: which registers of a device can share bytes, and where
+ * each lives (DESIGN.md section 5 step 6; docs/plan.md, "Memory").
+ *
+ * Sharing is justified by happens-before in the plan, never by timing:
+ *
+ * 1. Each device's compute tasks get one order, a restriction of one
+ *    topological order of the whole plan, made binding by control edges
+ *    t1 -> t2 -> ... -> tn (0-byte registers of count 1, skipped where a
+ *    data edge already orders the pair) and a closing edge t1 -> tn: t1
+ *    fires again only once tn handed that register back, so t1 of step
+ *    k+1 fires after tn of step k. The device's compute tasks then run as
+ *    t1(k) .. tn(k) t1(k+1) ..., and since every edge goes forward in one
+ *    topological order, no cycle without a free register appears (the
+ *    runtime's liveness rule, actor/check.c).
+ * 2. A register's lifetime in a step runs from its producer's firing to the
+ *    end of its last reader's. On a scale where task i of the order starts
+ *    at 4i+1 and ends at 4i+3: a producer in the order writes from 4i+1; a
+ *    producer outside it (a boxing step on another stream, a device
+ *    exchange) writes after the latest task of the order that reaches it,
+ *    at 4s+4. A reader in the order frees the register at 4i+3; a reader
+ *    outside it frees it before the earliest task of the order it reaches,
+ *    at 4j. A register whose producer is reached by no task of the order,
+ *    or with a reader that reaches none, has no bounded lifetime.
+ * 3. Two registers whose lifetimes do not overlap are ordered by the plan
+ *    in every step (the closing edge bounds each step's lifetimes between
+ *    t1's start and tn's end), so they may share bytes: the registers of
+ *    count 1 with bounded lifetimes are placed in one block per device,
+ *    largest first, each at the lowest offset free for its lifetime.
+ *
+ * Everything else keeps memory of its own: variables, registers with
+ * several buffers (feeds, update loops, ticks), registers without a
+ * bounded lifetime, and the mirrors a machine keeps of registers produced
+ * on another. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <sluice/actor.h>
+
+#include "lower_int.h"
+#include "op.h"
+
+#define ALIGN 64 /* the runtime's register alignment (actor_int.h) */
+#define NONE_BEFORE (-1)
+#define NONE_AFTER INT32_MAX
+
+static int64_t stride_of(int64_t bytes) {
+  return (bytes + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+const char *sl_memory_category_name(sl_memory_category c) {
+  static const char *const names[SL_MEMORY_CATEGORIES] = {
+      "weights",     "optimizer",     "gradients",
+      "activations", "communication", "workspace"};
+  return (int)c >= 0 && (int)c < SL_MEMORY_CATEGORIES ? names[c] : "?";
+}
+
+/* ---- what a register holds ---------------------------------------------- */
+
+static sl_memory_category category_of(const sl__pplan *p, const sl__regst *r) {
+  const sl__task *t = &p->tasks[r->producer];
+  const sl__pnode *n =
+      t->node >= 0 && t->node < p->n_nodes ? &p->nodes[t->node] : NULL;
+  if (r->var_node >= 0) {
+    const sl__pnode *v = r->var_node < p->n_nodes ? &p->nodes[r->var_node] : n;
+    return v && v->optimizer ? SL_MEMORY_OPTIMIZER : SL_MEMORY_WEIGHTS;
+  }
+  switch (t->kind) {
+  case SL__TASK_CONST:
+  case SL__TASK_VAR_COPY: return SL_MEMORY_WEIGHTS;
+  case SL__TASK_COLL:
+  case SL__TASK_LOCAL:
+  case SL__TASK_XCHG:
+  case SL__TASK_COPY: return SL_MEMORY_COMMUNICATION;
+  case SL__TASK_OP:
+    if (n && n->optimizer) return SL_MEMORY_OPTIMIZER;
+    if (n && n->backward) return SL_MEMORY_GRADIENTS;
+    return SL_MEMORY_ACTIVATIONS;
+  default: return SL_MEMORY_ACTIVATIONS;
+  }
+}
+
+/* ---- the order of the whole plan ----------------------------------------- */
+
+/* Edges within a step: producer -> reader for every register that is not
+ * a variable's (a variable's readers read the version the last step
+ * wrote), and reader -> producer for a variable updated in place (one
+ * register: its update fires once every reader returned the version it
+ * replaces). CSR by task. */
+typedef struct dag {
+  int32_t *off, *to; /* successors of t: to[off[t] .. off[t+1]) */
+  int32_t *rev_off, *rev_to;
+} dag;
+
+/* Calls edge(u, v, ctx) for every edge within a step. */
+static void each_edge(const sl__pplan *p,
+                      void (*edge)(int32_t, int32_t, void *), void *ctx) {
+  for (int32_t r = 0; r < p->n_regsts; r++) {
+    const sl__regst *g = &p->regsts[r];
+    bool replaced = g->initial > 0 && g->count == g->initial;
+    if (g->initial && !replaced) continue;
+    for (int32_t c = 0; c < g->n_cons; c++) {
+      if (g->cons[c] == g->producer) continue;
+      if (replaced)
+        edge(g->cons[c], g->producer, ctx);
+      else
+        edge(g->producer, g->cons[c], ctx);
+    }
+  }
+}
+
+static void dag_free(dag *d) {
+  sl__free(d->off);
+  sl__free(d->to);
+  sl__free(d->rev_off);
+  sl__free(d->rev_to);
+}
+
+typedef struct dag_fill {
+  dag *d;
+  int32_t *fill, *rfill; /* NULL: count */
+} dag_fill;
+
+static void dag_edge(int32_t u, int32_t v, void *ctx) {
+  dag_fill *x = ctx;
+  if (!x->fill) {
+    x->d->off[u + 1]++;
+    x->d->rev_off[v + 1]++;
+    return;
+  }
+  x->d->to[x->d->off[u] + x->fill[u]++] = v;
+  x->d->rev_to[x->d->rev_off[v] + x->rfill[v]++] = u;
+}
+
+static sl_status dag_build(const sl__pplan *p, dag *d) {
+  memset(d, 0, sizeof *d);
+  int32_t n = p->n_tasks;
+  d->off = sl__calloc((size_t)n + 2, sizeof *d->off);
+  d->rev_off = sl__calloc((size_t)n + 2, sizeof *d->rev_off);
+  if (!d->off || !d->rev_off) return SL_ENOMEM;
+  dag_fill x = {d, NULL, NULL};
+  each_edge(p, dag_edge, &x);
+  for (int32_t t = 0; t < n; t++) {
+    d->off[t + 1] += d->off[t];
+    d->rev_off[t + 1] += d->rev_off[t];
+  }
+  size_t e = (size_t)d->off[n];
+  d->to = sl__calloc(e + 1, sizeof *d->to);
+  d->rev_to = sl__calloc(e + 1, sizeof *d->rev_to);
+  x.fill = sl__calloc((size_t)n + 1, sizeof *x.fill);
+  x.rfill = sl__calloc((size_t)n + 1, sizeof *x.rfill);
+  sl_status st = SL_ENOMEM;
+  if (d->to && d->rev_to && x.fill && x.rfill) {
+    each_edge(p, dag_edge, &x);
+    st = SL_OK;
+  }
+  sl__free(x.fill);
+  sl__free(x.rfill);
+  return st;
+}
+
+/* A topological order, smallest task id first among the ready ones
+ * (lowering creates tasks in the graph's order: forward, backward, then
+ * the optimizer, which keeps each device's compute order close to what
+ * the program wrote). A binary min-heap of ready tasks. */
+static sl_status topo_order(const sl__pplan *p, const dag *d, int32_t *order) {
+  int32_t n = p->n_tasks, len = 0, out = 0;
+  int32_t *indeg = sl__calloc((size_t)n + 1, sizeof *indeg);
+  int32_t *heap = sl__calloc((size_t)n + 1, sizeof *heap);
+  if (!indeg || !heap) {
+    sl__free(indeg);
+    sl__free(heap);
+    return SL_ENOMEM;
+  }
+  for (int32_t t = 0; t < n; t++)
+    indeg[t] = d->rev_off[t + 1] - d->rev_off[t];
+  for (int32_t t = 0; t < n; t++) {
+    if (indeg[t]) continue;
+    heap[len++] = t; /* ascending: already a heap */
+  }
+  while (len) {
+    int32_t t = heap[0];
+    heap[0] = heap[--len];
+    for (int32_t i = 0;;) { /* sift down */
+      int32_t l = 2 * i + 1, m = i;
+      if (l < len && heap[l] < heap[m]) m = l;
+      if (l + 1 < len && heap[l + 1] < heap[m]) m = l + 1;
+      if (m == i) break;
+      int32_t x = heap[i];
+      heap[i] = heap[m];
+      heap[m] = x;
+      i = m;
+    }
+    order[out++] = t;
+    for (int32_t k = d->off[t]; k < d->off[t + 1]; k++) {
+      int32_t v = d->to[k];
+      if (--indeg[v]) continue;
+      int32_t i = len++;
+      heap[i] = v;
+      while (i > 0 && heap[(i - 1) / 2] > heap[i]) { /* sift up */
+        int32_t q = (i - 1) / 2, x = heap[i];
+        heap[i] = heap[q];
+        heap[q] = x;
+        i = q;
+      }
+    }
+  }
+  sl__free(indeg);
+  sl__free(heap);
+  if (out != n) /* lowering never makes a cycle within a step */
+    return sl__fail(SL_EINTERNAL,
+                    "memory planning: the plan's tasks form a cycle within a "
+                    "step (%d of %d ordered)",
+                    (int)out, (int)n);
+  return SL_OK;
+}
+
+/* ---- devices ---------------------------------------------------------------
+ */
+
+static int32_t mem_index(sl__pplan *p, uint32_t machine, uint32_t device,
+                         int32_t *cap) {
+  for (int32_t i = 0; i < p->n_mem; i++)
+    if (p->mem[i].machine == machine && p->mem[i].device == device) return i;
+  if (p->n_mem == *cap) {
+    int32_t c = *cap ? *cap * 2 : 8;
+    sl__pmem *m = sl__reallocarray(p->mem, (size_t)c, sizeof *m);
+    if (!m) return -1;
+    p->mem = m;
+    *cap = c;
+  }
+  sl__pmem *m = &p->mem[p->n_mem];
+  memset(m, 0, sizeof *m);
+  m->machine = machine;
+  m->device = device;
+  return p->n_mem++;
+}
+
+static bool in_order(const sl__task *t) {
+  return t->stream == SL_STREAM_COMPUTE && t->kind != SL__TASK_FEED &&
+         t->kind != SL__TASK_FETCH && t->kind != SL__TASK_TICK;
+}
+
+/* The largest workspace any op task of device m asks for. */
+static int64_t workspace_of(const sl__pplan *p, const sl_graph *g,
+                            const sl__pmem *m) {
+  if (!g) return 0;
+  int64_t most = 0;
+  for (int32_t i = 0; i < p->n_tasks; i++) {
+    const sl__task *t = &p->tasks[i];
+    if (t->kind != SL__TASK_OP || t->machine != m->machine ||
+        t->device != m->device)
+      continue;
+    const sl__node *n = sl__graph_node(g, t->node);
+    if (!n || !n->op) continue;
+    size_t (*ws)(const sl__kernel_ctx *) =
+        sl__dev_class_of(t->device) == SL__DEV_CLASS_CUDA
+            ? (n->op->cuda ? n->op->cuda->workspace : NULL)
+            : n->op->workspace;
+    sl__kernel_ctx k;
+    if (!ws || sl__graph_kernel_ctx(g, t->node, t->rank, &k) != SL_OK) {
+      sl_clear_error();
+      continue;
+    }
+    most = SL_MAX(most, (int64_t)ws(&k));
+  }
+  return most;
+}
+
+/* ---- lifetimes and placement ----------------------------------------------
+ */
+
+typedef struct life {
+  int32_t reg;
+  int64_t w, f; /* written from, freed at (the 4i scale above) */
+  int64_t bytes;
+} life;
+
+static int by_size(const void *a, const void *b) {
+  const life *x = a, *y = b;
+  if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1;
+  if (x->w != y->w) return x->w < y->w ? -1 : 1;
+  return x->reg - y->reg;
+}
+
+typedef struct span {
+  int64_t lo, hi;
+} span;
+
+static int by_lo(const void *a, const void *b) {
+  const span *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Greedy by size (largest first, lowest free offset among the placed
+ * registers whose lifetimes overlap): the block's size. */
+static sl_status place(sl__pplan *p, life *l, int32_t n, int32_t mem,
+                       int64_t *block) {
+  qsort(l, (size_t)n, sizeof *l, by_size);
+  span *busy = sl__calloc((size_t)n + 1, sizeof *busy);
+  if (!busy) return SL_ENOMEM;
+  int64_t top = 0;
+  for (int32_t i = 0; i < n; i++) {
+    int32_t nb = 0;
+    for (int32_t j = 0; j < i; j++)
+      if (l[j].w <= l[i].f && l[i].w <= l[j].f) {
+        int64_t off = p->regsts[l[j].reg].offset;
+        busy[nb++] = (span){off, off + stride_of(l[j].bytes)};
+      }
+    qsort(busy, (size_t)nb, sizeof *busy, by_lo);
+    int64_t at = 0, need = stride_of(l[i].bytes);
+    for (int32_t j = 0; j < nb && busy[j].lo < at + need; j++)
+      at = SL_MAX(at, busy[j].hi);
+    sl__regst *r = &p->regsts[l[i].reg];
+    r->mem = mem;
+    r->offset = at;
+    top = SL_MAX(top, at + need);
+  }
+  sl__free(busy);
+  *block = top;
+  return SL_OK;
+}
+
+/* The most bytes live at once: the block's registers by their lifetimes,
+ * plus what is always there. */
+static void peak_of(const sl__pplan *p, const life *l, int32_t n,
+                    const int64_t *always, sl__pmem *m) {
+  int64_t best = -1;
+  int64_t best_cat[SL_MEMORY_CATEGORIES] = {0};
+  /* Live bytes change only where a lifetime starts: check each start. */
+  for (int32_t i = 0; i <= n; i++) {
+    int64_t at = i < n ? l[i].w : -1, live = 0;
+    int64_t cat[SL_MEMORY_CATEGORIES] = {0};
+    for (int32_t j = 0; j < n && i < n; j++)
+      if (l[j].w <= at && at <= l[j].f) {
+        int64_t b = stride_of(l[j].bytes);
+        live += b;
+        cat[p->regsts[l[j].reg].category] += b;
+      }
+    if (live > best) {
+      best = live;
+      memcpy(best_cat, cat, sizeof cat);
+    }
+  }
+  m->peak = 0;
+  for (int c = 0; c < SL_MEMORY_CATEGORIES; c++) {
+    m->category[c] = best_cat[c] + always[c];
+    m->peak += m->category[c];
+  }
+}
+
+typedef struct planner {
+  sl__pplan *p;
+  const sl_graph *g;
+  dag d;
+  int32_t *order;  /* topological order of all tasks */
+  int32_t *pos;    /* task -> position in its device's order, -1 */
+  int32_t *dev_of; /* task -> its device's mem index if ordered, -1 */
+  int32_t *before; /* per task: latest ordered task reaching it */
+  int32_t *after;  /* per task: earliest ordered task it reaches */
+  int32_t **seq;   /* per mem index: its ordered tasks */
+  int32_t *n_seq;
+  int32_t cap_ctrl;
+} planner;
+
+/* before[] and after[] for the order of device m (positions of its own
+ * tasks only). */
+static void reach(planner *P, int32_t m) {
+  const sl__pplan *p = P->p;
+  int32_t n = p->n_tasks;
+  for (int32_t k = 0; k < n; k++) {
+    int32_t t = P->order[k];
+    int32_t b = P->dev_of[t] == m ? P->pos[t] : NONE_BEFORE;
+    for (int32_t e = P->d.rev_off[t]; e < P->d.rev_off[t + 1]; e++)
+      b = SL_MAX(b, P->before[P->d.rev_to[e]]);
+    P->before[t] = b;
+  }
+  for (int32_t k = n - 1; k >= 0; k--) {
+    int32_t t = P->order[k];
+    int32_t a = P->dev_of[t] == m ? P->pos[t] : NONE_AFTER;
+    for (int32_t e = P->d.off[t]; e < P->d.off[t + 1]; e++)
+      a = SL_MIN(a, P->after[P->d.to[e]]);
+    P->after[t] = a;
+  }
+}
+
+/* A data edge from -> to (of count 1 only, when `single`). */
+static bool data_edge(const sl__pplan *p, int32_t from, int32_t to,
+                      bool single) {
+  const sl__task *t = &p->tasks[from];
+  for (int32_t j = 0; j < t->n_out; j++) {
+    const sl__regst *r = &p->regsts[t->out[j]];
+    if (r->initial || (single && r->count != 1)) continue;
+    for (int32_t c = 0; c < r->n_cons; c++)
+      if (r->cons[c] == to) return true;
+  }
+  return false;
+}
+
+static sl_status add_ctrl(planner *P, int32_t from, int32_t to, bool closing) {
+  sl__pplan *p = P->p;
+  if (p->n_ctrl == P->cap_ctrl) {
+    int32_t c = P->cap_ctrl ? P->cap_ctrl * 2 : 64;
+    sl__ctrl *x = sl__reallocarray(p->ctrl, (size_t)c, sizeof *x);
+    if (!x) return SL_ENOMEM;
+    p->ctrl = x;
+    P->cap_ctrl = c;
+  }
+  p->ctrl[p->n_ctrl++] = (sl__ctrl){from, to, closing};
+  return SL_OK;
+}
+
+/* The device's order made binding. */
+static sl_status order_device(planner *P, int32_t m) {
+  int32_t n = P->n_seq[m];
+  const int32_t *s = P->seq[m];
+  if (n < 2) return SL_OK;
+  int32_t before = P->p->n_ctrl;
+  for (int32_t i = 0; i + 1 < n; i++)
+    if (!data_edge(P->p, s[i], s[i + 1], false))
+      SL_CHECK(add_ctrl(P, s[i], s[i + 1], false));
+  if (!data_edge(P->p, s[0], s[n - 1], true) &&
+      (n > 2 || !data_edge(P->p, s[0], s[1], false)))
+    SL_CHECK(add_ctrl(P, s[0], s[n - 1], true));
+  P->p->mem[m].n_ctrl = P->p->n_ctrl - before;
+  return SL_OK;
+}
+
+/* The lifetime of register r on device m's scale; false when unbounded. */
+static bool lifetime(const planner *P, int32_t m, const sl__regst *r,
+                     int64_t *w, int64_t *f) {
+  const sl__pplan *p = P->p;
+  if (r->count != 1 || r->initial || r->var_node >= 0 || r->bytes <= 0)
+    return false;
+  const sl__task *prod = &p->tasks[r->producer];
+  if (prod->kind == SL__TASK_FEED || prod->kind == SL__TASK_TICK ||
+      prod->machine != r->machine || prod->device != r->device)
+    return false;
+  int32_t pp = P->dev_of[r->producer] == m ? P->pos[r->producer] : -1;
+  if (pp >= 0) {
+    *w = 4 * (int64_t)pp + 1;
+  } else if (P->before[r->producer] != NONE_BEFORE) {
+    *w = 4 * (int64_t)P->before[r->producer] + 4;
+  } else {
+    return false;
+  }
+  *f = pp >= 0 ? 4 * (int64_t)pp + 3 : -1;
+  if (pp < 0 && r->n_cons == 0) return false; /* when would it end? */
+  for (int32_t c = 0; c < r->n_cons; c++) {
+    int32_t t = r->cons[c];
+    if (p->tasks[t].machine != r->machine) return false; /* a mirror */
+    int32_t cp = P->dev_of[t] == m ? P->pos[t] : -1;
+    if (cp >= 0) {
+      *f = SL_MAX(*f, 4 * (int64_t)cp + 3);
+    } else if (P->after[t] != NONE_AFTER) {
+      *f = SL_MAX(*f, 4 * (int64_t)P->after[t]);
+    } else {
+      return false;
+    }
+  }
+  return *w < *f;
+}
+
+static bool sharing_off(void) {
+  const char *e = getenv("SLUICE_MEMORY_SHARING");
+  return e && strcmp(e, "0") == 0;
+}
+
+static sl_status plan_device(planner *P, int32_t m) {
+  sl__pplan *p = P->p;
+  sl__pmem *pm = &p->mem[m];
+  reach(P, m);
+  life *l = sl__calloc((size_t)p->n_regsts + 1, sizeof *l);
+  if (!l) return SL_ENOMEM;
+  int32_t n = 0;
+  int64_t always[SL_MEMORY_CATEGORIES] = {0};
+  for (int32_t i = 0; i < p->n_regsts; i++) {
+    sl__regst *r = &p->regsts[i];
+    if (r->machine != pm->machine || r->device != pm->device) continue;
+    int64_t all = stride_of(r->bytes) * r->count;
+    pm->unshared += all;
+    int64_t w, f;
+    if (!sharing_off() && lifetime(P, m, r, &w, &f)) {
+      l[n++] = (life){i, w, f, r->bytes};
+    } else {
+      pm->own += all;
+      always[r->category] += all;
+    }
+  }
+  sl_status st = place(p, l, n, m, &pm->block);
+  if (st == SL_OK) {
+    pm->n_shared = n;
+    pm->workspace = workspace_of(p, P->g, pm);
+    always[SL_MEMORY_COMMUNICATION] += pm->mirrors;
+    always[SL_MEMORY_WORKSPACE] += pm->workspace;
+    peak_of(p, l, n, always, pm);
+  }
+  sl__free(l);
+  return st;
+}
+
+/* Mirrors: a machine keeps a copy of each register another machine
+ * produces and one of its tasks reads, on the register's device id. */
+static sl_status count_mirrors(sl__pplan *p, int32_t *cap) {
+  for (int32_t i = 0; i < p->n_regsts; i++) {
+    const sl__regst *r = &p->regsts[i];
+    for (int32_t c = 0; c < r->n_cons; c++) {
+      uint32_t mach = p->tasks[r->cons[c]].machine;
+      if (mach == r->machine || p->tasks[r->cons[c]].kind == SL__TASK_TICK)
+        continue;
+      bool seen = false; /* one mirror per machine */
+      for (int32_t d = 0; d < c && !seen; d++)
+        seen = p->tasks[r->cons[d]].machine == mach;
+      if (seen) continue;
+      int32_t m = mem_index(p, mach, r->device, cap);
+      if (m < 0) return SL_ENOMEM;
+      p->mem[m].mirrors += stride_of(r->bytes) * r->count;
+    }
+  }
+  return SL_OK;
+}
+
+sl_status sl__pplan_plan_memory(sl__pplan *p, const sl_graph *g) {
+  planner P;
+  memset(&P, 0, sizeof P);
+  P.p = p;
+  P.g = g;
+  p->n_ctrl = p->n_mem = 0;
+  int32_t cap_mem = 0, n = p->n_tasks;
+  sl_status st = SL_OK;
+  for (int32_t i = 0; i < p->n_regsts; i++) {
+    p->regsts[i].mem = -1;
+    p->regsts[i].offset = 0;
+    p->regsts[i].category = category_of(p, &p->regsts[i]);
+  }
+  /* Devices: every (machine, device) holding registers, in task order. */
+  for (int32_t i = 0; i < n; i++) {
+    const sl__task *t = &p->tasks[i];
+    for (int32_t j = 0; j < t->n_out; j++) {
+      const sl__regst *r = &p->regsts[t->out[j]];
+      if (r->bytes > 0 && mem_index(p, r->machine, r->device, &cap_mem) < 0)
+        return SL_ENOMEM;
+    }
+  }
+  SL_CHECK(count_mirrors(p, &cap_mem));
+  SL_CHECK_GOTO(dag_build(p, &P.d), st, out);
+  P.order = sl__calloc((size_t)n + 1, sizeof *P.order);
+  P.pos = sl__calloc((size_t)n + 1, sizeof *P.pos);
+  P.dev_of = sl__calloc((size_t)n + 1, sizeof *P.dev_of);
+  P.before = sl__calloc((size_t)n + 1, sizeof *P.before);
+  P.after = sl__calloc((size_t)n + 1, sizeof *P.after);
+  P.seq = sl__calloc((size_t)p->n_mem + 1, sizeof *P.seq);
+  P.n_seq = sl__calloc((size_t)p->n_mem + 1, sizeof *P.n_seq);
+  if (!P.order || !P.pos || !P.dev_of || !P.before || !P.after || !P.seq ||
+      !P.n_seq) {
+    st = SL_ENOMEM;
+    goto out;
+  }
+  SL_CHECK_GOTO(topo_order(p, &P.d, P.order), st, out);
+  for (int32_t k = 0; k < n; k++) {
+    int32_t t = P.order[k];
+    const sl__task *task = &p->tasks[t];
+    P.pos[t] = P.dev_of[t] = -1;
+    if (!in_order(task)) continue;
+    for (int32_t m = 0; m < p->n_mem; m++)
+      if (p->mem[m].machine == task->machine &&
+          p->mem[m].device == task->device) {
+        P.dev_of[t] = m;
+        break;
+      }
+    if (P.dev_of[t] < 0) continue; /* a device without registers */
+    int32_t m = P.dev_of[t];
+    if (!P.seq[m] && !(P.seq[m] = sl__calloc((size_t)n + 1, sizeof(int32_t)))) {
+      st = SL_ENOMEM;
+      goto out;
+    }
+    P.pos[t] = P.n_seq[m];
+    P.seq[m][P.n_seq[m]++] = t;
+  }
+  for (int32_t m = 0; m < p->n_mem && st == SL_OK; m++) {
+    st = order_device(&P, m);
+    if (st == SL_OK) st = plan_device(&P, m);
+  }
+out:
+  dag_free(&P.d);
+  for (int32_t m = 0; P.seq && m < p->n_mem; m++)
+    sl__free(P.seq[m]);
+  sl__free(P.seq);
+  sl__free(P.n_seq);
+  sl__free(P.order);
+  sl__free(P.pos);
+  sl__free(P.dev_of);
+  sl__free(P.before);
+  sl__free(P.after);
+  return st;
+}
+
+/* ---- reports ----------------------------------------------------------------
+ */
+
+int64_t sl__pmem_allocated(const sl__pmem *m) {
+  return m->block + m->own + m->mirrors + m->workspace;
+}
+
+void sl__pmem_name(const sl__pplan *p, int32_t i, char *buf, size_t n) {
+  const sl__pmem *m = &p->mem[i];
+  char dev[32];
+  sl__dev_name(m->device, dev, sizeof dev);
+  if (p->machines > 1)
+    snprintf(buf, n, "n%u/%s", m->machine, dev);
+  else
+    snprintf(buf, n, "%s", dev);
+}
+
+static double mib(int64_t b) { return (double)b / (1024.0 * 1024.0); }
+
+sl_status sl__pplan_write_memory(const sl__pplan *p, FILE *f) {
+  fprintf(f,
+          "memory per device (MiB): allocated = shared block + own registers "
+          "+ mirrors + workspace; peak = the most live at once\n");
+  fprintf(f, "%-14s %10s %10s %10s %10s %10s %10s %10s", "device", "allocated",
+          "peak", "unshared", "block", "own", "mirrors", "workspace");
+  for (int c = 0; c < SL_MEMORY_WORKSPACE; c++)
+    fprintf(f, " %13s", sl_memory_category_name((sl_memory_category)c));
+  fprintf(f, " %8s %8s\n", "shared", "control");
+  for (int32_t i = 0; i < p->n_mem; i++) {
+    const sl__pmem *m = &p->mem[i];
+    char name[64];
+    sl__pmem_name(p, i, name, sizeof name);
+    fprintf(f, "%-14s %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f", name,
+            mib(sl__pmem_allocated(m)), mib(m->peak), mib(m->unshared),
+            mib(m->block), mib(m->own), mib(m->mirrors), mib(m->workspace));
+    for (int c = 0; c < SL_MEMORY_WORKSPACE; c++)
+      fprintf(f, " %13.2f", mib(m->category[c]));
+    fprintf(f, " %8d %8d\n", (int)m->n_shared, (int)m->n_ctrl);
+  }
+  fprintf(f, "(weights .. communication: the peak by what it holds; shared: "
+             "registers in the block; control: edges added to order the "
+             "device's tasks)\n");
+  return ferror(f) ? sl__fail(SL_EIO, "plan: cannot write the memory table")
+                   : SL_OK;
+}
