@@ -17,6 +17,7 @@ sl_status ex__session_feed(void *s, const char *name, const void *data,
                            size_t bytes);
 sl_status ex__session_step(void *s);
 sl_status ex__session_fetch(void *s, const char *name, void *out, size_t bytes);
+sl_status ex__session_memory_print(void *s, FILE *out);
 #endif
 
 typedef struct prof_entry {
@@ -263,6 +264,18 @@ sl_status ex_run_fetch(ex_run *r, const char *name, void *out, size_t bytes) {
 #endif
   default: return sl__fail(SL_ESTATE, "ex_run: no engine");
   }
+}
+
+sl_status ex_run_memory_print(const ex_run *r, FILE *out) {
+#ifdef EX_HAVE_SESSION
+  if (r->engine == EX_ENGINE_SESSION)
+    return ex__session_memory_print(r->session, out);
+#endif
+  (void)out;
+  return sl__fail(SL_EUNSUPPORTED,
+                  "--memory reports the session engine's plan; the %s engine "
+                  "has none",
+                  ex_engine_name(r->engine));
 }
 
 static int prof_cmp(const void *a, const void *b) {

@@ -71,6 +71,12 @@ void ex_run_profile_print(const ex_run *r, FILE *out, int top, int steps);
 /* Total kernel time of op kind `op` ("matmul") per step, in ms. */
 double ex_run_profile_ms(const ex_run *r, const char *op, int steps);
 
+/* The session engine's memory, one line per device:
+ * "memory DEVICE peak N bytes (weights W, optimizer O, gradients G,
+ * activations A, communication C, workspace K); allocated M bytes"
+ * (sl_session_get_memory). SL_EUNSUPPORTED for the other engines. */
+sl_status ex_run_memory_print(const ex_run *r, FILE *out);
+
 /* ---- the training loop -------------------------------------------------- */
 
 typedef struct ex_train_result {

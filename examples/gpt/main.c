@@ -32,8 +32,8 @@ int main(int argc, char **argv) {
   double lr = -1;
   const char *devices = "cpu:1", *layout = "single", *optimizer = "adam",
              *trace = NULL, *engine = "auto";
-  bool tie = false, bf16 = false, profile = false, check = false,
-       print_graph = false;
+  bool tie = false, bf16 = false, profile = false, memory = false,
+       check = false, print_graph = false;
   const ex_flag flags[] = {
       {"devices", EX_FLAG_STRING, &devices, "cpu:N or a placement (cpu:0-3)",
        0},
@@ -56,6 +56,8 @@ int main(int argc, char **argv) {
       {"engine", EX_FLAG_STRING, &engine, "auto | session | sharded | interp",
        0},
       {"profile", EX_FLAG_BOOL, &profile, "print time per op kind", 0},
+      {"memory", EX_FLAG_BOOL, &memory,
+       "print each device's planned memory at the end (session engine)", 0},
       {"check-replicas", EX_FLAG_BOOL, &check,
        "sharded engine: check that replicas agree after every op", 0},
       {"print-graph", EX_FLAG_BOOL, &print_graph,
@@ -121,6 +123,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "gpt: %s\n", sl_last_error());
     goto done;
   }
+  if (memory && ex_run_engine(run) != EX_ENGINE_SESSION) {
+    fprintf(stderr, "gpt: --memory needs the session engine, not %s\n",
+            ex_engine_name(ex_run_engine(run)));
+    rc = 2;
+    goto done;
+  }
   printf("gpt: %lld blocks, hidden %lld, %lld heads, seq %lld, vocab %lld, "
          "batch %lld%s, layout %s on %s, engine %s\n",
          (long long)layers, (long long)hidden, (long long)heads, (long long)seq,
@@ -142,6 +150,10 @@ int main(int argc, char **argv) {
   }
   ex_train_print(stdout, &res, run, layout, placement);
   if (profile) ex_run_profile_print(run, stdout, 16, (int)steps);
+  if (memory && ex_run_memory_print(run, stdout) != SL_OK) {
+    fprintf(stderr, "gpt: %s\n", sl_last_error());
+    goto done;
+  }
   rc = 0;
 done:
   ex_run_destroy(run);

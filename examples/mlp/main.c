@@ -31,7 +31,7 @@ int main(int argc, char **argv) {
   double lr = -1, momentum = 0;
   const char *devices = "cpu:1", *layout = "single", *optimizer = "sgd",
              *data = NULL, *trace = NULL, *engine = "auto";
-  bool profile = false, check = false, print_graph = false;
+  bool profile = false, check = false, print_graph = false, memory = false;
   const ex_flag flags[] = {
       {"devices", EX_FLAG_STRING, &devices, "cpu:N or a placement (cpu:0-3)",
        0},
@@ -52,6 +52,8 @@ int main(int argc, char **argv) {
       {"engine", EX_FLAG_STRING, &engine, "auto | session | sharded | interp",
        0},
       {"profile", EX_FLAG_BOOL, &profile, "print time per op kind", 0},
+      {"memory", EX_FLAG_BOOL, &memory,
+       "print each device's planned memory at the end (session engine)", 0},
       {"check-replicas", EX_FLAG_BOOL, &check,
        "sharded engine: check that replicas agree after every op", 0},
       {"print-graph", EX_FLAG_BOOL, &print_graph,
@@ -123,6 +125,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "mlp: %s\n", sl_last_error());
     goto done;
   }
+  if (memory && ex_run_engine(run) != EX_ENGINE_SESSION) {
+    fprintf(stderr, "mlp: --memory needs the session engine, not %s\n",
+            ex_engine_name(ex_run_engine(run)));
+    rc = 2;
+    goto done;
+  }
   printf("mlp: %lld hidden layers of %lld, batch %lld, layout %s on %s, "
          "engine %s\n",
          (long long)layers, (long long)hidden, (long long)batch, layout,
@@ -143,6 +151,10 @@ int main(int argc, char **argv) {
   }
   ex_train_print(stdout, &res, run, layout, placement);
   if (profile) ex_run_profile_print(run, stdout, 16, (int)steps);
+  if (memory && ex_run_memory_print(run, stdout) != SL_OK) {
+    fprintf(stderr, "mlp: %s\n", sl_last_error());
+    goto done;
+  }
   rc = 0;
 done:
   ex_run_destroy(run);
