@@ -64,15 +64,18 @@ static bool memcheck_input(stream *s, rt_actor *a, int32_t i,
   return false;
 }
 
-/* A reader is done with input i: checked once more, and the last reader
- * of a register in a block poisons it — before it sends anything, so that
- * the poison lands before whatever the plan orders after this firing. */
+/* A reader is done with input i (the oldest ready register): checked once
+ * more, and the last reader of a register in a block poisons it. */
 static void memcheck_done(stream *s, rt_actor *a, int32_t i) {
   const in_slot *sl = &a->in[i];
   rt_regst *r = &sl->regs[sl->fifo[sl->head]];
-  if (sl->remote || !r->pub.data ||
-      !memcheck_input(s, a, i, "when it was handed back by"))
-    return;
+  if (sl->remote || !r->pub.data) return;
+  /* Computed in place: an output of this firing now lives in its bytes. */
+  for (int32_t o = 0; o < a->n_out; o++)
+    if (a->out[o].cur >= 0 &&
+        a->out[o].regs[a->out[o].cur].pub.data == r->pub.data)
+      return;
+  if (!memcheck_input(s, a, i, "when it was handed back by")) return;
   if (atomic_fetch_sub(&r->readers_left, 1) == 1 && r->shared)
     memset(r->pub.data, 0xff, r->pub.bytes);
 }
@@ -131,7 +134,6 @@ static void send_outputs(stream *s, rt_actor *a) {
 /* Pops the oldest ready register of input i and returns it. */
 static void consume(stream *s, rt_actor *a, int32_t i) {
   in_slot *sl = &a->in[i];
-  if (s->job->memcheck) memcheck_done(s, a, i);
   int32_t idx = sl->fifo[sl->head];
   if (++sl->head == sl->cap) sl->head = 0;
   sl->len--;
@@ -199,19 +201,28 @@ static void fail(stream *s, rt_actor *a, sl_status st, const char *detail) {
 }
 
 /* The bookkeeping after an act: what is sent and consumed. */
+/* SLUICE_MEMCHECK: a reader's inputs are checked (and the last reader's
+ * poisoned) before it sends anything, so that the poison lands before
+ * whatever the plan orders after this firing. */
+static void memcheck_inputs(stream *s, rt_actor *a, int32_t n) {
+  if (s->job->memcheck)
+    for (int32_t i = 0; i < n; i++)
+      memcheck_done(s, a, i);
+}
+
 static void finish(stream *s, rt_actor *a) {
   a->firings++;
   s->firings++;
   switch (a->mode) {
   case MODE_ONE:
-    /* Inputs first: what a register's last reader does with it (memcheck's
-     * poison) happens before anything this firing enables. */
+    memcheck_inputs(s, a, a->n_in);
+    send_outputs(s, a);
     for (int32_t i = 0; i < a->n_in; i++)
       consume(s, a, i);
-    send_outputs(s, a);
     a->fired++;
     break;
   case MODE_FAN_OUT:
+    if (a->step + 1 == a->k) memcheck_inputs(s, a, 1);
     send_outputs(s, a);
     if (++a->step == a->k) {
       a->step = 0;
@@ -219,6 +230,7 @@ static void finish(stream *s, rt_actor *a) {
     }
     break;
   case MODE_FAN_IN:
+    memcheck_inputs(s, a, 1);
     consume(s, a, 0);
     if (++a->step == a->k) {
       a->step = 0;

@@ -269,14 +269,25 @@ static int64_t workspace_of(const sl__pplan *p, const sl_graph *g,
 /* ---- lifetimes and placement ----------------------------------------------
  */
 
+/* A register with a bounded lifetime, or a class of them computed in place
+ * one into the next (their lifetimes meet inside the firing that reads one
+ * and writes the other, so they take the same bytes). */
 typedef struct life {
-  int32_t reg;
-  int64_t w, f; /* written from, freed at (the 4i scale above) */
-  int64_t bytes;
+  int32_t reg;   /* a member; for a class, the first */
+  int32_t up;    /* union-find parent (an index into the lives) */
+  int64_t w, f;  /* written from, freed at (the 4i scale above) */
+  int64_t bytes; /* rounded up to the register alignment */
+  int64_t offset;
 } life;
 
+static int32_t root(life *l, int32_t i) {
+  while (l[i].up != i)
+    i = l[i].up = l[l[i].up].up;
+  return i;
+}
+
 static int by_size(const void *a, const void *b) {
-  const life *x = a, *y = b;
+  const life *x = *(const life *const *)a, *y = *(const life *const *)b;
   if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1;
   if (x->w != y->w) return x->w < y->w ? -1 : 1;
   return x->reg - y->reg;
@@ -291,60 +302,59 @@ static int by_lo(const void *a, const void *b) {
   return x->lo < y->lo ? -1 : x->lo > y->lo;
 }
 
-/* Greedy by size (largest first, lowest free offset among the placed
- * registers whose lifetimes overlap): the block's size. */
-static sl_status place(sl__pplan *p, life *l, int32_t n, int32_t mem,
-                       int64_t *block) {
-  qsort(l, (size_t)n, sizeof *l, by_size);
+/* Greedy by size (largest first, lowest offset free of the placed classes
+ * whose lifetimes overlap): sets each class's offset, returns the block's
+ * size. */
+static sl_status place(life **c, int32_t n, int64_t *block) {
+  qsort(c, (size_t)n, sizeof *c, by_size);
   span *busy = sl__calloc((size_t)n + 1, sizeof *busy);
   if (!busy) return SL_ENOMEM;
   int64_t top = 0;
   for (int32_t i = 0; i < n; i++) {
     int32_t nb = 0;
     for (int32_t j = 0; j < i; j++)
-      if (l[j].w <= l[i].f && l[i].w <= l[j].f) {
-        int64_t off = p->regsts[l[j].reg].offset;
-        busy[nb++] = (span){off, off + stride_of(l[j].bytes)};
-      }
+      if (c[j]->w <= c[i]->f && c[i]->w <= c[j]->f)
+        busy[nb++] = (span){c[j]->offset, c[j]->offset + c[j]->bytes};
     qsort(busy, (size_t)nb, sizeof *busy, by_lo);
-    int64_t at = 0, need = stride_of(l[i].bytes);
-    for (int32_t j = 0; j < nb && busy[j].lo < at + need; j++)
+    int64_t at = 0;
+    for (int32_t j = 0; j < nb && busy[j].lo < at + c[i]->bytes; j++)
       at = SL_MAX(at, busy[j].hi);
-    sl__regst *r = &p->regsts[l[i].reg];
-    r->mem = mem;
-    r->offset = at;
-    top = SL_MAX(top, at + need);
+    c[i]->offset = at;
+    top = SL_MAX(top, at + c[i]->bytes);
   }
   sl__free(busy);
   *block = top;
   return SL_OK;
 }
 
-/* The most bytes live at once: the block's registers by their lifetimes,
- * plus what is always there. */
-static void peak_of(const sl__pplan *p, const life *l, int32_t n,
-                    const int64_t *always, sl__pmem *m) {
+/* The most bytes live at once: the classes by their lifetimes (each by the
+ * member live then), plus what is always there. */
+static void peak_of(const sl__pplan *p, life *l, int32_t n, life **c,
+                    int32_t nc, const int64_t *always, sl__pmem *m) {
   int64_t best = -1;
   int64_t best_cat[SL_MEMORY_CATEGORIES] = {0};
   /* Live bytes change only where a lifetime starts: check each start. */
   for (int32_t i = 0; i <= n; i++) {
     int64_t at = i < n ? l[i].w : -1, live = 0;
     int64_t cat[SL_MEMORY_CATEGORIES] = {0};
-    for (int32_t j = 0; j < n && i < n; j++)
-      if (l[j].w <= at && at <= l[j].f) {
-        int64_t b = stride_of(l[j].bytes);
-        live += b;
-        cat[p->regsts[l[j].reg].category] += b;
-      }
+    for (int32_t j = 0; j < nc && i < n; j++) {
+      if (c[j]->w > at || at > c[j]->f) continue;
+      int32_t now = -1, r = (int32_t)(c[j] - l);
+      for (int32_t k = 0; k < n; k++) /* the member written last by then */
+        if (root(l, k) == r && l[k].w <= at && (now < 0 || l[k].w > l[now].w))
+          now = k;
+      live += c[j]->bytes;
+      cat[p->regsts[l[now].reg].category] += c[j]->bytes;
+    }
     if (live > best) {
       best = live;
       memcpy(best_cat, cat, sizeof cat);
     }
   }
   m->peak = 0;
-  for (int c = 0; c < SL_MEMORY_CATEGORIES; c++) {
-    m->category[c] = best_cat[c] + always[c];
-    m->peak += m->category[c];
+  for (int k = 0; k < SL_MEMORY_CATEGORIES; k++) {
+    m->category[k] = best_cat[k] + always[k];
+    m->peak += m->category[k];
   }
 }
 
@@ -360,6 +370,7 @@ typedef struct planner {
   int32_t **seq;   /* per mem index: its ordered tasks */
   int32_t *n_seq;
   int32_t cap_ctrl;
+  bool share; /* SLUICE_MEMORY_SHARING is not 0 */
 } planner;
 
 /* before[] and after[] for the order of device m (positions of its own
@@ -426,6 +437,16 @@ static sl_status order_device(planner *P, int32_t m) {
 }
 
 /* The lifetime of register r on device m's scale; false when unbounded. */
+/* A reader's end on device m's scale: 4i+3 for task i of the order, else
+ * 4j for the earliest task j of the order it reaches; INT64_MAX: none. */
+static int64_t read_end(const planner *P, int32_t m, int32_t t) {
+  int32_t cp = P->dev_of[t] == m ? P->pos[t] : -1;
+  return cp >= 0                     ? 4 * (int64_t)cp + 3
+         : P->after[t] != NONE_AFTER ? 4 * (int64_t)P->after[t]
+                                     : INT64_MAX;
+}
+
+/* The lifetime of register r on device m's scale; false when unbounded. */
 static bool lifetime(const planner *P, int32_t m, const sl__regst *r,
                      int64_t *w, int64_t *f) {
   const sl__pplan *p = P->p;
@@ -448,14 +469,9 @@ static bool lifetime(const planner *P, int32_t m, const sl__regst *r,
   for (int32_t c = 0; c < r->n_cons; c++) {
     int32_t t = r->cons[c];
     if (p->tasks[t].machine != r->machine) return false; /* a mirror */
-    int32_t cp = P->dev_of[t] == m ? P->pos[t] : -1;
-    if (cp >= 0) {
-      *f = SL_MAX(*f, 4 * (int64_t)cp + 3);
-    } else if (P->after[t] != NONE_AFTER) {
-      *f = SL_MAX(*f, 4 * (int64_t)P->after[t]);
-    } else {
-      return false;
-    }
+    int64_t e = read_end(P, m, t);
+    if (e == INT64_MAX) return false;
+    *f = SL_MAX(*f, e);
   }
   return *w < *f;
 }
@@ -465,36 +481,94 @@ static bool sharing_off(void) {
   return e && strcmp(e, "0") == 0;
 }
 
+/* In-place reuse: output 0 of an elementwise op (sl__op_def.inplace) takes
+ * the bytes of an input of its shape and dtype whose last reader it is —
+ * every other reader ends before it fires. idx: register -> life, -1. */
+static void join_in_place(const planner *P, int32_t m, life *l,
+                          const int32_t *idx) {
+  const sl__pplan *p = P->p;
+  if (!P->g) return;
+  for (int32_t t = 0; t < p->n_tasks; t++) {
+    const sl__task *task = &p->tasks[t];
+    if (task->kind != SL__TASK_OP || P->dev_of[t] != m || task->n_out < 1)
+      continue;
+    const sl__node *node = sl__graph_node(P->g, task->node);
+    int32_t b = idx[task->out[0]];
+    if (!node || !node->op || !node->op->inplace || b < 0) continue;
+    const sl__regst *rb = &p->regsts[task->out[0]];
+    int64_t end = 4 * (int64_t)P->pos[t] + 3;
+    for (int32_t k = 0; k < task->n_in; k++) {
+      int32_t a = idx[task->in[k]];
+      const sl__regst *ra = &p->regsts[task->in[k]];
+      if (a < 0 || root(l, a) == root(l, b) || l[a].f != end ||
+          ra->dtype != rb->dtype || !sl_shape_equal(&ra->shape, &rb->shape))
+        continue;
+      bool last = true; /* in a class, a member is someone's input once */
+      for (int32_t c = 0; c < ra->n_cons && last; c++)
+        last = ra->cons[c] == t || read_end(P, m, ra->cons[c]) < end;
+      for (int32_t j = 0; j < task->n_in && last; j++)
+        last = j == k || task->in[j] != task->in[k];
+      if (!last) continue;
+      int32_t ka = root(l, a), kb = root(l, b);
+      l[kb].up = ka;
+      l[ka].w = SL_MIN(l[ka].w, l[kb].w);
+      l[ka].f = SL_MAX(l[ka].f, l[kb].f);
+      break;
+    }
+  }
+}
+
 static sl_status plan_device(planner *P, int32_t m) {
   sl__pplan *p = P->p;
   sl__pmem *pm = &p->mem[m];
   reach(P, m);
   life *l = sl__calloc((size_t)p->n_regsts + 1, sizeof *l);
-  if (!l) return SL_ENOMEM;
-  int32_t n = 0;
+  life **c = sl__calloc((size_t)p->n_regsts + 1, sizeof *c);
+  int32_t *idx = sl__calloc((size_t)p->n_regsts + 1, sizeof *idx);
+  if (!l || !c || !idx) {
+    sl__free(l);
+    sl__free(c);
+    sl__free(idx);
+    return SL_ENOMEM;
+  }
+  int32_t n = 0, nc = 0;
   int64_t always[SL_MEMORY_CATEGORIES] = {0};
   for (int32_t i = 0; i < p->n_regsts; i++) {
     sl__regst *r = &p->regsts[i];
+    idx[i] = -1;
     if (r->machine != pm->machine || r->device != pm->device) continue;
     int64_t all = stride_of(r->bytes) * r->count;
     pm->unshared += all;
     int64_t w, f;
-    if (!sharing_off() && lifetime(P, m, r, &w, &f)) {
-      l[n++] = (life){i, w, f, r->bytes};
+    if (P->share && lifetime(P, m, r, &w, &f)) {
+      idx[i] = n;
+      l[n] = (life){i, n, w, f, stride_of(r->bytes), 0};
+      n++;
     } else {
       pm->own += all;
       always[r->category] += all;
     }
   }
-  sl_status st = place(p, l, n, m, &pm->block);
+  join_in_place(P, m, l, idx);
+  /* Each class's lifetime lives in its root (join_in_place keeps it). */
+  for (int32_t i = 0; i < n; i++)
+    if (root(l, i) == i) c[nc++] = &l[i];
+  sl_status st = place(c, nc, &pm->block);
   if (st == SL_OK) {
+    for (int32_t i = 0; i < n; i++) {
+      sl__regst *r = &p->regsts[l[i].reg];
+      r->mem = m;
+      r->offset = l[root(l, i)].offset;
+    }
     pm->n_shared = n;
     pm->workspace = workspace_of(p, P->g, pm);
     always[SL_MEMORY_COMMUNICATION] += pm->mirrors;
     always[SL_MEMORY_WORKSPACE] += pm->workspace;
-    peak_of(p, l, n, always, pm);
+    peak_of(p, l, n, c, nc, always, pm);
   }
   sl__free(l);
+  sl__free(c);
+  sl__free(idx);
   return st;
 }
 
@@ -576,8 +650,11 @@ sl_status sl__pplan_plan_memory(sl__pplan *p, const sl_graph *g) {
     P.pos[t] = P.n_seq[m];
     P.seq[m][P.n_seq[m]++] = t;
   }
+  /* SLUICE_MEMORY_SHARING=0: no order and every register on its own
+   * (mirrors and workspaces still counted), to tell sharing's effect. */
+  P.share = !sharing_off();
   for (int32_t m = 0; m < p->n_mem && st == SL_OK; m++) {
-    st = order_device(&P, m);
+    if (P.share) st = order_device(&P, m);
     if (st == SL_OK) st = plan_device(&P, m);
   }
 out:

@@ -151,6 +151,11 @@ typedef struct sl__op_def {
   /* A source op (no inputs) whose value changes each step (data, random):
    * the compiler does not fold or cache it. */
   bool per_step;
+  /* Elementwise: the kernels (CPU and CUDA) read element i of each input
+   * before writing element i of output 0, in the same thread, so output 0
+   * may be computed into an input of its own local shape and dtype (the
+   * memory planner's in-place reuse, graph/memory.c). */
+  bool inplace;
 } sl__op_def;
 
 /* The registry: every op, looked up by name. */

@@ -253,6 +253,7 @@ static sl_status binary_cpu(const binary_impl *u, const sl__kernel_ctx *k) {
       .signatures = NAME##_sigs,                                               \
       .cpu = NAME##_cpu,                                                       \
       .cuda = SL__CUDA_KERNEL(NAME),                                           \
+      .inplace = true,                                                         \
   };
 
 BINARY_OP(add, impl_add)

@@ -235,6 +235,7 @@ static sl_status unary_cpu(const unary_impl *u, const sl__kernel_ctx *k) {
       .signatures = NAME##_sigs,                                               \
       .cpu = NAME##_cpu,                                                       \
       .cuda = SL__CUDA_KERNEL(NAME),                                           \
+      .inplace = true,                                                         \
   };
 
 UNARY_OP(identity, impl_identity)

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "lower_int.h"
+#include "op.h"
 #include "session_helpers.h"
 
 #define STEPS 3
@@ -124,9 +125,34 @@ static bool dead_before(const sl__pplan *p, const unrolled *u, int32_t x,
 
 static int64_t stride(int64_t b) { return (b + 63) / 64 * 64; }
 
+/* Register y is computed in place into register x: same bytes, y's producer
+ * an elementwise op (sl__op_def.inplace) reading x after every other
+ * reader of x is done, and y dead before x of the next step is written. */
+static bool in_place(const sl__pplan *p, const unrolled *u, int32_t x,
+                     int32_t y, uint8_t *seen, int32_t *stack) {
+  const sl__regst *rx = &p->regsts[x], *ry = &p->regsts[y];
+  const sl__task *t = &p->tasks[ry->producer];
+  if (rx->offset != ry->offset || stride(rx->bytes) != stride(ry->bytes) ||
+      t->kind != SL__TASK_OP || t->out[0] != y)
+    return false;
+  const sl__op_def *op = sl__op_find(p->nodes[t->node].op);
+  if (!op || !op->inplace) return false;
+  bool reads = false;
+  for (int32_t c = 0; c < rx->n_cons; c++) {
+    if (rx->cons[c] == ry->producer) {
+      reads = true;
+    } else if (!before(u, u->n + rx->cons[c], u->n + ry->producer, seen,
+                       stack)) {
+      return false;
+    }
+  }
+  return reads && dead_before(p, u, y, 1, x, 2, seen, stack);
+}
+
 /* Every pair of registers sharing bytes is ordered, in both directions
- * across a step boundary, by the plan. Returns the pairs checked. */
-static int check_sharing(const sl__pplan *p) {
+ * across a step boundary, by the plan, or one is computed in place into
+ * the other. Returns the pairs checked. */
+static int check_sharing(const sl__pplan *p, int *in_place_pairs) {
   unrolled u;
   unroll(p, &u);
   uint8_t *seen = malloc((size_t)STEPS * (size_t)u.n + 1);
@@ -153,10 +179,15 @@ static int check_sharing(const sl__pplan *p) {
                      dead_before(p, &u, b, 1, a, 2, seen, stack);
       bool b_first = dead_before(p, &u, b, 1, a, 1, seen, stack) &&
                      dead_before(p, &u, a, 1, b, 2, seen, stack);
-      if (!a_first && !b_first)
-        fail_msg("registers '%s' and '%s' share bytes of block %d but the "
-                 "plan does not order their lifetimes",
-                 ra->name, rb->name, (int)ra->mem);
+      if (a_first || b_first) continue;
+      if (in_place(p, &u, a, b, seen, stack) ||
+          in_place(p, &u, b, a, seen, stack)) {
+        if (in_place_pairs) ++*in_place_pairs;
+        continue;
+      }
+      fail_msg("registers '%s' and '%s' share bytes of block %d but the "
+               "plan does not order their lifetimes",
+               ra->name, rb->name, (int)ra->mem);
     }
   }
   free(seen);
@@ -203,6 +234,8 @@ typedef struct mlp_spec {
   int64_t batch, width;
   int optimizer; /* 0 sgd, 1 momentum, 2 adam */
   bool fetch_hidden, weight_only_op;
+  bool residual; /* h = relu(a) + a: an elementwise reader of a before its
+                    last one */
 } mlp_spec;
 
 static sl_graph *mlp(const mlp_spec *s) {
@@ -220,7 +253,8 @@ static sl_graph *mlp(const mlp_spec *s) {
         sl_variable(g, name, &ws, SL_DTYPE_F32,
                     sl_init_uniform(-0.5, 0.5, (uint64_t)l + 1), NULL, sbp);
     if (s->weight_only_op && l == 0) w = sl_mul_scalar(w, 0.5);
-    h = sl_relu(sl_matmul(h, w, false, false));
+    sl_tensor a = sl_matmul(h, w, false, false);
+    h = s->residual ? sl_add(sl_relu(a), a) : sl_relu(a);
     if (s->fetch_hidden && l == 0) sl_fetch(h, "h0");
   }
   sl_tensor head = sl_variable(g, "head", &hs, SL_DTYPE_F32,
@@ -243,14 +277,14 @@ static sl__pplan *lower(sl_graph *g) {
 }
 
 static const mlp_spec specs[] = {
-    {"cpu:0", NULL, NULL, NULL, 3, 16, 24, 0, false, false},
-    {"cpu:0", NULL, NULL, NULL, 6, 32, 16, 2, true, true},
-    {"cpu:0-1", "S(0)", NULL, NULL, 3, 16, 24, 0, false, false},
-    {"cpu:0-1", "S(0)", NULL, NULL, 4, 16, 24, 1, true, false},
-    {"cpu:0-1", NULL, "S(1)", "S(0)", 4, 16, 24, 2, false, true},
-    {"cpu:0-3", "S(0)", "S(1)", "S(0)", 3, 16, 24, 0, false, false},
+    {"cpu:0", NULL, NULL, NULL, 3, 16, 24, 0, false, false, false},
+    {"cpu:0", NULL, NULL, NULL, 6, 32, 16, 2, true, true, true},
+    {"cpu:0-1", "S(0)", NULL, NULL, 3, 16, 24, 0, false, false, true},
+    {"cpu:0-1", "S(0)", NULL, NULL, 4, 16, 24, 1, true, false, false},
+    {"cpu:0-1", NULL, "S(1)", "S(0)", 4, 16, 24, 2, false, true, true},
+    {"cpu:0-3", "S(0)", "S(1)", "S(0)", 3, 16, 24, 0, false, false, true},
     {"cpu:0-3[2,2]", "(S(0),B)", "(B,S(1))", "(B,S(0))", 4, 16, 24, 1, true,
-     false},
+     false, false},
 };
 #define N_SPECS (int)(sizeof specs / sizeof specs[0])
 
@@ -260,11 +294,14 @@ static void test_sharing_is_ordered(void **state) {
   for (int i = 0; i < N_SPECS; i++) {
     sl_graph *g = mlp(&specs[i]);
     sl__pplan *p = lower(g);
-    int pairs = check_sharing(p);
+    int in_place_pairs = 0, pairs = check_sharing(p, &in_place_pairs);
     check_accounting(p);
-    printf("%s (%d layers, optimizer %d): %d pairs share bytes\n",
-           specs[i].placement, specs[i].layers, specs[i].optimizer, pairs);
+    printf("%s (%d layers, optimizer %d): %d pairs share bytes, %d of them "
+           "in place\n",
+           specs[i].placement, specs[i].layers, specs[i].optimizer, pairs,
+           in_place_pairs);
     assert_true(pairs > 0);
+    assert_true(in_place_pairs > 0); /* relu into matmul, at least */
     sl__pplan_destroy(p);
     sl_graph_destroy(g);
   }
@@ -294,9 +331,10 @@ static void test_sharing_random(void **state) {
     s.optimizer = (int)sl__rng_below(&r, 3);
     s.fetch_hidden = sl__rng_below(&r, 2);
     s.weight_only_op = sl__rng_below(&r, 2);
+    s.residual = sl__rng_below(&r, 2);
     sl_graph *g = mlp(&s);
     sl__pplan *p = lower(g);
-    check_sharing(p);
+    check_sharing(p, NULL);
     check_accounting(p);
     sl__pplan_destroy(p);
     sl_graph_destroy(g);
@@ -354,7 +392,7 @@ static void test_sharing_off(void **state) {
     assert_int_equal(p->mem[i].block, 0);
     assert_true(p->mem[i].own == p->mem[i].unshared);
   }
-  assert_int_equal(check_sharing(p), 0);
+  assert_int_equal(check_sharing(p, NULL), 0);
   sl__pplan_destroy(p);
   sl_graph_destroy(g);
 }
@@ -364,7 +402,7 @@ static void test_sharing_off(void **state) {
  * session reports it per device. */
 static void test_savings_and_api(void **state) {
   (void)state;
-  mlp_spec s = {"cpu:0", NULL, NULL, NULL, 8, 256, 64, 0, false, false};
+  mlp_spec s = {"cpu:0", NULL, NULL, NULL, 8, 256, 64, 0, false, false, false};
   sl_graph *g = mlp(&s);
   sl_session *ss = NULL;
   if (sl_session_create(g, NULL, &ss) != SL_OK)
@@ -429,7 +467,7 @@ static void test_memory_table(void **state) {
     assert_int_equal(read->regsts[i].mem, p->regsts[i].mem);
     assert_true(read->regsts[i].offset == p->regsts[i].offset);
   }
-  check_sharing(read);
+  check_sharing(read, NULL);
   sl__pplan_destroy(read);
   sl__pplan_destroy(p);
   unlink(pb);
