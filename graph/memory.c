@@ -688,31 +688,53 @@ void sl__pmem_name(const sl__pplan *p, int32_t i, char *buf, size_t n) {
     snprintf(buf, n, "%s", dev);
 }
 
-static double mib(int64_t b) { return (double)b / (1024.0 * 1024.0); }
+/* "512 B", "40.0 KiB", "16.1 MiB", "20.26 GiB". */
+static const char *human(int64_t b, char *buf, size_t n) {
+  double x = (double)b;
+  if (b >= (int64_t)1 << 30)
+    snprintf(buf, n, "%.2f GiB", x / (1 << 30));
+  else if (b >= (int64_t)1 << 20)
+    snprintf(buf, n, "%.1f MiB", x / (1 << 20));
+  else if (b >= 1 << 10)
+    snprintf(buf, n, "%.1f KiB", x / (1 << 10));
+  else
+    snprintf(buf, n, "%lld B", (long long)b);
+  return buf;
+}
 
 sl_status sl__pplan_write_memory(const sl__pplan *p, FILE *f) {
-  fprintf(f,
-          "memory per device (MiB): allocated = shared block + own registers "
-          "+ mirrors + workspace; peak = the most live at once\n");
-  fprintf(f, "%-14s %10s %10s %10s %10s %10s %10s %10s", "device", "allocated",
-          "peak", "unshared", "block", "own", "mirrors", "workspace");
+  static const char *const head[] = {"device",   "allocated", "peak",
+                                     "unshared", "block",     "own",
+                                     "mirrors",  "workspace"};
+  for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
+    fprintf(f, i ? " %11s" : "%-14s", head[i]);
   for (int c = 0; c < SL_MEMORY_WORKSPACE; c++)
     fprintf(f, " %13s", sl_memory_category_name((sl_memory_category)c));
-  fprintf(f, " %8s %8s\n", "shared", "control");
+  fprintf(f, " %7s %7s\n", "shared", "control");
   for (int32_t i = 0; i < p->n_mem; i++) {
     const sl__pmem *m = &p->mem[i];
-    char name[64];
+    char name[64], b[32];
     sl__pmem_name(p, i, name, sizeof name);
-    fprintf(f, "%-14s %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f", name,
-            mib(sl__pmem_allocated(m)), mib(m->peak), mib(m->unshared),
-            mib(m->block), mib(m->own), mib(m->mirrors), mib(m->workspace));
+    fprintf(f, "%-14s", name);
+    int64_t cols[] = {sl__pmem_allocated(m),
+                      m->peak,
+                      m->unshared,
+                      m->block,
+                      m->own,
+                      m->mirrors,
+                      m->workspace};
+    for (size_t k = 0; k < sizeof cols / sizeof cols[0]; k++)
+      fprintf(f, " %11s", human(cols[k], b, sizeof b));
     for (int c = 0; c < SL_MEMORY_WORKSPACE; c++)
-      fprintf(f, " %13.2f", mib(m->category[c]));
-    fprintf(f, " %8d %8d\n", (int)m->n_shared, (int)m->n_ctrl);
+      fprintf(f, " %13s", human(m->category[c], b, sizeof b));
+    fprintf(f, " %7d %7d\n", (int)m->n_shared, (int)m->n_ctrl);
   }
-  fprintf(f, "(weights .. communication: the peak by what it holds; shared: "
-             "registers in the block; control: edges added to order the "
-             "device's tasks)\n");
+  fprintf(f, "allocated: the shared block, registers with memory of their own, "
+             "mirrors of\nother machines' registers and the largest kernel "
+             "workspace; peak: the most of\nit live at once; unshared: the "
+             "registers with none shared; weights ..\ncommunication: the peak "
+             "by what it holds; shared: registers in the block;\ncontrol: "
+             "edges added to order the device's compute tasks.\n");
   return ferror(f) ? sl__fail(SL_EIO, "plan: cannot write the memory table")
                    : SL_OK;
 }

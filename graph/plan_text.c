@@ -141,7 +141,17 @@ sl_status sl__pplan_write_text(const sl__pplan *p, FILE *f) {
     human_bytes(bytes, tb, sizeof tb);
     char dn[32];
     sl__dev_name(devs[di].device, dn, sizeof dn);
-    fprintf(f, "  device %s: %d tasks, %s of registers\n", dn, ntask, tb);
+    fprintf(f, "  device %s: %d tasks, %s of registers", dn, ntask, tb);
+    for (int32_t m = 0; m < p->n_mem; m++)
+      if (p->mem[m].machine == devs[di].machine &&
+          p->mem[m].device == devs[di].device) {
+        char ab[32], bb[32];
+        human_bytes(sl__pmem_allocated(&p->mem[m]), ab, sizeof ab);
+        human_bytes(p->mem[m].block, bb, sizeof bb);
+        fprintf(f, ", %s allocated (%s shared by %d)", ab, bb,
+                (int)p->mem[m].n_shared);
+      }
+    fputc('\n', f);
     for (uint32_t s = 0; s < SL_STREAMS_DEFAULT; s++) {
       bool header = false;
       for (int32_t i = 0; i < p->n_tasks; i++) {
