@@ -611,28 +611,6 @@ static sl_status lower_op(lower *L, int32_t ni, const sl__node *n) {
   return SL_OK;
 }
 
-/* The plan rank of each placement rank on both sides of a boxing plan. */
-static sl_status plan_ranks(const sl_boxing_plan *bp, const sl_placement *p,
-                            int *out) {
-  int R = sl_boxing_plan_rank_count(bp);
-  for (int r = 0; r < sl_placement_size(p); r++) {
-    int node, dev;
-    SL_CHECK(sl_placement_rank_device(p, r, &node, &dev));
-    out[r] = -1;
-    for (int q = 0; q < R && out[r] < 0; q++) {
-      int qn, qd;
-      sl_boxing_plan_rank_device(bp, q, &qn, &qd);
-      if (qn == node && qd == dev &&
-          sl_boxing_plan_rank_device_type(bp, q) == sl_placement_device_type(p))
-        out[r] = q;
-    }
-    if (out[r] < 0)
-      return sl__fail(SL_EINTERNAL, "lowering: a device of the placement "
-                                    "is not a plan rank");
-  }
-  return SL_OK;
-}
-
 /* Whether a boxing runs on its GPUs: when every plan rank is a CUDA
  * device. Each step is then NCCL's collective where NCCL computes it as it
  * stands, and grouped NCCL sends and receives with packing on the devices
@@ -652,34 +630,19 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
   int R = sl_boxing_plan_rank_count(bp), ns = sl_placement_size(ps),
       nt = sl_placement_size(pd), S = sl_boxing_plan_step_count(bp);
   int32_t *cur = arena_ints(L, R), *next = arena_ints(L, R);
-  int *to_src = sl__calloc((size_t)ns + 1, sizeof(int));
-  int *to_dst = sl__calloc((size_t)nt + 1, sizeof(int));
-  int *inv_src = sl__calloc((size_t)R + 1, sizeof(int));
-  int *inv_dst = sl__calloc((size_t)R + 1, sizeof(int));
   int32_t *sh = shard_of(L, n->out[0]);
-  sl_status st = SL_OK;
-  if (!cur || !next || !to_src || !to_dst || !inv_src || !inv_dst || !sh ||
-      !L->shard[n->in[0]]) {
-    st = L->shard[n->in[0]] ? SL_ENOMEM : SL_EINTERNAL;
-    goto out;
-  }
-  SL_CHECK_GOTO(plan_ranks(bp, ps, to_src), st, out);
-  SL_CHECK_GOTO(plan_ranks(bp, pd, to_dst), st, out);
-  for (int q = 0; q < R; q++)
-    inv_src[q] = inv_dst[q] = -1;
-  for (int r = 0; r < ns; r++)
-    inv_src[to_src[r]] = r;
-  for (int t = 0; t < nt; t++)
-    inv_dst[to_dst[t]] = t;
+  if (!cur || !next || !sh || !L->shard[n->in[0]])
+    return L->shard[n->in[0]] ? SL_ENOMEM : SL_EINTERNAL;
   for (int q = 0; q < R; q++)
     cur[q] = -1;
   for (int r = 0; r < ns; r++)
-    cur[to_src[r]] = L->shard[n->in[0]][r];
+    cur[sl__boxing_plan_rank(bp, 0, r)] = L->shard[n->in[0]][r];
   if (S == 0) { /* a relabel: the same registers */
     for (int t = 0; t < nt; t++)
-      sh[t] = cur[to_dst[t]];
-    goto out;
+      sh[t] = cur[sl__boxing_plan_rank(bp, 1, t)];
+    return SL_OK;
   }
+  sl_status st = SL_OK;
   bool gpu = boxing_on_gpu(bp);
   for (int q = 0; q < R && !gpu; q++)
     if (cur[q] >= 0 && on_cuda(L, cur[q]))
@@ -692,9 +655,9 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
     sl_boxing_step_layout(bp, s, &from, &to);
     bool last = s == S - 1;
     bool p2p = op == SL_BOXING_SEND_RECV || op == SL_BOXING_COPY;
-    /* After a p2p step the target placement holds the shards. */
-    const sl_placement *after = p2p ? pd : ps;
-    const int *inv_after = p2p ? inv_dst : inv_src;
+    int fs, ts; /* the sides holding the step's input and output shards */
+    sl__boxing_step_sides(bp, s, &fs, &ts);
+    const sl_placement *after = sl__boxing_side_placement(bp, ts);
     for (int q = 0; q < R; q++)
       next[q] = -1;
     /* Tasks: (plan rank, group, member). */
@@ -704,7 +667,7 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
       int gn = p2p ? R : sl_boxing_step_group(bp, s, gi, &ranks);
       for (int k = 0; k < gn; k++) {
         int q = p2p ? k : ranks[k];
-        int tr = inv_after[q]; /* its rank after the step, -1: none */
+        int tr = sl__boxing_side_rank(bp, ts, q); /* after the step */
         bool has_in = cur[q] >= 0, has_out = tr >= 0;
         if (!has_in && !has_out) continue;
         int node, dev;
@@ -720,8 +683,10 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
                 ? SL_STREAM_COLLECTIVE
                 : SL_STREAM_COPY;
         uint32_t mach, devu;
-        SL_CHECK_GOTO(rank_where(p2p ? (has_out ? pd : ps) : ps,
-                                 has_out ? tr : inv_src[q], &mach, &devu),
+        int side = has_out ? ts : fs;
+        SL_CHECK_GOTO(rank_where(sl__boxing_side_placement(bp, side),
+                                 sl__boxing_side_rank(bp, side, q), &mach,
+                                 &devu),
                       st, out);
         (void)node;
         (void)dev;
@@ -774,7 +739,7 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
     uint32_t m, d;
     SL_CHECK_GOTO(rank_where(pd, t, &m, &d), st, out);
     if (gpu || host_side(d) == d) continue;
-    int32_t q = to_dst[t], reg, id;
+    int32_t q = sl__boxing_plan_rank(bp, 1, t), reg, id;
     SL_CHECK_GOTO(value_regst(L, n->out[0], t, &reg), st, out);
     SL_CHECK_GOTO(copy_task(L, adup(L, "%s.h2d@p%d", n->name, q), ni, q, cur[q],
                             reg, &id, &cur[q]),
@@ -782,12 +747,8 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
     if (L->var_of[n->out[0]] >= 0) SL_CHECK_GOTO(add_tick(L, id), st, out);
   }
   for (int t = 0; t < nt; t++)
-    if (L->var_of[n->out[0]] < 0) sh[t] = cur[to_dst[t]];
+    if (L->var_of[n->out[0]] < 0) sh[t] = cur[sl__boxing_plan_rank(bp, 1, t)];
 out:
-  sl__free(to_src);
-  sl__free(to_dst);
-  sl__free(inv_src);
-  sl__free(inv_dst);
   return st;
 }
 

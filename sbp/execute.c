@@ -246,25 +246,11 @@ out:
   return st;
 }
 
-/* The placement rank of each plan rank on a side (-1: not on that side). */
-static sl_status side_ranks(const sl_boxing_plan *plan, int side, int **out) {
-  int n = sl_placement_size(plan->place[side]);
-  int *inv = sl__malloc((size_t)plan->rank_count * sizeof(int));
-  if (!inv) return SL_ENOMEM;
-  for (int r = 0; r < plan->rank_count; r++)
-    inv[r] = -1;
-  for (int r = 0; r < n; r++)
-    inv[plan->plan_rank[side][r]] = r;
-  *out = inv;
-  return SL_OK;
-}
-
 static sl_status run_p2p(exec *x, const sl__step *s) {
   const sl_boxing_plan *plan = x->plan;
-  int *from_rank = NULL, *to_rank = NULL;
+  const int *from_rank = plan->side_rank[s->from_side],
+            *to_rank = plan->side_rank[s->to_side];
   sl_status st;
-  SL_CHECK_GOTO(side_ranks(plan, s->from_side, &from_rank), st, out);
-  SL_CHECK_GOTO(side_ranks(plan, s->to_side, &to_rank), st, out);
   const sl_placement *tp = plan->place[s->to_side];
   for (int t = 0; t < sl_placement_size(tp); t++) {
     int p = plan->plan_rank[s->to_side][t];
@@ -307,8 +293,6 @@ static sl_status run_p2p(exec *x, const sl__step *s) {
   }
   st = SL_OK;
 out:
-  sl__free(from_rank);
-  sl__free(to_rank);
   return st;
 }
 

@@ -73,7 +73,36 @@ static sl_status map_ranks(sl_boxing_plan *plan) {
     plan->plan_rank[1][t] = r;
   }
   plan->rank_count = n;
+  for (int side = 0; side < 2; side++) {
+    int m = side ? nt : ns;
+    plan->side_rank[side] =
+        sl__arena_calloc(plan->arena, (size_t)n + 1, sizeof(int));
+    if (!plan->side_rank[side]) return SL_ENOMEM;
+    for (int q = 0; q < n; q++)
+      plan->side_rank[side][q] = -1;
+    for (int r = 0; r < m; r++)
+      plan->side_rank[side][plan->plan_rank[side][r]] = r;
+  }
   return SL_OK;
+}
+
+int sl__boxing_plan_rank(const sl_boxing_plan *plan, int side, int r) {
+  return plan->plan_rank[side][r];
+}
+
+int sl__boxing_side_rank(const sl_boxing_plan *plan, int side, int q) {
+  return plan->side_rank[side][q];
+}
+
+void sl__boxing_step_sides(const sl_boxing_plan *plan, int step, int *from,
+                           int *to) {
+  *from = plan->steps[step].from_side;
+  *to = plan->steps[step].to_side;
+}
+
+const sl_placement *sl__boxing_side_placement(const sl_boxing_plan *plan,
+                                              int side) {
+  return plan->place[side];
 }
 
 static bool same_mesh(const sl_placement *a, const sl_placement *b) {

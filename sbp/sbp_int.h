@@ -104,8 +104,9 @@ struct sl_boxing_plan {
   sl_boxing_cost cost;
   int rank_count;
   int *rank_node, *rank_device; /* per plan rank */
-  bool cross_type; /* the sides' device types differ: no shared device */
-  int *plan_rank[2];            /* placement rank -> plan rank, per side */
+  bool cross_type;   /* the sides' device types differ: no shared device */
+  int *plan_rank[2]; /* placement rank -> plan rank, per side */
+  int *side_rank[2]; /* plan rank -> placement rank, -1, per side */
   int step_count, step_cap;
   sl__step *steps;
   int64_t *bytes_sent;
@@ -127,6 +128,21 @@ sl_status sl__plan_send_recv(sl_boxing_plan *plan);
 /* Appends one copy step: rank i of the source to rank i of the target
  * (same mesh and nd-SBP on both sides). */
 sl_status sl__plan_copy(sl_boxing_plan *plan);
+
+/* The geometry of plan ranks, computed here once for everyone who lays a
+ * plan out (lowering, the reference executor, the session's collectives
+ * and device exchanges): side 0 is the source placement, side 1 the
+ * target. The plan rank of rank r of a side; the rank of a side at plan
+ * rank q, -1 where that side has no device; the sides whose placements
+ * hold a step's input and output shards (a send_recv or copy moves them
+ * from side 0 to side 1). */
+int sl__boxing_plan_rank(const sl_boxing_plan *plan, int side, int r);
+int sl__boxing_side_rank(const sl_boxing_plan *plan, int side, int q);
+void sl__boxing_step_sides(const sl_boxing_plan *plan, int step, int *from,
+                           int *to);
+/* The placement of a side. */
+const sl_placement *sl__boxing_side_placement(const sl_boxing_plan *plan,
+                                              int side);
 
 /* Whether the ranks of a list span more than one node. */
 bool sl__plan_ranks_inter(const sl_boxing_plan *plan, int n, const int *ranks);

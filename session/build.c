@@ -59,26 +59,6 @@ static uint32_t boxing_device(const sl_boxing_plan *bp, int q) {
              : (uint32_t)dev;
 }
 
-/* Plan rank -> placement rank on one side (-1: not there). */
-sl_status sl__boxing_side_of(const sl_boxing_plan *bp, const sl_placement *p,
-                             int *inv) {
-  int R = sl_boxing_plan_rank_count(bp);
-  for (int q = 0; q < R; q++)
-    inv[q] = -1;
-  for (int r = 0; r < sl_placement_size(p); r++) {
-    int node, dev;
-    SL_CHECK(sl_placement_rank_device(p, r, &node, &dev));
-    for (int q = 0; q < R; q++) {
-      int qn, qd;
-      sl_boxing_plan_rank_device(bp, q, &qn, &qd);
-      if (qn == node && qd == dev &&
-          sl_boxing_plan_rank_device_type(bp, q) == sl_placement_device_type(p))
-        inv[q] = r;
-    }
-  }
-  return SL_OK;
-}
-
 typedef struct coll_key {
   int32_t node, step, group;
   sl__coll *coll;
@@ -149,17 +129,18 @@ static bool nccl_layout(const sl_boxing_plan *bp, int s, const sl_shape *shape,
   if (split->kind != SL_SBP_SPLIT || split->axis != 0) return false;
   sl_nd_sbp bl = from;
   bl.sbp[m] = sl_sbp_broadcast();
-  int *inv = sl__calloc((size_t)sl_boxing_plan_rank_count(bp), sizeof *inv);
-  bool ok = inv && sl__boxing_side_of(bp, p, inv) == SL_OK;
+  int fs, ts;
+  sl__boxing_step_sides(bp, s, &fs, &ts);
+  bool ok = true;
   for (int gi = 0; ok && gi < sl_boxing_step_group_count(bp, s); gi++) {
     const int *ranks = NULL;
     int gn = sl_boxing_step_group(bp, s, gi, &ranks);
     sl_slice blk;
     ok = gn >= 1 &&
-         sl_local_slice(shape, p, &bl, inv[ranks[0]], &blk) == SL_OK &&
+         sl_local_slice(shape, p, &bl, sl__boxing_side_rank(bp, fs, ranks[0]),
+                        &blk) == SL_OK &&
          blk.extent[0] % gn == 0;
   }
-  sl__free(inv);
   return ok;
 }
 
@@ -286,16 +267,6 @@ sl_status sl__session_connect_dgroups(sl_session *s, const sl__dev_kv *kv) {
 
 /* The placement holding the shards before step `step` (after a send_recv
  * or copy step, the target's). */
-const sl_placement *sl__boxing_step_placement(const sl_boxing_plan *bp,
-                                              int step, const sl_placement *ps,
-                                              const sl_placement *pd) {
-  for (int s = 0; s < step; s++) {
-    sl_boxing_op op = sl_boxing_step_op(bp, s);
-    if (op == SL_BOXING_SEND_RECV || op == SL_BOXING_COPY) return pd;
-  }
-  return ps;
-}
-
 /* The collectives' constructors also give the node of every member
  * (*mnode, n entries, sl__free). */
 static sl_status make_exchange(sl_session *s, const sl__node *n, int step,
@@ -303,10 +274,10 @@ static sl_status make_exchange(sl_session *s, const sl__node *n, int step,
                                uint32_t **mnode) {
   const sl_boxing_plan *bp = n->boxing;
   const sl__value *vin = sl__graph_value(s->g, n->in[0]);
-  const sl__value *vout = sl__graph_value(s->g, n->out[0]);
-  const sl_placement *from_p =
-      sl__boxing_step_placement(bp, step, vin->placement, vout->placement);
-  const sl_placement *to_p = vout->placement;
+  int fs, ts;
+  sl__boxing_step_sides(bp, step, &fs, &ts);
+  const sl_placement *from_p = sl__boxing_side_placement(bp, fs),
+                     *to_p = sl__boxing_side_placement(bp, ts);
   int R = sl_boxing_plan_rank_count(bp);
   sl_nd_sbp from, to;
   sl_boxing_step_layout(bp, step, &from, &to);
@@ -319,18 +290,14 @@ static sl_status make_exchange(sl_session *s, const sl__node *n, int step,
   sl_slice *osl = sl__calloc((size_t)R, sizeof *osl);
   int8_t *fill = sl__calloc((size_t)R, sizeof *fill);
   int *workers = sl__calloc((size_t)R, sizeof *workers);
-  int *inv_from = sl__calloc((size_t)R, sizeof(int));
-  int *inv_to = sl__calloc((size_t)R, sizeof(int));
   sl__coll_piece *pieces = sl__calloc((size_t)np + 1, sizeof *pieces);
   uint32_t *nodes = sl__calloc((size_t)R, sizeof *nodes);
   sl_status st = SL_OK;
-  if (!has_in || !has_out || !isl || !osl || !fill || !workers || !inv_from ||
-      !inv_to || !pieces || !nodes) {
+  if (!has_in || !has_out || !isl || !osl || !fill || !workers || !pieces ||
+      !nodes) {
     st = SL_ENOMEM;
     goto out;
   }
-  SL_CHECK_GOTO(sl__boxing_side_of(bp, from_p, inv_from), st, out);
-  SL_CHECK_GOTO(sl__boxing_side_of(bp, to_p, inv_to), st, out);
   for (int q = 0; q < R; q++) {
     int node, dev;
     sl_boxing_plan_rank_device(bp, q, &node, &dev);
@@ -339,17 +306,18 @@ static sl_status make_exchange(sl_session *s, const sl__node *n, int step,
     sl_reduce_op f;
     fill[q] =
         sl_boxing_step_fill(bp, step, q, &f) ? (int8_t)f : SL__COLL_FILL_ZERO;
-    if (inv_from[q] >= 0) {
+    int fr = sl__boxing_side_rank(bp, fs, q),
+        tr = sl__boxing_side_rank(bp, ts, q);
+    if (fr >= 0) {
       has_in[q] = true;
       SL_CHECK_GOTO(
-          sl_local_slice(&vin->meta.shape, from_p, &from, inv_from[q], &isl[q]),
-          st, out);
-    }
-    if (inv_to[q] >= 0) {
-      has_out[q] = true;
-      SL_CHECK_GOTO(
-          sl_local_slice(&vin->meta.shape, to_p, &to, inv_to[q], &osl[q]), st,
+          sl_local_slice(&vin->meta.shape, from_p, &from, fr, &isl[q]), st,
           out);
+    }
+    if (tr >= 0) {
+      has_out[q] = true;
+      SL_CHECK_GOTO(sl_local_slice(&vin->meta.shape, to_p, &to, tr, &osl[q]),
+                    st, out);
     }
   }
   bool preduce = false;
@@ -392,8 +360,6 @@ out:
   sl__free(osl);
   sl__free(fill);
   sl__free(workers);
-  sl__free(inv_from);
-  sl__free(inv_to);
   sl__free(pieces);
   return st;
 }

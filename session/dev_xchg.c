@@ -26,6 +26,7 @@
  * the stream orders one round's unpacking before the next round's packing. */
 #include <string.h>
 
+#include "sbp_int.h"
 #include "session_int.h"
 
 /* One box a member moves: a send (from its input), or a piece it applies
@@ -131,19 +132,16 @@ sl_status sl__xgeom_group(const sl_graph *gr, const sl__node *n, int step,
   sl_nd_sbp from = gs.from, to = gs.to;
   int m = gs.axis, gn = gs.n;
   const int *ranks = gs.ranks;
-  int *inv = sl__calloc((size_t)sl_boxing_plan_rank_count(bp), sizeof *inv);
-  if (!inv) return SL_ENOMEM;
+  int fs, ts; /* group steps: one side */
+  sl__boxing_step_sides(bp, step, &fs, &ts);
   sl_status st = geom_alloc(g, gn, gn * gn);
-  if (st == SL_OK) st = sl__boxing_side_of(bp, p, inv);
   for (int k = 0; k < gn && st == SL_OK; k++) {
+    int r = sl__boxing_side_rank(bp, fs, ranks[k]);
     g->has_in[k] = g->has_out[k] = true;
-    st = sl_local_slice(&vin->meta.shape, p, &from, inv[ranks[k]],
-                        &g->in_box[k]);
+    st = sl_local_slice(&vin->meta.shape, p, &from, r, &g->in_box[k]);
     if (st == SL_OK)
-      st = sl_local_slice(&vin->meta.shape, p, &to, inv[ranks[k]],
-                          &g->out_box[k]);
+      st = sl_local_slice(&vin->meta.shape, p, &to, r, &g->out_box[k]);
   }
-  sl__free(inv);
   if (st != SL_OK) {
     sl__xgeom_free(g);
     return st;
@@ -161,19 +159,15 @@ sl_status sl__xgeom_p2p(const sl_graph *gr, const sl__node *n, int step,
                         sl__xgeom *g) {
   const sl_boxing_plan *bp = n->boxing;
   const sl__value *vin = sl__graph_value(gr, n->in[0]);
-  const sl__value *vout = sl__graph_value(gr, n->out[0]);
-  const sl_placement *from_p =
-      sl__boxing_step_placement(bp, step, vin->placement, vout->placement);
-  const sl_placement *to_p = vout->placement;
+  int fs, ts;
+  sl__boxing_step_sides(bp, step, &fs, &ts);
+  const sl_placement *from_p = sl__boxing_side_placement(bp, fs),
+                     *to_p = sl__boxing_side_placement(bp, ts);
   int R = sl_boxing_plan_rank_count(bp);
   int np = sl_boxing_step_piece_count(bp, step);
   sl_nd_sbp from, to;
   sl_boxing_step_layout(bp, step, &from, &to);
-  int *inv_from = sl__calloc((size_t)R, sizeof(int));
-  int *inv_to = sl__calloc((size_t)R, sizeof(int));
-  sl_status st = inv_from && inv_to ? geom_alloc(g, R, np) : SL_ENOMEM;
-  if (st == SL_OK) st = sl__boxing_side_of(bp, from_p, inv_from);
-  if (st == SL_OK) st = sl__boxing_side_of(bp, to_p, inv_to);
+  sl_status st = geom_alloc(g, R, np);
   g->dtype = vin->meta.dtype;
   g->op = SL_REDUCE_SUM;
   bool has_red = sl_boxing_step_reduce(bp, step, &g->op);
@@ -185,14 +179,14 @@ sl_status sl__xgeom_p2p(const sl_graph *gr, const sl__node *n, int step,
                     "boxing '%s' step %d fills with another "
                     "reduction than it reduces with",
                     n->name, step);
-    g->has_in[q] = inv_from[q] >= 0;
-    g->has_out[q] = inv_to[q] >= 0;
+    int fr = sl__boxing_side_rank(bp, fs, q),
+        tr = sl__boxing_side_rank(bp, ts, q);
+    g->has_in[q] = fr >= 0;
+    g->has_out[q] = tr >= 0;
     if (st == SL_OK && g->has_in[q])
-      st = sl_local_slice(&vin->meta.shape, from_p, &from, inv_from[q],
-                          &g->in_box[q]);
+      st = sl_local_slice(&vin->meta.shape, from_p, &from, fr, &g->in_box[q]);
     if (st == SL_OK && g->has_out[q])
-      st = sl_local_slice(&vin->meta.shape, to_p, &to, inv_to[q],
-                          &g->out_box[q]);
+      st = sl_local_slice(&vin->meta.shape, to_p, &to, tr, &g->out_box[q]);
   }
   for (int i = 0; i < np && st == SL_OK; i++) {
     sl__xpiece *pc = &g->pieces[i];
@@ -201,8 +195,6 @@ sl_status sl__xgeom_p2p(const sl_graph *gr, const sl__node *n, int step,
     pc->reduce = r && has_red;
     g->n_pieces++;
   }
-  sl__free(inv_from);
-  sl__free(inv_to);
   if (st == SL_OK) st = geom_check(g, n->name);
   if (st != SL_OK) sl__xgeom_free(g);
   return st;

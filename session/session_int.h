@@ -374,13 +374,6 @@ typedef struct sl__group_step {
 sl_status sl__group_step_of(const sl__node *n, int step, int group,
                             sl__group_step *out);
 
-/* build.c: the placement rank of every plan rank on placement p's side
- * (-1: not there), and the placement holding the shards before step. */
-sl_status sl__boxing_side_of(const sl_boxing_plan *bp, const sl_placement *p,
-                             int *inv);
-const sl_placement *sl__boxing_step_placement(const sl_boxing_plan *bp,
-                                              int step, const sl_placement *ps,
-                                              const sl_placement *pd);
 
 /* Copies host bytes to the device and waits (set-up only). */
 sl_status sl__dev_upload(sess_dev *d, void *dst, const void *src,
