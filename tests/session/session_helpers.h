@@ -39,6 +39,16 @@ static inline void st_check_graph(sl_graph *g) {
   if (sl_graph_status(g) != SL_OK) fail_msg("graph: %s", sl_graph_error(g));
 }
 
+#ifdef SLUICE_LOWER_INT_H
+/* Compiles and lowers g (tests that include lower_int.h first). */
+static inline sl__pplan *st_lower(sl_graph *g) {
+  if (sl__graph_compile(g) != SL_OK) fail_msg("compile: %s", sl_last_error());
+  sl__pplan *p = NULL;
+  if (sl__lower(g, &p) != SL_OK) fail_msg("lower: %s", sl_last_error());
+  return p;
+}
+#endif
+
 static inline size_t st_value_bytes(const sl__value *v) {
   return (size_t)sl_shape_numel(&v->meta.shape) * sl_dtype_size(v->meta.dtype);
 }

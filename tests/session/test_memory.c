@@ -269,13 +269,6 @@ static sl_graph *mlp(const mlp_spec *s) {
   return g;
 }
 
-static sl__pplan *lower(sl_graph *g) {
-  if (sl__graph_compile(g) != SL_OK) fail_msg("compile: %s", sl_last_error());
-  sl__pplan *p = NULL;
-  if (sl__lower(g, &p) != SL_OK) fail_msg("lower: %s", sl_last_error());
-  return p;
-}
-
 static const mlp_spec specs[] = {
     {"cpu:0", NULL, NULL, NULL, 3, 16, 24, 0, false, false, false},
     {"cpu:0", NULL, NULL, NULL, 6, 32, 16, 2, true, true, true},
@@ -293,7 +286,7 @@ static void test_sharing_is_ordered(void **state) {
   (void)state;
   for (int i = 0; i < N_SPECS; i++) {
     sl_graph *g = mlp(&specs[i]);
-    sl__pplan *p = lower(g);
+    sl__pplan *p = st_lower(g);
     int in_place_pairs = 0, pairs = check_sharing(p, &in_place_pairs);
     check_accounting(p);
     printf("%s (%d layers, optimizer %d): %d pairs share bytes, %d of them "
@@ -333,7 +326,7 @@ static void test_sharing_random(void **state) {
     s.weight_only_op = sl__rng_below(&r, 2);
     s.residual = sl__rng_below(&r, 2);
     sl_graph *g = mlp(&s);
-    sl__pplan *p = lower(g);
+    sl__pplan *p = st_lower(g);
     check_sharing(p, NULL);
     check_accounting(p);
     sl__pplan_destroy(p);
@@ -386,7 +379,7 @@ static void test_sharing_off(void **state) {
   (void)state;
   setenv("SLUICE_MEMORY_SHARING", "0", 1);
   sl_graph *g = mlp(&specs[1]);
-  sl__pplan *p = lower(g);
+  sl__pplan *p = st_lower(g);
   unsetenv("SLUICE_MEMORY_SHARING");
   for (int32_t i = 0; i < p->n_mem; i++) {
     assert_int_equal(p->mem[i].block, 0);
@@ -458,7 +451,7 @@ static void test_memory_table(void **state) {
   /* The file's plan is the compiled one, memory included. */
   sl__pplan *read = NULL;
   assert_int_equal(sl__pplan_read_file(pb, &read), SL_OK);
-  sl__pplan *p = lower(g);
+  sl__pplan *p = st_lower(g);
   assert_int_equal(read->n_mem, p->n_mem);
   assert_int_equal(read->n_ctrl, p->n_ctrl);
   for (int32_t i = 0; i < p->n_mem; i++)

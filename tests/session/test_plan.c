@@ -30,13 +30,6 @@ static sl_graph *mlp(const char *placement, const char *x_sbp,
   return g;
 }
 
-static sl__pplan *lower(sl_graph *g) {
-  if (sl__graph_compile(g) != SL_OK) fail_msg("compile: %s", sl_last_error());
-  sl__pplan *p = NULL;
-  if (sl__lower(g, &p) != SL_OK) fail_msg("lower: %s", sl_last_error());
-  return p;
-}
-
 static int32_t node_named(const sl_graph *g, const char *name) {
   int32_t i = sl__graph_find(g, name);
   if (i < 0) fail_msg("no node '%s'", name);
@@ -52,7 +45,7 @@ static int count_tasks(const sl__pplan *p, int32_t node, sl__task_kind kind) {
 
 static void test_dp_structure(void **state) {
   sl_graph *g = mlp("cpu:0-1", "S(0)", "B", "B");
-  sl__pplan *p = lower(g);
+  sl__pplan *p = st_lower(g);
   assert_int_equal(p->machines, 1);
   assert_int_equal(p->driver, 1);
   int ticks = 0, colls = 0;
@@ -143,7 +136,7 @@ static void test_dp_structure(void **state) {
  * 2x2 mesh: collectives run on groups of 2 along one mesh axis. */
 static void test_tp_hybrid_structure(void **state) {
   sl_graph *g = mlp("cpu:0-3[2,2]", "(S(0),B)", "(B,S(1))", "(B,S(0))");
-  sl__pplan *p = lower(g);
+  sl__pplan *p = st_lower(g);
   int colls = 0;
   for (int32_t i = 0; i < p->n_tasks; i++) {
     const sl__task *t = &p->tasks[i];
@@ -165,7 +158,7 @@ static void test_tp_hybrid_structure(void **state) {
   sl_shape xs = SL_SHAPE(5, 4);
   sl_tensor x = sl_input(g, "x", &xs, SL_DTYPE_F32, NULL, "S(0)");
   sl_fetch(sl_to_global(x, "cpu:1-3", "S(1)"), "moved");
-  p = lower(g);
+  p = st_lower(g);
   int xchg = 0, only_out = 0;
   for (int32_t i = 0; i < p->n_tasks; i++) {
     const sl__task *t = &p->tasks[i];
@@ -194,7 +187,7 @@ static void write_text(const sl__pplan *p, int fmt, char **buf, size_t *len) {
 
 static void test_protobuf_round_trip(void **state) {
   sl_graph *g = mlp("cpu:0-3[2,2]", "(S(0),B)", "(B,S(1))", "(B,S(0))");
-  sl__pplan *p = lower(g);
+  sl__pplan *p = st_lower(g);
   uint8_t *a = NULL, *b = NULL;
   size_t na = 0, nb = 0;
   assert_int_equal(sl__pplan_pack(p, &a, &na), SL_OK);
