@@ -26,6 +26,9 @@
  *    t1's start and tn's end), so they may share bytes: the registers of
  *    count 1 with bounded lifetimes are placed in one block per device,
  *    largest first, each at the lowest offset free for its lifetime.
+ * 4. In place: an elementwise op (sl__op_def.inplace) writes its output
+ *    into an input of its shape and dtype whose last reader it is; the two
+ *    form one class that takes the same bytes.
  *
  * Everything else keeps memory of its own: variables, registers with
  * several buffers (feeds, update loops, ticks), registers without a
@@ -327,35 +330,66 @@ static sl_status place(life **c, int32_t n, int64_t *block) {
   return SL_OK;
 }
 
-/* The most bytes live at once: the classes by their lifetimes (each by the
- * member live then), plus what is always there. */
-static void peak_of(const sl__pplan *p, life *l, int32_t n, life **c,
-                    int32_t nc, const int64_t *always, sl__pmem *m) {
-  int64_t best = -1;
-  int64_t best_cat[SL_MEMORY_CATEGORIES] = {0};
-  /* Live bytes change only where a lifetime starts: check each start. */
-  for (int32_t i = 0; i <= n; i++) {
-    int64_t at = i < n ? l[i].w : -1, live = 0;
-    int64_t cat[SL_MEMORY_CATEGORIES] = {0};
-    for (int32_t j = 0; j < nc && i < n; j++) {
-      if (c[j]->w > at || at > c[j]->f) continue;
-      int32_t now = -1, r = (int32_t)(c[j] - l);
-      for (int32_t k = 0; k < n; k++) /* the member written last by then */
-        if (root(l, k) == r && l[k].w <= at && (now < 0 || l[k].w > l[now].w))
-          now = k;
-      live += c[j]->bytes;
-      cat[p->regsts[l[now].reg].category] += c[j]->bytes;
+/* A point of the sweep below: member k starts (end false) or its class
+ * ends (end true: at f + 1, the first point it is no longer live). */
+typedef struct event {
+  int64_t t;
+  int32_t k;
+  bool end;
+} event;
+
+static int by_time(const void *a, const void *b) {
+  const event *x = a, *y = b;
+  if (x->t != y->t) return x->t < y->t ? -1 : 1;
+  return (int)y->end - (int)x->end; /* ends first */
+}
+
+/* The most bytes live at once — each class by its lifetime, counted in
+ * the category of its member live then — plus what is always there. A
+ * sweep over the members' starts and the classes' ends. */
+static sl_status peak_of(const sl__pplan *p, life *l, int32_t n,
+                         const int64_t *always, sl__pmem *m) {
+  event *ev = sl__calloc(2 * (size_t)n + 1, sizeof *ev);
+  int *now = sl__calloc((size_t)n + 1, sizeof *now); /* class -> category */
+  if (!ev || !now) {
+    sl__free(ev);
+    sl__free(now);
+    return SL_ENOMEM;
+  }
+  int32_t ne = 0;
+  for (int32_t k = 0; k < n; k++) {
+    ev[ne++] = (event){l[k].w, k, false};
+    if (root(l, k) == k) ev[ne++] = (event){l[k].f + 1, k, true};
+    now[k] = -1;
+  }
+  qsort(ev, (size_t)ne, sizeof *ev, by_time);
+  int64_t live = 0, best = 0;
+  int64_t cat[SL_MEMORY_CATEGORIES] = {0}, best_cat[SL_MEMORY_CATEGORIES] = {0};
+  for (int32_t i = 0; i < ne; i++) {
+    int32_t r = root(l, ev[i].k);
+    int64_t b = l[r].bytes;
+    if (now[r] >= 0) { /* leaves its category: ends or is replaced */
+      cat[now[r]] -= b;
+      live -= b;
     }
-    if (live > best) {
+    now[r] = ev[i].end ? -1 : (int)p->regsts[l[ev[i].k].reg].category;
+    if (now[r] >= 0) {
+      cat[now[r]] += b;
+      live += b;
+    }
+    if (live > best && (i + 1 == ne || ev[i + 1].t != ev[i].t)) {
       best = live;
       memcpy(best_cat, cat, sizeof cat);
     }
   }
+  sl__free(ev);
+  sl__free(now);
   m->peak = 0;
   for (int k = 0; k < SL_MEMORY_CATEGORIES; k++) {
     m->category[k] = best_cat[k] + always[k];
     m->peak += m->category[k];
   }
+  return SL_OK;
 }
 
 typedef struct planner {
@@ -564,7 +598,7 @@ static sl_status plan_device(planner *P, int32_t m) {
     pm->workspace = workspace_of(p, P->g, pm);
     always[SL_MEMORY_COMMUNICATION] += pm->mirrors;
     always[SL_MEMORY_WORKSPACE] += pm->workspace;
-    peak_of(p, l, n, c, nc, always, pm);
+    st = peak_of(p, l, n, always, pm);
   }
   sl__free(l);
   sl__free(c);
