@@ -6,6 +6,7 @@
  * result is the same whether one thread runs all tasks or n threads run
  * one each. */
 #include <stdio.h>
+#include <stdalign.h>
 #include <string.h>
 
 #include "coll_int.h"
@@ -190,19 +191,26 @@ static const unsigned char *cin(const sl__coll *x, int k) {
   return (const unsigned char *)x->m[k].in;
 }
 
-/* all_reduce: member k reduces chunk k of every input, in member order, into
- * its own output, then copies the chunk into every other output. */
+/* all_reduce: member k reduces chunk k of every input, in member order,
+ * a tile at a time into a buffer of its own, and copies each tile into
+ * every output. A tile is read from every input before it is written
+ * anywhere, so a member's output may be its input (in place: the memory
+ * planner gives an all-reduce the bytes of the gradient it reduces). */
+#define TILE_BYTES 4096
+
 static void task_all_reduce(sl__coll *x, int k) {
   const coll_member *m = &x->m[k];
-  if (m->part_extent <= 0) return;
-  size_t off = (size_t)m->part_start * x->es,
-         len = (size_t)m->part_extent * x->es;
-  unsigned char *dst = (unsigned char *)m->out + off;
-  memcpy(dst, cin(x, 0) + off, len);
-  for (int j = 1; j < x->n; j++)
-    sl__elem_reduce(x->dtype, x->reduce, dst, cin(x, j) + off, m->part_extent);
-  for (int j = 0; j < x->n; j++)
-    if (j != k) memcpy((unsigned char *)x->m[j].out + off, dst, len);
+  alignas(64) unsigned char tile[TILE_BYTES];
+  int64_t per = (int64_t)(TILE_BYTES / x->es);
+  for (int64_t e = 0; e < m->part_extent; e += per) {
+    int64_t cnt = SL_MIN(per, m->part_extent - e);
+    size_t off = (size_t)(m->part_start + e) * x->es, len = (size_t)cnt * x->es;
+    memcpy(tile, cin(x, 0) + off, len);
+    for (int j = 1; j < x->n; j++)
+      sl__elem_reduce(x->dtype, x->reduce, tile, cin(x, j) + off, cnt);
+    for (int j = 0; j < x->n; j++)
+      memcpy((unsigned char *)x->m[j].out + off, tile, len);
+  }
 }
 
 static void task_reduce_scatter(sl__coll *x, int k) {

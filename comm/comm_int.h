@@ -138,7 +138,8 @@ typedef void (*sl__coll_done_fn)(void *arg, sl_status st);
 
 /* Member `member` joins the current round with its buffers (in may be NULL
  * when in_bytes is 0, likewise out). in and out must not overlap each other
- * or other members' buffers, and stay valid until done is called. Returns
+ * or other members' buffers — except that an all_reduce's out may be its
+ * own in (in place) — and stay valid until done is called. Returns
  * SL_OK when done will be called; otherwise (bad member, sizes that do not
  * match, a member arriving twice in one round) an error, and done is not
  * called. */

@@ -622,6 +622,22 @@ static bool boxing_on_gpu(const sl_boxing_plan *bp) {
   return true;
 }
 
+/* Who runs a group of a boxing step (ranks NULL: plan ranks 0..n-1, an
+ * exchange's): the devices on GPUs, else this process when every member
+ * is on one machine, else the daemons' data plane. */
+static sl__engine boxing_engine(const sl_boxing_plan *bp, bool gpu, int n,
+                                const int *ranks) {
+  if (gpu) return SL__ENGINE_DEVICE;
+  int first = -1;
+  for (int k = 0; k < n; k++) {
+    int node;
+    sl_boxing_plan_rank_device(bp, ranks ? ranks[k] : k, &node, NULL);
+    if (first >= 0 && node != first) return SL__ENGINE_NODES;
+    first = node;
+  }
+  return SL__ENGINE_INPROC;
+}
+
 static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
   const sl_boxing_plan *bp = n->boxing;
   const sl__value *vin = sl__graph_value(L->g, n->in[0]);
@@ -665,6 +681,7 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
     for (int gi = 0; gi < ng; gi++) {
       const int *ranks = NULL;
       int gn = p2p ? R : sl_boxing_step_group(bp, s, gi, &ranks);
+      sl__engine engine = boxing_engine(bp, gpu, gn, ranks);
       for (int k = 0; k < gn; k++) {
         int q = p2p ? k : ranks[k];
         int tr = sl__boxing_side_rank(bp, ts, q); /* after the step */
@@ -704,6 +721,7 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
         t->step = s;
         t->group = p2p ? -1 : gi;
         t->member = p2p ? q : k;
+        if (kind != SL__TASK_LOCAL) t->engine = engine;
         if (has_in) t->in[t->n_in++] = cur[q];
         if (has_out) {
           int32_t reg;

@@ -35,6 +35,17 @@ typedef enum sl__task_kind {
 } sl__task_kind;
 #define SL__TASK_KIND_COUNT 10
 
+/* Who runs a boxing task's collective or exchange (COLL and XCHG tasks;
+ * NONE for every other task). Lowering decides, the session instantiates. */
+typedef enum sl__engine {
+  SL__ENGINE_NONE = 0,
+  SL__ENGINE_INPROC = 1, /* comm/coll.c: every member in this process */
+  SL__ENGINE_NODES = 2,  /* members on several machines: the data plane
+                            between daemons (comm/span_coll.c) */
+  SL__ENGINE_DEVICE = 3, /* CUDA devices: NCCL, or a device exchange */
+} sl__engine;
+#define SL__ENGINE_COUNT 4
+
 /* "op", "feed", "fetch", "const", "var_copy", "collective", "local",
  * "exchange", "tick", "copy". */
 const char *sl__task_kind_name(sl__task_kind k);
@@ -82,6 +93,7 @@ typedef struct sl__task {
   int32_t n_in, n_out;
   int32_t *in, *out; /* register ids, in input / output slot order */
   int32_t tick_slot; /* the input slot holding the tick (not data), -1 */
+  sl__engine engine;
 } sl__task;
 
 typedef struct sl__regst {

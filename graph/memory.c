@@ -26,9 +26,10 @@
  *    t1's start and tn's end), so they may share bytes: the registers of
  *    count 1 with bounded lifetimes are placed in one block per device,
  *    largest first, each at the lowest offset free for its lifetime.
- * 4. In place: an elementwise op (sl__op_def.inplace) writes its output
- *    into an input of its shape and dtype whose last reader it is; the two
- *    form one class that takes the same bytes.
+ * 4. In place: an elementwise op (sl__op_def.inplace), or an all-reduce
+ *    of the in-process engine, writes its output into an input of its
+ *    shape and dtype whose last reader it is; the two form one class that
+ *    takes the same bytes.
  *
  * Everything else keeps memory of its own: variables, registers with
  * several buffers (feeds, update loops, ticks), registers without a
@@ -515,27 +516,45 @@ static bool sharing_off(void) {
   return e && strcmp(e, "0") == 0;
 }
 
-/* In-place reuse: output 0 of an elementwise op (sl__op_def.inplace) takes
- * the bytes of an input of its shape and dtype whose last reader it is —
- * every other reader ends before it fires. idx: register -> life, -1. */
+/* Whether task t writes output 0 in place into an input: an elementwise
+ * op (sl__op_def.inplace), or an all-reduce member of the in-process
+ * engine (comm/coll.c reads each tile of every input before writing it). */
+static bool writes_in_place(const planner *P, const sl__task *t) {
+  if (t->n_out < 1) return false;
+  if (t->kind == SL__TASK_COLL) {
+    const sl__pnode *n = t->node >= 0 ? &P->p->nodes[t->node] : NULL;
+    return t->engine == SL__ENGINE_INPROC && n && t->step >= 0 &&
+           t->step < n->n_steps &&
+           strcmp(n->steps[t->step].op, "all_reduce") == 0;
+  }
+  if (t->kind != SL__TASK_OP || !P->g) return false;
+  const sl__node *node = sl__graph_node(P->g, t->node);
+  return node && node->op && node->op->inplace;
+}
+
+/* In-place reuse: output 0 of a task that writes in place takes the bytes
+ * of an input of its shape and dtype whose last reader it is: in the order,
+ * every other reader ends before it fires; outside it (an all-reduce), it
+ * is the input's only reader. idx: register -> life, -1. */
 static void join_in_place(const planner *P, int32_t m, life *l,
                           const int32_t *idx) {
   const sl__pplan *p = P->p;
-  if (!P->g) return;
+  const sl__pmem *pm = &p->mem[m];
   for (int32_t t = 0; t < p->n_tasks; t++) {
     const sl__task *task = &p->tasks[t];
-    if (task->kind != SL__TASK_OP || P->dev_of[t] != m || task->n_out < 1)
+    if (task->machine != pm->machine || task->device != pm->device ||
+        !writes_in_place(P, task) || idx[task->out[0]] < 0)
       continue;
-    const sl__node *node = sl__graph_node(P->g, task->node);
     int32_t b = idx[task->out[0]];
-    if (!node || !node->op || !node->op->inplace || b < 0) continue;
     const sl__regst *rb = &p->regsts[task->out[0]];
-    int64_t end = 4 * (int64_t)P->pos[t] + 3;
+    bool ordered = P->dev_of[t] == m;
+    int64_t end = ordered ? 4 * (int64_t)P->pos[t] + 3 : read_end(P, m, t);
     for (int32_t k = 0; k < task->n_in; k++) {
       int32_t a = idx[task->in[k]];
       const sl__regst *ra = &p->regsts[task->in[k]];
       if (a < 0 || root(l, a) == root(l, b) || l[a].f != end ||
-          ra->dtype != rb->dtype || !sl_shape_equal(&ra->shape, &rb->shape))
+          ra->dtype != rb->dtype || !sl_shape_equal(&ra->shape, &rb->shape) ||
+          (!ordered && ra->n_cons != 1))
         continue;
       bool last = true; /* in a class, a member is someone's input once */
       for (int32_t c = 0; c < ra->n_cons && last; c++)

@@ -92,6 +92,7 @@ sl_status sl__pplan_pack(const sl__pplan *p, uint8_t **buf, size_t *len) {
     x->n_outputs = (size_t)t->n_out;
     x->outputs = t->out;
     x->tick_slot = t->tick_slot;
+    x->engine = (int32_t)t->engine;
     taskp[i] = x;
   }
   for (int32_t i = 0; i < p->n_regsts; i++) {
@@ -302,6 +303,8 @@ static sl_status copy_plan(const Sluice__Plan *m, sl__pplan *p) {
     if (x->n_inputs) memcpy(t->in, x->inputs, x->n_inputs * sizeof *t->in);
     if (x->n_outputs) memcpy(t->out, x->outputs, x->n_outputs * sizeof *t->out);
     t->tick_slot = x->tick_slot;
+    if (x->engine < 0 || x->engine >= SL__ENGINE_COUNT) return bad("task", i);
+    t->engine = (sl__engine)x->engine;
   }
   int64_t held = 0; /* bytes * count over all registers */
   for (size_t i = 0; i < m->n_registers; i++) {

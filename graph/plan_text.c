@@ -18,6 +18,13 @@ static bool is_boxing(const sl__task *t) {
 }
 
 /* "op matmul", "collective all_reduce(sum) group 0 member 1", ... */
+/* Where a boxing task's step runs; nothing for one in this process. */
+static const char *engine_label(sl__engine e) {
+  return e == SL__ENGINE_NODES    ? ", between nodes"
+         : e == SL__ENGINE_DEVICE ? ", on the devices"
+                                  : "";
+}
+
 static void task_what(const sl__pplan *p, const sl__task *t, char *buf,
                       size_t n) {
   const sl__pnode *pn =
@@ -28,12 +35,12 @@ static void task_what(const sl__pplan *p, const sl__task *t, char *buf,
   if (t->kind == SL__TASK_OP && pn)
     snprintf(buf, n, "op %s", pn->op);
   else if (ps && t->kind == SL__TASK_COLL)
-    snprintf(buf, n, "boxing %s%s%s%s group %d member %d", ps->op,
+    snprintf(buf, n, "boxing %s%s%s%s group %d member %d%s", ps->op,
              ps->reduce[0] ? "(" : "", ps->reduce, ps->reduce[0] ? ")" : "",
-             (int)t->group, (int)t->member);
+             (int)t->group, (int)t->member, engine_label(t->engine));
   else if (ps)
-    snprintf(buf, n, "boxing %s%s%s%s", ps->op, ps->reduce[0] ? "(" : "",
-             ps->reduce, ps->reduce[0] ? ")" : "");
+    snprintf(buf, n, "boxing %s%s%s%s%s", ps->op, ps->reduce[0] ? "(" : "",
+             ps->reduce, ps->reduce[0] ? ")" : "", engine_label(t->engine));
   else
     snprintf(buf, n, "%s", k);
 }

@@ -469,8 +469,8 @@ static uint64_t span_id(uint64_t job, int32_t node, int32_t step,
   return h;
 }
 
-/* When the members of c live on several nodes, the span collective that
- * this node's members arrive at instead (*out stays NULL otherwise). */
+/* For a task whose members live on several nodes (SL__ENGINE_NODES): the
+ * span collective that this node's members arrive at instead of c. */
 static sl_status make_span(sl_session *s, const sl__task *t, sl__coll *c,
                            const uint32_t *mnode, sl__span **out) {
   *out = NULL;
@@ -478,7 +478,6 @@ static sl_status make_span(sl_session *s, const sl__task *t, sl__coll *c,
   uint32_t other = mnode[0];
   for (int k = 0; k < n && other == mnode[0]; k++)
     other = mnode[k];
-  if (other == mnode[0]) return SL_OK;
   if (!s->nc)
     return sl__fail(SL_EUNSUPPORTED,
                     "boxing '%s' step %d has members on nodes %u and %u: "
@@ -905,7 +904,7 @@ sl_status sl__session_build(sl_session *s) {
         if (keys[k].node == t->node && keys[k].step == t->step &&
             keys[k].group == group)
           key = &keys[k];
-      if (!key && rt->dev) {
+      if (!key && t->engine == SL__ENGINE_DEVICE) {
         sl__dgroup *dg = NULL;
         st = make_dgroup(s, n, rt, &depths, &dg);
         if (st != SL_OK) break;
@@ -919,7 +918,8 @@ sl_status sl__session_build(sl_session *s) {
         st = t->kind == SL__TASK_COLL
                  ? make_group(s, n, t->step, group, dev_worker, &c, &mnode)
                  : make_exchange(s, n, t->step, dev_worker, &c, &mnode);
-        if (st == SL_OK) st = make_span(s, t, c, mnode, &sp);
+        if (st == SL_OK && t->engine == SL__ENGINE_NODES)
+          st = make_span(s, t, c, mnode, &sp);
         sl__free(mnode);
         if (st != SL_OK) break;
         key = &keys[n_keys++];

@@ -160,6 +160,50 @@ static void test_large(void **state) {
   sl__comm_destroy(comm);
 }
 
+/* An all_reduce whose members' outputs are their inputs (some or all of
+ * them): the same values as out of place, with chunks of several tiles,
+ * uneven parts and both algorithms. */
+static void test_all_reduce_in_place(void **state) {
+  sl_rng rng = {test_seed(31, "all_reduce_in_place")};
+  sl__comm *comm = mk_comm(3, 0);
+  const sl_dtype dts[] = {SL_DTYPE_F32, SL_DTYPE_F64, SL_DTYPE_BF16,
+                          SL_DTYPE_I32, SL_DTYPE_U8};
+  for (int trial = 0; trial < 40; trial++) {
+    ccase c = {0};
+    c.op = SL__COLL_ALL_REDUCE;
+    c.dt = dts[sl__rng_below(&rng, 5)];
+    c.red = (sl_reduce_op)sl__rng_below(&rng, 3);
+    c.n = 1 + (int)sl__rng_below(&rng, 6);
+    c.nd = 1;
+    c.block[0] = 1 + (int64_t)sl__rng_below(&rng, 9000); /* up to ~9 tiles */
+    c.algo = sl__rng_below(&rng, 2) ? SL__COLL_PARALLEL : SL__COLL_DIRECT;
+    case_data cd;
+    case_data_make(&c, &rng, g_workers, &cd);
+    sl__coll *x = NULL;
+    if (sl__coll_create(comm, &cd.desc, &x))
+      fail_msg("create: %s", sl_last_error());
+    for (int k = 0; k < c.n; k++)
+      if (sl__rng_below(&rng, 3)) { /* in place: out holds the input */
+        assert_true(cd.inb[k] == cd.outb[k]);
+        memcpy(cd.out[k], cd.in[k], cd.inb[k]);
+        free(cd.in[k]);
+        cd.in[k] = cd.out[k];
+      }
+    char what[160];
+    snprintf(what, sizeof what, "in place %s %s n=%d extent=%lld algo=%d",
+             sl_dtype_name(c.dt), sl_reduce_op_name(c.red), c.n,
+             (long long)c.block[0], (int)c.algo);
+    arrive_all(x, c.n, (void **)cd.in, cd.inb, cd.out, cd.outb, &rng);
+    for (int k = 0; k < c.n; k++) {
+      expect_equal(c.dt, cd.out[k], cd.want[k],
+                   (int64_t)(cd.outb[k] / sl_dtype_size(c.dt)), what, k);
+      if (cd.in[k] == cd.out[k]) cd.in[k] = NULL; /* not freed twice */
+    }
+    case_data_free(&cd);
+  }
+  sl__comm_destroy(comm);
+}
+
 /* The exact bytes of docs/boxing.md's example: [10] f32 on 4 members. */
 static void test_sizes(void **state) {
   sl__comm *comm = mk_comm(1, 0);
@@ -623,6 +667,7 @@ int main(void) {
       cmocka_unit_test(test_every_op_dtype_reduce_size),
       cmocka_unit_test(test_uneven_and_empty_parts),
       cmocka_unit_test(test_large),
+      cmocka_unit_test(test_all_reduce_in_place),
       cmocka_unit_test(test_sizes),
       cmocka_unit_test(test_bad_arguments),
       cmocka_unit_test(test_abort),

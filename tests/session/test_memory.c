@@ -127,16 +127,24 @@ static int64_t stride(int64_t b) { return (b + 63) / 64 * 64; }
 
 /* Register y is computed in place into register x: same bytes, y's producer
  * an elementwise op (sl__op_def.inplace) reading x after every other
- * reader of x is done, and y dead before x of the next step is written. */
+ * reader of x is done, or an in-process all-reduce and x's only reader,
+ * and y dead before x of the next step is written. */
 static bool in_place(const sl__pplan *p, const unrolled *u, int32_t x,
                      int32_t y, uint8_t *seen, int32_t *stack) {
   const sl__regst *rx = &p->regsts[x], *ry = &p->regsts[y];
   const sl__task *t = &p->tasks[ry->producer];
   if (rx->offset != ry->offset || stride(rx->bytes) != stride(ry->bytes) ||
-      t->kind != SL__TASK_OP || t->out[0] != y)
+      t->out[0] != y)
     return false;
-  const sl__op_def *op = sl__op_find(p->nodes[t->node].op);
-  if (!op || !op->inplace) return false;
+  if (t->kind == SL__TASK_COLL) { /* comm/coll.c's all-reduce, sole reader */
+    if (t->engine != SL__ENGINE_INPROC || rx->n_cons != 1 ||
+        strcmp(p->nodes[t->node].steps[t->step].op, "all_reduce") != 0)
+      return false;
+  } else {
+    const sl__op_def *op =
+        t->kind == SL__TASK_OP ? sl__op_find(p->nodes[t->node].op) : NULL;
+    if (!op || !op->inplace) return false;
+  }
   bool reads = false;
   for (int32_t c = 0; c < rx->n_cons; c++) {
     if (rx->cons[c] == ry->producer) {
