@@ -203,6 +203,10 @@ sl_status sl_plan_add_output(sl_plan *p, sl_actor_id producer,
     return sl__fail(SL_EINVAL,
                     "actor '%s': %d initial registers of an output with %d",
                     a->d.name, (int)d->initial, (int)d->count);
+  if (d->device >= 0 && (uint32_t)d->device >= SL_ACTOR_MAX_DEVICES)
+    return sl__fail(SL_EINVAL,
+                    "actor '%s': an output on device %d (at most %u)",
+                    a->d.name, (int)d->device, SL_ACTOR_MAX_DEVICES - 1);
   if (a->n_out >= UINT16_MAX)
     return sl__fail(SL_EINVAL, "actor '%s': too many outputs", a->d.name);
   if (p->n_regsts == INT32_MAX)

@@ -65,6 +65,10 @@ static void test_build_errors(void **state) {
   r.initial = 3;
   assert_int_equal(sl_plan_add_output(p, s, &r, &desc), SL_EINVAL);
   r.initial = 0;
+  r.device = 70000;
+  assert_int_equal(sl_plan_add_output(p, s, &r, &desc), SL_EINVAL);
+  assert_non_null(strstr(sl_last_error(), "device 70000"));
+  r.device = -1;
   assert_int_equal(
       sl_plan_add_output(p, sl_actor_id_make(5, 0, 0, 0), &r, &desc),
       SL_ENOTFOUND);
