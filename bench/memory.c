@@ -114,6 +114,15 @@ typedef struct opts {
 
 /* ---- running a program ------------------------------------------------- */
 
+/* argv joined by spaces into buf (what the tables print under a row). */
+static void join_command(const char *const *argv, char *buf, size_t n) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; argv[i] && used < n; i++)
+    used +=
+        (size_t)snprintf(buf + used, n - used, "%s%s", i ? " " : "", argv[i]);
+}
+
 /* Runs argv (NULL-terminated) with its standard output and error merged
  * and collected: the text (malloc'd, NUL-terminated; NULL when it could
  * not start, the reason in why) and its exit status (-1: it did not exit
@@ -221,10 +230,7 @@ static void sluice_measure(const opts *o, const model *m, const char *layout,
   for (int i = 0; m->flags[i]; i++)
     argv[k++] = m->flags[i];
   argv[k] = NULL;
-  size_t used = 0;
-  for (int i = 0; argv[i] && used < sizeof r->command; i++)
-    used += (size_t)snprintf(r->command + used, sizeof r->command - used,
-                             "%s%s", i ? " " : "", argv[i]);
+  join_command(argv, r->command, sizeof r->command);
   char why[256];
   int status;
   char *text = run_capture(argv, false, &status, why, sizeof why);
@@ -299,10 +305,7 @@ static void torch_measure(const opts *o, const model *m, torch_run *t) {
   for (int i = 0; m->flags[i]; i++)
     argv[k++] = m->flags[i];
   argv[k] = NULL;
-  size_t used = 0;
-  for (int i = 0; argv[i] && used < sizeof t->command; i++)
-    used += (size_t)snprintf(t->command + used, sizeof t->command - used,
-                             "%s%s", i ? " " : "", argv[i]);
+  join_command(argv, t->command, sizeof t->command);
   char why[256];
   int status;
   char *text = run_capture(argv, true, &status, why, sizeof why);
