@@ -673,7 +673,6 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
     bool p2p = op == SL_BOXING_SEND_RECV || op == SL_BOXING_COPY;
     int fs, ts; /* the sides holding the step's input and output shards */
     sl__boxing_step_sides(bp, s, &fs, &ts);
-    const sl_placement *after = sl__boxing_side_placement(bp, ts);
     for (int q = 0; q < R; q++)
       next[q] = -1;
     /* Tasks: (plan rank, group, member). */
@@ -731,8 +730,7 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
               SL_CHECK_GOTO(add_tick(L, id), st, out);
           } else {
             sl_slice sl;
-            SL_CHECK_GOTO(sl_local_slice(&vin->meta.shape, after, &to, tr, &sl),
-                          st, out);
+            sl__boxing_step_box(bp, s, q, true, &sl);
             sl_shape shape = slice_shape(&sl);
             reg = new_regst(L, adup(L, "%s.s%d@p%d", n->name, s, q), &shape,
                             vin->meta.dtype, mach, devu);

@@ -248,14 +248,13 @@ out:
 
 static sl_status run_p2p(exec *x, const sl__step *s) {
   const sl_boxing_plan *plan = x->plan;
-  const int *from_rank = plan->side_rank[s->from_side],
-            *to_rank = plan->side_rank[s->to_side];
+  int step = (int)(s - plan->steps);
   sl_status st;
   const sl_placement *tp = plan->place[s->to_side];
   for (int t = 0; t < sl_placement_size(tp); t++) {
     int p = plan->plan_rank[s->to_side][t];
     sl_slice want;
-    sl__local_slice(&plan->shape, tp, &s->to, t, &want);
+    sl__boxing_step_box(plan, step, p, true, &want);
     SL_CHECK_GOTO(alloc_buf(x, &x->next[p], want.extent), st, out);
     int64_t cnt = sl_slice_numel(&want);
     if (s->fill && s->fill[p] != SL__FILL_NONE)
@@ -268,15 +267,13 @@ static sl_status run_p2p(exec *x, const sl__step *s) {
     const sl__piece *pc = &s->pieces[i];
     bool in = pc->src >= 0 && pc->src < plan->rank_count && pc->dst >= 0 &&
               pc->dst < plan->rank_count && pc->slice.ndim == x->ndim;
-    int fr = in ? from_rank[pc->src] : -1, tr = in ? to_rank[pc->dst] : -1;
-    if (fr < 0 || tr < 0 || !x->cur[pc->src].data) {
+    sl_slice have, want;
+    if (!in || !sl__boxing_step_box(plan, step, pc->src, false, &have) ||
+        !sl__boxing_step_box(plan, step, pc->dst, true, &want) ||
+        !x->cur[pc->src].data) {
       st = bad(x, "piece between ranks outside the layouts", pc->src);
       goto out;
     }
-    sl_slice have, want;
-    sl__local_slice(&plan->shape, plan->place[s->from_side], &s->from, fr,
-                    &have);
-    sl__local_slice(&plan->shape, tp, &s->to, tr, &want);
     int64_t soff[SL_MAX_DIMS], doff[SL_MAX_DIMS];
     for (int d = 0; d < x->ndim; d++) {
       soff[d] = pc->slice.start[d] - have.start[d];

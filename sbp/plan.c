@@ -105,6 +105,18 @@ const sl_placement *sl__boxing_side_placement(const sl_boxing_plan *plan,
   return plan->place[side];
 }
 
+bool sl__boxing_step_box(const sl_boxing_plan *plan, int step, int q,
+                         bool after, sl_slice *box) {
+  const sl__step *s = &plan->steps[step];
+  int side = after ? s->to_side : s->from_side;
+  int r = plan->side_rank[side][q];
+  memset(box, 0, sizeof *box);
+  if (r < 0) return false;
+  sl__local_slice(&plan->shape, plan->place[side], after ? &s->to : &s->from, r,
+                  box);
+  return true;
+}
+
 static bool same_mesh(const sl_placement *a, const sl_placement *b) {
   if (sl_placement_size(a) != sl_placement_size(b)) return false;
   if (sl_placement_mesh_ndim(a) != sl_placement_mesh_ndim(b)) return false;

@@ -143,6 +143,12 @@ void sl__boxing_step_sides(const sl_boxing_plan *plan, int step, int *from,
 /* The placement of a side. */
 const sl_placement *sl__boxing_side_placement(const sl_boxing_plan *plan,
                                               int side);
+/* The box, in global coordinates, of plan rank q's shard before step
+ * `step` (after false: on the step's from side, in its `from` layout) or
+ * after it (after true: the to side, the `to` layout). False, and box
+ * zeroed, where that side has no device at q. */
+bool sl__boxing_step_box(const sl_boxing_plan *plan, int step, int q,
+                         bool after, sl_slice *box);
 
 /* Whether the ranks of a list span more than one node. */
 bool sl__plan_ranks_inter(const sl_boxing_plan *plan, int n, const int *ranks);

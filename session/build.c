@@ -274,13 +274,7 @@ static sl_status make_exchange(sl_session *s, const sl__node *n, int step,
                                uint32_t **mnode) {
   const sl_boxing_plan *bp = n->boxing;
   const sl__value *vin = sl__graph_value(s->g, n->in[0]);
-  int fs, ts;
-  sl__boxing_step_sides(bp, step, &fs, &ts);
-  const sl_placement *from_p = sl__boxing_side_placement(bp, fs),
-                     *to_p = sl__boxing_side_placement(bp, ts);
   int R = sl_boxing_plan_rank_count(bp);
-  sl_nd_sbp from, to;
-  sl_boxing_step_layout(bp, step, &from, &to);
   sl_reduce_op red = SL_REDUCE_SUM;
   bool has_red = sl_boxing_step_reduce(bp, step, &red);
   int np = sl_boxing_step_piece_count(bp, step);
@@ -306,19 +300,8 @@ static sl_status make_exchange(sl_session *s, const sl__node *n, int step,
     sl_reduce_op f;
     fill[q] =
         sl_boxing_step_fill(bp, step, q, &f) ? (int8_t)f : SL__COLL_FILL_ZERO;
-    int fr = sl__boxing_side_rank(bp, fs, q),
-        tr = sl__boxing_side_rank(bp, ts, q);
-    if (fr >= 0) {
-      has_in[q] = true;
-      SL_CHECK_GOTO(
-          sl_local_slice(&vin->meta.shape, from_p, &from, fr, &isl[q]), st,
-          out);
-    }
-    if (tr >= 0) {
-      has_out[q] = true;
-      SL_CHECK_GOTO(sl_local_slice(&vin->meta.shape, to_p, &to, tr, &osl[q]),
-                    st, out);
-    }
+    has_in[q] = sl__boxing_step_box(bp, step, q, false, &isl[q]);
+    has_out[q] = sl__boxing_step_box(bp, step, q, true, &osl[q]);
   }
   bool preduce = false;
   for (int i = 0; i < np; i++) {

@@ -159,14 +159,8 @@ sl_status sl__xgeom_p2p(const sl_graph *gr, const sl__node *n, int step,
                         sl__xgeom *g) {
   const sl_boxing_plan *bp = n->boxing;
   const sl__value *vin = sl__graph_value(gr, n->in[0]);
-  int fs, ts;
-  sl__boxing_step_sides(bp, step, &fs, &ts);
-  const sl_placement *from_p = sl__boxing_side_placement(bp, fs),
-                     *to_p = sl__boxing_side_placement(bp, ts);
   int R = sl_boxing_plan_rank_count(bp);
   int np = sl_boxing_step_piece_count(bp, step);
-  sl_nd_sbp from, to;
-  sl_boxing_step_layout(bp, step, &from, &to);
   sl_status st = geom_alloc(g, R, np);
   g->dtype = vin->meta.dtype;
   g->op = SL_REDUCE_SUM;
@@ -179,14 +173,9 @@ sl_status sl__xgeom_p2p(const sl_graph *gr, const sl__node *n, int step,
                     "boxing '%s' step %d fills with another "
                     "reduction than it reduces with",
                     n->name, step);
-    int fr = sl__boxing_side_rank(bp, fs, q),
-        tr = sl__boxing_side_rank(bp, ts, q);
-    g->has_in[q] = fr >= 0;
-    g->has_out[q] = tr >= 0;
-    if (st == SL_OK && g->has_in[q])
-      st = sl_local_slice(&vin->meta.shape, from_p, &from, fr, &g->in_box[q]);
-    if (st == SL_OK && g->has_out[q])
-      st = sl_local_slice(&vin->meta.shape, to_p, &to, tr, &g->out_box[q]);
+    if (st != SL_OK) break;
+    g->has_in[q] = sl__boxing_step_box(bp, step, q, false, &g->in_box[q]);
+    g->has_out[q] = sl__boxing_step_box(bp, step, q, true, &g->out_box[q]);
   }
   for (int i = 0; i < np && st == SL_OK; i++) {
     sl__xpiece *pc = &g->pieces[i];
