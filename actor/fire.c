@@ -21,14 +21,14 @@
 
 static void try_fire(stream *s, rt_actor *a);
 
-/* ---- SLUICE_MEMCHECK
- * --------------------------------------------------------- A register's bytes
- * are summed when it is published, and checked when each reader fires and again
- * when it hands the register back; a register in a plan block is overwritten
- * with 0xff (NaN as floats) once every reader returned it. A plan that lets two
- * live registers share bytes, or a reader that reads after returning, then
- * fails the job naming both. */
+/* ---- SLUICE_MEMCHECK ------------------------------------------------------
+ */
 
+/* A register's bytes are summed when it is published, and checked when
+ * each reader fires and again when it hands the register back; a register
+ * in a plan block is overwritten with 0xff (NaN as floats) once every
+ * reader returned it. A plan that lets two live registers share bytes, or
+ * a reader that reads after returning, then fails the job naming both. */
 static uint64_t memcheck_sum(const sl_register *r) {
   const unsigned char *p = r->data;
   uint64_t h = 0x9e3779b97f4a7c15u ^ r->bytes;
