@@ -204,7 +204,9 @@ static sl_status job_build(djob *j, const uint8_t *blob, size_t len,
   if (!same)
     return sl__fail(SL_EINVAL,
                     "the submitted plan differs from this daemon's lowering "
-                    "of the graph (another build of sluice?)");
+                    "of the graph (another build of sluice, or "
+                    "SLUICE_MEMORY_SHARING set differently for the program "
+                    "and the daemons?)");
   return sl__session_build(s);
 }
 
