@@ -65,15 +65,6 @@ struct sl_plan {
   atomic_int frozen;     /* a job was created from it */
 };
 
-/* Registers start on this boundary; one of `bytes` takes its stride. */
-#define SL__REGISTER_ALIGN 64
-static inline size_t sl__regst_stride(size_t bytes) {
-  return bytes > SIZE_MAX - (SL__REGISTER_ALIGN - 1)
-             ? 0
-             : (bytes + SL__REGISTER_ALIGN - 1) / SL__REGISTER_ALIGN *
-                   SL__REGISTER_ALIGN;
-}
-
 /* Plan index of an actor id, -1 if none. */
 int32_t sl__plan_find(const sl_plan *p, sl_actor_id id);
 

@@ -20,10 +20,10 @@
 
 static sl_status host_alloc(void *ctx, int32_t device, size_t bytes,
                             void **out) {
-  size_t n = sl__regst_stride(bytes);
+  size_t n = sl_register_stride(bytes);
   if (bytes && !n)
     return sl__fail(SL_ENOMEM, "registers of %zu bytes overflow", bytes);
-  *out = aligned_alloc(SL__REGISTER_ALIGN, n ? n : SL__REGISTER_ALIGN);
+  *out = aligned_alloc(SL_REGISTER_ALIGN, n ? n : SL_REGISTER_ALIGN);
   if (!*out)
     return sl__fail(SL_ENOMEM,
                     "out of memory allocating %zu bytes of registers", bytes);
@@ -75,7 +75,7 @@ static sl_status regs_alloc(sl_job *job, int32_t desc, int32_t count,
                             rt_regst **out) {
   rt_regst *r = sl__arena_calloc(job->arena, (size_t)count, sizeof *r);
   if (!r) return SL_ENOMEM;
-  size_t stride = sl__regst_stride(bytes);
+  size_t stride = sl_register_stride(bytes);
   if ((bytes && !stride) || (count && stride > SIZE_MAX / (size_t)count))
     return sl__fail(SL_ENOMEM, "registers of %zu bytes overflow", bytes);
   unsigned char *base = NULL;

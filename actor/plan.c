@@ -259,9 +259,9 @@ sl_status sl_plan_place(sl_plan *p, int32_t desc, int32_t block,
   plan_regst *r = &p->regsts[desc];
   const plan_actor *a = &p->actors[r->producer];
   const plan_block *b = &p->blocks[block - 1];
-  size_t stride = sl__regst_stride(r->d.bytes), count = (size_t)r->d.count;
+  size_t stride = sl_register_stride(r->d.bytes), count = (size_t)r->d.count;
   if ((r->d.bytes && !stride) || b->node != a->d.node ||
-      b->device != r->d.device || offset % SL__REGISTER_ALIGN ||
+      b->device != r->d.device || offset % SL_REGISTER_ALIGN ||
       offset > b->bytes || (stride && count > (b->bytes - offset) / stride))
     return sl__fail(SL_EINVAL,
                     "plan: %zu registers of %zu bytes ('%s', node %u, device "

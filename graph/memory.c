@@ -43,12 +43,11 @@
 #include "lower_int.h"
 #include "op.h"
 
-#define ALIGN 64 /* the runtime's register alignment (actor_int.h) */
 #define NONE_BEFORE (-1)
 #define NONE_AFTER INT32_MAX
 
 static int64_t stride_of(int64_t bytes) {
-  return (bytes + ALIGN - 1) / ALIGN * ALIGN;
+  return (int64_t)sl_register_stride((size_t)bytes);
 }
 
 const char *sl_memory_category_name(sl_memory_category c) {

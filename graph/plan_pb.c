@@ -227,11 +227,10 @@ static sl_status copy_memory(const Sluice__Plan *m, sl__pplan *p) {
     const sl__regst *r = &p->regsts[i];
     if (r->mem < 0) continue;
     const sl__pmem *pm = &p->mem[r->mem];
-    if (r->bytes > INT64_MAX - 64) return bad("register", (size_t)i);
-    int64_t stride = (r->bytes + 63) / 64 * 64;
-    if (r->count != 1 || r->offset % 64 || r->machine != pm->machine ||
-        r->device != pm->device || r->offset > pm->block ||
-        stride > pm->block - r->offset)
+    int64_t stride = (int64_t)sl_register_stride((size_t)r->bytes);
+    if (stride < r->bytes || r->count != 1 || r->offset % SL_REGISTER_ALIGN ||
+        r->machine != pm->machine || r->device != pm->device ||
+        r->offset > pm->block || stride > pm->block - r->offset)
       return bad("register", (size_t)i);
   }
   return SL_OK;

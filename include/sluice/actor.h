@@ -201,6 +201,17 @@ SL_API sl_status sl_plan_add_actor(sl_plan *p, const sl_actor_desc *d,
 SL_API sl_status sl_plan_add_output(sl_plan *p, sl_actor_id producer,
                                     const sl_regst_desc *d, int32_t *out);
 
+/* Registers start on this boundary, and each takes its size rounded up to
+ * it: what sl_plan_place lays out back to back. */
+#define SL_REGISTER_ALIGN 64
+/* The bytes a register of `bytes` takes; 0 when rounding up overflows. */
+static inline size_t sl_register_stride(size_t bytes) {
+  return bytes > SIZE_MAX - (SL_REGISTER_ALIGN - 1)
+             ? 0
+             : (bytes + SL_REGISTER_ALIGN - 1) / SL_REGISTER_ALIGN *
+                   SL_REGISTER_ALIGN;
+}
+
 /* Memory planned by a compiler. Adds a block of `bytes` bytes on device
  * `device` of node `node` that descriptors of actors on that node and
  * device can share (sl_plan_place); *out is its number, >= 1. A job

@@ -123,7 +123,9 @@ static bool dead_before(const sl__pplan *p, const unrolled *u, int32_t x,
   return true;
 }
 
-static int64_t stride(int64_t b) { return (b + 63) / 64 * 64; }
+static int64_t stride(int64_t b) {
+  return (int64_t)sl_register_stride((size_t)b);
+}
 
 /* Register y is computed in place into register x: same bytes, y's producer
  * an elementwise op (sl__op_def.inplace) reading x after every other
