@@ -265,8 +265,6 @@ sl_status sl__session_connect_dgroups(sl_session *s, const sl__dev_kv *kv) {
   return sl__dseq_connect(s->dseq, s, s->dcoll, kv, s->job_id);
 }
 
-/* The placement holding the shards before step `step` (after a send_recv
- * or copy step, the target's). */
 /* The collectives' constructors also give the node of every member
  * (*mnode, n entries, sl__free). */
 static sl_status make_exchange(sl_session *s, const sl__node *n, int step,
