@@ -160,8 +160,7 @@ sl_status sl__pplan_validate(sl__pplan *p) {
   return st;
 }
 
-/* ---- kernel contexts
- * ---------------------------------------------------------
+/* ---- kernel contexts -------------------------------------------------------
  */
 
 static bool any_partial(const sl_nd_sbp *s) {
