@@ -6,6 +6,7 @@
 #include <sluice/tensor.h>
 #include <sluice/placement.h>
 #include <sluice/sbp.h>
+#include <sluice/checkpoint.h>
 #include <sluice/boxing.h>
 #include <sluice/graph.h>
 #include <sluice/session.h>
