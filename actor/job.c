@@ -875,6 +875,42 @@ sl_status sl_job_get_regst_stats(const sl_job *job, int32_t desc,
   return SL_OK;
 }
 
+static sl_status find_register(const sl_job *job, int32_t desc, int32_t index,
+                               const rt_regst **out) {
+  *out = NULL;
+  if (!job || desc < 0 || desc >= job->plan->n_regsts || !job->out_of[desc])
+    return sl__fail(
+        SL_ENOTFOUND,
+        "job on node %u: register descriptor %d is not produced here",
+        job ? job->node : 0u, (int)desc);
+  const out_slot *o = job->out_of[desc];
+  if (index < 0 || index >= o->count)
+    return sl__fail(SL_ENOTFOUND,
+                    "job on node %u: descriptor %d has %d registers, not %d",
+                    job->node, (int)desc, (int)o->count, (int)index + 1);
+  *out = &o->regs[index];
+  return SL_OK;
+}
+
+sl_status sl_job_register_data(const sl_job *job, int32_t desc, int32_t index,
+                               void **out) {
+  *out = NULL;
+  const rt_regst *r;
+  SL_CHECK(find_register(job, desc, index, &r));
+  *out = r->pub.data;
+  return SL_OK;
+}
+
+sl_status sl_job_get_register(const sl_job *job, int32_t desc, int32_t index,
+                              sl_register *out) {
+  memset(out, 0, sizeof *out);
+  const rt_regst *r;
+  SL_CHECK(find_register(job, desc, index, &r));
+  SL_CHECK(need_waited(job));
+  *out = r->pub;
+  return SL_OK;
+}
+
 sl_status sl_job_get_actor_stats(const sl_job *job, sl_actor_id id,
                                  sl_actor_stats *out) {
   memset(out, 0, sizeof *out);

@@ -37,7 +37,7 @@ static sl__kernel_ctx *bind_op(sl_act *a, task_rt *rt) {
   }
   for (int j = 0; j < k->n_out; j++)
     k->out[j] = a->out[j]->data;
-  k->step = rt->fired;
+  k->step = rt->s->base + rt->fired; /* the job's piece k is step base + k */
   return k;
 }
 

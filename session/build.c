@@ -10,7 +10,7 @@
 #include "session_int.h"
 
 typedef struct var_init {
-  const sl_graph *g;
+  const sl_session *s;
   int32_t node;
   int rank;
   sess_dev *dev; /* the register is on this CUDA device */
@@ -18,10 +18,11 @@ typedef struct var_init {
 
 static sl_status var_init_fn(void *ctx, sl_register *r) {
   const var_init *v = ctx;
-  if (!v->dev) return sl__graph_variable_init(v->g, v->node, v->rank, r->data);
+  if (!v->dev)
+    return sl__session_var_shard(v->s, v->node, v->rank, r->data, r->bytes);
   void *host = sl__calloc(1, r->bytes + 64);
   if (!host) return SL_ENOMEM;
-  sl_status st = sl__graph_variable_init(v->g, v->node, v->rank, host);
+  sl_status st = sl__session_var_shard(v->s, v->node, v->rank, host, r->bytes);
   if (st == SL_OK) st = sl__dev_upload(v->dev, r->data, host, r->bytes);
   sl__free(host);
   return st;
@@ -680,7 +681,7 @@ static sl_status add_registers(sl_session *s) {
       d.initial = r->initial;
       if (r->var_node >= 0) {
         var_init *v = &vi[t->out[j]];
-        v->g = s->g;
+        v->s = s;
         v->node = r->var_node;
         v->rank = r->rank;
         if (r->machine == s->self_node &&
@@ -860,7 +861,7 @@ sl_status sl__session_build(sl_session *s) {
           st = SL_ENOMEM;
           break;
         }
-        st = sl__graph_variable_init(s->g, t->node, t->rank, rt->init);
+        st = sl__session_var_shard(s, t->node, t->rank, rt->init, rt->bytes);
         if (st == SL_OK && rt->dev)
           st = sl__caching_alloc_alloc(rt->dev->mem, rt->bytes, NULL,
                                        &rt->init_dev);

@@ -243,8 +243,8 @@ static sl_status job_prepare(djob *j, const uint8_t *blob, size_t len) {
     /* The job inserts ".node<N>" before the extension. */
     const char *tmp = getenv("TMPDIR");
     snprintf(j->trace_path, sizeof j->trace_path,
-             "%s/sluice-trace-%d-%" PRIu64 ".json", tmp && tmp[0] ? tmp : "/tmp",
-             (int)getpid(), j->id);
+             "%s/sluice-trace-%d-%" PRIu64 ".json",
+             tmp && tmp[0] ? tmp : "/tmp", (int)getpid(), j->id);
     jc.trace_path = j->trace_path;
   }
   jc.device_name = sl__dev_name; /* "cuda:1" in messages, traces */
@@ -336,8 +336,8 @@ static void publish_trace(djob *j) {
   } else if (path) {
     snprintf(why, sizeof why, "no trace was written to '%s'", path);
   }
-  sl_status st = len ? sl__cp_kv_put(j->o->cp, key, data, len, CALL_MS)
-                     : SL_EIO;
+  sl_status st =
+      len ? sl__cp_kv_put(j->o->cp, key, data, len, CALL_MS) : SL_EIO;
   if (st != SL_OK && len)
     snprintf(why, sizeof why, "%zu bytes could not be stored: %s", len,
              sl_last_error());
@@ -427,16 +427,16 @@ sl_status sl__daemon_serve(const sl__daemon_opts *o) {
     session_free(j.s);
     char rep[1500];
     snprintf(rep, sizeof rep, "node %d: %s", rank, msg);
-    sl_status rst = sl__cp_job_report(o->cp, id, st, st == SL_OK ? "" : rep,
-                                      CALL_MS);
+    sl_status rst =
+        sl__cp_job_report(o->cp, id, st, st == SL_OK ? "" : rep, CALL_MS);
     if (st == SL_OK)
       log_line(o,
                "sluice daemon %d: job %" PRIu64 ": succeeded (%u actors, "
                "%" PRIu64 " firings, %.1f ms)",
                rank, id, js.actors, js.firings, js.run_ms);
     else
-      log_line(o, "sluice daemon %d: job %" PRIu64 ": failed: %s: %s", rank,
-               id, sl_status_str(st), msg);
+      log_line(o, "sluice daemon %d: job %" PRIu64 ": failed: %s: %s", rank, id,
+               sl_status_str(st), msg);
     if (rst != SL_OK && sl__cp_client_health(o->cp) != SL_OK) {
       log_line(o, "sluice daemon %d: lost the master: %s", rank,
                sl_last_error());
@@ -480,8 +480,8 @@ sl_status sl__daemon_run(const sl__daemon_run_opts *o) {
   dc.token = o->token;
   dc.token_len = strlen(o->token);
   SL_CHECK_GOTO(sl__dp_endpoint_create(&dc, &ep), st, out);
-  snprintf(addr, sizeof addr, strchr(listen, ':') ? "[%s]:%u" : "%s:%u",
-           listen, (unsigned)sl__dp_endpoint_port(ep));
+  snprintf(addr, sizeof addr, strchr(listen, ':') ? "[%s]:%u" : "%s:%u", listen,
+           (unsigned)sl__dp_endpoint_port(ep));
   sl__cp_client_opts co;
   memset(&co, 0, sizeof co);
   co.master = o->master;

@@ -158,3 +158,10 @@ sl_status sl__dev_upload(sess_dev *d, void *dst, const void *src,
   SL_CHECK(sl__device_memcpy_h2d(d->dev, dst, src, bytes, s));
   return sl__device_stream_synchronize(d->dev, s);
 }
+
+sl_status sl__dev_download(sess_dev *d, void *dst, const void *src,
+                           size_t bytes) {
+  sl__stream *s = d->stream[SL_STREAM_COPY];
+  SL_CHECK(sl__device_memcpy_d2h(d->dev, dst, src, bytes, s));
+  return sl__device_stream_synchronize(d->dev, s);
+}

@@ -16,8 +16,7 @@ static void wr(uint8_t **p, const void *src, size_t n) {
   *p += n;
 }
 
-sl_status sl__job_blob_pack(const sl__job_blob *b, uint8_t **buf,
-                            size_t *len) {
+sl_status sl__job_blob_pack(const sl__job_blob *b, uint8_t **buf, size_t *len) {
   *buf = NULL;
   *len = 0;
   uint32_t alen = (uint32_t)strlen(b->driver_addr);

@@ -88,8 +88,8 @@ static void *monitor_main(void *arg) {
   sl__remote *rm = arg;
   while (!atomic_load(&rm->done)) {
     sl__cp_job_info info;
-    sl_status st = sl__cp_job_status(rm->cp, rm->job, SL__CP_JOB_SUCCEEDED,
-                                     500, &info);
+    sl_status st =
+        sl__cp_job_status(rm->cp, rm->job, SL__CP_JOB_SUCCEEDED, 500, &info);
     if (st != SL_OK) {
       if (st != SL_ETIMEOUT && sl__cp_client_health(rm->cp) != SL_OK) {
         sl_job_abort_msg(rm->s->job, SL_ECOMM,
@@ -228,8 +228,7 @@ static sl_status submit(sl_session *s, const sl__cp_env *env) {
     rm->submitted = true;
     char v[32];
     snprintf(v, sizeof v, "%" PRIu64, rm->job);
-    st = sl__cp_kv_put(rm->cp, SL__DAEMON_LAST_JOB_KEY, v, strlen(v),
-                       CALL_MS);
+    st = sl__cp_kv_put(rm->cp, SL__DAEMON_LAST_JOB_KEY, v, strlen(v), CALL_MS);
   }
   sl__free(plans);
   sl__free(lens);

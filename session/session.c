@@ -79,6 +79,19 @@ static sl_status check_devices(const sl_session *s) {
 
 void sl_session_destroy(sl_session *s);
 
+sl_status sl__session_start_job(sl_session *s) {
+  sl_job_config jc;
+  memset(&jc, 0, sizeof jc);
+  jc.node = 0;
+  jc.hang_timeout_ms = s->cfg.hang_timeout_ms;
+  jc.trace_path = s->trace_path ? s->trace_path : "";
+  jc.device_name = sl__dev_name; /* "cuda:1" in messages, traces */
+  jc.transport = (sl_transport){&sl__driver_transport, s};
+  sl__session_job_memory(s, &jc);
+  SL_CHECK(sl_job_create(s->plan, &jc, &s->job));
+  return sl_job_start(s->job);
+}
+
 sl_status sl_session_create(sl_graph *g, const sl_session_config *cfg,
                             sl_session **out) {
   if (out) *out = NULL;
@@ -129,16 +142,7 @@ sl_status sl_session_create(sl_graph *g, const sl_session_config *cfg,
     *out = s;
     return SL_OK;
   }
-  sl_job_config jc;
-  memset(&jc, 0, sizeof jc);
-  jc.node = 0;
-  jc.hang_timeout_ms = c.hang_timeout_ms;
-  jc.trace_path = trace ? trace : "";
-  jc.device_name = sl__dev_name; /* "cuda:1" in messages, traces */
-  jc.transport = (sl_transport){&sl__driver_transport, s};
-  sl__session_job_memory(s, &jc);
-  SL_CHECK_GOTO(sl_job_create(s->plan, &jc, &s->job), st, fail);
-  SL_CHECK_GOTO(sl_job_start(s->job), st, fail);
+  SL_CHECK_GOTO(sl__session_start_job(s), st, fail);
   s->started = true;
   *out = s;
   return SL_OK;
@@ -217,6 +221,29 @@ static sl_status failure(sl_session *s) {
   return sl__fail(s->final, "%s", s->errmsg);
 }
 
+/* A step failed: the failure's status and message, after rolling the
+ * step back when possible (state.c). */
+static sl_status run_failed(sl_session *s) {
+  failure(s);
+  sl_status st = s->final;
+  char why[sizeof s->errmsg];
+  snprintf(why, sizeof why, "%s", s->errmsg);
+  int64_t step = s->base + s->completed;
+  sl_status rb = s->remote ? SL_EUNSUPPORTED : sl__session_roll_back(s);
+  if (rb == SL_OK) {
+    s->steps = step;
+    return sl__fail(st, "%s; step %lld was rolled back", why, (long long)step);
+  }
+  if (!s->remote) {
+    snprintf(s->errmsg, sizeof s->errmsg,
+             "%.900s; step %lld could not be rolled back: %.400s", why,
+             (long long)step, sl_last_error());
+    s->final = st;
+    atomic_store(&s->failed, st);
+  }
+  return sl__fail(st, "%s", s->errmsg);
+}
+
 sl_status sl_session_run(sl_session *s, int64_t steps) {
   if (!s) return sl__fail(SL_EINVAL, "run: NULL session");
   if (steps < 1)
@@ -226,7 +253,9 @@ sl_status sl_session_run(sl_session *s, int64_t steps) {
     if (!s->feeds[i].fed)
       return sl__fail(SL_ESTATE, "run: input '%s' was never fed",
                       s->feeds[i].name);
-  int64_t target = s->steps + steps;
+  SL_CHECK(sl__session_apply_writes(s));
+  /* The job counts its own steps (state.c restarts it at step base). */
+  int64_t target = s->steps - s->base + steps;
   atomic_store(&s->waiting, true);
   pthread_mutex_lock(&s->lock);
   for (;;) {
@@ -256,8 +285,8 @@ sl_status sl_session_run(sl_session *s, int64_t steps) {
   }
   pthread_mutex_unlock(&s->lock);
   atomic_store(&s->waiting, false);
-  if (atomic_load(&s->failed) != SL_OK) return failure(s);
-  s->steps = target;
+  if (atomic_load(&s->failed) != SL_OK) return run_failed(s);
+  s->steps = s->base + target;
   return SL_OK;
 }
 
@@ -289,10 +318,12 @@ sl_status sl_session_fetch(sl_session *s, const char *name, void *data,
     return sl__fail(SL_ESTATE, "fetch '%s' after the session failed: %s", name,
                     s->errmsg);
   }
-  if (s->steps == 0)
-    return sl__fail(SL_ESTATE, "fetch '%s': no step has run", name);
+  int64_t done = s->steps - s->base; /* steps of the current job */
+  if (done == 0)
+    return sl__fail(SL_ESTATE, "fetch '%s': no step has run%s", name,
+                    s->base ? " since the session restarted" : "");
   /* A variable's pieces are its versions: after n steps, version n. */
-  int64_t want = f->of_variable ? s->steps : s->steps - 1;
+  int64_t want = f->of_variable ? done : done - 1;
   int b = (int)(want & 1);
   bool ok = true;
   atomic_store(&s->waiting, true);
@@ -460,6 +491,7 @@ void sl_session_destroy(sl_session *s) {
   sl__comm_destroy(s->comm);
   sl_plan_destroy(s->plan);
   sl__session_free_build(s);
+  sl__session_free_state(s);
   sl__pplan_destroy(s->pp);
   sl__free(s->trace_path);
   pthread_cond_destroy(&s->cond);

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 
 #include <sluice/actor.h>
+#include <sluice/checkpoint.h>
 #include <sluice/session.h>
 
 #include "box.h"
@@ -146,6 +147,17 @@ typedef struct drv_tick {
 
 typedef struct sl__remote sl__remote;
 
+/* state.c: what a variable starts as when the next job is built, instead
+ * of its initializer: a value the program wrote (whole), its shards
+ * carried over from the job before (by placement rank), or a checkpoint's
+ * tensor. At most one is set. */
+typedef struct sl__var_src {
+  void *logical;
+  void **shards;
+  const sl_checkpoint *ck;
+  int32_t tensor;
+} sl__var_src;
+
 struct sl_session {
   sl_graph *g;
   sl_session_config cfg;
@@ -203,7 +215,13 @@ struct sl_session {
   atomic_bool ending;  /* remote: finishing or aborted; ticks no longer
                           park */
   atomic_uint_least64_t driver_msgs;
-  int64_t steps; /* steps run (program's thread) */
+  int64_t steps; /* steps run (program's thread), counted from the start
+                    of the run or the restored checkpoint's step */
+  /* The step at which the current job started (state.c restarts jobs):
+   * its piece k is step base + k. */
+  int64_t base;
+  sl__var_src *var_src; /* per graph node; NULL until a restart needs it */
+  bool var_dirty;       /* a written value waits for the next restart */
   bool started, finished, waited;
   sl_status final;
   char errmsg[1400];
@@ -375,9 +393,43 @@ sl_status sl__group_step_of(const sl__node *n, int step, int group,
                             sl__group_step *out);
 
 
-/* Copies host bytes to the device and waits (set-up only). */
+/* Copies host bytes to the device, or device bytes to the host, and waits
+ * (set-up, and state read between steps). */
 sl_status sl__dev_upload(sess_dev *d, void *dst, const void *src,
                          size_t bytes);
+sl_status sl__dev_download(sess_dev *d, void *dst, const void *src,
+                           size_t bytes);
+
+/* session.c: creates and starts the job of s->plan (built). */
+sl_status sl__session_start_job(sl_session *s);
+
+/* state.c */
+/* SL_EUNSUPPORTED on a session over daemons, SL_ESTATE after a failure or
+ * finish; `what` starts the message. */
+sl_status sl__session_check_usable(const sl_session *s, const char *what);
+/* Rank `rank`'s shard of variable `node` as version `version` of the
+ * current job (idle between steps) holds it, into buf. */
+sl_status sl__session_job_shard(const sl_session *s, int32_t node, int rank,
+                                int64_t version, void *buf, size_t bytes);
+/* The sources by graph node (allocated on first use; NULL: SL_ENOMEM). */
+sl__var_src *sl__session_sources(sl_session *s);
+/* Restarts the job at step `steps` (sl_session_steps then says so), each
+ * variable from its source or, without one, at its current value; then
+ * clears the sources. A failure leaves the session failed. */
+sl_status sl__session_restart(sl_session *s, int64_t steps);
+/* Fills buf with placement rank `rank`'s shard of variable node `node` as
+ * the job being built starts it: its source (above) or its initializer. */
+sl_status sl__session_var_shard(const sl_session *s, int32_t node, int rank,
+                                void *buf, size_t bytes);
+/* Before a step, save or read: a restart taking the written values, when
+ * there are any. */
+sl_status sl__session_apply_writes(sl_session *s);
+/* After the job failed in a step (joined, s->final set): restarts it from
+ * the variables' values before that step. SL_OK when the session can run
+ * again; otherwise why not (the message says). */
+sl_status sl__session_roll_back(sl_session *s);
+/* Frees the sources (sl_session_destroy). */
+void sl__session_free_state(sl_session *s);
 
 /* driver.c */
 extern const sl_transport_vtable sl__driver_transport;

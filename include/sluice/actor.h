@@ -457,6 +457,20 @@ typedef struct sl_regst_stats {
 SL_API sl_status sl_job_get_regst_stats(const sl_job *job, int32_t desc,
                                         sl_regst_stats *out);
 
+/* The memory of register `index` (0..count-1) of descriptor desc,
+ * produced on this job's node: fixed for the job's life, so a program can
+ * read state between steps (a variable's current version, to save it)
+ * when its own protocol orders the reads after the writes. SL_ENOTFOUND
+ * for another node's or an unknown descriptor, or an index out of range. */
+SL_API sl_status sl_job_register_data(const sl_job *job, int32_t desc,
+                                      int32_t index, void **out);
+
+/* The same register as an act saw it last (its memory, size and the piece
+ * it last held), after sl_job_wait. SL_ESTATE before, SL_ENOTFOUND as
+ * above. */
+SL_API sl_status sl_job_get_register(const sl_job *job, int32_t desc,
+                                     int32_t index, sl_register *out);
+
 typedef struct sl_actor_stats {
   uint64_t firings;
   int64_t pieces; /* output pieces written (inputs consumed for sinks) */

@@ -84,7 +84,12 @@ SL_API sl_status sl_session_feed(sl_session *s, const char *name,
  * an input was never fed or the session failed earlier; otherwise a
  * kernel's error naming the actor and op ("actor 'fc1@r2' (node 0, device
  * 2, stream 0): op 'fc1' (matmul): ..."), SL_EHANG with the hang report.
- * After a failure the session only reports it. */
+ * A failed step is rolled back: the steps before it stay done, no
+ * variable keeps a partial update, and the session can run again (the
+ * message ends "; step N was rolled back"). Where that is impossible (a
+ * session over daemons; an update the failed step already applied in
+ * place) the message says so and the session only reports the failure
+ * from then on. */
 SL_API sl_status sl_session_run(sl_session *s, int64_t steps);
 
 /* Copies fetch `name`'s logical value into data (bytes must equal its
@@ -172,6 +177,67 @@ typedef struct sl_memory_stats {
 SL_API int32_t sl_session_memory_device_count(const sl_session *s);
 SL_API sl_status sl_session_get_memory(const sl_session *s, int32_t device,
                                        sl_memory_stats *out);
+
+/* ---- variables, checkpoints and failed steps ---------------------------- */
+/* docs/checkpoint.md. Every call here runs between steps, on the embedded
+ * session (SL_EUNSUPPORTED on a session over daemons for now). Values are
+ * logical (global) tensors, row-major, whatever the layout. */
+
+/* A variable of the session's graph: a weight, a constant the program
+ * made (sl_variable_set_trainable false), or optimizer state, which
+ * sl_minimize names "<weight>.momentum" (SGD), "<weight>.m" and
+ * "<weight>.v" (Adam, AdamW). Strings are the graph's. */
+typedef struct sl_variable_info {
+  const char *name;
+  sl_shape shape;
+  sl_dtype dtype;
+  bool trained;   /* updated by every step (weights and optimizer state) */
+  bool optimizer; /* optimizer state */
+} sl_variable_info;
+
+/* Variables, in graph order, by index 0..count-1. SL_ENOTFOUND for an
+ * index out of range (*out zeroed). */
+SL_API int32_t sl_session_variable_count(const sl_session *s);
+SL_API sl_status sl_session_get_variable(const sl_session *s, int32_t i,
+                                         sl_variable_info *out);
+
+/* Copies variable `name`'s value after the steps run so far (or as last
+ * written) into data; bytes must be its size. SL_ENOTFOUND, SL_EINVAL
+ * naming both sizes, SL_ESTATE after an unrecoverable failure. */
+SL_API sl_status sl_session_read_variable(sl_session *s, const char *name,
+                                          void *data, size_t bytes);
+
+/* Sets variable `name` to a logical value (copied): the next step reads
+ * it. The session takes the new value when it next runs, saves or
+ * restores, by restarting its job with every variable's current value
+ * (docs/checkpoint.md, "Restarts"). Same errors as the read. */
+SL_API sl_status sl_session_write_variable(sl_session *s, const char *name,
+                                           const void *data, size_t bytes);
+
+/* Writes a checkpoint of every variable (weights, optimizer state) and the
+ * step into directory `dir` (created when missing): each distinct shard
+ * once, in this node's safetensors file, then index.json renamed into
+ * place — a save killed at any point leaves the previous checkpoint in
+ * `dir` loadable. SL_EIO naming the path, SL_ESTATE. */
+SL_API sl_status sl_session_save(sl_session *s, const char *dir);
+
+/* Continues from a checkpoint: every trained variable (and every constant
+ * the checkpoint holds) takes its saved value, resharded from the saved
+ * layout into this session's by reading only the stored pieces each shard
+ * intersects; the step becomes the saved one (sl_session_steps), so
+ * learning-rate-free counters (Adam's bias correction), random data,
+ * dropout and .npy readers continue where the saved run was. Errors name
+ * the file and tensor: a tensor missing, of another shape or dtype
+ * (SL_EINVAL), a corrupt file (SL_EINVAL, SL_EIO). */
+SL_API sl_status sl_session_restore(sl_session *s, const char *path);
+
+/* Loads weights by name from a checkpoint or a plain safetensors file:
+ * every variable that is not optimizer state and has a tensor of the same
+ * name takes its value (shape and dtype must match: SL_EINVAL naming
+ * both); the others, the optimizer state and the step are unchanged.
+ * *loaded (may be NULL) gets the number of variables set. */
+SL_API sl_status sl_session_load(sl_session *s, const char *path,
+                                 int32_t *loaded);
 
 /* ---- plans -------------------------------------------------------------- */
 

@@ -1,0 +1,405 @@
+/* Variables between steps (docs/checkpoint.md): their values read from the
+ * registers that hold them, new values taken by restarting the job, and
+ * the roll-back of a failed step.
+ *
+ * A variable updated by the steps lives in its registers (graph/lower.c):
+ * after k steps of the current job, version k is the register whose piece
+ * is k — a variable updated in place has one register, one in an update
+ * loop two. Between runs no producer of a variable can fire (each reads
+ * the tick, and the driver released no step beyond those complete), so
+ * the program's thread reads them without locks. A variable no step
+ * updates is a const task's initial shard.
+ *
+ * Writing cannot go into the running job: readers of a variable that need
+ * no tick (a cast of a weight, a boxing that gathers it) may already have
+ * used the old value for the next step. So a new value restarts the job:
+ * the old one is drained and freed, and a new job is built from the same
+ * plan, every variable starting at its current value (its shards carried
+ * over), a written value, or a checkpoint's, and the job's piece k being
+ * step `base + k`. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sbp_int.h"
+#include "session_int.h"
+
+/* ---- lookup ---------------------------------------------------------------
+ */
+
+static bool is_variable(const sl_session *s, int32_t node) {
+  const sl__node *n = sl__graph_node(s->g, node);
+  return n && n->kind == SL__NODE_VARIABLE;
+}
+
+static int32_t variable_named(const sl_session *s, const char *name) {
+  int32_t i = sl__graph_find(s->g, name);
+  return i >= 0 && is_variable(s, i) ? i : -1;
+}
+
+static const sl__value *var_value(const sl_session *s, int32_t node) {
+  return sl__graph_value(s->g, sl__graph_node(s->g, node)->out[0]);
+}
+
+static size_t value_bytes(const sl__value *v) {
+  return (size_t)sl_shape_numel(&v->meta.shape) * sl_dtype_size(v->meta.dtype);
+}
+
+int32_t sl_session_variable_count(const sl_session *s) {
+  if (!s) return 0;
+  int32_t n = 0;
+  for (int32_t i = 0; i < sl__graph_node_count(s->g); i++)
+    n += is_variable(s, i);
+  return n;
+}
+
+sl_status sl_session_get_variable(const sl_session *s, int32_t i,
+                                  sl_variable_info *out) {
+  if (!s || !out) return sl__fail(SL_EINVAL, "variable: NULL argument");
+  memset(out, 0, sizeof *out);
+  for (int32_t k = 0, seen = 0; k < sl__graph_node_count(s->g); k++) {
+    if (!is_variable(s, k) || seen++ != i) continue;
+    const sl__node *n = sl__graph_node(s->g, k);
+    const sl__value *v = var_value(s, k);
+    out->name = n->name;
+    out->shape = v->meta.shape;
+    out->dtype = v->meta.dtype;
+    out->trained = n->update >= 0;
+    out->optimizer = n->optimizer;
+    return SL_OK;
+  }
+  return sl__fail(SL_ENOTFOUND, "variable: no variable %d (the graph has %d)",
+                  (int)i, (int)sl_session_variable_count(s));
+}
+
+/* ---- current values ---------------------------------------------------------
+ */
+
+/* Rank `rank`'s shard of variable `node`, version `version` of the
+ * current job, into buf. */
+sl_status sl__session_job_shard(const sl_session *s, int32_t node, int rank,
+                                int64_t version, void *buf, size_t bytes) {
+  const sl__pplan *pp = s->pp;
+  const sl__node *n = sl__graph_node(s->g, node);
+  if (n->update < 0) {
+    /* No step changes it: the const task's initial shard. */
+    for (int32_t t = 0; t < s->n_tasks; t++) {
+      const task_rt *rt = &s->rt[t];
+      if (rt->t->kind == SL__TASK_CONST && rt->t->node == node &&
+          rt->t->rank == rank && rt->bytes == bytes) {
+        memcpy(buf, rt->init, bytes);
+        return SL_OK;
+      }
+    }
+    return sl__fail(SL_EINTERNAL, "variable '%s': rank %d has no const task",
+                    n->name, rank);
+  }
+  for (int32_t r = 0; r < pp->n_regsts; r++) {
+    const sl__regst *g = &pp->regsts[r];
+    if (g->var_node != node || g->rank != rank) continue;
+    if ((size_t)g->bytes != bytes || g->initial != 1)
+      return sl__fail(SL_EINTERNAL,
+                      "variable '%s': rank %d: %lld bytes, %d initial", n->name,
+                      rank, (long long)g->bytes, (int)g->initial);
+    /* Version k is in register k mod count: the initial version in
+     * register 0, each next one in the only free register (a loop of two)
+     * or in place (one). Not from the registers' pieces: the producer
+     * sets those after the step counts as done (acts.c), so they may still
+     * be changing. */
+    void *data;
+    SL_CHECK(sl_job_register_data(s->job, s->actor_desc[r],
+                                  (int32_t)(version % g->count), &data));
+    if (bytes == 0) return SL_OK;
+    sess_dev *d = sl__session_dev(s, g->device);
+    if (d) return sl__dev_download(d, buf, data, bytes);
+    memcpy(buf, data, bytes);
+    return SL_OK;
+  }
+  return sl__fail(SL_EINTERNAL, "variable '%s': rank %d has no register",
+                  n->name, rank);
+}
+
+/* The value a rank starts with in the next job: its source, else the
+ * graph's initializer. */
+sl_status sl__session_var_shard(const sl_session *s, int32_t node, int rank,
+                                void *buf, size_t bytes) {
+  const sl__var_src *src = s->var_src ? &s->var_src[node] : NULL;
+  if (!src || (!src->logical && !src->shards && !src->ck))
+    return sl__graph_variable_init(s->g, node, rank, buf);
+  const sl__value *v = var_value(s, node);
+  sl_slice box;
+  SL_CHECK(sl_local_slice(&v->meta.shape, v->placement, &v->sbp, rank, &box));
+  if (src->shards) {
+    memcpy(buf, src->shards[rank], bytes);
+    return SL_OK;
+  }
+  if (src->ck)
+    return sl_checkpoint_read(src->ck, src->tensor, &box, buf, bytes);
+  int64_t zero[SL_MAX_DIMS] = {0};
+  sl__box_move(v->meta.dtype, box.ndim, buf, box.extent, zero, src->logical,
+               v->meta.shape.dims, box.start, box.extent, false, SL_REDUCE_SUM);
+  return SL_OK;
+}
+
+/* Assembles variable `node`'s logical value (version `version` of the
+ * current job) into data. Every rank writes its box; broadcast copies
+ * write the same values. */
+static sl_status job_value(const sl_session *s, int32_t node, int64_t version,
+                           void *data) {
+  const sl__value *v = var_value(s, node);
+  int nr = sl_placement_size(v->placement);
+  int nd = v->meta.shape.ndim;
+  int64_t zero[SL_MAX_DIMS] = {0};
+  sl_status st = SL_OK;
+  void *buf = NULL;
+  for (int r = 0; r < nr && st == SL_OK; r++) {
+    sl_slice box;
+    st = sl_local_slice(&v->meta.shape, v->placement, &v->sbp, r, &box);
+    if (st != SL_OK) break;
+    size_t b = (size_t)sl_slice_numel(&box) * sl_dtype_size(v->meta.dtype);
+    sl__free(buf);
+    if (!(buf = sl__malloc(b + 64))) {
+      st = SL_ENOMEM;
+      break;
+    }
+    st = sl__session_job_shard(s, node, r, version, buf, b);
+    if (st == SL_OK)
+      sl__box_move(v->meta.dtype, nd, data, v->meta.shape.dims, box.start, buf,
+                   box.extent, zero, box.extent, false, SL_REDUCE_SUM);
+  }
+  sl__free(buf);
+  return st;
+}
+
+sl_status sl__session_check_usable(const sl_session *s, const char *what) {
+  if (s->remote)
+    return sl__fail(SL_EUNSUPPORTED,
+                    "%s: not available on a session over daemons yet "
+                    "(docs/checkpoint.md)",
+                    what);
+  if (atomic_load(&s->failed) != SL_OK || s->finished || !s->job)
+    return sl__fail(SL_ESTATE, "%s: the session %s", what,
+                    s->finished ? "was finished" : "failed");
+  return SL_OK;
+}
+
+static sl_status lookup(sl_session *s, const char *name, size_t bytes,
+                        const char *what, int32_t *node) {
+  if (!s || !name) return sl__fail(SL_EINVAL, "%s: NULL argument", what);
+  *node = variable_named(s, name);
+  if (*node < 0)
+    return sl__fail(SL_ENOTFOUND, "%s: the graph has no variable '%s'", what,
+                    name);
+  const sl__value *v = var_value(s, *node);
+  if (bytes != value_bytes(v)) {
+    char shape[128];
+    sl_shape_print(&v->meta.shape, shape, sizeof shape);
+    return sl__fail(
+        SL_EINVAL, "%s '%s': %zu bytes, the variable has %zu (%s %s)", what,
+        name, bytes, value_bytes(v), sl_dtype_name(v->meta.dtype), shape);
+  }
+  return sl__session_check_usable(s, what);
+}
+
+sl_status sl_session_read_variable(sl_session *s, const char *name, void *data,
+                                   size_t bytes) {
+  int32_t node;
+  SL_CHECK(lookup(s, name, bytes, "read of variable", &node));
+  if (bytes && !data)
+    return sl__fail(SL_EINVAL, "read of variable '%s': NULL data", name);
+  const sl__var_src *src = s->var_src ? &s->var_src[node] : NULL;
+  if (src && src->logical && s->var_dirty) {
+    memcpy(data, src->logical, bytes);
+    return SL_OK;
+  }
+  return job_value(s, node, s->steps - s->base, data);
+}
+
+sl__var_src *sl__session_sources(sl_session *s) {
+  if (!s->var_src)
+    s->var_src =
+        sl__calloc((size_t)sl__graph_node_count(s->g) + 1, sizeof *s->var_src);
+  return s->var_src;
+}
+
+static void clear_source(sl__var_src *src, int nr) {
+  sl__free(src->logical);
+  for (int r = 0; src->shards && r < nr; r++)
+    sl__free(src->shards[r]);
+  sl__free(src->shards);
+  memset(src, 0, sizeof *src);
+}
+
+static void clear_sources(sl_session *s) {
+  for (int32_t i = 0; s->var_src && i < sl__graph_node_count(s->g); i++)
+    if (is_variable(s, i))
+      clear_source(&s->var_src[i],
+                   sl_placement_size(var_value(s, i)->placement));
+  s->var_dirty = false;
+}
+
+sl_status sl_session_write_variable(sl_session *s, const char *name,
+                                    const void *data, size_t bytes) {
+  int32_t node;
+  SL_CHECK(lookup(s, name, bytes, "write of variable", &node));
+  if (bytes && !data)
+    return sl__fail(SL_EINVAL, "write of variable '%s': NULL data", name);
+  if (!sl__session_sources(s)) return SL_ENOMEM;
+  sl__var_src *src = &s->var_src[node];
+  void *copy = sl__malloc(bytes + 64);
+  if (!copy) return SL_ENOMEM;
+  memcpy(copy, data, bytes);
+  clear_source(src, sl_placement_size(var_value(s, node)->placement));
+  src->logical = copy;
+  s->var_dirty = true;
+  return SL_OK;
+}
+
+/* ---- restarts ---------------------------------------------------------------
+ */
+
+/* Every variable without a source gets its current shards (version
+ * `version` of the current job) as one: the next job starts where this
+ * one is. */
+static sl_status carry_over(sl_session *s, int64_t version) {
+  for (int32_t i = 0; i < sl__graph_node_count(s->g); i++) {
+    if (!is_variable(s, i)) continue;
+    sl__var_src *src = &s->var_src[i];
+    if (src->logical || src->ck) continue;
+    const sl__value *v = var_value(s, i);
+    int nr = sl_placement_size(v->placement);
+    if (!(src->shards = sl__calloc((size_t)nr, sizeof *src->shards)))
+      return SL_ENOMEM;
+    for (int r = 0; r < nr; r++) {
+      sl_slice box;
+      SL_CHECK(sl_local_slice(&v->meta.shape, v->placement, &v->sbp, r, &box));
+      size_t b = (size_t)sl_slice_numel(&box) * sl_dtype_size(v->meta.dtype);
+      if (!(src->shards[r] = sl__malloc(b + 64))) return SL_ENOMEM;
+      SL_CHECK(sl__session_job_shard(s, i, r, version, src->shards[r], b));
+    }
+  }
+  return SL_OK;
+}
+
+/* Frees the job and everything built for it, keeping the fed inputs
+ * (returned in *feeds, n_feeds entries). The job must have ended. */
+static void tear_down(sl_session *s, feed_rt **feeds, int32_t *n_feeds) {
+  sl_job_destroy(s->job);
+  s->job = NULL;
+  sl__comm_destroy(s->comm);
+  s->comm = NULL;
+  sl_plan_destroy(s->plan);
+  s->plan = NULL;
+  *feeds = s->feeds;
+  *n_feeds = s->n_feeds;
+  s->feeds = NULL;
+  s->n_feeds = 0;
+  sl__session_free_build(s);
+  s->rt = NULL;
+  s->n_tasks = s->n_counted = s->n_fetches = s->n_ticks = 0;
+  s->fetches = NULL;
+  s->ticks = NULL;
+  s->actor_desc = NULL;
+  s->var_inits = NULL;
+}
+
+/* Builds and starts a job whose piece 0 is step `steps`. */
+static sl_status start_job(sl_session *s, int64_t steps, feed_rt *old,
+                           int32_t n_old) {
+  atomic_store(&s->released, 0);
+  s->completed = 0;
+  for (int i = 0; i < SL__STEP_RING; i++)
+    atomic_store(&s->ring[i], 0);
+  atomic_store(&s->failed, SL_OK);
+  s->waited = false;
+  s->final = SL_OK;
+  s->errmsg[0] = '\0';
+  s->base = s->steps = steps;
+  SL_CHECK(sl__session_build(s));
+  for (int32_t i = 0; i < n_old && i < s->n_feeds; i++) {
+    memcpy(s->feeds[i].data, old[i].data, s->feeds[i].bytes);
+    s->feeds[i].fed = old[i].fed;
+  }
+  return sl__session_start_job(s);
+}
+
+/* Restarts the job at step `steps`, variables from their sources (those
+ * without one carry version `version` of the current job over). The
+ * current job must have ended or be idle between steps. A failure leaves
+ * the session failed. */
+static sl_status restart(sl_session *s, int64_t version, int64_t steps) {
+  if (!sl__session_sources(s)) return SL_ENOMEM;
+  sl_status st = carry_over(s, version);
+  if (st == SL_OK && !s->waited) {
+    sl__driver_end(s);
+    st = sl_job_wait(s->job);
+    s->waited = true;
+  }
+  feed_rt *old = NULL;
+  int32_t n_old = 0;
+  if (st == SL_OK) {
+    tear_down(s, &old, &n_old);
+    st = start_job(s, steps, old, n_old);
+    if (st != SL_OK)
+      sl__fail_context(st,
+                       "session: restarting at step %lld: ", (long long)steps);
+  }
+  for (int32_t i = 0; i < n_old; i++)
+    sl__free(old[i].data);
+  sl__free(old);
+  clear_sources(s);
+  if (st != SL_OK) {
+    snprintf(s->errmsg, sizeof s->errmsg, "%s", sl_last_error());
+    s->final = st;
+    s->waited = true;
+    atomic_store(&s->failed, st);
+  }
+  return st;
+}
+
+sl_status sl__session_restart(sl_session *s, int64_t steps) {
+  return restart(s, s->steps - s->base, steps);
+}
+
+sl_status sl__session_apply_writes(sl_session *s) {
+  if (!s->var_dirty) return SL_OK;
+  return restart(s, s->steps - s->base, s->steps);
+}
+
+sl_status sl__session_roll_back(sl_session *s) {
+  if (s->remote)
+    return sl__fail(SL_EUNSUPPORTED,
+                    "a session over daemons cannot roll a step back");
+  if (!s->job) return sl__fail(SL_ESTATE, "the session has no job");
+  /* Steps before the failed one are complete; the variables' values before
+   * it are version `completed` of the job (written values not yet taken
+   * stay written). A check first, so a failure to roll back leaves the
+   * state as the failure left it. */
+  int64_t done = s->completed;
+  for (int32_t i = 0; i < sl__graph_node_count(s->g); i++) {
+    if (!is_variable(s, i) || sl__graph_node(s->g, i)->update < 0) continue;
+    const sl__var_src *src = s->var_src ? &s->var_src[i] : NULL;
+    if (src && src->logical) continue;
+    for (int32_t r = 0; r < s->pp->n_regsts; r++) {
+      const sl__regst *g = &s->pp->regsts[r];
+      if (g->var_node != i) continue;
+      bool found = false;
+      for (int32_t k = 0; k < g->count && !found; k++) {
+        sl_register reg;
+        SL_CHECK(sl_job_get_register(s->job, s->actor_desc[r], k, &reg));
+        found = reg.piece == done;
+      }
+      if (!found)
+        return sl__fail(SL_ESTATE,
+                        "variable '%s' was already updated in place by the "
+                        "failed step",
+                        sl__graph_node(s->g, i)->name);
+    }
+  }
+  return restart(s, done, s->base + done);
+}
+
+void sl__session_free_state(sl_session *s) {
+  clear_sources(s);
+  sl__free(s->var_src);
+  s->var_src = NULL;
+}
