@@ -39,6 +39,37 @@ typedef struct save_piece {
   char placement[256], sbp[128];
 } save_piece;
 
+/* A save: what this node stores, and, for a background save, a snapshot
+ * of it. */
+struct sl__save {
+  char *dir;
+  int64_t step;
+  uint32_t node;
+  int32_t n;
+  save_piece *sp;
+  sl__ckpt_piece *pc;
+  void **data; /* per piece: its bytes at the step (background saves) */
+  int32_t n_kv;
+  sl__ckpt_kv *kv;
+  char *kv_text;
+  pthread_t thread;
+  sl_status st;
+  char msg[1024];
+};
+
+static void save_free(sl__save *sv) {
+  if (!sv) return;
+  for (int32_t k = 0; sv->data && k < sv->n; k++)
+    sl__free(sv->data[k]);
+  sl__free(sv->data);
+  sl__free(sv->kv);
+  sl__free(sv->kv_text);
+  sl__free(sv->pc);
+  sl__free(sv->sp);
+  sl__free(sv->dir);
+  sl__free(sv);
+}
+
 /* "source.<name>": where each data source of the graph stands, for people
  * reading the index; a restore derives every position from the step. */
 static sl_status source_metadata(const sl_session *s, int32_t *n_kv,
@@ -75,33 +106,29 @@ static sl_status source_metadata(const sl_session *s, int32_t *n_kv,
   return SL_OK;
 }
 
-sl_status sl_session_save(sl_session *s, const char *dir) {
-  if (!s || !dir || !dir[0]) return sl__fail(SL_EINVAL, "save: NULL argument");
-  SL_CHECK(sl__session_check_usable(s, "save"));
-  SL_CHECK(sl__session_apply_writes(s));
-  int64_t version = s->steps - s->base;
+/* What this node stores of every variable (each distinct shard once), at
+ * the current step. */
+static sl_status save_plan(sl_session *s, const char *dir, sl__save **out) {
+  *out = NULL;
   int32_t nn = sl__graph_node_count(s->g), n = 0;
   for (int32_t i = 0; i < nn; i++)
     if (is_variable(s, i)) n += sl_placement_size(var_value(s, i)->placement);
-  save_piece *sp = sl__calloc((size_t)n + 1, sizeof *sp);
-  sl__ckpt_piece *pc = sl__calloc((size_t)n + 1, sizeof *pc);
-  sl__ckpt_kv *kv = NULL;
-  char *kv_text = NULL, name[128];
-  void *buf = NULL;
-  size_t cap = 0;
-  sl__ckpt_file *f = NULL;
-  sl__ckpt_file_done done;
-  memset(&done, 0, sizeof done);
-  sl_status st = sp && pc ? SL_OK : SL_ENOMEM;
-  n = 0;
+  sl__save *sv;
+  if (SL_NEW(sv) != SL_OK) return SL_ENOMEM;
+  sv->step = s->steps;
+  sv->node = s->self_node;
+  sv->dir = sl__strdup(dir);
+  sv->sp = sl__calloc((size_t)n + 1, sizeof *sv->sp);
+  sv->pc = sl__calloc((size_t)n + 1, sizeof *sv->pc);
+  sl_status st = sv->dir && sv->sp && sv->pc ? SL_OK : SL_ENOMEM;
   for (int32_t i = 0; i < nn && st == SL_OK; i++) {
     if (!is_variable(s, i)) continue;
     const sl__value *v = var_value(s, i);
     if (sl_shape_numel(&v->meta.shape) == 0) continue; /* nothing to keep */
     for (int r = 0; r < sl_placement_size(v->placement) && st == SL_OK; r++) {
       if (!stores(v, r)) continue;
-      save_piece *p = &sp[n];
-      sl__ckpt_piece *c = &pc[n++];
+      save_piece *p = &sv->sp[sv->n];
+      sl__ckpt_piece *c = &sv->pc[sv->n++];
       p->node = i;
       p->rank = r;
       sl_placement_print(v->placement, p->placement, sizeof p->placement);
@@ -113,35 +140,110 @@ sl_status sl_session_save(sl_session *s, const char *dir) {
       c->sbp = p->sbp;
       st = sl_local_slice(&v->meta.shape, v->placement, &v->sbp, r, &c->box);
       p->bytes = (size_t)sl_slice_numel(&c->box) * sl_dtype_size(c->dtype);
-      cap = SL_MAX(cap, p->bytes);
     }
   }
-  if (st == SL_OK && !(buf = sl__malloc(cap + 64))) st = SL_ENOMEM;
-  if (st == SL_OK) {
-    sl__ckpt_file_name(s->steps, s->self_node, name, sizeof name);
-    st = sl__ckpt_file_create(dir, name, s->steps, n, pc, &f);
+  if (st == SL_OK) st = source_metadata(s, &sv->n_kv, &sv->kv, &sv->kv_text);
+  if (st != SL_OK) {
+    save_free(sv);
+    return st;
   }
-  for (int32_t k = 0; k < n && st == SL_OK; k++) {
-    st = sl__session_job_shard(s, sp[k].node, sp[k].rank, version, buf,
-                               sp[k].bytes);
-    if (st == SL_OK) st = sl__ckpt_file_write(f, buf, sp[k].bytes);
+  *out = sv;
+  return SL_OK;
+}
+
+/* Copies every piece to host memory (a background save's snapshot). */
+static sl_status save_snapshot(sl_session *s, sl__save *sv) {
+  if (!(sv->data = sl__calloc((size_t)sv->n + 1, sizeof *sv->data)))
+    return SL_ENOMEM;
+  for (int32_t k = 0; k < sv->n; k++) {
+    if (!(sv->data[k] = sl__malloc(sv->sp[k].bytes + 64))) return SL_ENOMEM;
+    SL_CHECK(sl__session_job_shard(s, sv->sp[k].node, sv->sp[k].rank,
+                                   s->steps - s->base, sv->data[k],
+                                   sv->sp[k].bytes));
+  }
+  return SL_OK;
+}
+
+/* Writes this node's file and commits the index: pieces from the snapshot,
+ * or, without one, from the job (s, idle between steps). */
+static sl_status save_write(sl__save *sv, const sl_session *s) {
+  char name[128];
+  size_t cap = 0;
+  for (int32_t k = 0; k < sv->n; k++)
+    cap = SL_MAX(cap, sv->sp[k].bytes);
+  void *buf = sv->data ? NULL : sl__malloc(cap + 64);
+  if (!sv->data && !buf) return SL_ENOMEM;
+  sl__ckpt_file *f = NULL;
+  sl__ckpt_file_done done;
+  memset(&done, 0, sizeof done);
+  sl__ckpt_file_name(sv->step, sv->node, name, sizeof name);
+  sl_status st =
+      sl__ckpt_file_create(sv->dir, name, sv->step, sv->n, sv->pc, &f);
+  for (int32_t k = 0; k < sv->n && st == SL_OK; k++) {
+    const save_piece *p = &sv->sp[k];
+    if (!sv->data)
+      st = sl__session_job_shard(s, p->node, p->rank, s->steps - s->base, buf,
+                                 p->bytes);
+    if (st == SL_OK)
+      st = sl__ckpt_file_write(f, sv->data ? sv->data[k] : buf, p->bytes);
   }
   if (st == SL_OK) {
-    st = sl__ckpt_file_close(f, s->self_node, &done);
+    st = sl__ckpt_file_close(f, sv->node, &done);
     f = NULL;
   }
-  int32_t n_kv = 0;
-  if (st == SL_OK) st = source_metadata(s, &n_kv, &kv, &kv_text);
-  if (st == SL_OK) st = sl__ckpt_commit(dir, s->steps, 1, &done, n_kv, kv);
+  if (st == SL_OK)
+    st = sl__ckpt_commit(sv->dir, sv->step, 1, &done, sv->n_kv, sv->kv);
   sl__ckpt_file_abort(f);
   sl__ckpt_file_done_free(&done);
   sl__free(buf);
-  sl__free(kv);
-  sl__free(kv_text);
-  sl__free(pc);
-  sl__free(sp);
-  if (st != SL_OK) sl__fail_context(st, "save to '%s': ", dir);
+  if (st != SL_OK) sl__fail_context(st, "save to '%s': ", sv->dir);
   return st;
+}
+
+static void *save_main(void *arg) {
+  sl__save *sv = arg;
+  sv->st = save_write(sv, NULL);
+  if (sv->st != SL_OK) snprintf(sv->msg, sizeof sv->msg, "%s", sl_last_error());
+  return NULL;
+}
+
+sl_status sl_session_save_wait(sl_session *s) {
+  if (!s) return sl__fail(SL_EINVAL, "save: NULL session");
+  sl__save *sv = s->bg_save;
+  if (!sv) return SL_OK;
+  pthread_join(sv->thread, NULL);
+  s->bg_save = NULL;
+  sl_status st = sv->st;
+  if (st != SL_OK) sl__fail(st, "%s", sv->msg);
+  save_free(sv);
+  return st;
+}
+
+static sl_status save(sl_session *s, const char *dir, bool background) {
+  if (!s || !dir || !dir[0]) return sl__fail(SL_EINVAL, "save: NULL argument");
+  SL_CHECK(sl_session_save_wait(s));
+  SL_CHECK(sl__session_check_usable(s, "save"));
+  SL_CHECK(sl__session_apply_writes(s));
+  sl__save *sv;
+  SL_CHECK(save_plan(s, dir, &sv));
+  sl_status st = background ? save_snapshot(s, sv) : save_write(sv, s);
+  if (st == SL_OK && background) {
+    if (pthread_create(&sv->thread, NULL, save_main, sv) == 0) {
+      s->bg_save = sv;
+      return SL_OK;
+    }
+    st = sl__fail(SL_EINTERNAL, "save to '%s': no thread", dir);
+  }
+  save_free(sv);
+  return st;
+}
+
+sl_status sl_session_save(sl_session *s, const char *dir) {
+  return save(s, dir, false);
+}
+
+sl_status sl_session_save_async(sl_session *s, const char *dir) {
+  return save(s, dir, true);
 }
 
 /* ---- restore and load -------------------------------------------------------
@@ -214,6 +316,7 @@ static sl_status restore_or_load(sl_session *s, const char *path, bool restore,
   const char *what = restore ? "restore" : "load";
   if (loaded) *loaded = 0;
   if (!s || !path) return sl__fail(SL_EINVAL, "%s: NULL argument", what);
+  SL_CHECK(sl_session_save_wait(s)); /* a restore may read what it writes */
   SL_CHECK(sl__session_check_usable(s, what));
   sl_checkpoint *ck = NULL;
   SL_CHECK(sl_checkpoint_open(path, &ck));

@@ -484,6 +484,8 @@ sl_status sl_session_get_memory(const sl_session *s, int32_t device,
 
 void sl_session_destroy(sl_session *s) {
   if (!s) return;
+  if (s->bg_save && sl_session_save_wait(s) != SL_OK)
+    SL_WARN("session: background save: %s", sl_last_error());
   if (s->started && !s->finished) sl_session_finish(s);
   sl__remote_destroy(s);
   sl_job_destroy(s->job);

@@ -146,6 +146,7 @@ typedef struct drv_tick {
 } drv_tick;
 
 typedef struct sl__remote sl__remote;
+typedef struct sl__save sl__save;
 
 /* state.c: what a variable starts as when the next job is built, instead
  * of its initializer: a value the program wrote (whole), its shards
@@ -222,6 +223,7 @@ struct sl_session {
   int64_t base;
   sl__var_src *var_src; /* per graph node; NULL until a restart needs it */
   bool var_dirty;       /* a written value waits for the next restart */
+  sl__save *bg_save;         /* a background save in progress (save.c) */
   bool started, finished, waited;
   sl_status final;
   char errmsg[1400];

@@ -221,6 +221,17 @@ SL_API sl_status sl_session_write_variable(sl_session *s, const char *name,
  * `dir` loadable. SL_EIO naming the path, SL_ESTATE. */
 SL_API sl_status sl_session_save(sl_session *s, const char *dir);
 
+/* sl_session_save in the background: every shard is copied to host memory
+ * now (the state after the steps run so far) and written by a thread of
+ * the session while the program runs more steps. One at a time: a second
+ * call, a restore, a load or destroy first waits for the one before.
+ * Returns the snapshot's errors; the write's come from
+ * sl_session_save_wait. Takes host memory for a copy of the state. */
+SL_API sl_status sl_session_save_async(sl_session *s, const char *dir);
+
+/* Waits for the background save, if any: its status (SL_OK when none). */
+SL_API sl_status sl_session_save_wait(sl_session *s);
+
 /* Continues from a checkpoint: every trained variable (and every constant
  * the checkpoint holds) takes its saved value, resharded from the saved
  * layout into this session's by reading only the stored pieces each shard

@@ -229,6 +229,40 @@ static void test_load_and_errors(void **state) {
   sl_graph_destroy(ga);
 }
 
+/* A background save holds the state of its step while training goes on;
+ * a failure to write comes from sl_session_save_wait. */
+static void test_background_save(void **state) {
+  (void)state;
+  sl_optimizer o = sl_optimizer_adam(0.01);
+  sl_graph *ga = model("dp2", &o, false);
+  sl_session *a = open_model(ga);
+  float want[9];
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/background", tmp);
+  for (int i = 0; i < 9; i++) {
+    want[i] = step_loss(a);
+    if (i == 4) assert_int_equal(sl_session_save_async(a, dir), SL_OK);
+  }
+  assert_int_equal(sl_session_save_wait(a), SL_OK);
+  assert_int_equal(sl_session_save_wait(a), SL_OK); /* none left */
+  /* unwritable: under a regular file */
+  char bad[600];
+  snprintf(bad, sizeof bad, "%s/background/index.json/sub", tmp);
+  assert_int_equal(sl_session_save_async(a, bad), SL_OK);
+  assert_int_not_equal(sl_session_save_wait(a), SL_OK);
+  assert_non_null(strstr(sl_last_error(), bad));
+  sl_session_destroy(a);
+  sl_graph_destroy(ga);
+  sl_graph *gb = model("single", &o, false);
+  sl_session *b = open_model(gb);
+  assert_int_equal(sl_session_restore(b, dir), SL_OK);
+  assert_int_equal(sl_session_steps(b), 5);
+  for (int i = 5; i < 9; i++)
+    assert_true(fabsf(step_loss(b) - want[i]) <= 1e-4f * fabsf(want[i]));
+  sl_session_destroy(b);
+  sl_graph_destroy(gb);
+}
+
 /* A child trains and saves after every step into one directory; the
  * parent kills it at random moments. Each time, the directory restores
  * into a session whose next steps equal the straight run's from the
@@ -293,6 +327,7 @@ int main(void) {
       cmocka_unit_test(test_resume_exact),
       cmocka_unit_test(test_reshard),
       cmocka_unit_test(test_load_and_errors),
+      cmocka_unit_test(test_background_save),
       cmocka_unit_test(test_killed_while_saving),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
