@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fake_cuda.h"
 #include "session_helpers.h"
 
 enum { BATCH = 16, IN = 12, HID = 16, CLASSES = 5 };
@@ -21,6 +22,9 @@ static sl_graph *model(const char *layout, const sl_optimizer *o, bool extra) {
   if (strcmp(layout, "tp4") == 0) pl = "cpu:0-3", w1s = "S(1)", w2s = "S(0)";
   if (strcmp(layout, "hybrid") == 0)
     pl = "cpu:0-3[2,2]", data = "(S(0),B)", w1s = "(B,S(1))", w2s = "(B,S(0))";
+  if (strcmp(layout, "cuda_dp2") == 0) pl = "cuda:0-1", data = "S(0)";
+  if (strcmp(layout, "cuda_tp2") == 0)
+    pl = "cuda:0-1", w1s = "S(1)", w2s = "S(0)";
   sl_graph *g = st_graph(pl);
   const char *bs = strcmp(layout, "hybrid") == 0 ? "(B,B)" : "B";
   sl_tensor x = sl_data_random_uniform(g, &SL_SHAPE(BATCH, IN), SL_DTYPE_F32,
@@ -263,6 +267,39 @@ static void test_background_save(void **state) {
   sl_graph_destroy(gb);
 }
 
+/* On (fake) CUDA devices: shards come from device memory and go back to
+ * it; saved on GPUs, restored on CPUs and the other way round; a failed
+ * step rolled back on GPUs. */
+static void test_cuda(void **state) {
+  (void)state;
+  fake_cuda_install();
+  sl_optimizer o = sl_optimizer_adam(0.01);
+  sl_graph *ga = model("dp2", &o, false);
+  sl_session *a = open_model(ga);
+  float want[9];
+  for (int i = 0; i < 9; i++)
+    want[i] = step_loss(a);
+  sl_session_destroy(a);
+  sl_graph_destroy(ga);
+  const char *chain[] = {"cuda_dp2", "tp4", "cuda_tp2"};
+  char dir[512];
+  for (int c = 0; c < 3; c++) {
+    sl_graph *g = model(chain[c], &o, false);
+    sl_session *s = open_model(g);
+    if (c > 0 && sl_session_restore(s, dir) != SL_OK)
+      fail_msg("restore into %s: %s", chain[c], sl_last_error());
+    for (int i = 3 * c; i < 3 * c + 3; i++) {
+      float got = step_loss(s);
+      assert_true(fabsf(got - want[i]) <= 1e-4f * fabsf(want[i]));
+    }
+    snprintf(dir, sizeof dir, "%s/cuda_%d", tmp, c);
+    if (sl_session_save(s, dir) != SL_OK) fail_msg("save: %s", sl_last_error());
+    sl_session_destroy(s);
+    sl_graph_destroy(g);
+  }
+  fake_cuda_uninstall();
+}
+
 /* A child trains and saves after every step into one directory; the
  * parent kills it at random moments. Each time, the directory restores
  * into a session whose next steps equal the straight run's from the
@@ -328,6 +365,7 @@ int main(void) {
       cmocka_unit_test(test_reshard),
       cmocka_unit_test(test_load_and_errors),
       cmocka_unit_test(test_background_save),
+      cmocka_unit_test(test_cuda),
       cmocka_unit_test(test_killed_while_saving),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
