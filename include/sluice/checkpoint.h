@@ -61,6 +61,14 @@ SL_API bool sl_checkpoint_is_sharded(const sl_checkpoint *c);
 SL_API const char *sl_checkpoint_metadata(const sl_checkpoint *c,
                                           const char *key);
 
+/* The metadata entries, in the order the checkpoint holds them: count,
+ * and entry i (strings owned by the checkpoint). SL_ENOTFOUND for an
+ * index out of range (*key and *value NULL). */
+SL_API int32_t sl_checkpoint_metadata_count(const sl_checkpoint *c);
+SL_API sl_status sl_checkpoint_metadata_get(const sl_checkpoint *c, int32_t i,
+                                            const char **key,
+                                            const char **value);
+
 /* Tensors, sorted by name, by index 0..count-1. SL_ENOTFOUND for an index
  * out of range (*out zeroed). */
 SL_API int32_t sl_checkpoint_tensor_count(const sl_checkpoint *c);
