@@ -104,6 +104,17 @@ static void test_kill_save(void **state) {
   sl_rng rng = {test_seed()};
   char dir[256];
   scratch_dir(dir, sizeof dir);
+  /* Kills land within about three saves of the child's start, however fast
+   * this build saves (sanitizers slow it several times). */
+  char timing[256];
+  scratch_dir(timing, sizeof timing);
+  ttensor tts[3];
+  int tn = model(tts);
+  uint64_t t0 = sl__now_ns();
+  assert_int_equal(save_tensors(timing, 1, 2, tn, tts, 0, NULL), SL_OK);
+  long save_us = (long)((sl__now_ns() - t0) / 1000) + 1000;
+  rm_rf(timing);
+  printf("one save takes about %ld us\n", save_us);
   bool committed = false;
   int64_t last = 0;
   for (int it = 0; it < ITERATIONS; it++) {
@@ -120,7 +131,7 @@ static void test_kill_save(void **state) {
       saver(dir, base, fds[1]);
     }
     close(fds[1]);
-    long us = (long)sl__rng_below(&rng, 40000);
+    long us = (long)sl__rng_below(&rng, (uint64_t)(3 * save_us));
     struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
     nanosleep(&ts, NULL);
     kill(pid, SIGKILL);
