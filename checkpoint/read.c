@@ -410,8 +410,9 @@ sl_status sl_checkpoint_metadata_get(const sl_checkpoint *c, int32_t i,
   if (key) *key = NULL;
   if (value) *value = NULL;
   if (!c || !key || !value || i < 0 || i >= c->index->n_meta)
-    return sl__fail(SL_ENOTFOUND, "checkpoint: no metadata entry %d (it has "
-                                  "%d)",
+    return sl__fail(SL_ENOTFOUND,
+                    "checkpoint: no metadata entry %d (it has "
+                    "%d)",
                     (int)i, c ? (int)c->index->n_meta : 0);
   *key = c->index->meta_keys[i];
   *value = c->index->meta_values[i];
