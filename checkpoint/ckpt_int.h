@@ -145,11 +145,6 @@ sl_status sl__ckpt_check_cover(const char *tensor, const sl_shape *shape,
 sl_status sl__checkpoint_read_raw(const sl_checkpoint *c, int32_t i,
                                   int64_t off, void *data, size_t n);
 
-/* The checkpoint's metadata entries, in document order. */
-int32_t sl__checkpoint_meta_count(const sl_checkpoint *c);
-void sl__checkpoint_meta_at(const sl_checkpoint *c, int32_t k, const char **key,
-                            const char **value);
-
 /* ---- writing files ----------------------------------------------------- */
 
 /* A file written under "<path>.tmp", buffered, with a running CRC32C and

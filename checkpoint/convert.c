@@ -90,7 +90,7 @@ sl_status sl_checkpoint_convert(const char *path, const char *out_path) {
   int32_t n_meta = 0;
   int64_t step = sl_checkpoint_step(c);
   bool add_step = sl_checkpoint_is_sharded(c) || step >= 0;
-  int32_t total = sl__checkpoint_meta_count(c);
+  int32_t total = sl_checkpoint_metadata_count(c);
   mk = sl__calloc((size_t)total + 2, sizeof *mk);
   mv = sl__calloc((size_t)total + 2, sizeof *mv);
   if (!mk || !mv) {
@@ -105,7 +105,7 @@ sl_status sl_checkpoint_convert(const char *path, const char *out_path) {
   }
   for (int32_t k = 0; k < total; k++) {
     const char *key, *value;
-    sl__checkpoint_meta_at(c, k, &key, &value);
+    sl_checkpoint_metadata_get(c, k, &key, &value);
     if (add_step && strcmp(key, "step") == 0) continue;
     mk[n_meta] = key;
     mv[n_meta++] = value;

@@ -401,12 +401,20 @@ sl_status sl__checkpoint_read_raw(const sl_checkpoint *c, int32_t i,
                         f->path);
 }
 
-int32_t sl__checkpoint_meta_count(const sl_checkpoint *c) {
-  return c->index->n_meta;
+int32_t sl_checkpoint_metadata_count(const sl_checkpoint *c) {
+  return c ? c->index->n_meta : 0;
 }
 
-void sl__checkpoint_meta_at(const sl_checkpoint *c, int32_t k, const char **key,
-                            const char **value) {
-  *key = c->index->meta_keys[k];
-  *value = c->index->meta_values[k];
+sl_status sl_checkpoint_metadata_get(const sl_checkpoint *c, int32_t i,
+                                     const char **key, const char **value) {
+  if (key) *key = NULL;
+  if (value) *value = NULL;
+  if (!c || !key || !value || i < 0 || i >= c->index->n_meta)
+    return sl__fail(SL_ENOTFOUND,
+                    "checkpoint: no metadata entry %d (it has "
+                    "%d)",
+                    (int)i, c ? (int)c->index->n_meta : 0);
+  *key = c->index->meta_keys[i];
+  *value = c->index->meta_values[i];
+  return SL_OK;
 }

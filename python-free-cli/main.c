@@ -9,6 +9,7 @@
 int sl_cli_plan(int argc, char **argv);   /* cmd_plan.c */
 int sl_cli_daemon(int argc, char **argv); /* cmd_daemon.c */
 int sl_cli_launch(int argc, char **argv); /* cmd_launch.c */
+int sl_cli_ckpt(int argc, char **argv);   /* cmd_ckpt.c */
 
 static const sl_cli_command commands[] = {
     {"info", "version, build features and visible devices", sl_cli_info},
@@ -17,6 +18,8 @@ static const sl_cli_command commands[] = {
     {"plan", "a program's actor plan as text or Graphviz DOT", sl_cli_plan},
     {"daemon", "serve one node of a cluster", sl_cli_daemon},
     {"launch", "run a program on N daemons of this machine", sl_cli_launch},
+    {"ckpt", "inspect or convert a checkpoint or safetensors file",
+     sl_cli_ckpt},
 };
 
 static void usage(FILE *f) {

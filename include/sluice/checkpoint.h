@@ -30,12 +30,13 @@ typedef struct sl_checkpoint_tensor {
   const char *name;
   const char *dtype_name; /* as safetensors spells it: "F32", "BF16", ... */
   bool dtype_known;       /* dtype is one sluice has */
-  sl_dtype dtype;
-  sl_shape shape;        /* global */
-  const char *placement; /* as saved ("cpu:0-3"); "" in a plain file */
-  const char *sbp;       /* as saved ("(S(0))"); "" in a plain file */
-  int32_t pieces;        /* stored pieces */
-  int64_t bytes;         /* of the logical tensor */
+  sl_dtype dtype;         /* meaningful only when dtype_known */
+  sl_shape shape;         /* global */
+  const char *placement;  /* as saved ("cpu:0-3"); "" in a plain file */
+  const char *sbp;        /* as saved ("(S(0))"); "" in a plain file */
+  int32_t pieces;         /* stored pieces */
+  int64_t bytes;          /* of the logical tensor (a dtype of unknown
+                             element size: the bytes stored) */
 } sl_checkpoint_tensor;
 
 /* Opens a checkpoint directory (its index.json) or a plain .safetensors
@@ -61,6 +62,14 @@ SL_API bool sl_checkpoint_is_sharded(const sl_checkpoint *c);
 SL_API const char *sl_checkpoint_metadata(const sl_checkpoint *c,
                                           const char *key);
 
+/* The metadata entries, in the order the checkpoint holds them: count,
+ * and entry i (strings owned by the checkpoint). SL_ENOTFOUND for an
+ * index out of range (*key and *value NULL). */
+SL_API int32_t sl_checkpoint_metadata_count(const sl_checkpoint *c);
+SL_API sl_status sl_checkpoint_metadata_get(const sl_checkpoint *c, int32_t i,
+                                            const char **key,
+                                            const char **value);
+
 /* Tensors, sorted by name, by index 0..count-1. SL_ENOTFOUND for an index
  * out of range (*out zeroed). */
 SL_API int32_t sl_checkpoint_tensor_count(const sl_checkpoint *c);
@@ -72,8 +81,11 @@ SL_API int32_t sl_checkpoint_find(const sl_checkpoint *c, const char *name);
 /* Copies box `box` (global coordinates; NULL: the whole tensor) of tensor
  * i into data, row-major in the box's shape; bytes must be its size. Only
  * the stored pieces that intersect the box are read, and only their
- * intersecting rows. SL_EINVAL for a box outside the tensor or a wrong
- * size, SL_EIO naming the file. */
+ * intersecting rows. A plain file's dtype that sluice lacks but whose
+ * element size is known (U16, I16, F8_E4M3, ...) is copied as raw bytes.
+ * SL_EINVAL for a box outside the tensor, a wrong size or an index out of
+ * range, SL_EUNSUPPORTED for a dtype of unknown element size, SL_EIO
+ * naming the file. */
 SL_API sl_status sl_checkpoint_read(const sl_checkpoint *c, int32_t i,
                                     const sl_slice *box, void *data,
                                     size_t bytes);
