@@ -86,10 +86,7 @@ sl_status sl__ckpt_commit(const char *dir, int64_t step, int32_t n,
                           const sl__ckpt_file_done *files, int32_t n_kv,
                           const sl__ckpt_kv *kv);
 
-/* CRC32C (Castagnoli) of buf, continuing from crc (0 to start). One
- * definition serves the library: comm/dp_crc.c's (SSE4.2 / AVX-512 folding
- * where the CPU has them, tables otherwise), which the data plane's frame
- * checks use too. */
-uint32_t sl__crc32c(uint32_t crc, const void *buf, size_t n);
+/* Every file's CRC32C: core/crc32c.h. */
+#include "crc32c.h"
 
 #endif

@@ -12,7 +12,6 @@
  * register and delivers with sl_job_deliver.
  *
  * The pieces, one per file:
- *   dp_crc.c        CRC32C (SSE4.2 when the CPU has it, else tables)
  *   dp_frame.c      the frame header codec and its checks
  *   dp_auth.c       the handshake: HMAC-SHA256 challenge-response messages
  *   dp_endpoint.c   the loop thread, peers, attach/detach, probes
@@ -32,16 +31,8 @@
 
 #include "core_int.h"
 
-/* ---- CRC32C (Castagnoli, reflected polynomial 0x82F63B78) ---------------- */
-
-/* The CRC32C of n bytes continuing from crc (0 to start): crc32c("123456789")
- * = 0xE3069283, and sl__crc32c(sl__crc32c(0, a, n), b, m) is the CRC of a
- * followed by b. Uses the SSE4.2 instruction when the CPU has it. */
-uint32_t sl__crc32c(uint32_t crc, const void *p, size_t n);
-/* The same with tables only (tests compare the two). */
-uint32_t sl__crc32c_sw(uint32_t crc, const void *p, size_t n);
-/* True when sl__crc32c uses the CPU instruction. */
-bool sl__crc32c_hw(void);
+/* ---- CRC32C: core/crc32c.h ---------------------------------------------- */
+#include "crc32c.h"
 
 /* ---- frames -------------------------------------------------------------- */
 

@@ -3,6 +3,8 @@
 #include <math.h>
 #include <string.h>
 
+#include <sluice/checkpoint.h>
+
 #include "cpu/npy.h"
 #include "graph_priv.h"
 
@@ -153,6 +155,57 @@ sl_tensor sl_variable_set_trainable(sl_tensor v, bool trainable) {
   }
   n->trainable = trainable;
   return v;
+}
+
+sl_tensor sl_variable_load(sl_tensor v, const char *path, const char *tensor) {
+  sl_graph *g = v.graph;
+  if (!sl__g_usable(g, 1, &v, "variable")) return sl__g_poison(g, false);
+  sl__gnode *n = g->nodes[sl__g_value(g, v.id)->producer];
+  const sl__value *val = sl__g_value(g, v.id);
+#define BAD(...)                                                               \
+  (sl__g_error(g, SL_EINVAL, "variable", n->n.name, NULL, __VA_ARGS__),        \
+   sl__g_poison(g, false))
+  if (n->n.kind != SL__NODE_VARIABLE)
+    return BAD("load: the tensor is not a variable");
+  if (!path || !path[0]) return BAD("load: no path");
+  if (!tensor) tensor = n->n.name;
+  sl_checkpoint *ck = NULL;
+  if (sl_checkpoint_open(path, &ck) != SL_OK)
+    return BAD("load: %s", sl_last_error());
+  int32_t i = sl_checkpoint_find(ck, tensor);
+  sl_checkpoint_tensor t;
+  bool found = i >= 0 && sl_checkpoint_get_tensor(ck, i, &t) == SL_OK;
+  bool same = found && t.dtype_known && t.dtype == val->meta.dtype &&
+              sl_shape_equal(&t.shape, &val->meta.shape);
+  char want[128], got[128];
+  sl_shape_print(&val->meta.shape, want, sizeof want);
+  if (found) sl_shape_print(&t.shape, got, sizeof got);
+  sl_tensor out = v;
+  if (!found)
+    out = BAD("load: '%s' has no tensor '%s'", path, tensor);
+  else if (!same)
+    out =
+        BAD("load: tensor '%s' of '%s' is %s %s, the variable is %s %s", tensor,
+            path, t.dtype_known ? sl_dtype_name(t.dtype) : t.dtype_name, got,
+            sl_dtype_name(val->meta.dtype), want);
+  sl_checkpoint_close(ck);
+  if (out.id < 0) return out;
+#undef BAD
+  n->load_path = sl__arena_strdup(g->arena, path);
+  n->load_tensor = sl__arena_strdup(g->arena, tensor);
+  if (!n->load_path || !n->load_tensor) {
+    sl__g_error(g, SL_ENOMEM, "variable", n->n.name, NULL, "out of memory");
+    return sl__g_poison(g, false);
+  }
+  return v;
+}
+
+const char *sl__graph_variable_file(const sl_graph *g, int32_t node,
+                                    const char **tensor) {
+  const sl__gnode *n = node >= 0 && node < g->n_nodes ? g->nodes[node] : NULL;
+  if (!n || n->n.kind != SL__NODE_VARIABLE || !n->load_path) return NULL;
+  if (tensor) *tensor = n->load_tensor;
+  return n->load_path;
 }
 
 /* ---- sources built on ops ---------------------------------------------- */

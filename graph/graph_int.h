@@ -85,6 +85,11 @@ const char *sl__graph_kind_name(sl__node_kind k);
 /* Variables' initial values: fills rank `rank`'s local shard of variable
  * node `node` (its value's placement/nd-SBP) into buf. The value depends
  * only on the initializer and the global index, never on the layout. */
+/* The checkpoint or safetensors file variable `node` starts from
+ * (sl_variable_load) and, in *tensor, the tensor's name; NULL when it
+ * starts from its initializer. */
+const char *sl__graph_variable_file(const sl_graph *g, int32_t node,
+                                    const char **tensor);
 sl_status sl__graph_variable_init(const sl_graph *g, int32_t node, int rank,
                                   void *buf);
 

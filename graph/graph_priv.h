@@ -29,6 +29,9 @@ typedef struct sl__gnode {
   struct sl__gnode *hnext; /* name hash chain */
   sl_init init;            /* SL__NODE_VARIABLE */
   bool trainable;          /* SL__NODE_VARIABLE */
+  /* SL__NODE_VARIABLE: starts from tensor load_tensor of the checkpoint or
+   * safetensors file load_path instead of init (sl_variable_load). */
+  const char *load_path, *load_tensor;
   int32_t npy_id;          /* npy_read nodes: the open file, else -1 */
 } sl__gnode;
 

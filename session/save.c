@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ckpt_write.h"
 #include "cpu/npy.h"
@@ -164,6 +165,13 @@ static sl_status save_snapshot(sl_session *s, sl__save *sv) {
   return SL_OK;
 }
 
+static bool exists(const char *dir, const char *name) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  struct stat st;
+  return stat(path, &st) == 0;
+}
+
 /* Writes this node's file and commits the index: pieces from the snapshot,
  * or, without one, from the job (s, idle between steps). */
 static sl_status save_write(sl__save *sv, const sl_session *s) {
@@ -176,7 +184,12 @@ static sl_status save_write(sl__save *sv, const sl_session *s) {
   sl__ckpt_file *f = NULL;
   sl__ckpt_file_done done;
   memset(&done, 0, sizeof done);
+  /* A file of this name may exist (the directory holds a save of this
+   * step): the new one must not replace what the index still names. */
   sl__ckpt_file_name(sv->step, sv->node, name, sizeof name);
+  for (int gen = 2; gen < 1000 && exists(sv->dir, name); gen++)
+    snprintf(name, sizeof name, "step-%06lld-%d.node%u.safetensors",
+             (long long)sv->step, gen, (unsigned)sv->node);
   sl_status st =
       sl__ckpt_file_create(sv->dir, name, sv->step, sv->n, sv->pc, &f);
   for (int32_t k = 0; k < sv->n && st == SL_OK; k++) {

@@ -131,11 +131,13 @@ sl_status sl_session_create(sl_graph *g, const sl_session_config *cfg,
     goto fail;
   }
   if (s->remote) {
+    SL_CHECK_GOTO(sl__session_open_files(s), st, fail); /* refuses */
     SL_CHECK_GOTO(sl__remote_start(s), st, fail);
     s->started = true;
     *out = s;
     return SL_OK;
   }
+  SL_CHECK_GOTO(sl__session_open_files(s), st, fail);
   SL_CHECK_GOTO(sl__session_build(s), st, fail);
   if (s->pp->n_tasks == 0) { /* an empty graph: nothing to run */
     s->started = true;
@@ -143,6 +145,7 @@ sl_status sl_session_create(sl_graph *g, const sl_session_config *cfg,
     return SL_OK;
   }
   SL_CHECK_GOTO(sl__session_start_job(s), st, fail);
+  sl__session_close_files(s);
   s->started = true;
   *out = s;
   return SL_OK;

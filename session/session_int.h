@@ -223,7 +223,12 @@ struct sl_session {
   int64_t base;
   sl__var_src *var_src; /* per graph node; NULL until a restart needs it */
   bool var_dirty;       /* a written value waits for the next restart */
-  sl__save *bg_save;         /* a background save in progress (save.c) */
+  sl__save *bg_save;
+  /* Files variables start from (sl_variable_load), open while the first
+   * job is built. */
+  int32_t n_files;
+  sl_checkpoint **files;
+  const char **file_paths; /* the graph's strings */         /* a background save in progress (save.c) */
   bool started, finished, waited;
   sl_status final;
   char errmsg[1400];
@@ -430,6 +435,12 @@ sl_status sl__session_apply_writes(sl_session *s);
  * the variables' values before that step. SL_OK when the session can run
  * again; otherwise why not (the message says). */
 sl_status sl__session_roll_back(sl_session *s);
+/* Before the first job is built: sources for the variables that start
+ * from files (sl_variable_load), the files opened once each; closed (and
+ * the sources forgotten) by sl__session_close_files once the job took
+ * them. */
+sl_status sl__session_open_files(sl_session *s);
+void sl__session_close_files(sl_session *s);
 /* Frees the sources (sl_session_destroy). */
 void sl__session_free_state(sl_session *s);
 

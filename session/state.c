@@ -399,7 +399,60 @@ sl_status sl__session_roll_back(sl_session *s) {
 }
 
 void sl__session_free_state(sl_session *s) {
+  sl__session_close_files(s);
   clear_sources(s);
   sl__free(s->var_src);
   s->var_src = NULL;
+}
+
+/* ---- variables loaded from files (sl_variable_load) -------------------------
+ */
+
+sl_status sl__session_open_files(sl_session *s) {
+  int32_t nn = sl__graph_node_count(s->g);
+  for (int32_t i = 0; i < nn; i++) {
+    const char *tensor = NULL;
+    const char *path = sl__graph_variable_file(s->g, i, &tensor);
+    if (!path) continue;
+    if (s->remote)
+      return sl__fail(SL_EUNSUPPORTED,
+                      "variable '%s' starts from '%s' (sl_variable_load): "
+                      "not available on a session over daemons yet",
+                      sl__graph_node(s->g, i)->name, path);
+    if (!sl__session_sources(s)) return SL_ENOMEM;
+    sl_checkpoint *ck = NULL;
+    for (int32_t k = 0; k < s->n_files && !ck; k++)
+      if (strcmp(s->file_paths[k], path) == 0) ck = s->files[k];
+    if (!ck) {
+      sl_checkpoint **f =
+          sl__realloc(s->files, ((size_t)s->n_files + 1) * sizeof *s->files);
+      if (!f) return SL_ENOMEM;
+      s->files = f;
+      const char **p = sl__realloc(s->file_paths, ((size_t)s->n_files + 1) *
+                                                      sizeof *s->file_paths);
+      if (!p) return SL_ENOMEM;
+      s->file_paths = p;
+      SL_CHECK(sl_checkpoint_open(path, &ck));
+      s->files[s->n_files] = ck;
+      s->file_paths[s->n_files++] = path;
+    }
+    s->var_src[i].ck = ck;
+    s->var_src[i].tensor = sl_checkpoint_find(ck, tensor);
+    if (s->var_src[i].tensor < 0)
+      return sl__fail(SL_EINVAL, "'%s' no longer has tensor '%s'", path,
+                      tensor);
+  }
+  return SL_OK;
+}
+
+void sl__session_close_files(sl_session *s) {
+  for (int32_t i = 0; s->var_src && i < sl__graph_node_count(s->g); i++)
+    s->var_src[i].ck = NULL;
+  for (int32_t k = 0; k < s->n_files; k++)
+    sl_checkpoint_close(s->files[k]);
+  sl__free(s->files);
+  sl__free(s->file_paths);
+  s->files = NULL;
+  s->file_paths = NULL;
+  s->n_files = 0;
 }

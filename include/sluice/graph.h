@@ -199,6 +199,16 @@ SL_API sl_tensor sl_variable_p(sl_graph *g, const char *name,
  * error when v is not a variable. */
 SL_API sl_tensor sl_variable_set_trainable(sl_tensor v, bool trainable);
 
+/* Makes variable v start from tensor `tensor` (NULL: v's own name) of a
+ * checkpoint directory or a plain safetensors file (docs/checkpoint.md)
+ * instead of its initializer: when the session starts, each rank reads
+ * only the stored pieces its shard intersects. The file is checked now: a
+ * missing or corrupt file, no such tensor, another shape or dtype is a
+ * graph error naming the path and tensor. Strings are copied. Returns v.
+ * Embedded sessions only for now. */
+SL_API sl_tensor sl_variable_load(sl_tensor v, const char *path,
+                                  const char *tensor);
+
 /* A tensor filled with value, fixed across steps. sbp NULL: chosen by the
  * compiler to suit its consumers. */
 SL_API sl_tensor sl_fill(sl_graph *g, const sl_shape *shape, sl_dtype dt,

@@ -233,6 +233,64 @@ static void test_load_and_errors(void **state) {
   sl_graph_destroy(ga);
 }
 
+/* sl_variable_load: a graph whose weights start from a checkpoint trains
+ * as the saved session does from there (weights only: the optimizer state
+ * starts at zero, so compare against a load); bad files are graph errors
+ * naming the path and tensor. */
+static void test_variable_load(void **state) {
+  (void)state;
+  sl_optimizer o = sl_optimizer_sgd(0.1, 0);
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/varload", tmp);
+  sl_graph *ga = model("single", &o, false);
+  sl_session *a = open_model(ga);
+  for (int i = 0; i < 3; i++)
+    step_loss(a);
+  assert_int_equal(sl_session_save(a, dir), SL_OK);
+  float w2a[HID * CLASSES];
+  assert_int_equal(sl_session_read_variable(a, "w2", w2a, sizeof w2a), SL_OK);
+  sl_session_destroy(a);
+  sl_graph_destroy(ga);
+  /* tp over 4: each rank reads its own columns and rows of the pieces. */
+  sl_graph *gb = model("tp4", &o, false);
+  sl_graph *gc = model("single", &o, false);
+  const char *names[] = {"w1", "b1", "w2"};
+  for (int k = 0; k < 3; k++) {
+    int32_t nb = sl__graph_find(gb, names[k]),
+            nc = sl__graph_find(gc, names[k]);
+    sl_tensor tb = {gb, sl__graph_node(gb, nb)->out[0]};
+    sl_tensor tc = {gc, sl__graph_node(gc, nc)->out[0]};
+    assert_true(sl_tensor_ok(sl_variable_load(tb, dir, NULL)));
+    assert_true(sl_tensor_ok(sl_variable_load(tc, dir, names[k])));
+  }
+  sl_session *b = open_model(gb), *c = open_model(gc);
+  float w2b[HID * CLASSES];
+  assert_int_equal(sl_session_read_variable(b, "w2", w2b, sizeof w2b), SL_OK);
+  assert_memory_equal(w2a, w2b, sizeof w2a);
+  for (int i = 0; i < 3; i++) {
+    float lb = step_loss(b), lc = step_loss(c);
+    assert_true(fabsf(lb - lc) <= 1e-5f * fabsf(lc));
+  }
+  sl_session_destroy(b);
+  sl_session_destroy(c);
+  sl_graph_destroy(gb);
+  sl_graph_destroy(gc);
+  /* errors */
+  sl_graph *gd = model("single", &o, false);
+  int32_t nd = sl__graph_find(gd, "w1");
+  sl_tensor td = {gd, sl__graph_node(gd, nd)->out[0]};
+  assert_false(sl_tensor_ok(sl_variable_load(td, dir, "w2")));
+  assert_non_null(strstr(sl_graph_error(gd), "'w2'"));
+  assert_non_null(strstr(sl_graph_error(gd), dir));
+  sl_graph_destroy(gd);
+  sl_graph *ge = model("single", &o, false);
+  int32_t ne = sl__graph_find(ge, "w1");
+  sl_tensor te = {ge, sl__graph_node(ge, ne)->out[0]};
+  assert_false(sl_tensor_ok(sl_variable_load(te, "/nonexistent/ck", NULL)));
+  assert_non_null(strstr(sl_graph_error(ge), "/nonexistent/ck"));
+  sl_graph_destroy(ge);
+}
+
 /* A background save holds the state of its step while training goes on;
  * a failure to write comes from sl_session_save_wait. */
 static void test_background_save(void **state) {
@@ -249,6 +307,16 @@ static void test_background_save(void **state) {
   }
   assert_int_equal(sl_session_save_wait(a), SL_OK);
   assert_int_equal(sl_session_save_wait(a), SL_OK); /* none left */
+  /* Saving the same step twice keeps the first file until the second
+   * index is in place (another file name), then removes it. */
+  char twice[600], f1[700], f2[700];
+  snprintf(twice, sizeof twice, "%s_twice", dir);
+  assert_int_equal(sl_session_save(a, twice), SL_OK);
+  assert_int_equal(sl_session_save(a, twice), SL_OK);
+  snprintf(f1, sizeof f1, "%s/step-000009.node0.safetensors", twice);
+  snprintf(f2, sizeof f2, "%s/step-000009-2.node0.safetensors", twice);
+  assert_int_not_equal(access(f1, F_OK), 0);
+  assert_int_equal(access(f2, F_OK), 0);
   /* unwritable: under a regular file */
   char bad[600];
   snprintf(bad, sizeof bad, "%s/background/index.json/sub", tmp);
@@ -364,6 +432,7 @@ int main(void) {
       cmocka_unit_test(test_resume_exact),
       cmocka_unit_test(test_reshard),
       cmocka_unit_test(test_load_and_errors),
+      cmocka_unit_test(test_variable_load),
       cmocka_unit_test(test_background_save),
       cmocka_unit_test(test_cuda),
       cmocka_unit_test(test_killed_while_saving),

@@ -1,5 +1,6 @@
-/* CRC32C (Castagnoli) for the data plane's frame checks: a checksum against
- * corruption, not a defence against an attacker (the handshake's HMAC is).
+/* CRC32C (Castagnoli) for the data plane's frame checks and checkpoint
+ * files: a checksum against corruption, not a defence against an attacker
+ * (the data plane's handshake HMAC is).
  *
  * Three implementations of the same function, the fastest the CPU has:
  *   - carry-less multiplication folding with VPCLMULQDQ and AVX-512 (four
@@ -40,7 +41,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "dp.h"
+#include "crc32c.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
