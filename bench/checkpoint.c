@@ -47,7 +47,7 @@
 
 #define COLS 1024
 
-static int n_weights = 8, rows = 2048, repeats = 3, steps = 20;
+static int n_weights = 8, rows = 2048, repeats = 3, steps = 50;
 
 static double now_s(void) {
   struct timespec t;
@@ -208,7 +208,7 @@ static void usage(FILE *f) {
           "weights\nwith Adam's m and v; N a multiple of 3, default 24, R "
           "2048) on 1 and 4\ndevices, against dd with fsync and torch.save "
           "in the same run; and the\ncost of a background save to S "
-          "training steps (default 20). DIR: where\nfiles go (default "
+          "training steps (default 50). DIR: where\nfiles go (default "
           "/tmp). The median of K runs (default 3).\n");
 }
 

@@ -7,7 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "ckpt_write.h"
 #include "cpu/npy.h"
@@ -194,11 +197,16 @@ static sl_status save_write(sl__save *sv, const sl_session *s) {
       sl__ckpt_file_create(sv->dir, name, sv->step, sv->n, sv->pc, &f);
   for (int32_t k = 0; k < sv->n && st == SL_OK; k++) {
     const save_piece *p = &sv->sp[k];
-    if (!sv->data)
-      st = sl__session_job_shard(s, p->node, p->rank, s->steps - s->base, buf,
-                                 p->bytes);
-    if (st == SL_OK)
-      st = sl__ckpt_file_write(f, sv->data ? sv->data[k] : buf, p->bytes);
+    int64_t version = s ? s->steps - s->base : 0;
+    /* Host shards go to the file straight from their registers. */
+    const void *src = sv->data ? sv->data[k]
+                               : sl__session_job_shard_host(s, p->node, p->rank,
+                                                            version, p->bytes);
+    if (!src) {
+      st = sl__session_job_shard(s, p->node, p->rank, version, buf, p->bytes);
+      src = buf;
+    }
+    if (st == SL_OK) st = sl__ckpt_file_write(f, src, p->bytes);
   }
   if (st == SL_OK) {
     st = sl__ckpt_file_close(f, sv->node, &done);
@@ -215,6 +223,10 @@ static sl_status save_write(sl__save *sv, const sl_session *s) {
 
 static void *save_main(void *arg) {
   sl__save *sv = arg;
+  /* Training comes first: the writer takes the cores the stream threads
+   * leave (Linux gives each thread its own nice value). */
+  if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10) != 0)
+    SL_DEBUG("save: could not lower the writer's priority");
   sv->st = save_write(sv, NULL);
   if (sv->st != SL_OK) snprintf(sv->msg, sizeof sv->msg, "%s", sl_last_error());
   return NULL;

@@ -418,6 +418,11 @@ sl_status sl__session_check_usable(const sl_session *s, const char *what);
  * current job (idle between steps) holds it, into buf. */
 sl_status sl__session_job_shard(const sl_session *s, int32_t node, int rank,
                                 int64_t version, void *buf, size_t bytes);
+/* The same shard's host memory when it is in host memory (read it only
+ * while the job stays idle), else NULL. */
+const void *sl__session_job_shard_host(const sl_session *s, int32_t node,
+                                       int rank, int64_t version,
+                                       size_t bytes);
 /* The sources by graph node (allocated on first use; NULL: SL_ENOMEM). */
 sl__var_src *sl__session_sources(sl_session *s);
 /* Restarts the job at step `steps` (sl_session_steps then says so), each

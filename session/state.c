@@ -76,8 +76,11 @@ sl_status sl_session_get_variable(const sl_session *s, int32_t i,
 
 /* Rank `rank`'s shard of variable `node`, version `version` of the
  * current job, into buf. */
-sl_status sl__session_job_shard(const sl_session *s, int32_t node, int rank,
-                                int64_t version, void *buf, size_t bytes) {
+/* buf NULL: *host gets the shard's host memory instead of a copy, when it
+ * has one (otherwise *host stays NULL: call again with a buffer). */
+static sl_status shard_at(const sl_session *s, int32_t node, int rank,
+                          int64_t version, void *buf, size_t bytes,
+                          const void **host) {
   const sl__pplan *pp = s->pp;
   const sl__node *n = sl__graph_node(s->g, node);
   if (n->update < 0) {
@@ -86,7 +89,10 @@ sl_status sl__session_job_shard(const sl_session *s, int32_t node, int rank,
       const task_rt *rt = &s->rt[t];
       if (rt->t->kind == SL__TASK_CONST && rt->t->node == node &&
           rt->t->rank == rank && rt->bytes == bytes) {
-        memcpy(buf, rt->init, bytes);
+        if (!buf)
+          *host = rt->init;
+        else
+          memcpy(buf, rt->init, bytes);
         return SL_OK;
       }
     }
@@ -111,11 +117,28 @@ sl_status sl__session_job_shard(const sl_session *s, int32_t node, int rank,
     if (bytes == 0) return SL_OK;
     sess_dev *d = sl__session_dev(s, g->device);
     if (d) return sl__dev_download(d, buf, data, bytes);
+    if (!buf) {
+      *host = data;
+      return SL_OK;
+    }
     memcpy(buf, data, bytes);
     return SL_OK;
   }
   return sl__fail(SL_EINTERNAL, "variable '%s': rank %d has no register",
                   n->name, rank);
+}
+
+sl_status sl__session_job_shard(const sl_session *s, int32_t node, int rank,
+                                int64_t version, void *buf, size_t bytes) {
+  return shard_at(s, node, rank, version, buf, bytes, NULL);
+}
+
+const void *sl__session_job_shard_host(const sl_session *s, int32_t node,
+                                       int rank, int64_t version,
+                                       size_t bytes) {
+  const void *host = NULL;
+  return shard_at(s, node, rank, version, NULL, bytes, &host) == SL_OK ? host
+                                                                       : NULL;
 }
 
 /* The value a rank starts with in the next job: its source, else the
