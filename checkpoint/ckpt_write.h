@@ -68,6 +68,13 @@ typedef struct sl__ckpt_file_done {
  * Frees f (also on failure, removing the temporary file). */
 sl_status sl__ckpt_file_close(sl__ckpt_file *f, uint32_t node,
                               sl__ckpt_file_done *out);
+/* What sl__ckpt_file_close reports for a file another process wrote from
+ * the same pieces (a daemon's, for the program committing the index): the
+ * keys derived as sl__ckpt_file_create derives them. */
+sl_status sl__ckpt_file_describe(const char *name, uint32_t node, int64_t bytes,
+                                 uint32_t crc32c, int32_t n,
+                                 const sl__ckpt_piece *pieces,
+                                 sl__ckpt_file_done *out);
 /* Removes the temporary file and frees f. NULL is a no-op. */
 void sl__ckpt_file_abort(sl__ckpt_file *f);
 void sl__ckpt_file_done_free(sl__ckpt_file_done *d);

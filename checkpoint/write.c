@@ -369,3 +369,28 @@ void sl__ckpt_file_done_free(sl__ckpt_file_done *d) {
   pieces_free(d->n, d->pieces, d->keys);
   memset(d, 0, sizeof *d);
 }
+
+sl_status sl__ckpt_file_describe(const char *name, uint32_t node, int64_t bytes,
+                                 uint32_t crc32c, int32_t n,
+                                 const sl__ckpt_piece *pieces,
+                                 sl__ckpt_file_done *out) {
+  memset(out, 0, sizeof *out);
+  if (!name || strlen(name) >= sizeof out->name || n < 0 || (n && !pieces))
+    return sl__fail(SL_EINVAL, "checkpoint file: bad description");
+  sl__ckpt_file f;
+  memset(&f, 0, sizeof f);
+  sl_status st = pieces_copy(name, n, pieces, &f);
+  sl__free(f.sizes);
+  if (st != SL_OK) {
+    pieces_free(f.n, f.pieces, f.keys);
+    return st;
+  }
+  snprintf(out->name, sizeof out->name, "%s", name);
+  out->node = node;
+  out->bytes = bytes;
+  out->crc32c = crc32c;
+  out->n = f.n;
+  out->keys = f.keys;
+  out->pieces = f.pieces;
+  return SL_OK;
+}

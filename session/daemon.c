@@ -30,6 +30,16 @@ void sl__daemon_trace_key(uint64_t job, int rank, char *buf, size_t n) {
   snprintf(buf, n, "sluice/job/%" PRIu64 "/trace/%d", job, rank);
 }
 
+void sl__daemon_save_key(uint64_t job, int64_t seq, char *buf, size_t n) {
+  snprintf(buf, n, "sluice/job/%" PRIu64 "/save/%lld", job, (long long)seq);
+}
+
+void sl__daemon_saved_key(uint64_t job, int64_t seq, int rank, char *buf,
+                          size_t n) {
+  snprintf(buf, n, "sluice/job/%" PRIu64 "/saved/%lld/%d", job, (long long)seq,
+           rank);
+}
+
 sl_status sl__daemon_split_addr(const char *addr, char *host, size_t n,
                                 uint16_t *port) {
   const char *colon = addr ? strrchr(addr, ':') : NULL;
@@ -78,8 +88,8 @@ typedef struct djob {
   sl_session *s;
   uint64_t id;
   atomic_bool done;
-  pthread_t monitor;
-  bool monitor_started;
+  pthread_t monitor, saver;
+  bool monitor_started, saver_started;
   bool trace;           /* the program wants this node's trace */
   char trace_path[300]; /* where the job writes it first (a temp file) */
 } djob;
@@ -170,8 +180,9 @@ static sl_status job_build(djob *j, const uint8_t *blob, size_t len,
                            int64_t *hang_ms) {
   const sl__daemon_opts *o = j->o;
   char addr[256], host[256];
+  char restore[SL__JOB_BLOB_PATH];
   sl__job_blob b;
-  SL_CHECK(sl__job_blob_unpack(blob, len, addr, &b));
+  SL_CHECK(sl__job_blob_unpack(blob, len, addr, restore, &b));
   j->trace = b.trace;
   uint32_t self = sl__dp_endpoint_node(o->dp);
   int nn = sl__cp_client_nnodes(o->cp);
@@ -207,6 +218,11 @@ static sl_status job_build(djob *j, const uint8_t *blob, size_t len,
                     "of the graph (another build of sluice, or "
                     "SLUICE_MEMORY_SHARING set differently for the program "
                     "and the daemons?)");
+  /* A continued run: its steps count from base_step, its variables start
+   * from the checkpoint (read by sl_job_create; closed in job_prepare). */
+  s->base = s->steps = b.base_step;
+  if (b.restore && b.restore[0])
+    SL_CHECK(sl__session_restore_sources(s, b.restore));
   return sl__session_build(s);
 }
 
@@ -251,8 +267,66 @@ static sl_status job_prepare(djob *j, const uint8_t *blob, size_t len) {
   jc.transport = (sl_transport){&dj_transport, j};
   sl__shared_regs_open(s, sl__cp_client_nnodes(j->o->cp));
   sl__session_job_memory(s, &jc);
-  SL_CHECK(sl_job_create(s->plan, &jc, &s->job));
+  sl_status st = sl_job_create(s->plan, &jc, &s->job);
+  sl__session_close_files(s);
+  SL_CHECK(st);
   return sl__dp_endpoint_attach(j->o->dp, s->job);
+}
+
+/* ---- saves ------------------------------------------------------------------
+ */
+
+/* Serves the program's saves of this job: for request seq, waits until
+ * this node completed the step asked for (the program releases no step
+ * until every node answered, so the variables stay at that version),
+ * writes this node's file and answers with its name, size and CRC. */
+static void *saver_main(void *arg) {
+  djob *j = arg;
+  const sl__daemon_opts *o = j->o;
+  sl_session *s = j->s;
+  int rank = (int)sl__dp_endpoint_node(o->dp);
+  for (int64_t seq = 1; !atomic_load(&j->done);) {
+    char key[160];
+    sl__daemon_save_key(j->id, seq, key, sizeof key);
+    uint8_t *v = NULL;
+    size_t n = 0;
+    if (sl__cp_kv_get(o->cp, key, true, POLL_MS, &v, &n) != SL_OK) continue;
+    char req[SL__JOB_BLOB_PATH + 64], dir[SL__JOB_BLOB_PATH];
+    size_t k = n < sizeof req - 1 ? n : sizeof req - 1;
+    memcpy(req, v, k);
+    req[k] = '\0';
+    sl__free(v);
+    long long version = -1, step = -1;
+    int used = 0;
+    char ans[1400];
+    if (sscanf(req, "%lld %lld %n", &version, &step, &used) != 2 ||
+        version < 0 || !req[used]) {
+      snprintf(ans, sizeof ans, "Enode %d: a malformed save request", rank);
+    } else {
+      snprintf(dir, sizeof dir, "%s", req + used);
+      pthread_mutex_lock(&s->lock);
+      while (s->completed < version && !atomic_load(&j->done) &&
+             atomic_load(&s->failed) == SL_OK)
+        sl__cond_wait_ns(&s->cond, &s->lock, 100000000ull);
+      bool ready = s->completed >= version;
+      pthread_mutex_unlock(&s->lock);
+      char name[128];
+      int64_t bytes = 0;
+      uint32_t crc = 0;
+      sl_status st = ready ? sl__session_save_node(s, dir, step, version, name,
+                                                   sizeof name, &bytes, &crc)
+                           : sl__fail(SL_EABORTED, "the job ended first");
+      if (st == SL_OK)
+        snprintf(ans, sizeof ans, "%s %lld %08x", name, (long long)bytes,
+                 (unsigned)crc);
+      else
+        snprintf(ans, sizeof ans, "Enode %d: %s", rank, sl_last_error());
+    }
+    sl__daemon_saved_key(j->id, seq, rank, key, sizeof key);
+    sl__cp_kv_put(o->cp, key, ans, strlen(ans), CALL_MS);
+    seq++;
+  }
+  return NULL;
 }
 
 static sl_status job_run(djob *j, const uint8_t *blob, size_t len) {
@@ -276,6 +350,11 @@ static sl_status job_run(djob *j, const uint8_t *blob, size_t len) {
     goto detach;
   }
   j->monitor_started = true;
+  if (pthread_create(&j->saver, NULL, saver_main, j) != 0) {
+    st = sl__fail(SL_EINTERNAL, "daemon: cannot start the saver thread");
+    goto detach;
+  }
+  j->saver_started = true;
   /* Start only once the program attached its share (it starts the job on
    * the control plane then): what this node sends at once, a variable's
    * initial version for a fetch, must find it. */
@@ -304,6 +383,7 @@ detach:;
   if (st != SL_OK) sl__dseq_abort(s->dseq, st, msg);
   atomic_store(&j->done, true);
   if (j->monitor_started) pthread_join(j->monitor, NULL);
+  if (j->saver_started) pthread_join(j->saver, NULL);
   sl__dp_endpoint_detach(o->dp);
   if (st != SL_OK) sl__fail(st, "%s", msg);
   return st;

@@ -20,6 +20,13 @@ void sl__daemon_ready_key(uint64_t job, int rank, char *buf, size_t n);
 /* "sluice/job/<job>/trace/<rank>": the node's Chrome trace of the job, or
  * "E" and why there is none; put before the node reports the job. */
 void sl__daemon_trace_key(uint64_t job, int rank, char *buf, size_t n);
+/* "sluice/job/<job>/save/<seq>": the program's save number seq (1, 2, ...)
+ * of the job: "<version> <step> <dir>", version counting the job's own
+ * steps. "sluice/job/<job>/saved/<seq>/<rank>": the node wrote its file,
+ * "<name> <bytes> <crc32c hex>", or "E" and why not. */
+void sl__daemon_save_key(uint64_t job, int64_t seq, char *buf, size_t n);
+void sl__daemon_saved_key(uint64_t job, int64_t seq, int rank, char *buf,
+                          size_t n);
 
 typedef struct sl__daemon_opts {
   sl__cp_client *cp;   /* joined as a node */
@@ -43,7 +50,7 @@ sl_status sl__daemon_serve(const sl__daemon_opts *o);
  * data-plane endpoint on listen (an ephemeral port), the control-plane
  * join as node `rank`, then sl__daemon_serve. */
 typedef struct sl__daemon_run_opts {
-  const char *master;  /* "host:port" */
+  const char *master; /* "host:port" */
   int rank, nnodes;
   const char *devices; /* told to the master, e.g. "cpu:2" */
   const char *listen;  /* host to bind; NULL: "127.0.0.1" */

@@ -24,13 +24,19 @@ typedef struct sl__job_blob {
   const uint8_t *plan;
   size_t plan_len;
   bool trace; /* the program wants a trace: each node hands its in */
+  /* The job's piece 0 is step base_step; restore (NULL or ""): variables
+   * start from this checkpoint (docs/checkpoint.md). */
+  int64_t base_step;
+  const char *restore;
 } sl__job_blob;
 
 /* Packs b into a malloc'd buffer (sl__free). SL_ENOMEM. */
 sl_status sl__job_blob_pack(const sl__job_blob *b, uint8_t **buf, size_t *len);
 /* Parses buf; the pointers of *out point into buf (driver_addr into a
- * static-size copy in out_addr, 256 bytes). SL_EINVAL for malformed. */
+ * static-size copy in out_addr, 256 bytes; restore into out_restore,
+ * SL__JOB_BLOB_PATH bytes). SL_EINVAL for malformed. */
+#define SL__JOB_BLOB_PATH 4096
 sl_status sl__job_blob_unpack(const uint8_t *buf, size_t len, char *out_addr,
-                              sl__job_blob *out);
+                              char *out_restore, sl__job_blob *out);
 
 #endif

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "job_blob.h"
 #include "session_int.h"
 
 extern char **environ;
@@ -38,6 +39,7 @@ struct sl__remote {
   bool watcher_started, joined;
   sl_status job_st;
   char job_msg[1400];
+  int64_t saves; /* save requests of this job */
 };
 
 bool sl__remote_wanted(const sl_session_config *c) {
@@ -210,7 +212,9 @@ static sl_status submit(sl_session *s, const sl__cp_env *env) {
                       .graph_len = gl,
                       .plan = plan,
                       .plan_len = pl,
-                      .trace = s->trace_path != NULL};
+                      .trace = s->trace_path != NULL,
+                      .base_step = s->base,
+                      .restore = s->restore};
     st = sl__job_blob_pack(&b, &blob, &bl);
   }
   const uint8_t **plans = sl__calloc((size_t)nn, sizeof *plans);
@@ -322,6 +326,60 @@ out:
   }
   sl__cp_env_free(&env);
   return st;
+}
+
+/* ---- saves (session/save.c) ------------------------------------------------
+ */
+
+/* How long the program waits for a node's file of a save. */
+#define SAVE_MS 1800000u
+
+sl_status sl__remote_save_ask(sl_session *s, const char *dir, int64_t step,
+                              int64_t version, int64_t *seq) {
+  sl__remote *rm = s->rm;
+  *seq = ++rm->saves;
+  char key[160], val[SL__JOB_BLOB_PATH + 64];
+  sl__daemon_save_key(rm->job, *seq, key, sizeof key);
+  snprintf(val, sizeof val, "%lld %lld %s", (long long)version, (long long)step,
+           dir);
+  return sl__cp_kv_put(rm->cp, key, val, strlen(val), CALL_MS);
+}
+
+sl_status sl__remote_save_answer(sl_session *s, int64_t seq, int rank,
+                                 char *name, size_t n, int64_t *bytes,
+                                 uint32_t *crc) {
+  sl__remote *rm = s->rm;
+  char key[160];
+  sl__daemon_saved_key(rm->job, seq, rank, key, sizeof key);
+  uint8_t *v = NULL;
+  size_t len = 0;
+  sl_status st = SL_ETIMEOUT;
+  for (uint32_t waited = 0; waited < SAVE_MS && st == SL_ETIMEOUT;
+       waited += 1000) {
+    if (atomic_load(&s->failed) != SL_OK)
+      return sl__fail(SL_EABORTED, "node %d: the job failed during the save",
+                      rank);
+    st = sl__cp_kv_get(rm->cp, key, true, 1000, &v, &len);
+  }
+  if (st != SL_OK)
+    return sl__fail(st, "node %d did not answer the save: %s", rank,
+                    sl_last_error());
+  char ans[1400];
+  size_t k = len < sizeof ans - 1 ? len : sizeof ans - 1;
+  memcpy(ans, v, k);
+  ans[k] = '\0';
+  sl__free(v);
+  if (ans[0] == 'E') return sl__fail(SL_EIO, "%s", ans + 1);
+  char nm[128];
+  long long b = -1;
+  unsigned c = 0;
+  if (sscanf(ans, "%127s %lld %x", nm, &b, &c) != 3 || b < 0)
+    return sl__fail(SL_EINTERNAL, "node %d: a malformed answer '%s'", rank,
+                    ans);
+  snprintf(name, n, "%s", nm);
+  *bytes = b;
+  *crc = c;
+  return SL_OK;
 }
 
 void sl__remote_pump(sl_session *s) {

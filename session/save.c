@@ -4,6 +4,7 @@
  * variables read from a checkpoint, each rank reading only the stored
  * pieces its shard intersects (checkpoint/read.c), so a checkpoint loads
  * into any layout and device count. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "ckpt_write.h"
+#include "job_blob.h"
 #include "cpu/npy.h"
 #include "session_int.h"
 
@@ -47,7 +49,7 @@ typedef struct save_piece {
  * of it. */
 struct sl__save {
   char *dir;
-  int64_t step;
+  int64_t step, version; /* the step saved; the job's version of it */
   uint32_t node;
   int32_t n;
   save_piece *sp;
@@ -110,17 +112,26 @@ static sl_status source_metadata(const sl_session *s, int32_t *n_kv,
   return SL_OK;
 }
 
-/* What this node stores of every variable (each distinct shard once), at
- * the current step. */
-static sl_status save_plan(sl_session *s, const char *dir, sl__save **out) {
+/* Whether placement rank r of v is on node `node`. */
+static bool on_node(const sl__value *v, int r, uint32_t node) {
+  int n = 0, d = 0;
+  return sl_placement_rank_device(v->placement, r, &n, &d) == SL_OK &&
+         (uint32_t)n == node;
+}
+
+/* What node `node` stores of every variable (each distinct shard once):
+ * version `version` of its job, step `step`. */
+static sl_status save_plan(const sl_session *s, const char *dir, uint32_t node,
+                           int64_t step, int64_t version, sl__save **out) {
   *out = NULL;
   int32_t nn = sl__graph_node_count(s->g), n = 0;
   for (int32_t i = 0; i < nn; i++)
     if (is_variable(s, i)) n += sl_placement_size(var_value(s, i)->placement);
   sl__save *sv;
   if (SL_NEW(sv) != SL_OK) return SL_ENOMEM;
-  sv->step = s->steps;
-  sv->node = s->self_node;
+  sv->step = step;
+  sv->version = version;
+  sv->node = node;
   sv->dir = sl__strdup(dir);
   sv->sp = sl__calloc((size_t)n + 1, sizeof *sv->sp);
   sv->pc = sl__calloc((size_t)n + 1, sizeof *sv->pc);
@@ -130,7 +141,7 @@ static sl_status save_plan(sl_session *s, const char *dir, sl__save **out) {
     const sl__value *v = var_value(s, i);
     if (sl_shape_numel(&v->meta.shape) == 0) continue; /* nothing to keep */
     for (int r = 0; r < sl_placement_size(v->placement) && st == SL_OK; r++) {
-      if (!stores(v, r)) continue;
+      if (!stores(v, r) || !on_node(v, r, node)) continue;
       save_piece *p = &sv->sp[sv->n];
       sl__ckpt_piece *c = &sv->pc[sv->n++];
       p->node = i;
@@ -162,8 +173,7 @@ static sl_status save_snapshot(sl_session *s, sl__save *sv) {
   for (int32_t k = 0; k < sv->n; k++) {
     if (!(sv->data[k] = sl__malloc(sv->sp[k].bytes + 64))) return SL_ENOMEM;
     SL_CHECK(sl__session_job_shard(s, sv->sp[k].node, sv->sp[k].rank,
-                                   s->steps - s->base, sv->data[k],
-                                   sv->sp[k].bytes));
+                                   sv->version, sv->data[k], sv->sp[k].bytes));
   }
   return SL_OK;
 }
@@ -175,9 +185,10 @@ static bool exists(const char *dir, const char *name) {
   return stat(path, &st) == 0;
 }
 
-/* Writes this node's file and commits the index: pieces from the snapshot,
- * or, without one, from the job (s, idle between steps). */
-static sl_status save_write(sl__save *sv, const sl_session *s) {
+/* Writes the node's file: pieces from the snapshot, or, without one, from
+ * the job (s, idle between steps or ended). */
+static sl_status save_file(sl__save *sv, const sl_session *s,
+                           sl__ckpt_file_done *done) {
   char name[128];
   size_t cap = 0;
   for (int32_t k = 0; k < sv->n; k++)
@@ -185,8 +196,6 @@ static sl_status save_write(sl__save *sv, const sl_session *s) {
   void *buf = sv->data ? NULL : sl__malloc(cap + 64);
   if (!sv->data && !buf) return SL_ENOMEM;
   sl__ckpt_file *f = NULL;
-  sl__ckpt_file_done done;
-  memset(&done, 0, sizeof done);
   /* A file of this name may exist (the directory holds a save of this
    * step): the new one must not replace what the index still names. */
   sl__ckpt_file_name(sv->step, sv->node, name, sizeof name);
@@ -197,26 +206,35 @@ static sl_status save_write(sl__save *sv, const sl_session *s) {
       sl__ckpt_file_create(sv->dir, name, sv->step, sv->n, sv->pc, &f);
   for (int32_t k = 0; k < sv->n && st == SL_OK; k++) {
     const save_piece *p = &sv->sp[k];
-    int64_t version = s ? s->steps - s->base : 0;
     /* Host shards go to the file straight from their registers. */
-    const void *src = sv->data ? sv->data[k]
-                               : sl__session_job_shard_host(s, p->node, p->rank,
-                                                            version, p->bytes);
+    const void *src = sv->data
+                          ? sv->data[k]
+                          : sl__session_job_shard_host(s, p->node, p->rank,
+                                                       sv->version, p->bytes);
     if (!src) {
-      st = sl__session_job_shard(s, p->node, p->rank, version, buf, p->bytes);
+      st = sl__session_job_shard(s, p->node, p->rank, sv->version, buf,
+                                 p->bytes);
       src = buf;
     }
     if (st == SL_OK) st = sl__ckpt_file_write(f, src, p->bytes);
   }
   if (st == SL_OK) {
-    st = sl__ckpt_file_close(f, sv->node, &done);
+    st = sl__ckpt_file_close(f, sv->node, done);
     f = NULL;
   }
+  sl__ckpt_file_abort(f);
+  sl__free(buf);
+  return st;
+}
+
+/* One node's whole save: its file, then the index. */
+static sl_status save_write(sl__save *sv, const sl_session *s) {
+  sl__ckpt_file_done done;
+  memset(&done, 0, sizeof done);
+  sl_status st = save_file(sv, s, &done);
   if (st == SL_OK)
     st = sl__ckpt_commit(sv->dir, sv->step, 1, &done, sv->n_kv, sv->kv);
-  sl__ckpt_file_abort(f);
   sl__ckpt_file_done_free(&done);
-  sl__free(buf);
   if (st != SL_OK) sl__fail_context(st, "save to '%s': ", sv->dir);
   return st;
 }
@@ -244,13 +262,101 @@ sl_status sl_session_save_wait(sl_session *s) {
   return st;
 }
 
+/* ---- sessions over daemons -------------------------------------------------
+ *
+ * A save asks every daemon through the control plane's store
+ * (session/daemon.c, saver_main): each writes its node's file once it has
+ * completed the step, the program waits for every answer and commits the
+ * index. A restore starts a new job whose daemons read their variables
+ * from the checkpoint (sl__session_restore_sources). The directory must
+ * be the same path on every node (a shared file system). */
+
+sl_status sl__session_save_node(sl_session *s, const char *dir, int64_t step,
+                                int64_t version, char *name, size_t n,
+                                int64_t *bytes, uint32_t *crc) {
+  sl__save *sv;
+  SL_CHECK(save_plan(s, dir, s->self_node, step, version, &sv));
+  sl__ckpt_file_done done;
+  memset(&done, 0, sizeof done);
+  sl_status st = save_file(sv, s, &done);
+  if (st == SL_OK) {
+    snprintf(name, n, "%s", done.name);
+    *bytes = done.bytes;
+    *crc = done.crc32c;
+  }
+  sl__ckpt_file_done_free(&done);
+  save_free(sv);
+  return st;
+}
+
+/* dir as an absolute path (daemons have their own working directories). */
+static sl_status absolute(const char *dir, char *out, size_t n) {
+  char cwd[4096];
+  if (dir[0] == '/') {
+    snprintf(out, n, "%s", dir);
+  } else if (getcwd(cwd, sizeof cwd)) {
+    snprintf(out, n, "%s/%s", cwd, dir);
+  } else {
+    return sl__fail(SL_EIO, "'%s': no working directory: %s", dir,
+                    strerror(errno));
+  }
+  if (strlen(out) >= SL__JOB_BLOB_PATH)
+    return sl__fail(SL_EINVAL, "'%s': the path is too long", dir);
+  return SL_OK;
+}
+
+static sl_status save_remote(sl_session *s, const char *dir) {
+  char abs[SL__JOB_BLOB_PATH + 64];
+  SL_CHECK(absolute(dir, abs, sizeof abs));
+  uint32_t nn = s->driver; /* the daemons are nodes 0..nn-1 */
+  int64_t version = s->steps - s->base, seq = 0;
+  SL_CHECK(sl__remote_save_ask(s, abs, s->steps, version, &seq));
+  sl__ckpt_file_done *done = sl__calloc((size_t)nn + 1, sizeof *done);
+  sl__save *first = NULL;
+  sl_status st = done ? SL_OK : SL_ENOMEM;
+  /* Every node's answer, also after a failure, so none is left behind. */
+  for (uint32_t r = 0; r < nn; r++) {
+    char name[128];
+    int64_t bytes = 0;
+    uint32_t crc = 0;
+    sl_status rs =
+        sl__remote_save_answer(s, seq, (int)r, name, sizeof name, &bytes, &crc);
+    if (st != SL_OK) continue;
+    sl__save *sv = NULL;
+    st = rs;
+    if (st == SL_OK) st = save_plan(s, abs, r, s->steps, version, &sv);
+    if (st == SL_OK)
+      st = sl__ckpt_file_describe(name, r, bytes, crc, sv->n, sv->pc, &done[r]);
+    if (!first)
+      first = sv;
+    else
+      save_free(sv);
+  }
+  if (st == SL_OK)
+    st = sl__ckpt_commit(abs, s->steps, (int32_t)nn, done, first->n_kv,
+                         first->kv);
+  for (uint32_t r = 0; done && r < nn; r++)
+    sl__ckpt_file_done_free(&done[r]);
+  sl__free(done);
+  save_free(first);
+  if (st != SL_OK) sl__fail_context(st, "save to '%s': ", dir);
+  return st;
+}
+
 static sl_status save(sl_session *s, const char *dir, bool background) {
   if (!s || !dir || !dir[0]) return sl__fail(SL_EINVAL, "save: NULL argument");
   SL_CHECK(sl_session_save_wait(s));
-  SL_CHECK(sl__session_check_usable(s, "save"));
+  SL_CHECK(sl__session_check_usable(s, "save", true));
   SL_CHECK(sl__session_apply_writes(s));
+  if (s->remote) {
+    if (background)
+      return sl__fail(SL_EUNSUPPORTED,
+                      "save: a background save is not available on a "
+                      "session over daemons yet");
+    return save_remote(s, dir);
+  }
   sl__save *sv;
-  SL_CHECK(save_plan(s, dir, &sv));
+  SL_CHECK(save_plan(s, dir, s->self_node, s->steps, s->steps - s->base, &sv));
   sl_status st = background ? save_snapshot(s, sv) : save_write(sv, s);
   if (st == SL_OK && background) {
     if (pthread_create(&sv->thread, NULL, save_main, sv) == 0) {
@@ -342,7 +448,7 @@ static sl_status restore_or_load(sl_session *s, const char *path, bool restore,
   if (loaded) *loaded = 0;
   if (!s || !path) return sl__fail(SL_EINVAL, "%s: NULL argument", what);
   SL_CHECK(sl_session_save_wait(s)); /* a restore may read what it writes */
-  SL_CHECK(sl__session_check_usable(s, what));
+  SL_CHECK(sl__session_check_usable(s, what, restore));
   sl_checkpoint *ck = NULL;
   SL_CHECK(sl_checkpoint_open(path, &ck));
   int64_t step = restore ? sl_checkpoint_step(ck) : s->steps;
@@ -354,9 +460,16 @@ static sl_status restore_or_load(sl_session *s, const char *path, bool restore,
                   "sl_session_load (--load) reads",
                   path);
   if (st == SL_OK) st = plan_sources(s, path, ck, restore, &set);
-  if (st == SL_OK)
+  char abs[SL__JOB_BLOB_PATH + 64];
+  if (st == SL_OK && s->remote) {
+    /* Checked here; the daemons read it. */
+    for (int32_t i = 0; s->var_src && i < sl__graph_node_count(s->g); i++)
+      s->var_src[i].ck = NULL;
+    st = absolute(path, abs, sizeof abs);
+    if (st == SL_OK) st = sl__session_restart_remote(s, abs, step);
+  } else if (st == SL_OK) {
     st = sl__session_restart(s, step);
-  else if (s->var_src) {
+  } else if (s->var_src) {
     /* Nothing was taken: forget the checkpoint's tensors. */
     for (int32_t i = 0; i < sl__graph_node_count(s->g); i++)
       s->var_src[i].ck = NULL;
@@ -364,6 +477,22 @@ static sl_status restore_or_load(sl_session *s, const char *path, bool restore,
   sl_checkpoint_close(ck);
   if (st == SL_OK && loaded) *loaded = set;
   return st;
+}
+
+sl_status sl__session_restore_sources(sl_session *s, const char *path) {
+  sl__var_src *src = sl__session_sources(s);
+  if (!src) return SL_ENOMEM;
+  SL_CHECK(sl_checkpoint_open(path, &s->restore_ck));
+  for (int32_t i = 0; i < sl__graph_node_count(s->g); i++) {
+    if (!is_variable(s, i)) continue;
+    int32_t ti =
+        sl_checkpoint_find(s->restore_ck, sl__graph_node(s->g, i)->name);
+    if (ti < 0 || sl_shape_numel(&var_value(s, i)->meta.shape) == 0) continue;
+    SL_CHECK(check_tensor(s, path, s->restore_ck, ti, i));
+    src[i].ck = s->restore_ck;
+    src[i].tensor = ti;
+  }
+  return SL_OK;
 }
 
 sl_status sl_session_restore(sl_session *s, const char *path) {

@@ -178,7 +178,7 @@ struct sl_session {
   uint32_t n_views;
   int32_t n_spans;
   sl__span **spans;
-  uint32_t driver;  /* the driver's node id */
+  uint32_t driver; /* the driver's node id */
   /* Remote sessions (remote.c) and daemons (daemon.c) build the whole
    * actor plan in every process: feeds, fetches and ticks are actors of
    * the driver (the program, data-plane rank nnodes); each process runs
@@ -228,7 +228,12 @@ struct sl_session {
    * job is built. */
   int32_t n_files;
   sl_checkpoint **files;
-  const char **file_paths; /* the graph's strings */         /* a background save in progress (save.c) */
+  const char **file_paths; /* the graph's strings */
+  /* Daemons: the checkpoint a continued job's variables start from. */
+  sl_checkpoint *restore_ck;
+  const char *restore;
+      /* remote: the path a restarted job restores */ /* a background save in
+                                                         progress (save.c) */
   bool started, finished, waited;
   sl_status final;
   char errmsg[1400];
@@ -399,11 +404,9 @@ typedef struct sl__group_step {
 sl_status sl__group_step_of(const sl__node *n, int step, int group,
                             sl__group_step *out);
 
-
 /* Copies host bytes to the device, or device bytes to the host, and waits
  * (set-up, and state read between steps). */
-sl_status sl__dev_upload(sess_dev *d, void *dst, const void *src,
-                         size_t bytes);
+sl_status sl__dev_upload(sess_dev *d, void *dst, const void *src, size_t bytes);
 sl_status sl__dev_download(sess_dev *d, void *dst, const void *src,
                            size_t bytes);
 
@@ -413,7 +416,8 @@ sl_status sl__session_start_job(sl_session *s);
 /* state.c */
 /* SL_EUNSUPPORTED on a session over daemons, SL_ESTATE after a failure or
  * finish; `what` starts the message. */
-sl_status sl__session_check_usable(const sl_session *s, const char *what);
+sl_status sl__session_check_usable(const sl_session *s, const char *what,
+                                   bool remote_ok);
 /* Rank `rank`'s shard of variable `node` as version `version` of the
  * current job (idle between steps) holds it, into buf. */
 sl_status sl__session_job_shard(const sl_session *s, int32_t node, int rank,
@@ -421,8 +425,7 @@ sl_status sl__session_job_shard(const sl_session *s, int32_t node, int rank,
 /* The same shard's host memory when it is in host memory (read it only
  * while the job stays idle), else NULL. */
 const void *sl__session_job_shard_host(const sl_session *s, int32_t node,
-                                       int rank, int64_t version,
-                                       size_t bytes);
+                                       int rank, int64_t version, size_t bytes);
 /* The sources by graph node (allocated on first use; NULL: SL_ENOMEM). */
 sl__var_src *sl__session_sources(sl_session *s);
 /* Restarts the job at step `steps` (sl_session_steps then says so), each
@@ -446,6 +449,19 @@ sl_status sl__session_roll_back(sl_session *s);
  * them. */
 sl_status sl__session_open_files(sl_session *s);
 void sl__session_close_files(sl_session *s);
+/* save.c: for a daemon's job that continues from a checkpoint: its
+ * variables' sources (s->restore_ck, closed by sl__session_close_files). */
+sl_status sl__session_restore_sources(sl_session *s, const char *path);
+/* A daemon: writes its node's file of the program's save (version
+ * `version` of its job, step `step`) into dir; its name, size, CRC32C. */
+sl_status sl__session_save_node(sl_session *s, const char *dir, int64_t step,
+                                int64_t version, char *name, size_t n,
+                                int64_t *bytes, uint32_t *crc);
+/* state.c: a remote session's new job at step `steps`, its daemons'
+ * variables from checkpoint `restore`. A failure leaves the session
+ * failed. */
+sl_status sl__session_restart_remote(sl_session *s, const char *restore,
+                                     int64_t steps);
 /* Frees the sources (sl_session_destroy). */
 void sl__session_free_state(sl_session *s);
 
@@ -473,6 +489,13 @@ sl_status sl__remote_wait(sl_session *s);
  * daemons' through the store) merged into the session's trace_path.
  * SL_EIO when it cannot be written; a node without one is warned about. */
 sl_status sl__remote_traces(sl_session *s);
+/* A save of the current step: asks every daemon (its number in *seq), and
+ * one daemon's answer: its file's name, size and CRC32C, or its error. */
+sl_status sl__remote_save_ask(sl_session *s, const char *dir, int64_t step,
+                              int64_t version, int64_t *seq);
+sl_status sl__remote_save_answer(sl_session *s, int64_t seq, int rank,
+                                 char *name, size_t n, int64_t *bytes,
+                                 uint32_t *crc);
 /* Completes the ticks parked for released steps (remote pump). */
 void sl__remote_pump(sl_session *s);
 /* Ends the job: no more ticks after those released. */

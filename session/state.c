@@ -193,8 +193,9 @@ static sl_status job_value(const sl_session *s, int32_t node, int64_t version,
   return st;
 }
 
-sl_status sl__session_check_usable(const sl_session *s, const char *what) {
-  if (s->remote)
+sl_status sl__session_check_usable(const sl_session *s, const char *what,
+                                   bool remote_ok) {
+  if (s->remote && !remote_ok)
     return sl__fail(SL_EUNSUPPORTED,
                     "%s: not available on a session over daemons yet "
                     "(docs/checkpoint.md)",
@@ -220,7 +221,7 @@ static sl_status lookup(sl_session *s, const char *name, size_t bytes,
         SL_EINVAL, "%s '%s': %zu bytes, the variable has %zu (%s %s)", what,
         name, bytes, value_bytes(v), sl_dtype_name(v->meta.dtype), shape);
   }
-  return sl__session_check_usable(s, what);
+  return sl__session_check_usable(s, what, false);
 }
 
 sl_status sl_session_read_variable(sl_session *s, const char *name, void *data,
@@ -325,23 +326,48 @@ static void tear_down(sl_session *s, feed_rt **feeds, int32_t *n_feeds) {
   s->var_inits = NULL;
 }
 
-/* Builds and starts a job whose piece 0 is step `steps`. */
-static sl_status start_job(sl_session *s, int64_t steps, feed_rt *old,
-                           int32_t n_old) {
+/* A new job's counters: its piece 0 is step `steps`. */
+static void reset_counters(sl_session *s, int64_t steps) {
   atomic_store(&s->released, 0);
   s->completed = 0;
   for (int i = 0; i < SL__STEP_RING; i++)
     atomic_store(&s->ring[i], 0);
   atomic_store(&s->failed, SL_OK);
+  atomic_store(&s->ending, false);
   s->waited = false;
   s->final = SL_OK;
   s->errmsg[0] = '\0';
   s->base = s->steps = steps;
-  SL_CHECK(sl__session_build(s));
+}
+
+/* The fed inputs the job before had (same plan, same order). */
+static void refeed(sl_session *s, feed_rt *old, int32_t n_old) {
   for (int32_t i = 0; i < n_old && i < s->n_feeds; i++) {
     memcpy(s->feeds[i].data, old[i].data, s->feeds[i].bytes);
     s->feeds[i].fed = old[i].fed;
   }
+}
+
+static void free_feeds(feed_rt *old, int32_t n_old) {
+  for (int32_t i = 0; i < n_old; i++)
+    sl__free(old[i].data);
+  sl__free(old);
+}
+
+/* Records a restart's failure: the session reports it from then on. */
+static void restart_failed(sl_session *s, sl_status st) {
+  snprintf(s->errmsg, sizeof s->errmsg, "%s", sl_last_error());
+  s->final = st;
+  s->waited = true;
+  atomic_store(&s->failed, st);
+}
+
+/* Builds and starts a job whose piece 0 is step `steps`. */
+static sl_status start_job(sl_session *s, int64_t steps, feed_rt *old,
+                           int32_t n_old) {
+  reset_counters(s, steps);
+  SL_CHECK(sl__session_build(s));
+  refeed(s, old, n_old);
   return sl__session_start_job(s);
 }
 
@@ -366,16 +392,41 @@ static sl_status restart(sl_session *s, int64_t version, int64_t steps) {
       sl__fail_context(st,
                        "session: restarting at step %lld: ", (long long)steps);
   }
-  for (int32_t i = 0; i < n_old; i++)
-    sl__free(old[i].data);
-  sl__free(old);
+  free_feeds(old, n_old);
   clear_sources(s);
-  if (st != SL_OK) {
-    snprintf(s->errmsg, sizeof s->errmsg, "%s", sl_last_error());
-    s->final = st;
+  if (st != SL_OK) restart_failed(s, st);
+  return st;
+}
+
+sl_status sl__session_restart_remote(sl_session *s, const char *restore,
+                                     int64_t steps) {
+  sl_status st = SL_OK;
+  if (!s->waited) {
+    sl__remote_end(s);
+    st = sl__remote_wait(s);
     s->waited = true;
-    atomic_store(&s->failed, st);
   }
+  feed_rt *old = NULL;
+  int32_t n_old = 0;
+  if (st == SL_OK) {
+    sl__remote_destroy(s);
+    tear_down(s, &old, &n_old);
+    sl__remote_free(s);
+    reset_counters(s, steps);
+    s->restore = restore;
+    st = sl__remote_start(s);
+    s->restore = NULL;
+    if (st == SL_OK) {
+      refeed(s, old, n_old);
+      s->started = true;
+    } else {
+      sl__fail_context(st,
+                       "session: continuing at step %lld: ", (long long)steps);
+    }
+  }
+  free_feeds(old, n_old);
+  clear_sources(s);
+  if (st != SL_OK) restart_failed(s, st);
   return st;
 }
 
@@ -473,6 +524,8 @@ void sl__session_close_files(sl_session *s) {
     s->var_src[i].ck = NULL;
   for (int32_t k = 0; k < s->n_files; k++)
     sl_checkpoint_close(s->files[k]);
+  sl_checkpoint_close(s->restore_ck);
+  s->restore_ck = NULL;
   sl__free(s->files);
   sl__free(s->file_paths);
   s->files = NULL;

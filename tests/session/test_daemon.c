@@ -14,6 +14,8 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <sluice/checkpoint.h>
+
 #include "daemon.h"
 #include "fake_cuda.h"
 #include "session_helpers.h"
@@ -263,7 +265,8 @@ static void test_kernel_failure_names_node(void **state) {
 
 /* One model on `pl` (4 ranks): 8x6 inputs, a 6x5 weight, cross-entropy,
  * SGD; the layout picks the SBP of the input and the weight. */
-static sl_graph *one_model(const char *pl, const char *layout) {
+static sl_graph *one_model_opt(const char *pl, const char *layout,
+                               const sl_optimizer *opt) {
   sl_graph *g = st_graph(pl);
   bool hybrid = !strcmp(layout, "hybrid"), tp = !strcmp(layout, "tp");
   const char *xs_sbp = hybrid ? "(S(0),B)" : tp ? "B" : "S(0)";
@@ -274,12 +277,32 @@ static sl_graph *one_model(const char *pl, const char *layout) {
   sl_tensor w = sl_variable(g, "w0", &ws, SL_DTYPE_F32,
                             sl_init_uniform(-1, 1, 11), NULL, w_sbp);
   sl_tensor loss = sl_cross_entropy(sl_matmul(x, w, false, false), y);
-  sl_optimizer opt = sl_optimizer_sgd(0.1, 0);
-  sl_minimize(loss, &opt);
+  sl_minimize(loss, opt);
   sl_fetch(loss, "loss0");
   sl_fetch(sl_to_global(w, NULL, hybrid ? "(B,B)" : "B"), "w0_out");
   st_check_graph(g);
   return g;
+}
+
+static sl_graph *one_model(const char *pl, const char *layout) {
+  sl_optimizer opt = sl_optimizer_sgd(0.1, 0);
+  return one_model_opt(pl, layout, &opt);
+}
+
+/* Step `step`'s batch of one_model, and its loss. */
+static float one_step(sl_session *s, int step) {
+  float x[48], loss;
+  int32_t y[8];
+  for (int i = 0; i < 48; i++)
+    x[i] = (float)((i * 7 + step * 3) % 11) / 11.0f - 0.5f;
+  for (int i = 0; i < 8; i++)
+    y[i] = (i + step) % 5;
+  if (sl_session_feed(s, "x0", x, sizeof x) != SL_OK ||
+      sl_session_feed(s, "y0", y, sizeof y) != SL_OK ||
+      sl_session_run(s, 1) != SL_OK ||
+      sl_session_fetch(s, "loss0", &loss, sizeof loss) != SL_OK)
+    fail_msg("step %d: %s", step, sl_last_error());
+  return loss;
 }
 
 static sl_status train_one(const char *pl, const char *layout, bool remote,
@@ -354,6 +377,91 @@ static void test_boxing_across_nodes(void **state) {
         !strcmp(layouts[i], "hybrid") ? "cpu:0-1/0-1[2,2]" : "cpu:0-1/0-1";
     same_as_embedded(emb, rem, layouts[i]);
   }
+}
+
+/* Checkpoints across daemons: a save in the middle of a remote run (every
+ * daemon writes its node's file, the run goes on undisturbed), restored
+ * embedded on one device, saved there, and restored on the daemons with
+ * another layout: the losses follow a straight embedded run throughout.
+ * Then a restore in the middle of a remote run starts a new job at the
+ * saved step. */
+static void test_checkpoints_across_daemons(void **state) {
+  (void)state;
+  sl_optimizer adam = sl_optimizer_adam(0.05);
+  enum { N = 12 };
+  float want[N];
+  sl_graph *g = one_model_opt("cpu:0-3", "tp", &adam);
+  sl_session *s = NULL;
+  assert_int_equal(sl_session_create(g, NULL, &s), SL_OK);
+  for (int i = 0; i < N; i++)
+    want[i] = one_step(s, i);
+  sl_session_destroy(s);
+  sl_graph_destroy(g);
+  char tmpl[] = "/tmp/sluice_daemon_ckpt_XXXXXX";
+  const char *tmp = mkdtemp(tmpl);
+  assert_non_null(tmp);
+  char d1[300], d2[300];
+  snprintf(d1, sizeof d1, "%s/remote", tmp);
+  snprintf(d2, sizeof d2, "%s/embedded", tmp);
+  sl_session_config rc = config(true);
+  /* remote tp: 4 steps, save, 3 more */
+  g = one_model_opt("cpu:0-1/0-1", "tp", &adam);
+  assert_int_equal(sl_session_create(g, &rc, &s), SL_OK);
+  for (int i = 0; i < 7; i++) {
+    if (i == 4 && sl_session_save(s, d1) != SL_OK)
+      fail_msg("remote save: %s", sl_last_error());
+    float l = one_step(s, i);
+    assert_true(fabsf(l - want[i]) <= 1e-5f * (1 + fabsf(want[i])));
+  }
+  /* ... and a restore of that save in the middle of the run. */
+  assert_int_equal(sl_session_restore(s, d1), SL_OK);
+  assert_int_equal(sl_session_steps(s), 4);
+  for (int i = 4; i < 6; i++) {
+    float l = one_step(s, i);
+    assert_true(fabsf(l - want[i]) <= 1e-5f * (1 + fabsf(want[i])));
+  }
+  assert_int_equal(sl_session_finish(s), SL_OK);
+  sl_session_destroy(s);
+  sl_graph_destroy(g);
+  sl_checkpoint *ck = NULL;
+  assert_int_equal(sl_checkpoint_open(d1, &ck), SL_OK);
+  assert_int_equal(sl_checkpoint_step(ck), 4);
+  sl_checkpoint_close(ck);
+  /* embedded on one device from step 4, saved at step 8 */
+  g = one_model_opt("cpu:0", "dp", &adam);
+  assert_int_equal(sl_session_create(g, NULL, &s), SL_OK);
+  if (sl_session_restore(s, d1) != SL_OK)
+    fail_msg("embedded restore: %s", sl_last_error());
+  for (int i = 4; i < 8; i++) {
+    float l = one_step(s, i);
+    assert_true(fabsf(l - want[i]) <= 1e-4f * (1 + fabsf(want[i])));
+  }
+  assert_int_equal(sl_session_save(s, d2), SL_OK);
+  sl_session_destroy(s);
+  sl_graph_destroy(g);
+  /* remote dp from step 8 */
+  g = one_model_opt("cpu:0-1/0-1", "dp", &adam);
+  assert_int_equal(sl_session_create(g, &rc, &s), SL_OK);
+  if (sl_session_restore(s, d2) != SL_OK)
+    fail_msg("remote restore: %s", sl_last_error());
+  assert_int_equal(sl_session_steps(s), 8);
+  for (int i = 8; i < N; i++) {
+    float l = one_step(s, i);
+    printf("remote dp after restore: step %d loss %.7f (straight %.7f)\n", i, l,
+           want[i]);
+    assert_true(fabsf(l - want[i]) <= 1e-4f * (1 + fabsf(want[i])));
+  }
+  /* what a remote session does not do yet */
+  float w[30];
+  assert_int_equal(sl_session_read_variable(s, "w0", w, sizeof w),
+                   SL_EUNSUPPORTED);
+  assert_int_equal(sl_session_load(s, d2, NULL), SL_EUNSUPPORTED);
+  assert_int_equal(sl_session_finish(s), SL_OK);
+  sl_session_destroy(s);
+  sl_graph_destroy(g);
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+  assert_int_equal(system(cmd), 0);
 }
 
 /* The daemons (threads of this process here, so the pools map through
@@ -823,6 +931,7 @@ int main(void) {
       cmocka_unit_test(test_boxing_across_nodes),
       cmocka_unit_test(test_failure_inside_collective),
       cmocka_unit_test(test_shared_registers),
+      cmocka_unit_test(test_checkpoints_across_daemons),
       cmocka_unit_test(test_cuda_across_nodes),
       cmocka_unit_test(test_cuda_gather_scatter_across_nodes),
       cmocka_unit_test(test_cuda_exchanges_across_nodes),
