@@ -179,9 +179,11 @@ SL_API sl_status sl_session_get_memory(const sl_session *s, int32_t device,
                                        sl_memory_stats *out);
 
 /* ---- variables, checkpoints and failed steps ---------------------------- */
-/* docs/checkpoint.md. Every call here runs between steps, on the embedded
- * session (SL_EUNSUPPORTED on a session over daemons for now). Values are
- * logical (global) tensors, row-major, whatever the layout. */
+/* docs/checkpoint.md. Every call here runs between steps. Values are
+ * logical (global) tensors, row-major, whatever the layout. A session over
+ * daemons saves and restores (the directory must be the same path on
+ * every node: a shared file system); the other calls return
+ * SL_EUNSUPPORTED there for now. */
 
 /* A variable of the session's graph: a weight, a constant the program
  * made (sl_variable_set_trainable false), or optimizer state, which
@@ -235,9 +237,9 @@ SL_API sl_status sl_session_save_wait(sl_session *s);
 /* Continues from a checkpoint: every trained variable (and every constant
  * the checkpoint holds) takes its saved value, resharded from the saved
  * layout into this session's by reading only the stored pieces each shard
- * intersects; the step becomes the saved one (sl_session_steps), so
- * learning-rate-free counters (Adam's bias correction), random data,
- * dropout and .npy readers continue where the saved run was. Errors name
+ * intersects; the step becomes the saved one (sl_session_steps), so Adam's
+ * bias correction, random data, dropout and .npy readers continue where
+ * the saved run was. Errors name
  * the file and tensor: a tensor missing, of another shape or dtype
  * (SL_EINVAL), a corrupt file (SL_EINVAL, SL_EIO). */
 SL_API sl_status sl_session_restore(sl_session *s, const char *path);
