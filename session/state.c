@@ -148,6 +148,7 @@ sl_status sl__session_var_shard(const sl_session *s, int32_t node, int rank,
   const sl__var_src *src = s->var_src ? &s->var_src[node] : NULL;
   if (!src || (!src->logical && !src->shards && !src->ck))
     return sl__graph_variable_init(s->g, node, rank, buf);
+  if (bytes == 0) return SL_OK; /* an empty variable: no memory at all */
   const sl__value *v = var_value(s, node);
   sl_slice box;
   SL_CHECK(sl_local_slice(&v->meta.shape, v->placement, &v->sbp, rank, &box));
@@ -232,7 +233,7 @@ sl_status sl_session_read_variable(sl_session *s, const char *name, void *data,
     return sl__fail(SL_EINVAL, "read of variable '%s': NULL data", name);
   const sl__var_src *src = s->var_src ? &s->var_src[node] : NULL;
   if (src && src->logical && s->var_dirty) {
-    memcpy(data, src->logical, bytes);
+    if (bytes) memcpy(data, src->logical, bytes);
     return SL_OK;
   }
   return job_value(s, node, s->steps - s->base, data);
@@ -271,7 +272,7 @@ sl_status sl_session_write_variable(sl_session *s, const char *name,
   sl__var_src *src = &s->var_src[node];
   void *copy = sl__malloc(bytes + 64);
   if (!copy) return SL_ENOMEM;
-  memcpy(copy, data, bytes);
+  if (bytes) memcpy(copy, data, bytes);
   clear_source(src, sl_placement_size(var_value(s, node)->placement));
   src->logical = copy;
   s->var_dirty = true;

@@ -291,7 +291,7 @@ static sl_graph *one_model(const char *pl, const char *layout) {
 
 /* Step `step`'s batch of one_model, and its loss. */
 static float one_step(sl_session *s, int step) {
-  float x[48], loss;
+  float x[48], loss = NAN;
   int32_t y[8];
   for (int i = 0; i < 48; i++)
     x[i] = (float)((i * 7 + step * 3) % 11) / 11.0f - 0.5f;
