@@ -167,6 +167,7 @@ int main(int argc, char **argv) {
          (long long)layers, (long long)hidden, (long long)heads, (long long)seq,
          (long long)vocab, (long long)batch, tie ? ", tied head" : "", layout,
          placement, ex_engine_name(ex_run_engine(run)));
+  fflush(stdout); /* before any error the checkpoint flags print */
   if (print_graph) {
     int len = sl_graph_print(g, NULL, 0);
     char *buf = malloc((size_t)len + 1);
