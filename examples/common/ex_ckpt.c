@@ -119,9 +119,9 @@ static void shape_text(const sl_shape *s, char *buf, size_t size) {
   if (n > 0 && (size_t)n < size) snprintf(buf + n, size - (size_t)n, "]");
 }
 
-/* Whether a plain file holds PyTorch's names rather than sluice's: it has
- * the PyTorch name of the model's first mapped weight and not the sluice
- * name. */
+/* Whether a plain file holds PyTorch's names rather than sluice's: for a
+ * weight whose two names differ, it has the PyTorch name and not the
+ * sluice one (some names are the same in both: gpt's "wte"). */
 static bool is_torch_file(sl_session *s, const sl_checkpoint *c,
                           ex_torch_map_fn map, const void *ctx) {
   if (!map || sl_checkpoint_is_sharded(c)) return false;
@@ -130,7 +130,8 @@ static bool is_torch_file(sl_session *s, const sl_checkpoint *c,
     char name[256];
     ex_torch_layout l;
     if (sl_session_get_variable(s, i, &v) != SL_OK || v.optimizer ||
-        !v.trained || !map(ctx, v.name, name, sizeof name, &l))
+        !v.trained || !map(ctx, v.name, name, sizeof name, &l) ||
+        strcmp(name, v.name) == 0)
       continue;
     return sl_checkpoint_find(c, v.name) < 0 &&
            sl_checkpoint_find(c, name) >= 0;

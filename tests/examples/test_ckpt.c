@@ -408,6 +408,45 @@ static void test_torch_mlp(void **state) {
   free(tout);
 }
 
+/* gpt: the peer's names and shapes fit the model's (the losses are not
+ * compared: gpt has no way yet to read the peer's batch). */
+static void test_torch_gpt(void **state) {
+  if (!have_torch()) {
+    print_message("%s cannot import torch and numpy: skipped\n", python());
+    skip();
+  }
+  const char sizes[] = "--batch 4 --seq 8 --layers 2 --hidden 32 --heads 4 "
+                       "--vocab 16";
+  const char *ties[2][3] = {{"--untied", "", "loaded 29 tensors from "},
+                            {"", "--tie", "loaded 28 tensors from "}};
+  for (int t = 0; t < 2; t++) {
+    char cmd[1024], *tout;
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && %s %s --device cpu %s %s --steps 1 --warmup 0 "
+             "--save-safetensors g%d.safetensors",
+             tmp, python(), GPT_TORCH_PEER, sizes, ties[t][0], t);
+    int rc = run_cmd(cmd, &tout);
+    if (rc != 0) fail_msg("'%s': exit %d:\n%s", cmd, rc, tout);
+    free(tout);
+    char a[512], want[128];
+    snprintf(a, sizeof a, "%s %s --steps 1 --load g%d.safetensors", sizes,
+             ties[t][1], t);
+    snprintf(want, sizeof want, "%sg%d.safetensors (PyTorch names)", ties[t][2],
+             t);
+    char *out = expect(EX_GPT_BIN, a, 0, want);
+    printf("%s", out);
+    free(out);
+  }
+  free(expect(EX_GPT_BIN,
+              "--batch 4 --seq 8 --layers 2 --hidden 32 --heads 4 --vocab 16 "
+              "--tie --load g0.safetensors",
+              2, "tensor 'head' has no place in this model"));
+  free(expect(EX_GPT_BIN,
+              "--batch 4 --seq 8 --layers 2 --hidden 64 --heads 4 --vocab 16 "
+              "--load g0.safetensors",
+              2, "tensor 'wte' is F32 [16, 32]"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_flag_checks, setup, teardown),
@@ -415,6 +454,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_save_every, setup, teardown),
       cmocka_unit_test_setup_teardown(test_load, setup, teardown),
       cmocka_unit_test_setup_teardown(test_torch_mlp, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_torch_gpt, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
