@@ -138,6 +138,7 @@ static void test_soak(void **state) {
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) printf("could not remove %s\n", dir);
   free(s);
+  fflush(stdout);
   if (!ok)
     fail_msg("memory, threads or file descriptors grew over the soak (see "
              "the table)");
