@@ -52,6 +52,12 @@ torch.cuda.synchronize() to the loss's .item() (one step: data, forward,
 backward, optimizer; the loss fetched to the host, as the C driver fetches
 sluice's); the median is reported.
 
+--save-safetensors PATH writes the initial parameters, under the names of
+GPT.state_dict() ("wte", "wpe", "blocks.L.ln1_g", "blocks.L.wq", ...,
+"lnf_g", "head"), as a safetensors file (bench/peers/st_file.py; no
+safetensors package needed) that examples/gpt reads with --load (the name
+mapping is in docs/examples.md).
+
 Output, one line each:
   info TEXT
   params N TENSORS        trainable parameters and parameter tensors
@@ -101,6 +107,18 @@ class GPT:
         self.next_map = torch.randint(0, V, (V,), device=dev)
         self.causal = torch.ones(S, S, dtype=torch.bool,
                                  device=dev).triu(1)
+
+    def state_dict(self):
+        """The parameters by name, in parameters() order."""
+        import collections
+        d = collections.OrderedDict([("wte", self.wte), ("wpe", self.wpe)])
+        for i, b in enumerate(self.blocks):
+            for k, v in b.items():
+                d["blocks.%d.%s" % (i, k)] = v
+        d["lnf_g"], d["lnf_b"] = self.lnf_g, self.lnf_b
+        if self.head is not None:
+            d["head"] = self.head
+        return d
 
     def parameters(self):
         ps = [self.wte, self.wpe]
@@ -164,6 +182,8 @@ def main():
     p.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
     p.add_argument("--fused-adam", action="store_true")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--save-safetensors", metavar="PATH",
+                   help="write the initial parameters to PATH (see above)")
     a = p.parse_args()
     if min(a.batch, a.seq, a.layers, a.hidden, a.heads, a.steps) < 1 or \
             a.vocab < 2 or a.warmup < 0 or a.hidden % a.heads:
@@ -204,6 +224,12 @@ def main():
 
     model = GPT(a, dev, torch)
     params = model.parameters()
+    if a.save_safetensors:
+        import st_file
+        st_file.save(model.state_dict(), a.save_safetensors, torch,
+                     {"format": "pt", "source": "bench/peers/gpt_torch.py"})
+        print("info saved %d tensors to %s" %
+              (len(model.state_dict()), a.save_safetensors), flush=True)
     print("params %d %d" % (sum(t.numel() for t in params), len(params)),
           flush=True)
     kw = dict(lr=a.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0)

@@ -19,6 +19,17 @@ steps by itself and prints only the summary:
   "torch single ms_per_step MEDIAN min MIN steps N loss L"
   "torch ddp samples_per_s S ms_per_step MEDIAN world W steps N"
 
+Exporting (single mode; what tests/examples/test_torch.c runs):
+  mlp_torch.py single --save-safetensors M.safetensors \
+      --save-batch X.npy,Y.npy --steps 3 [sizes] [--lr LR]
+writes the initial model's state_dict (PyTorch's names: "0.weight" [hidden,
+in], "0.bias", "2.weight", ...) as a safetensors file (without the
+safetensors package: st_file.py) and the fixed batch as .npy files (x f32
+[batch, in], labels int64 [batch]), then trains --steps steps on that batch
+with SGD(lr) and prints "loss STEP VALUE" for each: step 0's is the loss of
+the saved weights. examples/mlp --load M.safetensors --data X.npy,Y.npy
+--batch B --lr LR runs the same steps.
+
 The driver runs it with OPENBLAS_CORETYPE set to the kernel set sluice
 itself uses (Debian's torch does its matmuls in the system OpenBLAS), so both
 sides multiply with the same kernels."""
@@ -68,6 +79,21 @@ def commands():
             return
 
 
+def export(args, model, opt, x, y, torch):
+    """--save-safetensors: the model, the batch, then one loss per step."""
+    import numpy
+    import st_file
+    st_file.save(model.state_dict(), args.save_safetensors, torch,
+                 {"format": "pt", "source": "bench/peers/mlp_torch.py"})
+    if args.save_batch:
+        xp, yp = args.save_batch.split(",")
+        numpy.save(xp, x.numpy().astype("<f4"))
+        numpy.save(yp, y.numpy().astype("<i8"))
+    for i in range(args.steps):
+        loss = one_step(model, opt, x, y, torch)
+        print("loss %d %.9g" % (i, float(loss)), flush=True)
+
+
 def run_single(args):
     import torch
     torch.set_num_threads(1)
@@ -76,6 +102,9 @@ def run_single(args):
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     x = torch.randn(args.batch, args.inp)
     y = torch.randint(0, args.classes, (args.batch,))
+    if args.save_safetensors:
+        export(args, model, opt, x, y, torch)
+        return
     train_steps(model, opt, x, y, args.warmup, torch)
     if args.lockstep:
         print("ready", flush=True)
@@ -176,7 +205,15 @@ def main():
     p.add_argument("--port", type=int, default=29517)
     p.add_argument("--lockstep", action="store_true",
                    help="one step per 'step' line on stdin (see above)")
+    p.add_argument("--save-safetensors", metavar="PATH",
+                   help="single: write the initial state_dict to PATH, then "
+                   "train --steps steps printing each loss (see above)")
+    p.add_argument("--save-batch", metavar="X.npy,Y.npy",
+                   help="with --save-safetensors: the batch as .npy files")
     args = p.parse_args()
+    if args.save_batch is not None and (
+            not args.save_safetensors or args.save_batch.count(",") != 1):
+        p.error("--save-batch wants X.npy,Y.npy and --save-safetensors")
     try:
         import torch  # noqa: F401
     except ImportError as e:

@@ -3,10 +3,14 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <sluice/placement.h>
 
@@ -31,10 +35,13 @@ static void print_usage(const char *usage, const ex_flag *flags, int n,
     char def[128] = "";
     switch (f->kind) {
     case EX_FLAG_INT:
+    case EX_FLAG_INT64:
       snprintf(def, sizeof def, " (default %" PRId64 ")",
                *(const int64_t *)f->value);
       break;
     case EX_FLAG_DOUBLE:
+    case EX_FLAG_POSITIVE:
+    case EX_FLAG_FRACTION:
       /* Negative defaults mean "chosen from other flags" (the help says). */
       if (*(const double *)f->value >= 0)
         snprintf(def, sizeof def, " (default %g)", *(const double *)f->value);
@@ -54,30 +61,69 @@ static void print_usage(const char *usage, const ex_flag *flags, int n,
   fprintf(out, "  %-18s %s\n", "--help", "print this help");
 }
 
-static ex_flags_result set_value(const ex_flag *f, const char *v, char *err,
-                                 size_t errsize) {
+/* 2^31 - 1: sizes, counts and steps fit an int, as the programs use them. */
+#define INT_FLAG_MAX INT64_C(2147483647)
+
+static ex_flags_result set_int(const ex_flag *f, const char *v, int64_t max,
+                               char *err, size_t errsize) {
   char *end = NULL;
   errno = 0;
+  /* strtoll skips leading blanks and takes a prefix: neither is a value. */
+  long long x = strtoll(v, &end, 10);
+  if (!*v || isspace((unsigned char)*v) || *end)
+    return failf(err, errsize, "flag '--%s': '%s' is not an integer", f->name,
+                 v);
+  if (errno == ERANGE || x > max)
+    return failf(err, errsize, "flag '--%s': %s is above the maximum %" PRId64,
+                 f->name, v, max);
+  if (x < f->min)
+    return failf(err, errsize, "flag '--%s': %s is below the minimum %" PRId64,
+                 f->name, v, f->min);
+  *(int64_t *)f->value = x;
+  return EX_FLAGS_OK;
+}
+
+/* A finite double, the whole text; false for anything else (nan, inf, a
+ * value strtod rounds to infinity or to zero). */
+static bool parse_finite(const char *v, double *out) {
+  char *end = NULL;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (!*v || isspace((unsigned char)*v) || *end || errno || !isfinite(x))
+    return false;
+  *out = x;
+  return true;
+}
+
+static ex_flags_result set_value(const ex_flag *f, const char *v, char *err,
+                                 size_t errsize) {
+  double x = 0;
   switch (f->kind) {
-  case EX_FLAG_INT: {
-    long long x = strtoll(v, &end, 10);
-    if (!*v || *end || errno)
-      return failf(err, errsize, "flag '--%s': '%s' is not an integer", f->name,
-                   v);
-    if (x < f->min)
-      return failf(err, errsize, "flag '--%s': %lld is below the minimum %lld",
-                   f->name, x, (long long)f->min);
-    *(int64_t *)f->value = x;
+  case EX_FLAG_INT: return set_int(f, v, INT_FLAG_MAX, err, errsize);
+  case EX_FLAG_INT64: return set_int(f, v, INT64_MAX, err, errsize);
+  case EX_FLAG_DOUBLE:
+    if (!parse_finite(v, &x))
+      return failf(err, errsize, "flag '--%s': '%s' is not a finite number",
+                   f->name, v);
+    if (x < (double)f->min)
+      return failf(err, errsize,
+                   "flag '--%s': %s is below the minimum %" PRId64, f->name, v,
+                   f->min);
+    *(double *)f->value = x;
     return EX_FLAGS_OK;
-  }
-  case EX_FLAG_DOUBLE: {
-    double x = strtod(v, &end);
-    if (!*v || *end || errno)
-      return failf(err, errsize, "flag '--%s': '%s' is not a number", f->name,
+  case EX_FLAG_POSITIVE:
+    if (!parse_finite(v, &x) || !(x > 0))
+      return failf(err, errsize,
+                   "flag '--%s': '%s' is not a finite number above 0", f->name,
                    v);
     *(double *)f->value = x;
     return EX_FLAGS_OK;
-  }
+  case EX_FLAG_FRACTION:
+    if (!parse_finite(v, &x) || !(x >= 0 && x < 1))
+      return failf(err, errsize, "flag '--%s': '%s' is not a number in [0, 1)",
+                   f->name, v);
+    *(double *)f->value = x;
+    return EX_FLAGS_OK;
   case EX_FLAG_STRING: *(const char **)f->value = v; return EX_FLAGS_OK;
   case EX_FLAG_BOOL: *(bool *)f->value = true; return EX_FLAGS_OK;
   }
@@ -123,6 +169,65 @@ ex_flags_result ex_flags_parse(int argc, char **argv, const char *usage,
     if (r != EX_FLAGS_OK) return r;
   }
   return EX_FLAGS_OK;
+}
+
+/* ---- paths -------------------------------------------------------------- */
+
+static bool path_fail(char *err, size_t size, const char *flag,
+                      const char *path, const char *why) {
+  failf(err, size, "flag '--%s': %s: %s", flag, path, why);
+  return false;
+}
+
+bool ex_path_check_file_writable(const char *flag, const char *path, char *err,
+                                 size_t errsize) {
+  if (!*path) return path_fail(err, errsize, flag, "''", "empty path");
+  struct stat sb;
+  bool existed = stat(path, &sb) == 0;
+  if (existed && S_ISDIR(sb.st_mode))
+    return path_fail(err, errsize, flag, path, "is a directory");
+  /* Opening is the only honest test (access() says yes to root on a
+   * read-only file system); O_APPEND leaves an existing file's bytes. */
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666);
+  if (fd < 0) return path_fail(err, errsize, flag, path, strerror(errno));
+  close(fd);
+  if (!existed) unlink(path);
+  return true;
+}
+
+bool ex_path_check_dir_writable(const char *flag, const char *path, char *err,
+                                size_t errsize) {
+  if (!*path) return path_fail(err, errsize, flag, "''", "empty path");
+  struct stat sb;
+  if (stat(path, &sb) != 0) {
+    if (mkdir(path, 0777) != 0)
+      return path_fail(err, errsize, flag, path, strerror(errno));
+    rmdir(path);
+    return true;
+  }
+  if (!S_ISDIR(sb.st_mode))
+    return path_fail(err, errsize, flag, path, "exists and is not a directory");
+  char probe[4096];
+  if (snprintf(probe, sizeof probe, "%s/.sluice-probe-XXXXXX", path) >=
+      (int)sizeof probe)
+    return path_fail(err, errsize, flag, path, "path too long");
+  int fd = mkstemp(probe);
+  if (fd < 0) return path_fail(err, errsize, flag, path, strerror(errno));
+  close(fd);
+  unlink(probe);
+  return true;
+}
+
+bool ex_path_check_readable(const char *flag, const char *path, char *err,
+                            size_t errsize) {
+  if (!*path) return path_fail(err, errsize, flag, "''", "empty path");
+  struct stat sb;
+  if (stat(path, &sb) != 0)
+    return path_fail(err, errsize, flag, path, strerror(errno));
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return path_fail(err, errsize, flag, path, strerror(errno));
+  close(fd);
+  return true;
 }
 
 /* ---- layouts ------------------------------------------------------------ */

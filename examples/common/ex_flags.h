@@ -15,11 +15,17 @@
 
 #include <sluice/core.h>
 
+/* What each kind accepts: the whole value, in decimal, no leading blanks
+ * or trailing characters. A value out of range is an error naming the flag,
+ * never clamped. */
 typedef enum ex_flag_kind {
-  EX_FLAG_INT = 0,    /* int64_t */
-  EX_FLAG_DOUBLE = 1, /* double */
-  EX_FLAG_STRING = 2, /* const char * (points into argv) */
-  EX_FLAG_BOOL = 3,   /* bool, set to true when present */
+  EX_FLAG_INT = 0,      /* int64_t in [min, 2^31 - 1] */
+  EX_FLAG_DOUBLE = 1,   /* double: finite, >= min */
+  EX_FLAG_STRING = 2,   /* const char * (points into argv) */
+  EX_FLAG_BOOL = 3,     /* bool, set to true when present */
+  EX_FLAG_INT64 = 4,    /* int64_t in [min, 2^63 - 1] (seeds) */
+  EX_FLAG_POSITIVE = 5, /* double: finite, > 0 (learning rates) */
+  EX_FLAG_FRACTION = 6, /* double: finite, in [0, 1) (momentum) */
 } ex_flag_kind;
 
 typedef struct ex_flag {
@@ -27,7 +33,7 @@ typedef struct ex_flag {
   ex_flag_kind kind;
   void *value;      /* where the value goes; holds the default */
   const char *help; /* one line */
-  int64_t min;      /* EX_FLAG_INT: smallest accepted value */
+  int64_t min;      /* EX_FLAG_INT, _INT64, _DOUBLE: smallest accepted */
 } ex_flag;
 
 typedef enum ex_flags_result {
@@ -39,10 +45,33 @@ typedef enum ex_flags_result {
 /* Parses argv[1..argc) against n flags. --help prints `usage` (a summary
  * line) and every flag with its default to help_out. On EX_FLAGS_ERROR,
  * err (size errsize) names the problem: "unknown flag '--x'", "flag
- * '--steps' needs a value", "flag '--steps': 'abc' is not an integer". */
+ * '--steps' needs a value", "flag '--steps': 'abc' is not an integer",
+ * "flag '--lr': 'nan' is not a finite number", "flag '--lr': -1 is not
+ * above 0", "flag '--layers': 99999999999 is above the maximum
+ * 2147483647". */
 ex_flags_result ex_flags_parse(int argc, char **argv, const char *usage,
                                const ex_flag *flags, int n, FILE *help_out,
                                char *err, size_t errsize);
+
+/* ---- paths -------------------------------------------------------------- */
+/* Checks made at start, before anything is built, so that a path the run
+ * would write or read only at its end (a trace, a checkpoint) fails at
+ * once. On failure they write "flag '--NAME': PATH: REASON" into err and
+ * return false. */
+
+/* `path` can be opened for writing as a file (it is created and removed
+ * again when missing; an existing file is left as it is). */
+bool ex_path_check_file_writable(const char *flag, const char *path, char *err,
+                                 size_t errsize);
+
+/* `path` is a directory this process can create files in, or can be
+ * created as one (it is created and removed again to find out). */
+bool ex_path_check_dir_writable(const char *flag, const char *path, char *err,
+                                size_t errsize);
+
+/* `path` exists and is readable (a file or a directory). */
+bool ex_path_check_readable(const char *flag, const char *path, char *err,
+                            size_t errsize);
 
 /* ---- layouts ------------------------------------------------------------ */
 

@@ -212,6 +212,10 @@ void ex_run_destroy(ex_run *r) {
 
 ex_engine ex_run_engine(const ex_run *r) { return r->engine; }
 
+struct sl_session *ex_run_session(const ex_run *r) {
+  return r->engine == EX_ENGINE_SESSION ? r->session : NULL;
+}
+
 sl_status ex_run_feed(ex_run *r, const char *name, const void *data,
                       size_t bytes) {
   switch (r->engine) {
@@ -306,25 +310,41 @@ double ex_run_profile_ms(const ex_run *r, const char *op, int steps) {
 
 sl_status ex_train(ex_run *r, int64_t steps, int64_t batch, const char *loss,
                    FILE *out, float *losses, ex_train_result *res) {
-  uint64_t t_start = 0;
-  for (int64_t s = 0; s < steps; s++) {
-    if (s == 1 || steps == 1) t_start = sl__now_ns();
+  return ex_train_range(r, 0, steps, batch, loss, out, losses, res, NULL, NULL);
+}
+
+sl_status ex_train_range(ex_run *r, int64_t first, int64_t last, int64_t batch,
+                         const char *loss, FILE *out, float *losses,
+                         ex_train_result *res, ex_train_hook hook, void *ctx) {
+  int64_t steps = last > first ? last - first : 0;
+  uint64_t t_start = 0, hook_ns = 0;
+  for (int64_t i = 0; i < steps; i++) {
+    int64_t s = first + i;
+    if (i == 1 || steps == 1) {
+      t_start = sl__now_ns();
+      hook_ns = 0;
+    }
     sl_status st = ex_run_step(r);
     if (st != SL_OK) return sl__fail_context(st, "step %lld: ", (long long)s);
     float l = 0;
     SL_CHECK(ex_run_fetch(r, loss, &l, sizeof l));
-    if (losses) losses[s] = l;
+    if (losses) losses[i] = l;
     if (out) {
       fprintf(out, "step %lld loss %.6f\n", (long long)s, (double)l);
       fflush(out);
+    }
+    if (hook) {
+      uint64_t h0 = sl__now_ns();
+      SL_CHECK(hook(ctx, s + 1));
+      hook_ns += sl__now_ns() - h0;
     }
   }
   uint64_t t_end = sl__now_ns();
   if (res) {
     memset(res, 0, sizeof *res);
     res->timed_steps = steps > 1 ? (int)(steps - 1) : (int)steps;
-    if (res->timed_steps > 0 && t_end > t_start) {
-      double ms = (double)(t_end - t_start) / 1e6 / res->timed_steps;
+    if (res->timed_steps > 0 && t_end > t_start + hook_ns) {
+      double ms = (double)(t_end - t_start - hook_ns) / 1e6 / res->timed_steps;
       res->ms_per_step = ms;
       res->samples_per_s = (double)batch / (ms / 1e3);
     }

@@ -55,6 +55,12 @@ void ex_run_destroy(ex_run *r);
 /* The engine actually used (never AUTO). */
 ex_engine ex_run_engine(const ex_run *r);
 
+/* The session of the session engine (include/sluice/session.h), for what
+ * only it has: variables and checkpoints (ex_ckpt.h). NULL for the other
+ * engines. */
+struct sl_session;
+struct sl_session *ex_run_session(const ex_run *r);
+
 /* Feeds input `name` its logical tensor; bytes must be its logical size
  * (SL_EINVAL naming the input otherwise; SL_ENOTFOUND for no such input). */
 sl_status ex_run_feed(ex_run *r, const char *name, const void *data,
@@ -91,6 +97,19 @@ typedef struct ex_train_result {
  * out the first step when there are more than one. */
 sl_status ex_train(ex_run *r, int64_t steps, int64_t batch, const char *loss,
                    FILE *out, float *losses, ex_train_result *res);
+
+/* Called after each step with the number of steps done (the step's index
+ * + 1); an error stops the loop and is returned. Its time is left out of
+ * the throughput. */
+typedef sl_status (*ex_train_hook)(void *ctx, int64_t steps_done);
+
+/* ex_train for a run that has done `first` steps already (a resumed one):
+ * runs steps first..last-1, printing them under their own numbers; losses
+ * gets last - first values. Nothing to run (first >= last) is SL_OK with
+ * a zeroed result. hook may be NULL. */
+sl_status ex_train_range(ex_run *r, int64_t first, int64_t last, int64_t batch,
+                         const char *loss, FILE *out, float *losses,
+                         ex_train_result *res, ex_train_hook hook, void *ctx);
 
 /* Prints the final line: "throughput: S samples/s, M ms/step (...)". */
 void ex_train_print(FILE *out, const ex_train_result *res, const ex_run *r,

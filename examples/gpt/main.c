@@ -3,16 +3,20 @@
  *   gpt --devices cpu:2 --layout dp --steps 30
  *   gpt --devices cpu:3 --layout tp --heads 6 --hidden 96
  *   gpt --devices cpu:4 --layout hybrid --tie --trace gpt.json
+ *   gpt --steps 100 --save ckpt --save-every 20
+ *   gpt --steps 200 --save ckpt --resume ckpt
  *
  * Prints "step N loss X" per step and a throughput line (samples are
  * sequences of --seq tokens). Exit status 0, 1 for a failure while
- * building or running, 2 for bad flags. */
+ * building or running, 2 for bad flags (a path that cannot be written or
+ * read included, and a checkpoint that does not fit the model). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <sluice/graph.h>
 
+#include "common/ex_ckpt.h"
 #include "common/ex_flags.h"
 #include "common/ex_run.h"
 #include "gpt/model.h"
@@ -34,6 +38,7 @@ int main(int argc, char **argv) {
              *trace = NULL, *engine = "auto";
   bool tie = false, bf16 = false, profile = false, memory = false,
        check = false, print_graph = false;
+  ex_ckpt_flags ckf = {0};
   const ex_flag flags[] = {
       {"devices", EX_FLAG_STRING, &devices, "cpu:N or a placement (cpu:0-3)",
        0},
@@ -49,10 +54,18 @@ int main(int argc, char **argv) {
       {"tie", EX_FLAG_BOOL, &tie, "tie the head to the token embedding", 0},
       {"bf16", EX_FLAG_BOOL, &bf16,
        "bf16 matmul inputs (f32 products, outputs and the rest)", 0},
-      {"seed", EX_FLAG_INT, &seed, "seed of the initializers and data", 0},
-      {"lr", EX_FLAG_DOUBLE, &lr, "learning rate (adam 3e-3, sgd 0.1)", 0},
+      {"seed", EX_FLAG_INT64, &seed, "seed of the initializers and data", 0},
+      {"lr", EX_FLAG_POSITIVE, &lr, "learning rate (adam 3e-3, sgd 0.1)", 0},
       {"optimizer", EX_FLAG_STRING, &optimizer, "adam | sgd", 0},
       {"trace", EX_FLAG_STRING, &trace, "write a Chrome trace to PATH", 0},
+      {"save", EX_FLAG_STRING, &ckf.save,
+       "save a checkpoint to directory DIR at the end", 0},
+      {"save-every", EX_FLAG_INT, &ckf.save_every,
+       "also save after every N steps (needs --save)", 1},
+      {"load", EX_FLAG_STRING, &ckf.load,
+       "load weights: a checkpoint or safetensors file (PyTorch's too)", 0},
+      {"resume", EX_FLAG_STRING, &ckf.resume,
+       "continue a checkpoint: weights, optimizer state, step, data", 0},
       {"engine", EX_FLAG_STRING, &engine, "auto | session | sharded | interp",
        0},
       {"profile", EX_FLAG_BOOL, &profile, "print time per op kind", 0},
@@ -84,9 +97,9 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (strcmp(optimizer, "adam") == 0) {
-    c.opt = sl_optimizer_adam(lr >= 0 ? lr : 3e-3);
+    c.opt = sl_optimizer_adam(lr > 0 ? lr : 3e-3);
   } else if (strcmp(optimizer, "sgd") == 0) {
-    c.opt = sl_optimizer_sgd(lr >= 0 ? lr : 0.1, 0);
+    c.opt = sl_optimizer_sgd(lr > 0 ? lr : 0.1, 0);
   } else {
     fprintf(stderr, "gpt: unknown optimizer '%s' (adam, sgd)\n", optimizer);
     return 2;
@@ -94,6 +107,12 @@ int main(int argc, char **argv) {
   if (hidden % heads != 0) {
     fprintf(stderr, "gpt: --hidden %lld is not a multiple of --heads %lld\n",
             (long long)hidden, (long long)heads);
+    return 2;
+  }
+  if ((trace &&
+       !ex_path_check_file_writable("trace", trace, err, sizeof err)) ||
+      !ex_ckpt_check(&ckf, err, sizeof err)) {
+    fprintf(stderr, "gpt: %s\n", err);
     return 2;
   }
   c.batch = batch;
@@ -129,11 +148,26 @@ int main(int argc, char **argv) {
     rc = 2;
     goto done;
   }
+  if (ex_ckpt_any(&ckf) && !ex_run_session(run)) {
+    fprintf(stderr,
+            "gpt: checkpoints (--save, --load, --resume) need the session "
+            "engine, not %s\n",
+            ex_engine_name(ex_run_engine(run)));
+    rc = 2;
+    goto done;
+  }
+  if (check && ex_run_engine(run) != EX_ENGINE_SHARDED) {
+    fprintf(stderr, "gpt: --check-replicas needs the sharded engine, not %s\n",
+            ex_engine_name(ex_run_engine(run)));
+    rc = 2;
+    goto done;
+  }
   printf("gpt: %lld blocks, hidden %lld, %lld heads, seq %lld, vocab %lld, "
          "batch %lld%s, layout %s on %s, engine %s\n",
          (long long)layers, (long long)hidden, (long long)heads, (long long)seq,
          (long long)vocab, (long long)batch, tie ? ", tied head" : "", layout,
          placement, ex_engine_name(ex_run_engine(run)));
+  fflush(stdout); /* before any error the checkpoint flags print */
   if (print_graph) {
     int len = sl_graph_print(g, NULL, 0);
     char *buf = malloc((size_t)len + 1);
@@ -143,13 +177,28 @@ int main(int argc, char **argv) {
       free(buf);
     }
   }
+  ex_ckpt ck;
+  int64_t first = 0;
+  if (ex_ckpt_begin(&ck, &ckf, run, ex_gpt_torch_name, &c, stdout, &first) !=
+      SL_OK) {
+    fprintf(stderr, "gpt: %s\n", sl_last_error());
+    rc = 2;
+    goto done;
+  }
+  if (first >= steps)
+    printf("nothing to run: the checkpoint is at step %lld, --steps %lld "
+           "counts from step 0\n",
+           (long long)first, (long long)steps);
   ex_train_result res;
-  if (ex_train(run, steps, batch, "loss", stdout, NULL, &res) != SL_OK) {
+  if (ex_train_range(run, first, steps, batch, "loss", stdout, NULL, &res,
+                     ex_ckpt_hook, &ck) != SL_OK ||
+      ex_ckpt_end(&ck) != SL_OK) {
     fprintf(stderr, "gpt: %s\n", sl_last_error());
     goto done;
   }
-  ex_train_print(stdout, &res, run, layout, placement);
-  if (profile) ex_run_profile_print(run, stdout, 16, (int)steps);
+  if (first < steps) ex_train_print(stdout, &res, run, layout, placement);
+  if (profile && first < steps)
+    ex_run_profile_print(run, stdout, 16, (int)(steps - first));
   if (memory && ex_run_memory_print(run, stdout) != SL_OK) {
     fprintf(stderr, "gpt: %s\n", sl_last_error());
     goto done;

@@ -3,6 +3,8 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "core_int.h"
 
@@ -95,8 +97,8 @@ static sl_tensor attention(builder *b, sl_tensor a, const char *name) {
     qkv[i] = sl_name(
         sl_batch_matmul(mm(b, xb), mm(b, per_batch(b, w)), false, false), pn);
   }
-  sl_tensor att = sl_scaled_dot_product_attention(
-      mm(b, qkv[0]), mm(b, qkv[1]), mm(b, qkv[2]), true);
+  sl_tensor att = sl_scaled_dot_product_attention(mm(b, qkv[0]), mm(b, qkv[1]),
+                                                  mm(b, qkv[2]), true);
   char on[64], won[64];
   snprintf(on, sizeof on, "%s.o", name);
   snprintf(won, sizeof won, "%s.wo", name);
@@ -193,4 +195,50 @@ sl_status ex_gpt_build(sl_graph *g, const ex_gpt_config *c) {
   st = sl_minimize(loss, &c->opt);
   if (st != SL_OK) return st;
   return sl_fetch(loss, "loss");
+}
+
+bool ex_gpt_torch_name(const void *ctx, const char *var, char *name,
+                       size_t size, ex_torch_layout *layout) {
+  const ex_gpt_config *c = ctx;
+  /* Whole-model tensors: the same name, or the peer's underscore. */
+  static const char *const top[][2] = {{"wte", "wte"},
+                                       {"wpe", "wpe"},
+                                       {"lnf.g", "lnf_g"},
+                                       {"lnf.b", "lnf_b"},
+                                       {"head.w", "head"}};
+  *layout = EX_TORCH_SAME;
+  for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+    if (strcmp(var, top[i][0]) == 0) {
+      snprintf(name, size, "%s", top[i][1]);
+      return true;
+    }
+  /* Block tensors: "hL.<part>" -> "blocks.L.<peer's key>". */
+  static const struct {
+    const char *part, *key;
+    ex_torch_layout layout;
+  } block[] = {
+      {"ln1.g", "ln1_g", EX_TORCH_SAME},
+      {"ln1.b", "ln1_b", EX_TORCH_SAME},
+      {"attn.wq", "wq", EX_TORCH_HEAD_COLUMNS},
+      {"attn.wk", "wk", EX_TORCH_HEAD_COLUMNS},
+      {"attn.wv", "wv", EX_TORCH_HEAD_COLUMNS},
+      {"attn.wo", "wo", EX_TORCH_HEAD_ROWS},
+      {"ln2.g", "ln2_g", EX_TORCH_SAME},
+      {"ln2.b", "ln2_b", EX_TORCH_SAME},
+      {"mlp.fc1.w", "fc1_w", EX_TORCH_SAME},
+      {"mlp.fc1.b", "fc1_b", EX_TORCH_SAME},
+      {"mlp.fc2.w", "fc2_w", EX_TORCH_SAME},
+      {"mlp.fc2.b", "fc2_b", EX_TORCH_SAME},
+  };
+  if (var[0] != 'h') return false;
+  char *end;
+  long l = strtol(var + 1, &end, 10);
+  if (end == var + 1 || *end != '.' || l < 0 || l >= c->layers) return false;
+  for (size_t i = 0; i < sizeof block / sizeof block[0]; i++)
+    if (strcmp(end + 1, block[i].part) == 0) {
+      snprintf(name, size, "blocks.%ld.%s", l, block[i].key);
+      *layout = block[i].layout;
+      return true;
+    }
+  return false;
 }

@@ -33,6 +33,7 @@
 
 #include <sluice/graph.h>
 
+#include "common/ex_ckpt.h"
 #include "common/ex_flags.h"
 
 typedef struct ex_gpt_config {
@@ -56,5 +57,16 @@ ex_gpt_config ex_gpt_defaults(void);
  * empty graph g. SL_EINVAL when hidden is not a multiple of heads; else
  * the graph's status (its message names the failing op). */
 sl_status ex_gpt_build(sl_graph *g, const ex_gpt_config *c);
+
+/* The ex_torch_map_fn of bench/peers/gpt_torch.py's model (ctx: the
+ * ex_gpt_config), whose state_dict() names its parameters "wte", "wpe",
+ * "blocks.L.ln1_g", "blocks.L.wq", ..., "lnf_g", "head"
+ * (docs/examples.md has the table). Q, K and V are [D, D] matrices there,
+ * the heads side by side in the columns (EX_TORCH_HEAD_COLUMNS); the output
+ * projection [D, D], the heads one after another in the rows
+ * (EX_TORCH_HEAD_ROWS); everything else has sluice's layout (the peer
+ * multiplies x @ W, not nn.Linear). */
+bool ex_gpt_torch_name(const void *ctx, const char *var, char *name,
+                       size_t size, ex_torch_layout *layout);
 
 #endif

@@ -4,15 +4,21 @@
  *   mlp --devices cpu:3 --layout tp --hidden 256 --optimizer adam
  *   mlp --devices cpu:4 --layout hybrid --trace mlp.json
  *   mlp --data x.npy,y.npy --batch 64
+ *   mlp --steps 500 --save ckpt --save-every 100
+ *   mlp --steps 1000 --save ckpt --resume ckpt
+ *   mlp --load mlp_torch.safetensors --data x.npy,y.npy --steps 1
  *
  * Prints "step N loss X" per step and a throughput line. Exit status 0, 1
- * for a failure while building or running, 2 for bad flags. */
+ * for a failure while building or running, 2 for bad flags (a path that
+ * cannot be written or read included, and a checkpoint that does not fit
+ * the model). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <sluice/graph.h>
 
+#include "common/ex_ckpt.h"
 #include "common/ex_flags.h"
 #include "common/ex_run.h"
 #include "mlp/model.h"
@@ -32,6 +38,7 @@ int main(int argc, char **argv) {
   const char *devices = "cpu:1", *layout = "single", *optimizer = "sgd",
              *data = NULL, *trace = NULL, *engine = "auto";
   bool profile = false, check = false, print_graph = false, memory = false;
+  ex_ckpt_flags ckf = {0};
   const ex_flag flags[] = {
       {"devices", EX_FLAG_STRING, &devices, "cpu:N or a placement (cpu:0-3)",
        0},
@@ -42,13 +49,21 @@ int main(int argc, char **argv) {
       {"hidden", EX_FLAG_INT, &hidden, "width of the hidden layers", 1},
       {"layers", EX_FLAG_INT, &layers, "hidden layers", 1},
       {"classes", EX_FLAG_INT, &classes, "classes (the head's outputs)", 2},
-      {"seed", EX_FLAG_INT, &seed, "seed of the initializers and data", 0},
-      {"lr", EX_FLAG_DOUBLE, &lr, "learning rate (sgd 0.05, adam 0.001)", 0},
-      {"momentum", EX_FLAG_DOUBLE, &momentum, "SGD momentum", 0},
+      {"seed", EX_FLAG_INT64, &seed, "seed of the initializers and data", 0},
+      {"lr", EX_FLAG_POSITIVE, &lr, "learning rate (sgd 0.05, adam 0.001)", 0},
+      {"momentum", EX_FLAG_FRACTION, &momentum, "SGD momentum, in [0, 1)", 0},
       {"optimizer", EX_FLAG_STRING, &optimizer, "sgd | adam", 0},
       {"data", EX_FLAG_STRING, &data,
        "X.npy,LABELS.npy instead of synthetic data", 0},
       {"trace", EX_FLAG_STRING, &trace, "write a Chrome trace to PATH", 0},
+      {"save", EX_FLAG_STRING, &ckf.save,
+       "save a checkpoint to directory DIR at the end", 0},
+      {"save-every", EX_FLAG_INT, &ckf.save_every,
+       "also save after every N steps (needs --save)", 1},
+      {"load", EX_FLAG_STRING, &ckf.load,
+       "load weights: a checkpoint or safetensors file (PyTorch's too)", 0},
+      {"resume", EX_FLAG_STRING, &ckf.resume,
+       "continue a checkpoint: weights, optimizer state, step, data", 0},
       {"engine", EX_FLAG_STRING, &engine, "auto | session | sharded | interp",
        0},
       {"profile", EX_FLAG_BOOL, &profile, "print time per op kind", 0},
@@ -80,9 +95,13 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (strcmp(optimizer, "sgd") == 0) {
-    c.opt = sl_optimizer_sgd(lr >= 0 ? lr : 0.05, momentum);
+    c.opt = sl_optimizer_sgd(lr > 0 ? lr : 0.05, momentum);
   } else if (strcmp(optimizer, "adam") == 0) {
-    c.opt = sl_optimizer_adam(lr >= 0 ? lr : 1e-3);
+    if (momentum != 0) {
+      fprintf(stderr, "mlp: flag '--momentum' is for --optimizer sgd\n");
+      return 2;
+    }
+    c.opt = sl_optimizer_adam(lr > 0 ? lr : 1e-3);
   } else {
     fprintf(stderr, "mlp: unknown optimizer '%s' (sgd, adam)\n", optimizer);
     return 2;
@@ -100,6 +119,12 @@ int main(int argc, char **argv) {
     c.data = EX_MLP_DATA_NPY;
     c.npy_x = xpath;
     c.npy_labels = ypath;
+  }
+  if ((trace &&
+       !ex_path_check_file_writable("trace", trace, err, sizeof err)) ||
+      !ex_ckpt_check(&ckf, err, sizeof err)) {
+    fprintf(stderr, "mlp: %s\n", err);
+    return 2;
   }
   c.batch = batch;
   c.in = in;
@@ -131,10 +156,25 @@ int main(int argc, char **argv) {
     rc = 2;
     goto done;
   }
+  if (ex_ckpt_any(&ckf) && !ex_run_session(run)) {
+    fprintf(stderr,
+            "mlp: checkpoints (--save, --load, --resume) need the session "
+            "engine, not %s\n",
+            ex_engine_name(ex_run_engine(run)));
+    rc = 2;
+    goto done;
+  }
+  if (check && ex_run_engine(run) != EX_ENGINE_SHARDED) {
+    fprintf(stderr, "mlp: --check-replicas needs the sharded engine, not %s\n",
+            ex_engine_name(ex_run_engine(run)));
+    rc = 2;
+    goto done;
+  }
   printf("mlp: %lld hidden layers of %lld, batch %lld, layout %s on %s, "
          "engine %s\n",
          (long long)layers, (long long)hidden, (long long)batch, layout,
          placement, ex_engine_name(ex_run_engine(run)));
+  fflush(stdout); /* before any error the checkpoint flags print */
   if (print_graph) {
     int len = sl_graph_print(g, NULL, 0);
     char *buf = malloc((size_t)len + 1);
@@ -144,13 +184,28 @@ int main(int argc, char **argv) {
       free(buf);
     }
   }
+  ex_ckpt ck;
+  int64_t first = 0;
+  if (ex_ckpt_begin(&ck, &ckf, run, ex_mlp_torch_name, &c, stdout, &first) !=
+      SL_OK) {
+    fprintf(stderr, "mlp: %s\n", sl_last_error());
+    rc = 2;
+    goto done;
+  }
+  if (first >= steps)
+    printf("nothing to run: the checkpoint is at step %lld, --steps %lld "
+           "counts from step 0\n",
+           (long long)first, (long long)steps);
   ex_train_result res;
-  if (ex_train(run, steps, batch, "loss", stdout, NULL, &res) != SL_OK) {
+  if (ex_train_range(run, first, steps, batch, "loss", stdout, NULL, &res,
+                     ex_ckpt_hook, &ck) != SL_OK ||
+      ex_ckpt_end(&ck) != SL_OK) {
     fprintf(stderr, "mlp: %s\n", sl_last_error());
     goto done;
   }
-  ex_train_print(stdout, &res, run, layout, placement);
-  if (profile) ex_run_profile_print(run, stdout, 16, (int)steps);
+  if (first < steps) ex_train_print(stdout, &res, run, layout, placement);
+  if (profile && first < steps)
+    ex_run_profile_print(run, stdout, 16, (int)(steps - first));
   if (memory && ex_run_memory_print(run, stdout) != SL_OK) {
     fprintf(stderr, "mlp: %s\n", sl_last_error());
     goto done;

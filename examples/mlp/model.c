@@ -3,6 +3,8 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 ex_mlp_config ex_mlp_defaults(void) {
   ex_mlp_config c = {0};
@@ -125,4 +127,29 @@ sl_status ex_mlp_build(sl_graph *g, const ex_mlp_config *c) {
   st = sl_minimize(loss, &c->opt);
   if (st != SL_OK) return st;
   return sl_fetch(loss, "loss");
+}
+
+bool ex_mlp_torch_name(const void *ctx, const char *var, char *name,
+                       size_t size, ex_torch_layout *layout) {
+  const ex_mlp_config *c = ctx;
+  int j; /* the Linear's index among the Linears */
+  const char *part;
+  if (strncmp(var, "head.", 5) == 0) {
+    j = c->layers;
+    part = var + 5;
+  } else if (strncmp(var, "fc", 2) == 0) {
+    char *end;
+    long k = strtol(var + 2, &end, 10);
+    if (end == var + 2 || *end != '.' || k < 1 || k > c->layers) return false;
+    j = (int)k - 1;
+    part = end + 1;
+  } else {
+    return false;
+  }
+  bool weight = strcmp(part, "w") == 0;
+  if (!weight && strcmp(part, "b") != 0) return false;
+  /* nn.Sequential numbers its modules: Linear, ReLU, Linear, ... */
+  snprintf(name, size, "%d.%s", 2 * j, weight ? "weight" : "bias");
+  *layout = weight ? EX_TORCH_LINEAR : EX_TORCH_SAME;
+  return true;
 }

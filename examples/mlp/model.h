@@ -27,6 +27,7 @@
 
 #include <sluice/graph.h>
 
+#include "common/ex_ckpt.h"
 #include "common/ex_flags.h"
 
 typedef enum ex_mlp_data {
@@ -55,5 +56,14 @@ ex_mlp_config ex_mlp_defaults(void);
  * graph's status; the graph's error message names the failing op. For .npy
  * data, the in-feature count comes from the file (c->in is ignored). */
 sl_status ex_mlp_build(sl_graph *g, const ex_mlp_config *c);
+
+/* The ex_torch_map_fn of bench/peers/mlp_torch.py's model (ctx: the
+ * ex_mlp_config), an nn.Sequential of Linear, ReLU, ..., Linear whose
+ * state_dict names its tensors by position: fcJ.w and fcJ.b are
+ * "{2(J-1)}.weight" (transposed: nn.Linear keeps [out, in]) and
+ * "{2(J-1)}.bias", the head "{2 layers}.weight" and ".bias". The synthetic
+ * data's centroids have no PyTorch name. */
+bool ex_mlp_torch_name(const void *ctx, const char *var, char *name,
+                       size_t size, ex_torch_layout *layout);
 
 #endif
