@@ -12,6 +12,8 @@
 #include <math.h>
 #include <sys/stat.h>
 
+#include <unistd.h>
+
 #include "ckpt_util.h"
 
 static uint64_t seed;
@@ -443,12 +445,18 @@ static void python_check(const char *file, const ttensor *ts, int n,
   FILE *f = fopen(script, "w");
   fputs(py_reader, f);
   fclose(f);
-  if (system("python3 -c pass >/dev/null 2>&1") != 0) {
-    printf("python3 not found: the converted file is checked by sluice's "
-           "reader only\n");
+  /* Debian's python3 (numpy comes with python3-torch), unless told. */
+  const char *py = getenv("SLUICE_PYTHON");
+  if (!py || !py[0])
+    py = access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+  snprintf(cmd, sizeof cmd, "%s -c pass >/dev/null 2>&1", py);
+  if (system(cmd) != 0) {
+    printf("%s not found: the converted file is checked by sluice's "
+           "reader only\n",
+           py);
     return;
   }
-  snprintf(cmd, sizeof cmd, "python3 '%s' '%s'", script, file);
+  snprintf(cmd, sizeof cmd, "%s '%s' '%s'", py, script, file);
   FILE *p = popen(cmd, "r");
   assert_non_null(p);
   char line[512];
