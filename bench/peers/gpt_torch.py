@@ -5,8 +5,9 @@ optimizer, timed per training step.
 
   gpt_torch.py [--device cuda|cpu] [--batch 8] [--seq 1024] [--layers 12]
                [--hidden 768] [--heads 12] [--vocab 50257] [--untied]
-               [--lr 6e-4] [--steps 20] [--warmup 3]
+               [--lr 6e-4] [--optimizer adam|sgd] [--steps 20] [--warmup 3]
                [--attention math|sdpa] [--dtype f32|bf16] [--fused-adam]
+               [--save-safetensors PATH [--save-batch INPUTS.npy,TARGETS.npy]]
 
 The model, as examples/gpt/model.c builds it:
   data      tokens t[B, S+1] uniform in [0, V), new every step; the model
@@ -29,7 +30,9 @@ The model, as examples/gpt/model.c builds it:
   loss      mean cross-entropy over the B*S positions
   optimizer Adam(lr, betas (0.9, 0.999), eps 1e-8), no weight decay, no
             clipping, on every parameter (torch.optim.Adam's default
-            implementation, foreach on CUDA; --fused-adam for the fused one)
+            implementation, foreach on CUDA; --fused-adam for the fused one);
+            --optimizer sgd: plain SGD(lr), no momentum (examples/gpt
+            --optimizer sgd)
 
 Choices that must match what sluice runs:
   --dtype f32 (the default) is what examples/gpt runs today: every tensor
@@ -58,6 +61,21 @@ GPT.state_dict() ("wte", "wpe", "blocks.L.ln1_g", "blocks.L.wq", ...,
 safetensors package needed) that examples/gpt reads with --load (the name
 mapping is in docs/examples.md).
 
+--save-batch INPUTS.npy,TARGETS.npy (with --save-safetensors) also writes
+the batches of the run, warm-up steps included, as .npy files: the inputs
+t[:, 1:] and the targets f(t[:, :-1]), int64 [(warmup + steps) * batch,
+seq], step k's batch in rows [k * batch, (k + 1) * batch). examples/gpt
+--load PATH --data INPUTS.npy,TARGETS.npy (with the peer's sizes,
+--optimizer and --lr) reads them in the same order, so its step k sees
+PyTorch's step k; the losses are then printed with 9 significant digits.
+
+--init-scale K multiplies the standard deviation of every random initial
+weight by K (default 1). At 1 the initial prediction is nearly uniform and
+the first loss nearly ln(vocab) whatever the blocks compute (the GELU's
+erf and tanh forms differ there by 1e-7 relative); a comparison of two
+implementations wants larger weights, e.g. K = 20 (tests/examples/
+test_ckpt.c).
+
 Output, one line each:
   info TEXT
   params N TENSORS        trainable parameters and parameter tensors
@@ -84,7 +102,8 @@ class GPT:
         self.hd = D // H
 
         def normal(shape, std):
-            return nn.Parameter(torch.randn(shape, device=dev) * std)
+            return nn.Parameter(torch.randn(shape, device=dev) *
+                                (std * a.init_scale))
 
         def const(shape, v):
             return nn.Parameter(torch.full(shape, float(v), device=dev))
@@ -176,6 +195,7 @@ def main():
     p.add_argument("--untied", dest="tie", action="store_false",
                    help="a separate head instead of wte^T")
     p.add_argument("--lr", type=float, default=6e-4)
+    p.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--attention", choices=["math", "sdpa"], default="math")
@@ -184,11 +204,25 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--save-safetensors", metavar="PATH",
                    help="write the initial parameters to PATH (see above)")
+    p.add_argument("--save-batch", metavar="INPUTS.npy,TARGETS.npy",
+                   help="with --save-safetensors: the batches as .npy files")
+    p.add_argument("--init-scale", type=float, default=1.0,
+                   help="multiply every initial standard deviation by this "
+                   "(see above)")
     a = p.parse_args()
+    if a.save_batch is not None and (
+            not a.save_safetensors or a.save_batch.count(",") != 1 or
+            "" in a.save_batch.split(",")):
+        p.error("--save-batch wants INPUTS.npy,TARGETS.npy and "
+                "--save-safetensors")
+    if a.optimizer == "sgd" and a.fused_adam:
+        p.error("--fused-adam is for --optimizer adam")
     if min(a.batch, a.seq, a.layers, a.hidden, a.heads, a.steps) < 1 or \
-            a.vocab < 2 or a.warmup < 0 or a.hidden % a.heads:
+            a.vocab < 2 or a.warmup < 0 or a.hidden % a.heads or \
+            not 0 < a.init_scale < math.inf:
         p.error("want batch, seq, layers, hidden, heads, steps >= 1, vocab "
-                ">= 2, warmup >= 0 and hidden a multiple of heads")
+                ">= 2, warmup >= 0, hidden a multiple of heads and "
+                "init-scale a finite number above 0")
     try:
         import torch
     except ImportError as e:
@@ -214,12 +248,13 @@ def main():
           (torch.__version__, " (CUDA %s)" % torch.version.cuda if cuda else "",
            where), flush=True)
     print("info %d layers, hidden %d, %d heads, seq %d, vocab %d, batch %d, "
-          "%s head; attention %s; dtype %s (matmul allow_tf32 = %s); Adam "
+          "%s head; attention %s; dtype %s (matmul allow_tf32 = %s); %s "
           "lr %g%s" %
           (a.layers, a.hidden, a.heads, a.seq, a.vocab, a.batch,
            "tied" if a.tie else "untied", a.attention,
            a.dtype if a.dtype == "f32" else "bf16 autocast",
-           torch.backends.cuda.matmul.allow_tf32, a.lr,
+           torch.backends.cuda.matmul.allow_tf32,
+           "Adam" if a.optimizer == "adam" else "SGD", a.lr,
            ", fused" if a.fused_adam else ""), flush=True)
 
     model = GPT(a, dev, torch)
@@ -232,18 +267,36 @@ def main():
               (len(model.state_dict()), a.save_safetensors), flush=True)
     print("params %d %d" % (sum(t.numel() for t in params), len(params)),
           flush=True)
-    kw = dict(lr=a.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0)
-    if a.fused_adam:
-        kw["fused"] = True
-    opt = torch.optim.Adam(params, **kw)
+    if a.optimizer == "sgd":
+        opt = torch.optim.SGD(params, lr=a.lr)
+    else:
+        kw = dict(lr=a.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0)
+        if a.fused_adam:
+            kw["fused"] = True
+        opt = torch.optim.Adam(params, **kw)
     if a.dtype == "bf16":
         amp = torch.autocast(device_type=dev.type, dtype=torch.bfloat16)
     else:
         amp = None
 
-    def step():
+    def batch():
         t = torch.randint(0, a.vocab, (a.batch, a.seq + 1), device=dev)
-        inputs, targets = t[:, 1:], model.next_map[t[:, :-1]]
+        return t[:, 1:], model.next_map[t[:, :-1]]
+
+    # --save-batch: every step's batch drawn now (training draws no random
+    # numbers, so they are the batches a run without it would see).
+    batches = None
+    if a.save_batch:
+        import numpy
+        batches = [batch() for _ in range(a.warmup + a.steps)]
+        for path, j in zip(a.save_batch.split(","), (0, 1)):
+            rows = torch.cat([b[j] for b in batches]).to(torch.int64)
+            numpy.save(path, rows.cpu().numpy().astype("<i8"))
+        print("info saved %d batches of %d x %d tokens to %s" %
+              (len(batches), a.batch, a.seq, a.save_batch), flush=True)
+
+    def step(i):
+        inputs, targets = batches[i] if batches else batch()
         if amp is not None:
             with amp:
                 loss = model.loss(inputs, targets)
@@ -263,9 +316,10 @@ def main():
     for i in range(a.warmup + a.steps):
         sync()
         t0 = time.perf_counter()
-        loss = step().item()
+        loss = step(i).item()
         dt = time.perf_counter() - t0
-        print("loss %d %.6f" % (i, loss), flush=True)
+        print(("loss %d %.9g" if batches else "loss %d %.6f") % (i, loss),
+              flush=True)
         bad = bad or not math.isfinite(loss)
         if i >= a.warmup:
             times.append(dt * 1e3)

@@ -5,11 +5,13 @@
  *   gpt --devices cpu:4 --layout hybrid --tie --trace gpt.json
  *   gpt --steps 100 --save ckpt --save-every 20
  *   gpt --steps 200 --save ckpt --resume ckpt
+ *   gpt --load gpt_torch.safetensors --data inputs.npy,targets.npy
  *
  * Prints "step N loss X" per step and a throughput line (samples are
  * sequences of --seq tokens). Exit status 0, 1 for a failure while
  * building or running, 2 for bad flags (a path that cannot be written or
- * read included, and a checkpoint that does not fit the model). */
+ * read included, a data file that does not fit --batch, --seq and --vocab,
+ * and a checkpoint that does not fit the model). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,15 +20,17 @@
 
 #include "common/ex_ckpt.h"
 #include "common/ex_flags.h"
+#include "common/ex_npy.h"
 #include "common/ex_run.h"
 #include "gpt/model.h"
 
 static const char usage[] =
     "usage: gpt [flags]\n"
     "Trains a decoder-only transformer (pre-LN blocks of causal attention\n"
-    "and a GELU MLP) on synthetic token sequences, under a layout of CPU\n"
-    "devices: single, dp (data parallel), tp (Megatron tensor parallel) or\n"
-    "hybrid (data x tensor parallel on a [N/2, 2] mesh).";
+    "and a GELU MLP) on synthetic token sequences or .npy files of token\n"
+    "ids, under a layout of CPU devices: single, dp (data parallel), tp\n"
+    "(Megatron tensor parallel) or hybrid (data x tensor parallel on a\n"
+    "[N/2, 2] mesh).";
 
 int main(int argc, char **argv) {
   ex_gpt_config c = ex_gpt_defaults();
@@ -35,7 +39,7 @@ int main(int argc, char **argv) {
           seed = (int64_t)c.seed;
   double lr = -1;
   const char *devices = "cpu:1", *layout = "single", *optimizer = "adam",
-             *trace = NULL, *engine = "auto";
+             *trace = NULL, *engine = "auto", *data = NULL;
   bool tie = false, bf16 = false, profile = false, memory = false,
        check = false, print_graph = false;
   ex_ckpt_flags ckf = {0};
@@ -57,6 +61,10 @@ int main(int argc, char **argv) {
       {"seed", EX_FLAG_INT64, &seed, "seed of the initializers and data", 0},
       {"lr", EX_FLAG_POSITIVE, &lr, "learning rate (adam 3e-3, sgd 0.1)", 0},
       {"optimizer", EX_FLAG_STRING, &optimizer, "adam | sgd", 0},
+      {"data", EX_FLAG_STRING, &data,
+       "INPUTS.npy,TARGETS.npy (token ids [N, seq]) instead of synthetic "
+       "data",
+       0},
       {"trace", EX_FLAG_STRING, &trace, "write a Chrome trace to PATH", 0},
       {"save", EX_FLAG_STRING, &ckf.save,
        "save a checkpoint to directory DIR at the end", 0},
@@ -108,6 +116,37 @@ int main(int argc, char **argv) {
     fprintf(stderr, "gpt: --hidden %lld is not a multiple of --heads %lld\n",
             (long long)hidden, (long long)heads);
     return 2;
+  }
+  /* The data files are read through now (shape, dtype, every id), so a
+   * bad one fails here rather than at the step that reaches it. */
+  char ipath[1024] = "", tpath[1024] = "";
+  if (data) {
+    const char *comma = strchr(data, ',');
+    if (!comma || comma == data || !comma[1] || strchr(comma + 1, ',') ||
+        (size_t)(comma - data) >= sizeof ipath) {
+      fprintf(stderr, "gpt: --data wants INPUTS.npy,TARGETS.npy, got '%s'\n",
+              data);
+      return 2;
+    }
+    snprintf(ipath, sizeof ipath, "%.*s", (int)(comma - data), data);
+    snprintf(tpath, sizeof tpath, "%s", comma + 1);
+    int64_t irows, trows;
+    if (!ex_npy_check_ids("data", ipath, seq, batch, vocab, &irows, err,
+                          sizeof err) ||
+        !ex_npy_check_ids("data", tpath, seq, batch, vocab, &trows, err,
+                          sizeof err)) {
+      fprintf(stderr, "gpt: %s\n", err);
+      return 2;
+    }
+    if (irows != trows) {
+      fprintf(stderr,
+              "gpt: flag '--data': %s has %lld rows, %s %lld: want one "
+              "target row per input row\n",
+              ipath, (long long)irows, tpath, (long long)trows);
+      return 2;
+    }
+    c.npy_inputs = ipath;
+    c.npy_targets = tpath;
   }
   if ((trace &&
        !ex_path_check_file_writable("trace", trace, err, sizeof err)) ||

@@ -140,6 +140,9 @@ sl_status ex_gpt_build(sl_graph *g, const ex_gpt_config *c) {
   if (c->seq < 1 || c->vocab < 2 || c->layers < 1 || c->batch < 1)
     return sl__fail(SL_EINVAL, "gpt: want batch, seq, layers >= 1 and vocab "
                                ">= 2");
+  if (!c->npy_inputs != !c->npy_targets)
+    return sl__fail(SL_EINVAL, "gpt: .npy data wants both the inputs and the "
+                               "targets");
   sl_status st = sl_graph_set_default_placement(g, c->placement);
   if (st != SL_OK) return st;
   builder bd = {g, c, c->seed * 1000};
@@ -148,23 +151,31 @@ sl_status ex_gpt_build(sl_graph *g, const ex_gpt_config *c) {
   ex_layout_sbp(c->layout, 0, -1, dsbp, sizeof dsbp);
   ex_layout_sbp(c->layout, -1, -1, rsbp, sizeof rsbp);
 
-  /* Tokens t[:, 0..S]; inputs t[:, 1..S], targets f(t[:, 0..S-1]). */
-  sl_shape ts = SL_SHAPE(c->batch, c->seq + 1), ms = SL_SHAPE(c->vocab, 1),
-           tgs = SL_SHAPE(c->batch, c->seq);
-  sl_tensor tokens =
-      sl_name(sl_data_random_int(g, &ts, SL_DTYPE_I32, 0, c->vocab,
-                                 b->seed + 500, NULL, dsbp),
-              "tokens");
-  sl_tensor map = sl_variable_set_trainable(
-      sl_variable(g, "next_map", &ms, SL_DTYPE_F32,
-                  sl_init_uniform(0, (double)c->vocab - 0.5, b->seed + 501),
-                  NULL, rsbp),
-      false);
-  sl_tensor inputs = sl_name(sl_slice_of(tokens, 1, 1, c->seq + 1), "inputs");
-  sl_tensor prev = sl_slice_of(tokens, 1, 0, c->seq);
-  sl_tensor targets =
-      sl_name(sl_cast(sl_reshape(sl_embedding(map, prev), &tgs), SL_DTYPE_I32),
-              "targets");
+  sl_tensor inputs, targets;
+  if (c->npy_inputs) {
+    inputs =
+        sl_name(sl_data_npy(g, c->npy_inputs, c->batch, NULL, dsbp), "inputs");
+    targets = sl_name(sl_data_npy(g, c->npy_targets, c->batch, NULL, dsbp),
+                      "targets");
+  } else {
+    /* Tokens t[:, 0..S]; inputs t[:, 1..S], targets f(t[:, 0..S-1]). */
+    sl_shape ts = SL_SHAPE(c->batch, c->seq + 1), ms = SL_SHAPE(c->vocab, 1),
+             tgs = SL_SHAPE(c->batch, c->seq);
+    sl_tensor tokens =
+        sl_name(sl_data_random_int(g, &ts, SL_DTYPE_I32, 0, c->vocab,
+                                   b->seed + 500, NULL, dsbp),
+                "tokens");
+    sl_tensor map = sl_variable_set_trainable(
+        sl_variable(g, "next_map", &ms, SL_DTYPE_F32,
+                    sl_init_uniform(0, (double)c->vocab - 0.5, b->seed + 501),
+                    NULL, rsbp),
+        false);
+    inputs = sl_name(sl_slice_of(tokens, 1, 1, c->seq + 1), "inputs");
+    sl_tensor prev = sl_slice_of(tokens, 1, 0, c->seq);
+    targets = sl_name(
+        sl_cast(sl_reshape(sl_embedding(map, prev), &tgs), SL_DTYPE_I32),
+        "targets");
+  }
 
   sl_shape es = SL_SHAPE(c->vocab, c->hidden), ps = SL_SHAPE(c->seq, c->hidden);
   sl_tensor wte = param(b, "wte", &es, normal(b, 0.02), -1);

@@ -24,7 +24,10 @@
  * f(t[:, i]) = f(previous input token) for a fixed random map f (a
  * non-trainable table), so attention to the previous position is what
  * lowers the loss; position 0's target depends on a token the model never
- * sees. */
+ * sees. Or .npy files of token ids (npy_inputs, npy_targets; [N, seq],
+ * i32 or i64), `batch` rows of each per step, step k reading rows
+ * [k*batch, (k+1)*batch) modulo N, each device its own slice (dp splits the
+ * rows): what bench/peers/gpt_torch.py --save-batch writes. */
 #ifndef SLUICE_EXAMPLES_GPT_MODEL_H
 #define SLUICE_EXAMPLES_GPT_MODEL_H
 
@@ -44,18 +47,21 @@ typedef struct ex_gpt_config {
                 bf16 inputs, f32 products and outputs; everything else
                 stays f32 */
   uint64_t seed;
+  const char *npy_inputs, *npy_targets; /* both or neither; NULL: the
+                                           synthetic task */
   ex_layout layout;
   const char *placement; /* from ex_layout_placement */
   sl_optimizer opt;
 } ex_gpt_config;
 
 /* Defaults: batch 8, seq 32, vocab 64, hidden 64, 4 heads, 2 layers,
- * untied, seed 1, single on cpu:0, Adam lr 3e-3. */
+ * untied, seed 1, synthetic data, single on cpu:0, Adam lr 3e-3. */
 ex_gpt_config ex_gpt_defaults(void);
 
 /* Builds the model, the loss (fetched as "loss") and the optimizer into the
- * empty graph g. SL_EINVAL when hidden is not a multiple of heads; else
- * the graph's status (its message names the failing op). */
+ * empty graph g. SL_EINVAL when hidden is not a multiple of heads or only
+ * one .npy file is given; else the graph's status (its message names the
+ * failing op, a .npy file's path among them). */
 sl_status ex_gpt_build(sl_graph *g, const ex_gpt_config *c);
 
 /* The ex_torch_map_fn of bench/peers/gpt_torch.py's model (ctx: the
