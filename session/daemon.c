@@ -168,6 +168,7 @@ static void session_free(sl_session *s) {
   sl__comm_destroy(s->comm);
   sl_plan_destroy(s->plan);
   sl__session_free_build(s);
+  sl__session_free_state(s);
   sl__pplan_destroy(s->pp);
   sl_graph_destroy(s->g);
   pthread_cond_destroy(&s->cond);

@@ -1,9 +1,10 @@
-/* Checkpoints of the embedded session (docs/checkpoint.md): save writes
- * each distinct shard of every variable once into this node's safetensors
- * file and commits the index; restore and load restart the job with
- * variables read from a checkpoint, each rank reading only the stored
- * pieces its shard intersects (checkpoint/read.c), so a checkpoint loads
- * into any layout and device count. */
+/* Checkpoints of a session (docs/checkpoint.md): save writes each distinct
+ * shard of every variable once into its node's safetensors file and
+ * commits the index; restore and load restart the job with variables read
+ * from a checkpoint, each rank reading only the stored pieces its shard
+ * intersects (checkpoint/read.c), so a checkpoint loads into any layout,
+ * device count and node count. Over daemons, each daemon writes its own
+ * node's file (the section near the end). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,15 +18,6 @@
 #include "job_blob.h"
 #include "cpu/npy.h"
 #include "session_int.h"
-
-static const sl__value *var_value(const sl_session *s, int32_t node) {
-  return sl__graph_value(s->g, sl__graph_node(s->g, node)->out[0]);
-}
-
-static bool is_variable(const sl_session *s, int32_t node) {
-  const sl__node *n = sl__graph_node(s->g, node);
-  return n && n->kind == SL__NODE_VARIABLE;
-}
 
 /* Whether rank r's shard is one to store: coordinate 0 on every mesh axis
  * the value is broadcast along (the other coordinates hold copies). */
@@ -126,7 +118,8 @@ static sl_status save_plan(const sl_session *s, const char *dir, uint32_t node,
   *out = NULL;
   int32_t nn = sl__graph_node_count(s->g), n = 0;
   for (int32_t i = 0; i < nn; i++)
-    if (is_variable(s, i)) n += sl_placement_size(var_value(s, i)->placement);
+    if (sl__session_is_variable(s, i))
+      n += sl_placement_size(sl__session_var_value(s, i)->placement);
   sl__save *sv;
   if (SL_NEW(sv) != SL_OK) return SL_ENOMEM;
   sv->step = step;
@@ -137,8 +130,8 @@ static sl_status save_plan(const sl_session *s, const char *dir, uint32_t node,
   sv->pc = sl__calloc((size_t)n + 1, sizeof *sv->pc);
   sl_status st = sv->dir && sv->sp && sv->pc ? SL_OK : SL_ENOMEM;
   for (int32_t i = 0; i < nn && st == SL_OK; i++) {
-    if (!is_variable(s, i)) continue;
-    const sl__value *v = var_value(s, i);
+    if (!sl__session_is_variable(s, i)) continue;
+    const sl__value *v = sl__session_var_value(s, i);
     if (sl_shape_numel(&v->meta.shape) == 0) continue; /* nothing to keep */
     for (int r = 0; r < sl_placement_size(v->placement) && st == SL_OK; r++) {
       if (!stores(v, r) || !on_node(v, r, node)) continue;
@@ -384,7 +377,7 @@ sl_status sl_session_save_async(sl_session *s, const char *dir) {
 static sl_status check_tensor(const sl_session *s, const char *path,
                               const sl_checkpoint *ck, int32_t ti,
                               int32_t node) {
-  const sl__value *v = var_value(s, node);
+  const sl__value *v = sl__session_var_value(s, node);
   sl_checkpoint_tensor t;
   SL_CHECK(sl_checkpoint_get_tensor(ck, ti, &t));
   char want[128], got[128];
@@ -411,10 +404,10 @@ static sl_status plan_sources(sl_session *s, const char *path,
   if (!src) return SL_ENOMEM;
   *set = 0;
   for (int32_t i = 0; i < sl__graph_node_count(s->g); i++) {
-    if (!is_variable(s, i)) continue;
+    if (!sl__session_is_variable(s, i)) continue;
     const sl__node *n = sl__graph_node(s->g, i);
     if (!restore && n->optimizer) continue;
-    if (sl_shape_numel(&var_value(s, i)->meta.shape) == 0) continue;
+    if (sl_shape_numel(&sl__session_var_value(s, i)->meta.shape) == 0) continue;
     int32_t ti = sl_checkpoint_find(ck, n->name);
     if (ti < 0) {
       if (restore && n->update >= 0)
@@ -429,11 +422,12 @@ static sl_status plan_sources(sl_session *s, const char *path,
   }
   /* Checked: now take them (a written value gives way). */
   for (int32_t i = 0; i < sl__graph_node_count(s->g); i++) {
-    if (!is_variable(s, i)) continue;
+    if (!sl__session_is_variable(s, i)) continue;
     const sl__node *n = sl__graph_node(s->g, i);
     if (!restore && n->optimizer) continue;
     int32_t ti = sl_checkpoint_find(ck, n->name);
-    if (ti < 0 || sl_shape_numel(&var_value(s, i)->meta.shape) == 0) continue;
+    if (ti < 0 || sl_shape_numel(&sl__session_var_value(s, i)->meta.shape) == 0)
+      continue;
     sl__free(src[i].logical);
     src[i].logical = NULL;
     src[i].ck = ck;
@@ -484,10 +478,11 @@ sl_status sl__session_restore_sources(sl_session *s, const char *path) {
   if (!src) return SL_ENOMEM;
   SL_CHECK(sl_checkpoint_open(path, &s->restore_ck));
   for (int32_t i = 0; i < sl__graph_node_count(s->g); i++) {
-    if (!is_variable(s, i)) continue;
+    if (!sl__session_is_variable(s, i)) continue;
     int32_t ti =
         sl_checkpoint_find(s->restore_ck, sl__graph_node(s->g, i)->name);
-    if (ti < 0 || sl_shape_numel(&var_value(s, i)->meta.shape) == 0) continue;
+    if (ti < 0 || sl_shape_numel(&sl__session_var_value(s, i)->meta.shape) == 0)
+      continue;
     SL_CHECK(check_tensor(s, path, s->restore_ck, ti, i));
     src[i].ck = s->restore_ck;
     src[i].tensor = ti;

@@ -232,8 +232,8 @@ struct sl_session {
   /* Daemons: the checkpoint a continued job's variables start from. */
   sl_checkpoint *restore_ck;
   const char *restore;
-      /* remote: the path a restarted job restores */ /* a background save in
-                                                         progress (save.c) */
+  /* remote: the path a restarted job restores */ /* a background save in
+                                                     progress (save.c) */
   bool started, finished, waited;
   sl_status final;
   char errmsg[1400];
@@ -414,6 +414,15 @@ sl_status sl__dev_download(sess_dev *d, void *dst, const void *src,
 sl_status sl__session_start_job(sl_session *s);
 
 /* state.c */
+/* Whether graph node `node` is a variable, and its value. */
+static inline bool sl__session_is_variable(const sl_session *s, int32_t node) {
+  const sl__node *n = sl__graph_node(s->g, node);
+  return n && n->kind == SL__NODE_VARIABLE;
+}
+static inline const sl__value *sl__session_var_value(const sl_session *s,
+                                                     int32_t node) {
+  return sl__graph_value(s->g, sl__graph_node(s->g, node)->out[0]);
+}
 /* SL_EUNSUPPORTED on a session over daemons, SL_ESTATE after a failure or
  * finish; `what` starts the message. */
 sl_status sl__session_check_usable(const sl_session *s, const char *what,

@@ -26,18 +26,9 @@
 /* ---- lookup ---------------------------------------------------------------
  */
 
-static bool is_variable(const sl_session *s, int32_t node) {
-  const sl__node *n = sl__graph_node(s->g, node);
-  return n && n->kind == SL__NODE_VARIABLE;
-}
-
 static int32_t variable_named(const sl_session *s, const char *name) {
   int32_t i = sl__graph_find(s->g, name);
-  return i >= 0 && is_variable(s, i) ? i : -1;
-}
-
-static const sl__value *var_value(const sl_session *s, int32_t node) {
-  return sl__graph_value(s->g, sl__graph_node(s->g, node)->out[0]);
+  return i >= 0 && sl__session_is_variable(s, i) ? i : -1;
 }
 
 static size_t value_bytes(const sl__value *v) {
@@ -48,7 +39,7 @@ int32_t sl_session_variable_count(const sl_session *s) {
   if (!s) return 0;
   int32_t n = 0;
   for (int32_t i = 0; i < sl__graph_node_count(s->g); i++)
-    n += is_variable(s, i);
+    n += sl__session_is_variable(s, i);
   return n;
 }
 
@@ -57,9 +48,9 @@ sl_status sl_session_get_variable(const sl_session *s, int32_t i,
   if (!s || !out) return sl__fail(SL_EINVAL, "variable: NULL argument");
   memset(out, 0, sizeof *out);
   for (int32_t k = 0, seen = 0; k < sl__graph_node_count(s->g); k++) {
-    if (!is_variable(s, k) || seen++ != i) continue;
+    if (!sl__session_is_variable(s, k) || seen++ != i) continue;
     const sl__node *n = sl__graph_node(s->g, k);
-    const sl__value *v = var_value(s, k);
+    const sl__value *v = sl__session_var_value(s, k);
     out->name = n->name;
     out->shape = v->meta.shape;
     out->dtype = v->meta.dtype;
@@ -149,7 +140,7 @@ sl_status sl__session_var_shard(const sl_session *s, int32_t node, int rank,
   if (!src || (!src->logical && !src->shards && !src->ck))
     return sl__graph_variable_init(s->g, node, rank, buf);
   if (bytes == 0) return SL_OK; /* an empty variable: no memory at all */
-  const sl__value *v = var_value(s, node);
+  const sl__value *v = sl__session_var_value(s, node);
   sl_slice box;
   SL_CHECK(sl_local_slice(&v->meta.shape, v->placement, &v->sbp, rank, &box));
   if (src->shards) {
@@ -169,7 +160,7 @@ sl_status sl__session_var_shard(const sl_session *s, int32_t node, int rank,
  * write the same values. */
 static sl_status job_value(const sl_session *s, int32_t node, int64_t version,
                            void *data) {
-  const sl__value *v = var_value(s, node);
+  const sl__value *v = sl__session_var_value(s, node);
   int nr = sl_placement_size(v->placement);
   int nd = v->meta.shape.ndim;
   int64_t zero[SL_MAX_DIMS] = {0};
@@ -214,7 +205,7 @@ static sl_status lookup(sl_session *s, const char *name, size_t bytes,
   if (*node < 0)
     return sl__fail(SL_ENOTFOUND, "%s: the graph has no variable '%s'", what,
                     name);
-  const sl__value *v = var_value(s, *node);
+  const sl__value *v = sl__session_var_value(s, *node);
   if (bytes != value_bytes(v)) {
     char shape[128];
     sl_shape_print(&v->meta.shape, shape, sizeof shape);
@@ -256,9 +247,9 @@ static void clear_source(sl__var_src *src, int nr) {
 
 static void clear_sources(sl_session *s) {
   for (int32_t i = 0; s->var_src && i < sl__graph_node_count(s->g); i++)
-    if (is_variable(s, i))
+    if (sl__session_is_variable(s, i))
       clear_source(&s->var_src[i],
-                   sl_placement_size(var_value(s, i)->placement));
+                   sl_placement_size(sl__session_var_value(s, i)->placement));
   s->var_dirty = false;
 }
 
@@ -273,7 +264,8 @@ sl_status sl_session_write_variable(sl_session *s, const char *name,
   void *copy = sl__malloc(bytes + 64);
   if (!copy) return SL_ENOMEM;
   if (bytes) memcpy(copy, data, bytes);
-  clear_source(src, sl_placement_size(var_value(s, node)->placement));
+  clear_source(src,
+               sl_placement_size(sl__session_var_value(s, node)->placement));
   src->logical = copy;
   s->var_dirty = true;
   return SL_OK;
@@ -287,10 +279,10 @@ sl_status sl_session_write_variable(sl_session *s, const char *name,
  * one is. */
 static sl_status carry_over(sl_session *s, int64_t version) {
   for (int32_t i = 0; i < sl__graph_node_count(s->g); i++) {
-    if (!is_variable(s, i)) continue;
+    if (!sl__session_is_variable(s, i)) continue;
     sl__var_src *src = &s->var_src[i];
     if (src->logical || src->ck) continue;
-    const sl__value *v = var_value(s, i);
+    const sl__value *v = sl__session_var_value(s, i);
     int nr = sl_placement_size(v->placement);
     if (!(src->shards = sl__calloc((size_t)nr, sizeof *src->shards)))
       return SL_ENOMEM;
@@ -451,7 +443,8 @@ sl_status sl__session_roll_back(sl_session *s) {
    * state as the failure left it. */
   int64_t done = s->completed;
   for (int32_t i = 0; i < sl__graph_node_count(s->g); i++) {
-    if (!is_variable(s, i) || sl__graph_node(s->g, i)->update < 0) continue;
+    if (!sl__session_is_variable(s, i) || sl__graph_node(s->g, i)->update < 0)
+      continue;
     const sl__var_src *src = s->var_src ? &s->var_src[i] : NULL;
     if (src && src->logical) continue;
     for (int32_t r = 0; r < s->pp->n_regsts; r++) {

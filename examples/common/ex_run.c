@@ -212,6 +212,15 @@ void ex_run_destroy(ex_run *r) {
 
 ex_engine ex_run_engine(const ex_run *r) { return r->engine; }
 
+bool ex_run_needs(const ex_run *r, const char *prog, bool used,
+                  const char *what, ex_engine engine) {
+  if (!used || ex_run_engine(r) == engine) return true;
+  fprintf(stderr, "%s: %s need%s the %s engine, not %s\n", prog, what,
+          strchr(what, ' ') ? "" : "s", ex_engine_name(engine),
+          ex_engine_name(ex_run_engine(r)));
+  return false;
+}
+
 struct sl_session *ex_run_session(const ex_run *r) {
   return r->engine == EX_ENGINE_SESSION ? r->session : NULL;
 }

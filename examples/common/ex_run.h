@@ -55,6 +55,11 @@ void ex_run_destroy(ex_run *r);
 /* The engine actually used (never AUTO). */
 ex_engine ex_run_engine(const ex_run *r);
 
+/* Whether the run's engine is `engine` when a flag (`what`, used) needs
+ * it; false after printing "PROG: WHAT needs the ENGINE engine, not X". */
+bool ex_run_needs(const ex_run *r, const char *prog, bool used,
+                  const char *what, ex_engine engine);
+
 /* The session of the session engine (include/sluice/session.h), for what
  * only it has: variables and checkpoints (ex_ckpt.h). NULL for the other
  * engines. */

@@ -150,23 +150,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "mlp: %s\n", sl_last_error());
     goto done;
   }
-  if (memory && ex_run_engine(run) != EX_ENGINE_SESSION) {
-    fprintf(stderr, "mlp: --memory needs the session engine, not %s\n",
-            ex_engine_name(ex_run_engine(run)));
-    rc = 2;
-    goto done;
-  }
-  if (ex_ckpt_any(&ckf) && !ex_run_session(run)) {
-    fprintf(stderr,
-            "mlp: checkpoints (--save, --load, --resume) need the session "
-            "engine, not %s\n",
-            ex_engine_name(ex_run_engine(run)));
-    rc = 2;
-    goto done;
-  }
-  if (check && ex_run_engine(run) != EX_ENGINE_SHARDED) {
-    fprintf(stderr, "mlp: --check-replicas needs the sharded engine, not %s\n",
-            ex_engine_name(ex_run_engine(run)));
+  if (!ex_run_needs(run, "mlp", memory, "--memory", EX_ENGINE_SESSION) ||
+      !ex_run_needs(run, "mlp", ex_ckpt_any(&ckf),
+                    "checkpoints (--save, --load, --resume)",
+                    EX_ENGINE_SESSION) ||
+      !ex_run_needs(run, "mlp", check, "--check-replicas", EX_ENGINE_SHARDED)) {
     rc = 2;
     goto done;
   }
