@@ -370,12 +370,15 @@ static sl_status start_job(sl_session *s, int64_t steps, feed_rt *old,
  * the session failed. */
 static sl_status restart(sl_session *s, int64_t version, int64_t steps) {
   if (!sl__session_sources(s)) return SL_ENOMEM;
-  sl_status st = carry_over(s, version);
-  if (st == SL_OK && !s->waited) {
+  /* Ended first (no step runs at its end), so that a failure below leaves
+   * a job that was waited for. */
+  sl_status st = SL_OK;
+  if (!s->waited) {
     sl__driver_end(s);
     st = sl_job_wait(s->job);
     s->waited = true;
   }
+  if (st == SL_OK) st = carry_over(s, version);
   feed_rt *old = NULL;
   int32_t n_old = 0;
   if (st == SL_OK) {
