@@ -249,6 +249,8 @@ static void fire(stream *s, rt_actor *a) {
     for (int32_t i = 0; i < a->n_out; i++) {
       out_slot *o = &a->out[i];
       o->cur = o->free_fifo[o->fhead];
+      /* Being written: no piece until published (sl_job_get_register). */
+      o->regs[o->cur].pub.piece = -1;
       if (++o->fhead == (uint32_t)o->count) o->fhead = 0;
       o->flen--;
       if (++o->in_flight > o->peak) o->peak = o->in_flight;

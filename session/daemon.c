@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -223,7 +224,7 @@ static sl_status job_build(djob *j, const uint8_t *blob, size_t len,
    * from the checkpoint (read by sl_job_create; closed in job_prepare). */
   s->base = s->steps = b.base_step;
   if (b.restore && b.restore[0])
-    SL_CHECK(sl__session_restore_sources(s, b.restore));
+    SL_CHECK(sl__session_restore_sources(s, b.restore, b.base_step));
   return sl__session_build(s);
 }
 
@@ -291,7 +292,14 @@ static void *saver_main(void *arg) {
     sl__daemon_save_key(j->id, seq, key, sizeof key);
     uint8_t *v = NULL;
     size_t n = 0;
-    if (sl__cp_kv_get(o->cp, key, true, POLL_MS, &v, &n) != SL_OK) continue;
+    sl_status gst = sl__cp_kv_get(o->cp, key, true, POLL_MS, &v, &n);
+    if (gst != SL_OK) {
+      if (gst == SL_ETIMEOUT) continue;
+      if (sl__cp_client_health(o->cp) != SL_OK) break; /* the monitor acts */
+      struct timespec pause = {0, 100000000};
+      nanosleep(&pause, NULL);
+      continue;
+    }
     char req[SL__JOB_BLOB_PATH + 64], dir[SL__JOB_BLOB_PATH];
     size_t k = n < sizeof req - 1 ? n : sizeof req - 1;
     memcpy(req, v, k);
@@ -305,18 +313,26 @@ static void *saver_main(void *arg) {
       snprintf(ans, sizeof ans, "Enode %d: a malformed save request", rank);
     } else {
       snprintf(dir, sizeof dir, "%s", req + used);
+      /* A node holding no variable has nothing to wait for or write. */
+      bool holds = sl__session_save_pieces(s) > 0;
       pthread_mutex_lock(&s->lock);
-      while (s->completed < version && !atomic_load(&j->done) &&
+      while (holds && s->completed < version && !atomic_load(&j->done) &&
              atomic_load(&s->failed) == SL_OK)
         sl__cond_wait_ns(&s->cond, &s->lock, 100000000ull);
-      bool ready = s->completed >= version;
+      bool ready = !holds || s->completed >= version;
       pthread_mutex_unlock(&s->lock);
-      char name[128];
+      char name[128] = "-";
       int64_t bytes = 0;
       uint32_t crc = 0;
-      sl_status st = ready ? sl__session_save_node(s, dir, step, version, name,
-                                                   sizeof name, &bytes, &crc)
-                           : sl__fail(SL_EABORTED, "the job ended first");
+      sl_status st =
+          !ready
+              ? sl__fail(SL_EABORTED,
+                         "the job %s before it completed step %lld",
+                         atomic_load(&s->failed) != SL_OK ? "failed" : "ended",
+                         (long long)(s->base + version))
+          : holds ? sl__session_save_node(s, dir, step, version, name,
+                                          sizeof name, &bytes, &crc)
+                  : SL_OK;
       if (st == SL_OK)
         snprintf(ans, sizeof ans, "%s %lld %08x", name, (long long)bytes,
                  (unsigned)crc);
@@ -324,7 +340,9 @@ static void *saver_main(void *arg) {
         snprintf(ans, sizeof ans, "Enode %d: %s", rank, sl_last_error());
     }
     sl__daemon_saved_key(j->id, seq, rank, key, sizeof key);
-    sl__cp_kv_put(o->cp, key, ans, strlen(ans), CALL_MS);
+    /* The program waits for this answer: try again before giving up. */
+    for (int tries = 0; tries < 3; tries++)
+      if (sl__cp_kv_put(o->cp, key, ans, strlen(ans), CALL_MS) == SL_OK) break;
     seq++;
   }
   return NULL;

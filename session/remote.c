@@ -337,12 +337,27 @@ out:
 sl_status sl__remote_save_ask(sl_session *s, const char *dir, int64_t step,
                               int64_t version, int64_t *seq) {
   sl__remote *rm = s->rm;
-  *seq = ++rm->saves;
+  *seq = 0;
   char key[160], val[SL__JOB_BLOB_PATH + 64];
-  sl__daemon_save_key(rm->job, *seq, key, sizeof key);
+  sl__daemon_save_key(rm->job, rm->saves + 1, key, sizeof key);
   snprintf(val, sizeof val, "%lld %lld %s", (long long)version, (long long)step,
            dir);
-  return sl__cp_kv_put(rm->cp, key, val, strlen(val), CALL_MS);
+  /* The daemons take requests in order: a number is used once it is out. */
+  SL_CHECK(sl__cp_kv_put(rm->cp, key, val, strlen(val), CALL_MS));
+  *seq = ++rm->saves;
+  return SL_OK;
+}
+
+void sl__remote_save_forget(sl_session *s, int64_t seq) {
+  sl__remote *rm = s->rm;
+  char key[160];
+  int nn = sl__cp_client_nnodes(rm->cp);
+  for (int r = 0; r < nn; r++) {
+    sl__daemon_saved_key(rm->job, seq, r, key, sizeof key);
+    sl__cp_kv_put(rm->cp, key, "", 0, CALL_MS);
+  }
+  sl__daemon_save_key(rm->job, seq, key, sizeof key);
+  sl__cp_kv_put(rm->cp, key, "", 0, CALL_MS);
 }
 
 sl_status sl__remote_save_answer(sl_session *s, int64_t seq, int rank,

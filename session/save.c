@@ -243,15 +243,26 @@ static void *save_main(void *arg) {
   return NULL;
 }
 
-sl_status sl_session_save_wait(sl_session *s) {
-  if (!s) return sl__fail(SL_EINVAL, "save: NULL session");
+/* Joins the background save, keeping its outcome (the first failure)
+ * for sl_session_save_wait. */
+static void save_join(sl_session *s) {
   sl__save *sv = s->bg_save;
-  if (!sv) return SL_OK;
+  if (!sv) return;
   pthread_join(sv->thread, NULL);
   s->bg_save = NULL;
-  sl_status st = sv->st;
-  if (st != SL_OK) sl__fail(st, "%s", sv->msg);
+  if (sv->st != SL_OK && s->bg_status == SL_OK) {
+    s->bg_status = sv->st;
+    snprintf(s->bg_msg, sizeof s->bg_msg, "%s", sv->msg);
+  }
   save_free(sv);
+}
+
+sl_status sl_session_save_wait(sl_session *s) {
+  if (!s) return sl__fail(SL_EINVAL, "save: NULL session");
+  save_join(s);
+  sl_status st = s->bg_status;
+  s->bg_status = SL_OK;
+  if (st != SL_OK) sl__fail(st, "%s", s->bg_msg);
   return st;
 }
 
@@ -282,6 +293,14 @@ sl_status sl__session_save_node(sl_session *s, const char *dir, int64_t step,
   return st;
 }
 
+int32_t sl__session_save_pieces(const sl_session *s) {
+  sl__save *sv;
+  if (save_plan(s, "-", s->self_node, 0, 0, &sv) != SL_OK) return -1;
+  int32_t n = sv->n;
+  save_free(sv);
+  return n;
+}
+
 /* dir as an absolute path (daemons have their own working directories). */
 static sl_status absolute(const char *dir, char *out, size_t n) {
   char cwd[4096];
@@ -303,42 +322,45 @@ static sl_status save_remote(sl_session *s, const char *dir) {
   SL_CHECK(absolute(dir, abs, sizeof abs));
   uint32_t nn = s->driver; /* the daemons are nodes 0..nn-1 */
   int64_t version = s->steps - s->base, seq = 0;
-  SL_CHECK(sl__remote_save_ask(s, abs, s->steps, version, &seq));
+  sl__save **plans = sl__calloc((size_t)nn + 1, sizeof *plans);
   sl__ckpt_file_done *done = sl__calloc((size_t)nn + 1, sizeof *done);
-  sl__save *first = NULL;
-  sl_status st = done ? SL_OK : SL_ENOMEM;
-  /* Every node's answer, also after a failure, so none is left behind. */
-  for (uint32_t r = 0; r < nn; r++) {
+  sl_status st = plans && done ? SL_OK : SL_ENOMEM;
+  for (uint32_t r = 0; r < nn && st == SL_OK; r++)
+    st = save_plan(s, abs, r, s->steps, version, &plans[r]);
+  if (st == SL_OK) st = sl__remote_save_ask(s, abs, s->steps, version, &seq);
+  /* The answers of the nodes that hold variables (the others answer "-"),
+   * every one of them, also after a failure, so none is left behind. */
+  int32_t n_files = 0;
+  for (uint32_t r = 0; seq > 0 && r < nn; r++) {
+    if (plans[r]->n == 0) continue;
     char name[128];
     int64_t bytes = 0;
     uint32_t crc = 0;
     sl_status rs =
         sl__remote_save_answer(s, seq, (int)r, name, sizeof name, &bytes, &crc);
-    if (st != SL_OK) continue;
-    sl__save *sv = NULL;
-    st = rs;
-    if (st == SL_OK) st = save_plan(s, abs, r, s->steps, version, &sv);
+    if (st == SL_OK) st = rs;
     if (st == SL_OK)
-      st = sl__ckpt_file_describe(name, r, bytes, crc, sv->n, sv->pc, &done[r]);
-    if (!first)
-      first = sv;
-    else
-      save_free(sv);
+      st = sl__ckpt_file_describe(name, r, bytes, crc, plans[r]->n,
+                                  plans[r]->pc, &done[n_files++]);
   }
+  if (seq > 0) sl__remote_save_forget(s, seq);
   if (st == SL_OK)
-    st = sl__ckpt_commit(abs, s->steps, (int32_t)nn, done, first->n_kv,
-                         first->kv);
-  for (uint32_t r = 0; done && r < nn; r++)
-    sl__ckpt_file_done_free(&done[r]);
+    st = sl__ckpt_commit(abs, s->steps, n_files, done, plans[0]->n_kv,
+                         plans[0]->kv);
+  for (int32_t k = 0; done && k < n_files; k++)
+    sl__ckpt_file_done_free(&done[k]);
+  for (uint32_t r = 0; plans && r < nn; r++)
+    save_free(plans[r]);
+  sl__free(plans);
   sl__free(done);
-  save_free(first);
   if (st != SL_OK) sl__fail_context(st, "save to '%s': ", dir);
   return st;
 }
 
 static sl_status save(sl_session *s, const char *dir, bool background) {
-  if (!s || !dir || !dir[0]) return sl__fail(SL_EINVAL, "save: NULL argument");
-  SL_CHECK(sl_session_save_wait(s));
+  if (!s || !dir) return sl__fail(SL_EINVAL, "save: NULL argument");
+  if (!dir[0]) return sl__fail(SL_EINVAL, "save: no directory given");
+  save_join(s);
   SL_CHECK(sl__session_check_usable(s, "save", true));
   SL_CHECK(sl__session_apply_writes(s));
   if (s->remote) {
@@ -441,7 +463,7 @@ static sl_status restore_or_load(sl_session *s, const char *path, bool restore,
   const char *what = restore ? "restore" : "load";
   if (loaded) *loaded = 0;
   if (!s || !path) return sl__fail(SL_EINVAL, "%s: NULL argument", what);
-  SL_CHECK(sl_session_save_wait(s)); /* a restore may read what it writes */
+  save_join(s); /* a restore may read what it writes */
   SL_CHECK(sl__session_check_usable(s, what, restore));
   sl_checkpoint *ck = NULL;
   SL_CHECK(sl_checkpoint_open(path, &ck));
@@ -462,8 +484,12 @@ static sl_status restore_or_load(sl_session *s, const char *path, bool restore,
     st = absolute(path, abs, sizeof abs);
     if (st == SL_OK) st = sl__session_restart_remote(s, abs, step);
   } else if (st == SL_OK) {
-    st = sl__session_restart(s, step);
-  } else if (s->var_src) {
+    /* Every shard read before the job is touched: a bad piece leaves the
+     * session as it was. */
+    st = sl__session_read_sources(s);
+    if (st == SL_OK) st = sl__session_restart(s, step);
+  }
+  if (st != SL_OK && s->var_src) {
     /* Nothing was taken: forget the checkpoint's tensors. */
     for (int32_t i = 0; i < sl__graph_node_count(s->g); i++)
       s->var_src[i].ck = NULL;
@@ -473,21 +499,18 @@ static sl_status restore_or_load(sl_session *s, const char *path, bool restore,
   return st;
 }
 
-sl_status sl__session_restore_sources(sl_session *s, const char *path) {
-  sl__var_src *src = sl__session_sources(s);
-  if (!src) return SL_ENOMEM;
+sl_status sl__session_restore_sources(sl_session *s, const char *path,
+                                      int64_t step) {
   SL_CHECK(sl_checkpoint_open(path, &s->restore_ck));
-  for (int32_t i = 0; i < sl__graph_node_count(s->g); i++) {
-    if (!sl__session_is_variable(s, i)) continue;
-    int32_t ti =
-        sl_checkpoint_find(s->restore_ck, sl__graph_node(s->g, i)->name);
-    if (ti < 0 || sl_shape_numel(&sl__session_var_value(s, i)->meta.shape) == 0)
-      continue;
-    SL_CHECK(check_tensor(s, path, s->restore_ck, ti, i));
-    src[i].ck = s->restore_ck;
-    src[i].tensor = ti;
-  }
-  return SL_OK;
+  /* The program checked it; a node that sees another file refuses. */
+  if (sl_checkpoint_step(s->restore_ck) != step)
+    return sl__fail(SL_EINVAL,
+                    "checkpoint '%s' here is of step %lld, the program "
+                    "restores step %lld (is the directory shared?)",
+                    path, (long long)sl_checkpoint_step(s->restore_ck),
+                    (long long)step);
+  int32_t set = 0;
+  return plan_sources(s, path, s->restore_ck, true, &set);
 }
 
 sl_status sl_session_restore(sl_session *s, const char *path) {

@@ -232,18 +232,19 @@ static sl_status run_failed(sl_session *s) {
   char why[sizeof s->errmsg];
   snprintf(why, sizeof why, "%s", s->errmsg);
   int64_t step = s->base + s->completed;
-  sl_status rb = s->remote ? SL_EUNSUPPORTED : sl__session_roll_back(s);
+  sl_status rb = s->remote ? sl__fail(SL_EUNSUPPORTED,
+                                      "a session over daemons does not roll "
+                                      "a step back yet")
+                           : sl__session_roll_back(s);
   if (rb == SL_OK) {
     s->steps = step;
     return sl__fail(st, "%s; step %lld was rolled back", why, (long long)step);
   }
-  if (!s->remote) {
-    snprintf(s->errmsg, sizeof s->errmsg,
-             "%.900s; step %lld could not be rolled back: %.400s", why,
-             (long long)step, sl_last_error());
-    s->final = st;
-    atomic_store(&s->failed, st);
-  }
+  snprintf(s->errmsg, sizeof s->errmsg,
+           "%.900s; step %lld could not be rolled back: %.400s", why,
+           (long long)step, sl_last_error());
+  s->final = st;
+  atomic_store(&s->failed, st);
   return sl__fail(st, "%s", s->errmsg);
 }
 
@@ -487,7 +488,7 @@ sl_status sl_session_get_memory(const sl_session *s, int32_t device,
 
 void sl_session_destroy(sl_session *s) {
   if (!s) return;
-  if (s->bg_save && sl_session_save_wait(s) != SL_OK)
+  if ((s->bg_save || s->bg_status) && sl_session_save_wait(s) != SL_OK)
     SL_WARN("session: background save: %s", sl_last_error());
   if (s->started && !s->finished) sl_session_finish(s);
   sl__remote_destroy(s);

@@ -224,6 +224,8 @@ struct sl_session {
   sl__var_src *var_src; /* per graph node; NULL until a restart needs it */
   bool var_dirty;       /* a written value waits for the next restart */
   sl__save *bg_save;
+  sl_status bg_status; /* the first background save that failed, and why */
+  char bg_msg[1024];
   /* Files variables start from (sl_variable_load), open while the first
    * job is built. */
   int32_t n_files;
@@ -460,7 +462,14 @@ sl_status sl__session_open_files(sl_session *s);
 void sl__session_close_files(sl_session *s);
 /* save.c: for a daemon's job that continues from a checkpoint: its
  * variables' sources (s->restore_ck, closed by sl__session_close_files). */
-sl_status sl__session_restore_sources(sl_session *s, const char *path);
+sl_status sl__session_restore_sources(sl_session *s, const char *path,
+                                      int64_t step);
+/* Reads every checkpoint source into shards by rank now (the checkpoint
+ * may be closed then). On failure the sources read so far are dropped. */
+sl_status sl__session_read_sources(sl_session *s);
+/* The pieces this node stores of a save (0: it holds no variable), -1 on
+ * failure. */
+int32_t sl__session_save_pieces(const sl_session *s);
 /* A daemon: writes its node's file of the program's save (version
  * `version` of its job, step `step`) into dir; its name, size, CRC32C. */
 sl_status sl__session_save_node(sl_session *s, const char *dir, int64_t step,
@@ -505,6 +514,8 @@ sl_status sl__remote_save_ask(sl_session *s, const char *dir, int64_t step,
 sl_status sl__remote_save_answer(sl_session *s, int64_t seq, int rank,
                                  char *name, size_t n, int64_t *bytes,
                                  uint32_t *crc);
+/* Empties save seq's keys in the control plane's store (answered). */
+void sl__remote_save_forget(sl_session *s, int64_t seq);
 /* Completes the ticks parked for released steps (remote pump). */
 void sl__remote_pump(sl_session *s);
 /* Ends the job: no more ticks after those released. */

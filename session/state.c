@@ -107,6 +107,7 @@ static sl_status shard_at(const sl_session *s, int32_t node, int rank,
                                   (int32_t)(version % g->count), &data));
     if (bytes == 0) return SL_OK;
     sess_dev *d = sl__session_dev(s, g->device);
+    if (d && !buf) return SL_OK; /* device memory: no host pointer */
     if (d) return sl__dev_download(d, buf, data, bytes);
     if (!buf) {
       *host = data;
@@ -192,7 +193,10 @@ sl_status sl__session_check_usable(const sl_session *s, const char *what,
                     "%s: not available on a session over daemons yet "
                     "(docs/checkpoint.md)",
                     what);
-  if (atomic_load(&s->failed) != SL_OK || s->finished || !s->job)
+  if (!s->job)
+    return sl__fail(SL_ESTATE, "%s: the session runs nothing (an empty plan)",
+                    what);
+  if (atomic_load(&s->failed) != SL_OK || s->finished)
     return sl__fail(SL_ESTATE, "%s: the session %s", what,
                     s->finished ? "was finished" : "failed");
   return SL_OK;
@@ -274,6 +278,32 @@ sl_status sl_session_write_variable(sl_session *s, const char *name,
 /* ---- restarts ---------------------------------------------------------------
  */
 
+sl_status sl__session_read_sources(sl_session *s) {
+  sl_status st = SL_OK;
+  int32_t nn = sl__graph_node_count(s->g);
+  for (int32_t i = 0; i < nn && st == SL_OK && s->var_src; i++) {
+    sl__var_src *src = &s->var_src[i];
+    if (!src->ck) continue;
+    const sl__value *v = sl__session_var_value(s, i);
+    int nr = sl_placement_size(v->placement);
+    if (!(src->shards = sl__calloc((size_t)nr, sizeof *src->shards))) {
+      st = SL_ENOMEM;
+      break;
+    }
+    for (int r = 0; r < nr && st == SL_OK; r++) {
+      sl_slice box;
+      st = sl_local_slice(&v->meta.shape, v->placement, &v->sbp, r, &box);
+      size_t b = (size_t)sl_slice_numel(&box) * sl_dtype_size(v->meta.dtype);
+      if (st == SL_OK && !(src->shards[r] = sl__malloc(b + 64))) st = SL_ENOMEM;
+      if (st == SL_OK && b)
+        st = sl_checkpoint_read(src->ck, src->tensor, &box, src->shards[r], b);
+    }
+    src->ck = NULL;
+  }
+  if (st != SL_OK) clear_sources(s);
+  return st;
+}
+
 /* Every variable without a source gets its current shards (version
  * `version` of the current job) as one: the next job starts where this
  * one is. */
@@ -281,7 +311,7 @@ static sl_status carry_over(sl_session *s, int64_t version) {
   for (int32_t i = 0; i < sl__graph_node_count(s->g); i++) {
     if (!sl__session_is_variable(s, i)) continue;
     sl__var_src *src = &s->var_src[i];
-    if (src->logical || src->ck) continue;
+    if (src->logical || src->ck || src->shards) continue;
     const sl__value *v = sl__session_var_value(s, i);
     int nr = sl_placement_size(v->placement);
     if (!(src->shards = sl__calloc((size_t)nr, sizeof *src->shards)))
@@ -436,9 +466,6 @@ sl_status sl__session_apply_writes(sl_session *s) {
 }
 
 sl_status sl__session_roll_back(sl_session *s) {
-  if (s->remote)
-    return sl__fail(SL_EUNSUPPORTED,
-                    "a session over daemons cannot roll a step back");
   if (!s->job) return sl__fail(SL_ESTATE, "the session has no job");
   /* Steps before the failed one are complete; the variables' values before
    * it are version `completed` of the job (written values not yet taken
@@ -461,9 +488,10 @@ sl_status sl__session_roll_back(sl_session *s) {
       }
       if (!found)
         return sl__fail(SL_ESTATE,
-                        "variable '%s' was already updated in place by the "
-                        "failed step",
-                        sl__graph_node(s->g, i)->name);
+                        "variable '%s' no longer holds its value before step "
+                        "%lld: an update of it was written or under way",
+                        sl__graph_node(s->g, i)->name,
+                        (long long)(s->base + done));
     }
   }
   return restart(s, done, s->base + done);

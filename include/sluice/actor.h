@@ -466,8 +466,9 @@ SL_API sl_status sl_job_register_data(const sl_job *job, int32_t desc,
                                       int32_t index, void **out);
 
 /* The same register as an act saw it last (its memory, size and the piece
- * it last held), after sl_job_wait. SL_ESTATE before, SL_ENOTFOUND as
- * above. */
+ * it holds), after sl_job_wait: piece -1 while a firing that took it to
+ * write was still under way (or never finished) when the job ended.
+ * SL_ESTATE before, SL_ENOTFOUND as above. */
 SL_API sl_status sl_job_get_register(const sl_job *job, int32_t desc,
                                      int32_t index, sl_register *out);
 

@@ -226,12 +226,14 @@ SL_API sl_status sl_session_save(sl_session *s, const char *dir);
 /* sl_session_save in the background: every shard is copied to host memory
  * now (the state after the steps run so far) and written by a thread of
  * the session while the program runs more steps. One at a time: a second
- * call, a restore, a load or destroy first waits for the one before.
+ * call, a save, restore, load or destroy first waits for the one before.
  * Returns the snapshot's errors; the write's come from
- * sl_session_save_wait. Takes host memory for a copy of the state. */
+ * sl_session_save_wait (a failure is kept until it is asked for). Takes
+ * host memory for a copy of the state. Embedded sessions only for now. */
 SL_API sl_status sl_session_save_async(sl_session *s, const char *dir);
 
-/* Waits for the background save, if any: its status (SL_OK when none). */
+/* Waits for the background save, if any, and returns the first failure of
+ * the background saves since it was last called (SL_OK when none). */
 SL_API sl_status sl_session_save_wait(sl_session *s);
 
 /* Continues from a checkpoint: every trained variable (and every constant
@@ -239,9 +241,12 @@ SL_API sl_status sl_session_save_wait(sl_session *s);
  * layout into this session's by reading only the stored pieces each shard
  * intersects; the step becomes the saved one (sl_session_steps), so Adam's
  * bias correction, random data, dropout and .npy readers continue where
- * the saved run was. Errors name
- * the file and tensor: a tensor missing, of another shape or dtype
- * (SL_EINVAL), a corrupt file (SL_EINVAL, SL_EIO). */
+ * the saved run was. Errors name the file and tensor: a tensor missing,
+ * of another shape or dtype (SL_EINVAL), a corrupt file (SL_EINVAL,
+ * SL_EIO); they leave the session as it was, since every shard is read
+ * before the job restarts. Over daemons the daemons read the checkpoint
+ * in the new job: one that cannot (another directory, SL_EINVAL naming
+ * the node) leaves the session failed. */
 SL_API sl_status sl_session_restore(sl_session *s, const char *path);
 
 /* Loads weights by name from a checkpoint or a plain safetensors file:

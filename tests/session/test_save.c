@@ -321,8 +321,13 @@ static void test_background_save(void **state) {
   char bad[600];
   snprintf(bad, sizeof bad, "%s/background/index.json/sub", tmp);
   assert_int_equal(sl_session_save_async(a, bad), SL_OK);
+  /* Its failure waits for sl_session_save_wait: other saves go on. */
+  char other[600];
+  snprintf(other, sizeof other, "%s_other", dir);
+  assert_int_equal(sl_session_save(a, other), SL_OK);
   assert_int_not_equal(sl_session_save_wait(a), SL_OK);
   assert_non_null(strstr(sl_last_error(), bad));
+  assert_int_equal(sl_session_save_wait(a), SL_OK);
   sl_session_destroy(a);
   sl_graph_destroy(ga);
   sl_graph *gb = model("single", &o, false);
