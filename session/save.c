@@ -46,8 +46,8 @@ struct sl__save {
   int32_t n;
   save_piece *sp;
   sl__ckpt_piece *pc;
-  void **data; /* per piece: its bytes at the step (background saves) */
-  int32_t n_kv;
+  void **data;  /* per piece: its bytes at the step (background saves) */
+  int32_t n_kv; /* the index's metadata, for the side that commits */
   sl__ckpt_kv *kv;
   char *kv_text;
   pthread_t thread;
@@ -150,7 +150,6 @@ static sl_status save_plan(const sl_session *s, const char *dir, uint32_t node,
       p->bytes = (size_t)sl_slice_numel(&c->box) * sl_dtype_size(c->dtype);
     }
   }
-  if (st == SL_OK) st = source_metadata(s, &sv->n_kv, &sv->kv, &sv->kv_text);
   if (st != SL_OK) {
     save_free(sv);
     return st;
@@ -327,6 +326,8 @@ static sl_status save_remote(sl_session *s, const char *dir) {
   sl_status st = plans && done ? SL_OK : SL_ENOMEM;
   for (uint32_t r = 0; r < nn && st == SL_OK; r++)
     st = save_plan(s, abs, r, s->steps, version, &plans[r]);
+  if (st == SL_OK)
+    st = source_metadata(s, &plans[0]->n_kv, &plans[0]->kv, &plans[0]->kv_text);
   if (st == SL_OK) st = sl__remote_save_ask(s, abs, s->steps, version, &seq);
   /* The answers of the nodes that hold variables (the others answer "-"),
    * every one of them, also after a failure, so none is left behind. */
@@ -372,7 +373,8 @@ static sl_status save(sl_session *s, const char *dir, bool background) {
   }
   sl__save *sv;
   SL_CHECK(save_plan(s, dir, s->self_node, s->steps, s->steps - s->base, &sv));
-  sl_status st = background ? save_snapshot(s, sv) : save_write(sv, s);
+  sl_status st = source_metadata(s, &sv->n_kv, &sv->kv, &sv->kv_text);
+  if (st == SL_OK) st = background ? save_snapshot(s, sv) : save_write(sv, s);
   if (st == SL_OK && background) {
     if (pthread_create(&sv->thread, NULL, save_main, sv) == 0) {
       s->bg_save = sv;
@@ -423,39 +425,42 @@ static sl_status plan_sources(sl_session *s, const char *path,
                               const sl_checkpoint *ck, bool restore,
                               int32_t *set) {
   sl__var_src *src = sl__session_sources(s);
-  if (!src) return SL_ENOMEM;
+  int32_t nn = sl__graph_node_count(s->g);
+  int32_t *take = sl__calloc((size_t)nn + 1, sizeof *take);
+  if (!src || !take) {
+    sl__free(take);
+    return SL_ENOMEM;
+  }
   *set = 0;
-  for (int32_t i = 0; i < sl__graph_node_count(s->g); i++) {
+  sl_status st = SL_OK;
+  for (int32_t i = 0; i < nn && st == SL_OK; i++) {
+    take[i] = -1;
     if (!sl__session_is_variable(s, i)) continue;
     const sl__node *n = sl__graph_node(s->g, i);
     if (!restore && n->optimizer) continue;
     if (sl_shape_numel(&sl__session_var_value(s, i)->meta.shape) == 0) continue;
     int32_t ti = sl_checkpoint_find(ck, n->name);
-    if (ti < 0) {
-      if (restore && n->update >= 0)
-        return sl__fail(SL_EINVAL,
-                        "checkpoint '%s' has no tensor '%s' (a variable the "
-                        "steps train)",
-                        path, n->name);
-      continue;
+    if (ti >= 0) {
+      st = check_tensor(s, path, ck, ti, i);
+      take[i] = ti;
+      (*set)++;
+    } else if (restore && n->update >= 0) {
+      st = sl__fail(SL_EINVAL,
+                    "checkpoint '%s' has no tensor '%s' (a variable the steps "
+                    "train)",
+                    path, n->name);
     }
-    SL_CHECK(check_tensor(s, path, ck, ti, i));
-    (*set)++;
   }
   /* Checked: now take them (a written value gives way). */
-  for (int32_t i = 0; i < sl__graph_node_count(s->g); i++) {
-    if (!sl__session_is_variable(s, i)) continue;
-    const sl__node *n = sl__graph_node(s->g, i);
-    if (!restore && n->optimizer) continue;
-    int32_t ti = sl_checkpoint_find(ck, n->name);
-    if (ti < 0 || sl_shape_numel(&sl__session_var_value(s, i)->meta.shape) == 0)
-      continue;
+  for (int32_t i = 0; i < nn && st == SL_OK; i++) {
+    if (take[i] < 0) continue;
     sl__free(src[i].logical);
     src[i].logical = NULL;
     src[i].ck = ck;
-    src[i].tensor = ti;
+    src[i].tensor = take[i];
   }
-  return SL_OK;
+  sl__free(take);
+  return st;
 }
 
 static sl_status restore_or_load(sl_session *s, const char *path, bool restore,

@@ -223,8 +223,8 @@ struct sl_session {
   int64_t base;
   sl__var_src *var_src; /* per graph node; NULL until a restart needs it */
   bool var_dirty;       /* a written value waits for the next restart */
-  sl__save *bg_save;
-  sl_status bg_status; /* the first background save that failed, and why */
+  sl__save *bg_save;    /* a background save in progress (save.c) */
+  sl_status bg_status;  /* the first background save that failed, and why */
   char bg_msg[1024];
   /* Files variables start from (sl_variable_load), open while the first
    * job is built. */
@@ -233,9 +233,7 @@ struct sl_session {
   const char **file_paths; /* the graph's strings */
   /* Daemons: the checkpoint a continued job's variables start from. */
   sl_checkpoint *restore_ck;
-  const char *restore;
-  /* remote: the path a restarted job restores */ /* a background save in
-                                                     progress (save.c) */
+  const char *restore; /* remote: the path a restarted job restores */
   bool started, finished, waited;
   sl_status final;
   char errmsg[1400];
@@ -447,7 +445,7 @@ sl_status sl__session_restart(sl_session *s, int64_t steps);
  * the job being built starts it: its source (above) or its initializer. */
 sl_status sl__session_var_shard(const sl_session *s, int32_t node, int rank,
                                 void *buf, size_t bytes);
-/* Before a step, save or read: a restart taking the written values, when
+/* Before a step or a save: a restart taking the written values, when
  * there are any. */
 sl_status sl__session_apply_writes(sl_session *s);
 /* After the job failed in a step (joined, s->final set): restarts it from

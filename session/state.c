@@ -385,38 +385,57 @@ static void restart_failed(sl_session *s, sl_status st) {
   atomic_store(&s->failed, st);
 }
 
-/* Builds and starts a job whose piece 0 is step `steps`. */
-static sl_status start_job(sl_session *s, int64_t steps, feed_rt *old,
-                           int32_t n_old) {
+/* Ends the job (no step runs at its end): first, so that any failure
+ * after it leaves a job that was waited for. */
+static sl_status end_job(sl_session *s) {
+  if (s->waited) return SL_OK;
+  s->waited = true;
+  if (s->remote) {
+    sl__remote_end(s);
+    return sl__remote_wait(s);
+  }
+  sl__driver_end(s);
+  return sl_job_wait(s->job);
+}
+
+/* Builds and starts the next job, its piece 0 step `steps`: this
+ * process's, or a remote session's (its daemons restoring `restore`). */
+static sl_status start_job(sl_session *s, int64_t steps, const char *restore,
+                           feed_rt *old, int32_t n_old) {
+  if (s->remote) sl__remote_free(s);
   reset_counters(s, steps);
-  SL_CHECK(sl__session_build(s));
-  refeed(s, old, n_old);
-  return sl__session_start_job(s);
+  sl_status st;
+  if (s->remote) {
+    s->restore = restore;
+    st = sl__remote_start(s); /* builds, submits and starts */
+    s->restore = NULL;
+  } else {
+    st = sl__session_build(s);
+    if (st == SL_OK) st = sl__session_start_job(s);
+  }
+  /* Feeds are read only for steps released later. */
+  if (st == SL_OK) refeed(s, old, n_old);
+  return st;
 }
 
 /* Restarts the job at step `steps`, variables from their sources (those
- * without one carry version `version` of the current job over). The
- * current job must have ended or be idle between steps. A failure leaves
- * the session failed. */
-static sl_status restart(sl_session *s, int64_t version, int64_t steps) {
+ * without one carry version `version` of the current job over; a remote
+ * session's from checkpoint `restore`). A failure leaves the session
+ * failed. */
+static sl_status restart(sl_session *s, int64_t version, int64_t steps,
+                         const char *restore) {
   if (!sl__session_sources(s)) return SL_ENOMEM;
-  /* Ended first (no step runs at its end), so that a failure below leaves
-   * a job that was waited for. */
-  sl_status st = SL_OK;
-  if (!s->waited) {
-    sl__driver_end(s);
-    st = sl_job_wait(s->job);
-    s->waited = true;
-  }
-  if (st == SL_OK) st = carry_over(s, version);
+  sl_status st = end_job(s);
+  if (st == SL_OK && !s->remote) st = carry_over(s, version);
   feed_rt *old = NULL;
   int32_t n_old = 0;
   if (st == SL_OK) {
+    if (s->remote) sl__remote_destroy(s);
     tear_down(s, &old, &n_old);
-    st = start_job(s, steps, old, n_old);
+    st = start_job(s, steps, restore, old, n_old);
     if (st != SL_OK)
       sl__fail_context(st,
-                       "session: restarting at step %lld: ", (long long)steps);
+                       "session: continuing at step %lld: ", (long long)steps);
   }
   free_feeds(old, n_old);
   clear_sources(s);
@@ -426,43 +445,16 @@ static sl_status restart(sl_session *s, int64_t version, int64_t steps) {
 
 sl_status sl__session_restart_remote(sl_session *s, const char *restore,
                                      int64_t steps) {
-  sl_status st = SL_OK;
-  if (!s->waited) {
-    sl__remote_end(s);
-    st = sl__remote_wait(s);
-    s->waited = true;
-  }
-  feed_rt *old = NULL;
-  int32_t n_old = 0;
-  if (st == SL_OK) {
-    sl__remote_destroy(s);
-    tear_down(s, &old, &n_old);
-    sl__remote_free(s);
-    reset_counters(s, steps);
-    s->restore = restore;
-    st = sl__remote_start(s);
-    s->restore = NULL;
-    if (st == SL_OK) {
-      refeed(s, old, n_old);
-      s->started = true;
-    } else {
-      sl__fail_context(st,
-                       "session: continuing at step %lld: ", (long long)steps);
-    }
-  }
-  free_feeds(old, n_old);
-  clear_sources(s);
-  if (st != SL_OK) restart_failed(s, st);
-  return st;
+  return restart(s, 0, steps, restore);
 }
 
 sl_status sl__session_restart(sl_session *s, int64_t steps) {
-  return restart(s, s->steps - s->base, steps);
+  return restart(s, s->steps - s->base, steps, NULL);
 }
 
 sl_status sl__session_apply_writes(sl_session *s) {
   if (!s->var_dirty) return SL_OK;
-  return restart(s, s->steps - s->base, s->steps);
+  return restart(s, s->steps - s->base, s->steps, NULL);
 }
 
 sl_status sl__session_roll_back(sl_session *s) {
@@ -494,7 +486,7 @@ sl_status sl__session_roll_back(sl_session *s) {
                         (long long)(s->base + done));
     }
   }
-  return restart(s, done, s->base + done);
+  return restart(s, done, s->base + done, NULL);
 }
 
 void sl__session_free_state(sl_session *s) {
