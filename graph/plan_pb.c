@@ -282,7 +282,9 @@ static sl_status copy_plan(const Sluice__Plan *m, sl__pplan *p) {
     if (!t) return SL_ENOMEM;
     if ((int)x->kind < 0 || (int)x->kind >= SL__TASK_KIND_COUNT ||
         x->node < -1 || x->node >= p->n_nodes || x->n_inputs > 4096 ||
-        x->n_outputs > 4096)
+        x->n_outputs > 4096 ||
+        /* a tick is its one register (plan_text and sessions read out[0]) */
+        ((int)x->kind == SL__TASK_TICK && x->n_outputs != 1))
       return bad("task", i);
     t->kind = (sl__task_kind)x->kind;
     t->name = adup(p, x->name);
