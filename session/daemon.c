@@ -31,14 +31,30 @@ void sl__daemon_trace_key(uint64_t job, int rank, char *buf, size_t n) {
   snprintf(buf, n, "sluice/job/%" PRIu64 "/trace/%d", job, rank);
 }
 
-void sl__daemon_save_key(uint64_t job, int64_t seq, char *buf, size_t n) {
-  snprintf(buf, n, "sluice/job/%" PRIu64 "/save/%lld", job, (long long)seq);
+void sl__daemon_req_key(uint64_t job, int64_t seq, char *buf, size_t n) {
+  snprintf(buf, n, "sluice/job/%" PRIu64 "/req/%lld", job, (long long)seq);
 }
 
-void sl__daemon_saved_key(uint64_t job, int64_t seq, int rank, char *buf,
-                          size_t n) {
-  snprintf(buf, n, "sluice/job/%" PRIu64 "/saved/%lld/%d", job, (long long)seq,
-           rank);
+void sl__daemon_ans_key(uint64_t job, int64_t seq, int rank, int chunk,
+                        char *buf, size_t n) {
+  if (chunk < 0)
+    snprintf(buf, n, "sluice/job/%" PRIu64 "/ans/%lld/%d", job, (long long)seq,
+             rank);
+  else
+    snprintf(buf, n, "sluice/job/%" PRIu64 "/ans/%lld/%d/%d", job,
+             (long long)seq, rank, chunk);
+}
+
+void sl__daemon_value_key(uint64_t job, int32_t node, char *buf, size_t n) {
+  snprintf(buf, n, "sluice/job/%" PRIu64 "/value/%d", job, (int)node);
+}
+
+void sl__daemon_versions_key(uint64_t job, int rank, char *buf, size_t n) {
+  snprintf(buf, n, "sluice/job/%" PRIu64 "/versions/%d", job, rank);
+}
+
+void sl__daemon_release_key(uint64_t job, char *buf, size_t n) {
+  snprintf(buf, n, "sluice/job/%" PRIu64 "/release", job);
 }
 
 sl_status sl__daemon_split_addr(const char *addr, char *host, size_t n,
@@ -89,8 +105,11 @@ typedef struct djob {
   sl_session *s;
   uint64_t id;
   atomic_bool done;
-  pthread_t monitor, saver;
-  bool monitor_started, saver_started;
+  pthread_t monitor, requests;
+  bool monitor_started, requests_started;
+  sl__daemon_requests rq;
+  sl_session *kept;     /* the job before, until this one took what it needs */
+  bool ran;             /* the job started: its variables may be carried */
   bool trace;           /* the program wants this node's trace */
   char trace_path[300]; /* where the job writes it first (a temp file) */
 } djob;
@@ -177,14 +196,13 @@ static void session_free(sl_session *s) {
   sl__free(s);
 }
 
-/* Rebuilds the job from its blob: graph, plan (checked), actors. */
-static sl_status job_build(djob *j, const uint8_t *blob, size_t len,
-                           int64_t *hang_ms) {
+/* Builds the job the blob describes: graph, plan (checked), variables'
+ * starts (handoff.c, taking what it needs of the job before), actors. */
+static sl_status job_from_blob(djob *j, const sl__job_blob *bp,
+                               int64_t *hang_ms) {
   const sl__daemon_opts *o = j->o;
-  char addr[256], host[256];
-  char restore[SL__JOB_BLOB_PATH];
-  sl__job_blob b;
-  SL_CHECK(sl__job_blob_unpack(blob, len, addr, restore, &b));
+  const sl__job_blob b = *bp;
+  char host[256];
   j->trace = b.trace;
   uint32_t self = sl__dp_endpoint_node(o->dp);
   int nn = sl__cp_client_nnodes(o->cp);
@@ -204,9 +222,6 @@ static sl_status job_build(djob *j, const uint8_t *blob, size_t len,
   s->driver = (uint32_t)nn;
   s->nc = o->nc;
   s->job_id = j->id;
-  /* What the last job's collectives left goes; an abort of that job no
-   * longer applies. */
-  if (s->nc) sl__net_coll_reset(s->nc);
   SL_CHECK(sl__graph_unpack(b.graph, b.graph_len, &s->g));
   SL_CHECK(sl__lower(s->g, &s->pp));
   uint8_t *mine = NULL;
@@ -221,11 +236,28 @@ static sl_status job_build(djob *j, const uint8_t *blob, size_t len,
                     "SLUICE_MEMORY_SHARING set differently for the program "
                     "and the daemons?)");
   /* A continued run: its steps count from base_step, its variables start
-   * from the checkpoint (read by sl_job_create; closed in job_prepare). */
+   * as the program says (read by sl_job_create; dropped in job_prepare). */
   s->base = s->steps = b.base_step;
-  if (b.restore && b.restore[0])
-    SL_CHECK(sl__session_restore_sources(s, b.restore, b.base_step));
+  SL_CHECK(sl__handoff_take(s, b.starts, j->kept, o->cp, j->id));
+  /* The job before gave what it had to; what its collectives left goes,
+   * and an abort of it no longer applies. */
+  session_free(j->kept);
+  j->kept = NULL;
+  if (s->nc) sl__net_coll_reset(s->nc);
   return sl__session_build(s);
+}
+
+/* Rebuilds the job from its blob. */
+static sl_status job_build(djob *j, const uint8_t *blob, size_t len,
+                           int64_t *hang_ms) {
+  char addr[256];
+  char *starts = sl__malloc(SL__JOB_BLOB_STARTS);
+  if (!starts) return SL_ENOMEM;
+  sl__job_blob b;
+  sl_status st = sl__job_blob_unpack(blob, len, addr, starts, &b);
+  if (st == SL_OK) st = job_from_blob(j, &b, hang_ms);
+  sl__free(starts);
+  return st;
 }
 
 static sl_status wait_running(djob *j) {
@@ -270,82 +302,9 @@ static sl_status job_prepare(djob *j, const uint8_t *blob, size_t len) {
   sl__shared_regs_open(s, sl__cp_client_nnodes(j->o->cp));
   sl__session_job_memory(s, &jc);
   sl_status st = sl_job_create(s->plan, &jc, &s->job);
-  sl__session_close_files(s);
+  sl__session_drop_sources(s);
   SL_CHECK(st);
   return sl__dp_endpoint_attach(j->o->dp, s->job);
-}
-
-/* ---- saves ------------------------------------------------------------------
- */
-
-/* Serves the program's saves of this job: for request seq, waits until
- * this node completed the step asked for (the program releases no step
- * until every node answered, so the variables stay at that version),
- * writes this node's file and answers with its name, size and CRC. */
-static void *saver_main(void *arg) {
-  djob *j = arg;
-  const sl__daemon_opts *o = j->o;
-  sl_session *s = j->s;
-  int rank = (int)sl__dp_endpoint_node(o->dp);
-  for (int64_t seq = 1; !atomic_load(&j->done);) {
-    char key[160];
-    sl__daemon_save_key(j->id, seq, key, sizeof key);
-    uint8_t *v = NULL;
-    size_t n = 0;
-    sl_status gst = sl__cp_kv_get(o->cp, key, true, POLL_MS, &v, &n);
-    if (gst != SL_OK) {
-      if (gst == SL_ETIMEOUT) continue;
-      if (sl__cp_client_health(o->cp) != SL_OK) break; /* the monitor acts */
-      struct timespec pause = {0, 100000000};
-      nanosleep(&pause, NULL);
-      continue;
-    }
-    char req[SL__JOB_BLOB_PATH + 64], dir[SL__JOB_BLOB_PATH];
-    size_t k = n < sizeof req - 1 ? n : sizeof req - 1;
-    memcpy(req, v, k);
-    req[k] = '\0';
-    sl__free(v);
-    long long version = -1, step = -1;
-    int used = 0;
-    char ans[1400];
-    if (sscanf(req, "%lld %lld %n", &version, &step, &used) != 2 ||
-        version < 0 || !req[used]) {
-      snprintf(ans, sizeof ans, "Enode %d: a malformed save request", rank);
-    } else {
-      snprintf(dir, sizeof dir, "%s", req + used);
-      /* A node holding no variable has nothing to wait for or write. */
-      bool holds = sl__session_save_pieces(s) > 0;
-      pthread_mutex_lock(&s->lock);
-      while (holds && s->completed < version && !atomic_load(&j->done) &&
-             atomic_load(&s->failed) == SL_OK)
-        sl__cond_wait_ns(&s->cond, &s->lock, 100000000ull);
-      bool ready = !holds || s->completed >= version;
-      pthread_mutex_unlock(&s->lock);
-      char name[128] = "-";
-      int64_t bytes = 0;
-      uint32_t crc = 0;
-      sl_status st =
-          !ready
-              ? sl__fail(SL_EABORTED,
-                         "the job %s before it completed step %lld",
-                         atomic_load(&s->failed) != SL_OK ? "failed" : "ended",
-                         (long long)(s->base + version))
-          : holds ? sl__session_save_node(s, dir, step, version, name,
-                                          sizeof name, &bytes, &crc)
-                  : SL_OK;
-      if (st == SL_OK)
-        snprintf(ans, sizeof ans, "%s %lld %08x", name, (long long)bytes,
-                 (unsigned)crc);
-      else
-        snprintf(ans, sizeof ans, "Enode %d: %s", rank, sl_last_error());
-    }
-    sl__daemon_saved_key(j->id, seq, rank, key, sizeof key);
-    /* The program waits for this answer: try again before giving up. */
-    for (int tries = 0; tries < 3; tries++)
-      if (sl__cp_kv_put(o->cp, key, ans, strlen(ans), CALL_MS) == SL_OK) break;
-    seq++;
-  }
-  return NULL;
 }
 
 static sl_status job_run(djob *j, const uint8_t *blob, size_t len) {
@@ -369,11 +328,14 @@ static sl_status job_run(djob *j, const uint8_t *blob, size_t len) {
     goto detach;
   }
   j->monitor_started = true;
-  if (pthread_create(&j->saver, NULL, saver_main, j) != 0) {
-    st = sl__fail(SL_EINTERNAL, "daemon: cannot start the saver thread");
+  j->rq = (sl__daemon_requests){o->cp, s, j->id,
+                                (int)sl__dp_endpoint_node(o->dp), &j->done};
+  if (pthread_create(&j->requests, NULL, sl__daemon_requests_main, &j->rq) !=
+      0) {
+    st = sl__fail(SL_EINTERNAL, "daemon: cannot start the requests thread");
     goto detach;
   }
-  j->saver_started = true;
+  j->requests_started = true;
   /* Start only once the program attached its share (it starts the job on
    * the control plane then): what this node sends at once, a variable's
    * initial version for a fetch, must find it. */
@@ -393,6 +355,7 @@ static sl_status job_run(djob *j, const uint8_t *blob, size_t len) {
     st = sl__session_connect_dgroups(s, &kv);
   }
   if (st == SL_OK) st = sl_job_start(s->job);
+  j->ran = st == SL_OK;
   if (st == SL_OK) st = sl_job_wait(s->job);
 detach:;
   char msg[1400];
@@ -402,7 +365,7 @@ detach:;
   if (st != SL_OK) sl__dseq_abort(s->dseq, st, msg);
   atomic_store(&j->done, true);
   if (j->monitor_started) pthread_join(j->monitor, NULL);
-  if (j->saver_started) pthread_join(j->saver, NULL);
+  if (j->requests_started) pthread_join(j->requests, NULL);
   sl__dp_endpoint_detach(o->dp);
   if (st != SL_OK) sl__fail(st, "%s", msg);
   return st;
@@ -448,6 +411,31 @@ static void publish_trace(djob *j) {
   sl__free(data);
 }
 
+/* After a failed job: the versions this node's variables all still hold
+ * ("V ..."), so that the program rolls back only to one every node has
+ * (handoff.c carries it into the next job). A node refusing the next job
+ * instead would leave the others attached to it. */
+static void publish_versions(djob *j) {
+  sl_session *s = j->s;
+  char key[SL__CP_MAX_NAME], val[256] = "";
+  size_t n = 0;
+  for (int64_t v = SL_MAX(0, s ? s->completed - 2 : 0);
+       j->ran && v <= s->completed + 1; v++) {
+    bool all = true;
+    for (int32_t i = 0; i < sl__graph_node_count(s->g) && all; i++) {
+      if (!sl__session_is_variable(s, i)) continue;
+      int nr = sl_placement_size(sl__session_var_value(s, i)->placement);
+      for (int r = 0; r < nr && all; r++)
+        all = !sl__session_rank_here(s, i, r) ||
+              sl__session_has_version(s, i, r, v);
+    }
+    if (all && n < sizeof val - 24)
+      n += (size_t)snprintf(val + n, sizeof val - n, "%lld ", (long long)v);
+  }
+  sl__daemon_versions_key(j->id, sl__cp_client_rank(j->o->cp), key, sizeof key);
+  sl__cp_kv_put(j->o->cp, key, n ? val : "-", n ? n : 1, CALL_MS);
+}
+
 static void log_line(const sl__daemon_opts *o, const char *fmt, ...)
     SL__PRINTF(2, 3);
 static void log_line(const sl__daemon_opts *o, const char *fmt, ...) {
@@ -458,6 +446,17 @@ static void log_line(const sl__daemon_opts *o, const char *fmt, ...) {
   va_end(ap);
   fputc('\n', f);
   fflush(f);
+}
+
+/* Whether the program released job `job` (sl_session_destroy). */
+static bool released(sl__cp_client *cp, uint64_t job) {
+  char key[SL__CP_MAX_NAME];
+  sl__daemon_release_key(job, key, sizeof key);
+  uint8_t *v = NULL;
+  size_t n = 0;
+  bool yes = sl__cp_kv_get(cp, key, false, CALL_MS, &v, &n) == SL_OK && n > 0;
+  sl__free(v);
+  return yes; /* the key stays: every node of the job reads it */
 }
 
 /* The first job id to wait for: one past the last the cluster started. */
@@ -489,11 +488,18 @@ sl_status sl__daemon_serve(const sl__daemon_opts *o) {
   int rank = sl__cp_client_rank(o->cp);
   uint64_t id = next_job_id(o->cp);
   int64_t served = 0;
+  /* The last job, kept after it ended for the program to restart from
+   * (handoff.c), until the next job or the program's release. */
+  sl_session *kept = NULL;
   while (!(o->stop && atomic_load(o->stop)) &&
          (o->max_jobs <= 0 || served < o->max_jobs)) {
     uint8_t *blob = NULL;
     size_t len = 0;
     sl_status st = sl__cp_plan_fetch(o->cp, id, rank, POLL_MS, &blob, &len);
+    if (st == SL_ETIMEOUT && kept && released(o->cp, kept->job_id)) {
+      session_free(kept);
+      kept = NULL;
+    }
     if (st == SL_ETIMEOUT) {
       /* A program may have taken a later id (another one's job failed
        * before it was started); follow the cluster's counter. */
@@ -505,6 +511,7 @@ sl_status sl__daemon_serve(const sl__daemon_opts *o) {
       if (sl__cp_client_health(o->cp) != SL_OK) {
         log_line(o, "sluice daemon %d: lost the master: %s", rank,
                  sl_last_error());
+        session_free(kept);
         return SL_ECOMM;
       }
       id++;
@@ -514,8 +521,11 @@ sl_status sl__daemon_serve(const sl__daemon_opts *o) {
     memset(&j, 0, sizeof j);
     j.o = o;
     j.id = id;
+    j.kept = kept;
     atomic_init(&j.done, false);
     st = job_run(&j, blob, len);
+    session_free(j.kept); /* not taken: the new job did not need it */
+    kept = NULL;
     sl__free(blob);
     publish_trace(&j);
     char msg[1400];
@@ -523,7 +533,11 @@ sl_status sl__daemon_serve(const sl__daemon_opts *o) {
     sl_job_stats js;
     memset(&js, 0, sizeof js);
     if (j.s && j.s->job) sl_job_get_stats(j.s->job, &js);
-    session_free(j.s);
+    if (st != SL_OK) publish_versions(&j);
+    if (j.ran)
+      kept = j.s;
+    else
+      session_free(j.s);
     char rep[1500];
     snprintf(rep, sizeof rep, "node %d: %s", rank, msg);
     sl_status rst =
@@ -539,11 +553,13 @@ sl_status sl__daemon_serve(const sl__daemon_opts *o) {
     if (rst != SL_OK && sl__cp_client_health(o->cp) != SL_OK) {
       log_line(o, "sluice daemon %d: lost the master: %s", rank,
                sl_last_error());
+      session_free(kept);
       return SL_ECOMM;
     }
     served++;
     id++;
   }
+  session_free(kept);
   return SL_OK;
 }
 

@@ -20,13 +20,44 @@ void sl__daemon_ready_key(uint64_t job, int rank, char *buf, size_t n);
 /* "sluice/job/<job>/trace/<rank>": the node's Chrome trace of the job, or
  * "E" and why there is none; put before the node reports the job. */
 void sl__daemon_trace_key(uint64_t job, int rank, char *buf, size_t n);
-/* "sluice/job/<job>/save/<seq>": the program's save number seq (1, 2, ...)
- * of the job: "<version> <step> <dir>", version counting the job's own
- * steps. "sluice/job/<job>/saved/<seq>/<rank>": the node wrote its file,
- * "<name> <bytes> <crc32c hex>", or "E" and why not. */
-void sl__daemon_save_key(uint64_t job, int64_t seq, char *buf, size_t n);
-void sl__daemon_saved_key(uint64_t job, int64_t seq, int rank, char *buf,
-                          size_t n);
+/* Requests between steps (daemon_requests.c):
+ * "sluice/job/<job>/req/<seq>": the program's request number seq (1, 2,
+ * ...) of the job; "sluice/job/<job>/ans/<seq>/<rank>": node rank's
+ * answer, and with chunk >= 0 ".../<chunk>" the bytes that come with it. */
+void sl__daemon_req_key(uint64_t job, int64_t seq, char *buf, size_t n);
+void sl__daemon_ans_key(uint64_t job, int64_t seq, int rank, int chunk,
+                        char *buf, size_t n);
+/* "sluice/job/<job>/value/<node>": the whole value the program wrote for
+ * graph node `node`, which job <job> starts with (handoff.c). */
+void sl__daemon_value_key(uint64_t job, int32_t node, char *buf, size_t n);
+/* "sluice/job/<job>/versions/<rank>": after job <job> failed, the
+ * versions node rank's variables all still hold ("0 1 ", or "-"). */
+void sl__daemon_versions_key(uint64_t job, int rank, char *buf, size_t n);
+/* "sluice/job/<job>/release": the program no longer restarts from job
+ * <job>; its nodes free what they kept of it. */
+void sl__daemon_release_key(uint64_t job, char *buf, size_t n);
+
+/* Bytes through the store, in chunks of at most SL__KV_CHUNK bytes under
+ * "<prefix>/0", "<prefix>/1", ... (a value may be larger than a message).
+ * get waits up to wait_ms for each chunk and checks its size; empty
+ * overwrites them with nothing (the store has no delete). */
+#define SL__KV_CHUNK ((size_t)16 << 20)
+sl_status sl__kv_put_chunks(sl__cp_client *cp, const char *prefix,
+                            const void *data, size_t bytes);
+sl_status sl__kv_get_chunks(sl__cp_client *cp, const char *prefix, void *data,
+                            size_t bytes, uint64_t wait_ms);
+void sl__kv_empty_chunks(sl__cp_client *cp, const char *prefix, size_t bytes);
+
+/* A daemon's server of the program's requests for one job (a thread of
+ * job_run, until *done). */
+typedef struct sl__daemon_requests {
+  sl__cp_client *cp;
+  struct sl_session *s;
+  uint64_t job;
+  int rank;
+  atomic_bool *done;
+} sl__daemon_requests;
+void *sl__daemon_requests_main(void *arg);
 
 typedef struct sl__daemon_opts {
   sl__cp_client *cp;   /* joined as a node */

@@ -1,6 +1,6 @@
 /* The job blob: a fixed header (magic, version, node count, address
- * length, flags, restore path length), the program's address, the restore
- * path, the hang timeout, the base step, the graph's and the plan's
+ * length, flags, starts text length), the program's address, the starts
+ * text, the hang timeout, the base step, the graph's and the plan's
  * lengths, then the two encodings. Host byte order: the
  * daemons and the program are the same build on the same kind of machine
  * (docs/daemon.md, "Limits"). */
@@ -10,7 +10,7 @@
 #include "job_blob.h"
 
 #define BLOB_MAGIC 0x424a4c53u /* "SLJB" */
-#define BLOB_VERSION 3u
+#define BLOB_VERSION 4u
 
 static void wr(uint8_t **p, const void *src, size_t n) {
   memcpy(*p, src, n);
@@ -21,9 +21,12 @@ sl_status sl__job_blob_pack(const sl__job_blob *b, uint8_t **buf, size_t *len) {
   *buf = NULL;
   *len = 0;
   uint32_t alen = (uint32_t)strlen(b->driver_addr);
-  uint32_t rlen = b->restore ? (uint32_t)strlen(b->restore) : 0;
-  if (rlen >= SL__JOB_BLOB_PATH)
-    return sl__fail(SL_EINVAL, "restore path of %u bytes is too long", rlen);
+  size_t slen = b->starts ? strlen(b->starts) : 0;
+  if (slen >= SL__JOB_BLOB_STARTS)
+    return sl__fail(SL_EINVAL,
+                    "the variables' starts take %zu bytes, more than %d", slen,
+                    SL__JOB_BLOB_STARTS - 1);
+  uint32_t rlen = (uint32_t)slen;
   uint64_t gl = b->graph_len, pl = b->plan_len;
   size_t n = 6 * 4 + alen + rlen + 8 + 8 + 8 + 8 + gl + pl;
   uint8_t *out = sl__malloc(n), *p = out;
@@ -31,7 +34,7 @@ sl_status sl__job_blob_pack(const sl__job_blob *b, uint8_t **buf, size_t *len) {
   uint32_t hdr[6] = {BLOB_MAGIC, BLOB_VERSION, b->nnodes, alen, b->trace, rlen};
   wr(&p, hdr, sizeof hdr);
   wr(&p, b->driver_addr, alen);
-  if (rlen) wr(&p, b->restore, rlen);
+  if (rlen) wr(&p, b->starts, rlen);
   wr(&p, &b->hang_timeout_ms, 8);
   wr(&p, &b->base_step, 8);
   wr(&p, &gl, 8);
@@ -44,14 +47,14 @@ sl_status sl__job_blob_pack(const sl__job_blob *b, uint8_t **buf, size_t *len) {
 }
 
 sl_status sl__job_blob_unpack(const uint8_t *buf, size_t len, char *out_addr,
-                              char *out_restore, sl__job_blob *out) {
+                              char *out_starts, sl__job_blob *out) {
   memset(out, 0, sizeof *out);
   uint32_t hdr[6];
   uint64_t gl, pl;
   if (len < sizeof hdr) goto bad;
   memcpy(hdr, buf, sizeof hdr);
   if (hdr[0] != BLOB_MAGIC || hdr[1] != BLOB_VERSION || hdr[3] >= 256 ||
-      hdr[4] > 1 || hdr[5] >= SL__JOB_BLOB_PATH)
+      hdr[4] > 1 || hdr[5] >= SL__JOB_BLOB_STARTS)
     goto bad;
   size_t off = sizeof hdr;
   if (len - off < (size_t)hdr[3] + hdr[5] + 32u) goto bad;
@@ -62,8 +65,8 @@ sl_status sl__job_blob_unpack(const uint8_t *buf, size_t len, char *out_addr,
   memcpy(out_addr, buf + off, hdr[3]);
   out_addr[hdr[3]] = '\0';
   off += hdr[3];
-  memcpy(out_restore, buf + off, hdr[5]);
-  out_restore[hdr[5]] = '\0';
+  memcpy(out_starts, buf + off, hdr[5]);
+  out_starts[hdr[5]] = '\0';
   off += hdr[5];
   memcpy(&out->hang_timeout_ms, buf + off, 8);
   memcpy(&out->base_step, buf + off + 8, 8);
@@ -73,7 +76,7 @@ sl_status sl__job_blob_unpack(const uint8_t *buf, size_t len, char *out_addr,
   if (out->base_step < 0) goto bad;
   if (gl > len - off || pl != len - off - gl) goto bad;
   out->driver_addr = out_addr;
-  out->restore = out_restore;
+  out->starts = out_starts;
   out->nnodes = hdr[2];
   out->trace = hdr[4] != 0;
   out->graph = buf + off;

@@ -24,19 +24,22 @@ typedef struct sl__job_blob {
   const uint8_t *plan;
   size_t plan_len;
   bool trace; /* the program wants a trace: each node hands its in */
-  /* The job's piece 0 is step base_step; restore (NULL or ""): variables
-   * start from this checkpoint (docs/checkpoint.md). */
+  /* The job's piece 0 is step base_step; starts (NULL or ""): how its
+   * variables start instead of their initializers, as lines of text that
+   * session/handoff.c writes and reads (a checkpoint, the previous job's
+   * values, values the program wrote). */
   int64_t base_step;
-  const char *restore;
+  const char *starts;
 } sl__job_blob;
 
 /* Packs b into a malloc'd buffer (sl__free). SL_ENOMEM. */
 sl_status sl__job_blob_pack(const sl__job_blob *b, uint8_t **buf, size_t *len);
 /* Parses buf; the pointers of *out point into buf (driver_addr into a
- * static-size copy in out_addr, 256 bytes; restore into out_restore,
- * SL__JOB_BLOB_PATH bytes). SL_EINVAL for malformed. */
+ * static-size copy in out_addr, 256 bytes; starts into out_starts,
+ * SL__JOB_BLOB_STARTS bytes). SL_EINVAL for malformed. */
 #define SL__JOB_BLOB_PATH 4096
+#define SL__JOB_BLOB_STARTS 65536
 sl_status sl__job_blob_unpack(const uint8_t *buf, size_t len, char *out_addr,
-                              char *out_restore, sl__job_blob *out);
+                              char *out_starts, sl__job_blob *out);
 
 #endif

@@ -39,7 +39,7 @@ struct sl__remote {
   bool watcher_started, joined;
   sl_status job_st;
   char job_msg[1400];
-  int64_t saves; /* save requests of this job */
+  int64_t requests; /* requests to the daemons in this job */
 };
 
 bool sl__remote_wanted(const sl_session_config *c) {
@@ -199,11 +199,14 @@ static sl_status submit(sl_session *s, const sl__cp_env *env) {
   sl__remote *rm = s->rm;
   int nn = sl__cp_client_nnodes(rm->cp);
   uint8_t *graph = NULL, *plan = NULL, *blob = NULL;
+  char *starts = NULL;
   size_t gl = 0, pl = 0, bl = 0;
   char addr[300];
   self_addr(env->bind, sl__dp_endpoint_port(rm->ep), addr, sizeof addr);
+  rm->job = next_job(rm->cp);
   sl_status st = sl__graph_pack(s->g, &graph, &gl);
   if (st == SL_OK) st = sl__pplan_pack(s->pp, &plan, &pl);
+  if (st == SL_OK) st = sl__handoff_starts(s, rm->cp, rm->job, &starts);
   if (st == SL_OK) {
     sl__job_blob b = {.driver_addr = addr,
                       .nnodes = (uint32_t)nn,
@@ -214,7 +217,7 @@ static sl_status submit(sl_session *s, const sl__cp_env *env) {
                       .plan_len = pl,
                       .trace = s->trace_path != NULL,
                       .base_step = s->base,
-                      .restore = s->restore};
+                      .starts = starts};
     st = sl__job_blob_pack(&b, &blob, &bl);
   }
   const uint8_t **plans = sl__calloc((size_t)nn, sizeof *plans);
@@ -224,10 +227,8 @@ static sl_status submit(sl_session *s, const sl__cp_env *env) {
     plans[r] = blob;
     lens[r] = bl;
   }
-  if (st == SL_OK) {
-    rm->job = next_job(rm->cp);
+  if (st == SL_OK)
     st = sl__cp_plan_submit(rm->cp, rm->job, nn, plans, lens, CALL_MS);
-  }
   if (st == SL_OK) {
     rm->submitted = true;
     char v[32];
@@ -239,6 +240,7 @@ static sl_status submit(sl_session *s, const sl__cp_env *env) {
   sl__free(graph);
   sl__free(plan);
   sl__free(blob);
+  sl__free(starts);
   return st;
 }
 
@@ -318,6 +320,8 @@ sl_status sl__remote_start(sl_session *s) {
   if (pthread_create(&rm->monitor, NULL, monitor_main, rm) == 0)
     rm->monitor_started = true;
 out:
+  /* Every daemon took the written values, or will not. */
+  if (rm->submitted) sl__handoff_forget(s, rm->cp, rm->job);
   if (st != SL_OK && rm->submitted && rm->cp) {
     char why[1400];
     snprintf(why, sizeof why, "%s", sl_last_error());
@@ -328,73 +332,84 @@ out:
   return st;
 }
 
-/* ---- saves (session/save.c) ------------------------------------------------
+/* ---- requests between steps (daemon_requests.c) ---------------------------
  */
 
-/* How long the program waits for a node's file of a save. */
-#define SAVE_MS 1800000u
+/* How long the program waits for a node's answer (a save of a large
+ * model included). */
+#define ANSWER_MS 1800000u
 
-sl_status sl__remote_save_ask(sl_session *s, const char *dir, int64_t step,
-                              int64_t version, int64_t *seq) {
+uint64_t sl__remote_job(const sl_session *s) { return s->rm ? s->rm->job : 0; }
+
+sl_status sl__remote_ask(sl_session *s, const char *req, int64_t *seq) {
   sl__remote *rm = s->rm;
   *seq = 0;
-  char key[160], val[SL__JOB_BLOB_PATH + 64];
-  sl__daemon_save_key(rm->job, rm->saves + 1, key, sizeof key);
-  snprintf(val, sizeof val, "%lld %lld %s", (long long)version, (long long)step,
-           dir);
+  char key[SL__CP_MAX_NAME];
+  sl__daemon_req_key(rm->job, rm->requests + 1, key, sizeof key);
   /* The daemons take requests in order: a number is used once it is out. */
-  SL_CHECK(sl__cp_kv_put(rm->cp, key, val, strlen(val), CALL_MS));
-  *seq = ++rm->saves;
+  SL_CHECK(sl__cp_kv_put(rm->cp, key, req, strlen(req), CALL_MS));
+  *seq = ++rm->requests;
   return SL_OK;
 }
 
-void sl__remote_save_forget(sl_session *s, int64_t seq) {
+sl_status sl__remote_answer(sl_session *s, int64_t seq, int rank, char *ans,
+                            size_t n) {
   sl__remote *rm = s->rm;
-  char key[160];
-  int nn = sl__cp_client_nnodes(rm->cp);
-  for (int r = 0; r < nn; r++) {
-    sl__daemon_saved_key(rm->job, seq, r, key, sizeof key);
-    sl__cp_kv_put(rm->cp, key, "", 0, CALL_MS);
-  }
-  sl__daemon_save_key(rm->job, seq, key, sizeof key);
-  sl__cp_kv_put(rm->cp, key, "", 0, CALL_MS);
-}
-
-sl_status sl__remote_save_answer(sl_session *s, int64_t seq, int rank,
-                                 char *name, size_t n, int64_t *bytes,
-                                 uint32_t *crc) {
-  sl__remote *rm = s->rm;
-  char key[160];
-  sl__daemon_saved_key(rm->job, seq, rank, key, sizeof key);
+  char key[SL__CP_MAX_NAME];
+  sl__daemon_ans_key(rm->job, seq, rank, -1, key, sizeof key);
   uint8_t *v = NULL;
   size_t len = 0;
   sl_status st = SL_ETIMEOUT;
-  for (uint32_t waited = 0; waited < SAVE_MS && st == SL_ETIMEOUT;
+  for (uint32_t waited = 0; waited < ANSWER_MS && st == SL_ETIMEOUT;
        waited += 1000) {
     if (atomic_load(&s->failed) != SL_OK)
-      return sl__fail(SL_EABORTED, "node %d: the job failed during the save",
+      return sl__fail(SL_EABORTED, "node %d: the job failed before it answered",
                       rank);
     st = sl__cp_kv_get(rm->cp, key, true, 1000, &v, &len);
   }
   if (st != SL_OK)
-    return sl__fail(st, "node %d did not answer the save: %s", rank,
-                    sl_last_error());
-  char ans[1400];
-  size_t k = len < sizeof ans - 1 ? len : sizeof ans - 1;
+    return sl__fail(st, "node %d did not answer: %s", rank, sl_last_error());
+  size_t k = len < n - 1 ? len : n - 1;
   memcpy(ans, v, k);
   ans[k] = '\0';
   sl__free(v);
   if (ans[0] == 'E') return sl__fail(SL_EIO, "%s", ans + 1);
-  char nm[128];
-  long long b = -1;
-  unsigned c = 0;
-  if (sscanf(ans, "%127s %lld %x", nm, &b, &c) != 3 || b < 0)
-    return sl__fail(SL_EINTERNAL, "node %d: a malformed answer '%s'", rank,
-                    ans);
-  snprintf(name, n, "%s", nm);
-  *bytes = b;
-  *crc = c;
   return SL_OK;
+}
+
+sl_status sl__remote_answer_data(sl_session *s, int64_t seq, int rank,
+                                 void *buf, size_t bytes) {
+  char prefix[SL__CP_MAX_NAME];
+  sl__daemon_ans_key(s->rm->job, seq, rank, -1, prefix, sizeof prefix);
+  sl_status st = sl__kv_get_chunks(s->rm->cp, prefix, buf, bytes, CALL_MS);
+  sl__kv_empty_chunks(s->rm->cp, prefix, bytes);
+  return st;
+}
+
+void sl__remote_forget(sl_session *s, int64_t seq) {
+  sl__remote *rm = s->rm;
+  char key[SL__CP_MAX_NAME];
+  for (uint32_t r = 0; r < s->driver; r++) {
+    sl__daemon_ans_key(rm->job, seq, (int)r, -1, key, sizeof key);
+    sl__cp_kv_put(rm->cp, key, "", 0, CALL_MS);
+  }
+  sl__daemon_req_key(rm->job, seq, key, sizeof key);
+  sl__cp_kv_put(rm->cp, key, "", 0, CALL_MS);
+}
+
+sl_status sl__remote_hold(sl_session *s, int64_t version) {
+  char req[64];
+  snprintf(req, sizeof req, "hold %lld", (long long)version);
+  int64_t seq = 0;
+  SL_CHECK(sl__remote_ask(s, req, &seq));
+  sl_status st = SL_OK;
+  for (uint32_t r = 0; r < s->driver; r++) {
+    char ans[1400];
+    sl_status rs = sl__remote_answer(s, seq, (int)r, ans, sizeof ans);
+    if (st == SL_OK) st = rs; /* every answer, so none is left behind */
+  }
+  sl__remote_forget(s, seq);
+  return st;
 }
 
 void sl__remote_pump(sl_session *s) {
@@ -598,6 +613,44 @@ void sl__remote_destroy(sl_session *s) {
   rm->monitor_started = false;
   if (rm->attached) sl__dp_endpoint_detach(rm->ep);
   rm->attached = false;
+}
+
+sl_status sl__remote_can_roll_back(sl_session *s, int64_t version) {
+  sl__remote *rm = s->rm;
+  if (s->final == SL_ECOMM) return sl__fail(SL_ECOMM, "a node was lost");
+  for (uint32_t r = 0; r < s->driver; r++) {
+    char key[SL__CP_MAX_NAME];
+    sl__daemon_versions_key(rm->job, (int)r, key, sizeof key);
+    uint8_t *v = NULL;
+    size_t n = 0;
+    SL_CHECK(sl__cp_kv_get(rm->cp, key, true, CALL_MS, &v, &n));
+    char list[256];
+    size_t k = n < sizeof list - 1 ? n : sizeof list - 1;
+    memcpy(list, v, k);
+    list[k] = '\0';
+    sl__free(v);
+    sl__cp_kv_put(rm->cp, key, "", 0, CALL_MS);
+    bool held = false;
+    for (char *t = strtok(list, " "); t && !held; t = strtok(NULL, " "))
+      held = strtoll(t, NULL, 10) == version;
+    if (!held)
+      return sl__fail(SL_ESTATE,
+                      "node %u's variables no longer hold their values before "
+                      "step %lld: an update was written or under way",
+                      r, (long long)(s->base + version));
+  }
+  return SL_OK;
+}
+
+void sl__remote_release(sl_session *s) {
+  sl__remote *rm = s->rm;
+  if (!rm || !rm->submitted) return;
+  char key[SL__CP_MAX_NAME];
+  sl__daemon_release_key(rm->job, key, sizeof key);
+  if (sl__cp_kv_put(rm->cp, key, "1", 1, CALL_MS) != SL_OK)
+    SL_WARN("remote session: the daemons keep job %" PRIu64
+            "'s variables until the next job: %s",
+            rm->job, sl_last_error());
 }
 
 void sl__remote_free(sl_session *s) {

@@ -19,16 +19,6 @@
 #include "cpu/npy.h"
 #include "session_int.h"
 
-/* Whether rank r's shard is one to store: coordinate 0 on every mesh axis
- * the value is broadcast along (the other coordinates hold copies). */
-static bool stores(const sl__value *v, int r) {
-  int coord[SL_MAX_DIMS] = {0};
-  sl_placement_rank_coord(v->placement, r, coord);
-  for (int a = 0; a < v->sbp.ndim; a++)
-    if (v->sbp.sbp[a].kind == SL_SBP_BROADCAST && coord[a] != 0) return false;
-  return true;
-}
-
 /* One stored piece and where it comes from. */
 typedef struct save_piece {
   int32_t node;
@@ -53,10 +43,14 @@ struct sl__save {
   pthread_t thread;
   sl_status st;
   char msg[1024];
+  struct remote_save *remote; /* a background save over daemons */
 };
+
+static void remote_free(struct remote_save *rs);
 
 static void save_free(sl__save *sv) {
   if (!sv) return;
+  if (sv->remote) remote_free(sv->remote);
   for (int32_t k = 0; sv->data && k < sv->n; k++)
     sl__free(sv->data[k]);
   sl__free(sv->data);
@@ -104,13 +98,6 @@ static sl_status source_metadata(const sl_session *s, int32_t *n_kv,
   return SL_OK;
 }
 
-/* Whether placement rank r of v is on node `node`. */
-static bool on_node(const sl__value *v, int r, uint32_t node) {
-  int n = 0, d = 0;
-  return sl_placement_rank_device(v->placement, r, &n, &d) == SL_OK &&
-         (uint32_t)n == node;
-}
-
 /* What node `node` stores of every variable (each distinct shard once):
  * version `version` of its job, step `step`. */
 static sl_status save_plan(const sl_session *s, const char *dir, uint32_t node,
@@ -134,7 +121,9 @@ static sl_status save_plan(const sl_session *s, const char *dir, uint32_t node,
     const sl__value *v = sl__session_var_value(s, i);
     if (sl_shape_numel(&v->meta.shape) == 0) continue; /* nothing to keep */
     for (int r = 0; r < sl_placement_size(v->placement) && st == SL_OK; r++) {
-      if (!stores(v, r) || !on_node(v, r, node)) continue;
+      if (!sl__session_stores_rank(v, r) ||
+          !sl__session_rank_on_node(v, r, node))
+        continue;
       save_piece *p = &sv->sp[sv->n];
       sl__ckpt_piece *c = &sv->pc[sv->n++];
       p->node = i;
@@ -185,8 +174,10 @@ static sl_status save_file(sl__save *sv, const sl_session *s,
   size_t cap = 0;
   for (int32_t k = 0; k < sv->n; k++)
     cap = SL_MAX(cap, sv->sp[k].bytes);
-  void *buf = sv->data ? NULL : sl__malloc(cap + 64);
-  if (!sv->data && !buf) return SL_ENOMEM;
+  /* A daemon's copy of the step (a background save's) */
+  bool held = s && s->held && s->held_version == sv->version;
+  void *buf = sv->data || held ? NULL : sl__malloc(cap + 64);
+  if (!sv->data && !held && !buf) return SL_ENOMEM;
   sl__ckpt_file *f = NULL;
   /* A file of this name may exist (the directory holds a save of this
    * step): the new one must not replace what the index still names. */
@@ -199,10 +190,10 @@ static sl_status save_file(sl__save *sv, const sl_session *s,
   for (int32_t k = 0; k < sv->n && st == SL_OK; k++) {
     const save_piece *p = &sv->sp[k];
     /* Host shards go to the file straight from their registers. */
-    const void *src = sv->data
-                          ? sv->data[k]
-                          : sl__session_job_shard_host(s, p->node, p->rank,
-                                                       sv->version, p->bytes);
+    const void *src = sv->data ? sv->data[k]
+                      : held   ? s->held[p->node][p->rank]
+                               : sl__session_job_shard_host(
+                                     s, p->node, p->rank, sv->version, p->bytes);
     if (!src) {
       st = sl__session_job_shard(s, p->node, p->rank, sv->version, buf,
                                  p->bytes);
@@ -244,7 +235,7 @@ static void *save_main(void *arg) {
 
 /* Joins the background save, keeping its outcome (the first failure)
  * for sl_session_save_wait. */
-static void save_join(sl_session *s) {
+void sl__session_save_join(sl_session *s) {
   sl__save *sv = s->bg_save;
   if (!sv) return;
   pthread_join(sv->thread, NULL);
@@ -258,7 +249,7 @@ static void save_join(sl_session *s) {
 
 sl_status sl_session_save_wait(sl_session *s) {
   if (!s) return sl__fail(SL_EINVAL, "save: NULL session");
-  save_join(s);
+  sl__session_save_join(s);
   sl_status st = s->bg_status;
   s->bg_status = SL_OK;
   if (st != SL_OK) sl__fail(st, "%s", s->bg_msg);
@@ -268,11 +259,10 @@ sl_status sl_session_save_wait(sl_session *s) {
 /* ---- sessions over daemons -------------------------------------------------
  *
  * A save asks every daemon through the control plane's store
- * (session/daemon.c, saver_main): each writes its node's file once it has
- * completed the step, the program waits for every answer and commits the
- * index. A restore starts a new job whose daemons read their variables
- * from the checkpoint (sl__session_restore_sources). The directory must
- * be the same path on every node (a shared file system). */
+ * (daemon_requests.c): each writes its node's file, the program waits for
+ * every answer and commits the index. A restore or load starts a new job
+ * whose daemons read their variables from the checkpoint (handoff.c). The
+ * directory must be the same path on every node (a shared file system). */
 
 sl_status sl__session_save_node(sl_session *s, const char *dir, int64_t step,
                                 int64_t version, char *name, size_t n,
@@ -316,61 +306,137 @@ static sl_status absolute(const char *dir, char *out, size_t n) {
   return SL_OK;
 }
 
-static sl_status save_remote(sl_session *s, const char *dir) {
-  char abs[SL__JOB_BLOB_PATH + 64];
-  SL_CHECK(absolute(dir, abs, sizeof abs));
-  uint32_t nn = s->driver; /* the daemons are nodes 0..nn-1 */
-  int64_t version = s->steps - s->base, seq = 0;
-  sl__save **plans = sl__calloc((size_t)nn + 1, sizeof *plans);
-  sl__ckpt_file_done *done = sl__calloc((size_t)nn + 1, sizeof *done);
-  sl_status st = plans && done ? SL_OK : SL_ENOMEM;
-  for (uint32_t r = 0; r < nn && st == SL_OK; r++)
-    st = save_plan(s, abs, r, s->steps, version, &plans[r]);
+/* A save over daemons, the program's side: what each node stores
+ * (plans[r]), and once asked, the request whose answers name the files. */
+typedef struct remote_save {
+  sl_session *s;
+  char dir[SL__JOB_BLOB_PATH + 64];
+  int64_t step, seq;
+  uint32_t nn;
+  sl__save **plans;
+} remote_save;
+
+static void remote_free(remote_save *rs) {
+  for (uint32_t r = 0; rs->plans && r < rs->nn; r++)
+    save_free(rs->plans[r]);
+  sl__free(rs->plans);
+  sl__free(rs);
+}
+
+static sl_status remote_plan(sl_session *s, const char *dir,
+                             remote_save **out) {
+  remote_save *rs;
+  if (SL_NEW(rs) != SL_OK) return SL_ENOMEM;
+  rs->s = s;
+  rs->step = s->steps;
+  rs->nn = s->driver; /* the daemons are nodes 0..nn-1 */
+  sl_status st = absolute(dir, rs->dir, sizeof rs->dir);
+  if (st == SL_OK &&
+      !(rs->plans = sl__calloc((size_t)rs->nn + 1, sizeof *rs->plans)))
+    st = SL_ENOMEM;
+  for (uint32_t r = 0; r < rs->nn && st == SL_OK; r++)
+    st = save_plan(s, rs->dir, r, s->steps, s->steps - s->base, &rs->plans[r]);
   if (st == SL_OK)
-    st = source_metadata(s, &plans[0]->n_kv, &plans[0]->kv, &plans[0]->kv_text);
-  if (st == SL_OK) st = sl__remote_save_ask(s, abs, s->steps, version, &seq);
-  /* The answers of the nodes that hold variables (the others answer "-"),
-   * every one of them, also after a failure, so none is left behind. */
-  int32_t n_files = 0;
-  for (uint32_t r = 0; seq > 0 && r < nn; r++) {
-    if (plans[r]->n == 0) continue;
-    char name[128];
-    int64_t bytes = 0;
-    uint32_t crc = 0;
-    sl_status rs =
-        sl__remote_save_answer(s, seq, (int)r, name, sizeof name, &bytes, &crc);
-    if (st == SL_OK) st = rs;
-    if (st == SL_OK)
-      st = sl__ckpt_file_describe(name, r, bytes, crc, plans[r]->n,
-                                  plans[r]->pc, &done[n_files++]);
+    st = source_metadata(s, &rs->plans[0]->n_kv, &rs->plans[0]->kv,
+                         &rs->plans[0]->kv_text);
+  if (st != SL_OK) {
+    remote_free(rs);
+    return st;
   }
-  if (seq > 0) sl__remote_save_forget(s, seq);
+  *out = rs;
+  return SL_OK;
+}
+
+/* Every node's answer (also after a failure, so none is left behind),
+ * then the index. */
+static sl_status remote_commit(remote_save *rs) {
+  sl_session *s = rs->s;
+  sl__ckpt_file_done *done = sl__calloc((size_t)rs->nn + 1, sizeof *done);
+  sl_status st = done ? SL_OK : SL_ENOMEM;
+  int32_t n_files = 0;
+  for (uint32_t r = 0; r < rs->nn; r++) {
+    char ans[1400], name[128];
+    long long bytes = -1;
+    unsigned crc = 0;
+    sl_status as = sl__remote_answer(s, rs->seq, (int)r, ans, sizeof ans);
+    if (st == SL_OK) st = as;
+    if (st != SL_OK || rs->plans[r]->n == 0 || !done) continue;
+    if (sscanf(ans, "%127s %lld %x", name, &bytes, &crc) != 3 || bytes < 0)
+      st = sl__fail(SL_EINTERNAL, "node %u: a malformed answer '%s'", r, ans);
+    else
+      st = sl__ckpt_file_describe(name, r, bytes, crc, rs->plans[r]->n,
+                                  rs->plans[r]->pc, &done[n_files++]);
+  }
+  sl__remote_forget(s, rs->seq);
   if (st == SL_OK)
-    st = sl__ckpt_commit(abs, s->steps, n_files, done, plans[0]->n_kv,
-                         plans[0]->kv);
+    st = sl__ckpt_commit(rs->dir, rs->step, n_files, done, rs->plans[0]->n_kv,
+                         rs->plans[0]->kv);
   for (int32_t k = 0; done && k < n_files; k++)
     sl__ckpt_file_done_free(&done[k]);
-  for (uint32_t r = 0; plans && r < nn; r++)
-    save_free(plans[r]);
-  sl__free(plans);
   sl__free(done);
-  if (st != SL_OK) sl__fail_context(st, "save to '%s': ", dir);
+  if (st != SL_OK) sl__fail_context(st, "save to '%s': ", rs->dir);
   return st;
+}
+
+static void *remote_main(void *arg) {
+  sl__save *sv = arg;
+  sv->st = remote_commit(sv->remote);
+  if (sv->st != SL_OK) snprintf(sv->msg, sizeof sv->msg, "%s", sl_last_error());
+  return NULL;
+}
+
+/* Over daemons: each daemon writes its node's file once it completed the
+ * step (the program releases no step until every node answered); in the
+ * background, each copies its shards first ("hold", answered at once)
+ * and writes them while training goes on, a thread here waiting for the
+ * answers to commit the index. */
+static sl_status save_remote(sl_session *s, const char *dir, bool background) {
+  remote_save *rs = NULL;
+  SL_CHECK(remote_plan(s, dir, &rs));
+  char req[SL__JOB_BLOB_PATH + 160];
+  int64_t version = s->steps - s->base;
+  sl_status st = SL_OK;
+  if (background) {
+    st = sl__remote_hold(s, version);
+    snprintf(req, sizeof req, "write %lld %lld %s", (long long)version,
+             (long long)rs->step, rs->dir);
+  } else {
+    snprintf(req, sizeof req, "save %lld %lld %s", (long long)version,
+             (long long)rs->step, rs->dir);
+  }
+  if (st == SL_OK) st = sl__remote_ask(s, req, &rs->seq);
+  if (st != SL_OK) {
+    remote_free(rs);
+    return sl__fail_context(st, "save to '%s': ", dir);
+  }
+  if (!background) {
+    st = remote_commit(rs);
+    remote_free(rs);
+    return st;
+  }
+  sl__save *sv;
+  if (SL_NEW(sv) != SL_OK) {
+    st = remote_commit(rs); /* the daemons write it anyway */
+    remote_free(rs);
+    return st != SL_OK ? st : SL_ENOMEM;
+  }
+  sv->remote = rs;
+  if (pthread_create(&sv->thread, NULL, remote_main, sv) != 0) {
+    st = remote_commit(rs);
+    save_free(sv);
+    return st;
+  }
+  s->bg_save = sv;
+  return SL_OK;
 }
 
 static sl_status save(sl_session *s, const char *dir, bool background) {
   if (!s || !dir) return sl__fail(SL_EINVAL, "save: NULL argument");
   if (!dir[0]) return sl__fail(SL_EINVAL, "save: no directory given");
-  save_join(s);
-  SL_CHECK(sl__session_check_usable(s, "save", true));
+  sl__session_save_join(s);
+  SL_CHECK(sl__session_check_usable(s, "save"));
   SL_CHECK(sl__session_apply_writes(s));
-  if (s->remote) {
-    if (background)
-      return sl__fail(SL_EUNSUPPORTED,
-                      "save: a background save is not available on a "
-                      "session over daemons yet");
-    return save_remote(s, dir);
-  }
+  if (s->remote) return save_remote(s, dir, background);
   sl__save *sv;
   SL_CHECK(save_plan(s, dir, s->self_node, s->steps, s->steps - s->base, &sv));
   sl_status st = source_metadata(s, &sv->n_kv, &sv->kv, &sv->kv_text);
@@ -468,8 +534,8 @@ static sl_status restore_or_load(sl_session *s, const char *path, bool restore,
   const char *what = restore ? "restore" : "load";
   if (loaded) *loaded = 0;
   if (!s || !path) return sl__fail(SL_EINVAL, "%s: NULL argument", what);
-  save_join(s); /* a restore may read what it writes */
-  SL_CHECK(sl__session_check_usable(s, what, restore));
+  sl__session_save_join(s); /* a restore may read what it writes */
+  SL_CHECK(sl__session_check_usable(s, what));
   sl_checkpoint *ck = NULL;
   SL_CHECK(sl_checkpoint_open(path, &ck));
   int64_t step = restore ? sl_checkpoint_step(ck) : s->steps;
@@ -487,7 +553,7 @@ static sl_status restore_or_load(sl_session *s, const char *path, bool restore,
     for (int32_t i = 0; s->var_src && i < sl__graph_node_count(s->g); i++)
       s->var_src[i].ck = NULL;
     st = absolute(path, abs, sizeof abs);
-    if (st == SL_OK) st = sl__session_restart_remote(s, abs, step);
+    if (st == SL_OK) st = sl__session_restart_remote(s, abs, restore, step);
   } else if (st == SL_OK) {
     /* Every shard read before the job is touched: a bad piece leaves the
      * session as it was. */
@@ -516,6 +582,14 @@ sl_status sl__session_restore_sources(sl_session *s, const char *path,
                     (long long)step);
   int32_t set = 0;
   return plan_sources(s, path, s->restore_ck, true, &set);
+}
+
+sl_status sl__session_load_sources(sl_session *s, const char *path) {
+  if (s->restore_ck)
+    return sl__fail(SL_EINVAL, "'%s': a job starts from one checkpoint", path);
+  SL_CHECK(sl_checkpoint_open(path, &s->restore_ck));
+  int32_t set = 0;
+  return plan_sources(s, path, s->restore_ck, false, &set);
 }
 
 sl_status sl_session_restore(sl_session *s, const char *path) {

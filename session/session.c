@@ -232,10 +232,7 @@ static sl_status run_failed(sl_session *s) {
   char why[sizeof s->errmsg];
   snprintf(why, sizeof why, "%s", s->errmsg);
   int64_t step = s->base + s->completed;
-  sl_status rb = s->remote ? sl__fail(SL_EUNSUPPORTED,
-                                      "a session over daemons does not roll "
-                                      "a step back yet")
-                           : sl__session_roll_back(s);
+  sl_status rb = sl__session_roll_back(s);
   if (rb == SL_OK) {
     s->steps = step;
     return sl__fail(st, "%s; step %lld was rolled back", why, (long long)step);
@@ -492,6 +489,7 @@ void sl_session_destroy(sl_session *s) {
     SL_WARN("session: background save: %s", sl_last_error());
   if (s->started && !s->finished) sl_session_finish(s);
   sl__remote_destroy(s);
+  sl__remote_release(s); /* the daemons may free what they kept of it */
   sl_job_destroy(s->job);
   sl__remote_free(s);
   sl__comm_destroy(s->comm);

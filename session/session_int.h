@@ -147,6 +147,7 @@ typedef struct drv_tick {
 
 typedef struct sl__remote sl__remote;
 typedef struct sl__save sl__save;
+typedef struct sl__cp_client sl__cp_client;
 
 /* state.c: what a variable starts as when the next job is built, instead
  * of its initializer: a value the program wrote (whole), its shards
@@ -158,6 +159,17 @@ typedef struct sl__var_src {
   const sl_checkpoint *ck;
   int32_t tensor;
 } sl__var_src;
+
+/* What a remote session's next job starts its variables from, beside
+ * the values the program wrote (handoff.c): a checkpoint (restore: every
+ * variable; load: the weights it names), and the other variables carried
+ * over from version carry_version of job carry_job. */
+typedef struct sl__next_start {
+  const char *restore, *load;
+  bool carry;
+  uint64_t carry_job;
+  int64_t carry_version;
+} sl__next_start;
 
 struct sl_session {
   sl_graph *g;
@@ -233,7 +245,15 @@ struct sl_session {
   const char **file_paths; /* the graph's strings */
   /* Daemons: the checkpoint a continued job's variables start from. */
   sl_checkpoint *restore_ck;
-  const char *restore; /* remote: the path a restarted job restores */
+  /* Remote: how the daemons' next job starts its variables (state.c sets
+   * it for a restart, handoff.c tells the daemons). */
+  sl__next_start next;
+  /* Daemons: the program's working directory (for relative paths), and a
+   * copy of this node's shards of every variable, by graph node and
+   * placement rank, at version held_version of the job (handoff.c). */
+  char *cwd;
+  void ***held;
+  int64_t held_version;
   bool started, finished, waited;
   sl_status final;
   char errmsg[1400];
@@ -423,10 +443,9 @@ static inline const sl__value *sl__session_var_value(const sl_session *s,
                                                      int32_t node) {
   return sl__graph_value(s->g, sl__graph_node(s->g, node)->out[0]);
 }
-/* SL_EUNSUPPORTED on a session over daemons, SL_ESTATE after a failure or
- * finish; `what` starts the message. */
-sl_status sl__session_check_usable(const sl_session *s, const char *what,
-                                   bool remote_ok);
+/* SL_ESTATE without a job, after a failure or finish; `what` starts the
+ * message. */
+sl_status sl__session_check_usable(const sl_session *s, const char *what);
 /* Rank `rank`'s shard of variable `node` as version `version` of the
  * current job (idle between steps) holds it, into buf. */
 sl_status sl__session_job_shard(const sl_session *s, int32_t node, int rank,
@@ -435,6 +454,11 @@ sl_status sl__session_job_shard(const sl_session *s, int32_t node, int rank,
  * while the job stays idle), else NULL. */
 const void *sl__session_job_shard_host(const sl_session *s, int32_t node,
                                        int rank, int64_t version, size_t bytes);
+/* Whether rank r's shard of v is one a save stores: coordinate 0 on
+ * every mesh axis v is broadcast along (the others hold copies). */
+bool sl__session_stores_rank(const sl__value *v, int r);
+/* Whether placement rank r of v is on node `node`. */
+bool sl__session_rank_on_node(const sl__value *v, int r, uint32_t node);
 /* The sources by graph node (allocated on first use; NULL: SL_ENOMEM). */
 sl__var_src *sl__session_sources(sl_session *s);
 /* Restarts the job at step `steps` (sl_session_steps then says so), each
@@ -462,6 +486,18 @@ void sl__session_close_files(sl_session *s);
  * variables' sources (s->restore_ck, closed by sl__session_close_files). */
 sl_status sl__session_restore_sources(sl_session *s, const char *path,
                                       int64_t step);
+/* A daemon's job that loads weights: the variables `path` names take
+ * their values from it (s->restore_ck). */
+sl_status sl__session_load_sources(sl_session *s, const char *path);
+/* Waits for a background save in progress (its outcome kept for
+ * sl_session_save_wait). */
+void sl__session_save_join(sl_session *s);
+/* Every variable of `to` without a source takes its shards (the ranks run
+ * here) from version `version` of from's job: from->held when it holds
+ * that version (taken over), else its registers (checked to hold it when
+ * `check`). to and from may be the same session. */
+sl_status sl__session_carry(sl_session *to, sl_session *from, int64_t version,
+                            bool check);
 /* Reads every checkpoint source into shards by rank now (the checkpoint
  * may be closed then). On failure the sources read so far are dropped. */
 sl_status sl__session_read_sources(sl_session *s);
@@ -469,15 +505,43 @@ sl_status sl__session_read_sources(sl_session *s);
  * failure. */
 int32_t sl__session_save_pieces(const sl_session *s);
 /* A daemon: writes its node's file of the program's save (version
- * `version` of its job, step `step`) into dir; its name, size, CRC32C. */
+ * `version` of its job, step `step`, from s->held when it holds that
+ * version) into dir; its name, size, CRC32C. */
 sl_status sl__session_save_node(sl_session *s, const char *dir, int64_t step,
                                 int64_t version, char *name, size_t n,
                                 int64_t *bytes, uint32_t *crc);
 /* state.c: a remote session's new job at step `steps`, its daemons'
- * variables from checkpoint `restore`. A failure leaves the session
- * failed. */
-sl_status sl__session_restart_remote(sl_session *s, const char *restore,
-                                     int64_t steps);
+ * variables from checkpoint `path` (restore: all of them; otherwise the
+ * weights it names, the others at their current values). A failure
+ * leaves the session failed. */
+sl_status sl__session_restart_remote(sl_session *s, const char *path,
+                                     bool restore, int64_t steps);
+/* Whether variable node's registers (rank `rank`'s; every rank's for -1)
+ * of the job hold version `version` (no update of it written or under
+ * way since). */
+bool sl__session_has_version(const sl_session *s, int32_t node, int rank,
+                             int64_t version);
+/* Whether placement rank r of variable node is this process's to run. */
+bool sl__session_rank_here(const sl_session *s, int32_t node, int r);
+/* Frees the sources and closes their files (once the job took them). */
+void sl__session_drop_sources(sl_session *s);
+
+/* handoff.c: variables from one job to the next over daemons. */
+/* The program: the starts text of the job `job` being submitted (*text
+ * malloc'd), the written values put in the control plane's store. */
+sl_status sl__handoff_starts(sl_session *s, sl__cp_client *cp, uint64_t job,
+                             char **text);
+/* A daemon, building job `job`: its variables' sources from the starts
+ * text, carrying over from kept (the job before on this node, or NULL). */
+sl_status sl__handoff_take(sl_session *s, const char *text, sl_session *kept,
+                           sl__cp_client *cp, uint64_t job);
+/* The program, once the daemons took the job: the values put for it are
+ * emptied from the store. */
+void sl__handoff_forget(sl_session *s, sl__cp_client *cp, uint64_t job);
+/* A daemon: copies this node's shards of every variable at version
+ * `version` of its job (s->held), or frees them. */
+sl_status sl__session_hold(sl_session *s, int64_t version);
+void sl__session_free_held(sl_session *s);
 /* Frees the sources (sl_session_destroy). */
 void sl__session_free_state(sl_session *s);
 
@@ -505,15 +569,33 @@ sl_status sl__remote_wait(sl_session *s);
  * daemons' through the store) merged into the session's trace_path.
  * SL_EIO when it cannot be written; a node without one is warned about. */
 sl_status sl__remote_traces(sl_session *s);
-/* A save of the current step: asks every daemon (its number in *seq), and
- * one daemon's answer: its file's name, size and CRC32C, or its error. */
-sl_status sl__remote_save_ask(sl_session *s, const char *dir, int64_t step,
-                              int64_t version, int64_t *seq);
-sl_status sl__remote_save_answer(sl_session *s, int64_t seq, int rank,
-                                 char *name, size_t n, int64_t *bytes,
-                                 uint32_t *crc);
-/* Empties save seq's keys in the control plane's store (answered). */
-void sl__remote_save_forget(sl_session *s, int64_t seq);
+/* The job's id on the control plane (0 before one was submitted). */
+uint64_t sl__remote_job(const sl_session *s);
+/* Requests to the daemons between steps (daemon_requests.c lists them):
+ * ask sends one to every daemon (its number in *seq); answer waits for
+ * node rank's answer text (an "E" answer is the failure it names);
+ * answer_data reads the bytes that came with it; forget empties the
+ * request's keys once every node answered. */
+sl_status sl__remote_ask(sl_session *s, const char *req, int64_t *seq);
+sl_status sl__remote_answer(sl_session *s, int64_t seq, int rank, char *ans,
+                            size_t n);
+sl_status sl__remote_answer_data(sl_session *s, int64_t seq, int rank,
+                                 void *buf, size_t bytes);
+void sl__remote_forget(sl_session *s, int64_t seq);
+/* Every daemon copies its shards of every variable at version `version`
+ * of the job (for the next job, or a background save to write). */
+sl_status sl__remote_hold(sl_session *s, int64_t version);
+/* Variable node's logical value at version `version` of the job, from the
+ * daemons that store its shards. */
+sl_status sl__remote_read(sl_session *s, int32_t node, int64_t version,
+                          void *data);
+/* After the job failed: whether every daemon's variables still hold
+ * version `version` (what a roll-back carries over); SL_ECOMM when a
+ * node was lost. */
+sl_status sl__remote_can_roll_back(sl_session *s, int64_t version);
+/* The session is done with its job: its daemons may free what they kept
+ * of it for a restart. */
+void sl__remote_release(sl_session *s);
 /* Completes the ticks parked for released steps (remote pump). */
 void sl__remote_pump(sl_session *s);
 /* Ends the job: no more ticks after those released. */

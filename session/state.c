@@ -156,6 +156,81 @@ sl_status sl__session_var_shard(const sl_session *s, int32_t node, int rank,
   return SL_OK;
 }
 
+bool sl__session_stores_rank(const sl__value *v, int r) {
+  int coord[SL_MAX_DIMS] = {0};
+  sl_placement_rank_coord(v->placement, r, coord);
+  for (int a = 0; a < v->sbp.ndim; a++)
+    if (v->sbp.sbp[a].kind == SL_SBP_BROADCAST && coord[a] != 0) return false;
+  return true;
+}
+
+/* The box of rank r of v, and its bytes. */
+static sl_status rank_box(const sl__value *v, int r, sl_slice *box,
+                          size_t *bytes) {
+  SL_CHECK(sl_local_slice(&v->meta.shape, v->placement, &v->sbp, r, box));
+  *bytes = (size_t)sl_slice_numel(box) * sl_dtype_size(v->meta.dtype);
+  return SL_OK;
+}
+
+bool sl__session_rank_on_node(const sl__value *v, int r, uint32_t node) {
+  int n = 0, d = 0;
+  return sl_placement_rank_device(v->placement, r, &n, &d) == SL_OK &&
+         (uint32_t)n == node;
+}
+
+sl_status sl__remote_read(sl_session *s, int32_t node, int64_t version,
+                          void *data) {
+  const sl__value *v = sl__session_var_value(s, node);
+  int nr = sl_placement_size(v->placement);
+  char req[64];
+  snprintf(req, sizeof req, "read %lld %d", (long long)version, (int)node);
+  int64_t seq = 0;
+  SL_CHECK(sl__remote_ask(s, req, &seq));
+  sl_status st = SL_OK;
+  int64_t zero[SL_MAX_DIMS] = {0};
+  for (uint32_t n = 0; n < s->driver; n++) {
+    /* Node n's answer: its stored ranks' shards, in rank order. */
+    size_t total = 0, b = 0;
+    sl_slice box;
+    for (int r = 0; r < nr && st == SL_OK; r++)
+      if (sl__session_stores_rank(v, r) && sl__session_rank_on_node(v, r, n) &&
+          (st = rank_box(v, r, &box, &b)) == SL_OK)
+        total += b;
+    char ans[1400];
+    sl_status as = sl__remote_answer(s, seq, (int)n, ans, sizeof ans);
+    if (st == SL_OK) st = as;
+    long long got = -1;
+    if (st == SL_OK &&
+        (sscanf(ans, "ok %lld", &got) != 1 || (size_t)got != total))
+      st = sl__fail(SL_EINTERNAL, "node %u answered '%s' for %zu bytes", n, ans,
+                    total);
+    if (st != SL_OK || total == 0) continue;
+    uint8_t *buf = sl__malloc(total + 64);
+    if (!buf) {
+      st = SL_ENOMEM;
+      continue;
+    }
+    st = sl__remote_answer_data(s, seq, (int)n, buf, total);
+    size_t off = 0;
+    for (int r = 0; r < nr && st == SL_OK; r++) {
+      if (!sl__session_stores_rank(v, r) || !sl__session_rank_on_node(v, r, n))
+        continue;
+      st = rank_box(v, r, &box, &b);
+      if (st == SL_OK)
+        sl__box_move(v->meta.dtype, v->meta.shape.ndim, data,
+                     v->meta.shape.dims, box.start, buf + off, box.extent, zero,
+                     box.extent, false, SL_REDUCE_SUM);
+      off += b;
+    }
+    sl__free(buf);
+  }
+  sl__remote_forget(s, seq);
+  if (st != SL_OK)
+    sl__fail_context(
+        st, "read of variable '%s': ", sl__graph_node(s->g, node)->name);
+  return st;
+}
+
 /* Assembles variable `node`'s logical value (version `version` of the
  * current job) into data. Every rank writes its box; broadcast copies
  * write the same values. */
@@ -186,13 +261,7 @@ static sl_status job_value(const sl_session *s, int32_t node, int64_t version,
   return st;
 }
 
-sl_status sl__session_check_usable(const sl_session *s, const char *what,
-                                   bool remote_ok) {
-  if (s->remote && !remote_ok)
-    return sl__fail(SL_EUNSUPPORTED,
-                    "%s: not available on a session over daemons yet "
-                    "(docs/checkpoint.md)",
-                    what);
+sl_status sl__session_check_usable(const sl_session *s, const char *what) {
   if (!s->job)
     return sl__fail(SL_ESTATE, "%s: the session runs nothing (an empty plan)",
                     what);
@@ -217,7 +286,7 @@ static sl_status lookup(sl_session *s, const char *name, size_t bytes,
         SL_EINVAL, "%s '%s': %zu bytes, the variable has %zu (%s %s)", what,
         name, bytes, value_bytes(v), sl_dtype_name(v->meta.dtype), shape);
   }
-  return sl__session_check_usable(s, what, false);
+  return sl__session_check_usable(s, what);
 }
 
 sl_status sl_session_read_variable(sl_session *s, const char *name, void *data,
@@ -231,6 +300,7 @@ sl_status sl_session_read_variable(sl_session *s, const char *name, void *data,
     if (bytes) memcpy(data, src->logical, bytes);
     return SL_OK;
   }
+  if (s->remote) return sl__remote_read(s, node, s->steps - s->base, data);
   return job_value(s, node, s->steps - s->base, data);
 }
 
@@ -304,24 +374,57 @@ sl_status sl__session_read_sources(sl_session *s) {
   return st;
 }
 
-/* Every variable without a source gets its current shards (version
- * `version` of the current job) as one: the next job starts where this
- * one is. */
-static sl_status carry_over(sl_session *s, int64_t version) {
-  for (int32_t i = 0; i < sl__graph_node_count(s->g); i++) {
-    if (!sl__session_is_variable(s, i)) continue;
-    sl__var_src *src = &s->var_src[i];
+bool sl__session_rank_here(const sl_session *s, int32_t node, int r) {
+  return !s->remote || sl__session_rank_on_node(sl__session_var_value(s, node),
+                                                r, s->self_node);
+}
+
+bool sl__session_has_version(const sl_session *s, int32_t node, int rank,
+                             int64_t version) {
+  if (sl__graph_node(s->g, node)->update < 0) return true; /* a const */
+  for (int32_t r = 0; r < s->pp->n_regsts; r++) {
+    const sl__regst *g = &s->pp->regsts[r];
+    if (g->var_node != node || (rank >= 0 && g->rank != rank)) continue;
+    bool found = false;
+    for (int32_t k = 0; k < g->count && !found; k++) {
+      sl_register reg;
+      found = sl_job_get_register(s->job, s->actor_desc[r], k, &reg) == SL_OK &&
+              reg.piece == version;
+    }
+    if (!found) return false;
+  }
+  return true;
+}
+
+sl_status sl__session_carry(sl_session *to, sl_session *from, int64_t version,
+                            bool check) {
+  bool held = from->held && from->held_version == version;
+  for (int32_t i = 0; i < sl__graph_node_count(to->g); i++) {
+    if (!sl__session_is_variable(to, i)) continue;
+    sl__var_src *src = &to->var_src[i];
     if (src->logical || src->ck || src->shards) continue;
-    const sl__value *v = sl__session_var_value(s, i);
+    const sl__value *v = sl__session_var_value(to, i);
     int nr = sl_placement_size(v->placement);
     if (!(src->shards = sl__calloc((size_t)nr, sizeof *src->shards)))
       return SL_ENOMEM;
     for (int r = 0; r < nr; r++) {
+      if (!sl__session_rank_here(to, i, r)) continue;
+      if (held && from->held[i]) {
+        src->shards[r] = from->held[i][r]; /* taken over */
+        from->held[i][r] = NULL;
+        continue;
+      }
+      if (check && !sl__session_has_version(from, i, r, version))
+        return sl__fail(SL_ESTATE,
+                        "variable '%s' no longer holds its value before step "
+                        "%lld: an update of it was written or under way",
+                        sl__graph_node(to->g, i)->name,
+                        (long long)(from->base + version));
       sl_slice box;
       SL_CHECK(sl_local_slice(&v->meta.shape, v->placement, &v->sbp, r, &box));
       size_t b = (size_t)sl_slice_numel(&box) * sl_dtype_size(v->meta.dtype);
       if (!(src->shards[r] = sl__malloc(b + 64))) return SL_ENOMEM;
-      SL_CHECK(sl__session_job_shard(s, i, r, version, src->shards[r], b));
+      SL_CHECK(sl__session_job_shard(from, i, r, version, src->shards[r], b));
     }
   }
   return SL_OK;
@@ -399,16 +502,15 @@ static sl_status end_job(sl_session *s) {
 }
 
 /* Builds and starts the next job, its piece 0 step `steps`: this
- * process's, or a remote session's (its daemons restoring `restore`). */
-static sl_status start_job(sl_session *s, int64_t steps, const char *restore,
-                           feed_rt *old, int32_t n_old) {
+ * process's, or a remote session's (its daemons' variables starting as
+ * s->next says). */
+static sl_status start_job(sl_session *s, int64_t steps, feed_rt *old,
+                           int32_t n_old) {
   if (s->remote) sl__remote_free(s);
   reset_counters(s, steps);
   sl_status st;
   if (s->remote) {
-    s->restore = restore;
     st = sl__remote_start(s); /* builds, submits and starts */
-    s->restore = NULL;
   } else {
     st = sl__session_build(s);
     if (st == SL_OK) st = sl__session_start_job(s);
@@ -418,82 +520,106 @@ static sl_status start_job(sl_session *s, int64_t steps, const char *restore,
   return st;
 }
 
-/* Restarts the job at step `steps`, variables from their sources (those
- * without one carry version `version` of the current job over; a remote
- * session's from checkpoint `restore`). A failure leaves the session
- * failed. */
+/* Restarts the job at step `steps`, variables from their sources, those
+ * without one carried over at version `version` of the current job
+ * (checked to hold it after a failure); a remote session's daemons also
+ * take s->next. A failure leaves the session failed. */
 static sl_status restart(sl_session *s, int64_t version, int64_t steps,
-                         const char *restore) {
+                         bool failed) {
   if (!sl__session_sources(s)) return SL_ENOMEM;
-  sl_status st = end_job(s);
-  if (st == SL_OK && !s->remote) st = carry_over(s, version);
+  sl_status st = SL_OK;
+  if (s->remote) {
+    /* The daemons keep the job's variables until the next job takes them:
+     * a copy at `version` (the end runs one step more, which nobody
+     * reads), or after a failure the registers as the failure left them. */
+    sl__session_save_join(s); /* its daemons' writes are requests too */
+    if (!s->next.restore) {
+      s->next.carry = true;
+      s->next.carry_job = sl__remote_job(s);
+      s->next.carry_version = version;
+      if (!failed) st = sl__remote_hold(s, version);
+    }
+  }
+  if (st == SL_OK) st = end_job(s);
+  if (st == SL_OK && !s->remote) st = sl__session_carry(s, s, version, false);
   feed_rt *old = NULL;
   int32_t n_old = 0;
   if (st == SL_OK) {
     if (s->remote) sl__remote_destroy(s);
     tear_down(s, &old, &n_old);
-    st = start_job(s, steps, restore, old, n_old);
+    st = start_job(s, steps, old, n_old);
     if (st != SL_OK)
       sl__fail_context(st,
                        "session: continuing at step %lld: ", (long long)steps);
   }
+  memset(&s->next, 0, sizeof s->next);
   free_feeds(old, n_old);
   clear_sources(s);
   if (st != SL_OK) restart_failed(s, st);
   return st;
 }
 
-sl_status sl__session_restart_remote(sl_session *s, const char *restore,
-                                     int64_t steps) {
-  return restart(s, 0, steps, restore);
+sl_status sl__session_restart_remote(sl_session *s, const char *path,
+                                     bool restore, int64_t steps) {
+  memset(&s->next, 0, sizeof s->next);
+  if (restore)
+    s->next.restore = path;
+  else
+    s->next.load = path;
+  return restart(s, s->steps - s->base, steps, false);
 }
 
 sl_status sl__session_restart(sl_session *s, int64_t steps) {
-  return restart(s, s->steps - s->base, steps, NULL);
+  return restart(s, s->steps - s->base, steps, false);
 }
 
 sl_status sl__session_apply_writes(sl_session *s) {
   if (!s->var_dirty) return SL_OK;
-  return restart(s, s->steps - s->base, s->steps, NULL);
+  return restart(s, s->steps - s->base, s->steps, false);
 }
 
 sl_status sl__session_roll_back(sl_session *s) {
   if (!s->job) return sl__fail(SL_ESTATE, "the session has no job");
   /* Steps before the failed one are complete; the variables' values before
    * it are version `completed` of the job (written values not yet taken
-   * stay written). A check first, so a failure to roll back leaves the
-   * state as the failure left it. */
+   * stay written). */
   int64_t done = s->completed;
+  if (s->remote) {
+    if (s->n_counted == 0)
+      return sl__fail(SL_ESTATE,
+                      "the program feeds and fetches nothing, so it cannot "
+                      "tell which steps completed");
+    SL_CHECK(sl__remote_can_roll_back(s, done));
+    return restart(s, done, s->base + done, true);
+  }
+  /* A check first, so a failure to roll back leaves the state as the
+   * failure left it. */
   for (int32_t i = 0; i < sl__graph_node_count(s->g); i++) {
-    if (!sl__session_is_variable(s, i) || sl__graph_node(s->g, i)->update < 0)
-      continue;
+    if (!sl__session_is_variable(s, i)) continue;
     const sl__var_src *src = s->var_src ? &s->var_src[i] : NULL;
     if (src && src->logical) continue;
-    for (int32_t r = 0; r < s->pp->n_regsts; r++) {
-      const sl__regst *g = &s->pp->regsts[r];
-      if (g->var_node != i) continue;
-      bool found = false;
-      for (int32_t k = 0; k < g->count && !found; k++) {
-        sl_register reg;
-        SL_CHECK(sl_job_get_register(s->job, s->actor_desc[r], k, &reg));
-        found = reg.piece == done;
-      }
-      if (!found)
-        return sl__fail(SL_ESTATE,
-                        "variable '%s' no longer holds its value before step "
-                        "%lld: an update of it was written or under way",
-                        sl__graph_node(s->g, i)->name,
-                        (long long)(s->base + done));
-    }
+    if (!sl__session_has_version(s, i, -1, done))
+      return sl__fail(SL_ESTATE,
+                      "variable '%s' no longer holds its value before step "
+                      "%lld: an update of it was written or under way",
+                      sl__graph_node(s->g, i)->name,
+                      (long long)(s->base + done));
   }
-  return restart(s, done, s->base + done, NULL);
+  return restart(s, done, s->base + done, false);
+}
+
+void sl__session_drop_sources(sl_session *s) {
+  sl__session_close_files(s);
+  clear_sources(s);
 }
 
 void sl__session_free_state(sl_session *s) {
-  sl__session_close_files(s);
-  clear_sources(s);
+  sl__session_drop_sources(s);
   sl__free(s->var_src);
   s->var_src = NULL;
+  sl__session_free_held(s);
+  sl__free(s->cwd);
+  s->cwd = NULL;
 }
 
 /* ---- variables loaded from files (sl_variable_load) -------------------------
@@ -505,11 +631,6 @@ sl_status sl__session_open_files(sl_session *s) {
     const char *tensor = NULL;
     const char *path = sl__graph_variable_file(s->g, i, &tensor);
     if (!path) continue;
-    if (s->remote)
-      return sl__fail(SL_EUNSUPPORTED,
-                      "variable '%s' starts from '%s' (sl_variable_load): "
-                      "not available on a session over daemons yet",
-                      sl__graph_node(s->g, i)->name, path);
     if (!sl__session_sources(s)) return SL_ENOMEM;
     sl_checkpoint *ck = NULL;
     for (int32_t k = 0; k < s->n_files && !ck; k++)
@@ -523,7 +644,12 @@ sl_status sl__session_open_files(sl_session *s) {
                                                       sizeof *s->file_paths);
       if (!p) return SL_ENOMEM;
       s->file_paths = p;
-      SL_CHECK(sl_checkpoint_open(path, &ck));
+      /* A daemon opens a relative path where the program runs. */
+      char full[8192];
+      snprintf(full, sizeof full, "%s%s%s",
+               s->cwd && path[0] != '/' ? s->cwd : "",
+               s->cwd && path[0] != '/' ? "/" : "", path);
+      SL_CHECK(sl_checkpoint_open(full, &ck));
       s->files[s->n_files] = ck;
       s->file_paths[s->n_files++] = path;
     }

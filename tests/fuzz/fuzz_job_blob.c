@@ -15,10 +15,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!buf) return 0;
   memcpy(buf, data, size);
   char addr[256];
-  static char restore[SL__JOB_BLOB_PATH];
+  static char starts[SL__JOB_BLOB_STARTS];
   sl__job_blob b;
   sl_clear_error();
-  sl_status st = sl__job_blob_unpack(buf, size, addr, restore, &b);
+  sl_status st = sl__job_blob_unpack(buf, size, addr, starts, &b);
   if (st != SL_OK) {
     FUZZ_CHECK(st == SL_EINVAL, "status %d", (int)st);
     FUZZ_CHECK(strstr(sl_last_error(), "job blob") != NULL, "message '%s'",
@@ -27,8 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   }
   FUZZ_CHECK(b.driver_addr == addr && strlen(addr) < sizeof addr, "address");
-  FUZZ_CHECK(b.restore == restore && strlen(restore) < sizeof restore,
-             "restore path");
+  FUZZ_CHECK(b.starts == starts && strlen(starts) < sizeof starts, "starts");
   FUZZ_CHECK(b.graph >= buf && b.graph + b.graph_len <= buf + size, "graph");
   FUZZ_CHECK(b.plan == b.graph + b.graph_len &&
                  b.plan + b.plan_len == buf + size,

@@ -1279,16 +1279,20 @@ const struct sl__session_backend *fake_cuda_backend(void) {
   return &fake_backend;
 }
 
-void fake_cuda_install(void) {
-  /* A daemon may still be freeing an earlier test's job on its own thread
-   * (a program whose job failed returns before every node has cleaned
-   * up): let it finish (bounded) before the counters start again, which
-   * also orders its last updates before the resets (TSan saw a memset
-   * here race with such a free). */
+bool fake_cuda_settle(void) {
   for (int i = 0; i < 10000 && (atomic_load(&stats.live_allocs) != 0 ||
                                 fake_cuda_live_comms() != 0);
        i++)
     sl__sleep_ns(1000000);
+  return atomic_load(&stats.live_allocs) == 0 && fake_cuda_live_comms() == 0;
+}
+
+void fake_cuda_install(void) {
+  /* A daemon may still be freeing an earlier test's job on its own thread:
+   * let it finish before the counters start again, which also orders its
+   * last updates before the resets (TSan saw a memset here race with such
+   * a free). */
+  fake_cuda_settle();
   atomic_uint_least64_t *counters[] = {&stats.kernels,
                                        &stats.h2d,
                                        &stats.d2h,

@@ -26,6 +26,7 @@
 #ifndef SLUICE_TESTS_FAKE_CUDA_H
 #define SLUICE_TESTS_FAKE_CUDA_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct sl__session_backend;
@@ -53,6 +54,11 @@ typedef struct fake_cuda_stats {
 } fake_cuda_stats;
 
 void fake_cuda_install(void);
+/* Waits (10 s at most) until no fake device memory or communicator is
+ * left: a daemon frees a job it kept for a restart once the program
+ * releases it (a poll away) or a failed job once it has cleaned up, on
+ * its own thread. Whether none is left. */
+bool fake_cuda_settle(void);
 void fake_cuda_uninstall(void);
 /* Totals since install. */
 void fake_cuda_get_stats(fake_cuda_stats *out);
