@@ -10,7 +10,9 @@
  * daemon of another build refuses the graph instead of misreading it.
  * Strings are length-prefixed; integers little-endian as the host writes
  * them (x86-64 and aarch64 both). Boxing plans are recreated from the
- * value's and the node's layouts, as compile made them. */
+ * value's and the node's layouts, as compile made them. Files that
+ * variables start from (sl_variable_load) go by path: each daemon opens
+ * them itself. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -219,6 +221,19 @@ sl_status sl__graph_pack(const sl_graph *g, uint8_t **buf, size_t *len) {
     put_place(&b, val->placement);
     put(&b, &val->sbp, sizeof val->sbp);
     put_u32(&b, val->sbp_fixed ? 1u : 0u);
+  }
+  /* The variables that start from a file (sl_variable_load), when there
+   * are any: a count, then each one's node, path and tensor. Each daemon
+   * reads its own ranks' boxes of it. */
+  int32_t n_load = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    n_load += g->nodes[i]->load_path != NULL;
+  if (n_load) put_i32(&b, n_load);
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    if (!g->nodes[i]->load_path) continue;
+    put_i32(&b, i);
+    put_str(&b, g->nodes[i]->load_path);
+    put_str(&b, g->nodes[i]->load_tensor);
   }
   if (b.oom) {
     sl__free(b.p);
@@ -446,8 +461,7 @@ sl_status sl__graph_unpack(const uint8_t *buf, size_t len, sl_graph **out) {
         goto fail;
       }
       st = sl__npy_open(npy, &gn->npy_id);
-      if (st == SL_OK)
-        st = sl__attrs_set_int(&n->attrs, "file", gn->npy_id);
+      if (st == SL_OK) st = sl__attrs_set_int(&n->attrs, "file", gn->npy_id);
       if (st != SL_OK) {
         sl__fail_context(st, "graph unpack: node '%s': ", n->name);
         goto fail;
@@ -502,8 +516,7 @@ sl_status sl__graph_unpack(const uint8_t *buf, size_t len, sl_graph **out) {
     val->placement = place_of(g, ptext);
     get(&b, &val->sbp, sizeof val->sbp);
     val->sbp_fixed = get_u32(&b) != 0;
-    if (b.bad || !val->placement || val->producer < 0 ||
-        val->producer >= nn) {
+    if (b.bad || !val->placement || val->producer < 0 || val->producer >= nn) {
       st = bad("malformed value");
       goto fail;
     }
@@ -513,8 +526,30 @@ sl_status sl__graph_unpack(const uint8_t *buf, size_t len, sl_graph **out) {
     }
   }
   if (b.off != b.n) {
-    st = bad("trailing bytes");
-    goto fail;
+    /* One encoding per graph: no table when no variable loads a file, and
+     * each one loading once, in node order. */
+    int32_t n_load = get_i32(&b), last = -1;
+    if (b.bad || n_load < 1 || n_load > nn) {
+      st = bad("trailing bytes");
+      goto fail;
+    }
+    for (int32_t k = 0; k < n_load; k++) {
+      int32_t i = get_i32(&b);
+      const char *path = get_str(&b, g->arena);
+      const char *tensor = get_str(&b, g->arena);
+      if (b.bad || i <= last || i >= nn || !path || !path[0] || !tensor ||
+          !tensor[0] || g->nodes[i]->n.kind != SL__NODE_VARIABLE) {
+        st = bad("a malformed file to load");
+        goto fail;
+      }
+      g->nodes[i]->load_path = path;
+      g->nodes[i]->load_tensor = tensor;
+      last = i;
+    }
+    if (b.off != b.n) {
+      st = bad("trailing bytes");
+      goto fail;
+    }
   }
   for (int32_t i = 0; i < nn; i++)
     SL_CHECK_GOTO(check_node(g, i), st, fail);

@@ -263,10 +263,11 @@ static void test_kernel_failure_names_node(void **state) {
     fail_msg("after a failure: %s", sl_last_error());
 }
 
-/* One model on `pl` (4 ranks): 8x6 inputs, a 6x5 weight, cross-entropy,
- * SGD; the layout picks the SBP of the input and the weight. */
-static sl_graph *one_model_opt(const char *pl, const char *layout,
-                               const sl_optimizer *opt) {
+/* One model on `pl` (4 ranks): 8x6 inputs, a 6x5 weight (from tensor
+ * "w0" of file w_from when given), cross-entropy, SGD; the layout picks
+ * the SBP of the input and the weight. */
+static sl_graph *one_model_from(const char *pl, const char *layout,
+                                const sl_optimizer *opt, const char *w_from) {
   sl_graph *g = st_graph(pl);
   bool hybrid = !strcmp(layout, "hybrid"), tp = !strcmp(layout, "tp");
   const char *xs_sbp = hybrid ? "(S(0),B)" : tp ? "B" : "S(0)";
@@ -276,12 +277,18 @@ static sl_graph *one_model_opt(const char *pl, const char *layout,
   sl_tensor y = sl_input(g, "y0", &ys, SL_DTYPE_I32, NULL, xs_sbp);
   sl_tensor w = sl_variable(g, "w0", &ws, SL_DTYPE_F32,
                             sl_init_uniform(-1, 1, 11), NULL, w_sbp);
+  if (w_from) w = sl_variable_load(w, w_from, "w0");
   sl_tensor loss = sl_cross_entropy(sl_matmul(x, w, false, false), y);
   sl_minimize(loss, opt);
   sl_fetch(loss, "loss0");
   sl_fetch(sl_to_global(w, NULL, hybrid ? "(B,B)" : "B"), "w0_out");
   st_check_graph(g);
   return g;
+}
+
+static sl_graph *one_model_opt(const char *pl, const char *layout,
+                               const sl_optimizer *opt) {
+  return one_model_from(pl, layout, opt, NULL);
 }
 
 static sl_graph *one_model(const char *pl, const char *layout) {
@@ -536,8 +543,9 @@ static void test_variables_across_daemons(void **state) {
   assert_int_equal(sl_session_load(r, dw, &loaded_r), SL_OK);
   assert_int_equal(loaded_r, loaded_e);
   assert_int_equal(loaded_r, 1);
-  /* exactly the saved bytes */
-  float we[30], wr[30];
+  /* exactly the saved bytes (and below, what a graph loading them starts
+   * with on the daemons) */
+  float we[30], wr[30], wl[30];
   assert_int_equal(sl_session_read_variable(e, "w0", we, sizeof we), SL_OK);
   assert_int_equal(sl_session_read_variable(r, "w0", wr, sizeof wr), SL_OK);
   assert_memory_equal(we, wr, sizeof we);
@@ -567,6 +575,15 @@ static void test_variables_across_daemons(void **state) {
   assert_int_equal(sl_session_finish(r), SL_OK);
   sl_session_destroy(r);
   sl_session_destroy(e);
+  /* sl_variable_load on the daemons (one session at a time on a cluster) */
+  sl_graph *gl = one_model_from("cpu:0-1/0-1", "tp", &adam, dw);
+  sl_session *ls = NULL;
+  if (sl_session_create(gl, &rc, &ls) != SL_OK)
+    fail_msg("a graph loading '%s': %s", dw, sl_last_error());
+  assert_int_equal(sl_session_read_variable(ls, "w0", wl, sizeof wl), SL_OK);
+  assert_memory_equal(we, wl, sizeof we);
+  sl_session_destroy(ls);
+  sl_graph_destroy(gl);
   /* the background save: step `saved`, whose next steps the embedded
    * session (the same layout on one node) repeats exactly */
   sl_session *b = NULL;
