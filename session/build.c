@@ -855,7 +855,9 @@ sl_status sl__session_build(sl_session *s) {
     case SL__TASK_VAR_COPY: {
       const sl__regst *r = &pp->regsts[t->out[0]];
       rt->bytes = (size_t)r->bytes;
-      if (t->kind == SL__TASK_CONST) {
+      /* Another node's constant is that node's to make (this process
+       * may hold only its own ranks' values: state.c). */
+      if (t->kind == SL__TASK_CONST && t->machine == s->self_node) {
         rt->init = sl__calloc(1, rt->bytes + 64);
         if (!rt->init) {
           st = SL_ENOMEM;

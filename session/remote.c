@@ -631,7 +631,9 @@ sl_status sl__remote_can_roll_back(sl_session *s, int64_t version) {
     sl__free(v);
     sl__cp_kv_put(rm->cp, key, "", 0, CALL_MS);
     bool held = false;
-    for (char *t = strtok(list, " "); t && !held; t = strtok(NULL, " "))
+    char *save = NULL;
+    for (char *t = strtok_r(list, " ", &save); t && !held;
+         t = strtok_r(NULL, " ", &save))
       held = strtoll(t, NULL, 10) == version;
     if (!held)
       return sl__fail(SL_ESTATE,

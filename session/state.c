@@ -145,6 +145,9 @@ sl_status sl__session_var_shard(const sl_session *s, int32_t node, int rank,
   sl_slice box;
   SL_CHECK(sl_local_slice(&v->meta.shape, v->placement, &v->sbp, rank, &box));
   if (src->shards) {
+    if (!src->shards[rank]) /* carried over only where it runs */
+      return sl__fail(SL_EINTERNAL, "variable '%s': rank %d is not run here",
+                      sl__graph_node(s->g, node)->name, rank);
     memcpy(buf, src->shards[rank], bytes);
     return SL_OK;
   }
