@@ -121,8 +121,8 @@ static sl_status read_value(const sl__daemon_requests *q, int64_t seq,
           !sl__session_rank_on_node(v, r, s->self_node))
         continue;
       sl_slice box;
-      st = sl_local_slice(&v->meta.shape, v->placement, &v->sbp, r, &box);
-      size_t b = (size_t)sl_slice_numel(&box) * sl_dtype_size(v->meta.dtype);
+      size_t b = 0;
+      st = sl__session_rank_box(v, r, &box, &b);
       if (st == SL_OK && pass == 1 && b)
         st = sl__session_job_shard(s, node, r, version, buf + off, b);
       off += b;

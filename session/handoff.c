@@ -202,8 +202,8 @@ sl_status sl__session_hold(sl_session *s, int64_t version) {
     for (int r = 0; r < nr; r++) {
       if (!sl__session_rank_here(s, i, r)) continue;
       sl_slice box;
-      SL_CHECK(sl_local_slice(&v->meta.shape, v->placement, &v->sbp, r, &box));
-      size_t b = (size_t)sl_slice_numel(&box) * sl_dtype_size(v->meta.dtype);
+      size_t b = 0;
+      SL_CHECK(sl__session_rank_box(v, r, &box, &b));
       if (!(s->held[i][r] = sl__malloc(b + 64))) return SL_ENOMEM;
       SL_CHECK(sl__session_job_shard(s, i, r, version, s->held[i][r], b));
     }

@@ -457,6 +457,9 @@ const void *sl__session_job_shard_host(const sl_session *s, int32_t node,
 /* Whether rank r's shard of v is one a save stores: coordinate 0 on
  * every mesh axis v is broadcast along (the others hold copies). */
 bool sl__session_stores_rank(const sl__value *v, int r);
+/* Rank r's box of v's shape, and its bytes. */
+sl_status sl__session_rank_box(const sl__value *v, int r, sl_slice *box,
+                               size_t *bytes);
 /* Whether placement rank r of v is on node `node`. */
 bool sl__session_rank_on_node(const sl__value *v, int r, uint32_t node);
 /* The sources by graph node (allocated on first use; NULL: SL_ENOMEM). */

@@ -167,9 +167,8 @@ bool sl__session_stores_rank(const sl__value *v, int r) {
   return true;
 }
 
-/* The box of rank r of v, and its bytes. */
-static sl_status rank_box(const sl__value *v, int r, sl_slice *box,
-                          size_t *bytes) {
+sl_status sl__session_rank_box(const sl__value *v, int r, sl_slice *box,
+                               size_t *bytes) {
   SL_CHECK(sl_local_slice(&v->meta.shape, v->placement, &v->sbp, r, box));
   *bytes = (size_t)sl_slice_numel(box) * sl_dtype_size(v->meta.dtype);
   return SL_OK;
@@ -197,7 +196,7 @@ sl_status sl__remote_read(sl_session *s, int32_t node, int64_t version,
     sl_slice box;
     for (int r = 0; r < nr && st == SL_OK; r++)
       if (sl__session_stores_rank(v, r) && sl__session_rank_on_node(v, r, n) &&
-          (st = rank_box(v, r, &box, &b)) == SL_OK)
+          (st = sl__session_rank_box(v, r, &box, &b)) == SL_OK)
         total += b;
     char ans[1400];
     sl_status as = sl__remote_answer(s, seq, (int)n, ans, sizeof ans);
@@ -218,7 +217,7 @@ sl_status sl__remote_read(sl_session *s, int32_t node, int64_t version,
     for (int r = 0; r < nr && st == SL_OK; r++) {
       if (!sl__session_stores_rank(v, r) || !sl__session_rank_on_node(v, r, n))
         continue;
-      st = rank_box(v, r, &box, &b);
+      st = sl__session_rank_box(v, r, &box, &b);
       if (st == SL_OK)
         sl__box_move(v->meta.dtype, v->meta.shape.ndim, data,
                      v->meta.shape.dims, box.start, buf + off, box.extent, zero,
@@ -247,9 +246,8 @@ static sl_status job_value(const sl_session *s, int32_t node, int64_t version,
   void *buf = NULL;
   for (int r = 0; r < nr && st == SL_OK; r++) {
     sl_slice box;
-    st = sl_local_slice(&v->meta.shape, v->placement, &v->sbp, r, &box);
-    if (st != SL_OK) break;
-    size_t b = (size_t)sl_slice_numel(&box) * sl_dtype_size(v->meta.dtype);
+    size_t b = 0;
+    if ((st = sl__session_rank_box(v, r, &box, &b)) != SL_OK) break;
     sl__free(buf);
     if (!(buf = sl__malloc(b + 64))) {
       st = SL_ENOMEM;
@@ -365,8 +363,8 @@ sl_status sl__session_read_sources(sl_session *s) {
     }
     for (int r = 0; r < nr && st == SL_OK; r++) {
       sl_slice box;
-      st = sl_local_slice(&v->meta.shape, v->placement, &v->sbp, r, &box);
-      size_t b = (size_t)sl_slice_numel(&box) * sl_dtype_size(v->meta.dtype);
+      size_t b = 0;
+      st = sl__session_rank_box(v, r, &box, &b);
       if (st == SL_OK && !(src->shards[r] = sl__malloc(b + 64))) st = SL_ENOMEM;
       if (st == SL_OK && b)
         st = sl_checkpoint_read(src->ck, src->tensor, &box, src->shards[r], b);
@@ -424,8 +422,8 @@ sl_status sl__session_carry(sl_session *to, sl_session *from, int64_t version,
                         sl__graph_node(to->g, i)->name,
                         (long long)(from->base + version));
       sl_slice box;
-      SL_CHECK(sl_local_slice(&v->meta.shape, v->placement, &v->sbp, r, &box));
-      size_t b = (size_t)sl_slice_numel(&box) * sl_dtype_size(v->meta.dtype);
+      size_t b = 0;
+      SL_CHECK(sl__session_rank_box(v, r, &box, &b));
       if (!(src->shards[r] = sl__malloc(b + 64))) return SL_ENOMEM;
       SL_CHECK(sl__session_job_shard(from, i, r, version, src->shards[r], b));
     }
