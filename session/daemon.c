@@ -7,7 +7,10 @@
  * outcome and detach. A monitor thread follows the job on the control
  * plane: when another node fails it, the program stops it or the master
  * declares a node lost, the local job is aborted at once, collectives
- * waiting for members included. */
+ * waiting for members included; a requests thread serves the program
+ * between steps (daemon_requests.c). A job that ran is kept after it
+ * ends, for the program to restart from (handoff.c), until the next job
+ * took what it needs or the program releases it. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
