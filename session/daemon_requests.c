@@ -19,8 +19,6 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -100,6 +98,12 @@ static sl_status write_file(const sl__daemon_requests *q, const char *dir,
   return SL_OK;
 }
 
+/* Whether rank r of v is one this node sends for a read. */
+static bool sends(const sl_session *s, const sl__value *v, int r) {
+  return sl__session_stores_rank(v, r) &&
+         sl__session_rank_on_node(v, r, s->self_node);
+}
+
 /* read: the stored shards of `node` here, in rank order, in chunks. */
 static sl_status read_value(const sl__daemon_requests *q, int64_t seq,
                             int64_t version, int32_t node, char *ans,
@@ -110,36 +114,31 @@ static sl_status read_value(const sl__daemon_requests *q, int64_t seq,
     return sl__fail(SL_EINVAL, "no variable %d to read", (int)node);
   const sl__value *v = sl__session_var_value(s, node);
   int nr = sl_placement_size(v->placement);
-  size_t total = 0;
-  for (int pass = 0; pass < 2; pass++) {
-    uint8_t *buf = NULL;
-    if (pass == 1 && total && !(buf = sl__malloc(total + 64))) return SL_ENOMEM;
-    size_t off = 0;
-    sl_status st = SL_OK;
-    for (int r = 0; r < nr && st == SL_OK; r++) {
-      if (!sl__session_stores_rank(v, r) ||
-          !sl__session_rank_on_node(v, r, s->self_node))
-        continue;
-      sl_slice box;
-      size_t b = 0;
-      st = sl__session_rank_box(v, r, &box, &b);
-      if (st == SL_OK && pass == 1 && b)
-        st = sl__session_job_shard(s, node, r, version, buf + off, b);
-      off += b;
+  sl_slice box;
+  size_t total = 0, b = 0;
+  for (int r = 0; r < nr; r++)
+    if (sends(s, v, r)) {
+      SL_CHECK(sl__session_rank_box(v, r, &box, &b));
+      total += b;
     }
-    if (pass == 0) {
-      total = off;
-      if (st == SL_OK && total) st = wait_version(q, version);
-    } else if (st == SL_OK && total) {
-      char prefix[SL__CP_MAX_NAME];
-      sl__daemon_ans_key(q->job, seq, q->rank, -1, prefix, sizeof prefix);
-      st = sl__kv_put_chunks(q->cp, prefix, buf, total);
-    }
-    sl__free(buf);
-    SL_CHECK(st);
-  }
   snprintf(ans, n, "ok %zu", total);
-  return SL_OK;
+  if (total == 0) return SL_OK;
+  SL_CHECK(wait_version(q, version));
+  uint8_t *buf = sl__malloc(total + 64);
+  if (!buf) return SL_ENOMEM;
+  sl_status st = SL_OK;
+  for (size_t off = 0, r = 0; (int)r < nr && st == SL_OK; r++) {
+    if (!sends(s, v, (int)r)) continue;
+    st = sl__session_rank_box(v, (int)r, &box, &b);
+    if (st == SL_OK && b)
+      st = sl__session_job_shard(s, node, (int)r, version, buf + off, b);
+    off += b;
+  }
+  char prefix[SL__CP_MAX_NAME];
+  sl__daemon_ans_key(q->job, seq, q->rank, -1, prefix, sizeof prefix);
+  if (st == SL_OK) st = sl__kv_put_chunks(q->cp, prefix, buf, total);
+  sl__free(buf);
+  return st;
 }
 
 /* One request: its answer in ans. */
@@ -149,12 +148,12 @@ static sl_status serve(const sl__daemon_requests *q, int64_t seq,
   long long version = -1, step = -1;
   int used = 0, node = -1;
   char dir[SL__JOB_BLOB_PATH];
-  bool holds = sl__session_save_pieces(s) > 0;
   if (sscanf(req, "save %lld %lld %n", &version, &step, &used) == 2 &&
       version >= 0 && req[used]) {
     snprintf(dir, sizeof dir, "%s", req + used);
     snprintf(ans, n, "- 0 0");
-    if (!holds) return SL_OK; /* nothing to wait for or write */
+    /* A node holding no variable has nothing to wait for or write. */
+    if (sl__session_save_pieces(s) <= 0) return SL_OK;
     SL_CHECK(wait_version(q, version));
     return write_file(q, dir, version, step, ans, n);
   }
@@ -170,12 +169,11 @@ static sl_status serve(const sl__daemon_requests *q, int64_t seq,
     if (!s->held || s->held_version != version)
       return sl__fail(SL_ESTATE, "no copy of step %lld to write",
                       (long long)(s->base + version));
-    /* Training comes first: the writer takes the cores the stream threads
-     * leave (Linux gives each thread its own nice value). */
-    int nice_was = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
-    sl_status st = holds ? write_file(q, dir, version, step, ans, n) : SL_OK;
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice_was);
+    int was = sl__session_writer_nice(SL__WRITER_NICE);
+    sl_status st = sl__session_save_pieces(s) > 0
+                       ? write_file(q, dir, version, step, ans, n)
+                       : SL_OK;
+    sl__session_writer_nice(was);
     sl__session_free_held(s);
     return st;
   }

@@ -32,8 +32,7 @@
 #define CALL_MS 30000u
 
 static size_t var_bytes(const sl_session *s, int32_t node) {
-  const sl__value *v = sl__session_var_value(s, node);
-  return (size_t)sl_shape_numel(&v->meta.shape) * sl_dtype_size(v->meta.dtype);
+  return sl__session_value_bytes(sl__session_var_value(s, node));
 }
 
 /* Appends a line to the growing text (*t, *len, *cap). */

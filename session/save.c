@@ -222,12 +222,17 @@ static sl_status save_write(sl__save *sv, const sl_session *s) {
   return st;
 }
 
+int sl__session_writer_nice(int nice) {
+  id_t tid = (id_t)syscall(SYS_gettid);
+  int was = getpriority(PRIO_PROCESS, tid);
+  if (setpriority(PRIO_PROCESS, tid, nice) != 0)
+    SL_DEBUG("save: could not set the writer's priority to %d", nice);
+  return was;
+}
+
 static void *save_main(void *arg) {
   sl__save *sv = arg;
-  /* Training comes first: the writer takes the cores the stream threads
-   * leave (Linux gives each thread its own nice value). */
-  if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10) != 0)
-    SL_DEBUG("save: could not lower the writer's priority");
+  sl__session_writer_nice(SL__WRITER_NICE);
   sv->st = save_write(sv, NULL);
   if (sv->st != SL_OK) snprintf(sv->msg, sizeof sv->msg, "%s", sl_last_error());
   return NULL;

@@ -243,7 +243,8 @@ struct sl_session {
   int32_t n_files;
   sl_checkpoint **files;
   const char **file_paths; /* the graph's strings */
-  /* Daemons: the checkpoint a continued job's variables start from. */
+  /* Daemons: the checkpoint a restored or loading job's variables start
+   * from. */
   sl_checkpoint *restore_ck;
   /* Remote: how the daemons' next job starts its variables (state.c sets
    * it for a restart, handoff.c tells the daemons). */
@@ -454,6 +455,8 @@ sl_status sl__session_job_shard(const sl_session *s, int32_t node, int rank,
  * while the job stays idle), else NULL. */
 const void *sl__session_job_shard_host(const sl_session *s, int32_t node,
                                        int rank, int64_t version, size_t bytes);
+/* v's whole bytes. */
+size_t sl__session_value_bytes(const sl__value *v);
 /* Whether rank r's shard of v is one a save stores: coordinate 0 on
  * every mesh axis v is broadcast along (the others hold copies). */
 bool sl__session_stores_rank(const sl__value *v, int r);
@@ -492,6 +495,12 @@ sl_status sl__session_restore_sources(sl_session *s, const char *path,
 /* A daemon's job that loads weights: the variables `path` names take
  * their values from it (s->restore_ck). */
 sl_status sl__session_load_sources(sl_session *s, const char *path);
+/* A background save's writer runs at this nice value: training comes
+ * first, the writer takes the cores the stream threads leave (Linux gives
+ * each thread its own nice value). writer_nice sets the calling thread's
+ * and returns the one it had. */
+#define SL__WRITER_NICE 10
+int sl__session_writer_nice(int nice);
 /* Waits for a background save in progress (its outcome kept for
  * sl_session_save_wait). */
 void sl__session_save_join(sl_session *s);

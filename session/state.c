@@ -31,7 +31,7 @@ static int32_t variable_named(const sl_session *s, const char *name) {
   return i >= 0 && sl__session_is_variable(s, i) ? i : -1;
 }
 
-static size_t value_bytes(const sl__value *v) {
+size_t sl__session_value_bytes(const sl__value *v) {
   return (size_t)sl_shape_numel(&v->meta.shape) * sl_dtype_size(v->meta.dtype);
 }
 
@@ -280,12 +280,13 @@ static sl_status lookup(sl_session *s, const char *name, size_t bytes,
     return sl__fail(SL_ENOTFOUND, "%s: the graph has no variable '%s'", what,
                     name);
   const sl__value *v = sl__session_var_value(s, *node);
-  if (bytes != value_bytes(v)) {
+  if (bytes != sl__session_value_bytes(v)) {
     char shape[128];
     sl_shape_print(&v->meta.shape, shape, sizeof shape);
-    return sl__fail(
-        SL_EINVAL, "%s '%s': %zu bytes, the variable has %zu (%s %s)", what,
-        name, bytes, value_bytes(v), sl_dtype_name(v->meta.dtype), shape);
+    return sl__fail(SL_EINVAL,
+                    "%s '%s': %zu bytes, the variable has %zu (%s %s)", what,
+                    name, bytes, sl__session_value_bytes(v),
+                    sl_dtype_name(v->meta.dtype), shape);
   }
   return sl__session_check_usable(s, what);
 }

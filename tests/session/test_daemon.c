@@ -386,6 +386,24 @@ static void test_boxing_across_nodes(void **state) {
   }
 }
 
+/* A scratch directory with two paths in it, for checkpoints. */
+typedef struct scratch {
+  char dir[64], a[300], b[300];
+} scratch;
+
+static void scratch_make(scratch *t, const char *a, const char *b) {
+  snprintf(t->dir, sizeof t->dir, "/tmp/sluice_daemon_XXXXXX");
+  assert_non_null(mkdtemp(t->dir));
+  snprintf(t->a, sizeof t->a, "%s/%s", t->dir, a);
+  snprintf(t->b, sizeof t->b, "%s/%s", t->dir, b);
+}
+
+static void scratch_remove(const scratch *t) {
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", t->dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 /* Checkpoints across daemons: a save in the middle of a remote run (every
  * daemon writes its node's file, the run goes on undisturbed), restored
  * embedded on one device, saved there, and restored on the daemons with
@@ -404,12 +422,9 @@ static void test_checkpoints_across_daemons(void **state) {
     want[i] = one_step(s, i);
   sl_session_destroy(s);
   sl_graph_destroy(g);
-  char tmpl[] = "/tmp/sluice_daemon_ckpt_XXXXXX";
-  const char *tmp = mkdtemp(tmpl);
-  assert_non_null(tmp);
-  char d1[300], d2[300];
-  snprintf(d1, sizeof d1, "%s/remote", tmp);
-  snprintf(d2, sizeof d2, "%s/embedded", tmp);
+  scratch t;
+  scratch_make(&t, "remote", "embedded");
+  const char *d1 = t.a, *d2 = t.b;
   sl_session_config rc = config(true);
   /* remote tp: 4 steps, save, 3 more */
   g = one_model_opt("cpu:0-1/0-1", "tp", &adam);
@@ -461,9 +476,7 @@ static void test_checkpoints_across_daemons(void **state) {
   assert_int_equal(sl_session_finish(s), SL_OK);
   sl_session_destroy(s);
   sl_graph_destroy(g);
-  char cmd[400];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-  assert_int_equal(system(cmd), 0);
+  scratch_remove(&t);
 }
 
 static bool near(float a, float b) {
@@ -505,12 +518,9 @@ static void test_variables_across_daemons(void **state) {
   sl_session *e = NULL, *r = NULL;
   assert_int_equal(sl_session_create(ge, NULL, &e), SL_OK);
   assert_int_equal(sl_session_create(gr, &rc, &r), SL_OK);
-  char tmpl[] = "/tmp/sluice_daemon_vars_XXXXXX";
-  const char *tmp = mkdtemp(tmpl);
-  assert_non_null(tmp);
-  char dw[300], db[300];
-  snprintf(dw, sizeof dw, "%s/weights", tmp);
-  snprintf(db, sizeof db, "%s/background", tmp);
+  scratch t;
+  scratch_make(&t, "weights", "background");
+  const char *dw = t.a, *db = t.b;
   int step = 0;
   for (; step < 3; step++)
     both_step(e, r, step);
@@ -598,9 +608,7 @@ static void test_variables_across_daemons(void **state) {
   sl_session_destroy(b);
   sl_graph_destroy(ge);
   sl_graph_destroy(gr);
-  char cmd[400];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-  assert_int_equal(system(cmd), 0);
+  scratch_remove(&t);
 }
 
 /* The daemons (threads of this process here, so the pools map through
