@@ -1,4 +1,4 @@
-/* A device-collective backend for tests (tests/comm/test_dev_coll.c): host
+/* A device-collective backend for tests (tests/comm/coll/test_dev_coll.c): host
  * memory, in-process, recording what it is asked. It behaves like NCCL where
  * the layer above depends on it: group calls are per thread; the k-th
  * collective of each rank is matched with the k-th of the others (a

@@ -1,7 +1,7 @@
 /* An in-memory key-value store for device-collective unique ids between
  * simulated processes (threads) of one test: the sl__dev_kv interface
- * (comm/dev_coll.h) over up to 16 keys, counting puts and gets. Shared by
- * tests/comm/test_dev_coll.c (through dev_coll_fake.h) and
+ * (comm/coll/dev_coll.h) over up to 16 keys, counting puts and gets. Shared by
+ * tests/comm/coll/test_dev_coll.c (through dev_coll_fake.h) and
  * tests/session/test_fake_cuda.c. Include after cmocka.h (memkv_init
  * asserts). */
 #ifndef SLUICE_TESTS_MEM_KV_H

@@ -1,4 +1,4 @@
-/* The control plane's message decoders (comm/cp_wire.c) on any bytes. The
+/* The control plane's message decoders (comm/control/wire.c) on any bytes. The
  * first byte picks the message type (sl__cp_messages: the envelope and
  * every request and reply of control.proto), the rest is the encoding.
  * A rejected input leaves no message and says why; an accepted one passes

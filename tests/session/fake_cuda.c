@@ -412,7 +412,7 @@ static sl_status fake_box(const sl__box_op *b, sl__stream *s) {
  *   stream has got there (the last reduces, in rank order, as the host
  *   collectives do, so results stay bit-identical);
  * - all-reduce, all-gather and reduce-scatter, with NCCL's counts
- *   (comm/dev_coll.h): an all-gather puts rank j's count elements at part
+ *   (comm/coll/dev_coll.h): an all-gather puts rank j's count elements at part
  *   j of every output, a reduce-scatter gives rank i part i of the
  *   reduction of every rank's nranks * count elements;
  * - an abort frees only its own rank: that rank's waiting part ends, the

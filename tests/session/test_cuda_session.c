@@ -115,7 +115,7 @@ static void test_device_failure(void **state) {
  * contiguous equal blocks (axis 0, an extent the group divides) is NCCL's
  * collective; any other is an exchange (session/dev_xchg.c). Both must
  * compute bit for bit what the same graph does on cpu placements (the
- * fake NCCL reduces in rank order, as comm/coll.c does). */
+ * fake NCCL reduces in rank order, as comm/coll/coll.c does). */
 
 typedef struct split_case {
   const char *name;

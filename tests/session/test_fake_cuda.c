@@ -1,6 +1,6 @@
 /* The fake CUDA device of fake_cuda.h itself, where the session tests do
  * not reach it directly: its NCCL's sends and receives (exchanges and
- * all-to-alls through the public device-collective API, comm/dev_coll.h)
+ * all-to-alls through the public device-collective API, comm/coll/dev_coll.h)
  * inside one process and across two fake processes, sizes that do not
  * pair up, waits that end as NCCL would hang, an abort ending a wait; and
  * box moves and fills (kernels/box.h) on its streams. */

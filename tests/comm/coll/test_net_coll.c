@@ -1,4 +1,4 @@
-/* Collectives between nodes over the data plane (comm/net_coll.h): 2 to 4
+/* Collectives between nodes over the data plane (comm/coll/net_coll.h): 2 to 4
  * endpoints in this process on 127.0.0.1 ephemeral ports. Every op on
  * every dtype with every reduce op (all-reduce by ring and by exchange,
  * reduce-scatter, all-gather, all-to-all), sizes 0, 1, uneven and 1 MiB,

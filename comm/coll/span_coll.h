@@ -9,7 +9,7 @@
  *   - all-reduce: the local members' inputs are reduced (member order)
  *     into the first local member's output, the nodes all-reduce that
  *     buffer over the data plane (ring or one-hop exchange by size,
- *     comm/net_coll.h), and it is copied to the other local outputs;
+ *     comm/coll/net_coll.h), and it is copied to the other local outputs;
  *   - every other op (reduce-scatter, all-gather, all-to-all, exchange):
  *     each node sends every other node exactly the boxes of its members'
  *     inputs that the receiver's members read (one all-to-all with a byte

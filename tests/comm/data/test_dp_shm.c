@@ -1,5 +1,5 @@
 /* The shared-memory payload path between endpoints on one host
- * (comm/dp_shm.c): the rings' placement (aligned), wrap-around, full and
+ * (comm/data/shm.c): the rings' placement (aligned), wrap-around, full and
  * unwritten cases and the segment's checks (size, file type, cookie); a
  * segment reachable only while offered, and gone with a dialer killed
  * mid-offer; two endpoints taking a segment (and not, when one side has it

@@ -1,5 +1,5 @@
-/* Shared registers (comm/shm_pool.h) and the shared all-reduce
- * (comm/net_shared.c): the pool's allocations and its mapping by another
+/* Shared registers (comm/data/shm_pool.h) and the shared all-reduce
+ * (comm/coll/net_shared.c): the pool's allocations and its mapping by another
  * "process" (this one, through /proc/self/fd), descriptions it refuses,
  * and the all-reduce on 2 and 3 endpoints in this process whose pools map
  * each other — in place, out of place, uneven and tiny sizes, buffers in

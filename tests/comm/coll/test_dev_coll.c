@@ -1,4 +1,4 @@
-/* The device collectives (comm/dev_coll.c). Without a GPU, against a fake
+/* The device collectives (comm/coll/dev_coll.c). Without a GPU, against a fake
  * backend (dev_coll_fake.h) that works on host memory and behaves like
  * NCCL where it matters here — group calls per thread, the k-th collective of
  * every rank matched with the k-th of the others (a disagreement is counted:

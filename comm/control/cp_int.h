@@ -1,5 +1,5 @@
-/* sluice comm — the control plane's private interface, shared by comm/cp_*.c
- * (comm/cp.h is what the rest of sluice uses; docs/controlplane.md is the
+/* sluice comm — the control plane's private interface, shared by comm/control/
+ * (comm/control/cp.h is what the rest of sluice uses; docs/controlplane.md is the
  * design). Layers, bottom up:
  *
  *   cp_wire.c    methods, message (de)serialization with every field

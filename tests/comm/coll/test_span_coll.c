@@ -1,5 +1,5 @@
 /* Boxing collectives whose members live on several nodes
- * (comm/span_coll.h): 2 and 3 endpoints in this process on 127.0.0.1.
+ * (comm/coll/span_coll.h): 2 and 3 endpoints in this process on 127.0.0.1.
  * Every op (all-reduce, reduce-scatter, all-gather, all-to-all, exchange)
  * with members spread over the nodes in order and interleaved, uneven and
  * empty parts, three rounds each, gives exactly the bytes the same

@@ -62,7 +62,7 @@ typedef enum sl__dp_kind {
                              PROBE_REPLY with its final counts */
   SL__DP_DONE_ACK = 8,    /* DONE was received */
   SL__DP_COLL = 9,        /* a chunk of a collective between nodes
-                             (comm/net_coll.h): src = group, dst = sequence,
+                             (comm/coll/net_coll.h): src = group, dst = sequence,
                              piece = byte offset, desc = step, index = lane,
                              slot = op, consumer = dtype; may carry a
                              payload; counted in the credit window like a
@@ -390,7 +390,7 @@ typedef struct sl__dp_stats {
 void sl__dp_endpoint_get_stats(sl__dp_endpoint *ep, sl__dp_stats *out);
 
 /* ---- collective chunks (SL__DP_COLL) ---------------------------------------
- * A second client of the connections besides the job: comm/net_coll.c. Its
+ * A second client of the connections besides the job: comm/coll/net_coll.c. Its
  * hooks run on the loop thread, never with the endpoint's lock held. */
 typedef struct sl__dp_coll_hooks {
   /* A COLL frame from `node` begins: *buf gets where its f->len payload

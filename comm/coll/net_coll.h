@@ -5,7 +5,7 @@
  * all-reduce through shared registers between daemons on one host
  * (sl__net_coll_set_shared; net_shared.c), for
  * CPU groups with one member per node, their chunks carried as
- * SL__DP_COLL frames on the node pairs' connections (comm/dp.h).
+ * SL__DP_COLL frames on the node pairs' connections (comm/data/dp.h).
  *
  * A group is a list of distinct nodes (the ring order) with an id chosen
  * by the caller; a collective instance is (group id, sequence number),
