@@ -1,5 +1,5 @@
 /* All-reduce of float32 between two nodes: sluice's ring over the data
- * plane (comm/net_coll.c; two endpoints in this process on 127.0.0.1, so
+ * plane (comm/coll/net_coll.c; two endpoints in this process on 127.0.0.1, so
  * two loop threads and real TCP) against two PyTorch gloo processes on
  * 127.0.0.1 (bench/peers/allreduce_gloo.py), 4 KiB to 64 MiB, one table.
  *

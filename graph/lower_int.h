@@ -39,9 +39,9 @@ typedef enum sl__task_kind {
  * NONE for every other task). Lowering decides, the session instantiates. */
 typedef enum sl__engine {
   SL__ENGINE_NONE = 0,
-  SL__ENGINE_INPROC = 1, /* comm/coll.c: every member in this process */
+  SL__ENGINE_INPROC = 1, /* comm/coll/coll.c: every member in this process */
   SL__ENGINE_NODES = 2,  /* members on several machines: the data plane
-                            between daemons (comm/span_coll.c) */
+                            between daemons (comm/coll/span_coll.c) */
   SL__ENGINE_DEVICE = 3, /* CUDA devices: NCCL, or a device exchange */
 } sl__engine;
 #define SL__ENGINE_COUNT 4

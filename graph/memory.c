@@ -517,7 +517,7 @@ static bool sharing_off(void) {
 
 /* Whether task t writes output 0 in place into an input: an elementwise
  * op (sl__op_def.inplace), or an all-reduce member of the in-process
- * engine (comm/coll.c reads each tile of every input before writing it). */
+ * engine (comm/coll/coll.c reads each tile of every input before writing it). */
 static bool writes_in_place(const planner *P, const sl__task *t) {
   if (t->n_out < 1) return false;
   if (t->kind == SL__TASK_COLL) {

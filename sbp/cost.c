@@ -46,7 +46,7 @@ double sl__cost_ring(const sl_boxing_cost *c, bool inter, int steps,
   return steps * alpha + transfer_us(beta, max_bytes);
 }
 
-/* All-reduce between n nodes over inter-node links (comm/net_coll.c runs
+/* All-reduce between n nodes over inter-node links (comm/coll/net_coll.c runs
  * these). A message that is not cut into chunks is received whole before
  * it is checked and reduced, which on a CPU costs about what moving it
  * did: such hops count their bytes twice. The ring pipelines its chunks,

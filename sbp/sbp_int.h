@@ -43,7 +43,7 @@ double sl__cost_message(const sl_boxing_cost *c, bool inter, int64_t bytes);
  * steps * α + max_bytes / β. 0 when steps is 0 (a local operation). */
 double sl__cost_ring(const sl_boxing_cost *c, bool inter, int steps,
                      int64_t max_bytes);
-/* The all-reduce algorithms between nodes (comm/net_coll.h runs them;
+/* The all-reduce algorithms between nodes (comm/coll/net_coll.h runs them;
  * docs/boxing.md, section 6, gives their formulas). */
 typedef enum sl__all_reduce_algo {
   SL__ALL_REDUCE_RING,     /* 2(n-1) pipelined hops of 1/n of the buffer */

@@ -146,8 +146,8 @@ static void deferred_done(void *arg, sl_status st) {
 }
 
 /* Collective and exchange members deposit their buffers and defer: the
- * round runs when every member is there (comm/comm.c; members on other
- * nodes: comm/span_coll.c), on whichever thread completes it. The stream
+ * round runs when every member is there (comm/coll/comm.c; members on other
+ * nodes: comm/coll/span_coll.c), on whichever thread completes it. The stream
  * thread never waits for peers. */
 static sl_status act_coll(sl_act *a) {
   task_rt *rt = a->ctx;

@@ -110,7 +110,7 @@ static sl_status task_depths(const sl__pplan *pp, int32_t **out) {
 }
 
 /* Whether group step s of a boxing is what NCCL's all-gather (reduce-
- * scatter) computes with no packing: the host collective (comm/coll.c)
+ * scatter) computes with no packing: the host collective (comm/coll/coll.c)
  * cuts the group's block along the split axis into sl_split_range parts,
  * member k's part k; on axis 0, with an extent the group size divides,
  * every part is one contiguous, equally sized run of the block's
@@ -147,7 +147,7 @@ static bool nccl_layout(const sl_boxing_plan *bp, int s, const sl_shape *shape,
 
 /* The NCCL collective of a boxing task's step, or SL__DEV_EXCHANGE for a
  * step NCCL does not compute as it stands (dev_xchg.c), with the count
- * comm/dev_coll.h wants: an all-gather's per member, its input; a
+ * comm/coll/dev_coll.h wants: an all-gather's per member, its input; a
  * reduce-scatter's per member, its output; an all-reduce's, both. */
 static sl__dev_coll_op dev_op(const sl_session *s, const sl__node *n,
                               const sl__task *t, int gn, size_t *count) {

@@ -1,7 +1,7 @@
 /* Boxing steps between GPUs (graph/lower.c keeps a boxing whose ranks are
  * all CUDA devices on them; docs/cuda.md, "Sessions on CUDA placements").
  * One device group per step's group, with its communicator
- * (comm/dev_coll.h: NCCL) and its one launch: NCCL's collective where NCCL
+ * (comm/coll/dev_coll.h: NCCL) and its one launch: NCCL's collective where NCCL
  * computes the step as it stands, every round the same op on the same
  * counts; otherwise an exchange, each local member's program
  * (dev_xchg.c) queued around one grouped send/receive call.

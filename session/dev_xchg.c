@@ -4,7 +4,7 @@
  * send_recv and copy steps between placements, and the local slice and
  * zero steps. Each becomes pieces: boxes of the global tensor that one
  * member's input gives to one member's output, stored or reduced there —
- * the form the host's exchange collective runs (comm/coll.c) — and each
+ * the form the host's exchange collective runs (comm/coll/coll.c) — and each
  * member runs a small program on its device stream around one grouped
  * NCCL send/recv call (dev_boxing.c launches it):
  *

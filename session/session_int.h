@@ -300,7 +300,7 @@ sl_status sl__complete_on_stream(task_rt *rt, sl_status st);
 
 /* dev_boxing.c: a boxing step's collective between GPUs, NCCL: coll is
  * SL__DEV_ALL_REDUCE, SL__DEV_ALL_GATHER or SL__DEV_REDUCE_SCATTER, count
- * as comm/dev_coll.h counts it (per member: an all-gather's input, a
+ * as comm/coll/dev_coll.h counts it (per member: an all-gather's input, a
  * reduce-scatter's output), or SL__DEV_EXCHANGE with a program per member
  * (sl__dgroup_set_program; dt, op and count unused). */
 /* Every member in this process: rank k on devices[k], its communicator

@@ -1,6 +1,6 @@
 /* Shared registers between the daemons of one host (docs/net_coll.md,
  * "Shared registers"): each daemon allocates its job's host registers from
- * a pool other processes can map (comm/shm_pool.h); at the job's start the
+ * a pool other processes can map (comm/data/shm_pool.h); at the job's start the
  * daemons tell each other where their pools are, map the ones they can,
  * tell each other which they mapped, and hand the resulting map to the
  * collectives, which then read each other's registers in place.
