@@ -613,7 +613,7 @@ static sl_status lower_op(lower *L, int32_t ni, const sl__node *n) {
 /* Whether a boxing runs on its GPUs: when every plan rank is a CUDA
  * device. Each step is then NCCL's collective where NCCL computes it as it
  * stands, and grouped NCCL sends and receives with packing on the devices
- * otherwise (session/dev_xchg.c); slice and zero steps are device work
+ * otherwise (comm/coll/dev_xchg.c); slice and zero steps are device work
  * alone. Anything touching a CPU rank runs on the host sides. */
 static bool boxing_on_gpu(const sl_boxing_plan *bp) {
   for (int q = 0; q < sl_boxing_plan_rank_count(bp); q++)

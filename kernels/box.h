@@ -1,5 +1,5 @@
 /* sluice kernels — box moves and fills on a device: what a boxing step on
- * GPUs does between its NCCL calls (session/dev_xchg.c): pack a piece of a
+ * GPUs does between its NCCL calls (comm/coll/dev_xchg.c): pack a piece of a
  * shard into a contiguous buffer, unpack (or reduce) a received piece into
  * its place, fill an output with a reduction's identity.
  *

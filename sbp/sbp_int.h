@@ -150,6 +150,52 @@ const sl_placement *sl__boxing_side_placement(const sl_boxing_plan *plan,
 bool sl__boxing_step_box(const sl_boxing_plan *plan, int step, int q,
                          bool after, sl_slice *box);
 
+/* ---- a step's members and pieces (exchange.c) --------------------------- */
+
+/* Group `group` of group step `step`: the layouts before and after, its
+ * mesh axis and its plan ranks; SL_EINTERNAL when the plan has no such
+ * group. */
+typedef struct sl__group_step {
+  sl_nd_sbp from, to;
+  int axis, n;
+  const int *ranks;
+} sl__group_step;
+sl_status sl__boxing_group_step(const sl_boxing_plan *bp, int step, int group,
+                                sl__group_step *out);
+
+typedef struct sl__xpiece {
+  int src, dst; /* members */
+  sl_slice box; /* global coordinates */
+  bool reduce;  /* reduced into dst's output with the step's op; stored
+                   otherwise */
+} sl__xpiece;
+
+/* A step as pieces between its members, in the order each target applies
+ * them. */
+typedef struct sl__xgeom {
+  int n;
+  sl_dtype dtype;
+  sl_reduce_op op;            /* reducing pieces, fills */
+  bool *has_in, *has_out;     /* by member */
+  sl_slice *in_box, *out_box; /* by member: the global box of its shard */
+  bool *fill;                 /* by member: output first set to op's
+                                 identity */
+  int n_pieces;
+  sl__xpiece *pieces;
+} sl__xgeom;
+
+/* Group `group` of group step `step`, members in group order; a send_recv
+ * or copy step, members the plan ranks; a local step (slice, zero) of
+ * placement rank `rank`, group member `member`, as one member. Each checks
+ * that every output is covered (SL_EINTERNAL otherwise). Free with
+ * sl__xgeom_free. */
+sl_status sl__xgeom_group(const sl_boxing_plan *bp, int step, int group,
+                          sl__xgeom *g);
+sl_status sl__xgeom_p2p(const sl_boxing_plan *bp, int step, sl__xgeom *g);
+sl_status sl__xgeom_local(const sl_boxing_plan *bp, int step, int rank,
+                          int member, sl__xgeom *g);
+void sl__xgeom_free(sl__xgeom *g);
+
 /* Whether the ranks of a list span more than one node. */
 bool sl__plan_ranks_inter(const sl_boxing_plan *plan, int n, const int *ranks);
 

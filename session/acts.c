@@ -145,23 +145,28 @@ static void deferred_done(void *arg, sl_status st) {
   sl_completion_done(c, st);
 }
 
-/* Collective and exchange members deposit their buffers and defer: the
- * round runs when every member is there (comm/coll/comm.c; members on other
- * nodes: comm/coll/span_coll.c), on whichever thread completes it. The stream
- * thread never waits for peers. */
+/* Collective and exchange members deposit their buffers at their engine
+ * (comm/coll/engine.h) and defer: the round runs when every member is
+ * there, on whichever thread completes it; on a GPU the member completes
+ * once its stream has passed the round. The stream thread never waits for
+ * peers. A member of a send_recv or copy step may have no input or no
+ * output. */
 static sl_status act_coll(sl_act *a) {
   task_rt *rt = a->ctx;
   const sl_register *in = data_in(a, rt);
   sl_register *out = rt->t->n_out ? a->out[0] : NULL;
   rt->pending = sl_act_defer(a);
-  const void *ip = in ? in->data : NULL;
-  size_t ib = in ? in->bytes : 0;
-  void *op = out ? out->data : NULL;
-  size_t ob = out ? out->bytes : 0;
-  sl_status st = rt->span ? sl__span_arrive(rt->span, rt->member, ip, ib, op,
-                                            ob, deferred_done, rt)
-                          : sl__coll_arrive(rt->coll, rt->member, ip, ib, op,
-                                            ob, deferred_done, rt);
+  sl__coll_arrival arr = {
+      .member = rt->member,
+      .in = in ? in->data : NULL,
+      .in_bytes = in ? in->bytes : 0,
+      .out = out ? out->data : NULL,
+      .out_bytes = out ? out->bytes : 0,
+      .stream = rt->dev ? rt->dev->stream[rt->t->stream] : NULL,
+      .done = deferred_done,
+      .arg = rt,
+  };
+  sl_status st = sl__coll_engine_arrive(rt->engine, &arr);
   if (st != SL_OK) {
     sl_completion *c = rt->pending;
     rt->pending = NULL;
@@ -178,7 +183,7 @@ static sl_status act_coll(sl_act *a) {
 
 /* After queueing (st: how that went) with the firing deferred in
  * rt->pending. */
-sl_status sl__complete_on_stream(task_rt *rt, sl_status st) {
+static sl_status complete_on_stream(task_rt *rt, sl_status st) {
   sess_dev *d = rt->dev;
   if (st == SL_OK)
     st = sl__notifier_watch(d->notify, d->stream[rt->t->stream], deferred_done,
@@ -205,7 +210,7 @@ static sl_status act_op_cuda(sl_act *a) {
     st = d->be->run_op(rt->node->op, k, d->mem, d->stream[rt->t->stream]);
   if (st != SL_OK)
     sl__fail_context(st, "op '%s' (%s): ", rt->node->name, rt->node->op->name);
-  return sl__complete_on_stream(rt, st);
+  return complete_on_stream(rt, st);
 }
 
 /* Device to device: a constant from its device copy, or a variable's next
@@ -216,22 +221,12 @@ static sl_status act_d2d(sl_act *a) {
       rt->t->kind == SL__TASK_CONST ? rt->init_dev : data_in(a, rt)->data;
   rt->pending = sl_act_defer(a);
   sess_dev *d = rt->dev;
-  return sl__complete_on_stream(
+  return complete_on_stream(
       rt, sl__device_memcpy_d2d(d->dev, a->out[0]->data, src, rt->bytes,
                                 d->stream[rt->t->stream]));
 }
 
-/* A member of a boxing step between GPUs (dev_boxing.c); a member of a
- * send_recv or copy step may have no input or no output. */
-static sl_status act_coll_cuda(sl_act *a) {
-  task_rt *rt = a->ctx;
-  const sl_register *in = data_in(a, rt);
-  rt->pending = sl_act_defer(a);
-  return sl__dgroup_arrive(rt->dgroup, rt, in ? in->data : NULL,
-                           rt->t->n_out ? a->out[0]->data : NULL);
-}
-
-/* A slice or zero step on a GPU: its own pieces (dev_xchg.c). */
+/* A slice or zero step on a GPU: its own pieces (comm/coll/dev_xchg.c). */
 static sl_status act_local_cuda(sl_act *a) {
   task_rt *rt = a->ctx;
   const void *in = data_in(a, rt)->data;
@@ -241,7 +236,7 @@ static sl_status act_local_cuda(sl_act *a) {
   rt->pending = sl_act_defer(a);
   sl_status st = sl__dxchg_before(rt->local, in, out, s, &unused);
   if (st == SL_OK) st = sl__dxchg_after(rt->local, in, out, s);
-  return sl__complete_on_stream(rt, st);
+  return complete_on_stream(rt, st);
 }
 
 /* A shard between the device and its host side. */
@@ -252,7 +247,7 @@ static sl_status act_copy(sl_act *a) {
   rt->pending = sl_act_defer(a);
   sess_dev *d = rt->dev;
   sl__stream *s = d->stream[rt->t->stream];
-  return sl__complete_on_stream(
+  return complete_on_stream(
       rt,
       rt->copy_h2d
           ? sl__device_memcpy_h2d(d->dev, out->data, in->data, out->bytes, s)
@@ -283,7 +278,7 @@ sl_act_fn sl__act_for(sl__task_kind kind, bool on_cuda) {
     case SL__TASK_VAR_COPY: return act_d2d;
     case SL__TASK_COPY: return act_copy;
     case SL__TASK_COLL:
-    case SL__TASK_XCHG: return act_coll_cuda;
+    case SL__TASK_XCHG: return act_coll;
     case SL__TASK_LOCAL: return act_local_cuda;
     default: return NULL; /* lowering runs the rest on the host side */
     }

@@ -62,10 +62,16 @@ static uint32_t boxing_device(const sl_boxing_plan *bp, int q) {
 
 typedef struct coll_key {
   int32_t node, step, group;
-  sl__coll *coll;
-  sl__span *span;
-  sl__dgroup *dgroup;
+  const sl__coll_engine *engine;
 } coll_key;
+
+/* Appends an engine to s->engines (sized for one per task at build). */
+static const sl__coll_engine *
+add_engine(sl_session *s, const sl__coll_engine_i *i, void *ctx) {
+  sl__coll_engine *e = &s->engines[s->n_engines++];
+  *e = (sl__coll_engine){i, ctx};
+  return e;
+}
 
 /* The depth of every task in the plan, the same on every node: 1 + the
  * deepest task producing one of its inputs, counting the members of a
@@ -74,7 +80,7 @@ typedef struct coll_key {
  * Inputs produced by later tasks are the previous step's (variables) and
  * do not count: lowering adds tasks in dependency order otherwise. Spanning
  * device groups launch in (depth, boxing node, step, group) order
- * (dev_boxing.c): a dependency order, close to the one the devices get
+ * (comm/coll/dev_group.c): a dependency order, close to the one the devices get
  * there in (a model's last gradient first), which keeps the all-reduces
  * overlapping the backward pass. */
 static sl_status task_depths(const sl__pplan *pp, int32_t **out) {
@@ -146,7 +152,7 @@ static bool nccl_layout(const sl_boxing_plan *bp, int s, const sl_shape *shape,
 }
 
 /* The NCCL collective of a boxing task's step, or SL__DEV_EXCHANGE for a
- * step NCCL does not compute as it stands (dev_xchg.c), with the count
+ * step NCCL does not compute as it stands (comm/coll/dev_xchg.c), with the count
  * comm/coll/dev_coll.h wants: an all-gather's per member, its input; a
  * reduce-scatter's per member, its output; an all-reduce's, both. */
 static sl__dev_coll_op dev_op(const sl_session *s, const sl__node *n,
@@ -172,19 +178,17 @@ static sl__dev_coll_op dev_op(const sl_session *s, const sl__node *n,
 }
 
 /* Every local member's program of an exchange group. */
-static sl_status add_programs(sl_session *s, const sl__node *n,
-                              const sl__task *t, sl__dgroup *g, int nlocal,
-                              const int *ranks, const int *devices) {
+static sl_status add_programs(const sl__node *n, const sl__task *t,
+                              sl__dgroup *g, int nlocal, const int *ranks,
+                              const sl__dev_handle *const *devs) {
   sl__xgeom geom;
   SL_CHECK(t->kind == SL__TASK_XCHG
-               ? sl__xgeom_p2p(s->g, n, t->step, &geom)
-               : sl__xgeom_group(s->g, n, t->step, t->group, &geom));
+               ? sl__xgeom_p2p(n->boxing, t->step, &geom)
+               : sl__xgeom_group(n->boxing, t->step, t->group, &geom));
   sl_status st = SL_OK;
   for (int i = 0; i < nlocal && st == SL_OK; i++) {
-    sess_dev *d = sl__session_dev(s, SL__DEV_CUDA + (uint32_t)devices[i]);
     sl__dxchg *x = NULL;
-    st = d ? sl__dxchg_create(d, &geom, ranks[i], &x)
-           : sl__fail(SL_EINTERNAL, "cuda:%d is not open", devices[i]);
+    st = sl__dxchg_create(devs[i], &geom, ranks[i], &x);
     if (st == SL_OK) st = sl__dgroup_set_program(g, ranks[i], x);
   }
   sl__xgeom_free(&geom);
@@ -205,14 +209,11 @@ static sl_status make_dgroup(sl_session *s, const sl__node *n, task_rt *rt,
   bool p2p = t->kind == SL__TASK_XCHG;
   const int *members = NULL;
   int gn = sl_boxing_step_group(bp, t->step, p2p ? 0 : t->group, &members);
-  sl__dgroup **list =
-      sl__reallocarray(s->dgroups, (size_t)s->n_dgroups + 1, sizeof *list);
   int *ranks = sl__calloc((size_t)gn + 1, sizeof *ranks);
-  int *devices = sl__calloc((size_t)gn + 1, sizeof *devices);
-  if (list) s->dgroups = list;
-  if (!list || !ranks || !devices) {
+  const sl__dev_handle **devs = sl__calloc((size_t)gn + 1, sizeof *devs);
+  if (!ranks || !devs) {
     sl__free(ranks);
-    sl__free(devices);
+    sl__free(devs);
     return SL_ENOMEM;
   }
   int nlocal = 0;
@@ -227,8 +228,12 @@ static sl_status make_dgroup(sl_session *s, const sl__node *n, task_rt *rt,
                     "rank %d",
                     n->name, t->step, k, members[k]);
     if ((uint32_t)node != s->self_node) continue;
+    sess_dev *d = sl__session_dev(s, SL__DEV_CUDA + (uint32_t)dev);
+    if (!d && st == SL_OK)
+      st = sl__fail(SL_EINTERNAL, "boxing '%s' step %d: cuda:%d is not open",
+                    n->name, t->step, dev);
     ranks[nlocal] = k;
-    devices[nlocal++] = dev;
+    devs[nlocal++] = d ? &d->boxing : NULL;
   }
   sl_reduce_op red = SL_REDUCE_SUM;
   sl_boxing_step_reduce(bp, t->step, &red);
@@ -242,28 +247,27 @@ static sl_status make_dgroup(sl_session *s, const sl__node *n, task_rt *rt,
   sl_dtype dt = sl__graph_value(s->g, n->in[0])->meta.dtype;
   if (st == SL_OK && !s->dcoll) st = rt->dev->be->coll_open(&s->dcoll);
   if (st == SL_OK && nlocal == gn) {
-    st =
-        sl__dgroup_create(s->dcoll, name, gn, devices, op, dt, red, count, out);
+    st = sl__dgroup_create(s->dcoll, name, gn, devs, op, dt, red, count, out);
   } else if (st == SL_OK) {
     if (!*depths) st = task_depths(s->pp, depths);
     int32_t order[4] = {*depths ? (*depths)[rt->id] : 0, t->node, t->step,
                         t->group};
     if (st == SL_OK && !s->dseq) st = sl__dseq_create(&s->dseq);
     if (st == SL_OK)
-      st = sl__dgroup_create_span(s->dseq, name, gn, nlocal, ranks, devices, op,
+      st = sl__dgroup_create_span(s->dseq, name, gn, nlocal, ranks, devs, op,
                                   dt, red, count, order, out);
   }
-  if (st == SL_OK) s->dgroups[s->n_dgroups++] = *out;
+  if (st == SL_OK) add_engine(s, &sl__coll_engine_device, *out);
   if (st == SL_OK && op == SL__DEV_EXCHANGE)
-    st = add_programs(s, n, t, *out, nlocal, ranks, devices);
+    st = add_programs(n, t, *out, nlocal, ranks, devs);
   sl__free(ranks);
-  sl__free(devices);
+  sl__free(devs);
   return st;
 }
 
 sl_status sl__session_connect_dgroups(sl_session *s, const sl__dev_kv *kv) {
   if (!s->dseq) return SL_OK;
-  return sl__dseq_connect(s->dseq, s, s->dcoll, kv, s->job_id);
+  return sl__dseq_connect(s->dseq, s->dcoll, kv, s->job_id);
 }
 
 /* The collectives' constructors also give the node of every member
@@ -346,27 +350,13 @@ out:
   return st;
 }
 
-sl_status sl__group_step_of(const sl__node *n, int step, int group,
-                            sl__group_step *out) {
-  const sl_boxing_plan *bp = n->boxing;
-  sl_boxing_step_layout(bp, step, &out->from, &out->to);
-  out->axis = sl_boxing_step_mesh_axis(bp, step);
-  out->ranks = NULL;
-  out->n = sl_boxing_step_group(bp, step, group, &out->ranks);
-  if (out->n < 1 || out->axis < 0 || out->axis >= out->from.ndim)
-    return sl__fail(SL_EINTERNAL,
-                    "boxing '%s' step %d: a group of %d on mesh axis %d",
-                    n->name, step, out->n, out->axis);
-  return SL_OK;
-}
-
 static sl_status make_group(sl_session *s, const sl__node *n, int step,
                             int group, const int *dev_worker, sl__coll **out,
                             uint32_t **mnode) {
   const sl_boxing_plan *bp = n->boxing;
   const sl__value *vin = sl__graph_value(s->g, n->in[0]);
   sl__group_step gs;
-  SL_CHECK(sl__group_step_of(n, step, group, &gs));
+  SL_CHECK(sl__boxing_group_step(bp, step, group, &gs));
   const sl_placement *p = vin->placement; /* group steps: one placement */
   sl_nd_sbp from = gs.from, to = gs.to;
   int m = gs.axis, gn = gs.n;
@@ -466,26 +456,18 @@ static sl_status make_span(sl_session *s, const sl__task *t, sl__coll *c,
                     "collectives between nodes need daemons",
                     sl__graph_node(s->g, t->node)->name, (int)t->step, mnode[0],
                     other);
-  sl__span **grown =
-      sl__realloc(s->spans, ((size_t)s->n_spans + 1) * sizeof *grown);
-  if (!grown) return SL_ENOMEM;
-  s->spans = grown;
   sl__span_desc d = {c, mnode, s->self_node, s->nc,
                      span_id(s->job_id, t->node, t->step, t->group)};
-  SL_CHECK(sl__span_create(&d, out));
-  s->spans[s->n_spans++] = *out;
-  return SL_OK;
+  return sl__span_create(&d, out);
 }
 
 void sl__session_abort_collectives(sl_session *s, sl_status st,
                                    const char *msg) {
   if (s->comm) sl__comm_abort(s->comm, st);
-  for (int32_t i = 0; i < s->n_spans; i++)
-    sl__span_abort(s->spans[i], st);
+  for (int32_t i = 0; i < s->n_engines; i++)
+    sl__coll_engine_abort(&s->engines[i], st, msg);
+  /* Rounds already between nodes end when their net collectives do. */
   if (s->nc) sl__net_coll_abort(s->nc, st, msg);
-  sl__dseq_abort(s->dseq, st, msg);
-  for (int32_t i = 0; i < s->n_dgroups; i++)
-    sl__dgroup_abort(s->dgroups[i], st);
 }
 
 static sl_status setup_local(sl_session *s, task_rt *rt) {
@@ -518,12 +500,11 @@ static sl_status setup_local(sl_session *s, task_rt *rt) {
 }
 
 /* A slice or zero step on a GPU: a program of its own pieces. */
-static sl_status setup_local_cuda(sl_session *s, const sl__node *n,
-                                  task_rt *rt) {
+static sl_status setup_local_cuda(const sl__node *n, task_rt *rt) {
   sl__xgeom g;
   SL_CHECK(
-      sl__xgeom_local(s->g, n, rt->t->step, rt->t->rank, rt->t->member, &g));
-  sl_status st = sl__dxchg_create(rt->dev, &g, 0, &rt->local);
+      sl__xgeom_local(n->boxing, rt->t->step, rt->t->rank, rt->t->member, &g));
+  sl_status st = sl__dxchg_create(&rt->dev->boxing, &g, 0, &rt->local);
   sl__xgeom_free(&g);
   return st;
 }
@@ -832,7 +813,8 @@ sl_status sl__session_build(sl_session *s) {
   coll_key *keys = sl__calloc((size_t)pp->n_tasks + 1, sizeof *keys);
   int32_t n_keys = 0;
   int32_t *depths = NULL; /* task_depths, once a spanning group needs it */
-  if (!keys) {
+  s->engines = sl__calloc((size_t)pp->n_tasks + 1, sizeof *s->engines);
+  if (!keys || !s->engines) {
     st = SL_ENOMEM;
     goto out;
   }
@@ -877,7 +859,7 @@ sl_status sl__session_build(sl_session *s) {
           sl__dev_class_of(pp->regsts[t->in[0]].device) != SL__DEV_CLASS_CUDA;
       break;
     case SL__TASK_LOCAL:
-      st = rt->dev ? setup_local_cuda(s, n, rt) : setup_local(s, rt);
+      st = rt->dev ? setup_local_cuda(n, rt) : setup_local(s, rt);
       break;
     case SL__TASK_COLL:
     case SL__TASK_XCHG: {
@@ -893,7 +875,8 @@ sl_status sl__session_build(sl_session *s) {
         st = make_dgroup(s, n, rt, &depths, &dg);
         if (st != SL_OK) break;
         key = &keys[n_keys++];
-        *key = (coll_key){t->node, t->step, group, NULL, NULL, dg};
+        *key =
+            (coll_key){t->node, t->step, group, &s->engines[s->n_engines - 1]};
       }
       if (!key) {
         sl__coll *c = NULL;
@@ -907,11 +890,11 @@ sl_status sl__session_build(sl_session *s) {
         sl__free(mnode);
         if (st != SL_OK) break;
         key = &keys[n_keys++];
-        *key = (coll_key){t->node, t->step, group, c, sp, NULL};
+        *key = (coll_key){t->node, t->step, group,
+                          sp ? add_engine(s, &sl__coll_engine_nodes, sp)
+                             : add_engine(s, &sl__coll_engine_inproc, c)};
       }
-      rt->coll = key->span ? NULL : key->coll;
-      rt->span = key->span;
-      rt->dgroup = key->dgroup;
+      rt->engine = key->engine;
       rt->member = t->member;
       break;
     }
@@ -927,11 +910,12 @@ out:
 }
 
 void sl__session_free_build(sl_session *s) {
-  for (int32_t i = 0; i < s->n_spans; i++)
-    sl__span_destroy(s->spans[i]);
-  sl__free(s->spans);
-  s->spans = NULL;
-  s->n_spans = 0;
+  /* Device groups before their devices and sequencer (close_devices). */
+  for (int32_t i = 0; i < s->n_engines; i++)
+    sl__coll_engine_destroy(&s->engines[i]);
+  sl__free(s->engines);
+  s->engines = NULL;
+  s->n_engines = 0;
   for (int32_t i = 0; s->rt && i < s->n_tasks; i++) {
     sl__free(s->rt[i].slot_of);
     sl__free(s->rt[i].init);

@@ -56,7 +56,14 @@ static sl_status open_one(sess_dev *d, int index) {
       sl__caching_alloc_create(sl__device_raw_pinned(d->dev), &pc, &d->pinned));
   for (uint32_t k = 0; k < SL_STREAMS_DEFAULT; k++)
     SL_CHECK(sl__device_stream_create(d->dev, &d->stream[k]));
-  return sl__notifier_create(d->dev, NULL, &d->notify);
+  SL_CHECK(sl__notifier_create(d->dev, NULL, &d->notify));
+  d->boxing = (sl__dev_handle){.index = index,
+                               .dev = d->dev,
+                               .mem = d->mem,
+                               .coll_stream = d->stream[SL_STREAM_COLLECTIVE],
+                               .notify = d->notify,
+                               .box = d->be->box};
+  return SL_OK;
 }
 
 sl_status sl__session_open_devices(sl_session *s) {
@@ -81,11 +88,6 @@ sl_status sl__session_open_devices(sl_session *s) {
 }
 
 void sl__session_close_devices(sl_session *s) {
-  for (int32_t i = 0; i < s->n_dgroups; i++)
-    sl__dgroup_destroy(s->dgroups[i]);
-  sl__free(s->dgroups);
-  s->dgroups = NULL;
-  s->n_dgroups = 0;
   sl__dseq_destroy(s->dseq);
   s->dseq = NULL;
   sl__dev_coll_destroy(s->dcoll);

@@ -15,8 +15,10 @@
 #include "box.h"
 #include "caching_alloc.h"
 #include "comm_int.h"
+#include "dev_boxing.h"
 #include "dev_coll.h"
 #include "device_notify.h"
+#include "engine.h"
 #include "span_coll.h"
 #include "core_thread.h"
 #include "lower_int.h"
@@ -43,10 +45,6 @@ typedef struct sl__session_backend {
   sl_status (*box)(const sl__box_op *b, sl__stream *s);
 } sl__session_backend;
 
-typedef struct sl__dgroup sl__dgroup;
-typedef struct sl__dseq sl__dseq;
-typedef struct sl__dxchg sl__dxchg;
-
 /* One CUDA device of this node's tasks (devices.c). */
 typedef struct sess_dev {
   int index; /* cuda:index */
@@ -56,6 +54,7 @@ typedef struct sess_dev {
   sl__caching_alloc *pinned; /* its host side's registers */
   sl__stream *stream[SL_STREAMS_DEFAULT]; /* per actor stream kind */
   sl__notifier *notify;
+  sl__dev_handle boxing; /* the device as its boxing groups see it */
 } sess_dev;
 
 /* An actor's view of its task: one per plan task, the actor's ctx. */
@@ -81,12 +80,10 @@ typedef struct task_rt {
   /* Tasks on a CUDA device: the device; COPY: host to device, or back */
   sess_dev *dev;
   bool copy_h2d;
-  /* COLL / XCHG: the collective and this task's member; span: instead,
-   * when the collective's members live on several nodes */
-  sl__coll *coll;
-  sl__span *span;
-  sl__dgroup *dgroup; /* instead, a boxing step between GPUs */
-  sl__dxchg *local;   /* LOCAL on a GPU: its program (dev_xchg.c) */
+  /* COLL / XCHG: the engine of its collective (s->engines) and this
+   * task's member */
+  const sl__coll_engine *engine;
+  sl__dxchg *local; /* LOCAL on a GPU: its program (comm/coll/dev_xchg.c) */
   int member;
   sl_completion *pending;
   /* LOCAL: slice (keep part `member` of n along axis) or zero */
@@ -188,8 +185,10 @@ struct sl_session {
   sl__shm_pool *pool;
   sl__shm_view *views;
   uint32_t n_views;
-  int32_t n_spans;
-  sl__span **spans;
+  /* The engines of this node's collectives (comm/coll/engine.h), one per
+   * boxing step's group. */
+  int32_t n_engines;
+  sl__coll_engine *engines;
   uint32_t driver; /* the driver's node id */
   /* Remote sessions (remote.c) and daemons (daemon.c) build the whole
    * actor plan in every process: feeds, fetches and ticks are actors of
@@ -214,9 +213,7 @@ struct sl_session {
   int32_t n_devs; /* CUDA devices open for this node's tasks */
   sess_dev *devs;
   sl__dev_coll *dcoll; /* their collectives, once a group needs them */
-  int32_t n_dgroups;
-  sl__dgroup **dgroups;
-  sl__dseq *dseq; /* the groups spanning nodes, once there is one */
+  sl__dseq *dseq;      /* the groups spanning nodes, once there is one */
 
   pthread_mutex_t lock;
   pthread_cond_t cond;
@@ -293,137 +290,10 @@ void sl__session_close_devices(sl_session *s);
 sess_dev *sl__session_dev(const sl_session *s, uint32_t id);
 /* Points the job's register memory at the session's devices (when any). */
 void sl__session_job_memory(sl_session *s, sl_job_config *jc);
-/* A task on a CUDA device whose firing is deferred in rt->pending, after
- * queueing its work (st: how that went): completes the firing once the
- * task's stream has passed that work, or at once with st's failure. */
-sl_status sl__complete_on_stream(task_rt *rt, sl_status st);
 
-/* dev_boxing.c: a boxing step's collective between GPUs, NCCL: coll is
- * SL__DEV_ALL_REDUCE, SL__DEV_ALL_GATHER or SL__DEV_REDUCE_SCATTER, count
- * as comm/coll/dev_coll.h counts it (per member: an all-gather's input, a
- * reduce-scatter's output), or SL__DEV_EXCHANGE with a program per member
- * (sl__dgroup_set_program; dt, op and count unused). */
-/* Every member in this process: rank k on devices[k], its communicator
- * made now. */
-sl_status sl__dgroup_create(sl__dev_coll *e, const char *name, int n,
-                            const int *devices, sl__dev_coll_op coll,
-                            sl_dtype dt, sl_reduce_op op, size_t count,
-                            sl__dgroup **out);
-/* Members on other nodes too (daemons): nranks members, of which this
- * process holds nlocal (ranks: their member indexes, devices: their device
- * indexes); order is its place in the job's order of spanning groups,
- * compared element by element, the same on every node and a dependency
- * order ((depth, boxing node, step, group): build.c). Joins q, whose
- * sl__dseq_connect makes the communicator later. */
-sl_status sl__dgroup_create_span(sl__dseq *q, const char *name, int nranks,
-                                 int nlocal, const int *ranks,
-                                 const int *devices, sl__dev_coll_op coll,
-                                 sl_dtype dt, sl_reduce_op op, size_t count,
-                                 const int32_t order[4], sl__dgroup **out);
-/* Frees g and its communicator (after sl__dgroup_abort: only frees). */
-void sl__dgroup_destroy(sl__dgroup *g);
-/* A group made with coll SL__DEV_EXCHANGE: the program (dev_xchg.c) of
- * its member `member`, one of this process's; g owns x from now on, also
- * on failure (SL_ENOMEM, SL_EINTERNAL). Each local member needs one before
- * the group is connected or launched. */
-sl_status sl__dgroup_set_program(sl__dgroup *g, int member, sl__dxchg *x);
-/* Member rt (its firing deferred in rt->pending) arrives with its
- * buffers; the last local arrival launches the round for all local
- * members (a spanning group: once the groups before it in the job's order
- * have launched this round). */
-sl_status sl__dgroup_arrive(sl__dgroup *g, task_rt *rt, const void *in,
-                            void *out);
-/* Completes waiting members with st, and every later arrival; for a
- * spanning group, those of its whole sequencer, whose communicators are
- * aborted (sl__dseq_abort). */
-void sl__dgroup_abort(sl__dgroup *g, sl_status st);
-
-/* The spanning groups of this process's share of a job, launched in the
- * job's order (dev_boxing.c's header says why that keeps them from
- * deadlocking). Groups are freed by sl__dgroup_destroy, q by
- * sl__dseq_destroy (NULL: no-op) after them. */
-sl_status sl__dseq_create(sl__dseq **out);
-void sl__dseq_destroy(sl__dseq *q);
-/* Makes every group's communicator, in the job's order, through kv under
- * job's keys, each with a warm-up all-reduce on its devices; before the
- * job starts on this node. Collective: every node's call must run at
- * about the same time. An abort (sl__dseq_abort) ends a wait for a unique
- * id. The first failure, naming the group (and the key across processes);
- * SL_OK with no group. */
-sl_status sl__dseq_connect(sl__dseq *q, sl_session *s, sl__dev_coll *e,
-                           const sl__dev_kv *kv, uint64_t job);
-/* Completes every waiting member with st (msg: why, for their messages),
- * and every later arrival, and aborts the communicators. Any thread;
- * repeated calls keep the first reason. NULL: no-op. */
-void sl__dseq_abort(sl__dseq *q, sl_status st, const char *msg);
 /* Daemons, before starting the job: sl__dseq_connect for s's groups that
  * span nodes, through kv. */
 sl_status sl__session_connect_dgroups(sl_session *s, const sl__dev_kv *kv);
-
-/* dev_xchg.c: boxing steps between GPUs as pieces moved by grouped NCCL
- * sends and receives (all-to-all, uneven or non-axis-0 gathers and
- * scatters, send_recv, copy) or on the device alone (slice, zero). */
-typedef struct sl__xpiece {
-  int src, dst; /* members */
-  sl_slice box; /* global coordinates */
-  bool reduce;  /* reduced into dst's output with the step's op; stored
-                   otherwise */
-} sl__xpiece;
-
-/* A step as pieces between its members, in the order each target applies
- * them. */
-typedef struct sl__xgeom {
-  int n;
-  sl_dtype dtype;
-  sl_reduce_op op;            /* reducing pieces, fills */
-  bool *has_in, *has_out;     /* by member */
-  sl_slice *in_box, *out_box; /* by member: the global box of its shard */
-  bool *fill;                 /* by member: output first set to op's
-                                 identity */
-  int n_pieces;
-  sl__xpiece *pieces;
-} sl__xgeom;
-
-/* Group step `group` of step `step` of boxing node n, members in group
- * order; a send_recv or copy step, members the plan ranks; a local step
- * of placement rank `rank`, group member `member`, as one member. Each
- * checks that every output is covered (SL_EINTERNAL otherwise). */
-sl_status sl__xgeom_group(const sl_graph *gr, const sl__node *n, int step,
-                          int group, sl__xgeom *g);
-sl_status sl__xgeom_p2p(const sl_graph *gr, const sl__node *n, int step,
-                        sl__xgeom *g);
-sl_status sl__xgeom_local(const sl_graph *gr, const sl__node *n, int step,
-                          int rank, int member, sl__xgeom *g);
-void sl__xgeom_free(sl__xgeom *g);
-
-/* Member me's program on device dev (its staging memory taken now). */
-sl_status sl__dxchg_create(sess_dev *dev, const sl__xgeom *g, int me,
-                           sl__dxchg **out);
-void sl__dxchg_destroy(sl__dxchg *x);
-/* One round on stream s: before the NCCL call (fills, packing; *a gets
- * the stream and the sends and receives, valid until the next call, its in
- * and out untouched), and after it (unpacking, own pieces, in piece
- * order). Device errors of queueing. */
-sl_status sl__dxchg_before(sl__dxchg *x, const void *in, void *out,
-                           sl__stream *s, sl__dev_rank_args *a);
-sl_status sl__dxchg_after(sl__dxchg *x, const void *in, void *out,
-                          sl__stream *s);
-/* A warm-up launch: one byte to and from every peer of a round, in buf
- * (sl__dxchg_warm_bytes bytes of device memory). */
-size_t sl__dxchg_warm_bytes(const sl__dxchg *x);
-void sl__dxchg_warm_args(sl__dxchg *x, void *buf, sl__stream *s,
-                         sl__dev_rank_args *a);
-
-/* build.c: group `group` of boxing node n's group step `step`: the
- * layouts before and after, its mesh axis and its plan ranks;
- * SL_EINTERNAL when the plan has no such group. */
-typedef struct sl__group_step {
-  sl_nd_sbp from, to;
-  int axis, n;
-  const int *ranks;
-} sl__group_step;
-sl_status sl__group_step_of(const sl__node *n, int step, int group,
-                            sl__group_step *out);
 
 /* Copies host bytes to the device, or device bytes to the host, and waits
  * (set-up, and state read between steps). */

@@ -190,6 +190,8 @@ void sl__comm_abort(sl__comm *c, sl_status st) {
   pthread_mutex_unlock(&c->lock);
 }
 
+void sl__coll_abort(sl__coll *x, sl_status st) { sl__comm_abort(x->comm, st); }
+
 /* ---- workers ----------------------------------------------------------------
  */
 

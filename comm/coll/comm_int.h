@@ -147,6 +147,10 @@ sl_status sl__coll_arrive(sl__coll *x, int member, const void *in,
                           size_t in_bytes, void *out, size_t out_bytes,
                           sl__coll_done_fn done, void *arg);
 
+/* Aborts the communicator x belongs to (sl__comm_abort): a failing job
+ * gives up every collective of its communicator, not one. */
+void sl__coll_abort(sl__coll *x, sl_status st);
+
 typedef struct sl__comm_stats {
   uint64_t rounds_direct, rounds_parallel, rounds_aborted;
   uint64_t tasks_posted; /* tasks handed to workers */

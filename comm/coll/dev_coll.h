@@ -29,7 +29,7 @@
  * caller keeps the order: every process must issue the collectives of
  * communicators that share devices in one order (a session launches its
  * groups spanning nodes round by round in one order of the job:
- * session/dev_boxing.c).
+ * comm/coll/dev_group.c).
  *
  * How a session uses it: one communicator per boxing collective's device
  * group, created before the first step (across processes: in the job's

@@ -483,7 +483,7 @@ struct fshared {
  * them and in the order it launched on them, and checks when it closes
  * that after each one's first collective (the session's warm-up) it
  * launched on them round by round in creation order — the session's job
- * order (session/dev_boxing.c). */
+ * order (comm/coll/dev_group.c). */
 typedef struct fproc {
   uint64_t *created, *launched;
   int n_created, n_launched, cap_created, cap_launched;

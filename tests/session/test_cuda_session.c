@@ -113,7 +113,7 @@ static void test_device_failure(void **state) {
 /* ---- all-gathers and reduce-scatters between the GPUs -------------------
  * A boxing of all-gathers / reduce-scatters whose members' parts are
  * contiguous equal blocks (axis 0, an extent the group divides) is NCCL's
- * collective; any other is an exchange (session/dev_xchg.c). Both must
+ * collective; any other is an exchange (comm/coll/dev_xchg.c). Both must
  * compute bit for bit what the same graph does on cpu placements (the
  * fake NCCL reduces in rank order, as comm/coll/coll.c does). */
 
@@ -250,7 +250,7 @@ static void test_gather_scatter(void **state) {
 /* ---- every other boxing step on the GPUs ---------------------------------
  * All-to-alls, uneven and strided gathers and scatters, send_recv between
  * placements (also of partial values), slice and zero: grouped sends and
- * receives with packing on the devices (session/dev_xchg.c), never the
+ * receives with packing on the devices (comm/coll/dev_xchg.c), never the
  * host sides. Bit for bit the cpu run. */
 
 typedef struct xchg_case {

@@ -810,7 +810,7 @@ static sl_graph *gather_scatter(const char *pl, bool two) {
  * axis 1) in one process, each boxing's two steps chained; no collective
  * between nodes on the hosts; bit for bit the embedded run on cpu. The
  * members arriving before their daemon has connected its groups wait for
- * it (dev_boxing.c). */
+ * it (comm/coll/dev_group.c). */
 static void test_cuda_gather_scatter_across_nodes(void **state) {
   enum { N = 3 };
   fake_cuda_install();
@@ -883,7 +883,7 @@ static sl_graph *exchanges(const char *pl, const char *half) {
   return g;
 }
 
-/* Exchanges between GPUs across nodes (session/dev_xchg.c): grouped sends
+/* Exchanges between GPUs across nodes (comm/coll/dev_xchg.c): grouped sends
  * and receives on communicators across the daemons, warmed up pair by
  * pair and launched in the job's order; bit for bit the embedded run on
  * cpu, no collective between nodes on the hosts. */
@@ -954,7 +954,7 @@ static sl_graph *three_layers(const char *pl) {
 }
 
 /* Each daemon launches its spanning groups round by round in the job's
- * order (session/dev_boxing.c), whatever order their members arrive in;
+ * order (comm/coll/dev_group.c), whatever order their members arrive in;
  * the fake checks every daemon's launches when its session closes
  * (fake_cuda_stats.order_*).
  * - Three gradients, so three groups spanning both nodes on the same

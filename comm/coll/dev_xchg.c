@@ -2,11 +2,11 @@
  * (docs/cuda.md, "Sessions on CUDA placements"): all-to-alls, all-gathers
  * and reduce-scatters of uneven parts or along another axis than 0,
  * send_recv and copy steps between placements, and the local slice and
- * zero steps. Each becomes pieces: boxes of the global tensor that one
- * member's input gives to one member's output, stored or reduced there —
- * the form the host's exchange collective runs (comm/coll/coll.c) — and each
- * member runs a small program on its device stream around one grouped
- * NCCL send/recv call (dev_boxing.c launches it):
+ * zero steps. Each becomes pieces (sbp/exchange.c): boxes of the global
+ * tensor that one member's input gives to one member's output, stored or
+ * reduced there — the form the host's exchange collective runs (coll.c) —
+ * and each member runs a small program on its device stream around one
+ * grouped NCCL send/recv call (dev_group.c launches it):
  *
  *   before: fill the output with the reduction's identity where the step
  *           says so; pack every piece it sends that is not one contiguous
@@ -26,8 +26,7 @@
  * the stream orders one round's unpacking before the next round's packing. */
 #include <string.h>
 
-#include "sbp_int.h"
-#include "session_int.h"
+#include "dev_boxing.h"
 
 /* One box a member moves: a send (from its input), or a piece it applies
  * to its output (from its input, or received). */
@@ -44,7 +43,7 @@ typedef struct dx_move {
 } dx_move;
 
 struct sl__dxchg {
-  sess_dev *dev;
+  const sl__dev_handle *dev;
   sl_dtype dtype;
   size_t es;
   int ndim;
@@ -57,176 +56,6 @@ struct sl__dxchg {
   sl__dev_recv *recvs;
   void *stage;
 };
-
-void sl__xgeom_free(sl__xgeom *g) {
-  sl__free(g->has_in);
-  sl__free(g->has_out);
-  sl__free(g->in_box);
-  sl__free(g->out_box);
-  sl__free(g->fill);
-  sl__free(g->pieces);
-  memset(g, 0, sizeof *g);
-}
-
-static sl_status geom_alloc(sl__xgeom *g, int n, int max_pieces) {
-  memset(g, 0, sizeof *g);
-  g->n = n;
-  g->has_in = sl__calloc((size_t)n, sizeof *g->has_in);
-  g->has_out = sl__calloc((size_t)n, sizeof *g->has_out);
-  g->in_box = sl__calloc((size_t)n, sizeof *g->in_box);
-  g->out_box = sl__calloc((size_t)n, sizeof *g->out_box);
-  g->fill = sl__calloc((size_t)n, sizeof *g->fill);
-  g->pieces = sl__calloc((size_t)max_pieces + 1, sizeof *g->pieces);
-  if (g->has_in && g->has_out && g->in_box && g->out_box && g->fill &&
-      g->pieces)
-    return SL_OK;
-  sl__xgeom_free(g);
-  return SL_ENOMEM;
-}
-
-/* Every member's output is its pieces' boxes exactly once (stored pieces
- * cannot overlap: the inputs they come from do not), or filled first:
- * anything else is a planner bug that would leave garbage in a shard. */
-static sl_status geom_check(const sl__xgeom *g, const char *what) {
-  for (int k = 0; k < g->n; k++) {
-    if (!g->has_out[k] || g->fill[k]) continue;
-    int64_t covered = 0;
-    for (int i = 0; i < g->n_pieces; i++)
-      if (g->pieces[i].dst == k && !g->pieces[i].reduce)
-        covered += sl_slice_numel(&g->pieces[i].box);
-    if (covered != sl_slice_numel(&g->out_box[k]))
-      return sl__fail(SL_EINTERNAL,
-                      "%s: member %d's pieces cover %lld of its %lld "
-                      "elements",
-                      what, k, (long long)covered,
-                      (long long)sl_slice_numel(&g->out_box[k]));
-  }
-  return SL_OK;
-}
-
-/* Pieces of member j's input for member k's output, for every pair (k
- * outer, j inner: the order member k applies them in); partial inputs are
- * reduced into the output, the first stored. */
-static void geom_intersect(sl__xgeom *g, bool partial) {
-  for (int k = 0; k < g->n; k++) {
-    if (!g->has_out[k]) continue;
-    bool first = true;
-    for (int j = 0; j < g->n; j++) {
-      sl_slice box;
-      if (!g->has_in[j] ||
-          !sl_slice_intersect(&g->in_box[j], &g->out_box[k], &box))
-        continue;
-      g->pieces[g->n_pieces++] = (sl__xpiece){j, k, box, partial && !first};
-      first = false;
-    }
-  }
-}
-
-sl_status sl__xgeom_group(const sl_graph *gr, const sl__node *n, int step,
-                          int group, sl__xgeom *g) {
-  const sl_boxing_plan *bp = n->boxing;
-  const sl__value *vin = sl__graph_value(gr, n->in[0]);
-  const sl_placement *p = vin->placement; /* group steps: one placement */
-  sl__group_step gs;
-  SL_CHECK(sl__group_step_of(n, step, group, &gs));
-  sl_nd_sbp from = gs.from, to = gs.to;
-  int m = gs.axis, gn = gs.n;
-  const int *ranks = gs.ranks;
-  int fs, ts; /* group steps: one side */
-  sl__boxing_step_sides(bp, step, &fs, &ts);
-  sl_status st = geom_alloc(g, gn, gn * gn);
-  for (int k = 0; k < gn && st == SL_OK; k++) {
-    int r = sl__boxing_side_rank(bp, fs, ranks[k]);
-    g->has_in[k] = g->has_out[k] = true;
-    st = sl_local_slice(&vin->meta.shape, p, &from, r, &g->in_box[k]);
-    if (st == SL_OK)
-      st = sl_local_slice(&vin->meta.shape, p, &to, r, &g->out_box[k]);
-  }
-  if (st != SL_OK) {
-    sl__xgeom_free(g);
-    return st;
-  }
-  g->dtype = vin->meta.dtype;
-  g->op = SL_REDUCE_SUM;
-  sl_boxing_step_reduce(bp, step, &g->op);
-  geom_intersect(g, from.sbp[m].kind == SL_SBP_PARTIAL);
-  st = geom_check(g, n->name);
-  if (st != SL_OK) sl__xgeom_free(g);
-  return st;
-}
-
-sl_status sl__xgeom_p2p(const sl_graph *gr, const sl__node *n, int step,
-                        sl__xgeom *g) {
-  const sl_boxing_plan *bp = n->boxing;
-  const sl__value *vin = sl__graph_value(gr, n->in[0]);
-  int R = sl_boxing_plan_rank_count(bp);
-  int np = sl_boxing_step_piece_count(bp, step);
-  sl_status st = geom_alloc(g, R, np);
-  g->dtype = vin->meta.dtype;
-  g->op = SL_REDUCE_SUM;
-  bool has_red = sl_boxing_step_reduce(bp, step, &g->op);
-  for (int q = 0; q < R && st == SL_OK; q++) {
-    sl_reduce_op f;
-    g->fill[q] = sl_boxing_step_fill(bp, step, q, &f);
-    if (g->fill[q] && f != g->op)
-      st = sl__fail(SL_EINTERNAL,
-                    "boxing '%s' step %d fills with another "
-                    "reduction than it reduces with",
-                    n->name, step);
-    if (st != SL_OK) break;
-    g->has_in[q] = sl__boxing_step_box(bp, step, q, false, &g->in_box[q]);
-    g->has_out[q] = sl__boxing_step_box(bp, step, q, true, &g->out_box[q]);
-  }
-  for (int i = 0; i < np && st == SL_OK; i++) {
-    sl__xpiece *pc = &g->pieces[i];
-    bool r = false;
-    st = sl_boxing_step_piece(bp, step, i, &pc->src, &pc->dst, &pc->box, &r);
-    pc->reduce = r && has_red;
-    g->n_pieces++;
-  }
-  if (st == SL_OK) st = geom_check(g, n->name);
-  if (st != SL_OK) sl__xgeom_free(g);
-  return st;
-}
-
-sl_status sl__xgeom_local(const sl_graph *gr, const sl__node *n, int step,
-                          int rank, int member, sl__xgeom *g) {
-  const sl_boxing_plan *bp = n->boxing;
-  const sl__value *vin = sl__graph_value(gr, n->in[0]);
-  const sl_placement *p = vin->placement;
-  int m = sl_boxing_step_mesh_axis(bp, step);
-  sl_nd_sbp from, to;
-  sl_boxing_step_layout(bp, step, &from, &to);
-  SL_CHECK(geom_alloc(g, 1, 1));
-  g->has_in[0] = g->has_out[0] = true;
-  g->dtype = vin->meta.dtype;
-  g->op = SL_REDUCE_SUM;
-  sl_boxing_step_reduce(bp, step, &g->op);
-  sl_status st =
-      sl_local_slice(&vin->meta.shape, p, &from, rank, &g->in_box[0]);
-  if (st == SL_OK)
-    st = sl_local_slice(&vin->meta.shape, p, &to, rank, &g->out_box[0]);
-  if (st != SL_OK) {
-    sl__xgeom_free(g);
-    return st;
-  }
-  /* slice: keep the part of the copy the target holds. zero (docs/
-   * boxing.md section 3): from B, member 0 keeps its copy and the others
-   * hold the identity; from S(i), the shard sits at its place in the
-   * group's block, the identity around it. */
-  bool zero = sl_boxing_step_op(bp, step) == SL_BOXING_ZERO;
-  bool keeps = !zero || from.sbp[m].kind != SL_SBP_BROADCAST || member == 0;
-  sl_slice box;
-  int64_t kept = 0;
-  if (keeps && sl_slice_intersect(&g->in_box[0], &g->out_box[0], &box)) {
-    g->pieces[g->n_pieces++] = (sl__xpiece){0, 0, box, false};
-    kept = sl_slice_numel(&box);
-  }
-  g->fill[0] = zero && kept != sl_slice_numel(&g->out_box[0]);
-  st = geom_check(g, n->name);
-  if (st != SL_OK) sl__xgeom_free(g);
-  return st;
-}
 
 /* ---- a member's program ------------------------------------------------- */
 
@@ -275,8 +104,8 @@ void sl__dxchg_destroy(sl__dxchg *x) {
   sl__free(x);
 }
 
-sl_status sl__dxchg_create(sess_dev *dev, const sl__xgeom *g, int me,
-                           sl__dxchg **out) {
+sl_status sl__dxchg_create(const sl__dev_handle *dev, const sl__xgeom *g,
+                           int me, sl__dxchg **out) {
   *out = NULL;
   sl__dxchg *x;
   if (SL_NEW(x) != SL_OK) return SL_ENOMEM;
@@ -358,7 +187,7 @@ static sl_status box(sl__dxchg *x, sl__stream *s, void *dst,
     memcpy(b.src_off, src_off, sizeof b.src_off);
   }
   memcpy(b.ext, ext, sizeof b.ext);
-  return x->dev->be->box(&b, s);
+  return x->dev->box(&b, s);
 }
 
 /* The exchange's part of a launch's arguments; in and out stay as the

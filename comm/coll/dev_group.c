@@ -1,7 +1,7 @@
 /* Boxing steps between GPUs (graph/lower.c keeps a boxing whose ranks are
  * all CUDA devices on them; docs/cuda.md, "Sessions on CUDA placements").
  * One device group per step's group, with its communicator
- * (comm/coll/dev_coll.h: NCCL) and its one launch: NCCL's collective where NCCL
+ * (dev_coll.h: NCCL) and its one launch: NCCL's collective where NCCL
  * computes the step as it stands, every round the same op on the same
  * counts; otherwise an exchange, each local member's program
  * (dev_xchg.c) queued around one grouped send/receive call.
@@ -21,7 +21,7 @@
  * in A for Q and Q's in B for P, forever (a collective holds its stream
  * until every rank has reached it). So every spanning group has a place in
  * one order of the job, (depth, boxing node, step, group), computed from
- * the plan and so the same on every node (build.c's task_depths: the
+ * the plan and so the same on every node (session/build.c's task_depths: the
  * longest chain of the step's tasks before the group), and a sequencer
  * (sl__dseq) makes each process launch its spanning groups round by round
  * in that order: a group whose local members have all arrived launches
@@ -58,22 +58,26 @@
  * here with the failure and aborts the spanning communicators, so members
  * already launched, held on their streams by peers that will not come, get
  * free too. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "session_int.h"
+#include "dev_boxing.h"
 
 struct sl__dgroup {
   pthread_mutex_t m; /* in-process groups (spanning: the sequencer's) */
   sl__dev_comm *comm;
   sl__dev_coll_desc desc;
   char name[160];
-  int nranks;              /* members in all */
-  int n, arrived;          /* members in this process, arrived of them */
-  int *local_of;           /* member index -> local index (nranks) */
-  int *ranks, *devices;    /* local index -> member index, device */
-  task_rt **member;        /* by local index, while it waits */
+  int nranks;                 /* members in all */
+  int n, arrived;             /* members in this process, arrived of them */
+  int *local_of;              /* member index -> local index (nranks) */
+  int *ranks, *devices;       /* local index -> member index, device */
+  const sl__dev_handle **dev; /* by local index */
+  /* by local index, while it waits: what completes it */
+  sl__coll_done_fn *done;
+  void **done_arg;
   sl__dev_rank_args *args; /* by local index */
   /* An exchange (dev_xchg.c): each local member's program. NULL for a
    * collective. */
@@ -99,7 +103,7 @@ struct sl__dseq {
 };
 
 static sl_status group_new(const char *name, int nranks, int nlocal,
-                           const int *ranks, const int *devices,
+                           const int *ranks, const sl__dev_handle *const *devs,
                            sl__dev_coll_op coll, sl_dtype dt, sl_reduce_op op,
                            size_t count, sl__dgroup **out) {
   *out = NULL;
@@ -114,9 +118,12 @@ static sl_status group_new(const char *name, int nranks, int nlocal,
   g->local_of = sl__calloc((size_t)nranks, sizeof *g->local_of);
   g->ranks = sl__calloc((size_t)nlocal, sizeof *g->ranks);
   g->devices = sl__calloc((size_t)nlocal, sizeof *g->devices);
-  g->member = sl__calloc((size_t)nlocal, sizeof *g->member);
+  g->dev = sl__calloc((size_t)nlocal, sizeof *g->dev);
+  g->done = sl__calloc((size_t)nlocal, sizeof *g->done);
+  g->done_arg = sl__calloc((size_t)nlocal, sizeof *g->done_arg);
   g->args = sl__calloc((size_t)nlocal, sizeof *g->args);
-  if (!g->local_of || !g->ranks || !g->devices || !g->member || !g->args) {
+  if (!g->local_of || !g->ranks || !g->devices || !g->dev || !g->done ||
+      !g->done_arg || !g->args) {
     sl__dgroup_destroy(g);
     return SL_ENOMEM;
   }
@@ -124,7 +131,8 @@ static sl_status group_new(const char *name, int nranks, int nlocal,
     g->local_of[k] = -1;
   for (int i = 0; i < nlocal; i++) {
     g->ranks[i] = ranks[i];
-    g->devices[i] = devices[i];
+    g->dev[i] = devs[i];
+    g->devices[i] = devs[i]->index;
     g->local_of[ranks[i]] = i;
   }
   *out = g;
@@ -132,19 +140,19 @@ static sl_status group_new(const char *name, int nranks, int nlocal,
 }
 
 sl_status sl__dgroup_create(sl__dev_coll *e, const char *name, int n,
-                            const int *devices, sl__dev_coll_op coll,
-                            sl_dtype dt, sl_reduce_op op, size_t count,
-                            sl__dgroup **out) {
+                            const sl__dev_handle *const *devs,
+                            sl__dev_coll_op coll, sl_dtype dt, sl_reduce_op op,
+                            size_t count, sl__dgroup **out) {
   *out = NULL;
   int *ranks = sl__calloc((size_t)n, sizeof *ranks);
   if (!ranks) return SL_ENOMEM;
   for (int k = 0; k < n; k++)
     ranks[k] = k;
   sl__dgroup *g = NULL;
-  sl_status st = group_new(name, n, n, ranks, devices, coll, dt, op, count, &g);
+  sl_status st = group_new(name, n, n, ranks, devs, coll, dt, op, count, &g);
   sl__free(ranks);
   if (st == SL_OK)
-    st = sl__dev_comm_create_local(e, name, n, devices, &g->comm);
+    st = sl__dev_comm_create_local(e, name, n, g->devices, &g->comm);
   if (st != SL_OK) {
     sl__dgroup_destroy(g);
     return st;
@@ -163,7 +171,9 @@ void sl__dgroup_destroy(sl__dgroup *g) {
   sl__free(g->local_of);
   sl__free(g->ranks);
   sl__free(g->devices);
-  sl__free(g->member);
+  sl__free(g->dev);
+  sl__free(g->done);
+  sl__free(g->done_arg);
   sl__free(g->args);
   sl__free(g);
 }
@@ -188,14 +198,12 @@ sl_status sl__dgroup_set_program(sl__dgroup *g, int member, sl__dxchg *x) {
  * group). */
 static void fail_waiting(sl__dgroup *g, sl_status st, const char *why) {
   for (int i = 0; i < g->n; i++) {
-    task_rt *rt = g->member[i];
-    if (!rt) continue;
-    g->member[i] = NULL;
-    sl_completion *c = rt->pending;
-    rt->pending = NULL;
+    sl__coll_done_fn done = g->done[i];
+    if (!done) continue;
+    g->done[i] = NULL;
     sl__fail(st, "device collective '%s': %s", g->name,
              why && why[0] ? why : sl_status_str(st));
-    sl_completion_done(c, st);
+    done(g->done_arg[i], st);
   }
   g->arrived = 0;
 }
@@ -218,10 +226,18 @@ static sl_status launch(sl__dgroup *g) {
   char why[512];
   snprintf(why, sizeof why, "%s", st == SL_OK ? "" : sl_last_error());
   for (int i = 0; i < g->n; i++) {
-    task_rt *m = g->member[i];
-    g->member[i] = NULL;
-    if (st != SL_OK) sl__fail(st, "%s", why); /* each member's own prefix */
-    sl__complete_on_stream(m, st);
+    sl__coll_done_fn done = g->done[i];
+    g->done[i] = NULL;
+    /* Complete once the member's stream has passed the round. */
+    sl_status w = st == SL_OK
+                      ? sl__notifier_watch(g->dev[i]->notify, g->args[i].stream,
+                                           done, g->done_arg[i])
+                      : st;
+    if (w != SL_OK) {
+      sl__fail(w, "device collective '%s': %s", g->name,
+               st != SL_OK ? why : sl_last_error());
+      done(g->done_arg[i], w);
+    }
   }
   g->arrived = 0;
   if (st != SL_OK) sl__fail(st, "%s", why);
@@ -249,15 +265,16 @@ void sl__dseq_destroy(sl__dseq *q) {
 
 sl_status sl__dgroup_create_span(sl__dseq *q, const char *name, int nranks,
                                  int nlocal, const int *ranks,
-                                 const int *devices, sl__dev_coll_op coll,
-                                 sl_dtype dt, sl_reduce_op op, size_t count,
+                                 const sl__dev_handle *const *devs,
+                                 sl__dev_coll_op coll, sl_dtype dt,
+                                 sl_reduce_op op, size_t count,
                                  const int32_t order[4], sl__dgroup **out) {
   *out = NULL;
   sl__dgroup **list = sl__reallocarray(q->g, (size_t)q->n + 1, sizeof *list);
   if (!list) return SL_ENOMEM;
   q->g = list;
-  SL_CHECK(group_new(name, nranks, nlocal, ranks, devices, coll, dt, op, count,
-                     out));
+  SL_CHECK(
+      group_new(name, nranks, nlocal, ranks, devs, coll, dt, op, count, out));
   (*out)->seq = q;
   memcpy((*out)->order, order, sizeof(*out)->order);
   q->g[q->n++] = *out;
@@ -331,21 +348,15 @@ static int order_cmp(const void *a, const void *b) {
 
 /* One element all-reduced on every local rank's collective stream, waited
  * for: NCCL sets up its connections to the peers here, not in the job. */
-static sl_status warm_up(sl_session *s, sl__dgroup *g) {
+static sl_status warm_up(sl__dgroup *g) {
   sl_status st = SL_OK;
   int n = g->n;
   void **buf = sl__calloc((size_t)n, sizeof *buf);
   sl__dev_rank_args *a = sl__calloc((size_t)n, sizeof *a);
-  sess_dev **dev = sl__calloc((size_t)n, sizeof *dev);
-  if (!buf || !a || !dev) st = SL_ENOMEM;
+  const sl__dev_handle **dev = g->dev;
+  if (!buf || !a) st = SL_ENOMEM;
   for (int i = 0; i < n && st == SL_OK; i++) {
-    dev[i] = sl__session_dev(s, SL__DEV_CUDA + (uint32_t)g->devices[i]);
-    if (!dev[i]) {
-      st = sl__fail(SL_EINTERNAL, "device group '%s': cuda:%d is not open",
-                    g->name, g->devices[i]);
-      break;
-    }
-    sl__stream *cs = dev[i]->stream[SL_STREAM_COLLECTIVE];
+    sl__stream *cs = dev[i]->coll_stream;
     /* An exchange: a byte to and from every peer of its rounds (NCCL
      * connects each pair of ranks at their first send/recv). */
     size_t bytes = g->prog ? sl__dxchg_warm_bytes(g->prog[i]) : sizeof(float);
@@ -366,20 +377,19 @@ static sl_status warm_up(sl_session *s, sl__dgroup *g) {
   /* An abort (the job given up elsewhere) ends a wait for peers. */
   for (int i = 0; i < n; i++) {
     if (!buf[i]) continue;
-    sl_status w = sl__device_stream_synchronize(
-        dev[i]->dev, dev[i]->stream[SL_STREAM_COLLECTIVE]);
+    sl_status w =
+        sl__device_stream_synchronize(dev[i]->dev, dev[i]->coll_stream);
     if (st == SL_OK && w != SL_OK) st = w;
     sl__caching_alloc_free(dev[i]->mem, buf[i]);
   }
   if (st == SL_OK) st = sl__dev_comm_check(g->comm);
   sl__free(buf);
   sl__free(a);
-  sl__free(dev);
   return st;
 }
 
-sl_status sl__dseq_connect(sl__dseq *q, sl_session *s, sl__dev_coll *e,
-                           const sl__dev_kv *kv, uint64_t job) {
+sl_status sl__dseq_connect(sl__dseq *q, sl__dev_coll *e, const sl__dev_kv *kv,
+                           uint64_t job) {
   if (!q || q->n == 0) return SL_OK;
   /* The job's order: the same list on every node (a group's place comes
    * from the plan), so every process creates in one order. Under q->m:
@@ -409,7 +419,7 @@ sl_status sl__dseq_connect(sl__dseq *q, sl_session *s, sl__dev_coll *e,
     pthread_mutex_unlock(&q->m);
     /* An abort that came while it was being made did not see it. */
     if (ab != SL_OK) sl__dev_comm_abort(c);
-    st = warm_up(s, g);
+    st = warm_up(g);
     if (st != SL_OK)
       return sl__fail_context(st, "device group '%s': warm-up: ", g->name);
   }
@@ -433,14 +443,20 @@ void sl__dgroup_abort(sl__dgroup *g, sl_status st) {
   pthread_mutex_unlock(&g->m);
 }
 
-sl_status sl__dgroup_arrive(sl__dgroup *g, task_rt *rt, const void *in,
-                            void *out) {
-  int k = g->local_of[rt->member];
+sl_status sl__dgroup_arrive(sl__dgroup *g, int member, const void *in,
+                            void *out, sl__stream *stream,
+                            sl__coll_done_fn done, void *arg) {
+  int k = member >= 0 && member < g->nranks ? g->local_of[member] : -1;
+  if (k < 0)
+    return sl__fail(SL_EINTERNAL,
+                    "device group '%s': member %d is not one of this "
+                    "process's",
+                    g->name, member);
   pthread_mutex_t *m = g->seq ? &g->seq->m : &g->m;
   pthread_mutex_lock(m);
-  g->member[k] = rt;
-  g->args[k] = (sl__dev_rank_args){
-      .in = in, .out = out, .stream = rt->dev->stream[rt->t->stream]};
+  g->done[k] = done;
+  g->done_arg[k] = arg;
+  g->args[k] = (sl__dev_rank_args){.in = in, .out = out, .stream = stream};
   g->arrived++;
   if (g->seq) {
     if (g->seq->aborted != SL_OK)
