@@ -221,18 +221,23 @@ void sl__pmem_name(const sl__pplan *p, int32_t i, char *buf, size_t n);
  * the largest workspace. */
 int64_t sl__pmem_allocated(const sl__pmem *m);
 
-/* The per-device memory table (`sluice plan --memory`). SL_EIO. */
-sl_status sl__pplan_write_memory(const sl__pplan *p, FILE *f);
+/* The per-device memory table (`sluice plan --memory`); node >= 0: only
+ * that machine's devices. SL_EIO, SL_EINVAL for a machine the plan does
+ * not have. */
+sl_status sl__pplan_write_memory(const sl__pplan *p, int node, FILE *f);
 
 /* ---- forms (plan_text.c, plan_pb.c) ---------------------------------------
  */
 
 /* The plan as text: per machine, device and stream its tasks with their
- * input and output registers (shape, dtype, bytes, count), then totals. */
-sl_status sl__pplan_write_text(const sl__pplan *p, FILE *f);
+ * input and output registers (shape, dtype, bytes, count), then totals.
+ * These forms take node: -1 for the whole plan, or one machine's part (its
+ * devices' tasks, the ticks that gate them, the boxing steps it takes part
+ * in; each input another machine produces names that machine and task). */
+sl_status sl__pplan_write_text(const sl__pplan *p, int node, FILE *f);
 /* Graphviz DOT: a cluster per machine and device, a node per task (boxing
  * tasks marked), an edge per (register, consumer) labelled with bytes. */
-sl_status sl__pplan_write_dot(const sl__pplan *p, FILE *f);
+sl_status sl__pplan_write_dot(const sl__pplan *p, int node, FILE *f);
 /* The protobuf-c message (graph/plan.proto), packed into a malloc'd
  * buffer. */
 sl_status sl__pplan_pack(const sl__pplan *p, uint8_t **buf, size_t *len);
@@ -240,9 +245,12 @@ sl_status sl__pplan_pack(const sl__pplan *p, uint8_t **buf, size_t *len);
 sl_status sl__pplan_unpack(const uint8_t *buf, size_t len, sl__pplan **out);
 
 /* Writes the plan in the given form (sl_plan_format of session.h: 0 text,
- * 1 DOT, 2 protobuf) to path ("-": stdout). SL_EIO, SL_EINVAL. */
-sl_status sl__pplan_write_file(const sl__pplan *p, int format,
+ * 1 DOT, 2 protobuf, 3 memory) to path ("-": stdout), the whole plan (node
+ * -1) or one machine's part (not protobuf). SL_EIO, SL_EINVAL. */
+sl_status sl__pplan_write_file(const sl__pplan *p, int format, int node,
                                const char *path);
+/* SL_EINVAL unless node is -1 (every machine) or one of p's machines. */
+sl_status sl__pplan_check_node(const sl__pplan *p, int node);
 /* Reads a protobuf plan file. SL_EIO, SL_EINVAL. */
 sl_status sl__pplan_read_file(const char *path, sl__pplan **out);
 

@@ -517,7 +517,8 @@ static bool sharing_off(void) {
 
 /* Whether task t writes output 0 in place into an input: an elementwise
  * op (sl__op_def.inplace), or an all-reduce member of the in-process
- * engine (comm/coll/coll.c reads each tile of every input before writing it). */
+ * engine (comm/coll/coll.c reads each tile of every input before writing it).
+ */
 static bool writes_in_place(const planner *P, const sl__task *t) {
   if (t->n_out < 1) return false;
   if (t->kind == SL__TASK_COLL) {
@@ -754,7 +755,8 @@ static const char *human(int64_t b, char *buf, size_t n) {
   return buf;
 }
 
-sl_status sl__pplan_write_memory(const sl__pplan *p, FILE *f) {
+sl_status sl__pplan_write_memory(const sl__pplan *p, int node, FILE *f) {
+  SL_CHECK(sl__pplan_check_node(p, node));
   static const char *const head[] = {"device",   "allocated", "peak",
                                      "unshared", "block",     "own",
                                      "mirrors",  "workspace"};
@@ -765,6 +767,7 @@ sl_status sl__pplan_write_memory(const sl__pplan *p, FILE *f) {
   fprintf(f, " %7s %7s\n", "shared", "control");
   for (int32_t i = 0; i < p->n_mem; i++) {
     const sl__pmem *m = &p->mem[i];
+    if (node >= 0 && m->machine != (uint32_t)node) continue;
     char name[64], b[32];
     sl__pmem_name(p, i, name, sizeof name);
     fprintf(f, "%-14s", name);

@@ -54,8 +54,10 @@ static void human_bytes(int64_t b, char *buf, size_t n) {
     snprintf(buf, n, "%lld B", (long long)b);
 }
 
+/* machine: the task's; an input another machine produces says where
+ * from. */
 static void regst_line(FILE *f, const sl__pplan *p, const char *dir, int32_t id,
-                       bool with_count, bool inplace) {
+                       bool with_count, bool inplace, uint32_t machine) {
   const sl__regst *r = &p->regsts[id];
   char shape[128], bytes[32];
   sl_shape_print(&r->shape, shape, sizeof shape);
@@ -69,6 +71,10 @@ static void regst_line(FILE *f, const sl__pplan *p, const char *dir, int32_t id,
   }
   if (r->producer >= 0 && p->tasks[r->producer].kind == SL__TASK_TICK)
     fprintf(f, " [tick]");
+  else if (!with_count && r->producer >= 0 &&
+           p->tasks[r->producer].machine != machine)
+    fprintf(f, " from machine %u (%s)", p->tasks[r->producer].machine,
+            p->tasks[r->producer].name);
   if (inplace) fprintf(f, " (updated in place)");
   fputc('\n', f);
 }
@@ -96,14 +102,19 @@ static int cmp_dev(const void *a, const void *b) {
   return 0;
 }
 
-/* The distinct (machine, device) pairs of real tasks, sorted. */
-static dev_key *devices_of(const sl__pplan *p, int *n) {
+static bool on_node(const sl__task *t, int node) {
+  return node < 0 || t->machine == (uint32_t)node;
+}
+
+/* The distinct (machine, device) pairs of real tasks (of one machine, or
+ * all: node -1), sorted. */
+static dev_key *devices_of(const sl__pplan *p, int node, int *n) {
   dev_key *d = sl__calloc((size_t)p->n_tasks + 1, sizeof *d);
   if (!d) return NULL;
   int k = 0;
   for (int32_t i = 0; i < p->n_tasks; i++) {
     const sl__task *t = &p->tasks[i];
-    if (t->kind == SL__TASK_TICK) continue;
+    if (t->kind == SL__TASK_TICK || !on_node(t, node)) continue;
     bool seen = false;
     for (int j = 0; j < k && !seen; j++)
       seen = d[j].machine == t->machine && d[j].device == t->device;
@@ -114,20 +125,51 @@ static dev_key *devices_of(const sl__pplan *p, int *n) {
   return d;
 }
 
-sl_status sl__pplan_write_text(const sl__pplan *p, FILE *f) {
+/* Whether machine `node` (-1: any) runs a task of plan node i. */
+static bool node_runs(const sl__pplan *p, int32_t i, int node) {
+  for (int32_t k = 0; k < p->n_tasks; k++)
+    if (p->tasks[k].node == i && p->tasks[k].kind != SL__TASK_TICK &&
+        on_node(&p->tasks[k], node))
+      return true;
+  return false;
+}
+
+sl_status sl__pplan_check_node(const sl__pplan *p, int node) {
+  if (node >= -1 && node < (int)p->machines) return SL_OK;
+  return sl__fail(SL_EINVAL,
+                  "plan: no machine %d (the plan has machines 0 to %u)", node,
+                  p->machines - 1);
+}
+
+sl_status sl__pplan_write_text(const sl__pplan *p, int node, FILE *f) {
+  SL_CHECK(sl__pplan_check_node(p, node));
   int nd = 0;
-  dev_key *devs = devices_of(p, &nd);
+  dev_key *devs = devices_of(p, node, &nd);
   if (!devs) return SL_ENOMEM;
   int64_t total = 0;
-  for (int32_t r = 0; r < p->n_regsts; r++)
-    total += p->regsts[r].bytes * p->regsts[r].count;
+  int32_t ntasks = 0, nregs = 0;
+  for (int32_t i = 0; i < p->n_tasks; i++) {
+    const sl__task *t = &p->tasks[i];
+    if (node >= 0 && (t->kind == SL__TASK_TICK || !on_node(t, node))) continue;
+    ntasks++;
+    nregs += t->n_out;
+    for (int32_t k = 0; k < t->n_out; k++)
+      total += p->regsts[t->out[k]].bytes * p->regsts[t->out[k]].count;
+  }
   char tb[32];
   human_bytes(total, tb, sizeof tb);
-  fprintf(f,
-          "plan: %u machine%s and the driver, %d device%s, %d tasks, %d "
-          "registers, %s of registers\n",
-          p->machines, p->machines == 1 ? "" : "s", nd, nd == 1 ? "" : "s",
-          (int)p->n_tasks, (int)p->n_regsts, tb);
+  if (node >= 0)
+    fprintf(f,
+            "plan of machine %d (of %u machines and the driver): %d "
+            "device%s, %d tasks, %d registers, %s of registers\n",
+            node, p->machines, nd, nd == 1 ? "" : "s", (int)ntasks, (int)nregs,
+            tb);
+  else
+    fprintf(f,
+            "plan: %u machine%s and the driver, %d device%s, %d tasks, %d "
+            "registers, %s of registers\n",
+            p->machines, p->machines == 1 ? "" : "s", nd, nd == 1 ? "" : "s",
+            (int)ntasks, (int)nregs, tb);
   uint32_t last_machine = UINT32_MAX;
   for (int di = 0; di < nd; di++) {
     if (devs[di].machine != last_machine) {
@@ -175,7 +217,8 @@ sl_status sl__pplan_write_text(const sl__pplan *p, FILE *f) {
         fprintf(f, "      %s  [%s]\n", t->name, what);
         for (int32_t k = 0; k < t->n_in; k++)
           if (k != t->tick_slot)
-            regst_line(f, p, "in ", t->in[k], false, in_place(p, t, t->in[k]));
+            regst_line(f, p, "in ", t->in[k], false, in_place(p, t, t->in[k]),
+                       t->machine);
         if (t->tick_slot >= 0) fprintf(f, "        tick\n");
         for (int32_t c = 0; c < p->n_ctrl; c++)
           if (p->ctrl[c].to == i)
@@ -184,14 +227,15 @@ sl_status sl__pplan_write_text(const sl__pplan *p, FILE *f) {
                                          "its next step)"
                                        : "");
         for (int32_t k = 0; k < t->n_out; k++)
-          regst_line(f, p, "out", t->out[k], true, in_place(p, t, t->out[k]));
+          regst_line(f, p, "out", t->out[k], true, in_place(p, t, t->out[k]),
+                     t->machine);
       }
     }
   }
   fprintf(f, "\ndriver (machine %u)\n", p->driver);
   for (int32_t i = 0; i < p->n_tasks; i++) {
     const sl__task *t = &p->tasks[i];
-    if (t->kind != SL__TASK_TICK) continue;
+    if (t->kind != SL__TASK_TICK || !on_node(t, node)) continue;
     const sl__regst *r = &p->regsts[t->out[0]];
     char dn[32];
     sl__dev_name(t->device, dn, sizeof dn);
@@ -201,7 +245,7 @@ sl_status sl__pplan_write_text(const sl__pplan *p, FILE *f) {
   bool any = false;
   for (int32_t i = 0; i < p->n_nodes; i++) {
     const sl__pnode *pn = &p->nodes[i];
-    if (strcmp(pn->kind, "boxing") != 0) continue;
+    if (strcmp(pn->kind, "boxing") != 0 || !node_runs(p, i, node)) continue;
     if (!any) fprintf(f, "\nboxing\n");
     any = true;
     fprintf(f, "  %s %s %s -> %s on %s: %d step%s\n", pn->name, pn->dtype,
@@ -235,9 +279,10 @@ static void dot_string(FILE *f, const char *s) {
   fputc('"', f);
 }
 
-sl_status sl__pplan_write_dot(const sl__pplan *p, FILE *f) {
+sl_status sl__pplan_write_dot(const sl__pplan *p, int node, FILE *f) {
+  SL_CHECK(sl__pplan_check_node(p, node));
   int nd = 0;
-  dev_key *devs = devices_of(p, &nd);
+  dev_key *devs = devices_of(p, node, &nd);
   if (!devs) return SL_ENOMEM;
   fprintf(f, "digraph plan {\n  rankdir=TB;\n  compound=true;\n"
              "  node [shape=box, fontsize=10, fontname=\"Helvetica\"];\n"
@@ -271,16 +316,35 @@ sl_status sl__pplan_write_dot(const sl__pplan *p, FILE *f) {
   }
   fprintf(f, "  subgraph cluster_driver {\n    label=\"driver\";\n");
   for (int32_t i = 0; i < p->n_tasks; i++)
-    if (p->tasks[i].kind == SL__TASK_TICK) {
+    if (p->tasks[i].kind == SL__TASK_TICK && on_node(&p->tasks[i], node)) {
       fprintf(f, "    t%d [label=", (int)i);
       dot_string(f, p->tasks[i].name);
       fprintf(f, ", shape=circle, style=dashed];\n");
     }
   fprintf(f, "  }\n");
+  /* One machine's plan: the producers on other machines it reads from, as
+   * plain nodes outside its clusters. */
+  for (int32_t i = 0; node >= 0 && i < p->n_tasks; i++) {
+    const sl__task *t = &p->tasks[i];
+    if (t->kind == SL__TASK_TICK || on_node(t, node)) continue;
+    bool feeds = false;
+    for (int32_t k = 0; k < t->n_out && !feeds; k++) {
+      const sl__regst *g = &p->regsts[t->out[k]];
+      for (int32_t c = 0; c < g->n_cons && !feeds; c++)
+        feeds = on_node(&p->tasks[g->cons[c]], node);
+    }
+    if (!feeds) continue;
+    char label[300];
+    snprintf(label, sizeof label, "%s\n(machine %u)", t->name, t->machine);
+    fprintf(f, "  t%d [label=", (int)i);
+    dot_string(f, label);
+    fprintf(f, ", style=dashed];\n");
+  }
   for (int32_t r = 0; r < p->n_regsts; r++) {
     const sl__regst *g = &p->regsts[r];
     bool tick = p->tasks[g->producer].kind == SL__TASK_TICK;
     for (int32_t c = 0; c < g->n_cons; c++) {
+      if (!on_node(&p->tasks[g->cons[c]], node)) continue;
       char bytes[32], label[64];
       human_bytes(g->bytes, bytes, sizeof bytes);
       snprintf(label, sizeof label, "%s x%d", bytes, (int)g->count);
@@ -295,21 +359,25 @@ sl_status sl__pplan_write_dot(const sl__pplan *p, FILE *f) {
   return ferror(f) ? sl__fail(SL_EIO, "plan: write failed") : SL_OK;
 }
 
-sl_status sl__pplan_write_file(const sl__pplan *p, int format,
+sl_status sl__pplan_write_file(const sl__pplan *p, int format, int node,
                                const char *path) {
   if (!p || !path) return sl__fail(SL_EINVAL, "plan: NULL argument");
   if (format < 0 || format > 3)
     return sl__fail(SL_EINVAL, "plan: unknown format %d", format);
+  if (format == 2 && node >= 0)
+    return sl__fail(SL_EINVAL, "plan: one machine's part is written as text, "
+                               "DOT or the memory table, not protobuf");
+  SL_CHECK(sl__pplan_check_node(p, node));
   bool out = strcmp(path, "-") == 0;
   FILE *f = out ? stdout : fopen(path, format == 2 ? "wb" : "w");
   if (!f) return sl__fail(SL_EIO, "plan '%s': %s", path, strerror(errno));
   sl_status st = SL_OK;
   if (format == 0) {
-    st = sl__pplan_write_text(p, f);
+    st = sl__pplan_write_text(p, node, f);
   } else if (format == 1) {
-    st = sl__pplan_write_dot(p, f);
+    st = sl__pplan_write_dot(p, node, f);
   } else if (format == 3) {
-    st = sl__pplan_write_memory(p, f);
+    st = sl__pplan_write_memory(p, node, f);
   } else {
     uint8_t *buf = NULL;
     size_t len = 0;

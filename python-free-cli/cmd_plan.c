@@ -8,7 +8,10 @@
  *   SLUICE_PLAN_DUMP=mlp.pb ./mlp --layout dp --devices cpu:4 --steps 1
  *   sluice plan mlp.pb --dot > mlp.dot
  * docs/plan.md describes both outputs. */
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <sluice/session.h>
@@ -19,7 +22,7 @@ int sl_cli_plan(int argc, char **argv);
 
 static void usage(FILE *f) {
   fprintf(f, "usage: sluice plan FILE.pb [--dot | --text | --memory | --pb] "
-             "[-o OUT]\n\n"
+             "[--node N] [-o OUT]\n\n"
              "Prints the actor plan of a program: per machine, device and\n"
              "stream its tasks (ops, boxing steps, feeds, fetches) with their\n"
              "input and output registers, shapes, bytes and register counts;\n"
@@ -36,6 +39,10 @@ static void usage(FILE *f) {
              "  --dot     Graphviz DOT\n"
              "  --memory  the per-device memory table (docs/plan.md)\n"
              "  --pb      the protobuf plan again (checks and normalises it)\n"
+             "  --node N  only what node N runs: its devices' tasks and\n"
+             "            memory, the ticks that gate them, the boxing steps\n"
+             "            it takes part in; inputs from other nodes say\n"
+             "            which node and task they come from (not with --pb)\n"
              "  -o OUT    write to OUT instead of standard output\n");
 }
 
@@ -46,6 +53,7 @@ int sl_cli_plan(int argc, char **argv) {
   }
   const char *in = NULL, *out = "-";
   sl_plan_format fmt = SL_PLAN_TEXT;
+  int node = -1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--dot") == 0) {
@@ -56,6 +64,18 @@ int sl_cli_plan(int argc, char **argv) {
       fmt = SL_PLAN_MEMORY;
     } else if (strcmp(a, "--pb") == 0) {
       fmt = SL_PLAN_PROTOBUF;
+    } else if (strcmp(a, "--node") == 0) {
+      char *end = NULL;
+      errno = 0;
+      long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : -1;
+      if (i + 1 >= argc || errno || end == argv[i + 1] || *end || v < 0 ||
+          v > INT_MAX) {
+        fprintf(stderr,
+                "sluice plan: --node needs a node number (0, 1, ...)\n");
+        return 2;
+      }
+      node = (int)v;
+      i++;
     } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
       if (i + 1 >= argc) {
         fprintf(stderr, "sluice plan: %s needs a path\n", a);
@@ -78,11 +98,16 @@ int sl_cli_plan(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  if (fmt == SL_PLAN_PROTOBUF && node >= 0) {
+    fprintf(stderr, "sluice plan: --node shows one node's part as text, DOT "
+                    "or the memory table, not --pb\n");
+    return 2;
+  }
   if (fmt == SL_PLAN_PROTOBUF && strcmp(out, "-") == 0) {
     fprintf(stderr, "sluice plan: --pb writes binary; give -o OUT\n");
     return 2;
   }
-  sl_status st = sl_plan_file_convert(in, fmt, out);
+  sl_status st = sl_plan_file_convert_node(in, fmt, node, out);
   if (st != SL_OK) {
     fprintf(stderr, "sluice plan: %s: %s\n", sl_status_str(st),
             sl_last_error());

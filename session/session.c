@@ -35,18 +35,23 @@ sl_status sl_graph_write_plan(sl_graph *g, sl_plan_format format,
   SL_CHECK(sl__graph_compile(g));
   sl__pplan *pp = NULL;
   SL_CHECK(sl__lower(g, &pp));
-  sl_status st = sl__pplan_write_file(pp, (int)format, path);
+  sl_status st = sl__pplan_write_file(pp, (int)format, -1, path);
   sl__pplan_destroy(pp);
   return st;
 }
 
 sl_status sl_plan_file_convert(const char *pb_path, sl_plan_format format,
                                const char *out_path) {
+  return sl_plan_file_convert_node(pb_path, format, -1, out_path);
+}
+
+sl_status sl_plan_file_convert_node(const char *pb_path, sl_plan_format format,
+                                    int node, const char *out_path) {
   if (!pb_path || !out_path) return sl__fail(SL_EINVAL, "plan: NULL argument");
   SL_CHECK(check_format(format));
   sl__pplan *pp = NULL;
   SL_CHECK(sl__pplan_read_file(pb_path, &pp));
-  sl_status st = sl__pplan_write_file(pp, (int)format, out_path);
+  sl_status st = sl__pplan_write_file(pp, (int)format, node, out_path);
   sl__pplan_destroy(pp);
   return st;
 }
@@ -55,7 +60,7 @@ sl_status sl_session_write_plan(const sl_session *s, sl_plan_format format,
                                 const char *path) {
   if (!s || !path) return sl__fail(SL_EINVAL, "plan: NULL argument");
   SL_CHECK(check_format(format));
-  return sl__pplan_write_file(s->pp, (int)format, path);
+  return sl__pplan_write_file(s->pp, (int)format, -1, path);
 }
 
 /* ---- create ----------------------------------------------------------------
@@ -122,9 +127,9 @@ sl_status sl_session_create(sl_graph *g, const sl_session_config *cfg,
   SL_CHECK_GOTO(check_devices(s), st, fail);
   const char *dump = env_or(c.plan_dump_path, "SLUICE_PLAN_DUMP");
   if (dump)
-    SL_CHECK_GOTO(
-        sl__pplan_write_file(s->pp, (int)sl_plan_format_for_path(dump), dump),
-        st, fail);
+    SL_CHECK_GOTO(sl__pplan_write_file(
+                      s->pp, (int)sl_plan_format_for_path(dump), -1, dump),
+                  st, fail);
   const char *trace = env_or(c.trace_path, "SLUICE_TRACE");
   if (trace && !(s->trace_path = sl__strdup(trace))) {
     st = SL_ENOMEM;

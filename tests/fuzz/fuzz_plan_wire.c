@@ -26,8 +26,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   FUZZ_CHECK(p != NULL, "accepted but no plan");
   FILE *devnull = fopen("/dev/null", "w");
   if (devnull) {
-    sl__pplan_write_text(p, devnull);
-    sl__pplan_write_dot(p, devnull);
+    sl__pplan_write_text(p, -1, devnull);
+    sl__pplan_write_dot(p, -1, devnull);
+    /* One machine's part: the filters walk the same tables. */
+    int last = (int)p->machines - 1;
+    sl__pplan_write_text(p, last, devnull);
+    sl__pplan_write_dot(p, last, devnull);
+    sl__pplan_write_memory(p, last, devnull);
     fclose(devnull);
   }
   uint8_t *a = NULL, *b = NULL;

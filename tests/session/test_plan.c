@@ -180,8 +180,9 @@ static void test_tp_hybrid_structure(void **state) {
 static void write_text(const sl__pplan *p, int fmt, char **buf, size_t *len) {
   FILE *f = open_memstream(buf, len);
   assert_non_null(f);
-  assert_int_equal(
-      fmt == 0 ? sl__pplan_write_text(p, f) : sl__pplan_write_dot(p, f), SL_OK);
+  assert_int_equal(fmt == 0 ? sl__pplan_write_text(p, -1, f)
+                            : sl__pplan_write_dot(p, -1, f),
+                   SL_OK);
   fclose(f);
 }
 
@@ -393,6 +394,87 @@ static void test_cli(void **state) {
   free(out);
 }
 
+/* Tasks in a text plan's header ("..., N tasks, ..."). */
+static int header_tasks(const char *text) {
+  const char *t = strstr(text, " tasks,");
+  assert_non_null(t);
+  while (t > text && t[-1] >= '0' && t[-1] <= '9')
+    t--;
+  return atoi(t);
+}
+
+/* One node's part of a plan over two nodes: `sluice plan --node N` shows
+ * that node's devices, tasks and memory only, and the parts add up to the
+ * whole plan. */
+static void test_node_parts(void **state) {
+  char *pb = tmp_path(".pb"), *part = tmp_path(".txt");
+  sl_graph *g = mlp("cpu:0-1/0-1", "S(0)", "B", "B");
+  assert_int_equal(sl_graph_write_plan(g, SL_PLAN_PROTOBUF, pb), SL_OK);
+  sl_graph_destroy(g);
+  sl__pplan *p = NULL;
+  assert_int_equal(sl__pplan_read_file(pb, &p), SL_OK);
+  int real = 0;
+  for (int32_t i = 0; i < p->n_tasks; i++)
+    real += p->tasks[i].kind != SL__TASK_TICK;
+  sl__pplan_destroy(p);
+  int sum = 0;
+  for (int node = 0; node < 2; node++) {
+    char nb[8];
+    snprintf(nb, sizeof nb, "%d", node);
+    cli_result r;
+    const char *text[] = {"sluice", "plan", pb, "--node", nb, NULL};
+    assert_int_equal(cli_run(SLUICE_CLI_PATH, text, &r), 0);
+    assert_int_equal(r.status, 0);
+    char want[64], other[64];
+    snprintf(want, sizeof want, "plan of machine %d (of 2 machines", node);
+    assert_non_null(strstr(r.out, want));
+    snprintf(want, sizeof want, "\nmachine %d\n", node);
+    snprintf(other, sizeof other, "\nmachine %d\n", 1 - node);
+    assert_non_null(strstr(r.out, want));
+    assert_null(strstr(r.out, other));
+    snprintf(other, sizeof other, "of machine %d device", 1 - node);
+    assert_null(strstr(r.out, other)); /* the other node's ticks */
+    sum += header_tasks(r.out);
+    cli_result_free(&r);
+    const char *mem[] = {"sluice", "plan", pb, "--memory", "--node", nb, NULL};
+    assert_int_equal(cli_run(SLUICE_CLI_PATH, mem, &r), 0);
+    assert_int_equal(r.status, 0);
+    snprintf(want, sizeof want, "\nn%d/cpu:1", node);
+    snprintf(other, sizeof other, "\nn%d/", 1 - node);
+    assert_non_null(strstr(r.out, want));
+    assert_null(strstr(r.out, other));
+    cli_result_free(&r);
+  }
+  assert_int_equal(sum, real);
+  /* The API: a node the plan does not have, and protobuf for one node. */
+  assert_int_equal(sl_plan_file_convert_node(pb, SL_PLAN_TEXT, 2, part),
+                   SL_EINVAL);
+  assert_non_null(strstr(sl_last_error(), "no machine 2"));
+  assert_int_equal(sl_plan_file_convert_node(pb, SL_PLAN_PROTOBUF, 0, part),
+                   SL_EINVAL);
+  assert_int_equal(sl_plan_file_convert_node(pb, SL_PLAN_DOT, 1, part), SL_OK);
+  char *d = slurp(part);
+  assert_non_null(d);
+  assert_non_null(strstr(d, "cluster_m1_d"));
+  assert_null(strstr(d, "cluster_m0_d"));
+  free(d);
+  cli_result r;
+  const char *bad[] = {"sluice", "plan", pb, "--node", "x", NULL};
+  assert_int_equal(cli_run(SLUICE_CLI_PATH, bad, &r), 0);
+  assert_int_equal(r.status, 2);
+  assert_non_null(strstr(r.err, "--node needs a node number"));
+  cli_result_free(&r);
+  const char *pbn[] = {"sluice", "plan", pb,   "--pb", "--node",
+                       "0",      "-o",   part, NULL};
+  assert_int_equal(cli_run(SLUICE_CLI_PATH, pbn, &r), 0);
+  assert_int_equal(r.status, 2);
+  cli_result_free(&r);
+  unlink(pb);
+  unlink(part);
+  free(pb);
+  free(part);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dp_structure),
@@ -400,6 +482,7 @@ int main(void) {
       cmocka_unit_test(test_protobuf_round_trip),
       cmocka_unit_test(test_dumps),
       cmocka_unit_test(test_cli),
+      cmocka_unit_test(test_node_parts),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
