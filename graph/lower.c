@@ -62,6 +62,7 @@ void sl__pplan_destroy(sl__pplan *p) {
   sl__free(p->regsts);
   sl__free(p->ctrl);
   sl__free(p->mem);
+  sl__pplan_free_colls(p);
   sl__arena_destroy(p->arena);
   sl__free(p);
 }
@@ -77,6 +78,7 @@ sl__task *sl__pplan_add_task(sl__pplan *p) {
   sl__task *t = &p->tasks[p->n_tasks++];
   memset(t, 0, sizeof *t);
   t->node = t->rank = t->step = t->group = t->member = t->tick_slot = -1;
+  t->coll = -1;
   return t;
 }
 
@@ -676,10 +678,19 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
       next[q] = -1;
     /* Tasks: (plan rank, group, member). */
     int ng = p2p ? 1 : sl_boxing_step_group_count(bp, s);
+    bool local = op == SL_BOXING_SLICE || op == SL_BOXING_ZERO;
     for (int gi = 0; gi < ng; gi++) {
       const int *ranks = NULL;
       int gn = p2p ? R : sl_boxing_step_group(bp, s, gi, &ranks);
       sl__engine engine = boxing_engine(bp, gpu, gn, ranks);
+      int32_t coll = -1;
+      if (!local)
+        SL_CHECK_GOTO(
+            sl__lower_coll(L->p, bp,
+                           p2p ? adup(L, "%s.s%d", n->name, s)
+                               : adup(L, "%s.s%d.g%d", n->name, s, gi),
+                           ni, s, p2p ? -1 : gi, engine, &coll),
+            st, out);
       for (int k = 0; k < gn; k++) {
         int q = p2p ? k : ranks[k];
         int tr = sl__boxing_side_rank(bp, ts, q); /* after the step */
@@ -720,6 +731,11 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
         t->group = p2p ? -1 : gi;
         t->member = p2p ? q : k;
         if (kind != SL__TASK_LOCAL) t->engine = engine;
+        t->coll = coll;
+        if (local)
+          SL_CHECK_GOTO(sl__lower_local_coll(L->p, bp, t->name, ni, s, q, k,
+                                             gpu, &t->coll),
+                        st, out);
         if (has_in) t->in[t->n_in++] = cur[q];
         if (has_out) {
           int32_t reg;

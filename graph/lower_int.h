@@ -18,6 +18,7 @@
 #include <sluice/session.h>
 
 #include "graph_int.h"
+#include "sbp_int.h"
 
 typedef enum sl__task_kind {
   SL__TASK_OP = 0,       /* an op's kernel on one rank */
@@ -78,6 +79,55 @@ static inline int sl__dev_index(uint32_t id) {
 /* "cpu:0", "cuda:1", "cuda:1/host" into buf. */
 void sl__dev_name(uint32_t id, char *buf, size_t n);
 
+/* What a boxing step's group computes: a group collective, pieces moved
+ * between members (send_recv, copy; on GPUs also a group step NCCL does
+ * not run as it stands), or one member's own slice or zero. */
+typedef enum sl__pcoll_op {
+  SL__PCOLL_ALL_REDUCE = 0,
+  SL__PCOLL_REDUCE_SCATTER = 1,
+  SL__PCOLL_ALL_GATHER = 2,
+  SL__PCOLL_ALL_TO_ALL = 3,
+  SL__PCOLL_EXCHANGE = 4,
+  SL__PCOLL_SLICE = 5,
+  SL__PCOLL_ZERO = 6,
+} sl__pcoll_op;
+#define SL__PCOLL_OP_COUNT 7
+
+/* "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "exchange",
+ * "slice", "zero". */
+const char *sl__pcoll_op_name(sl__pcoll_op op);
+
+/* The engine-neutral spec of one boxing step's group (DESIGN.md section 5
+ * step 7): everything an engine needs to run it, computed once by lowering
+ * from the boxing plan (sbp/), so that the session instantiates engines
+ * from the plan alone. Every COLL, XCHG and LOCAL task names its spec. */
+typedef struct sl__pcoll {
+  const char *name;          /* "<boxing>.s<step>[.g<group>]" (arena) */
+  int32_t node, step, group; /* the boxing node, step, group (-1: none) */
+  sl__pcoll_op op;           /* what the step computes */
+  sl__engine engine;         /* who runs it (LOCAL: NONE) */
+  sl_dtype dtype;
+  sl_reduce_op reduce;       /* reductions, reduced pieces and fills */
+  int32_t in_axis, out_axis; /* gather, all-to-all: in; scatter,
+                                all-to-all: out; slice: out (the part
+                                kept); zero from S: in; else -1 */
+  sl_shape block;            /* group collectives: the block the members
+                                hold together; else the global shape */
+  int32_t local_n;           /* slice, zero: the group's size */
+  bool local_from_b;         /* zero: from B (member 0 keeps its copy) */
+  /* Device engine: NCCL's collective when NCCL computes the step as it
+   * stands (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER) with its count per
+   * member (a gather's input, a scatter's output), else EXCHANGE. */
+  sl__pcoll_op device_op;
+  int64_t device_count;
+  /* Members: where each runs (a task's machine and device; a CUDA rank's
+   * host side unless the engine is the device one), their global boxes
+   * before and after, fills, and the pieces between them (sbp/exchange.c;
+   * n = members). sl__calloc'd, freed with the plan. */
+  uint32_t *machine, *device;
+  sl__xgeom geom;
+} sl__pcoll;
+
 typedef struct sl__task {
   sl__task_kind kind;
   const char *name; /* unique: "<node>@r<rank>", "<boxing>.s<step>@p<rank>",
@@ -94,6 +144,7 @@ typedef struct sl__task {
   int32_t *in, *out; /* register ids, in input / output slot order */
   int32_t tick_slot; /* the input slot holding the tick (not data), -1 */
   sl__engine engine;
+  int32_t coll; /* COLL, XCHG, LOCAL: its spec in plan->colls, else -1 */
 } sl__task;
 
 typedef struct sl__regst {
@@ -180,6 +231,8 @@ typedef struct sl__pplan {
   int32_t n_ctrl, n_mem;         /* memory.c */
   sl__ctrl *ctrl;
   sl__pmem *mem;
+  int32_t n_colls, cap_colls; /* the boxing steps' specs */
+  sl__pcoll *colls;
 } sl__pplan;
 
 /* Lowers a compiled graph (sl__graph_compile must have succeeded).
@@ -196,6 +249,27 @@ sl_status sl__pplan_create(sl__pplan **out);
 /* Appends a task / register (zeroed, arrays empty); NULL on SL_ENOMEM. */
 sl__task *sl__pplan_add_task(sl__pplan *p);
 sl__regst *sl__pplan_add_regst(sl__pplan *p);
+/* Appends a zeroed collective spec for n members (machine, device and the
+ * geometry's arrays allocated, pieces room for max_pieces); NULL on
+ * SL_ENOMEM. */
+sl__pcoll *sl__pplan_add_coll(sl__pplan *p, int32_t n, int32_t max_pieces);
+/* Frees the specs (the plan's destructor). */
+void sl__pplan_free_colls(sl__pplan *p);
+
+/* lower_coll.c: the spec of group `group` of boxing step `step` (-1: the
+ * step is a send_recv or copy, whose exchange has every plan rank as a
+ * member) of the boxing plan of graph node `node`, run by engine; and of
+ * a local step's (slice, zero) member: placement rank `rank`, group
+ * member `member`, on its CUDA device when on_devices. *out: its index in
+ * p->colls. name is kept (arena). SL_ENOMEM, SL_EINTERNAL for a plan that
+ * breaks sbp/'s promises. */
+sl_status sl__lower_coll(sl__pplan *p, const sl_boxing_plan *bp,
+                         const char *name, int32_t node, int step, int group,
+                         sl__engine engine, int32_t *out);
+sl_status sl__lower_local_coll(sl__pplan *p, const sl_boxing_plan *bp,
+                               const char *name, int32_t node, int step,
+                               int rank, int member, bool on_devices,
+                               int32_t *out);
 /* Checks that ids are in range and producers/consumers agree with tasks'
  * slots (what a file must satisfy before anyone indexes with it), and
  * fills every register's consumer list from the tasks. SL_EINVAL naming

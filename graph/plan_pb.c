@@ -4,8 +4,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "lower_int.h"
-#include "plan.pb-c.h"
+#include "plan_pb_int.h"
 
 #define PLAN_VERSION 1
 #define MAX_PLAN_FILE (1u << 30)
@@ -36,7 +35,9 @@ sl_status sl__pplan_pack(const sl__pplan *p, uint8_t **buf, size_t *len) {
   Sluice__Control **ctrlp = sl__calloc((size_t)p->n_ctrl + 1, sizeof *ctrlp);
   Sluice__DeviceMemory *mem = sl__calloc((size_t)p->n_mem + 1, sizeof *mem);
   Sluice__DeviceMemory **memp = sl__calloc((size_t)p->n_mem + 1, sizeof *memp);
-  sl_status st = SL_OK;
+  sl__plan_pb_colls colls;
+  sl_status st = sl__plan_pb_colls_pack(p, &colls);
+  if (st != SL_OK) goto out;
   if (!nodes || !nodep || !tasks || !taskp || !regs || !regp || !steps ||
       !stepp || !shapes || !ctrl || !ctrlp || !mem || !memp) {
     st = SL_ENOMEM;
@@ -93,6 +94,7 @@ sl_status sl__pplan_pack(const sl__pplan *p, uint8_t **buf, size_t *len) {
     x->outputs = t->out;
     x->tick_slot = t->tick_slot;
     x->engine = (int32_t)t->engine;
+    x->collective = t->coll + 1;
     taskp[i] = x;
   }
   for (int32_t i = 0; i < p->n_regsts; i++) {
@@ -154,6 +156,8 @@ sl_status sl__pplan_pack(const sl__pplan *p, uint8_t **buf, size_t *len) {
   plan.tasks = taskp;
   plan.n_registers = (size_t)p->n_regsts;
   plan.registers = regp;
+  plan.n_collectives = (size_t)p->n_colls;
+  plan.collectives = colls.collp;
   size_t n = sluice__plan__get_packed_size(&plan);
   *buf = sl__malloc(n ? n : 1);
   if (!*buf) {
@@ -162,6 +166,7 @@ sl_status sl__pplan_pack(const sl__pplan *p, uint8_t **buf, size_t *len) {
   }
   *len = sluice__plan__pack(&plan, *buf);
 out:
+  sl__plan_pb_colls_free(&colls);
   sl__free(nodes);
   sl__free(nodep);
   sl__free(tasks);
@@ -304,8 +309,11 @@ static sl_status copy_plan(const Sluice__Plan *m, sl__pplan *p) {
     if (x->n_inputs) memcpy(t->in, x->inputs, x->n_inputs * sizeof *t->in);
     if (x->n_outputs) memcpy(t->out, x->outputs, x->n_outputs * sizeof *t->out);
     t->tick_slot = x->tick_slot;
-    if (x->engine < 0 || x->engine >= SL__ENGINE_COUNT) return bad("task", i);
+    if (x->engine < 0 || x->engine >= SL__ENGINE_COUNT || x->collective < 0 ||
+        (size_t)x->collective > m->n_collectives)
+      return bad("task", i);
     t->engine = (sl__engine)x->engine;
+    t->coll = x->collective - 1;
   }
   int64_t held = 0; /* bytes * count over all registers */
   for (size_t i = 0; i < m->n_registers; i++) {
@@ -353,6 +361,7 @@ static sl_status copy_plan(const Sluice__Plan *m, sl__pplan *p) {
     r->category = (sl_memory_category)x->category;
   }
   SL_CHECK(copy_memory(m, p));
+  SL_CHECK(sl__plan_pb_colls_unpack(m, p));
   return sl__pplan_validate(p);
 }
 

@@ -31,7 +31,7 @@ void sl__xgeom_free(sl__xgeom *g) {
   memset(g, 0, sizeof *g);
 }
 
-static sl_status geom_alloc(sl__xgeom *g, int n, int max_pieces) {
+sl_status sl__xgeom_alloc(sl__xgeom *g, int n, int max_pieces) {
   memset(g, 0, sizeof *g);
   g->n = n;
   g->has_in = sl__calloc((size_t)n, sizeof *g->has_in);
@@ -95,7 +95,7 @@ sl_status sl__xgeom_group(const sl_boxing_plan *bp, int step, int group,
   const int *ranks = gs.ranks;
   int fs, ts; /* group steps: one side */
   sl__boxing_step_sides(bp, step, &fs, &ts);
-  sl_status st = geom_alloc(g, gn, gn * gn);
+  sl_status st = sl__xgeom_alloc(g, gn, gn * gn);
   for (int k = 0; k < gn && st == SL_OK; k++) {
     int r = sl__boxing_side_rank(bp, fs, ranks[k]);
     g->has_in[k] = g->has_out[k] = true;
@@ -118,7 +118,7 @@ sl_status sl__xgeom_group(const sl_boxing_plan *bp, int step, int group,
 sl_status sl__xgeom_p2p(const sl_boxing_plan *bp, int step, sl__xgeom *g) {
   int R = sl_boxing_plan_rank_count(bp);
   int np = sl_boxing_step_piece_count(bp, step);
-  sl_status st = geom_alloc(g, R, np);
+  sl_status st = sl__xgeom_alloc(g, R, np);
   g->dtype = bp->dtype;
   g->op = SL_REDUCE_SUM;
   bool has_red = sl_boxing_step_reduce(bp, step, &g->op);
@@ -152,7 +152,7 @@ sl_status sl__xgeom_local(const sl_boxing_plan *bp, int step, int rank,
   int m = sl_boxing_step_mesh_axis(bp, step);
   sl_nd_sbp from, to;
   sl_boxing_step_layout(bp, step, &from, &to);
-  SL_CHECK(geom_alloc(g, 1, 1));
+  SL_CHECK(sl__xgeom_alloc(g, 1, 1));
   g->has_in[0] = g->has_out[0] = true;
   g->dtype = bp->dtype;
   g->op = SL_REDUCE_SUM;

@@ -194,6 +194,9 @@ sl_status sl__xgeom_group(const sl_boxing_plan *bp, int step, int group,
 sl_status sl__xgeom_p2p(const sl_boxing_plan *bp, int step, sl__xgeom *g);
 sl_status sl__xgeom_local(const sl_boxing_plan *bp, int step, int rank,
                           int member, sl__xgeom *g);
+/* Zeroed arrays for n members and room for max_pieces pieces (n_pieces
+ * 0). SL_ENOMEM. */
+sl_status sl__xgeom_alloc(sl__xgeom *g, int n, int max_pieces);
 void sl__xgeom_free(sl__xgeom *g);
 
 /* Whether the ranks of a list span more than one node. */

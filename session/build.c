@@ -50,22 +50,13 @@ static sl_status setup_op(sl_session *s, task_rt *rt) {
 /* ---- boxing ----------------------------------------------------------------
  */
 
-/* The plan device id where plan rank q's boxing work runs: a CUDA rank's
- * host side (graph/lower.c). */
-static uint32_t boxing_device(const sl_boxing_plan *bp, int q) {
-  int node, dev;
-  sl_boxing_plan_rank_device(bp, q, &node, &dev);
-  return sl_boxing_plan_rank_device_type(bp, q) == SL_DEVICE_CUDA
-             ? SL__DEV_HOST + (uint32_t)dev
-             : (uint32_t)dev;
+/* The spec of a boxing task (graph/lower_coll.c). */
+static const sl__pcoll *coll_of(const sl_session *s, const sl__task *t) {
+  return t->coll >= 0 && t->coll < s->pp->n_colls ? &s->pp->colls[t->coll]
+                                                  : NULL;
 }
 
-typedef struct coll_key {
-  int32_t node, step, group;
-  const sl__coll_engine *engine;
-} coll_key;
-
-/* Appends an engine to s->engines (sized for one per task at build). */
+/* Appends an engine to s->engines (sized for one per spec at build). */
 static const sl__coll_engine *
 add_engine(sl_session *s, const sl__coll_engine_i *i, void *ctx) {
   sl__coll_engine *e = &s->engines[s->n_engines++];
@@ -115,100 +106,27 @@ static sl_status task_depths(const sl__pplan *pp, int32_t **out) {
   return SL_OK;
 }
 
-/* Whether group step s of a boxing is what NCCL's all-gather (reduce-
- * scatter) computes with no packing: the host collective (comm/coll/coll.c)
- * cuts the group's block along the split axis into sl_split_range parts,
- * member k's part k; on axis 0, with an extent the group size divides,
- * every part is one contiguous, equally sized run of the block's
- * row-major buffer, in member order — NCCL's layout. The block is
- * make_group's: the step's source layout, broadcast on the step's mesh
- * axis, at the group's first member; checked for every group (uneven
- * splits on other mesh axes make blocks differ). */
-static bool nccl_layout(const sl_boxing_plan *bp, int s, const sl_shape *shape,
-                        const sl_placement *p) {
-  sl_nd_sbp from, to;
-  sl_boxing_step_layout(bp, s, &from, &to);
-  int m = sl_boxing_step_mesh_axis(bp, s);
-  if (m < 0 || m >= from.ndim) return false;
-  const sl_sbp *split = sl_boxing_step_op(bp, s) == SL_BOXING_ALL_GATHER
-                            ? &from.sbp[m]
-                            : &to.sbp[m];
-  if (split->kind != SL_SBP_SPLIT || split->axis != 0) return false;
-  sl_nd_sbp bl = from;
-  bl.sbp[m] = sl_sbp_broadcast();
-  int fs, ts;
-  sl__boxing_step_sides(bp, s, &fs, &ts);
-  bool ok = true;
-  for (int gi = 0; ok && gi < sl_boxing_step_group_count(bp, s); gi++) {
-    const int *ranks = NULL;
-    int gn = sl_boxing_step_group(bp, s, gi, &ranks);
-    sl_slice blk;
-    ok = gn >= 1 &&
-         sl_local_slice(shape, p, &bl, sl__boxing_side_rank(bp, fs, ranks[0]),
-                        &blk) == SL_OK &&
-         blk.extent[0] % gn == 0;
+/* The device collective op of a spec's realization on GPUs. */
+static sl__dev_coll_op dev_op_of(sl__pcoll_op op) {
+  switch (op) {
+  case SL__PCOLL_ALL_REDUCE: return SL__DEV_ALL_REDUCE;
+  case SL__PCOLL_ALL_GATHER: return SL__DEV_ALL_GATHER;
+  case SL__PCOLL_REDUCE_SCATTER: return SL__DEV_REDUCE_SCATTER;
+  default: return SL__DEV_EXCHANGE;
   }
-  return ok;
 }
 
-/* The NCCL collective of a boxing task's step, or SL__DEV_EXCHANGE for a
- * step NCCL does not compute as it stands (comm/coll/dev_xchg.c), with the count
- * comm/coll/dev_coll.h wants: an all-gather's per member, its input; a
- * reduce-scatter's per member, its output; an all-reduce's, both. */
-static sl__dev_coll_op dev_op(const sl_session *s, const sl__node *n,
-                              const sl__task *t, int gn, size_t *count) {
-  const sl_boxing_plan *bp = n->boxing;
-  const sl__value *vin = sl__graph_value(s->g, n->in[0]);
-  sl_boxing_op op = sl_boxing_step_op(bp, t->step);
-  size_t in_n = (size_t)sl_shape_numel(&s->pp->regsts[t->in[0]].shape);
-  size_t out_n = t->n_out > 0
-                     ? (size_t)sl_shape_numel(&s->pp->regsts[t->out[0]].shape)
-                     : in_n;
-  *count = in_n;
-  if (op == SL_BOXING_ALL_REDUCE && out_n == in_n) return SL__DEV_ALL_REDUCE;
-  if ((op == SL_BOXING_ALL_GATHER || op == SL_BOXING_REDUCE_SCATTER) &&
-      nccl_layout(bp, t->step, &vin->meta.shape, vin->placement)) {
-    if (op == SL_BOXING_ALL_GATHER && out_n == (size_t)gn * in_n)
-      return SL__DEV_ALL_GATHER;
-    *count = out_n;
-    if (op == SL_BOXING_REDUCE_SCATTER && in_n == (size_t)gn * out_n)
-      return SL__DEV_REDUCE_SCATTER;
-  }
-  return SL__DEV_EXCHANGE;
-}
-
-/* Every local member's program of an exchange group. */
-static sl_status add_programs(const sl__node *n, const sl__task *t,
-                              sl__dgroup *g, int nlocal, const int *ranks,
-                              const sl__dev_handle *const *devs) {
-  sl__xgeom geom;
-  SL_CHECK(t->kind == SL__TASK_XCHG
-               ? sl__xgeom_p2p(n->boxing, t->step, &geom)
-               : sl__xgeom_group(n->boxing, t->step, t->group, &geom));
-  sl_status st = SL_OK;
-  for (int i = 0; i < nlocal && st == SL_OK; i++) {
-    sl__dxchg *x = NULL;
-    st = sl__dxchg_create(devs[i], &geom, ranks[i], &x);
-    if (st == SL_OK) st = sl__dgroup_set_program(g, ranks[i], x);
-  }
-  sl__xgeom_free(&geom);
-  return st;
-}
-
-/* A boxing step between GPUs (graph/lower.c keeps a boxing whose ranks are
- * all CUDA devices on them): its device group on the devices of the
- * step's group in member order (send_recv and copy: every plan rank), with
- * NCCL's collective or an exchange. A group with members on other nodes
- * waits for its communicator until sl__session_connect_dgroups (creating it
- * is collective, and every node must be ready first); *depths (task_depths)
- * is made on first need. */
-static sl_status make_dgroup(sl_session *s, const sl__node *n, task_rt *rt,
+/* A boxing step's group between GPUs (lowering keeps a boxing whose ranks
+ * are all CUDA devices on them): its device group on the spec's members in
+ * member order, with NCCL's collective or an exchange of the spec's
+ * pieces. A group with members on other nodes waits for its communicator
+ * until sl__session_connect_dgroups (creating it is collective, and every
+ * node must be ready first); *depths (task_depths) is made on first
+ * need. */
+static sl_status make_dgroup(sl_session *s, const sl__pcoll *pc, task_rt *rt,
                              int32_t **depths, sl__dgroup **out) {
   const sl__task *t = rt->t;
-  const sl_boxing_plan *bp = n->boxing;
-  bool p2p = t->kind == SL__TASK_XCHG;
-  const int *members = NULL;
-  int gn = sl_boxing_step_group(bp, t->step, p2p ? 0 : t->group, &members);
+  int gn = pc->geom.n;
   int *ranks = sl__calloc((size_t)gn + 1, sizeof *ranks);
   const sl__dev_handle **devs = sl__calloc((size_t)gn + 1, sizeof *devs);
   if (!ranks || !devs) {
@@ -218,48 +136,40 @@ static sl_status make_dgroup(sl_session *s, const sl__node *n, task_rt *rt,
   }
   int nlocal = 0;
   sl_status st = SL_OK;
-  for (int k = 0; k < gn; k++) {
-    int node, dev;
-    sl_boxing_plan_rank_device(bp, members[k], &node, &dev);
-    /* p2p members are plan ranks, the group all of them in order. */
-    if (p2p && members[k] != k)
-      st = sl__fail(SL_EINTERNAL,
-                    "boxing '%s' step %d: member %d is plan "
-                    "rank %d",
-                    n->name, t->step, k, members[k]);
-    if ((uint32_t)node != s->self_node) continue;
-    sess_dev *d = sl__session_dev(s, SL__DEV_CUDA + (uint32_t)dev);
-    if (!d && st == SL_OK)
-      st = sl__fail(SL_EINTERNAL, "boxing '%s' step %d: cuda:%d is not open",
-                    n->name, t->step, dev);
-    ranks[nlocal] = k;
-    devs[nlocal++] = d ? &d->boxing : NULL;
+  for (int k = 0; k < gn && st == SL_OK; k++) {
+    if (pc->machine[k] != s->self_node) continue;
+    sess_dev *d = sl__session_dev(s, pc->device[k]);
+    if (!d)
+      st =
+          sl__fail(SL_EINTERNAL, "boxing '%s': member %d's cuda:%d is not open",
+                   pc->name, k, sl__dev_index(pc->device[k]));
+    else {
+      ranks[nlocal] = k;
+      devs[nlocal++] = &d->boxing;
+    }
   }
-  sl_reduce_op red = SL_REDUCE_SUM;
-  sl_boxing_step_reduce(bp, t->step, &red);
-  char name[160];
-  if (p2p)
-    snprintf(name, sizeof name, "%s.s%d", n->name, t->step);
-  else
-    snprintf(name, sizeof name, "%s.s%d.g%d", n->name, t->step, t->group);
-  size_t count = 0;
-  sl__dev_coll_op op = dev_op(s, n, t, gn, &count);
-  sl_dtype dt = sl__graph_value(s->g, n->in[0])->meta.dtype;
+  sl__dev_coll_op op = dev_op_of(pc->device_op);
+  size_t count = (size_t)pc->device_count;
   if (st == SL_OK && !s->dcoll) st = rt->dev->be->coll_open(&s->dcoll);
   if (st == SL_OK && nlocal == gn) {
-    st = sl__dgroup_create(s->dcoll, name, gn, devs, op, dt, red, count, out);
+    st = sl__dgroup_create(s->dcoll, pc->name, gn, devs, op, pc->dtype,
+                           pc->reduce, count, out);
   } else if (st == SL_OK) {
     if (!*depths) st = task_depths(s->pp, depths);
     int32_t order[4] = {*depths ? (*depths)[rt->id] : 0, t->node, t->step,
                         t->group};
     if (st == SL_OK && !s->dseq) st = sl__dseq_create(&s->dseq);
     if (st == SL_OK)
-      st = sl__dgroup_create_span(s->dseq, name, gn, nlocal, ranks, devs, op,
-                                  dt, red, count, order, out);
+      st = sl__dgroup_create_span(s->dseq, pc->name, gn, nlocal, ranks, devs,
+                                  op, pc->dtype, pc->reduce, count, order, out);
   }
   if (st == SL_OK) add_engine(s, &sl__coll_engine_device, *out);
-  if (st == SL_OK && op == SL__DEV_EXCHANGE)
-    st = add_programs(n, t, *out, nlocal, ranks, devs);
+  /* An exchange: every local member's program of the spec's pieces. */
+  for (int i = 0; op == SL__DEV_EXCHANGE && i < nlocal && st == SL_OK; i++) {
+    sl__dxchg *x = NULL;
+    st = sl__dxchg_create(devs[i], &pc->geom, ranks[i], &x);
+    if (st == SL_OK) st = sl__dgroup_set_program(*out, ranks[i], x);
+  }
   sl__free(ranks);
   sl__free(devs);
   return st;
@@ -270,160 +180,71 @@ sl_status sl__session_connect_dgroups(sl_session *s, const sl__dev_kv *kv) {
   return sl__dseq_connect(s->dseq, s->dcoll, kv, s->job_id);
 }
 
-/* The collectives' constructors also give the node of every member
- * (*mnode, n entries, sl__free). */
-static sl_status make_exchange(sl_session *s, const sl__node *n, int step,
-                               const int *dev_worker, sl__coll **out,
-                               uint32_t **mnode) {
-  const sl_boxing_plan *bp = n->boxing;
-  const sl__value *vin = sl__graph_value(s->g, n->in[0]);
-  int R = sl_boxing_plan_rank_count(bp);
-  sl_reduce_op red = SL_REDUCE_SUM;
-  bool has_red = sl_boxing_step_reduce(bp, step, &red);
-  int np = sl_boxing_step_piece_count(bp, step);
-  bool *has_in = sl__calloc((size_t)R, sizeof *has_in);
-  bool *has_out = sl__calloc((size_t)R, sizeof *has_out);
-  sl_slice *isl = sl__calloc((size_t)R, sizeof *isl);
-  sl_slice *osl = sl__calloc((size_t)R, sizeof *osl);
-  int8_t *fill = sl__calloc((size_t)R, sizeof *fill);
-  int *workers = sl__calloc((size_t)R, sizeof *workers);
-  sl__coll_piece *pieces = sl__calloc((size_t)np + 1, sizeof *pieces);
-  uint32_t *nodes = sl__calloc((size_t)R, sizeof *nodes);
+/* A boxing step's group on the hosts: the in-process collective of its
+ * spec, with the node of every member (*mnode, n entries, sl__free) for a
+ * span. n_dw: dev_worker's entries (device id -> worker). */
+static sl_status host_coll(sl_session *s, const sl__pcoll *pc,
+                           const int *dev_worker, uint32_t n_dw, sl__coll **out,
+                           uint32_t **mnode) {
+  const sl__xgeom *g = &pc->geom;
+  int n = g->n;
+  int *workers = sl__calloc((size_t)n + 1, sizeof *workers);
+  uint32_t *nodes = sl__calloc((size_t)n + 1, sizeof *nodes);
+  int8_t *fill = sl__calloc((size_t)n + 1, sizeof *fill);
+  sl__coll_piece *pieces = sl__calloc((size_t)g->n_pieces + 1, sizeof *pieces);
   sl_status st = SL_OK;
-  if (!has_in || !has_out || !isl || !osl || !fill || !workers || !pieces ||
-      !nodes) {
-    st = SL_ENOMEM;
-    goto out;
+  if (!workers || !nodes || !fill || !pieces) st = SL_ENOMEM;
+  for (int k = 0; k < n && st == SL_OK; k++) {
+    workers[k] = pc->device[k] < n_dw ? dev_worker[pc->device[k]] : -1;
+    nodes[k] = pc->machine[k];
+    fill[k] = g->fill[k] ? (int8_t)pc->reduce : SL__COLL_FILL_ZERO;
   }
-  for (int q = 0; q < R; q++) {
-    int node, dev;
-    sl_boxing_plan_rank_device(bp, q, &node, &dev);
-    workers[q] = dev_worker[boxing_device(bp, q)];
-    nodes[q] = (uint32_t)node;
-    sl_reduce_op f;
-    fill[q] =
-        sl_boxing_step_fill(bp, step, q, &f) ? (int8_t)f : SL__COLL_FILL_ZERO;
-    has_in[q] = sl__boxing_step_box(bp, step, q, false, &isl[q]);
-    has_out[q] = sl__boxing_step_box(bp, step, q, true, &osl[q]);
+  bool reduce = false;
+  for (int i = 0; i < g->n_pieces && st == SL_OK; i++) {
+    pieces[i] =
+        (sl__coll_piece){g->pieces[i].src, g->pieces[i].dst, g->pieces[i].box};
+    reduce |= g->pieces[i].reduce;
   }
-  bool preduce = false;
-  for (int i = 0; i < np; i++) {
-    bool r = false;
-    SL_CHECK_GOTO(sl_boxing_step_piece(bp, step, i, &pieces[i].src,
-                                       &pieces[i].dst, &pieces[i].slice, &r),
-                  st, out);
-    preduce |= r;
-  }
-  char name[300];
-  snprintf(name, sizeof name, "%s.s%d", n->name, step);
   sl__coll_desc d;
   memset(&d, 0, sizeof d);
-  d.name = name;
-  d.op = SL__COLL_EXCHANGE;
-  d.dtype = vin->meta.dtype;
-  d.reduce = red;
-  d.n = R;
+  d.name = pc->name;
+  d.dtype = pc->dtype;
+  d.reduce = pc->reduce;
+  d.n = n;
   d.workers = workers;
-  d.block = vin->meta.shape;
-  d.has_in = has_in;
-  d.has_out = has_out;
-  d.in_slice = isl;
-  d.out_slice = osl;
-  d.fill = fill;
-  d.piece_count = np;
-  d.pieces = pieces;
-  d.piece_reduce = preduce && has_red;
-  st = sl__coll_create(s->comm, &d, out);
+  d.block = pc->block;
+  d.in_axis = SL_MAX(pc->in_axis, 0);
+  d.out_axis = SL_MAX(pc->out_axis, 0);
+  switch (pc->op) {
+  case SL__PCOLL_ALL_REDUCE: d.op = SL__COLL_ALL_REDUCE; break;
+  case SL__PCOLL_REDUCE_SCATTER: d.op = SL__COLL_REDUCE_SCATTER; break;
+  case SL__PCOLL_ALL_GATHER: d.op = SL__COLL_ALL_GATHER; break;
+  case SL__PCOLL_ALL_TO_ALL: d.op = SL__COLL_ALL_TO_ALL; break;
+  case SL__PCOLL_EXCHANGE:
+    d.op = SL__COLL_EXCHANGE;
+    d.has_in = g->has_in;
+    d.has_out = g->has_out;
+    d.in_slice = g->in_box;
+    d.out_slice = g->out_box;
+    d.fill = fill;
+    d.piece_count = g->n_pieces;
+    d.pieces = pieces;
+    d.piece_reduce = reduce;
+    break;
+  default:
+    if (st == SL_OK)
+      st = sl__fail(SL_EINTERNAL, "boxing '%s' is no collective (%s)", pc->name,
+                    sl__pcoll_op_name(pc->op));
+  }
+  if (st == SL_OK) st = sl__coll_create(s->comm, &d, out);
   if (st == SL_OK) {
     *mnode = nodes;
     nodes = NULL;
   }
-out:
+  sl__free(workers);
   sl__free(nodes);
-  sl__free(has_in);
-  sl__free(has_out);
-  sl__free(isl);
-  sl__free(osl);
   sl__free(fill);
-  sl__free(workers);
   sl__free(pieces);
-  return st;
-}
-
-static sl_status make_group(sl_session *s, const sl__node *n, int step,
-                            int group, const int *dev_worker, sl__coll **out,
-                            uint32_t **mnode) {
-  const sl_boxing_plan *bp = n->boxing;
-  const sl__value *vin = sl__graph_value(s->g, n->in[0]);
-  sl__group_step gs;
-  SL_CHECK(sl__boxing_group_step(bp, step, group, &gs));
-  const sl_placement *p = vin->placement; /* group steps: one placement */
-  sl_nd_sbp from = gs.from, to = gs.to;
-  int m = gs.axis, gn = gs.n;
-  const int *ranks = gs.ranks;
-  int *workers = sl__calloc((size_t)gn, sizeof *workers);
-  uint32_t *nodes = sl__calloc((size_t)gn, sizeof *nodes);
-  if (!workers || !nodes) {
-    sl__free(workers);
-    sl__free(nodes);
-    return SL_ENOMEM;
-  }
-  for (int k = 0; k < gn; k++) {
-    int node, dev;
-    sl_boxing_plan_rank_device(bp, ranks[k], &node, &dev);
-    workers[k] = dev_worker[boxing_device(bp, ranks[k])];
-    nodes[k] = (uint32_t)node;
-  }
-  sl_nd_sbp bl = from;
-  bl.sbp[m] = sl_sbp_broadcast();
-  sl_slice blk;
-  sl_status st = sl_local_slice(&vin->meta.shape, p, &bl, ranks[0], &blk);
-  if (st != SL_OK) {
-    sl__free(workers);
-    sl__free(nodes);
-    return st;
-  }
-  sl_reduce_op red = SL_REDUCE_SUM;
-  sl_boxing_step_reduce(bp, step, &red);
-  char name[300];
-  snprintf(name, sizeof name, "%s.s%d.g%d", n->name, step, group);
-  sl__coll_desc d;
-  memset(&d, 0, sizeof d);
-  d.name = name;
-  d.dtype = vin->meta.dtype;
-  d.reduce = red;
-  d.n = gn;
-  d.workers = workers;
-  d.block.ndim = vin->meta.shape.ndim;
-  for (int i = 0; i < d.block.ndim; i++)
-    d.block.dims[i] = blk.extent[i];
-  switch (sl_boxing_step_op(bp, step)) {
-  case SL_BOXING_ALL_REDUCE: d.op = SL__COLL_ALL_REDUCE; break;
-  case SL_BOXING_REDUCE_SCATTER:
-    d.op = SL__COLL_REDUCE_SCATTER;
-    d.out_axis = to.sbp[m].axis;
-    break;
-  case SL_BOXING_ALL_GATHER:
-    d.op = SL__COLL_ALL_GATHER;
-    d.in_axis = from.sbp[m].axis;
-    break;
-  case SL_BOXING_ALL_TO_ALL:
-    d.op = SL__COLL_ALL_TO_ALL;
-    d.in_axis = from.sbp[m].axis;
-    d.out_axis = to.sbp[m].axis;
-    break;
-  default:
-    sl__free(workers);
-    sl__free(nodes);
-    return sl__fail(SL_EINTERNAL, "boxing '%s' step %d is not a collective",
-                    n->name, step);
-  }
-  st = sl__coll_create(s->comm, &d, out);
-  sl__free(workers);
-  if (st == SL_OK)
-    *mnode = nodes;
-  else
-    sl__free(nodes);
   return st;
 }
 
@@ -443,7 +264,8 @@ static uint64_t span_id(uint64_t job, int32_t node, int32_t step,
 
 /* For a task whose members live on several nodes (SL__ENGINE_NODES): the
  * span collective that this node's members arrive at instead of c. */
-static sl_status make_span(sl_session *s, const sl__task *t, sl__coll *c,
+static sl_status make_span(sl_session *s, const sl__task *t,
+                           const sl__pcoll *pc, sl__coll *c,
                            const uint32_t *mnode, sl__span **out) {
   *out = NULL;
   int n = sl__coll_members(c);
@@ -452,10 +274,9 @@ static sl_status make_span(sl_session *s, const sl__task *t, sl__coll *c,
     other = mnode[k];
   if (!s->nc)
     return sl__fail(SL_EUNSUPPORTED,
-                    "boxing '%s' step %d has members on nodes %u and %u: "
+                    "boxing '%s' has members on nodes %u and %u: "
                     "collectives between nodes need daemons",
-                    sl__graph_node(s->g, t->node)->name, (int)t->step, mnode[0],
-                    other);
+                    pc->name, mnode[0], other);
   sl__span_desc d = {c, mnode, s->self_node, s->nc,
                      span_id(s->job_id, t->node, t->step, t->group)};
   return sl__span_create(&d, out);
@@ -470,43 +291,19 @@ void sl__session_abort_collectives(sl_session *s, sl_status st,
   if (s->nc) sl__net_coll_abort(s->nc, st, msg);
 }
 
-static sl_status setup_local(sl_session *s, task_rt *rt) {
-  const sl__node *n = sl__graph_node(s->g, rt->t->node);
-  const sl_boxing_plan *bp = n->boxing;
-  const sl__value *vin = sl__graph_value(s->g, n->in[0]);
-  const sl_placement *p = vin->placement;
-  int step = rt->t->step, m = sl_boxing_step_mesh_axis(bp, step);
-  sl_nd_sbp from, to;
-  sl_boxing_step_layout(bp, step, &from, &to);
-  rt->local_op = sl_boxing_step_op(bp, step);
-  rt->local_n = sl_placement_mesh_dim(p, m);
+/* A slice or zero step on the host: the spec's one member. */
+static sl_status setup_local(const sl__pcoll *pc, task_rt *rt) {
+  rt->local_op = pc->op == SL__PCOLL_SLICE ? SL_BOXING_SLICE : SL_BOXING_ZERO;
+  rt->local_n = pc->local_n;
   rt->member = rt->t->member;
-  rt->dtype = vin->meta.dtype;
-  rt->ndim = vin->meta.shape.ndim;
-  sl_slice a, b;
-  SL_CHECK(sl_local_slice(&vin->meta.shape, p, &from, rt->t->rank, &a));
-  SL_CHECK(sl_local_slice(&vin->meta.shape, p, &to, rt->t->rank, &b));
-  slice_dims(&a, rt->in_dims);
-  slice_dims(&b, rt->out_dims);
-  rt->local_reduce = SL_REDUCE_SUM;
-  sl_boxing_step_reduce(bp, step, &rt->local_reduce);
-  if (rt->local_op == SL_BOXING_SLICE) {
-    rt->local_axis = to.sbp[m].axis;
-  } else {
-    rt->local_from_b = from.sbp[m].kind == SL_SBP_BROADCAST;
-    rt->local_axis = rt->local_from_b ? 0 : from.sbp[m].axis;
-  }
+  rt->dtype = pc->dtype;
+  rt->ndim = pc->block.ndim;
+  slice_dims(&pc->geom.in_box[0], rt->in_dims);
+  slice_dims(&pc->geom.out_box[0], rt->out_dims);
+  rt->local_reduce = pc->reduce;
+  rt->local_from_b = pc->local_from_b;
+  rt->local_axis = pc->op == SL__PCOLL_SLICE ? pc->out_axis : pc->in_axis;
   return SL_OK;
-}
-
-/* A slice or zero step on a GPU: a program of its own pieces. */
-static sl_status setup_local_cuda(const sl__node *n, task_rt *rt) {
-  sl__xgeom g;
-  SL_CHECK(
-      sl__xgeom_local(n->boxing, rt->t->step, rt->t->rank, rt->t->member, &g));
-  sl_status st = sl__dxchg_create(&rt->dev->boxing, &g, 0, &rt->local);
-  sl__xgeom_free(&g);
-  return st;
 }
 
 /* ---- feeds and fetches --------------------------------------------------- */
@@ -810,11 +607,12 @@ sl_status sl__session_build(sl_session *s) {
   s->n_devices = s->n_workers;
   sl_status st = SL_OK;
   sl__comm_config cc = {SL_MAX(s->n_workers, 1), s->cfg.comm_direct_max_bytes};
-  coll_key *keys = sl__calloc((size_t)pp->n_tasks + 1, sizeof *keys);
-  int32_t n_keys = 0;
+  /* The engine of each spec, once one of its members is here. */
+  const sl__coll_engine **by_coll =
+      sl__calloc((size_t)pp->n_colls + 1, sizeof *by_coll);
   int32_t *depths = NULL; /* task_depths, once a spanning group needs it */
-  s->engines = sl__calloc((size_t)pp->n_tasks + 1, sizeof *s->engines);
-  if (!keys || !s->engines) {
+  s->engines = sl__calloc((size_t)pp->n_colls + 1, sizeof *s->engines);
+  if (!by_coll || !s->engines) {
     st = SL_ENOMEM;
     goto out;
   }
@@ -831,6 +629,7 @@ sl_status sl__session_build(sl_session *s) {
     task_rt *rt = &s->rt[i];
     const sl__task *t = rt->t;
     const sl__node *n = t->node >= 0 ? sl__graph_node(s->g, t->node) : NULL;
+    const sl__pcoll *pc = coll_of(s, t);
     switch (t->kind) {
     case SL__TASK_OP: st = setup_op(s, rt); break;
     case SL__TASK_CONST:
@@ -859,42 +658,40 @@ sl_status sl__session_build(sl_session *s) {
           sl__dev_class_of(pp->regsts[t->in[0]].device) != SL__DEV_CLASS_CUDA;
       break;
     case SL__TASK_LOCAL:
-      st = rt->dev ? setup_local_cuda(n, rt) : setup_local(s, rt);
+      if (!pc) {
+        st = sl__fail(SL_EINTERNAL, "a local boxing task without its spec");
+        break;
+      }
+      st = rt->dev
+               ? sl__dxchg_create(&rt->dev->boxing, &pc->geom, 0, &rt->local)
+               : setup_local(pc, rt);
       break;
     case SL__TASK_COLL:
     case SL__TASK_XCHG: {
       if (t->machine != s->self_node) break; /* another node's member */
-      int32_t group = t->kind == SL__TASK_COLL ? t->group : -1;
-      coll_key *key = NULL;
-      for (int32_t k = 0; k < n_keys && !key; k++)
-        if (keys[k].node == t->node && keys[k].step == t->step &&
-            keys[k].group == group)
-          key = &keys[k];
-      if (!key && t->engine == SL__ENGINE_DEVICE) {
-        sl__dgroup *dg = NULL;
-        st = make_dgroup(s, n, rt, &depths, &dg);
-        if (st != SL_OK) break;
-        key = &keys[n_keys++];
-        *key =
-            (coll_key){t->node, t->step, group, &s->engines[s->n_engines - 1]};
+      if (!pc) {
+        st = sl__fail(SL_EINTERNAL, "a boxing task without its spec");
+        break;
       }
-      if (!key) {
+      if (!by_coll[t->coll] && pc->engine == SL__ENGINE_DEVICE) {
+        sl__dgroup *dg = NULL;
+        st = make_dgroup(s, pc, rt, &depths, &dg);
+        if (st != SL_OK) break;
+        by_coll[t->coll] = &s->engines[s->n_engines - 1];
+      }
+      if (!by_coll[t->coll]) {
         sl__coll *c = NULL;
         sl__span *sp = NULL;
         uint32_t *mnode = NULL;
-        st = t->kind == SL__TASK_COLL
-                 ? make_group(s, n, t->step, group, dev_worker, &c, &mnode)
-                 : make_exchange(s, n, t->step, dev_worker, &c, &mnode);
-        if (st == SL_OK && t->engine == SL__ENGINE_NODES)
-          st = make_span(s, t, c, mnode, &sp);
+        st = host_coll(s, pc, dev_worker, max_dev + 1, &c, &mnode);
+        if (st == SL_OK && pc->engine == SL__ENGINE_NODES)
+          st = make_span(s, t, pc, c, mnode, &sp);
         sl__free(mnode);
         if (st != SL_OK) break;
-        key = &keys[n_keys++];
-        *key = (coll_key){t->node, t->step, group,
-                          sp ? add_engine(s, &sl__coll_engine_nodes, sp)
-                             : add_engine(s, &sl__coll_engine_inproc, c)};
+        by_coll[t->coll] = sp ? add_engine(s, &sl__coll_engine_nodes, sp)
+                              : add_engine(s, &sl__coll_engine_inproc, c);
       }
-      rt->engine = key->engine;
+      rt->engine = by_coll[t->coll];
       rt->member = t->member;
       break;
     }
@@ -904,7 +701,7 @@ sl_status sl__session_build(sl_session *s) {
   }
 out:
   sl__free(depths);
-  sl__free(keys);
+  sl__free(by_coll);
   sl__free(dev_worker);
   return st;
 }

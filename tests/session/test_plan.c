@@ -265,6 +265,130 @@ static void test_protobuf_round_trip(void **state) {
   sl_graph_destroy(g);
 }
 
+/* A plan's collective specs (graph/lower_coll.c): every boxing task names
+ * one; its members run where their tasks do and hand in and get back
+ * exactly their registers' shards; an exchange's pieces cover every
+ * output; group collectives name their block and axes. Then tampered
+ * specs are refused when read back. */
+static void check_specs(const sl__pplan *p, int *by_op) {
+  for (int32_t i = 0; i < p->n_tasks; i++) {
+    const sl__task *t = &p->tasks[i];
+    bool boxing = t->kind == SL__TASK_COLL || t->kind == SL__TASK_XCHG ||
+                  t->kind == SL__TASK_LOCAL;
+    if (!boxing) {
+      assert_int_equal(t->coll, -1);
+      continue;
+    }
+    assert_true(t->coll >= 0 && t->coll < p->n_colls);
+    const sl__pcoll *c = &p->colls[t->coll];
+    const sl__xgeom *g = &c->geom;
+    int k = t->kind == SL__TASK_LOCAL ? 0 : t->member;
+    assert_true(k >= 0 && k < g->n);
+    assert_int_equal(c->machine[k], t->machine);
+    assert_int_equal(c->device[k], t->device);
+    assert_int_equal(c->node, t->node);
+    assert_int_equal(c->step, t->step);
+    if (t->kind != SL__TASK_LOCAL) assert_int_equal(c->engine, t->engine);
+    assert_int_equal(g->has_in[k], t->n_in > (t->tick_slot >= 0 ? 1 : 0));
+    assert_int_equal(g->has_out[k], t->n_out == 1);
+    for (int32_t j = 0; j < t->n_in; j++)
+      if (j != t->tick_slot)
+        assert_int_equal(sl_slice_numel(&g->in_box[k]),
+                         sl_shape_numel(&p->regsts[t->in[j]].shape));
+    if (t->n_out)
+      assert_int_equal(sl_slice_numel(&g->out_box[k]),
+                       sl_shape_numel(&p->regsts[t->out[0]].shape));
+    by_op[c->op]++;
+  }
+  for (int32_t i = 0; i < p->n_colls; i++) {
+    const sl__pcoll *c = &p->colls[i];
+    const sl__xgeom *g = &c->geom;
+    if (c->op == SL__PCOLL_ALL_GATHER || c->op == SL__PCOLL_ALL_TO_ALL)
+      assert_true(c->in_axis >= 0 && c->in_axis < c->block.ndim);
+    if (c->op == SL__PCOLL_REDUCE_SCATTER || c->op == SL__PCOLL_ALL_TO_ALL)
+      assert_true(c->out_axis >= 0 && c->out_axis < c->block.ndim);
+    if (c->op != SL__PCOLL_EXCHANGE) continue;
+    /* Pieces stored into an output cover it exactly (no fill here). */
+    for (int m = 0; m < g->n; m++) {
+      if (!g->has_out[m] || g->fill[m]) continue;
+      int64_t covered = 0;
+      for (int q = 0; q < g->n_pieces; q++)
+        if (g->pieces[q].dst == m && !g->pieces[q].reduce)
+          covered += sl_slice_numel(&g->pieces[q].box);
+      assert_int_equal(covered, sl_slice_numel(&g->out_box[m]));
+    }
+  }
+}
+
+static void test_collective_specs(void **state) {
+  int by_op[SL__PCOLL_OP_COUNT] = {0};
+  /* dp (all-reduces, a slice), 2-D tp (gathers, scatters, all-to-alls),
+   * and a placement change (an exchange). */
+  const char *layouts[][4] = {
+      {"cpu:0-1", "S(0)", "B", "B"},
+      {"cpu:0-3[2,2]", "(S(0),B)", "(B,S(1))", "(B,S(0))"},
+      {"cpu:0-2", "S(1)", "S(0)", "S(1)"},
+  };
+  for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
+    sl_graph *g =
+        mlp(layouts[l][0], layouts[l][1], layouts[l][2], layouts[l][3]);
+    sl__pplan *p = st_lower(g);
+    check_specs(p, by_op);
+    sl__pplan_destroy(p);
+    sl_graph_destroy(g);
+  }
+  /* an exchange between placements */
+  sl_graph *g = st_graph("cpu:0-1");
+  sl_shape xs = SL_SHAPE(6, 4);
+  sl_tensor x = sl_input(g, "x", &xs, SL_DTYPE_F32, NULL, "S(0)");
+  sl_tensor y = sl_to_global(x, "cpu:2-4", "S(1)");
+  sl_fetch(sl_relu(y), "y");
+  st_check_graph(g);
+  sl__pplan *p = st_lower(g);
+  check_specs(p, by_op);
+  assert_true(by_op[SL__PCOLL_ALL_REDUCE] > 0);
+  assert_true(by_op[SL__PCOLL_EXCHANGE] > 0);
+  assert_true(by_op[SL__PCOLL_SLICE] + by_op[SL__PCOLL_ZERO] > 0);
+  /* The specs survive the protobuf form; tampered ones do not. */
+  uint8_t *a = NULL;
+  size_t na = 0;
+  assert_int_equal(sl__pplan_pack(p, &a, &na), SL_OK);
+  sl__pplan *q = NULL;
+  assert_int_equal(sl__pplan_unpack(a, na, &q), SL_OK);
+  assert_int_equal(q->n_colls, p->n_colls);
+  check_specs(q, by_op);
+  sl__pplan_destroy(q);
+  free(a);
+  int32_t ci = 0;
+  while (ci < p->n_colls && (p->colls[ci].op != SL__PCOLL_EXCHANGE ||
+                             p->colls[ci].geom.n_pieces == 0))
+    ci++;
+  assert_true(ci < p->n_colls);
+  sl__pcoll *c = &p->colls[ci];
+  char what[32];
+  snprintf(what, sizeof what, "collective %d", (int)ci);
+  int src = c->geom.pieces[0].src;
+  c->geom.pieces[0].src = c->geom.n; /* a member that does not exist */
+  assert_int_equal(sl__pplan_pack(p, &a, &na), SL_OK);
+  assert_int_equal(sl__pplan_unpack(a, na, &q), SL_EINVAL);
+  assert_non_null(strstr(sl_last_error(), what));
+  free(a);
+  c->geom.pieces[0].src = src;
+  c->geom.pieces[0].box.extent[0] = -1; /* a box that is no box */
+  assert_int_equal(sl__pplan_pack(p, &a, &na), SL_OK);
+  assert_int_equal(sl__pplan_unpack(a, na, &q), SL_EINVAL);
+  assert_non_null(strstr(sl_last_error(), what));
+  free(a);
+  c->geom.pieces[0].box.extent[0] = 1;
+  for (int32_t i = 0; i < p->n_tasks; i++) /* members beyond the spec's */
+    if (p->tasks[i].coll == ci) p->tasks[i].member = c->geom.n;
+  assert_int_equal(sl__pplan_pack(p, &a, &na), SL_OK);
+  assert_int_equal(sl__pplan_unpack(a, na, &q), SL_EINVAL);
+  free(a);
+  sl__pplan_destroy(p);
+  sl_graph_destroy(g);
+}
+
 static char *tmp_path(const char *suffix) {
   static int k;
   char *p = malloc(256);
@@ -480,6 +604,7 @@ int main(void) {
       cmocka_unit_test(test_dp_structure),
       cmocka_unit_test(test_tp_hybrid_structure),
       cmocka_unit_test(test_protobuf_round_trip),
+      cmocka_unit_test(test_collective_specs),
       cmocka_unit_test(test_dumps),
       cmocka_unit_test(test_cli),
       cmocka_unit_test(test_node_parts),
