@@ -162,6 +162,103 @@ sl_status sl__pplan_validate(sl__pplan *p) {
   return st;
 }
 
+/* ---- a plan against its graph ---------------------------------------------
+ */
+
+/* Bytes of value v's shard at placement rank r; -1 for no such value or
+ * rank. */
+static int64_t shard_bytes(const sl_graph *g, int32_t v, int32_t r) {
+  const sl__value *val = sl__graph_value(g, v);
+  sl_slice box;
+  if (!val || !val->placement || r < 0 ||
+      r >= sl_placement_size(val->placement) ||
+      sl_local_slice(&val->meta.shape, val->placement, &val->sbp, r, &box) !=
+          SL_OK)
+    return -1;
+  return sl_slice_numel(&box) * (int64_t)sl_dtype_size(val->meta.dtype);
+}
+
+static bool reg_holds(const sl__pplan *p, int32_t reg, int64_t bytes) {
+  return bytes >= 0 && reg >= 0 && reg < p->n_regsts &&
+         p->regsts[reg].bytes == bytes;
+}
+
+/* The data inputs of a task (its inputs but the tick). */
+static int32_t data_inputs(const sl__task *t) {
+  return t->n_in - (t->tick_slot >= 0 ? 1 : 0);
+}
+
+/* Whether task t of p runs what graph node n is, with registers that hold
+ * exactly the shards its kernels and copies read and write. */
+static bool task_matches(const sl__pplan *p, const sl_graph *g,
+                         const sl__task *t) {
+  const sl__node *n = sl__graph_node(g, t->node);
+  switch (t->kind) {
+  case SL__TASK_TICK: return t->node == -1;
+  case SL__TASK_OP:
+    if (!n || n->kind != SL__NODE_OP || data_inputs(t) != n->n_in ||
+        t->n_out != n->n_out || (t->tick_slot >= 0 && t->tick_slot < n->n_in))
+      return false;
+    for (int i = 0; i < n->n_in; i++)
+      if (!reg_holds(p, t->in[i], shard_bytes(g, n->in[i], t->rank)))
+        return false;
+    for (int j = 0; j < n->n_out; j++)
+      if (!reg_holds(p, t->out[j], shard_bytes(g, n->out[j], t->rank)))
+        return false;
+    return true;
+  case SL__TASK_FEED:
+    return n && n->kind == SL__NODE_INPUT && t->n_out == 1 &&
+           reg_holds(p, t->out[0], shard_bytes(g, n->out[0], t->rank));
+  case SL__TASK_FETCH:
+    return n && n->kind == SL__NODE_FETCH && data_inputs(t) == 1 &&
+           t->n_out == 0 &&
+           reg_holds(p, t->in[t->tick_slot == 0 ? 1 : 0],
+                     shard_bytes(g, n->in[0], t->rank));
+  case SL__TASK_CONST:
+  case SL__TASK_VAR_COPY:
+    return n && n->kind == SL__NODE_VARIABLE && t->n_out == 1 &&
+           reg_holds(p, t->out[0], shard_bytes(g, n->out[0], t->rank));
+  case SL__TASK_COLL:
+  case SL__TASK_XCHG:
+  case SL__TASK_LOCAL: /* the reader checked registers against the spec */
+    return n && n->kind == SL__NODE_BOXING && t->coll >= 0;
+  case SL__TASK_COPY:
+    return data_inputs(t) == 1 && t->n_out == 1 &&
+           reg_holds(p, t->in[t->tick_slot == 0 ? 1 : 0],
+                     p->regsts[t->out[0]].bytes);
+  }
+  return false;
+}
+
+sl_status sl__pplan_check_graph(const sl__pplan *p, const sl_graph *g) {
+  int32_t nn = sl__graph_node_count(g), nv = sl__graph_value_count(g);
+  if (p->n_nodes != nn)
+    return sl__fail(SL_EINVAL, "plan: %d nodes, its graph %d", (int)p->n_nodes,
+                    (int)nn);
+  for (int32_t i = 0; i < nn; i++) {
+    const sl__node *n = sl__graph_node(g, i);
+    if (strcmp(p->nodes[i].name, n->name) != 0 ||
+        strcmp(p->nodes[i].kind, sl__graph_kind_name(n->kind)) != 0)
+      return sl__fail(SL_EINVAL, "plan: node %d is '%s', its graph's '%s'",
+                      (int)i, p->nodes[i].name, n->name);
+  }
+  for (int32_t i = 0; i < p->n_tasks; i++)
+    if (!task_matches(p, g, &p->tasks[i]))
+      return sl__fail(SL_EINVAL, "plan: task '%s' does not match its graph",
+                      p->tasks[i].name);
+  for (int32_t r = 0; r < p->n_regsts; r++) {
+    const sl__regst *x = &p->regsts[r];
+    const sl__node *v =
+        x->var_node >= 0 ? sl__graph_node(g, x->var_node) : NULL;
+    if (x->value < -1 || x->value >= nv ||
+        (x->var_node >= 0 && (!v || v->kind != SL__NODE_VARIABLE ||
+                              x->bytes != shard_bytes(g, v->out[0], x->rank))))
+      return sl__fail(SL_EINVAL, "plan: register '%s' does not match its graph",
+                      x->name);
+  }
+  return SL_OK;
+}
+
 /* ---- kernel contexts -------------------------------------------------------
  */
 

@@ -275,6 +275,14 @@ sl_status sl__lower_local_coll(sl__pplan *p, const sl_boxing_plan *bp,
  * fills every register's consumer list from the tasks. SL_EINVAL naming
  * the first bad task or register. */
 sl_status sl__pplan_validate(sl__pplan *p);
+/* Checks a validated plan against the compiled graph it claims to run
+ * (a daemon's, which runs the program's plan without lowering it again):
+ * the same nodes by name and kind, every task a task of its node's kind
+ * with as many inputs and outputs as its kernel, every register a task or
+ * variable reads or writes the size of its shard, ranks of their
+ * placements — all that the session indexes the graph with. SL_EINVAL
+ * naming the first mismatch. */
+sl_status sl__pplan_check_graph(const sl__pplan *p, const sl_graph *g);
 
 /* ---- memory (memory.c) ------------------------------------------------------
  */

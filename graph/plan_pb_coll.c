@@ -189,13 +189,84 @@ static sl_status copy_coll(const Sluice__Collective *x, size_t i,
   return SL_OK;
 }
 
+/* Whether box a lies inside box b. */
+static bool box_inside(const sl_slice *a, const sl_slice *b) {
+  for (int d = 0; d < a->ndim; d++)
+    if (a->start[d] < b->start[d] ||
+        a->start[d] + a->extent[d] > b->start[d] + b->extent[d])
+      return false;
+  return true;
+}
+
+/* Bytes of a box's elements, -1 past int64. */
+static int64_t box_bytes(const sl_slice *b, sl_dtype dt) {
+  int64_t n = (int64_t)sl_dtype_size(dt);
+  for (int d = 0; d < b->ndim; d++)
+    if (__builtin_mul_overflow(n, b->extent[d], &n)) return -1;
+  return n;
+}
+
+/* What engines index with: every piece inside its source's input and
+ * its target's output, and NCCL's count that of the members' buffers. */
+static bool coll_consistent(const sl__pcoll *c) {
+  const sl__xgeom *g = &c->geom;
+  for (int j = 0; j < g->n_pieces; j++) {
+    const sl__xpiece *pc = &g->pieces[j];
+    if (!g->has_in[pc->src] || !g->has_out[pc->dst] ||
+        !box_inside(&pc->box, &g->in_box[pc->src]) ||
+        !box_inside(&pc->box, &g->out_box[pc->dst]))
+      return false;
+  }
+  if (c->engine != SL__ENGINE_DEVICE || c->device_op == SL__PCOLL_EXCHANGE)
+    return true;
+  int64_t es = (int64_t)sl_dtype_size(c->dtype), n = g->n, want_in, want_out;
+  switch (c->device_op) {
+  case SL__PCOLL_ALL_REDUCE: want_in = want_out = c->device_count; break;
+  case SL__PCOLL_ALL_GATHER:
+    want_in = c->device_count;
+    want_out = n * c->device_count;
+    break;
+  default: /* reduce-scatter */
+    want_in = n * c->device_count;
+    want_out = c->device_count;
+  }
+  if (c->device_count > INT64_MAX / n / (es ? es : 1)) return false;
+  for (int k = 0; k < g->n; k++)
+    if (!g->has_in[k] || !g->has_out[k] ||
+        box_bytes(&g->in_box[k], c->dtype) != want_in * es ||
+        box_bytes(&g->out_box[k], c->dtype) != want_out * es)
+      return false;
+  return true;
+}
+
+/* A boxing task's registers hold exactly its member's boxes. */
+static bool task_fits(const sl__pplan *p, const sl__task *t,
+                      const sl__pcoll *c) {
+  int k = t->kind == SL__TASK_LOCAL ? 0 : t->member;
+  const sl__xgeom *g = &c->geom;
+  int32_t ins = t->n_in - (t->tick_slot >= 0 ? 1 : 0);
+  if (ins > 1 || t->n_out > 1 || g->has_in[k] != (ins == 1) ||
+      g->has_out[k] != (t->n_out == 1))
+    return false;
+  for (int32_t j = 0; j < t->n_in; j++)
+    if (j != t->tick_slot &&
+        (t->in[j] < 0 || t->in[j] >= p->n_regsts ||
+         p->regsts[t->in[j]].bytes != box_bytes(&g->in_box[k], c->dtype)))
+      return false;
+  return t->n_out == 0 ||
+         (t->out[0] >= 0 && t->out[0] < p->n_regsts &&
+          p->regsts[t->out[0]].bytes == box_bytes(&g->out_box[k], c->dtype));
+}
+
 sl_status sl__plan_pb_colls_unpack(const Sluice__Plan *m, sl__pplan *p) {
   if (m->n_collectives > INT32_MAX / 2)
     return sl__fail(SL_EINVAL, "plan file: too many entries");
-  for (size_t i = 0; i < m->n_collectives; i++)
+  for (size_t i = 0; i < m->n_collectives; i++) {
     SL_CHECK(copy_coll(m->collectives[i], i, p));
-  /* Every task's spec exists, and a collective's or exchange's member is
-   * one of its spec's. */
+    if (!coll_consistent(&p->colls[i])) return bad_coll(i);
+  }
+  /* Every task's spec exists, a collective's or exchange's member is one of
+   * its spec's, and its registers hold its member's boxes. */
   for (int32_t i = 0; i < p->n_tasks; i++) {
     const sl__task *t = &p->tasks[i];
     if (t->coll < 0) continue;
@@ -203,7 +274,8 @@ sl_status sl__plan_pb_colls_unpack(const Sluice__Plan *m, sl__pplan *p) {
                   t->kind == SL__TASK_LOCAL;
     if (t->coll >= p->n_colls || !boxing ||
         (t->kind != SL__TASK_LOCAL &&
-         (t->member < 0 || t->member >= p->colls[t->coll].geom.n)))
+         (t->member < 0 || t->member >= p->colls[t->coll].geom.n)) ||
+        !task_fits(p, t, &p->colls[t->coll]))
       return sl__fail(SL_EINVAL, "plan file: task %d is malformed", (int)i);
   }
   return SL_OK;

@@ -1,6 +1,7 @@
 /* A daemon's service loop (docs/daemon.md). Each job: fetch this node's
- * blob, rebuild the program's compiled graph and check that it lowers to
- * the plan the program submitted, build the whole actor plan with
+ * blob, read the plan the program submitted and the compiled graph it was
+ * made from (checked against each other, never lowered again), build the
+ * whole actor plan with
  * build.c (the same code as the embedded session; feeds, fetches and
  * ticks are the program's actors), create this node's job on the data
  * plane, attach it and say so in the key-value store, run it, report the
@@ -225,19 +226,13 @@ static sl_status job_from_blob(djob *j, const sl__job_blob *bp,
   s->driver = (uint32_t)nn;
   s->nc = o->nc;
   s->job_id = j->id;
+  /* The program's plan is the contract: the daemon runs it as submitted,
+   * never lowering the graph again; the graph gives the kernels and the
+   * variables, and must be the one the plan was made from. */
   SL_CHECK(sl__graph_unpack(b.graph, b.graph_len, &s->g));
-  SL_CHECK(sl__lower(s->g, &s->pp));
-  uint8_t *mine = NULL;
-  size_t mlen = 0;
-  SL_CHECK(sl__pplan_pack(s->pp, &mine, &mlen));
-  bool same = mlen == b.plan_len && memcmp(mine, b.plan, mlen) == 0;
-  sl__free(mine);
-  if (!same)
-    return sl__fail(SL_EINVAL,
-                    "the submitted plan differs from this daemon's lowering "
-                    "of the graph (another build of sluice, or "
-                    "SLUICE_MEMORY_SHARING set differently for the program "
-                    "and the daemons?)");
+  sl_status st = sl__pplan_unpack(b.plan, b.plan_len, &s->pp);
+  if (st == SL_OK) st = sl__pplan_check_graph(s->pp, s->g);
+  if (st != SL_OK) return sl__fail_context(st, "the submitted plan: ");
   /* A continued run: its steps count from base_step, its variables start
    * as the program says (read by sl_job_create; dropped in job_prepare). */
   s->base = s->steps = b.base_step;

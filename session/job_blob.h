@@ -13,8 +13,8 @@
 /* What every node receives for a job (the same bytes for all): the
  * program's data-plane address (it is rank `nnodes` there), the cluster
  * size, the job's hang timeout, the compiled graph (sl__graph_pack) and
- * its plan (sl__pplan_pack), which the daemon checks against its own
- * lowering of the graph. */
+ * its plan (sl__pplan_pack), which the daemon runs as it is, after
+ * checking it against the graph (sl__pplan_check_graph). */
 typedef struct sl__job_blob {
   const char *driver_addr; /* "host:port" */
   uint32_t nnodes;

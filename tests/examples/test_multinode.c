@@ -147,6 +147,45 @@ static void test_npy_data(void **state) {
   rmdir(dir);
 }
 
+/* The daemons run the program's plan as submitted, never lowering the
+ * graph themselves: a program that plans without memory sharing
+ * (SLUICE_MEMORY_SHARING=0, which the daemons do not see) still trains on
+ * them, to the same losses. */
+static void test_program_plan(void **state) {
+  (void)state;
+  double ref[STEPS], got[STEPS];
+  run(&examples[0], NULL, NULL, "cpu:1", "single", ref);
+  const char *argv[] = {SLUICE_CLI_PATH,
+                        "launch",
+                        "--nnodes",
+                        "2",
+                        "--devices",
+                        "cpu:1",
+                        "--",
+                        "/usr/bin/env",
+                        "SLUICE_MEMORY_SHARING=0",
+                        SLUICE_MLP_PATH,
+                        "--devices",
+                        "cpu:0-1/0",
+                        "--layout",
+                        "dp",
+                        "--steps",
+                        "4",
+                        "--hidden",
+                        "64",
+                        "--in",
+                        "32",
+                        NULL};
+  cli_result r;
+  assert_int_equal(cli_run(argv[0], argv, &r), 0);
+  if (r.status != 0 || parse_losses(r.out, got, STEPS) != STEPS)
+    fail_msg("status %d\nstdout:\n%s\nstderr:\n%s", r.status, r.out, r.err);
+  cli_result_free(&r);
+  for (int k = 0; k < STEPS; k++)
+    if (fabs(got[k] - ref[k]) > TOL * fabs(ref[k]))
+      fail_msg("step %d loss %.9g, one device %.9g", k, got[k], ref[k]);
+}
+
 static void test_mlp(void **state) {
   (void)state;
   matrix(&examples[0]);
@@ -162,6 +201,7 @@ int main(void) {
       cmocka_unit_test(test_mlp),
       cmocka_unit_test(test_gpt),
       cmocka_unit_test(test_npy_data),
+      cmocka_unit_test(test_program_plan),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

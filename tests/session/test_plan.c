@@ -334,6 +334,8 @@ static void test_collective_specs(void **state) {
         mlp(layouts[l][0], layouts[l][1], layouts[l][2], layouts[l][3]);
     sl__pplan *p = st_lower(g);
     check_specs(p, by_op);
+    /* What a daemon checks before it runs the program's plan. */
+    assert_int_equal(sl__pplan_check_graph(p, g), SL_OK);
     sl__pplan_destroy(p);
     sl_graph_destroy(g);
   }
@@ -346,6 +348,20 @@ static void test_collective_specs(void **state) {
   st_check_graph(g);
   sl__pplan *p = st_lower(g);
   check_specs(p, by_op);
+  assert_int_equal(sl__pplan_check_graph(p, g), SL_OK);
+  /* A plan against another graph, or with a register of another size. */
+  sl_graph *other = mlp("cpu:0-1", "S(0)", "B", "B");
+  assert_int_equal(sl__pplan_check_graph(p, other), SL_EINVAL);
+  sl_graph_destroy(other);
+  for (int32_t i = 0; i < p->n_tasks; i++)
+    if (p->tasks[i].kind == SL__TASK_FEED) {
+      int64_t b = p->regsts[p->tasks[i].out[0]].bytes;
+      p->regsts[p->tasks[i].out[0]].bytes = b + 4;
+      assert_int_equal(sl__pplan_check_graph(p, g), SL_EINVAL);
+      assert_non_null(strstr(sl_last_error(), p->tasks[i].name));
+      p->regsts[p->tasks[i].out[0]].bytes = b;
+    }
+  assert_int_equal(sl__pplan_check_graph(p, g), SL_OK);
   assert_true(by_op[SL__PCOLL_ALL_REDUCE] > 0);
   assert_true(by_op[SL__PCOLL_EXCHANGE] > 0);
   assert_true(by_op[SL__PCOLL_SLICE] + by_op[SL__PCOLL_ZERO] > 0);
