@@ -358,14 +358,6 @@ static sl_status rank_where(const sl_placement *p, int r, uint32_t *machine,
   return SL_OK;
 }
 
-/* Where host work for a device runs: a CUDA device's host side, else the
- * device itself. */
-static uint32_t host_side(uint32_t device) {
-  return sl__dev_class_of(device) == SL__DEV_CLASS_CUDA
-             ? device - SL__DEV_CUDA + SL__DEV_HOST
-             : device;
-}
-
 /* A task with room for n_in inputs and n_out outputs (filled later). */
 static sl__task *new_task(lower *L, sl__task_kind kind, const char *name,
                           int32_t node, int32_t rank, uint32_t machine,
@@ -438,7 +430,8 @@ static sl_status copy_task(lower *L, const char *name, int32_t node,
                          SL_STREAM_COPY, 1, 1);
   if (!t) return SL_ENOMEM;
   int32_t id = task_id(L, t);
-  if (to < 0) to = new_regst(L, name, &shape, dt, machine, host_side(cuda));
+  if (to < 0)
+    to = new_regst(L, name, &shape, dt, machine, sl__dev_host_side(cuda));
   if (to < 0) return SL_ENOMEM;
   t = &L->p->tasks[id];
   t->in[t->n_in++] = from;
@@ -644,10 +637,10 @@ static sl_status lower_input(lower *L, int32_t ni, const sl__node *n) {
     sl__task_kind kind =
         n->kind == SL__NODE_INPUT ? SL__TASK_FEED : SL__TASK_CONST;
     /* A CUDA shard is fed on the device's host side, then copied. */
-    bool via_host = kind == SL__TASK_FEED && host_side(d) != d;
+    bool via_host = kind == SL__TASK_FEED && sl__dev_host_side(d) != d;
     sl__task *t =
         new_task(L, kind, adup(L, "%s@r%d", n->name, r), ni, r, m,
-                 via_host ? host_side(d) : d, SL_STREAM_COMPUTE, 1, 1);
+                 via_host ? sl__dev_host_side(d) : d, SL_STREAM_COMPUTE, 1, 1);
     if (!t) return SL_ENOMEM;
     int32_t id = task_id(L, t), reg;
     SL_CHECK(value_regst(L, n->out[0], r, &reg));
@@ -655,7 +648,7 @@ static sl_status lower_input(lower *L, int32_t ni, const sl__node *n) {
     if (via_host) {
       sl_shape shape = L->p->regsts[reg].shape;
       const char *name = adup(L, "%s.h2d@r%d", n->name, r);
-      fed = new_regst(L, name, &shape, v->meta.dtype, m, host_side(d));
+      fed = new_regst(L, name, &shape, v->meta.dtype, m, sl__dev_host_side(d));
       if (fed < 0) return SL_ENOMEM;
       SL_CHECK(copy_task(L, name, ni, r, fed, reg, NULL, &reg));
     }
@@ -815,8 +808,8 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
         (void)dev;
         /* A CUDA shard's last step ends on the host side too: a copy
          * moves it onto the device after the loop. */
-        bool final = last && (gpu || host_side(devu) == devu);
-        if (!gpu) devu = host_side(devu);
+        bool final = last && (gpu || sl__dev_host_side(devu) == devu);
+        if (!gpu) devu = sl__dev_host_side(devu);
         sl__task *t = new_task(L, kind, adup(L, "%s.s%d@p%d", n->name, s, q),
                                ni, q, mach, devu, stream, 2, 1);
         if (!t) {
@@ -866,7 +859,7 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
   for (int t = 0; t < nt; t++) {
     uint32_t m, d;
     SL_CHECK_GOTO(rank_where(pd, t, &m, &d), st, out);
-    if (gpu || host_side(d) == d) continue;
+    if (gpu || sl__dev_host_side(d) == d) continue;
     int32_t q = sl__boxing_plan_rank(bp, 1, t), reg, id;
     SL_CHECK_GOTO(value_regst(L, n->out[0], t, &reg), st, out);
     SL_CHECK_GOTO(copy_task(L, adup(L, "%s.h2d@p%d", n->name, q), ni, q, cur[q],
@@ -906,7 +899,7 @@ static sl_status lower_fetch(lower *L, int32_t ni, const sl__node *n) {
       SL_CHECK(copy_task(L, adup(L, "%s.d2h@r%d", n->name, r), ni, r, reg, -1,
                          NULL, &reg));
     sl__task *t = new_task(L, SL__TASK_FETCH, adup(L, "%s@r%d", n->name, r), ni,
-                           r, mach, host_side(d), SL_STREAM_COPY, 1, 0);
+                           r, mach, sl__dev_host_side(d), SL_STREAM_COPY, 1, 0);
     if (!t) return SL_ENOMEM;
     t->in[t->n_in++] = reg;
   }

@@ -59,7 +59,8 @@ static void member_where(const sl_boxing_plan *bp, int q, bool on_devices,
   *machine = (uint32_t)node;
   *device = (uint32_t)dev;
   if (sl_boxing_plan_rank_device_type(bp, q) == SL_DEVICE_CUDA)
-    *device += on_devices ? SL__DEV_CUDA : SL__DEV_HOST;
+    *device += SL__DEV_CUDA;
+  if (!on_devices) *device = sl__dev_host_side(*device);
 }
 
 /* Whether group step s is what NCCL's all-gather (reduce-scatter)

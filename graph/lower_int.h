@@ -76,6 +76,12 @@ static inline sl__dev_class sl__dev_class_of(uint32_t id) {
 static inline int sl__dev_index(uint32_t id) {
   return (int)(id % SL__DEV_CUDA);
 }
+/* A CUDA device's host side; any other device itself. */
+static inline uint32_t sl__dev_host_side(uint32_t id) {
+  return sl__dev_class_of(id) == SL__DEV_CLASS_CUDA
+             ? id - SL__DEV_CUDA + SL__DEV_HOST
+             : id;
+}
 /* "cpu:0", "cuda:1", "cuda:1/host" into buf. */
 void sl__dev_name(uint32_t id, char *buf, size_t n);
 
