@@ -71,9 +71,9 @@ add_engine(sl_session *s, const sl__coll_engine_i *i, void *ctx) {
  * Inputs produced by later tasks are the previous step's (variables) and
  * do not count: lowering adds tasks in dependency order otherwise. Spanning
  * device groups launch in (depth, boxing node, step, group) order
- * (comm/coll/dev_group.c): a dependency order, close to the one the devices get
- * there in (a model's last gradient first), which keeps the all-reduces
- * overlapping the backward pass. */
+ * (comm/coll/dev_group.c): a dependency order, close to the one the
+ * devices get there in (a model's last gradient first), which keeps the
+ * all-reduces overlapping the backward pass. */
 static sl_status task_depths(const sl__pplan *pp, int32_t **out) {
   int32_t n = pp->n_tasks;
   int32_t *d = sl__calloc((size_t)n + 1, sizeof *d);

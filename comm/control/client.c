@@ -3,8 +3,8 @@
  *
  * Every call seals its request in an envelope under the session key with a
  * fresh counter and checks the reply's MAC and echoed counter before
- * believing it (cp_auth.c). Calls are safe from any thread: the channel is
- * shared, each call has its own completion queue (cp_rpc.c), and the
+ * believing it (auth.c). Calls are safe from any thread: the channel is
+ * shared, each call has its own completion queue (rpc.c), and the
  * counter is atomic. */
 #include <stdatomic.h>
 #include <stdio.h>

@@ -1,18 +1,18 @@
-/* sluice comm — the control plane's private interface, shared by comm/control/
- * (comm/control/cp.h is what the rest of sluice uses; docs/controlplane.md is the
- * design). Layers, bottom up:
+/* sluice comm — the control plane's private interface, shared by the
+ * files of comm/control/ (cp.h is what the rest of sluice uses;
+ * docs/controlplane.md is the design). Layers, bottom up:
  *
- *   cp_wire.c    methods, message (de)serialization with every field
- *                checked (what tests/fuzz/fuzz_control.c drives), statuses
- *   cp_auth.c    nonces, HMAC-SHA256, HKDF session keys, replay windows
- *   cp_rpc.c     one unary gRPC call from the client side; gRPC set-up
- *   cp_master.c  the master's state machine: members, auth, heartbeats,
- *                dispatch and parked calls
- *   cp_store.c   the key-value store and barriers
- *   cp_job.c     plans, jobs and results
- *   cp_server.c  the gRPC server and its completion-queue thread
- *   cp_client.c  the client, its calls and its heartbeat thread
- *   cp_env.c     bootstrap from the environment */
+ *   wire.c    methods, message (de)serialization with every field
+ *             checked (what tests/fuzz/fuzz_control.c drives), statuses
+ *   auth.c    nonces, HMAC-SHA256, HKDF session keys, replay windows
+ *   rpc.c     one unary gRPC call from the client side; gRPC set-up
+ *   master.c  the master's state machine: members, auth, heartbeats,
+ *             dispatch and parked calls
+ *   store.c   the key-value store and barriers
+ *   job.c     plans, jobs and results
+ *   server.c  the gRPC server and its completion-queue thread
+ *   client.c  the client, its calls and its heartbeat thread
+ *   env.c     bootstrap from the environment */
 #ifndef SLUICE_CP_INT_H
 #define SLUICE_CP_INT_H
 
@@ -25,7 +25,7 @@
 #include "control.pb-c.h"
 #include "cp.h"
 
-/* ---- wire (cp_wire.c) -------------------------------------------------- */
+/* ---- wire (wire.c) -------------------------------------------------- */
 
 typedef enum sl__cp_method {
   SL__CP_HELLO = 0,
@@ -80,7 +80,7 @@ sl_status sl__cp_pack(const ProtobufCMessage *m, uint8_t **buf, size_t *len);
 int sl__cp_status_to_grpc(sl_status st);
 sl_status sl__cp_status_from_grpc(int code);
 
-/* ---- auth (cp_auth.c) -------------------------------------------------- */
+/* ---- auth (auth.c) -------------------------------------------------- */
 
 #define SL__CP_NONCE_BYTES 32
 #define SL__CP_KEY_BYTES 32
@@ -121,7 +121,7 @@ typedef struct sl__cp_replay {
 } sl__cp_replay;
 bool sl__cp_replay_accept(sl__cp_replay *w, uint64_t counter);
 
-/* ---- client-side calls (cp_rpc.c) -------------------------------------- */
+/* ---- client-side calls (rpc.c) -------------------------------------- */
 
 /* grpc_init / grpc_shutdown, counted: sl__cp_grpc_users() is how many
  * servers and clients hold gRPC now (tests check that failures give their
@@ -153,7 +153,7 @@ sl_status sl__cp_rpc(grpc_channel *ch, const char *target, const char *path,
 sl_status sl__cp_addr_split(const char *addr, char *host, size_t host_size,
                             int *port);
 
-/* ---- the master (cp_master.c, cp_store.c, cp_job.c) --------------------- */
+/* ---- the master (master.c, store.c, job.c) --------------------- */
 
 /* One incoming call as the master sees it. The server fills the first part
  * and answers with sl__cp_call_reply / sl__cp_call_fail, exactly once; the
@@ -180,7 +180,7 @@ struct sl__cp_call {
   sl__cp_call *wnext, *wprev;
 };
 
-/* Implemented by the server (cp_server.c). reply seals the message in an
+/* Implemented by the server (server.c). reply seals the message in an
  * envelope (MAC'd when the call is keyed); fail sends the status with the
  * message and logs refusals. Both take the call off any wait list. */
 void sl__cp_call_reply(sl__cp_call *c, const ProtobufCMessage *reply);
@@ -265,7 +265,7 @@ void sl__cp_master_tick(sl__cp_master *m, uint64_t now_ns);
 void sl__cp_master_shutdown(sl__cp_master *m);
 void sl__cp_master_count(sl__cp_master *m, uint64_t *field, int64_t add);
 
-/* Parking (cp_master.c): wait lists are re-evaluated by the store and the
+/* Parking (master.c): wait lists are re-evaluated by the store and the
  * job code when what they wait on changes. */
 void sl__cp_park(sl__cp_master *m, sl__cp_call *c, int wait);
 void sl__cp_unpark(sl__cp_master *m, sl__cp_call *c);
@@ -305,7 +305,7 @@ sl_status sl__cp_kv_set(cp_kv *t, const char *key, const uint8_t *value,
 void sl__cp_barriers_free(sl__cp_master *m);
 void sl__cp_jobs_free(sl__cp_master *m);
 
-/* ---- client internals for tests (cp_client.c) -------------------------- */
+/* ---- client internals for tests (client.c) -------------------------- */
 
 /* Sends body as method m's request: sealed in an authenticated envelope
  * (seal) or as the raw gRPC message (!seal). The reply's body lands in

@@ -1,6 +1,6 @@
 /* The master's jobs: per-node plan blobs, the job's state, the nodes'
  * reports and the results a job leaves behind. Runs on the server's
- * completion-queue thread only (cp_master.c says why).
+ * completion-queue thread only (master.c says why).
  *
  *   SUBMITTED --start--> RUNNING --every node reports OK--> SUCCEEDED
  *       |                   |---a node reports a failure--> FAILED

@@ -1,8 +1,8 @@
 /* The master's gRPC server on the C core API: one completion queue and one
- * thread that drains it, runs the master (cp_master.c) and ticks it.
+ * thread that drains it, runs the master (master.c) and ticks it.
  *
  * Methods are not registered: one outstanding grpc_server_request_call
- * takes any call, whose path picks the method (cp_wire.c's table), and
+ * takes any call, whose path picks the method (wire.c's table), and
  * whose single message is the request envelope. Each call then has two
  * batches in flight: RECV_MESSAGE, and RECV_CLOSE_ON_SERVER, which
  * completes when the call is over or the caller gave up (cancellation,

@@ -1,5 +1,5 @@
 /* The master's key-value store (blocking get) and named barriers. Runs on
- * the server's completion-queue thread only (cp_master.c says why). */
+ * the server's completion-queue thread only (master.c says why). */
 #include <string.h>
 
 #include "cp_int.h"

@@ -514,7 +514,7 @@ void sl__dp_dial(sl__dp_endpoint *ep, dp_peer *p) {
   if (rc) dial_failed(c, uv_strerror(rc));
 }
 
-/* ---- shared memory (dp_shm.c)
+/* ---- shared memory (shm.c)
  * --------------------------------------------------
  * Once open, the dialer offers a segment; the acceptor takes it when it
  * can open it (same host, same user) and its MAC, the token's HMAC over

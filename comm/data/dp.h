@@ -12,13 +12,13 @@
  * register and delivers with sl_job_deliver.
  *
  * The pieces, one per file:
- *   dp_frame.c      the frame header codec and its checks
- *   dp_auth.c       the handshake: HMAC-SHA256 challenge-response messages
- *   dp_endpoint.c   the loop thread, peers, attach/detach, probes
- *   dp_conn.c       connections: dialing, handshake, reading, writing,
- *                   credits, failures
- *   dp_transport.c  the sl_transport binding (send, quiescent)
- *   dp_shm.c        the shared-memory rings of a pair on one host
+ *   frame.c      the frame header codec and its checks
+ *   handshake.c  the handshake: HMAC-SHA256 challenge-response messages
+ *   endpoint.c   the loop thread, peers, attach/detach, probes
+ *   conn.c       connections: dialing, handshake, reading, writing,
+ *                credits, failures
+ *   transport.c  the sl_transport binding (send, quiescent)
+ *   shm.c        the shared-memory rings of a pair on one host
  * Not installed: the control plane and the session use it. */
 #ifndef SLUICE_COMM_DP_H
 #define SLUICE_COMM_DP_H
@@ -62,13 +62,14 @@ typedef enum sl__dp_kind {
                              PROBE_REPLY with its final counts */
   SL__DP_DONE_ACK = 8,    /* DONE was received */
   SL__DP_COLL = 9,        /* a chunk of a collective between nodes
-                             (comm/coll/net_coll.h): src = group, dst = sequence,
-                             piece = byte offset, desc = step, index = lane,
+                             (comm/coll/net_coll.h): src = group, dst =
+                             sequence, piece = byte offset, desc = step,
+                             index = lane,
                              slot = op, consumer = dtype; may carry a
                              payload; counted in the credit window like a
                              message, but not in the job's message counts */
   SL__DP_SHM_OFFER = 10,  /* the dialer offers a shared-memory segment
-                             (dp_shm.c): src, dst = its 16-byte id (pid,
+                             (shm.c): src, dst = its 16-byte id (pid,
                              descriptor, cookie), piece =
                              bytes per ring */
   SL__DP_SHM_REPLY = 11,  /* the acceptor's answer: desc = 1 taken (payloads
@@ -196,7 +197,7 @@ bool sl__dp_mac_verify(const void *token, size_t token_len, char role,
 /* "ok", "wrong token", ... */
 const char *sl__dp_hs_code_str(unsigned code);
 
-/* ---- shared memory (dp_shm.c) ---------------------------------------------
+/* ---- shared memory (shm.c) ---------------------------------------------
  * Two endpoints on one host move payloads through a segment of two rings
  * (one per direction) instead of the socket; the frames' headers still go
  * over TCP, in order. The loop thread of each end is the only user of its

@@ -1,5 +1,5 @@
 /* sluice comm — the data plane's private structures, shared by
- * dp_endpoint.c, dp_conn.c and dp_transport.c.
+ * endpoint.c, conn.c and transport.c.
  *
  * Threads: the loop thread owns every libuv handle, every connection and
  * the fields marked (loop). Other threads (stream threads sending, the
@@ -28,7 +28,7 @@
 /* Incoming connections still in their handshake; more are closed at once. */
 #define DP_MAX_HANDSHAKING 64
 /* A COLL frame with at most this many payload bytes may be written by the
- * sending thread itself when its connection is idle (dp_transport.c). */
+ * sending thread itself when its connection is idle (transport.c). */
 #define DP_INLINE_MAX (16u * 1024u)
 
 /* One frame waiting to be written (header and the register's bytes). */
@@ -38,7 +38,7 @@ typedef struct dp_out {
   const void *payload; /* READY: the sending job's register, not owned */
   void *token;         /* COLL: handed to the sent hook */
   bool crc_pending;    /* payload_crc is computed if it goes over TCP */
-  /* The rest of a frame another thread began writing (dp_transport.c):
+  /* The rest of a frame another thread began writing (transport.c):
    * these bytes go out as they are, first, and nothing is charged for
    * them again. Points into the peer's `spill`. */
   const uint8_t *raw;
@@ -100,7 +100,7 @@ typedef struct dp_conn {
 
   /* credits: cumulative messages and payload bytes. The tx and acked
    * counts are atomic because a sending thread writing inline (while the
-   * loop has nothing to write, dp_transport.c) reads and adds to them as
+   * loop has nothing to write, transport.c) reads and adds to them as
    * the loop thread reads them; credited_* it only reads then, when the
    * loop is not writing them. */
   atomic_uint_least64_t tx_frames, tx_bytes;       /* written */
@@ -108,7 +108,7 @@ typedef struct dp_conn {
   uint64_t rx_frames, rx_bytes;                    /* consumed here */
   uint64_t credited_frames, credited_bytes;        /* told the peer */
 
-  /* shared memory with a peer on this host (dp_shm.c) */
+  /* shared memory with a peer on this host (shm.c) */
   sl__dp_shm *shm; /* dialer: from its offer; acceptor: once taken */
   bool shm_tx;     /* payloads may go through it */
 } dp_conn;
@@ -128,7 +128,7 @@ typedef struct dp_peer {
   bool open; /* mirrors conn != NULL, for waiters */
   /* The loop has nothing queued or being written for this peer, so a
    * sender may write a small COLL frame to tx_conn's socket (tx_fd) itself,
-   * holding the lock (dp_transport.c). Set by the loop after a flush or a
+   * holding the lock (transport.c). Set by the loop after a flush or a
    * write; cleared by the loop before it writes, by a sender that queues,
    * and before the connection closes. */
   bool tx_idle;
@@ -223,7 +223,7 @@ struct sl__dp_endpoint {
   uint64_t spin_ns;
 };
 
-/* ---- dp_endpoint.c ---- */
+/* ---- endpoint.c ---- */
 /* A failure of the pair with `p` (unreachable, lost, a bad frame): the
  * connection and any attempt are closed, queued messages dropped, sends
  * fail from now on, the attached job aborts with msg, the error callback
@@ -251,7 +251,7 @@ void sl__dp_check_shutdown(sl__dp_endpoint *ep);
 /* Frees a queued frame; a COLL frame's sent hook gets st. */
 void sl__dp_out_free(sl__dp_endpoint *ep, dp_out *o, sl_status st);
 
-/* ---- dp_conn.c ---- */
+/* ---- conn.c ---- */
 void sl__dp_on_connection(uv_stream_t *server, int status);
 /* Starts an outgoing connection attempt to p (p->dial). */
 void sl__dp_dial(sl__dp_endpoint *ep, dp_peer *p);

@@ -138,7 +138,8 @@ static bool in_place(const sl__pplan *p, const unrolled *u, int32_t x,
   if (rx->offset != ry->offset || stride(rx->bytes) != stride(ry->bytes) ||
       t->out[0] != y)
     return false;
-  if (t->kind == SL__TASK_COLL) { /* comm/coll/coll.c's all-reduce, sole reader */
+  /* comm/coll/coll.c's all-reduce, its input's sole reader */
+  if (t->kind == SL__TASK_COLL) {
     if (t->engine != SL__ENGINE_INPROC || rx->n_cons != 1 ||
         strcmp(p->nodes[t->node].steps[t->step].op, "all_reduce") != 0)
       return false;

@@ -16,7 +16,7 @@ extern char **environ;
  * starved on a loaded machine (sanitizers) loses a healthy node. */
 #define HB_TIMEOUT_MS 1000
 
-/* ---- helper daemons (tests/comm/control/cp_node_helper.c) ---------------------- */
+/* ---- helper daemons (tests/comm/control/cp_node_helper.c) ------------ */
 
 static pid_t helpers[8];
 static int n_helpers;

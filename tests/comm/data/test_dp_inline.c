@@ -1,8 +1,8 @@
 /* Collective frames written by the sending thread itself
- * (comm/data/transport.c's write_inline): a frame to an idle connection goes out
- * at once, and one the socket takes only in part has its rest written by
- * the loop thread before anything else, so the peer reads every frame
- * whole and in order. The peer here is a fake node 1 that reads nothing
+ * (comm/data/transport.c's write_inline): a frame to an idle connection
+ * goes out at once, and one the socket takes only in part has its rest
+ * written by the loop thread before anything else, so the peer reads every
+ * frame whole and in order. The peer here is a fake node 1 that reads nothing
  * until node 0 has queued every frame, so the sockets fill up. */
 #include "dp_helpers.h"
 
