@@ -335,6 +335,30 @@ static void do_readdress(sl__dp_endpoint *ep, dp_call *c) {
              ep->cfg.node, p->node, p->conn->addr);
     sl__dp_conn_close(p->conn);
   }
+  /* What still waits for the previous process never reached it: its job's
+   * messages (a job it never connected for, e.g. one another node
+   * refused) must not reach the new process as if they were its job's,
+   * and an attempt to dial the old address is given up; dialing starts
+   * afresh at the new one. */
+  dp_fifo keep = {0};
+  dp_out *o;
+  uint64_t dropped = 0;
+  while ((o = dp_fifo_pop(&p->pending))) {
+    if (o->f.kind == SL__DP_MSG) {
+      sl__free(o);
+      dropped++;
+    } else {
+      dp_fifo_push(&keep, o);
+    }
+  }
+  p->pending = keep;
+  if (dropped)
+    SL_DEBUG("data plane: node %u: node %u moved; dropped %llu message%s "
+             "queued for its previous process",
+             ep->cfg.node, p->node, (unsigned long long)dropped,
+             dropped == 1 ? "" : "s");
+  if (p->dial && !ep->shutting_down) sl__dp_conn_close(p->dial);
+  p->attempts = 0;
   call_done(ep, c);
 }
 

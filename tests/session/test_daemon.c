@@ -1077,6 +1077,37 @@ static void test_cuda_group_creation_fails(void **state) {
   fake_cuda_uninstall();
 }
 
+/* A job one node refuses while another has built and attached its share:
+ * the program's session fails naming the refusal, and the next job on the
+ * same cluster runs. Node 1's share needs a CUDA device this build or
+ * machine does not have (no fake installed); node 0's is on its CPU. */
+static void test_job_refused_by_one_node(void **state) {
+  (void)state;
+  sl_graph *g = st_graph(NULL);
+  sl_shape xs = SL_SHAPE(4, 3);
+  sl_tensor x = sl_input(g, "x", &xs, SL_DTYPE_F32, "cpu:0/0", "B");
+  sl_tensor y = sl_to_global(sl_relu(x), "cuda:1/0", "B");
+  sl_fetch(sl_relu(y), "y");
+  st_check_graph(g);
+  sl_session *s = NULL;
+  sl_session_config cfg = config(true);
+  uint64_t t0 = sl__now_ns();
+  sl_status st = sl_session_create(g, &cfg, &s);
+  if (st == SL_OK) {
+    float xv[12] = {0};
+    assert_int_equal(sl_session_feed(s, "x", xv, sizeof xv), SL_OK);
+    st = sl_session_run(s, 1);
+    sl_session_destroy(s);
+  }
+  printf("refused after %.1f s: %s: %s\n", (double)(sl__now_ns() - t0) / 1e9,
+         sl_status_str(st), sl_last_error());
+  assert_int_not_equal(st, SL_OK);
+  sl_graph_destroy(g);
+  float l[STEPS], w[30];
+  if (train_one("cpu:0-1/0-1", "dp", true, false, l, w) != SL_OK)
+    fail_msg("the job after a refused one: %s", sl_last_error());
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_losses_equal_embedded),
@@ -1092,6 +1123,7 @@ int main(void) {
       cmocka_unit_test(test_cuda_groups_in_order),
       cmocka_unit_test(test_cuda_failure_inside_collective),
       cmocka_unit_test(test_cuda_group_creation_fails),
+      cmocka_unit_test(test_job_refused_by_one_node),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
