@@ -312,12 +312,14 @@ static sl_status job_run(djob *j, const uint8_t *blob, size_t len) {
                        sizeof key);
   sl_status st = job_prepare(j, blob, len);
   if (st != SL_OK) {
-    /* The program waits for this key: tell it why instead. */
+    /* The program waits for this key: tell it why instead ("E", the
+     * status's number, a space, the message). */
     char m[1400];
-    snprintf(m, sizeof m, "E%s", sl_last_error());
+    int at = snprintf(m, sizeof m, "E%d ", (int)st);
+    snprintf(m + at, sizeof m - (size_t)at, "%s", sl_last_error());
     sl__cp_kv_put(o->cp, key, m, strlen(m), CALL_MS);
     sl__dp_endpoint_detach(o->dp);
-    return sl__fail(st, "%s", m + 1);
+    return sl__fail(st, "%s", m + at);
   }
   sl_session *s = j->s;
   SL_CHECK_GOTO(sl__cp_kv_put(o->cp, key, "1", 1, CALL_MS), st, detach);

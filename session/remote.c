@@ -261,8 +261,15 @@ static sl_status wait_ready(sl_session *s) {
                       rm->job, why);
     }
     if (n > 0 && v[0] == 'E') {
-      st = sl__fail(SL_EINVAL, "node %d refused job %" PRIu64 ": %.*s", r,
-                    rm->job, (int)(n - 1), (const char *)v + 1);
+      /* "E", the daemon's status, a space, its message. */
+      size_t k = 1;
+      int code = 0;
+      while (k < n && k < 4 && v[k] >= '0' && v[k] <= '9')
+        code = code * 10 + (v[k++] - '0');
+      if (k < n && v[k] == ' ') k++;
+      st = code > SL_OK && code <= SL_ENOTFOUND ? (sl_status)code : SL_EINVAL;
+      st = sl__fail(st, "node %d refused job %" PRIu64 ": %.*s", r, rm->job,
+                    (int)(n - k), (const char *)v + k);
       sl__free(v);
       return st;
     }
