@@ -15,11 +15,14 @@ const char *sl__pcoll_op_name(sl__pcoll_op op) {
   return (int)op >= 0 && (int)op < SL__PCOLL_OP_COUNT ? names[op] : "?";
 }
 
-sl__pcoll *sl__pplan_add_coll(sl__pplan *p, int32_t n, int32_t max_pieces) {
+sl__pcoll *sl__pplan_add_coll(sl__pplan *p, sl__xgeom *g) {
   if (p->n_colls == p->cap_colls) {
     int32_t cap = p->cap_colls ? p->cap_colls * 2 : 16;
     sl__pcoll *c = sl__reallocarray(p->colls, (size_t)cap, sizeof *c);
-    if (!c) return NULL;
+    if (!c) {
+      sl__xgeom_free(g);
+      return NULL;
+    }
     p->colls = c;
     p->cap_colls = cap;
   }
@@ -27,12 +30,16 @@ sl__pcoll *sl__pplan_add_coll(sl__pplan *p, int32_t n, int32_t max_pieces) {
   memset(c, 0, sizeof *c);
   c->node = c->step = c->group = c->in_axis = c->out_axis = -1;
   c->device_op = SL__PCOLL_EXCHANGE;
-  c->machine = sl__calloc((size_t)n + 1, sizeof *c->machine);
-  c->device = sl__calloc((size_t)n + 1, sizeof *c->device);
-  if (!c->machine || !c->device ||
-      sl__xgeom_alloc(&c->geom, n, max_pieces) != SL_OK) {
+  c->dtype = g->dtype;
+  c->reduce = g->op;
+  c->geom = *g;
+  memset(g, 0, sizeof *g);
+  c->machine = sl__calloc((size_t)c->geom.n + 1, sizeof *c->machine);
+  c->device = sl__calloc((size_t)c->geom.n + 1, sizeof *c->device);
+  if (!c->machine || !c->device) {
     sl__free(c->machine);
     sl__free(c->device);
+    sl__xgeom_free(&c->geom);
     return NULL;
   }
   p->n_colls++;
@@ -130,15 +137,8 @@ static sl_status geometry(sl__pplan *p, const sl_boxing_plan *bp, int step,
   SL_CHECK(local        ? sl__xgeom_local(bp, step, rank, member, &g)
            : group >= 0 ? sl__xgeom_group(bp, step, group, &g)
                         : sl__xgeom_p2p(bp, step, &g));
-  sl__pcoll *c = sl__pplan_add_coll(p, g.n, 0);
-  if (!c) {
-    sl__xgeom_free(&g);
-    return SL_ENOMEM;
-  }
-  sl__xgeom_free(&c->geom);
-  c->geom = g;
-  c->dtype = g.dtype;
-  c->reduce = g.op;
+  sl__pcoll *c = sl__pplan_add_coll(p, &g);
+  if (!c) return SL_ENOMEM;
   c->block = bp->shape;
   *out = c;
   return SL_OK;

@@ -255,10 +255,10 @@ sl_status sl__pplan_create(sl__pplan **out);
 /* Appends a task / register (zeroed, arrays empty); NULL on SL_ENOMEM. */
 sl__task *sl__pplan_add_task(sl__pplan *p);
 sl__regst *sl__pplan_add_regst(sl__pplan *p);
-/* Appends a zeroed collective spec for n members (machine, device and the
- * geometry's arrays allocated, pieces room for max_pieces); NULL on
- * SL_ENOMEM. */
-sl__pcoll *sl__pplan_add_coll(sl__pplan *p, int32_t n, int32_t max_pieces);
+/* Appends a spec that takes over geometry g (its n members: machine and
+ * device allocated, the rest zeroed); NULL on SL_ENOMEM, g freed in either
+ * case. */
+sl__pcoll *sl__pplan_add_coll(sl__pplan *p, sl__xgeom *g);
 /* Frees the specs (the plan's destructor). */
 void sl__pplan_free_colls(sl__pplan *p);
 

@@ -137,8 +137,11 @@ static sl_status copy_coll(const Sluice__Collective *x, size_t i,
        x->device_op != SL__PCOLL_EXCHANGE) ||
       x->node < -1 || x->node >= p->n_nodes)
     return bad_coll(i);
-  sl__pcoll *c =
-      sl__pplan_add_coll(p, (int32_t)x->n_members, (int32_t)x->n_pieces);
+  sl__xgeom geom;
+  SL_CHECK(sl__xgeom_alloc(&geom, (int)x->n_members, (int)x->n_pieces));
+  geom.dtype = dt;
+  geom.op = (sl_reduce_op)x->reduce;
+  sl__pcoll *c = sl__pplan_add_coll(p, &geom);
   if (!c) return SL_ENOMEM;
   c->name = sl__arena_strdup(p->arena, x->name ? x->name : "");
   if (!c->name) return SL_ENOMEM;
@@ -147,8 +150,6 @@ static sl_status copy_coll(const Sluice__Collective *x, size_t i,
   c->group = x->group;
   c->op = (sl__pcoll_op)x->op;
   c->engine = (sl__engine)x->engine;
-  c->dtype = dt;
-  c->reduce = (sl_reduce_op)x->reduce;
   c->in_axis = x->in_axis;
   c->out_axis = x->out_axis;
   c->block.ndim = (int)x->n_block;
@@ -161,8 +162,6 @@ static sl_status copy_coll(const Sluice__Collective *x, size_t i,
   c->device_op = (sl__pcoll_op)x->device_op;
   c->device_count = x->device_count;
   sl__xgeom *g = &c->geom;
-  g->dtype = dt;
-  g->op = c->reduce;
   int nd = c->block.ndim;
   for (size_t j = 0; j < x->n_members; j++) {
     const Sluice__CollectiveMember *y = x->members[j];
