@@ -17,6 +17,7 @@
 typedef struct plan_actor {
   sl_actor_desc d; /* d.name points into the plan's arena */
   sl_actor_id id;
+  const char *mark; /* sl_plan_set_mark (arena), or NULL */
   int32_t *in; /* descriptor of each input slot */
   int32_t n_in, cap_in;
   int32_t *out; /* descriptor of each output slot */

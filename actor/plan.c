@@ -99,6 +99,20 @@ int32_t sl__plan_find(const sl_plan *p, sl_actor_id id) {
   return map_get(&p->by_id, id);
 }
 
+sl_status sl_plan_set_mark(sl_plan *p, sl_actor_id a, const char *mark) {
+  if (!p || !mark) return sl__fail(SL_EINVAL, "plan: NULL plan or mark");
+  if (atomic_load(&p->frozen))
+    return sl__fail(SL_ESTATE, "plan: a job was created from it already");
+  int32_t i = sl__plan_find(p, a);
+  if (i < 0)
+    return sl__fail(SL_ENOTFOUND, "plan: no actor %llx to mark",
+                    (unsigned long long)a);
+  char *m = sl__arena_strdup(p->arena, mark);
+  if (!m) return SL_ENOMEM;
+  p->actors[i].mark = m;
+  return SL_OK;
+}
+
 int32_t sl_plan_actor_count(const sl_plan *p) { return p->n_actors; }
 int32_t sl_plan_regst_count(const sl_plan *p) { return p->n_regsts; }
 

@@ -1,8 +1,9 @@
 /* Chrome-trace output (open in Perfetto or chrome://tracing): every firing
  * is a complete event, process = node, thread = stream, name = actor,
- * args.piece = the piece. Events are kept per stream thread in memory and
- * written when the job is waited for, so tracing costs a clock read per
- * firing when on and one untaken branch when off. */
+ * args.piece = the piece, args.pass = the actor's mark (a pipeline pass).
+ * Events are kept per stream thread in memory and written when the job is
+ * waited for, so tracing costs a clock read per firing when on and one untaken
+ * branch when off. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -71,10 +72,16 @@ sl_status sl__trace_write(sl_job *job) {
       put_json_string(f, s->actors[e->actor].pa->d.name);
       double ts = us_since(e->t0, job->t_start);
       double dur = e->t1 >= e->t0 ? (double)(e->t1 - e->t0) / 1e3 : 0.0;
+      const char *mark = s->actors[e->actor].pa->mark;
       fprintf(f,
               ",\"cat\":\"actor\",\"ph\":\"X\",\"pid\":%u,\"tid\":%u,"
-              "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"piece\":%lld}}",
+              "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"piece\":%lld",
               job->node, s->ordinal, ts, dur, (long long)e->piece);
+      if (mark) {
+        fprintf(f, ",\"pass\":");
+        put_json_string(f, mark);
+      }
+      fprintf(f, "}}");
     }
   }
   fprintf(f, "\n],\"displayTimeUnit\":\"ms\"}\n");

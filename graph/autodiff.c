@@ -1,8 +1,9 @@
 /* Reverse-mode autodiff: from a scalar loss, each node on a path from the
  * requested tensors to the loss gets its gradient rule applied in reverse
  * topological order; gradients of a value used more than once are summed
- * with add. The new nodes sit on their forward node's placement, marked
- * backward, in a scope named after it ("<node>_grad/..."). */
+ * with add. The new nodes sit on their forward node's placement and
+ * pipeline stage, marked backward, in a scope named after it
+ * ("<node>_grad/..."). */
 #include <string.h>
 
 #include "grad.h"
@@ -83,6 +84,8 @@ static sl_status backward(sl_graph *g, sl_tensor loss, int n,
   for (int32_t v = 0; v < nv; v++)
     acc[v] = sl__g_poison(g, false);
   reach(g, loss.id, n, wrt, dep, useful);
+  sl__g_assign_stages(g); /* the forward's stages, for backward nodes */
+  int32_t saved_stage = g->force_stage;
   int32_t loss_node = g->values[loss.id]->producer;
   sl_placement *saved_place = g->force_placement;
   sl__mark saved_mark = g->mark;
@@ -122,6 +125,19 @@ static sl_status backward(sl_graph *g, sl_tensor loss, int n,
     g->scope_depth = 0;
     sl_graph_push_scope(g, scope);
     g->force_placement = nd->placement;
+    /* Backward nodes on nd's placement are nd's stage; on the placement
+     * of a per-micro-batch input from another one (the gradient sent
+     * back), that input's. */
+    g->force_stage = nd->stage;
+    g->stage_place = nd->placement;
+    g->input_place = NULL;
+    for (int k = 0; k < nd->n_in; k++) {
+      const sl__node *pk = &g->nodes[g->values[nd->in[k]]->producer]->n;
+      if (pk->micro >= 0 && pk->placement != nd->placement) {
+        g->input_stage = pk->stage;
+        g->input_place = pk->placement;
+      }
+    }
     st = r->fn(g, nd, dy, need, dx);
     for (int k = 0; k < nd->n_in && st == SL_OK && !g->err; k++)
       if (need[k]) accumulate(g, acc, nd->in[k], dx[k]);
@@ -138,6 +154,8 @@ static sl_status backward(sl_graph *g, sl_tensor loss, int n,
     }
   }
   g->force_placement = saved_place;
+  g->force_stage = saved_stage;
+  g->stage_place = g->input_place = NULL;
   g->mark = saved_mark;
   if (g->err) st = g->err;
 done:

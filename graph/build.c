@@ -27,6 +27,8 @@ sl_status sl_graph_create(sl_graph **out) {
   SL_CHECK_GOTO(sl_placement_parse("cpu:0", &p), st, fail);
   g->default_placement = sl__g_place(g, p);
   sl_placement_destroy(p);
+  g->micro_batches = 1;
+  g->force_stage = -1;
   if (!g->default_placement) {
     st = SL_ENOMEM;
     goto fail;
@@ -47,6 +49,7 @@ void sl_graph_destroy(sl_graph *g) {
   sl__free(g->nodes);
   sl__free(g->values);
   sl__free(g->buckets);
+  sl__free(g->copy);
   sl__arena_destroy(g->arena);
   sl__free(g);
 }
@@ -398,6 +401,18 @@ sl__gnode *sl__g_new_node(sl_graph *g, sl__node_kind kind, const char *name,
   n->update = -1;
   n->backward = g->mark == SL__MARK_BACKWARD;
   n->optimizer = g->mark == SL__MARK_OPTIMIZER;
+  /* micro and the derived stage are settled by sl__g_assign_stages; a
+   * stage stated by sl_graph_push_stage, or autodiff's, is kept. */
+  n->micro = SL__MICRO_UNSET;
+  n->micro_of = -1;
+  n->stage = -1;
+  if (g->mark == SL__MARK_BACKWARD && p == g->stage_place)
+    n->stage = g->force_stage;
+  else if (g->mark == SL__MARK_BACKWARD && p == g->input_place)
+    n->stage = g->input_stage;
+  else if (g->mark == SL__MARK_FORWARD && g->stage_depth > 0)
+    n->stage = g->stages[g->stage_depth - 1];
+  n->phase = n->backward ? SL__PHASE_B : SL__PHASE_F;
   for (int i = 0; i < n_in; i++)
     n->in[i] = in[i];
   gn->index = g->n_nodes;

@@ -387,8 +387,10 @@ sl_status sl_fetch(sl_tensor t, const char *name) {
   if (!name)
     return sl__g_error(g, SL_EINVAL, "fetch", "(null)", NULL,
                        "a name is required");
-  sl__value *v = sl__g_value(g, t.id);
+  int32_t id = sl__g_fetch_value(g, t.id); /* micro-batches merged */
+  if (id < 0) return g->err;
+  sl__value *v = sl__g_value(g, id);
   sl__gnode *n = sl__g_new_node(g, SL__NODE_FETCH, name, NULL, v->placement, 1,
-                                &t.id, 0, NULL);
+                                &id, 0, NULL);
   return n ? SL_OK : g->err;
 }

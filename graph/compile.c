@@ -302,7 +302,7 @@ typedef struct box_ctx {
 /* The value v as (p, want): an existing boxing or a new one appended to
  * the order. Returns the value id or -1 (error recorded). */
 static int32_t boxed(box_ctx *b, int32_t v, sl_placement *p,
-                     const sl_nd_sbp *want, const char *consumer) {
+                     const sl_nd_sbp *want, const sl__node *consumer) {
   sl_graph *g = b->g;
   for (int32_t k = 0; k < b->n_keys; k++)
     if (b->keys[k].value == v && b->keys[k].place == p &&
@@ -319,7 +319,7 @@ static int32_t boxed(box_ctx *b, int32_t v, sl_placement *p,
                             &val->sbp, p, want, NULL, &plan);
   if (st != SL_OK) {
     sl__g_error_last(g, st, "boxing", name, NULL);
-    sl__fail_context(st, "(for '%s') ", consumer);
+    sl__fail_context(st, "(for '%s') ", consumer->name);
     return -1;
   }
   /* New nodes are created outside any scope and mark. */
@@ -340,6 +340,12 @@ static int32_t boxed(box_ctx *b, int32_t v, sl_placement *p,
   sl__node *src = &g->nodes[val->producer]->n;
   gn->n.backward = src->backward;
   gn->n.optimizer = src->optimizer;
+  /* A conversion runs where its consumer does: its micro-batch, stage and
+   * pass (a value computed once, boxed for every micro-batch, stays once
+   * per step). */
+  gn->n.micro = src->micro < 0 ? -1 : consumer->micro;
+  gn->n.stage = src->micro < 0 ? -1 : consumer->stage;
+  gn->n.phase = consumer->phase;
   int32_t out = gn->n.out[0];
   g->values[out]->sbp = *want;
   g->values[out]->sbp_fixed = true;
@@ -377,7 +383,7 @@ static sl_status insert_boxing(sl_graph *g) {
       for (int k = 0; k < n->n_in; k++) {
         const sl__value *v = g->values[n->in[k]];
         if (!needs_boxing(v, n->placement, &n->in_sbp[k])) continue;
-        int32_t nv = boxed(&b, n->in[k], n->placement, &n->in_sbp[k], n->name);
+        int32_t nv = boxed(&b, n->in[k], n->placement, &n->in_sbp[k], n);
         if (nv < 0) {
           st = g->err ? g->err : SL_EINTERNAL;
           break;
@@ -393,7 +399,7 @@ static sl_status insert_boxing(sl_graph *g) {
     const sl__value *var = g->values[n->out[0]];
     const sl__value *u = g->values[n->update];
     if (!needs_boxing(u, var->placement, &var->sbp)) continue;
-    int32_t nv = boxed(&b, n->update, var->placement, &var->sbp, n->name);
+    int32_t nv = boxed(&b, n->update, var->placement, &var->sbp, n);
     if (nv < 0) {
       st = g->err ? g->err : SL_EINTERNAL;
       break;
@@ -435,6 +441,9 @@ sl_status sl__graph_compile(sl_graph *g) {
   if (g->err) return sl__fail(g->err, "%s", g->err_msg);
   if (g->frozen) return SL_OK;
   sl_status st;
+  /* A graph without sl_minimize is unrolled here (micro.c). */
+  SL_CHECK_GOTO(sl__g_unroll(g, 0, NULL), st, fail);
+  sl__g_assign_phases(g);
   SL_CHECK_GOTO(check_updates(g), st, fail);
   SL_CHECK_GOTO(infer(g), st, fail);
   SL_CHECK_GOTO(insert_boxing(g), st, fail);

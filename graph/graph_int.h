@@ -57,7 +57,37 @@ typedef struct sl__node {
                              version, or -1 */
   bool backward;          /* created by autodiff (for plans/traces) */
   bool optimizer;         /* created by minimize */
+  /* Pipelining (graph/micro.c). micro: the micro-batch the node computes,
+   * or -1 for a node that runs once per step (variables, what depends on
+   * no input or data source, the optimizer); micro_of: for a copy made
+   * for micro-batch micro > 0, the node of micro-batch 0 it copies, else
+   * -1; stage: the pipeline stage of a per-micro-batch node, else -1;
+   * phase: its pass (sl__phase). */
+  int32_t micro, micro_of, stage;
+  int32_t phase;
 } sl__node;
+
+/* The pass of a per-micro-batch node: forward, backward to the input
+ * gradients (what the previous stage waits for), or backward to weight
+ * gradients only (zero-bubble schedules move it to fill bubbles). */
+typedef enum sl__phase {
+  SL__PHASE_F = 0,
+  SL__PHASE_B = 1,
+  SL__PHASE_W = 2,
+} sl__phase;
+
+typedef enum sl__schedule {
+  SL__SCHEDULE_1F1B = 0,
+  SL__SCHEDULE_GPIPE = 1,
+  SL__SCHEDULE_INTERLEAVED = 2,
+  SL__SCHEDULE_ZERO_BUBBLE = 3,
+} sl__schedule;
+#define SL__SCHEDULE_COUNT 4
+
+/* "1f1b", "gpipe", "interleaved", "zero-bubble"; parse: false for another
+ * name. */
+const char *sl__schedule_name(sl__schedule s);
+bool sl__schedule_parse(const char *name, sl__schedule *out);
 
 /* The IR accessors lowering and sessions use; the builder owns the
  * storage (arena-allocated, stable pointers until the graph is freed).
@@ -78,6 +108,16 @@ int32_t sl__graph_find(const sl_graph *g, const char *name);
  * sl_local_slice's errors. */
 sl_status sl__graph_kernel_ctx(const sl_graph *g, int32_t node, int rank,
                                sl__kernel_ctx *k);
+/* Micro-batches per step and the pipeline schedule (sl_graph_set_*). */
+int32_t sl__graph_micro_batches(const sl_graph *g);
+sl__schedule sl__graph_schedule(const sl_graph *g);
+/* A copy of a per-micro-batch op that draws from global positions (random
+ * data, dropout, .npy rows: sl__op_def.by_position) sees the step's whole
+ * batch: its output's global shape has micro_batches times the rows on
+ * axis 0 and its slice starts at its micro-batch's rows. Applied to a
+ * kernel context built from the node's own values. */
+void sl__graph_micro_shift(const sl_graph *g, const sl__node *n,
+                           sl__kernel_ctx *k);
 /* Whether sl__graph_compile has run (the graph no longer changes). */
 bool sl__graph_frozen(const sl_graph *g);
 /* "op", "input", "variable", "boxing", "fetch". */

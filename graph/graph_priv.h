@@ -32,7 +32,7 @@ typedef struct sl__gnode {
   /* SL__NODE_VARIABLE: starts from tensor load_tensor of the checkpoint or
    * safetensors file load_path instead of init (sl_variable_load). */
   const char *load_path, *load_tensor;
-  int32_t npy_id;          /* npy_read nodes: the open file, else -1 */
+  int32_t npy_id; /* npy_read nodes: the open file, else -1 */
 } sl__gnode;
 
 #define SL__GNODE(node) ((sl__gnode *)(node))
@@ -55,6 +55,18 @@ struct sl_graph {
   int scope_depth;
   int scope_len[32];
   int64_t serial; /* auto-name counter */
+  /* Pipelining (micro.c): micro-batches, schedule, the stage stack of
+   * sl_graph_push_stage, the stage autodiff gives new backward nodes
+   * (-1: none), and once unrolled, copy[k * n_copied + v]: value v's copy
+   * for micro-batch k (v itself for k = 0 and for values computed once). */
+  int32_t micro_batches;
+  sl__schedule schedule;
+  int32_t stages[32];
+  int stage_depth;
+  int32_t force_stage, input_stage; /* on stage_place / input_place */
+  const sl_placement *stage_place, *input_place;
+  bool unrolled;
+  int32_t *copy, n_copied;
   bool frozen, minimized;
   /* The first error, in parts so sl_name can re-render it. */
   sl_status err;
@@ -156,6 +168,28 @@ bool sl__g_source_accepts(const sl__op_def *op, const sl__attrs *at, sl_sbp s);
  * the op's signatures (or all-B). SL_EINVAL naming the node otherwise
  * (compile.c). */
 sl_status sl__g_check_op_layout(const sl_graph *g, const sl__node *n);
+
+/* ---- pipelining (micro.c) ----------------------------------------------- */
+
+/* sl__node.micro of a node sl__g_assign_stages has not seen yet. */
+#define SL__MICRO_UNSET (-2)
+
+/* Gives every node created so far its micro (0 or -1) and, per micro-batch
+ * nodes, its stage, where not set yet. Idempotent. */
+void sl__g_assign_stages(sl_graph *g);
+/* With micro_batches > 1 and not yet done: copies every per-micro-batch
+ * node (forward and backward) for micro-batches 1..m-1, and replaces each
+ * of the n gradients in grads (may be 0) by the sum of its copies in
+ * micro-batch order divided by m; fetches made earlier fetch their
+ * micro-batches' merge. Errors are the graph's. */
+sl_status sl__g_unroll(sl_graph *g, int n, sl_tensor *grads);
+/* The value a fetch of v returns: v, or once unrolled, for a per-micro-
+ * batch v, the mean (one element) or axis-0 concatenation of its copies
+ * (built on first use). -1 on error (recorded). */
+int32_t sl__g_fetch_value(sl_graph *g, int32_t v);
+/* Each per-micro-batch backward node's phase: B when a gradient an
+ * earlier stage reads depends on it, else W. */
+void sl__g_assign_phases(sl_graph *g);
 
 /* ---- initializers (init.c) --------------------------------------------- */
 

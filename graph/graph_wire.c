@@ -20,7 +20,7 @@
 #include "graph_priv.h"
 
 #define WIRE_MAGIC 0x52474c53u /* "SLGR" */
-#define WIRE_VERSION 2u
+#define WIRE_VERSION 3u
 
 typedef struct wbuf {
   uint8_t *p;
@@ -95,7 +95,7 @@ static void put_place(wbuf *b, const sl_placement *p) {
 /* The fewest bytes a node and a value take (empty strings, no attributes,
  * inputs or outputs): the fixed-size fields pack writes for each. */
 #define NODE_MIN_BYTES                                                         \
-  (11 * sizeof(uint32_t) +                                                     \
+  (15 * sizeof(uint32_t) +                                                     \
    (SL_OP_MAX_INPUTS + SL_OP_MAX_OUTPUTS) * sizeof(sl_nd_sbp) +                \
    2 * sizeof(double) + sizeof(uint64_t))
 #define VALUE_MIN_BYTES                                                        \
@@ -171,6 +171,8 @@ sl_status sl__graph_pack(const sl_graph *g, uint8_t **buf, size_t *len) {
   put_u32(&b, (uint32_t)sizeof(sl__attr));
   put_i32(&b, g->n_nodes);
   put_i32(&b, g->n_values);
+  put_i32(&b, g->micro_batches);
+  put_i32(&b, (int32_t)g->schedule);
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const sl__gnode *gn = g->nodes[i];
     const sl__node *n = &gn->n;
@@ -211,6 +213,10 @@ sl_status sl__graph_pack(const sl_graph *g, uint8_t **buf, size_t *len) {
     uint32_t flags = (n->backward ? 1u : 0u) | (n->optimizer ? 2u : 0u) |
                      (gn->trainable ? 4u : 0u);
     put_u32(&b, flags);
+    put_i32(&b, n->micro);
+    put_i32(&b, n->micro_of);
+    put_i32(&b, n->stage);
+    put_i32(&b, n->phase);
     put_init(&b, &gn->init);
   }
   for (int32_t v = 0; v < g->n_values; v++) {
@@ -371,8 +377,11 @@ sl_status sl__graph_unpack(const uint8_t *buf, size_t len, sl_graph **out) {
       get_u32(&b) != sizeof(sl_init) || get_u32(&b) != sizeof(sl__attr))
     return bad("packed by another build of sluice (struct sizes differ)");
   int32_t nn = get_i32(&b), nv = get_i32(&b);
+  int32_t micro = get_i32(&b), sched = get_i32(&b);
   if (b.bad || nn < 0 || nv < 0 || nn > (1 << 24) || nv > (1 << 24))
     return bad("bad node or value count");
+  if (micro < 1 || micro > nn + 1 || sched < 0 || sched >= SL__SCHEDULE_COUNT)
+    return bad("bad micro-batches or schedule");
   /* Every node and value is allocated before it is read: counts the bytes
    * cannot hold would let a few bytes claim gigabytes. */
   if ((uint64_t)nn * NODE_MIN_BYTES + (uint64_t)nv * VALUE_MIN_BYTES >
@@ -390,6 +399,8 @@ sl_status sl__graph_unpack(const uint8_t *buf, size_t len, sl_graph **out) {
     st = SL_ENOMEM;
     goto fail;
   }
+  g->micro_batches = micro;
+  g->schedule = (sl__schedule)sched;
   g->cap_nodes = nn + 1;
   g->cap_values = nv + 1;
   for (int32_t v = 0; v < nv; v++)
@@ -487,7 +498,17 @@ sl_status sl__graph_unpack(const uint8_t *buf, size_t len, sl_graph **out) {
     n->backward = flags & 1u;
     n->optimizer = (flags & 2u) != 0;
     gn->trainable = (flags & 4u) != 0;
+    n->micro = get_i32(&b);
+    n->micro_of = get_i32(&b);
+    n->stage = get_i32(&b);
+    n->phase = get_i32(&b);
     get_init(&b, &gn->init);
+    if (n->micro < -1 || n->micro >= micro || n->micro_of < -1 ||
+        n->micro_of >= nn || n->stage < -1 || n->phase < SL__PHASE_F ||
+        n->phase > SL__PHASE_W) {
+      st = bad("a node's micro-batch, stage or pass out of range");
+      goto fail;
+    }
     if (b.bad || !n->placement) {
       st = bad("malformed node");
       goto fail;

@@ -129,6 +129,7 @@ static sl_status run_op(sl__interp *it, const sl__node *n) {
     k.out_slice[j] = whole(&v->meta.shape);
     k.out_global[j] = v->meta.shape;
   }
+  sl__graph_micro_shift(g, n, &k);
   sl_clear_error();
   sl_status st = sl__op_run_cpu(n->op, &k);
   if (st != SL_OK)

@@ -52,6 +52,7 @@ sl_status sl__pplan_create(sl__pplan **out) {
     sl__free(p);
     return SL_ENOMEM;
   }
+  p->micro_batches = 1;
   *out = p;
   return SL_OK;
 }
@@ -299,6 +300,7 @@ sl_status sl__graph_kernel_ctx(const sl_graph *g, int32_t node, int rank,
   for (int j = 0; j < n->n_out; j++)
     SL_CHECK(kernel_arg(g, n->out[j], rank, &k->out_meta[j], &k->out_slice[j],
                         &k->out_global[j], &k->out_partial[j]));
+  sl__graph_micro_shift(g, n, k);
   return SL_OK;
 }
 
@@ -963,6 +965,9 @@ static sl_status describe_nodes(lower *L) {
     pn->dtype = sl_dtype_name(val->meta.dtype);
     pn->backward = n->backward;
     pn->optimizer = n->optimizer;
+    pn->micro = n->micro;
+    pn->stage = n->stage;
+    pn->phase = n->phase;
     if (!pn->name || !pn->placement || !pn->sbp || !pn->shape) return SL_ENOMEM;
     if (n->kind != SL__NODE_BOXING) continue;
     pn->n_steps = sl_boxing_plan_step_count(n->boxing);
@@ -1002,6 +1007,8 @@ sl_status sl__lower(const sl_graph *g, sl__pplan **out) {
   memset(&L, 0, sizeof L);
   L.g = g;
   SL_CHECK(sl__pplan_create(&L.p));
+  L.p->micro_batches = sl__graph_micro_batches(g);
+  L.p->schedule = sl__graph_schedule(g);
   int32_t nv = sl__graph_value_count(g), nn = sl__graph_node_count(g);
   L.shard = sl__calloc((size_t)nv + 1, sizeof *L.shard);
   L.var_of = sl__calloc((size_t)nv + 1, sizeof *L.var_of);

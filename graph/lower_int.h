@@ -221,6 +221,9 @@ typedef struct sl__pnode {
   const char *shape;     /* output 0's logical shape, text */
   const char *dtype;
   bool backward, optimizer;
+  /* Pipelining (graph/micro.c): the micro-batch it computes (-1: once per
+   * step), its stage (-1: none) and pass (sl__phase). */
+  int32_t micro, stage, phase;
   int32_t n_steps;
   sl__pstep *steps; /* boxing nodes */
 } sl__pnode;
@@ -239,6 +242,8 @@ typedef struct sl__pplan {
   sl__pmem *mem;
   int32_t n_colls, cap_colls; /* the boxing steps' specs */
   sl__pcoll *colls;
+  int32_t micro_batches; /* per step (1: none) */
+  sl__schedule schedule; /* each device's order of passes (schedule.c) */
 } sl__pplan;
 
 /* Lowers a compiled graph (sl__graph_compile must have succeeded).
@@ -313,6 +318,39 @@ int64_t sl__pmem_allocated(const sl__pmem *m);
  * that machine's devices. SL_EIO, SL_EINVAL for a machine the plan does
  * not have. */
 sl_status sl__pplan_write_memory(const sl__pplan *p, int node, FILE *f);
+
+/* ---- pipeline schedules (schedule.c) ---------------------------------------
+ */
+
+/* Whether the plan's devices order their passes by its schedule (more
+ * than one micro-batch). */
+bool sl__pplan_scheduled(const sl__pplan *p);
+/* The edges (*edges[2i] -> *edges[2i+1], malloc'd) that chain each
+ * device's compute tasks in the schedule's order of passes; order: a
+ * topological order of the plan's tasks, which orders tasks within a pass
+ * and the ones that run once per step. SL_EINVAL for stages the schedule
+ * cannot lay out, SL_ENOMEM. */
+sl_status sl__schedule_edges(const sl__pplan *p, const int32_t *order,
+                             int32_t **edges, int32_t *n_edges);
+/* The edges that say a boxing group's members meet in its engine: from
+ * the producer of each member's input to every other member (malloc'd
+ * pairs, as above). SL_ENOMEM. */
+sl_status sl__schedule_group_edges(const sl__pplan *p, int32_t **edges,
+                                   int32_t *n_edges);
+/* simulate.c: one step of the plan as a discrete-event simulation with
+ * cfg's costs (NULL: the model's); a report for `sluice plan --simulate`
+ * into report when not NULL. SL_EINVAL naming the tasks of a deadlock,
+ * SL_EIO for an unreadable costs trace, SL_ENOMEM. */
+sl_status sl__pplan_simulate(const sl__pplan *p, const sl_sim_config *cfg,
+                             sl_simulation *res, FILE *report);
+/* The letter of node n's pass as the plan's schedule runs it: 'F', 'B',
+ * or 'W' (zero-bubble only; other schedules run W with B). */
+char sl__pass_letter(const sl__pplan *p, const sl__pnode *n);
+/* SL_EINVAL naming the cycle[0..n) of tasks, each waiting for the next
+ * (the last for the first) by its device's order (by_order[i]) or for its
+ * data. */
+sl_status sl__schedule_deadlock(const sl__pplan *p, const int32_t *cycle,
+                                const bool *by_order, int32_t n);
 
 /* ---- forms (plan_text.c, plan_pb.c) ---------------------------------------
  */

@@ -134,7 +134,10 @@ static void dag_edge(int32_t u, int32_t v, void *ctx) {
   x->d->rev_to[x->d->rev_off[v] + x->rfill[v]++] = u;
 }
 
-static sl_status dag_build(const sl__pplan *p, dag *d) {
+/* The plan's edges within a step, and n_extra more: extra[2i] ->
+ * extra[2i+1] (a schedule's order, schedule.c). */
+static sl_status dag_build(const sl__pplan *p, dag *d, const int32_t *extra,
+                           int32_t n_extra) {
   memset(d, 0, sizeof *d);
   int32_t n = p->n_tasks;
   d->off = sl__calloc((size_t)n + 2, sizeof *d->off);
@@ -142,6 +145,8 @@ static sl_status dag_build(const sl__pplan *p, dag *d) {
   if (!d->off || !d->rev_off) return SL_ENOMEM;
   dag_fill x = {d, NULL, NULL};
   each_edge(p, dag_edge, &x);
+  for (int32_t i = 0; i < n_extra; i++)
+    dag_edge(extra[2 * i], extra[2 * i + 1], &x);
   for (int32_t t = 0; t < n; t++) {
     d->off[t + 1] += d->off[t];
     d->rev_off[t + 1] += d->rev_off[t];
@@ -154,10 +159,71 @@ static sl_status dag_build(const sl__pplan *p, dag *d) {
   sl_status st = SL_ENOMEM;
   if (d->to && d->rev_to && x.fill && x.rfill) {
     each_edge(p, dag_edge, &x);
+    for (int32_t i = 0; i < n_extra; i++)
+      dag_edge(extra[2 * i], extra[2 * i + 1], &x);
     st = SL_OK;
   }
   sl__free(x.fill);
   sl__free(x.rfill);
+  return st;
+}
+
+/* A data edge from -> to (of count 1 only, when `single`). */
+static bool data_edge(const sl__pplan *p, int32_t from, int32_t to,
+                      bool single) {
+  const sl__task *t = &p->tasks[from];
+  for (int32_t j = 0; j < t->n_out; j++) {
+    const sl__regst *r = &p->regsts[t->out[j]];
+    if (r->initial || (single && r->count != 1)) continue;
+    for (int32_t c = 0; c < r->n_cons; c++)
+      if (r->cons[c] == to) return true;
+  }
+  return false;
+}
+
+/* A schedule's order that contradicts the data: a cycle among the tasks a
+ * topological sort left (indeg > 0), found by walking back from one of
+ * them to a task seen before, and named task by task. */
+static sl_status report_cycle(const sl__pplan *p, const dag *d,
+                              const int32_t *indeg) {
+  int32_t n = p->n_tasks, u = -1, len = 0;
+  int32_t *seen = sl__calloc((size_t)n + 1, sizeof *seen); /* step + 1 */
+  int32_t *walk = sl__calloc((size_t)n + 1, sizeof *walk);
+  bool *by_order = sl__calloc((size_t)n + 1, sizeof *by_order);
+  if (!seen || !walk || !by_order) {
+    sl__free(seen);
+    sl__free(walk);
+    sl__free(by_order);
+    return SL_ENOMEM;
+  }
+  for (int32_t t = 0; t < n && u < 0; t++)
+    if (indeg[t] > 0) u = t;
+  while (u >= 0 && !seen[u]) {
+    seen[u] = ++len;
+    walk[len - 1] = u;
+    int32_t next = -1;
+    for (int32_t e = d->rev_off[u]; e < d->rev_off[u + 1] && next < 0; e++)
+      if (indeg[d->rev_to[e]] > 0) next = d->rev_to[e];
+    u = next;
+  }
+  sl_status st;
+  if (u < 0) {
+    st = sl__fail(SL_EINTERNAL, "memory planning: a cycle it cannot name");
+  } else {
+    int32_t first = seen[u] - 1, k = len - first;
+    for (int32_t i = 0; i < k; i++) {
+      int32_t a = walk[first + i], b = walk[first + (i + 1) % k];
+      /* Not a register: a device's order, or the exchange of a group
+       * (members on different devices or streams). */
+      const sl__task *ta = &p->tasks[a], *tb = &p->tasks[b];
+      by_order[i] = !data_edge(p, b, a, false) && ta->machine == tb->machine &&
+                    ta->device == tb->device && ta->stream == tb->stream;
+    }
+    st = sl__schedule_deadlock(p, walk + first, by_order, k);
+  }
+  sl__free(seen);
+  sl__free(walk);
+  sl__free(by_order);
   return st;
 }
 
@@ -207,14 +273,17 @@ static sl_status topo_order(const sl__pplan *p, const dag *d, int32_t *order) {
       }
     }
   }
+  sl_status st = SL_OK;
+  if (out != n && sl__pplan_scheduled(p))
+    st = report_cycle(p, d, indeg);
+  else if (out != n) /* lowering never makes a cycle within a step */
+    st = sl__fail(SL_EINTERNAL,
+                  "memory planning: the plan's tasks form a cycle within a "
+                  "step (%d of %d ordered)",
+                  (int)out, (int)n);
   sl__free(indeg);
   sl__free(heap);
-  if (out != n) /* lowering never makes a cycle within a step */
-    return sl__fail(SL_EINTERNAL,
-                    "memory planning: the plan's tasks form a cycle within a "
-                    "step (%d of %d ordered)",
-                    (int)out, (int)n);
-  return SL_OK;
+  return st;
 }
 
 /* ---- devices ---------------------------------------------------------------
@@ -426,19 +495,6 @@ static void reach(planner *P, int32_t m) {
       a = SL_MIN(a, P->after[P->d.to[e]]);
     P->after[t] = a;
   }
-}
-
-/* A data edge from -> to (of count 1 only, when `single`). */
-static bool data_edge(const sl__pplan *p, int32_t from, int32_t to,
-                      bool single) {
-  const sl__task *t = &p->tasks[from];
-  for (int32_t j = 0; j < t->n_out; j++) {
-    const sl__regst *r = &p->regsts[t->out[j]];
-    if (r->initial || (single && r->count != 1)) continue;
-    for (int32_t c = 0; c < r->n_cons; c++)
-      if (r->cons[c] == to) return true;
-  }
-  return false;
 }
 
 static sl_status add_ctrl(planner *P, int32_t from, int32_t to, bool closing) {
@@ -669,7 +725,7 @@ sl_status sl__pplan_plan_memory(sl__pplan *p, const sl_graph *g) {
     }
   }
   SL_CHECK(count_mirrors(p, &cap_mem));
-  SL_CHECK_GOTO(dag_build(p, &P.d), st, out);
+  SL_CHECK_GOTO(dag_build(p, &P.d, NULL, 0), st, out);
   P.order = sl__calloc((size_t)n + 1, sizeof *P.order);
   P.pos = sl__calloc((size_t)n + 1, sizeof *P.pos);
   P.dev_of = sl__calloc((size_t)n + 1, sizeof *P.dev_of);
@@ -683,6 +739,17 @@ sl_status sl__pplan_plan_memory(sl__pplan *p, const sl_graph *g) {
     goto out;
   }
   SL_CHECK_GOTO(topo_order(p, &P.d, P.order), st, out);
+  /* A pipeline schedule: each device's passes in its order, an order of
+   * the plan's tasks that all of the below keeps. */
+  if (sl__pplan_scheduled(p)) {
+    int32_t *e = NULL, ne = 0;
+    SL_CHECK_GOTO(sl__schedule_edges(p, P.order, &e, &ne), st, out);
+    dag_free(&P.d);
+    st = dag_build(p, &P.d, e, ne);
+    sl__free(e);
+    if (st == SL_OK) st = topo_order(p, &P.d, P.order);
+    if (st != SL_OK) goto out;
+  }
   for (int32_t k = 0; k < n; k++) {
     int32_t t = P.order[k];
     const sl__task *task = &p->tasks[t];
@@ -703,11 +770,12 @@ sl_status sl__pplan_plan_memory(sl__pplan *p, const sl_graph *g) {
     P.pos[t] = P.n_seq[m];
     P.seq[m][P.n_seq[m]++] = t;
   }
-  /* SLUICE_MEMORY_SHARING=0: no order and every register on its own
-   * (mirrors and workspaces still counted), to tell sharing's effect. */
+  /* SLUICE_MEMORY_SHARING=0: no order (a pipeline schedule's excepted) and
+   * every register on its own (mirrors and workspaces still counted), to tell
+   * sharing's effect. */
   P.share = !sharing_off();
   for (int32_t m = 0; m < p->n_mem && st == SL_OK; m++) {
-    if (P.share) st = order_device(&P, m);
+    if (P.share || sl__pplan_scheduled(p)) st = order_device(&P, m);
     if (st == SL_OK) st = plan_device(&P, m);
   }
 out:

@@ -46,10 +46,11 @@ static sl_tensor state_like(sl_graph *g, sl_tensor w, const char *what,
   g->scope[0] = '\0';
   sl_shape none = {.ndim = 1, .dims = {0}};
   sl_nd_sbp bcast = {.ndim = v->sbp.ndim};
-  for (int i = 0; i < bcast.ndim; i++) bcast.sbp[i] = sl_sbp_broadcast();
-  sl_tensor s = sl_variable_p(g, name, empty ? &none : &v->meta.shape,
-                              v->meta.dtype, sl_init_zeros(), v->placement,
-                              empty ? &bcast : &v->sbp);
+  for (int i = 0; i < bcast.ndim; i++)
+    bcast.sbp[i] = sl_sbp_broadcast();
+  sl_tensor s =
+      sl_variable_p(g, name, empty ? &none : &v->meta.shape, v->meta.dtype,
+                    sl_init_zeros(), v->placement, empty ? &bcast : &v->sbp);
   memcpy(g->scope, saved, sizeof saved);
   if (s.id >= 0) {
     sl__gnode *n = g->nodes[sl__g_value(g, s.id)->producer];
@@ -176,6 +177,9 @@ sl_status sl_minimize(sl_tensor loss, const sl_optimizer *opt) {
   if (st == SL_OK && k == 0)
     st = sl__g_error(g, SL_EINVAL, "optimizer", lname, NULL,
                      "the loss depends on no trainable variable");
+  /* With micro-batches: every micro-batch's forward and backward, and the
+   * gradients' mean over them. */
+  if (st == SL_OK) st = sl__g_unroll(g, k, grads);
   if (st == SL_OK) {
     sl_placement *saved = g->force_placement;
     g->mark = SL__MARK_OPTIMIZER;

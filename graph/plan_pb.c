@@ -18,6 +18,8 @@ sl_status sl__pplan_pack(const sl__pplan *p, uint8_t **buf, size_t *len) {
   plan.version = PLAN_VERSION;
   plan.machines = p->machines;
   plan.driver = p->driver;
+  plan.micro_batches = (uint32_t)p->micro_batches;
+  plan.schedule = mstr(sl__schedule_name(p->schedule));
   Sluice__Node *nodes = sl__calloc((size_t)p->n_nodes + 1, sizeof *nodes);
   Sluice__Node **nodep = sl__calloc((size_t)p->n_nodes + 1, sizeof *nodep);
   Sluice__Task *tasks = sl__calloc((size_t)p->n_tasks + 1, sizeof *tasks);
@@ -57,6 +59,9 @@ sl_status sl__pplan_pack(const sl__pplan *p, uint8_t **buf, size_t *len) {
     n->dtype = mstr(pn->dtype);
     n->backward = pn->backward;
     n->optimizer = pn->optimizer;
+    n->micro = (uint32_t)(pn->micro + 1);
+    n->stage = (uint32_t)(pn->stage + 1);
+    n->phase = (uint32_t)pn->phase;
     n->n_steps = (size_t)pn->n_steps;
     n->steps = stepp + k;
     for (int32_t s = 0; s < pn->n_steps; s++, k++) {
@@ -250,6 +255,12 @@ static sl_status copy_plan(const Sluice__Plan *m, sl__pplan *p) {
     return sl__fail(SL_EINVAL, "plan file: too many entries");
   p->machines = m->machines;
   p->driver = m->driver;
+  p->micro_batches = m->micro_batches > 1 ? (int32_t)m->micro_batches : 1;
+  if (m->micro_batches > (1u << 16) ||
+      (m->schedule[0] && !sl__schedule_parse(m->schedule, &p->schedule)))
+    return sl__fail(SL_EINVAL,
+                    "plan file: bad micro-batches %u or schedule '%s'",
+                    (unsigned)m->micro_batches, m->schedule);
   p->n_nodes = (int32_t)m->n_nodes;
   p->nodes = sl__arena_calloc(p->arena, m->n_nodes + 1, sizeof *p->nodes);
   if (!p->nodes) return SL_ENOMEM;
@@ -265,7 +276,12 @@ static sl_status copy_plan(const Sluice__Plan *m, sl__pplan *p) {
     pn->dtype = adup(p, n->dtype);
     pn->backward = n->backward;
     pn->optimizer = n->optimizer;
-    if (n->n_steps > 64) return bad("node", i);
+    if (n->n_steps > 64 || n->micro > (uint32_t)p->micro_batches ||
+        n->stage > (1u << 20) || n->phase > SL__PHASE_W)
+      return bad("node", i);
+    pn->micro = (int32_t)n->micro - 1;
+    pn->stage = (int32_t)n->stage - 1;
+    pn->phase = (int32_t)n->phase;
     pn->n_steps = (int32_t)n->n_steps;
     pn->steps = sl__arena_calloc(p->arena, n->n_steps + 1, sizeof *pn->steps);
     if (!pn->steps) return SL_ENOMEM;

@@ -43,6 +43,10 @@ static void task_what(const sl__pplan *p, const sl__task *t, char *buf,
              ps->reduce, ps->reduce[0] ? ")" : "", engine_label(t->engine));
   else
     snprintf(buf, n, "%s", k);
+  size_t len = strlen(buf);
+  if (pn && pn->micro >= 0 && p->micro_batches > 1 && len < n)
+    snprintf(buf + len, n - len, ", pass s%d %c%d", (int)pn->stage,
+             sl__pass_letter(p, pn), (int)pn->micro);
 }
 
 static void human_bytes(int64_t b, char *buf, size_t n) {
@@ -170,6 +174,9 @@ sl_status sl__pplan_write_text(const sl__pplan *p, int node, FILE *f) {
             "registers, %s of registers\n",
             p->machines, p->machines == 1 ? "" : "s", nd, nd == 1 ? "" : "s",
             (int)ntasks, (int)nregs, tb);
+  if (p->micro_batches > 1)
+    fprintf(f, "pipeline: %d micro-batches per step, schedule %s\n",
+            (int)p->micro_batches, sl__schedule_name(p->schedule));
   uint32_t last_machine = UINT32_MAX;
   for (int di = 0; di < nd; di++) {
     if (devs[di].machine != last_machine) {

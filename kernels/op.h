@@ -37,7 +37,7 @@ typedef enum sl__attr_kind {
 typedef struct sl__attr {
   const char *name; /* a string literal or owned by the graph's arena */
   sl__attr_kind kind;
-  int n;            /* INTS: count */
+  int n; /* INTS: count */
   int64_t i;
   double f;
   int64_t ints[SL_MAX_DIMS];
@@ -100,11 +100,11 @@ typedef struct sl__kernel_ctx {
    * a split table, may need to know). */
   bool in_partial[SL_OP_MAX_INPUTS];
   bool out_partial[SL_OP_MAX_OUTPUTS];
-  int64_t step;       /* the training step (piece id): random ops and
-                         optimizers key on it */
-  void *workspace;    /* op->workspace bytes, 64-byte aligned, or NULL;
-                         for a CUDA run op->cuda->workspace bytes of
-                         device memory, 256-byte aligned */
+  int64_t step;    /* the training step (piece id): random ops and
+                      optimizers key on it */
+  void *workspace; /* op->workspace bytes, 64-byte aligned, or NULL;
+                      for a CUDA run op->cuda->workspace bytes of
+                      device memory, 256-byte aligned */
   size_t workspace_bytes;
 } sl__kernel_ctx;
 
@@ -156,6 +156,10 @@ typedef struct sl__op_def {
    * may be computed into an input of its own local shape and dtype (the
    * memory planner's in-place reuse, graph/memory.c). */
   bool inplace;
+  /* Draws from each element's global position (random data, dropout,
+   * .npy rows): a micro-batch's copy is shown its rows of the step's whole
+   * batch (sl__graph_micro_shift), so micro-batching changes no value. */
+  bool by_position;
 } sl__op_def;
 
 /* The registry: every op, looked up by name. */

@@ -1,6 +1,6 @@
 /* sluice plan: prints a program's actor plan — tasks per machine, device
  * and stream, their registers and bytes — as text or Graphviz DOT, or its
- * memory per device.
+ * memory per device, or simulates one step (--simulate).
  *
  * The plan comes from a file the program wrote: any program run with
  * SLUICE_PLAN_DUMP=prog.pb (or calling sl_session_write_plan /
@@ -22,7 +22,9 @@ int sl_cli_plan(int argc, char **argv);
 
 static void usage(FILE *f) {
   fprintf(f, "usage: sluice plan FILE.pb [--dot | --text | --memory | --pb] "
-             "[--node N] [-o OUT]\n\n"
+             "[--node N] [-o OUT]\n"
+             "       sluice plan FILE.pb --simulate [--costs TRACE.json] "
+             "[--gflops G] [--gbps B] [-o OUT]\n\n"
              "Prints the actor plan of a program: per machine, device and\n"
              "stream its tasks (ops, boxing steps, feeds, fetches) with their\n"
              "input and output registers, shapes, bytes and register counts;\n"
@@ -43,7 +45,21 @@ static void usage(FILE *f) {
              "            memory, the ticks that gate them, the boxing steps\n"
              "            it takes part in; inputs from other nodes say\n"
              "            which node and task they come from (not with --pb)\n"
-             "  -o OUT    write to OUT instead of standard output\n");
+             "  -o OUT    write to OUT instead of standard output\n\n"
+             "  --simulate      replay one step as a discrete-event "
+             "simulation:\n"
+             "                  predicted step time, each device's busy "
+             "time,\n"
+             "                  bubble, memory and registers, its order of\n"
+             "                  pipeline passes; a deadlock is named task by\n"
+             "                  task (exit status 1)\n"
+             "  --costs TRACE   measured costs: each task's mean firing time "
+             "in\n"
+             "                  a trace a run wrote with SLUICE_TRACE=TRACE\n"
+             "  --gflops G      the model's matmul rate per device "
+             "(default 50)\n"
+             "  --gbps B        the model's rate for other kernels and copies\n"
+             "                  (default 10)\n");
 }
 
 int sl_cli_plan(int argc, char **argv) {
@@ -54,6 +70,8 @@ int sl_cli_plan(int argc, char **argv) {
   const char *in = NULL, *out = "-";
   sl_plan_format fmt = SL_PLAN_TEXT;
   int node = -1;
+  bool sim = false;
+  sl_sim_config sc = {0};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--dot") == 0) {
@@ -64,6 +82,26 @@ int sl_cli_plan(int argc, char **argv) {
       fmt = SL_PLAN_MEMORY;
     } else if (strcmp(a, "--pb") == 0) {
       fmt = SL_PLAN_PROTOBUF;
+    } else if (strcmp(a, "--simulate") == 0) {
+      sim = true;
+    } else if (strcmp(a, "--costs") == 0) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "sluice plan: --costs needs a trace file\n");
+        return 2;
+      }
+      sc.costs = argv[++i];
+    } else if (strcmp(a, "--gflops") == 0 || strcmp(a, "--gbps") == 0) {
+      char *end = NULL;
+      double v = i + 1 < argc ? strtod(argv[i + 1], &end) : 0;
+      if (i + 1 >= argc || end == argv[i + 1] || *end || !(v > 0)) {
+        fprintf(stderr, "sluice plan: %s needs a positive number\n", a);
+        return 2;
+      }
+      if (strcmp(a, "--gflops") == 0)
+        sc.gflops = v;
+      else
+        sc.copy_gbps = v;
+      i++;
     } else if (strcmp(a, "--node") == 0) {
       char *end = NULL;
       errno = 0;
@@ -97,6 +135,26 @@ int sl_cli_plan(int argc, char **argv) {
   if (!in) {
     usage(stderr);
     return 2;
+  }
+  if (!sim && (sc.costs || sc.gflops > 0 || sc.copy_gbps > 0)) {
+    fprintf(stderr, "sluice plan: --costs, --gflops and --gbps go with "
+                    "--simulate\n");
+    return 2;
+  }
+  if (sim) {
+    if (node >= 0 || fmt != SL_PLAN_TEXT) {
+      fprintf(stderr, "sluice plan: --simulate simulates the whole plan; it "
+                      "takes no --node or other format\n");
+      return 2;
+    }
+    sl_simulation r;
+    sl_status st = sl_plan_file_simulate(in, &sc, &r, out);
+    if (st != SL_OK) {
+      fprintf(stderr, "sluice plan: %s: %s\n", sl_status_str(st),
+              sl_last_error());
+      return st == SL_EINVAL ? 1 : 2;
+    }
+    return 0;
   }
   if (fmt == SL_PLAN_PROTOBUF && node >= 0) {
     fprintf(stderr, "sluice plan: --node shows one node's part as text, DOT "

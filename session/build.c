@@ -311,9 +311,12 @@ static sl_status setup_local(const sl__pcoll *pc, task_rt *rt) {
 static sl_status setup_io(sl_session *s) {
   const sl_graph *g = s->g;
   int32_t nn = sl__graph_node_count(g);
+  /* A micro-batched input is fed once, with every micro-batch's rows; its
+   * copies (micro_of >= 0) cut theirs from the same feed. */
+  int32_t m = sl__graph_micro_batches(g);
   for (int32_t i = 0; i < nn; i++) {
     const sl__node *n = sl__graph_node(g, i);
-    if (n->kind == SL__NODE_INPUT) s->n_feeds++;
+    if (n->kind == SL__NODE_INPUT && n->micro_of < 0) s->n_feeds++;
     if (n->kind == SL__NODE_FETCH) s->n_fetches++;
   }
   s->feeds = sl__calloc((size_t)s->n_feeds + 1, sizeof *s->feeds);
@@ -322,15 +325,17 @@ static sl_status setup_io(sl_session *s) {
   int32_t fi = 0, ti = 0;
   for (int32_t i = 0; i < nn; i++) {
     const sl__node *n = sl__graph_node(g, i);
-    if (n->kind == SL__NODE_INPUT) {
+    if (n->kind == SL__NODE_INPUT && n->micro_of < 0) {
       feed_rt *f = &s->feeds[fi++];
       const sl__value *v = sl__graph_value(g, n->out[0]);
       f->name = n->name;
       f->node = i;
       f->value = n->out[0];
       f->meta = v->meta;
+      if (n->micro == 0 && m > 1 && f->meta.shape.ndim > 0)
+        f->meta.shape.dims[0] *= m;
       f->bytes =
-          (size_t)sl_shape_numel(&v->meta.shape) * sl_dtype_size(v->meta.dtype);
+          (size_t)sl_shape_numel(&f->meta.shape) * sl_dtype_size(v->meta.dtype);
       f->data = sl__calloc(1, f->bytes + 64);
       if (!f->data) return SL_ENOMEM;
     } else if (n->kind == SL__NODE_FETCH) {
@@ -365,9 +370,13 @@ static sl_status setup_io(sl_session *s) {
     if (task->kind != SL__TASK_FEED && task->kind != SL__TASK_FETCH) continue;
     const sl__node *n = sl__graph_node(g, task->node);
     if (task->kind == SL__TASK_FEED) {
+      int32_t base = n->micro_of >= 0 ? n->micro_of : task->node;
       for (int32_t k = 0; k < s->n_feeds; k++)
-        if (s->feeds[k].node == task->node) rt->io = k;
+        if (s->feeds[k].node == base) rt->io = k;
       SL_CHECK(value_slice(g, n->out[0], task->rank, &rt->slice));
+      if (n->micro > 0) /* its micro-batch's rows of the fed batch */
+        rt->slice.start[0] +=
+            n->micro * sl__graph_value(g, n->out[0])->meta.shape.dims[0];
       rt->dtype = s->feeds[rt->io].meta.dtype;
       rt->ndim = s->feeds[rt->io].meta.shape.ndim;
       slice_dims(&rt->slice, rt->out_dims);
@@ -416,6 +425,13 @@ static sl_status add_actors(sl_session *s) {
     d.node = on_driver ? s->driver : t->machine;
     d.device = t->device;
     d.stream = t->stream;
+    /* A pipeline pass in the trace: "s<stage> <F|B|W><micro-batch>". */
+    const sl__pnode *pn =
+        t->node >= 0 && t->node < pp->n_nodes ? &pp->nodes[t->node] : NULL;
+    char mark[48] = "";
+    if (pn && pn->micro >= 0 && pp->micro_batches > 1)
+      snprintf(mark, sizeof mark, "s%d %c%d", (int)pn->stage,
+               sl__pass_letter(pp, pn), (int)pn->micro);
     bool cuda = sl__dev_class_of(t->device) == SL__DEV_CLASS_CUDA;
     d.act =
         tick ? (s->remote ? sl__act_tick : NULL) : sl__act_for(t->kind, cuda);
@@ -431,6 +447,7 @@ static sl_status add_actors(sl_session *s) {
     d.ctx = rt;
     d.count = tick ? INT64_MAX : 0;
     SL_CHECK(sl_plan_add_actor(s->plan, &d, &rt->actor));
+    if (mark[0]) SL_CHECK(sl_plan_set_mark(s->plan, rt->actor, mark));
     /* Steps are counted by the actors of this process's node. */
     if (!tick && d.node == s->self_node) s->n_counted++;
   }

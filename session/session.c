@@ -56,6 +56,38 @@ sl_status sl_plan_file_convert_node(const char *pb_path, sl_plan_format format,
   return st;
 }
 
+static sl_status simulate(const sl__pplan *pp, const sl_sim_config *cfg,
+                          sl_simulation *out, const char *report_path) {
+  FILE *f = NULL;
+  if (report_path) {
+    f = strcmp(report_path, "-") == 0 ? stdout : fopen(report_path, "w");
+    if (!f)
+      return sl__fail(SL_EIO, "simulate: '%s': %s", report_path,
+                      strerror(errno));
+  }
+  sl_status st = sl__pplan_simulate(pp, cfg, out, f);
+  if (f && f != stdout && fclose(f) != 0 && st == SL_OK)
+    st = sl__fail(SL_EIO, "simulate: writing '%s' failed", report_path);
+  if (f == stdout) fflush(stdout);
+  return st;
+}
+
+sl_status sl_session_simulate(const sl_session *s, const sl_sim_config *cfg,
+                              sl_simulation *out, const char *report_path) {
+  if (!s || !out) return sl__fail(SL_EINVAL, "simulate: NULL argument");
+  return simulate(s->pp, cfg, out, report_path);
+}
+
+sl_status sl_plan_file_simulate(const char *pb_path, const sl_sim_config *cfg,
+                                sl_simulation *out, const char *report_path) {
+  if (!pb_path || !out) return sl__fail(SL_EINVAL, "simulate: NULL argument");
+  sl__pplan *pp = NULL;
+  SL_CHECK(sl__pplan_read_file(pb_path, &pp));
+  sl_status st = simulate(pp, cfg, out, report_path);
+  sl__pplan_destroy(pp);
+  return st;
+}
+
 sl_status sl_session_write_plan(const sl_session *s, sl_plan_format format,
                                 const char *path) {
   if (!s || !path) return sl__fail(SL_EINVAL, "plan: NULL argument");

@@ -3,6 +3,7 @@
  *   gpt --devices cpu:2 --layout dp --steps 30
  *   gpt --devices cpu:3 --layout tp --heads 6 --hidden 96
  *   gpt --devices cpu:4 --layout hybrid --tie --trace gpt.json
+ *   gpt --devices cpu:8 --pp 2 --layout hybrid --micro 8  (dp x tp x pp)
  *   gpt --steps 100 --save ckpt --save-every 20
  *   gpt --steps 200 --save ckpt --resume ckpt
  *   gpt --load gpt_torch.safetensors --data inputs.npy,targets.npy
@@ -43,10 +44,20 @@ int main(int argc, char **argv) {
   bool tie = false, bf16 = false, profile = false, memory = false,
        check = false, print_graph = false;
   ex_ckpt_flags ckf = {0};
+  int64_t pp = 1, micro = 1;
+  const char *schedule = NULL;
   const ex_flag flags[] = {
       {"devices", EX_FLAG_STRING, &devices, "cpu:N or a placement (cpu:0-3)",
        0},
       {"layout", EX_FLAG_STRING, &layout, "single | dp | tp | hybrid", 0},
+      {"pp", EX_FLAG_INT, &pp,
+       "pipeline stages: the devices split into P groups, each laid out "
+       "by --layout",
+       1},
+      {"micro", EX_FLAG_INT, &micro,
+       "micro-batches per step (the batch is split into M)", 1},
+      {"schedule", EX_FLAG_STRING, &schedule,
+       "1f1b | gpipe | interleaved | zero-bubble (default 1f1b)", 0},
       {"steps", EX_FLAG_INT, &steps, "training steps", 1},
       {"batch", EX_FLAG_INT, &batch, "sequences per step (global)", 1},
       {"seq", EX_FLAG_INT, &seq, "tokens per sequence", 1},
@@ -97,13 +108,20 @@ int main(int argc, char **argv) {
                     .profile = profile,
                     .check_replicas = check};
   char placement[512];
+  static char stages[EX_MAX_STAGES][512];
   if (ex_layout_parse(layout, &c.layout) != SL_OK ||
       ex_engine_parse(engine, &ro.engine) != SL_OK ||
       ex_layout_placement(c.layout, devices, placement, sizeof placement) !=
-          SL_OK) {
+          SL_OK ||
+      ex_stage_placements(c.layout, devices, (int)pp, stages) != SL_OK) {
     fprintf(stderr, "gpt: %s\n", sl_last_error());
     return 2;
   }
+  c.pp = (int)pp;
+  c.micro = (int)micro;
+  c.schedule = schedule;
+  for (int s = 0; s < c.pp; s++)
+    c.stage_placement[s] = stages[s];
   if (strcmp(optimizer, "adam") == 0) {
     c.opt = sl_optimizer_adam(lr > 0 ? lr : 3e-3);
   } else if (strcmp(optimizer, "sgd") == 0) {
@@ -185,7 +203,10 @@ int main(int argc, char **argv) {
       !ex_run_needs(run, "gpt", ex_ckpt_any(&ckf),
                     "checkpoints (--save, --load, --resume)",
                     EX_ENGINE_SESSION) ||
-      !ex_run_needs(run, "gpt", check, "--check-replicas", EX_ENGINE_SHARDED)) {
+      !ex_run_needs(run, "gpt", check, "--check-replicas", EX_ENGINE_SHARDED) ||
+      !ex_run_needs(run, "gpt", pp > 1 || micro > 1 || schedule,
+                    "pipelining (--pp, --micro, --schedule)",
+                    EX_ENGINE_SESSION)) {
     rc = 2;
     goto done;
   }
@@ -194,6 +215,10 @@ int main(int argc, char **argv) {
          (long long)layers, (long long)hidden, (long long)heads, (long long)seq,
          (long long)vocab, (long long)batch, tie ? ", tied head" : "", layout,
          placement, ex_engine_name(ex_run_engine(run)));
+  if (pp > 1 || micro > 1)
+    printf("pipeline: %lld stage%s, %lld micro-batches of %lld, schedule %s\n",
+           (long long)pp, pp == 1 ? "" : "s", (long long)micro,
+           (long long)(batch / micro), schedule ? schedule : "1f1b");
   fflush(stdout); /* before any error the checkpoint flags print */
   if (print_graph) {
     int len = sl_graph_print(g, NULL, 0);

@@ -19,6 +19,8 @@ ex_gpt_config ex_gpt_defaults(void) {
   c.seed = 1;
   c.layout = EX_LAYOUT_SINGLE;
   c.placement = "cpu:0";
+  c.pp = 1;
+  c.micro = 1;
   c.opt = sl_optimizer_adam(3e-3);
   return c;
 }
@@ -131,7 +133,28 @@ static sl_tensor mlp(builder *b, sl_tensor m, const char *name) {
                 b2);
 }
 
-sl_status ex_gpt_build(sl_graph *g, const ex_gpt_config *c) {
+/* Moves x to stage s: its placement becomes the default and x goes there
+ * in the activations' layout. */
+static sl_tensor enter_stage(sl_graph *g, const ex_gpt_config *c, int s,
+                             sl_tensor x, const char *sbp) {
+  sl_graph_set_default_placement(g, c->stage_placement[s]);
+  return sl_to_global(x, c->stage_placement[s], sbp);
+}
+
+sl_status ex_gpt_build(sl_graph *g, const ex_gpt_config *cfg) {
+  /* With micro-batches the graph is built for one micro-batch. */
+  ex_gpt_config mc = *cfg;
+  const ex_gpt_config *c = &mc;
+  if (mc.micro > 1) {
+    if (mc.batch % mc.micro != 0)
+      return sl__fail(SL_EINVAL,
+                      "gpt: batch %lld is not a multiple of the %d "
+                      "micro-batches",
+                      (long long)mc.batch, mc.micro);
+    mc.batch /= mc.micro;
+    SL_CHECK(sl_graph_set_micro_batches(g, mc.micro));
+  }
+  if (mc.schedule) SL_CHECK(sl_graph_set_schedule(g, mc.schedule));
   if (c->heads < 1 || c->hidden % c->heads != 0)
     return sl__fail(SL_EINVAL,
                     "gpt: hidden %lld is not a multiple of heads "
@@ -143,7 +166,8 @@ sl_status ex_gpt_build(sl_graph *g, const ex_gpt_config *c) {
   if (!c->npy_inputs != !c->npy_targets)
     return sl__fail(SL_EINVAL, "gpt: .npy data wants both the inputs and the "
                                "targets");
-  sl_status st = sl_graph_set_default_placement(g, c->placement);
+  sl_status st = sl_graph_set_default_placement(
+      g, c->pp > 1 ? c->stage_placement[0] : c->placement);
   if (st != SL_OK) return st;
   builder bd = {g, c, c->seed * 1000};
   builder *b = &bd;
@@ -181,7 +205,10 @@ sl_status ex_gpt_build(sl_graph *g, const ex_gpt_config *c) {
   sl_tensor wte = param(b, "wte", &es, normal(b, 0.02), -1);
   sl_tensor wpe = param(b, "wpe", &ps, normal(b, 0.01), -1);
   sl_tensor x = sl_name(sl_add(sl_embedding(wte, inputs), wpe), "embed");
+  int stage = 0;
   for (int l = 0; l < c->layers; l++) {
+    if (c->pp > 1 && ex_stage_of(l, c->layers, c->pp) != stage)
+      x = enter_stage(g, c, stage = ex_stage_of(l, c->layers, c->pp), x, dsbp);
     char name[32], ln[48];
     snprintf(name, sizeof name, "h%d", l);
     snprintf(ln, sizeof ln, "%s.ln1", name);
@@ -192,6 +219,10 @@ sl_status ex_gpt_build(sl_graph *g, const ex_gpt_config *c) {
     snprintf(an, sizeof an, "%s.mlp", name);
     x = sl_add(x, mlp(b, layer_norm(b, x, ln), an));
   }
+  if (c->pp > 1 && stage != c->pp - 1)
+    x = enter_stage(g, c, stage = c->pp - 1, x, dsbp);
+  if (c->pp > 1)
+    targets = sl_to_global(targets, c->stage_placement[stage], dsbp);
   x = layer_norm(b, x, "lnf");
   sl_tensor logits;
   if (c->tie) {

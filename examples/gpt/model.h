@@ -52,6 +52,14 @@ typedef struct ex_gpt_config {
   ex_layout layout;
   const char *placement; /* from ex_layout_placement */
   sl_optimizer opt;
+  /* Pipelining (docs/pipeline.md): pp stages (1: none) on
+   * stage_placement[0..pp) (ex_stage_placements) with the blocks balanced
+   * over them, the embedding on the first and the head on the last;
+   * `micro` micro-batches of batch/micro rows per step; the schedule (NULL:
+   * 1f1b). */
+  int pp, micro;
+  const char *stage_placement[EX_MAX_STAGES];
+  const char *schedule;
 } ex_gpt_config;
 
 /* Defaults: batch 8, seq 32, vocab 64, hidden 64, 4 heads, 2 layers,

@@ -3,6 +3,7 @@
  *   mlp --devices cpu:4 --layout dp --steps 20
  *   mlp --devices cpu:3 --layout tp --hidden 256 --optimizer adam
  *   mlp --devices cpu:4 --layout hybrid --trace mlp.json
+ *   mlp --devices cpu:4 --pp 2 --layout dp --micro 8 --schedule 1f1b
  *   mlp --data x.npy,y.npy --batch 64
  *   mlp --steps 500 --save ckpt --save-every 100
  *   mlp --steps 1000 --save ckpt --resume ckpt
@@ -28,7 +29,8 @@ static const char usage[] =
     "Trains an MLP classifier (ReLU hidden layers, softmax cross-entropy) on\n"
     "synthetic Gaussian-mixture data or .npy files, under a layout of CPU\n"
     "devices: single, dp (data parallel), tp (Megatron tensor parallel) or\n"
-    "hybrid (data x tensor parallel on a [N/2, 2] mesh).";
+    "hybrid (data x tensor parallel on a [N/2, 2] mesh), optionally in --pp\n"
+    "pipeline stages over --micro micro-batches.";
 
 int main(int argc, char **argv) {
   ex_mlp_config c = ex_mlp_defaults();
@@ -37,12 +39,22 @@ int main(int argc, char **argv) {
   double lr = -1, momentum = 0;
   const char *devices = "cpu:1", *layout = "single", *optimizer = "sgd",
              *data = NULL, *trace = NULL, *engine = "auto";
+  int64_t pp = 1, micro = 1;
+  const char *schedule = NULL;
   bool profile = false, check = false, print_graph = false, memory = false;
   ex_ckpt_flags ckf = {0};
   const ex_flag flags[] = {
       {"devices", EX_FLAG_STRING, &devices, "cpu:N or a placement (cpu:0-3)",
        0},
       {"layout", EX_FLAG_STRING, &layout, "single | dp | tp | hybrid", 0},
+      {"pp", EX_FLAG_INT, &pp,
+       "pipeline stages: the devices split into P groups, each laid out "
+       "by --layout",
+       1},
+      {"micro", EX_FLAG_INT, &micro,
+       "micro-batches per step (the batch is split into M)", 1},
+      {"schedule", EX_FLAG_STRING, &schedule,
+       "1f1b | gpipe | interleaved | zero-bubble (default 1f1b)", 0},
       {"steps", EX_FLAG_INT, &steps, "training steps", 1},
       {"batch", EX_FLAG_INT, &batch, "global batch size", 1},
       {"in", EX_FLAG_INT, &in, "input features (synthetic data)", 1},
@@ -87,13 +99,20 @@ int main(int argc, char **argv) {
                     .profile = profile,
                     .check_replicas = check};
   char placement[512];
+  static char stages[EX_MAX_STAGES][512];
   if (ex_layout_parse(layout, &c.layout) != SL_OK ||
       ex_engine_parse(engine, &ro.engine) != SL_OK ||
       ex_layout_placement(c.layout, devices, placement, sizeof placement) !=
-          SL_OK) {
+          SL_OK ||
+      ex_stage_placements(c.layout, devices, (int)pp, stages) != SL_OK) {
     fprintf(stderr, "mlp: %s\n", sl_last_error());
     return 2;
   }
+  c.pp = (int)pp;
+  c.micro = (int)micro;
+  c.schedule = schedule;
+  for (int s = 0; s < c.pp; s++)
+    c.stage_placement[s] = stages[s];
   if (strcmp(optimizer, "sgd") == 0) {
     c.opt = sl_optimizer_sgd(lr > 0 ? lr : 0.05, momentum);
   } else if (strcmp(optimizer, "adam") == 0) {
@@ -154,7 +173,10 @@ int main(int argc, char **argv) {
       !ex_run_needs(run, "mlp", ex_ckpt_any(&ckf),
                     "checkpoints (--save, --load, --resume)",
                     EX_ENGINE_SESSION) ||
-      !ex_run_needs(run, "mlp", check, "--check-replicas", EX_ENGINE_SHARDED)) {
+      !ex_run_needs(run, "mlp", check, "--check-replicas", EX_ENGINE_SHARDED) ||
+      !ex_run_needs(run, "mlp", pp > 1 || micro > 1 || schedule,
+                    "pipelining (--pp, --micro, --schedule)",
+                    EX_ENGINE_SESSION)) {
     rc = 2;
     goto done;
   }
@@ -162,6 +184,10 @@ int main(int argc, char **argv) {
          "engine %s\n",
          (long long)layers, (long long)hidden, (long long)batch, layout,
          placement, ex_engine_name(ex_run_engine(run)));
+  if (pp > 1 || micro > 1)
+    printf("pipeline: %lld stage%s, %lld micro-batches of %lld, schedule %s\n",
+           (long long)pp, pp == 1 ? "" : "s", (long long)micro,
+           (long long)(batch / micro), schedule ? schedule : "1f1b");
   fflush(stdout); /* before any error the checkpoint flags print */
   if (print_graph) {
     int len = sl_graph_print(g, NULL, 0);

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core_int.h"
+
 ex_mlp_config ex_mlp_defaults(void) {
   ex_mlp_config c = {0};
   c.batch = 256;
@@ -18,6 +20,8 @@ ex_mlp_config ex_mlp_defaults(void) {
   c.placement = "cpu:0";
   c.data = EX_MLP_DATA_SYNTHETIC;
   c.opt = sl_optimizer_sgd(0.05, 0);
+  c.pp = 1;
+  c.micro = 1;
   return c;
 }
 
@@ -66,8 +70,31 @@ static sl_tensor linear(sl_graph *g, const ex_mlp_config *c, sl_tensor x,
   return relu ? sl_relu(y) : y;
 }
 
-sl_status ex_mlp_build(sl_graph *g, const ex_mlp_config *c) {
-  sl_status st = sl_graph_set_default_placement(g, c->placement);
+/* Moves h to stage s of a pipeline: its placement becomes the default
+ * and h goes there in the activations' layout. */
+static sl_tensor enter_stage(sl_graph *g, const ex_mlp_config *c, int s,
+                             sl_tensor h, const char *sbp) {
+  if (c->pp <= 1) return h;
+  sl_graph_set_default_placement(g, c->stage_placement[s]);
+  return sl_to_global(h, c->stage_placement[s], sbp);
+}
+
+sl_status ex_mlp_build(sl_graph *g, const ex_mlp_config *cfg) {
+  /* With micro-batches the graph is built for one micro-batch. */
+  ex_mlp_config mc = *cfg;
+  const ex_mlp_config *c = &mc;
+  if (mc.micro > 1) {
+    if (mc.batch % mc.micro != 0)
+      return sl__fail(SL_EINVAL,
+                      "mlp: batch %lld is not a multiple of the "
+                      "%d micro-batches",
+                      (long long)mc.batch, mc.micro);
+    mc.batch /= mc.micro;
+    SL_CHECK(sl_graph_set_micro_batches(g, mc.micro));
+  }
+  if (mc.schedule) SL_CHECK(sl_graph_set_schedule(g, mc.schedule));
+  sl_status st = sl_graph_set_default_placement(
+      g, c->pp > 1 ? c->stage_placement[0] : c->placement);
   if (st != SL_OK) return st;
   char dsbp[32], lsbp[32];
   /* Activations: the batch axis is what data parallelism splits. */
@@ -115,14 +142,20 @@ sl_status ex_mlp_build(sl_graph *g, const ex_mlp_config *c) {
   }
   int n = c->layers + 1; /* matmuls: the hidden layers and the head */
   sl_tensor h = x;
+  int stage = 0;
   for (int j = 0; j < c->layers; j++) {
     char name[32];
     snprintf(name, sizeof name, "fc%d", j + 1);
+    if (ex_stage_of(j, n, c->pp) != stage)
+      h = enter_stage(g, c, stage = ex_stage_of(j, n, c->pp), h, dsbp);
     h = linear(g, c, h, name, j == 0 ? in : c->hidden, c->hidden, role_of(j, n),
                true, seed + 10 + (uint64_t)j);
   }
+  if (c->pp > 1 && stage != c->pp - 1)
+    h = enter_stage(g, c, stage = c->pp - 1, h, dsbp);
   sl_tensor logits = linear(g, c, h, "head", c->layers > 0 ? c->hidden : in,
                             c->classes, role_of(n - 1, n), false, seed + 9);
+  if (c->pp > 1) labels = sl_to_global(labels, c->stage_placement[stage], lsbp);
   sl_tensor loss = sl_name(sl_cross_entropy(logits, labels), "xent");
   st = sl_minimize(loss, &c->opt);
   if (st != SL_OK) return st;

@@ -45,6 +45,13 @@ typedef struct ex_mlp_config {
   ex_mlp_data data;
   const char *npy_x, *npy_labels; /* EX_MLP_DATA_NPY */
   sl_optimizer opt;
+  /* Pipelining (docs/pipeline.md): pp stages (1: none) on
+   * stage_placement[0..pp) (ex_stage_placements), the matmuls balanced
+   * over them; `micro` micro-batches of batch/micro rows per step (1:
+   * none); the schedule (NULL: 1f1b). */
+  int pp, micro;
+  const char *stage_placement[EX_MAX_STAGES];
+  const char *schedule;
 } ex_mlp_config;
 
 /* The defaults: batch 256, in 1024, 4 hidden layers of 1024, 10 classes,

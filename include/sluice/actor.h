@@ -195,6 +195,11 @@ SL_API void sl_plan_destroy(sl_plan *p);
 SL_API sl_status sl_plan_add_actor(sl_plan *p, const sl_actor_desc *d,
                                    sl_actor_id *out);
 
+/* Gives actor a a mark (copied) that the trace shows with each of its
+ * firings (args.pass), e.g. a pipeline pass "s1 F3". SL_ENOTFOUND for an
+ * actor the plan does not have, SL_ESTATE once a job was created. */
+SL_API sl_status sl_plan_set_mark(sl_plan *p, sl_actor_id a, const char *mark);
+
 /* Adds an output register descriptor to actor `producer` (its next output
  * slot) and returns the descriptor's number. SL_ENOTFOUND for an unknown
  * actor, SL_EINVAL for a bad count/initial, SL_ESTATE once frozen. */

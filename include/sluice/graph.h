@@ -88,6 +88,41 @@ SL_API sl_status sl_graph_set_default_placement_p(sl_graph *g,
 SL_API void sl_graph_push_scope(sl_graph *g, const char *scope);
 SL_API void sl_graph_pop_scope(sl_graph *g);
 
+/* ---- pipelining (docs/pipeline.md) ------------------------------------ */
+
+/* Micro-batches per step (default 1). With m > 1 the graph is built for
+ * one micro-batch: inputs and data sources are declared with the
+ * micro-batch's rows on axis 0, and each step feeds m times as many
+ * (sl_session_feed takes the step's whole batch, which is cut into m
+ * micro-batches along axis 0; data sources read the step's m micro-batches
+ * in turn). Forward and backward run per micro-batch, gradients are
+ * summed over micro-batches in order and divided by m, and the optimizer
+ * updates once per step: the step of a run without micro-batches on the
+ * whole batch. A fetched scalar is the mean over micro-batches; any other
+ * fetched tensor that depends on the batch is its micro-batches'
+ * values concatenated along axis 0. Set it before sl_minimize (and before
+ * compilation). SL_EINVAL for m < 1, SL_ESTATE once sl_minimize ran or
+ * after compilation. */
+SL_API sl_status sl_graph_set_micro_batches(sl_graph *g, int m);
+
+/* The pipeline schedule: each device's order of forward (F), backward (B)
+ * and, for "zero-bubble", weight-gradient (W) passes over micro-batches,
+ * made binding by the plan: "1f1b" (default), "gpipe", "interleaved"
+ * (several stages per device, Megatron's interleaved 1F1B; needs the
+ * micro-batches to be a multiple of the stages per chunk) or "zero-bubble"
+ * (ZB-H1). SL_EINVAL naming the known ones for another name, SL_ESTATE
+ * after compilation. */
+SL_API sl_status sl_graph_set_schedule(sl_graph *g, const char *schedule);
+
+/* Pipeline stages. Ops created until the matching pop belong to stage
+ * `stage` (>= 0); without it a forward op's stage is derived from its
+ * placement: the largest stage among its inputs', plus one where the
+ * input comes from another placement. Backward ops take their forward
+ * op's stage. Stages only order work: where the ops run is their
+ * placement. */
+SL_API void sl_graph_push_stage(sl_graph *g, int stage);
+SL_API void sl_graph_pop_stage(sl_graph *g);
+
 /* Number of nodes (ops, inputs, variables, fetches) the graph holds. */
 SL_API int sl_graph_node_count(const sl_graph *g);
 

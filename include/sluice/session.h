@@ -294,6 +294,44 @@ SL_API sl_status sl_plan_file_convert_node(const char *pb_path,
                                            sl_plan_format format, int node,
                                            const char *out_path);
 
+/* ---- simulation (docs/pipeline.md) ----------------------------------------
+ */
+
+/* Costs for simulating a step. Zero fields take the model's defaults. */
+typedef struct sl_sim_config {
+  double gflops;     /* a device's matmul rate (default 50 GFLOP/s) */
+  double copy_gbps;  /* other kernels and copies move bytes at this
+                        rate (default 10 GB/s) */
+  const char *costs; /* a Chrome trace of a run (SLUICE_TRACE): each task's
+                        mean firing time there replaces the model's;
+                        NULL: the model alone */
+} sl_sim_config;
+
+typedef struct sl_simulation {
+  double step_us;         /* predicted time of one step */
+  double bubble;          /* the largest idle fraction of a device's
+                             compute stream over the step */
+  int32_t devices;        /* devices with compute work */
+  int32_t tasks_measured; /* tasks whose cost came from the trace */
+} sl_simulation;
+
+/* Replays one step of the session's plan as a discrete-event simulation:
+ * each stream runs one task at a time, a task runs once what it reads is
+ * done (registers, the plan's order, its boxing group). Fills out and,
+ * when report_path is not NULL ("-": stdout), writes the report `sluice
+ * plan --simulate` prints: predicted step time, each device's busy time,
+ * bubble, planned memory and registers, and its order of pipeline passes.
+ * SL_EINVAL naming the tasks of a deadlock, SL_EIO. */
+SL_API sl_status sl_session_simulate(const sl_session *s,
+                                     const sl_sim_config *cfg,
+                                     sl_simulation *out,
+                                     const char *report_path);
+/* The same for a protobuf plan file. */
+SL_API sl_status sl_plan_file_simulate(const char *pb_path,
+                                       const sl_sim_config *cfg,
+                                       sl_simulation *out,
+                                       const char *report_path);
+
 #ifdef __cplusplus
 }
 #endif

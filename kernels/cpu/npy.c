@@ -371,7 +371,11 @@ static sl_status npy_cpu(const sl__kernel_ctx *k) {
   if (run_axis == 0) run = run / sl->extent[0]; /* one row's part */
   int outer = run_axis == 0 ? 1 : run_axis;     /* axes 1..outer-1 iterate */
   int64_t n_rows = fs->dims[0];
-  int64_t base = (k->step * batch) % n_rows;
+  /* Each step reads the next `rows` rows: the batch, or for a micro-batch's
+   * copy the step's whole batch (sl__graph_micro_shift), of which its
+   * slice is its part. */
+  int64_t per_step = k->out_global[0].ndim ? k->out_global[0].dims[0] : batch;
+  int64_t base = (k->step % n_rows) * (per_step % n_rows) % n_rows;
   if (base < 0) base += n_rows;
   char *dst = k->out[0];
   size_t run_bytes = (size_t)run * es;
@@ -421,4 +425,5 @@ const sl__op_def sl__op_npy_read = {
     .cpu = npy_cpu,
     .cuda = SL__CUDA_KERNEL(npy_read),
     .per_step = true,
+    .by_position = true,
 };

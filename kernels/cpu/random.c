@@ -180,6 +180,7 @@ const sl__op_def sl__op_random_uniform = {
     .cpu = uniform_cpu,
     .cuda = SL__CUDA_KERNEL(random_uniform),
     .per_step = true,
+    .by_position = true,
 };
 
 /* ---- random_normal
@@ -230,6 +231,7 @@ const sl__op_def sl__op_random_normal = {
     .cpu = normal_cpu,
     .cuda = SL__CUDA_KERNEL(random_normal),
     .per_step = true,
+    .by_position = true,
 };
 
 /* ---- random_int
@@ -281,6 +283,7 @@ const sl__op_def sl__op_random_int = {
     .cpu = int_cpu,
     .cuda = SL__CUDA_KERNEL(random_int),
     .per_step = true,
+    .by_position = true,
 };
 
 /* ---- dropout
@@ -358,6 +361,7 @@ const sl__op_def sl__op_dropout = {
     .signatures = dropout_sigs,
     .cpu = dropout_cpu,
     .cuda = SL__CUDA_KERNEL(dropout),
+    .by_position = true,
 };
 
 /* dropout's gradient applies the same mask and scale to dy: the same
@@ -371,4 +375,5 @@ const sl__op_def sl__op_dropout_grad = {
     .signatures = dropout_sigs,
     .cpu = dropout_cpu,
     .cuda = SL__CUDA_KERNEL(dropout_grad),
+    .by_position = true,
 };
