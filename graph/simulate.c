@@ -8,8 +8,9 @@
  * edges, the other members of its boxing group — are done. Costs come
  * from a model (matmul FLOPs at a rate, other kernels and copies by the
  * bytes they move, boxing steps by the planner's alpha-beta prediction)
- * or, where given, from a trace of a real run: each task's mean firing
- * time. The result: the step's predicted time, each device's busy time
+ * or, where given, from a trace of a real run: each task's median firing
+ * time (boxing members excepted: their firings include waiting for their
+ * peers). The result: the step's predicted time, each device's busy time
  * and bubble, its planned memory, its order of passes, and a deadlock
  * (tasks that never become ready) named task by task. */
 #include <errno.h>
@@ -73,7 +74,7 @@ static double model_us(const sl__pplan *p, const sl__task *t,
   }
 }
 
-/* Mean duration per actor name in a Chrome trace written by a session
+/* Median duration per actor name in a Chrome trace written by a session
  * (actor/trace.c: one event per line). */
 typedef struct measured {
   char *name;
@@ -83,6 +84,13 @@ typedef struct measured {
 
 static int by_name(const void *a, const void *b) {
   return strcmp(((const measured *)a)->name, ((const measured *)b)->name);
+}
+
+static int by_name_time(const void *a, const void *b) {
+  const measured *x = a, *y = b;
+  int c = strcmp(x->name, y->name);
+  if (c) return c;
+  return x->sum < y->sum ? -1 : x->sum > y->sum;
 }
 
 static sl_status read_costs(const char *path, measured **out, int32_t *n_out) {
@@ -127,16 +135,18 @@ static sl_status read_costs(const char *path, measured **out, int32_t *n_out) {
                   "session wrote with SLUICE_TRACE)",
                   path);
   if (st == SL_OK) {
-    qsort(m, (size_t)n, sizeof *m, by_name);
+    /* Each task's median firing: robust to a first step's warm-up. */
+    qsort(m, (size_t)n, sizeof *m, by_name_time);
     int32_t k = 0;
-    for (int32_t i = 0; i < n; i++) {
-      if (k > 0 && strcmp(m[k - 1].name, m[i].name) == 0) {
-        m[k - 1].sum += m[i].sum;
-        m[k - 1].n++;
-        free(m[i].name);
-      } else {
-        m[k++] = m[i];
-      }
+    for (int32_t i = 0; i < n;) {
+      int32_t j = i;
+      while (j < n && strcmp(m[j].name, m[i].name) == 0)
+        j++;
+      measured med = {m[i].name, m[i + (j - i) / 2].sum, 1};
+      for (int32_t x = i + 1; x < j; x++)
+        free(m[x].name);
+      m[k++] = med;
+      i = j;
     }
     n = k;
     *out = m;
@@ -402,7 +412,9 @@ sl_status sl__pplan_simulate(const sl__pplan *p, const sl_sim_config *cfg,
   for (int32_t t = 0; t < n; t++) {
     const sl__task *task = &p->tasks[t];
     s.cost[t] = model_us(p, task, &c);
-    if (meas) {
+    /* A boxing member's firing also waits for its peers: its cost stays
+     * the planner's. */
+    if (meas && task->kind != SL__TASK_COLL && task->kind != SL__TASK_XCHG) {
       measured key = {(char *)task->name, 0, 0};
       measured *m = bsearch(&key, meas, (size_t)n_meas, sizeof *meas, by_name);
       if (m && m->n) {

@@ -53,7 +53,7 @@ static void usage(FILE *f) {
              "                  bubble, memory and registers, its order of\n"
              "                  pipeline passes; a deadlock is named task by\n"
              "                  task (exit status 1)\n"
-             "  --costs TRACE   measured costs: each task's mean firing time "
+             "  --costs TRACE   measured costs: each task's median firing time "
              "in\n"
              "                  a trace a run wrote with SLUICE_TRACE=TRACE\n"
              "  --gflops G      the model's matmul rate per device "

@@ -303,7 +303,7 @@ typedef struct sl_sim_config {
   double copy_gbps;  /* other kernels and copies move bytes at this
                         rate (default 10 GB/s) */
   const char *costs; /* a Chrome trace of a run (SLUICE_TRACE): each task's
-                        mean firing time there replaces the model's;
+                        median firing time there replaces the model's;
                         NULL: the model alone */
 } sl_sim_config;
 

@@ -388,6 +388,101 @@ static void test_config_errors(void **state) {
   sl_graph_destroy(g);
 }
 
+/* ---- simulation ------------------------------------------------------------ */
+
+static sl_simulation simulate_cfg(const pipe_cfg *c, const char *report) {
+  sl_graph *g = pipe_mlp(c, c->micro, c->batch);
+  sl_session *s = NULL;
+  if (sl_session_create(g, NULL, &s) != SL_OK)
+    fail_msg("session: %s", sl_last_error());
+  sl_simulation r;
+  if (sl_session_simulate(s, NULL, &r, report) != SL_OK)
+    fail_msg("simulate: %s", sl_last_error());
+  sl_session_destroy(s);
+  sl_graph_destroy(g);
+  return r;
+}
+
+static void test_simulation(void **state) {
+  (void)state;
+  /* Bubbles shrink with more micro-batches, as (P-1)/(M+P-1) does. */
+  pipe_cfg c = {4, 8, NULL, NULL, 2, "1f1b", false, 64};
+  sl_simulation m2 = simulate_cfg(&c, NULL);
+  c.micro = 8;
+  sl_simulation m8 = simulate_cfg(&c, NULL);
+  c.schedule = "zero-bubble";
+  sl_simulation z8 = simulate_cfg(&c, NULL);
+  printf("simulated bubble: 1f1b M=2 %.3f, M=8 %.3f; zero-bubble M=8 %.3f\n",
+         m2.bubble, m8.bubble, z8.bubble);
+  fflush(stdout);
+  assert_int_equal(m8.devices, 4);
+  assert_true(m8.step_us > 0);
+  assert_true(m8.bubble < m2.bubble);
+  assert_true(z8.bubble <= m8.bubble);
+  /* The report's order of passes is the schedule's. */
+  char path[] = "/tmp/sluice_pipe_sim_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  pipe_cfg o = {2, 2, NULL, NULL, 4, "1f1b", false, 2};
+  simulate_cfg(&o, path);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  char text[8192];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  text[n] = '\0';
+  fclose(f);
+  unlink(path);
+  assert_non_null(strstr(text, "predicted step time:"));
+  assert_non_null(
+      strstr(text, "cpu:0: s0 F0 s0 F1 s0 B0 s0 F2 s0 B1 s0 F3 s0 B2 s0 B3"));
+  assert_non_null(
+      strstr(text, "cpu:1: s1 F0 s1 B0 s1 F1 s1 B1 s1 F2 s1 B2 s1 F3 s1 B3"));
+}
+
+/* A plan (as a file could hold) whose two tasks each wait for the other:
+ * the simulation names them instead of running forever. */
+static void test_simulated_deadlock_is_named(void **state) {
+  (void)state;
+  sl__pplan *p = NULL;
+  assert_int_equal(sl__pplan_create(&p), SL_OK);
+  p->machines = 1;
+  p->driver = 1;
+  int32_t regs[2];
+  for (int i = 0; i < 2; i++) {
+    sl__task *t = sl__pplan_add_task(p);
+    assert_non_null(t);
+    t->kind = SL__TASK_LOCAL;
+    t->name = i ? "b@r0" : "a@r0";
+    t->stream = SL_STREAM_COMPUTE;
+    t->n_in = t->n_out = 1;
+    t->in = sl__arena_calloc(p->arena, 1, sizeof *t->in);
+    t->out = sl__arena_calloc(p->arena, 1, sizeof *t->out);
+    sl__regst *r = sl__pplan_add_regst(p);
+    assert_non_null(r);
+    r->name = i ? "b" : "a";
+    r->producer = i;
+    r->count = 1;
+    r->bytes = 4;
+    r->shape = SL_SHAPE(1);
+    r->value = r->rank = r->var_node = -1;
+    r->out_slot = 0;
+    regs[i] = i;
+  }
+  p->tasks[0].out[0] = regs[0];
+  p->tasks[1].out[0] = regs[1];
+  p->tasks[0].in[0] = regs[1];
+  p->tasks[1].in[0] = regs[0];
+  if (sl__pplan_validate(p) != SL_OK) fail_msg("%s", sl_last_error());
+  sl_simulation r;
+  assert_int_equal(sl__pplan_simulate(p, NULL, &r, NULL), SL_EINVAL);
+  const char *e = sl_last_error();
+  printf("%s\n", e);
+  assert_non_null(strstr(e, "deadlocks"));
+  assert_non_null(strstr(e, "'a@r0' waits for 'b@r0'"));
+  sl__pplan_destroy(p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_accumulation_on_one_device),
@@ -398,6 +493,8 @@ int main(void) {
       cmocka_unit_test(test_activation_memory_follows_the_schedule),
       cmocka_unit_test(test_wrong_stage_is_a_reported_deadlock),
       cmocka_unit_test(test_config_errors),
+      cmocka_unit_test(test_simulation),
+      cmocka_unit_test(test_simulated_deadlock_is_named),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
