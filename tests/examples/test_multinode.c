@@ -48,9 +48,12 @@ static int parse_losses(const char *out, double *loss, int max) {
   return n;
 }
 
-static void run(const example *ex, const char *launch_nodes,
-                const char *launch_devices, const char *devices,
-                const char *layout, double *loss) {
+/* Runs ex (under `sluice launch` when launch_nodes is set) with extra
+ * flags `more` (NULL-terminated, may be NULL) and reads its losses. */
+static void run_with(const example *ex, const char *launch_nodes,
+                     const char *launch_devices, const char *devices,
+                     const char *layout, const char *const *more,
+                     double *loss) {
   const char *argv[32];
   int a = 0;
   if (launch_nodes) {
@@ -71,6 +74,8 @@ static void run(const example *ex, const char *launch_nodes,
   argv[a++] = "4";
   for (int i = 0; ex->extra[i]; i++)
     argv[a++] = ex->extra[i];
+  for (int i = 0; more && more[i]; i++)
+    argv[a++] = more[i];
   argv[a] = NULL;
   cli_result r;
   assert_int_equal(cli_run(argv[0], argv, &r), 0);
@@ -80,6 +85,12 @@ static void run(const example *ex, const char *launch_nodes,
              ex->name, devices, layout, launch_nodes ? launch_nodes : "-",
              launch_devices ? launch_devices : "-", r.status, r.out, r.err);
   cli_result_free(&r);
+}
+
+static void run(const example *ex, const char *launch_nodes,
+                const char *launch_devices, const char *devices,
+                const char *layout, double *loss) {
+  run_with(ex, launch_nodes, launch_devices, devices, layout, NULL, loss);
 }
 
 static void matrix(const example *ex) {
@@ -196,12 +207,48 @@ static void test_gpt(void **state) {
   matrix(&examples[1]);
 }
 
+/* Pipeline stages on separate daemons (docs/pipeline.md): the stage
+ * edges go over the data plane and the losses are those of one device
+ * without micro-batches. Two and three daemons with one stage each, and
+ * dp x pp (two devices per stage node). */
+static void test_pipeline_across_nodes(void **state) {
+  (void)state;
+  static const struct {
+    const char *nodes, *devs, *placement, *layout, *pp, *schedule;
+  } cases[] = {
+      {"2", "cpu:1", "cpu:0-1/0", "single", "2", "1f1b"},
+      {"3", "cpu:1", "cpu:0-2/0", "single", "3", "gpipe"},
+      {"2", "cpu:2", "cpu:0-1/0-1", "dp", "2", "zero-bubble"},
+  };
+  for (size_t e = 0; e < 2; e++) {
+    double ref[STEPS];
+    run(&examples[e], NULL, NULL, "cpu:1", "single", ref);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+      const char *more[] = {"--pp",       cases[c].pp,       "--micro", "4",
+                            "--schedule", cases[c].schedule, NULL};
+      double got[STEPS];
+      run_with(&examples[e], cases[c].nodes, cases[c].devs,
+               cases[c].placement, cases[c].layout, more, got);
+      for (int k = 0; k < STEPS; k++) {
+        printf("%s pp %s %s %s on %s: step %d loss %.7f (one device %.7f)\n",
+               examples[e].name, cases[c].pp, cases[c].schedule,
+               cases[c].layout, cases[c].placement, k, got[k], ref[k]);
+        if (fabs(got[k] - ref[k]) > TOL * fabs(ref[k]))
+          fail_msg("%s pp %s on %s: step %d loss %.9g, one device %.9g",
+                   examples[e].name, cases[c].pp, cases[c].placement, k,
+                   got[k], ref[k]);
+      }
+    }
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mlp),
       cmocka_unit_test(test_gpt),
       cmocka_unit_test(test_npy_data),
       cmocka_unit_test(test_program_plan),
+      cmocka_unit_test(test_pipeline_across_nodes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
