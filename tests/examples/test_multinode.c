@@ -227,16 +227,16 @@ static void test_pipeline_across_nodes(void **state) {
       const char *more[] = {"--pp",       cases[c].pp,       "--micro", "4",
                             "--schedule", cases[c].schedule, NULL};
       double got[STEPS];
-      run_with(&examples[e], cases[c].nodes, cases[c].devs,
-               cases[c].placement, cases[c].layout, more, got);
+      run_with(&examples[e], cases[c].nodes, cases[c].devs, cases[c].placement,
+               cases[c].layout, more, got);
       for (int k = 0; k < STEPS; k++) {
         printf("%s pp %s %s %s on %s: step %d loss %.7f (one device %.7f)\n",
                examples[e].name, cases[c].pp, cases[c].schedule,
                cases[c].layout, cases[c].placement, k, got[k], ref[k]);
         if (fabs(got[k] - ref[k]) > TOL * fabs(ref[k]))
           fail_msg("%s pp %s on %s: step %d loss %.9g, one device %.9g",
-                   examples[e].name, cases[c].pp, cases[c].placement, k,
-                   got[k], ref[k]);
+                   examples[e].name, cases[c].pp, cases[c].placement, k, got[k],
+                   ref[k]);
       }
     }
   }

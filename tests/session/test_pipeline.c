@@ -237,6 +237,25 @@ static void traced_passes(sl_graph *g, const char *trace, int dev, char *out,
   sl__pplan_destroy(p);
 }
 
+/* The earliest start (first) or the latest start of a firing of pass
+ * `pass` in the trace. */
+static double pass_time(const char *trace, const char *pass, bool first) {
+  FILE *f = fopen(trace, "r");
+  assert_non_null(f);
+  char line[4096], want[48];
+  snprintf(want, sizeof want, "\"pass\":\"%s\"", pass);
+  double best = first ? INFINITY : -INFINITY;
+  while (fgets(line, sizeof line, f)) {
+    char *ts = strstr(line, "\"ts\":");
+    if (!ts || !strstr(line, want)) continue;
+    double t = strtod(ts + 5, NULL);
+    best = first ? fmin(best, t) : fmax(best, t);
+  }
+  fclose(f);
+  assert_true(isfinite(best));
+  return best;
+}
+
 /* Runs one step of c with a trace and checks each device's passes. */
 static void check_order(const pipe_cfg *c, const char *const *want) {
   char trace[] = "/tmp/sluice_pipe_trace_XXXXXX";
@@ -259,6 +278,15 @@ static void check_order(const pipe_cfg *c, const char *const *want) {
     if (strcmp(got, want[d]) != 0)
       fail_msg("%s P=%d M=%d cpu:%d: passes\n  %s\nwanted\n  %s", c->schedule,
                c->devices, c->micro, d, got, want[d]);
+  }
+  /* The pipeline overlaps: stage 1 starts micro-batch 0 before stage 0
+   * has started its last forward (under 1F1B, stage 0's last forwards
+   * wait for stage 1's first backwards). */
+  if (strcmp(c->schedule, "1f1b") == 0) {
+    char last[16];
+    snprintf(last, sizeof last, "s0 F%d", c->micro - 1);
+    assert_true(pass_time(trace, "s1 F0", true) <
+                pass_time(trace, last, false));
   }
   unlink(trace);
   sl_graph_destroy(g);
@@ -388,7 +416,8 @@ static void test_config_errors(void **state) {
   sl_graph_destroy(g);
 }
 
-/* ---- simulation ------------------------------------------------------------ */
+/* ---- simulation ------------------------------------------------------------
+ */
 
 static sl_simulation simulate_cfg(const pipe_cfg *c, const char *report) {
   sl_graph *g = pipe_mlp(c, c->micro, c->batch);
