@@ -108,21 +108,4 @@ const char *ex_layout_sbp(ex_layout l, int data_axis, int model_axis, char *buf,
 /* Whether the layout splits weights across devices (tp, hybrid). */
 bool ex_layout_is_tensor_parallel(ex_layout l);
 
-/* ---- pipelines ---------------------------------------------------------- */
-
-#define EX_MAX_STAGES 64
-
-/* The placements of `pp` pipeline stages (1..EX_MAX_STAGES) over `devices`
- * (as ex_layout_placement takes them), each laid out for the layout:
- * several nodes are split by node, one node's devices into equal groups.
- * stages[s] receives stage s's text (each `size` bytes). SL_EINVAL with
- * the reason (devices or nodes not divisible by pp, a group hybrid cannot
- * lay out). */
-sl_status ex_stage_placements(ex_layout l, const char *devices, int pp,
-                              char (*stages)[512]);
-
-/* The stage of part j of n (layers, in order) over pp stages: balanced,
- * the first stages taking one part fewer when n is not a multiple. */
-int ex_stage_of(int j, int n, int pp);
-
 #endif

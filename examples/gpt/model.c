@@ -133,28 +133,11 @@ static sl_tensor mlp(builder *b, sl_tensor m, const char *name) {
                 b2);
 }
 
-/* Moves x to stage s: its placement becomes the default and x goes there
- * in the activations' layout. */
-static sl_tensor enter_stage(sl_graph *g, const ex_gpt_config *c, int s,
-                             sl_tensor x, const char *sbp) {
-  sl_graph_set_default_placement(g, c->stage_placement[s]);
-  return sl_to_global(x, c->stage_placement[s], sbp);
-}
-
 sl_status ex_gpt_build(sl_graph *g, const ex_gpt_config *cfg) {
   /* With micro-batches the graph is built for one micro-batch. */
   ex_gpt_config mc = *cfg;
   const ex_gpt_config *c = &mc;
-  if (mc.micro > 1) {
-    if (mc.batch % mc.micro != 0)
-      return sl__fail(SL_EINVAL,
-                      "gpt: batch %lld is not a multiple of the %d "
-                      "micro-batches",
-                      (long long)mc.batch, mc.micro);
-    mc.batch /= mc.micro;
-    SL_CHECK(sl_graph_set_micro_batches(g, mc.micro));
-  }
-  if (mc.schedule) SL_CHECK(sl_graph_set_schedule(g, mc.schedule));
+  SL_CHECK(ex_pipeline_setup(g, "gpt", mc.micro, mc.schedule, &mc.batch));
   if (c->heads < 1 || c->hidden % c->heads != 0)
     return sl__fail(SL_EINVAL,
                     "gpt: hidden %lld is not a multiple of heads "
@@ -208,7 +191,9 @@ sl_status ex_gpt_build(sl_graph *g, const ex_gpt_config *cfg) {
   int stage = 0;
   for (int l = 0; l < c->layers; l++) {
     if (c->pp > 1 && ex_stage_of(l, c->layers, c->pp) != stage)
-      x = enter_stage(g, c, stage = ex_stage_of(l, c->layers, c->pp), x, dsbp);
+      x = ex_enter_stage(
+          g, c->stage_placement[stage = ex_stage_of(l, c->layers, c->pp)], x,
+          dsbp);
     char name[32], ln[48];
     snprintf(name, sizeof name, "h%d", l);
     snprintf(ln, sizeof ln, "%s.ln1", name);
@@ -220,7 +205,7 @@ sl_status ex_gpt_build(sl_graph *g, const ex_gpt_config *cfg) {
     x = sl_add(x, mlp(b, layer_norm(b, x, ln), an));
   }
   if (c->pp > 1 && stage != c->pp - 1)
-    x = enter_stage(g, c, stage = c->pp - 1, x, dsbp);
+    x = ex_enter_stage(g, c->stage_placement[stage = c->pp - 1], x, dsbp);
   if (c->pp > 1)
     targets = sl_to_global(targets, c->stage_placement[stage], dsbp);
   x = layer_norm(b, x, "lnf");

@@ -38,6 +38,7 @@
 
 #include "common/ex_ckpt.h"
 #include "common/ex_flags.h"
+#include "common/ex_pipeline.h"
 
 typedef struct ex_gpt_config {
   int64_t batch, seq, vocab, hidden, heads;

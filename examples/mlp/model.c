@@ -70,29 +70,11 @@ static sl_tensor linear(sl_graph *g, const ex_mlp_config *c, sl_tensor x,
   return relu ? sl_relu(y) : y;
 }
 
-/* Moves h to stage s of a pipeline: its placement becomes the default
- * and h goes there in the activations' layout. */
-static sl_tensor enter_stage(sl_graph *g, const ex_mlp_config *c, int s,
-                             sl_tensor h, const char *sbp) {
-  if (c->pp <= 1) return h;
-  sl_graph_set_default_placement(g, c->stage_placement[s]);
-  return sl_to_global(h, c->stage_placement[s], sbp);
-}
-
 sl_status ex_mlp_build(sl_graph *g, const ex_mlp_config *cfg) {
   /* With micro-batches the graph is built for one micro-batch. */
   ex_mlp_config mc = *cfg;
   const ex_mlp_config *c = &mc;
-  if (mc.micro > 1) {
-    if (mc.batch % mc.micro != 0)
-      return sl__fail(SL_EINVAL,
-                      "mlp: batch %lld is not a multiple of the "
-                      "%d micro-batches",
-                      (long long)mc.batch, mc.micro);
-    mc.batch /= mc.micro;
-    SL_CHECK(sl_graph_set_micro_batches(g, mc.micro));
-  }
-  if (mc.schedule) SL_CHECK(sl_graph_set_schedule(g, mc.schedule));
+  SL_CHECK(ex_pipeline_setup(g, "mlp", mc.micro, mc.schedule, &mc.batch));
   sl_status st = sl_graph_set_default_placement(
       g, c->pp > 1 ? c->stage_placement[0] : c->placement);
   if (st != SL_OK) return st;
@@ -147,12 +129,13 @@ sl_status ex_mlp_build(sl_graph *g, const ex_mlp_config *cfg) {
     char name[32];
     snprintf(name, sizeof name, "fc%d", j + 1);
     if (ex_stage_of(j, n, c->pp) != stage)
-      h = enter_stage(g, c, stage = ex_stage_of(j, n, c->pp), h, dsbp);
+      h = ex_enter_stage(
+          g, c->stage_placement[stage = ex_stage_of(j, n, c->pp)], h, dsbp);
     h = linear(g, c, h, name, j == 0 ? in : c->hidden, c->hidden, role_of(j, n),
                true, seed + 10 + (uint64_t)j);
   }
   if (c->pp > 1 && stage != c->pp - 1)
-    h = enter_stage(g, c, stage = c->pp - 1, h, dsbp);
+    h = ex_enter_stage(g, c->stage_placement[stage = c->pp - 1], h, dsbp);
   sl_tensor logits = linear(g, c, h, "head", c->layers > 0 ? c->hidden : in,
                             c->classes, role_of(n - 1, n), false, seed + 9);
   if (c->pp > 1) labels = sl_to_global(labels, c->stage_placement[stage], lsbp);

@@ -29,6 +29,7 @@
 
 #include "common/ex_ckpt.h"
 #include "common/ex_flags.h"
+#include "common/ex_pipeline.h"
 
 typedef enum ex_mlp_data {
   EX_MLP_DATA_SYNTHETIC = 0,
