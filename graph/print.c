@@ -64,8 +64,13 @@ int sl_graph_print(const sl_graph *g, char *buf, size_t size) {
           shape);
       if (sbp[0]) put(&o, " %s%s", sbp, v->sbp_fixed ? "!" : "");
     }
-    put(&o, " @%s%s%s\n", place, n->backward ? " [bw]" : "",
+    put(&o, " @%s%s%s", place, n->backward ? " [bw]" : "",
         n->optimizer ? " [opt]" : "");
+    /* Pipelined graphs: the stage and pass of each micro-batch's node. */
+    if (g->micro_batches > 1 && n->micro >= 0 && n->stage >= 0)
+      put(&o, " [s%d %c%d]", (int)n->stage, "FBW"[n->phase % 3],
+          (int)n -> micro);
+    put(&o, "\n");
   }
   return o.len;
 }

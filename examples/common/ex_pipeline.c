@@ -72,6 +72,21 @@ int ex_stage_of(int j, int n, int pp) {
   return pp - 1;
 }
 
+sl_status ex_pipeline_check(int micro, int64_t batch, const char *schedule) {
+  if (micro > 1 && batch % micro != 0)
+    return sl__fail(SL_EINVAL,
+                    "flag '--micro': batch %lld is not a multiple of %d "
+                    "micro-batches",
+                    (long long)batch, micro);
+  if (!schedule) return SL_OK;
+  sl_graph *g = NULL; /* the library's list of schedules decides */
+  SL_CHECK(sl_graph_create(&g));
+  sl_status st = sl_graph_set_schedule(g, schedule);
+  sl_graph_destroy(g);
+  if (st != SL_OK) sl__fail_context(st, "flag '--schedule': ");
+  return st;
+}
+
 sl_status ex_pipeline_setup(sl_graph *g, const char *prog, int micro,
                             const char *schedule, int64_t *batch) {
   if (micro > 1) {

@@ -23,6 +23,10 @@ sl_status ex_stage_placements(ex_layout l, const char *devices, int pp,
  * the first stages taking one part fewer when n is not a multiple. */
 int ex_stage_of(int j, int n, int pp);
 
+/* Checks pipelining flags before anything is built: the schedule is one
+ * the library knows and micro divides batch. SL_EINVAL with the reason. */
+sl_status ex_pipeline_check(int micro, int64_t batch, const char *schedule);
+
 /* Sets g's micro-batches (when micro > 1) and schedule (when not NULL) and
  * divides *batch, the step's batch, into the micro-batch the graph is
  * built for. SL_EINVAL naming prog when micro does not divide it, or the

@@ -31,7 +31,8 @@ static const char usage[] =
     "and a GELU MLP) on synthetic token sequences or .npy files of token\n"
     "ids, under a layout of CPU devices: single, dp (data parallel), tp\n"
     "(Megatron tensor parallel) or hybrid (data x tensor parallel on a\n"
-    "[N/2, 2] mesh).";
+    "[N/2, 2] mesh), optionally in pipeline stages (--pp) over\n"
+    "micro-batches (--micro).";
 
 int main(int argc, char **argv) {
   ex_gpt_config c = ex_gpt_defaults();
@@ -51,11 +52,11 @@ int main(int argc, char **argv) {
        0},
       {"layout", EX_FLAG_STRING, &layout, "single | dp | tp | hybrid", 0},
       {"pp", EX_FLAG_INT, &pp,
-       "pipeline stages: the devices split into P groups, each laid out "
-       "by --layout",
+       "pipeline stages: the devices split into that many groups, each "
+       "laid out by --layout",
        1},
       {"micro", EX_FLAG_INT, &micro,
-       "micro-batches per step (the batch is split into M)", 1},
+       "micro-batches per step (the step's batch is cut into that many)", 1},
       {"schedule", EX_FLAG_STRING, &schedule,
        "1f1b | gpipe | interleaved | zero-bubble (default 1f1b)", 0},
       {"steps", EX_FLAG_INT, &steps, "training steps", 1},
@@ -113,7 +114,8 @@ int main(int argc, char **argv) {
       ex_engine_parse(engine, &ro.engine) != SL_OK ||
       ex_layout_placement(c.layout, devices, placement, sizeof placement) !=
           SL_OK ||
-      ex_stage_placements(c.layout, devices, (int)pp, stages) != SL_OK) {
+      ex_stage_placements(c.layout, devices, (int)pp, stages) != SL_OK ||
+      ex_pipeline_check((int)micro, batch, schedule) != SL_OK) {
     fprintf(stderr, "gpt: %s\n", sl_last_error());
     return 2;
   }

@@ -30,7 +30,7 @@ static const char usage[] =
     "synthetic Gaussian-mixture data or .npy files, under a layout of CPU\n"
     "devices: single, dp (data parallel), tp (Megatron tensor parallel) or\n"
     "hybrid (data x tensor parallel on a [N/2, 2] mesh), optionally in --pp\n"
-    "pipeline stages over --micro micro-batches.";
+    "pipeline stages (--pp) over micro-batches (--micro).";
 
 int main(int argc, char **argv) {
   ex_mlp_config c = ex_mlp_defaults();
@@ -48,11 +48,11 @@ int main(int argc, char **argv) {
        0},
       {"layout", EX_FLAG_STRING, &layout, "single | dp | tp | hybrid", 0},
       {"pp", EX_FLAG_INT, &pp,
-       "pipeline stages: the devices split into P groups, each laid out "
-       "by --layout",
+       "pipeline stages: the devices split into that many groups, each "
+       "laid out by --layout",
        1},
       {"micro", EX_FLAG_INT, &micro,
-       "micro-batches per step (the batch is split into M)", 1},
+       "micro-batches per step (the step's batch is cut into that many)", 1},
       {"schedule", EX_FLAG_STRING, &schedule,
        "1f1b | gpipe | interleaved | zero-bubble (default 1f1b)", 0},
       {"steps", EX_FLAG_INT, &steps, "training steps", 1},
@@ -104,7 +104,8 @@ int main(int argc, char **argv) {
       ex_engine_parse(engine, &ro.engine) != SL_OK ||
       ex_layout_placement(c.layout, devices, placement, sizeof placement) !=
           SL_OK ||
-      ex_stage_placements(c.layout, devices, (int)pp, stages) != SL_OK) {
+      ex_stage_placements(c.layout, devices, (int)pp, stages) != SL_OK ||
+      ex_pipeline_check((int)micro, batch, schedule) != SL_OK) {
     fprintf(stderr, "mlp: %s\n", sl_last_error());
     return 2;
   }

@@ -57,6 +57,15 @@ static void test_flags(void **state) {
              "--data wants X.npy,LABELS.npy");
   expect_cmd(EX_GPT_BIN, "--hidden 10 --heads 4", 2,
              "--hidden 10 is not a multiple of --heads 4");
+  expect_cmd(EX_MLP_BIN, "--devices cpu:3 --pp 2", 2,
+             "2 pipeline stages do not divide the 3 devices of 'cpu:3'");
+  expect_cmd(EX_MLP_BIN, "--micro 3", 2,
+             "flag '--micro': batch 256 is not a multiple of 3 micro-batches");
+  expect_cmd(EX_GPT_BIN, "--schedule 2f2b", 2,
+             "flag '--schedule': set_schedule: unknown schedule '2f2b'");
+  expect_cmd(EX_GPT_BIN, "--micro 2 --engine sharded", 2,
+             "pipelining (--pp, --micro, --schedule) need the session "
+             "engine");
   expect_cmd(EX_MLP_BIN, "--help", 0, "--layout V");
   expect_cmd(EX_GPT_BIN, "--help", 0, "--tie");
 }

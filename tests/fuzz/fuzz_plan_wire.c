@@ -1,7 +1,8 @@
 /* The physical plan's decoder (graph/plan_pb.c) on any bytes: what
  * `sluice plan prog.pb` reads and what a program submits with a job. A
  * rejected input is an SL_EINVAL saying why and leaves no plan; an
- * accepted one passes its own validation, prints as text and DOT, and packs
+ * accepted one passes its own validation, prints as text and DOT, simulates
+ * (or names its deadlock), and packs
  * to bytes that unpack again and pack identically (the decoder and encoder
  * agree). */
 #include "fuzz_common.h"
@@ -33,6 +34,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     sl__pplan_write_text(p, last, devnull);
     sl__pplan_write_dot(p, last, devnull);
     sl__pplan_write_memory(p, last, devnull);
+    /* A step simulated: it finishes, or a deadlock is named (a plan read
+     * from bytes may have one); never a hang or a crash. */
+    sl_simulation r;
+    sl_status ss = sl__pplan_simulate(p, NULL, &r, devnull);
+    FUZZ_CHECK(ss == SL_OK || (ss == SL_EINVAL &&
+                               strstr(sl_last_error(), "deadlocks") != NULL),
+               "simulate: status %d, '%s'", (int)ss, sl_last_error());
     fclose(devnull);
   }
   uint8_t *a = NULL, *b = NULL;
