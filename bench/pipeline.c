@@ -5,10 +5,11 @@
  * Table 1: a chain of P stages (cpu:0 .. cpu:P-1), each L layers
  * h = tanh(h W) with W [D, D], the micro-batch [b, D]; M micro-batches per
  * step, each schedule. Per row:
- *   measured   the median wall time of a step (sl_session_run of 1)
+ *   measured   the median wall time of a step (sl_session_run of 1; 10)
  *   simulated  sl_session_simulate with the costs of the same run's trace
- *              (each task's median firing), i.e. the plan's schedule and
- *              dependencies replayed with kernel times as measured
+ *              (each task's median firing, the hand-off between
+ *              streams), i.e. the plan's schedule and dependencies
+ *              replayed with the times as measured
  *   textbook   (M + P - 1) / M x the busiest device's compute time: the
  *              1F1B / GPipe formula, bubble (P-1)/(M+P-1) (not given for
  *              interleaved and zero-bubble)
@@ -47,7 +48,7 @@ typedef struct row_cfg {
   const char *schedule;
 } row_cfg;
 
-static int L = 2, D = 512, B = 64, STEPS = 6;
+static int L = 2, D = 512, B = 64, STEPS = 10;
 
 static double now_ms(void) {
   struct timespec t;

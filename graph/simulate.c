@@ -9,11 +9,12 @@
  * from a model (matmul FLOPs at a rate, other kernels and copies by the
  * bytes they move, boxing steps by the planner's alpha-beta prediction)
  * or, where given, from a trace of a real run: each task's median firing
- * time (boxing members excepted: their firings include waiting for their
- * peers). The result: the step's predicted time, each device's busy time
- * and bubble, its planned memory, its order of passes, and a deadlock
- * (tasks that never become ready) named task by task. */
+ * time (a boxing group's members take their quickest member's: the
+ * others' firings include waiting for it). The result: the step's predicted
+ * time, each device's busy time and bubble, its planned memory, its order of
+ * passes, and a deadlock (tasks that never become ready) named task by task. */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,59 +75,82 @@ static double model_us(const sl__pplan *p, const sl__task *t,
   }
 }
 
-/* Median duration per actor name in a Chrome trace written by a session
- * (actor/trace.c: one event per line). */
-typedef struct measured {
+/* Every firing of a Chrome trace written by a session (actor/trace.c: one
+ * event per line). */
+typedef struct firing {
   char *name;
-  double sum;
-  int64_t n;
-} measured;
+  int64_t piece;
+  int64_t thread; /* pid << 32 | tid */
+  double ts, dur;
+  double prev_end; /* end of the previous firing on its thread, or -1 */
+} firing;
 
-static int by_name(const void *a, const void *b) {
-  return strcmp(((const measured *)a)->name, ((const measured *)b)->name);
+static int by_thread_time(const void *a, const void *b) {
+  const firing *x = a, *y = b;
+  if (x->thread != y->thread) return x->thread < y->thread ? -1 : 1;
+  return x->ts < y->ts ? -1 : x->ts > y->ts;
 }
 
-static int by_name_time(const void *a, const void *b) {
-  const measured *x = a, *y = b;
+static int by_name_piece(const void *a, const void *b) {
+  const firing *x = a, *y = b;
   int c = strcmp(x->name, y->name);
   if (c) return c;
-  return x->sum < y->sum ? -1 : x->sum > y->sum;
+  return x->piece < y->piece ? -1 : x->piece > y->piece;
 }
 
-static sl_status read_costs(const char *path, measured **out, int32_t *n_out) {
+static double field(const char *line, const char *key) {
+  const char *p = strstr(line, key);
+  return p ? strtod(p + strlen(key), NULL) : 0;
+}
+
+static void free_firings(firing *f, int32_t n) {
+  for (int32_t i = 0; i < n; i++)
+    free(f[i].name);
+  sl__free(f);
+}
+
+/* The trace's firings, sorted by name and piece, each with the end of the
+ * firing before it on its thread. */
+static sl_status read_trace(const char *path, firing **out, int32_t *n_out) {
   *out = NULL;
   *n_out = 0;
   FILE *f = fopen(path, "r");
   if (!f)
     return sl__fail(SL_EIO, "simulate: costs '%s': %s", path, strerror(errno));
   int32_t n = 0, cap = 0;
-  measured *m = NULL;
+  firing *m = NULL;
   char line[8192];
   sl_status st = SL_OK;
-  /* Every firing, then sorted by name and summed. */
   while (fgets(line, sizeof line, f)) {
     char *nm = strstr(line, "{\"name\":\"");
-    char *dur = strstr(line, "\"dur\":");
-    if (!nm || !dur || !strstr(line, "\"ph\":\"X\"")) continue;
+    if (!nm || !strstr(line, "\"ph\":\"X\"") || !strstr(line, "\"dur\":"))
+      continue;
+    int64_t pid = (int64_t)field(line, "\"pid\":");
+    int64_t tid = (int64_t)field(line, "\"tid\":");
+    firing x = {NULL,
+                (int64_t)field(line, "\"piece\":"),
+                pid << 32 | tid,
+                field(line, "\"ts\":"),
+                field(line, "\"dur\":"),
+                -1};
     nm += 9;
     char *end = strchr(nm, '"');
     if (!end) continue;
     *end = '\0';
     if (n == cap) {
       cap = cap ? 2 * cap : 1024;
-      measured *x = sl__reallocarray(m, (size_t)cap, sizeof *m);
-      if (!x) {
+      firing *y = sl__reallocarray(m, (size_t)cap, sizeof *m);
+      if (!y) {
         st = SL_ENOMEM;
         break;
       }
-      m = x;
+      m = y;
     }
-    m[n] = (measured){strdup(nm), strtod(dur + 6, NULL), 1};
-    if (!m[n].name) {
+    if (!(x.name = strdup(nm))) {
       st = SL_ENOMEM;
       break;
     }
-    n++;
+    m[n++] = x;
   }
   fclose(f);
   if (st == SL_OK && n == 0)
@@ -134,29 +158,47 @@ static sl_status read_costs(const char *path, measured **out, int32_t *n_out) {
                   "simulate: costs '%s' has no firings (a Chrome trace a "
                   "session wrote with SLUICE_TRACE)",
                   path);
-  if (st == SL_OK) {
-    /* Each task's median firing: robust to a first step's warm-up. */
-    qsort(m, (size_t)n, sizeof *m, by_name_time);
-    int32_t k = 0;
-    for (int32_t i = 0; i < n;) {
-      int32_t j = i;
-      while (j < n && strcmp(m[j].name, m[i].name) == 0)
-        j++;
-      measured med = {m[i].name, m[i + (j - i) / 2].sum, 1};
-      for (int32_t x = i + 1; x < j; x++)
-        free(m[x].name);
-      m[k++] = med;
-      i = j;
-    }
-    n = k;
-    *out = m;
-    *n_out = n;
-    return SL_OK;
+  if (st != SL_OK) {
+    free_firings(m, n);
+    return st;
   }
-  for (int32_t i = 0; i < n; i++)
-    free(m[i].name);
-  sl__free(m);
-  return st;
+  qsort(m, (size_t)n, sizeof *m, by_thread_time);
+  for (int32_t i = 1; i < n; i++)
+    if (m[i].thread == m[i - 1].thread)
+      m[i].prev_end = m[i - 1].ts + m[i - 1].dur;
+  qsort(m, (size_t)n, sizeof *m, by_name_piece);
+  *out = m;
+  *n_out = n;
+  return SL_OK;
+}
+
+/* The firings of task `name`: [*lo, *hi) of f. */
+static void firings_of(const firing *f, int32_t n, const char *name,
+                       int32_t *lo, int32_t *hi) {
+  int32_t a = 0, b = n;
+  while (a < b) { /* first >= name */
+    int32_t mid = a + (b - a) / 2;
+    if (strcmp(f[mid].name, name) < 0)
+      a = mid + 1;
+    else
+      b = mid;
+  }
+  *lo = a;
+  while (a < n && strcmp(f[a].name, name) == 0)
+    a++;
+  *hi = a;
+}
+
+static int by_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The median of v[0..n) (sorts it); 0 for none. */
+static double median(double *v, int32_t n) {
+  if (n <= 0) return 0;
+  qsort(v, (size_t)n, sizeof *v, by_double);
+  return v[n / 2];
 }
 
 /* ---- the simulation -------------------------------------------------------
@@ -165,6 +207,7 @@ static sl_status read_costs(const char *path, measured **out, int32_t *n_out) {
 typedef struct sim {
   const sl__pplan *p;
   double *cost, *ready, *start, *finish;
+  bool *woken; /* its latest input came from another stream */
   int32_t *indeg;
   int32_t *off, *to; /* successors, CSR */
   int32_t *heap, n_heap;
@@ -320,6 +363,9 @@ static sl_status report_to(const sl__pplan *p, const sl_sim_config *c,
   if (c->costs)
     fprintf(f, "; measured for %d of %d tasks (%s)", (int)r->tasks_measured,
             (int)p->n_tasks, c->costs);
+  if (r->handoff_us > 0)
+    fprintf(f, "; %.1f us from a task's end to another stream's start",
+            r->handoff_us);
   fprintf(f, "\npredicted step time: %.3f ms\n\n", r->step_us / 1e3);
   fprintf(f, "%-16s %12s %8s %12s %12s %9s\n", "device", "busy", "bubble",
           "peak", "allocated", "registers");
@@ -382,15 +428,101 @@ static sl_status report_to(const sl__pplan *p, const sl_sim_config *c,
                    : SL_OK;
 }
 
+static sl_status group_costs(const sl__pplan *p, double *cost) {
+  double *best = sl__calloc((size_t)p->n_colls + 1, sizeof *best);
+  if (!best) return SL_ENOMEM;
+  for (int32_t c = 0; c < p->n_colls; c++)
+    best[c] = INFINITY;
+  for (int32_t t = 0; t < p->n_tasks; t++) {
+    const sl__task *a = &p->tasks[t];
+    if ((a->kind == SL__TASK_COLL || a->kind == SL__TASK_XCHG) &&
+        a->coll >= 0 && a->coll < p->n_colls)
+      best[a->coll] = fmin(best[a->coll], cost[t]);
+  }
+  for (int32_t t = 0; t < p->n_tasks; t++) {
+    const sl__task *a = &p->tasks[t];
+    if ((a->kind == SL__TASK_COLL || a->kind == SL__TASK_XCHG) &&
+        a->coll >= 0 && a->coll < p->n_colls)
+      cost[t] = best[a->coll];
+  }
+  sl__free(best);
+  return SL_OK;
+}
+
+/* The latency from a task finishing on one stream to a task it readies
+ * starting on another (a thread's wake-up and the message between them):
+ * the median over the trace's firings that waited for a producer on
+ * another stream of the same machine — their own stream free and every
+ * same-stream producer done before — of start minus that producer's
+ * end. */
+static sl_status estimate_handoff(const sim *s, const firing *fir,
+                                  const int32_t *flo, const int32_t *fhi,
+                                  const int32_t *lane_ix, int32_t n_fir,
+                                  double *out) {
+  const sl__pplan *p = s->p;
+  int32_t n = p->n_tasks;
+  int32_t *roff = sl__calloc((size_t)n + 2, sizeof *roff);
+  int32_t *rto = sl__calloc((size_t)s->off[n] + 1, sizeof *rto);
+  double *gaps = sl__calloc((size_t)n_fir + 1, sizeof *gaps);
+  sl_status st = SL_ENOMEM;
+  if (!roff || !rto || !gaps) goto out;
+  for (int32_t e = 0; e < s->off[n]; e++)
+    roff[s->to[e] + 1]++;
+  for (int32_t t = 0; t < n; t++)
+    roff[t + 1] += roff[t];
+  for (int32_t t = 0; t < n; t++) /* roff[v] moves to v's end */
+    for (int32_t e = s->off[t]; e < s->off[t + 1]; e++)
+      rto[roff[s->to[e]]++] = t;
+  for (int32_t t = n; t > 0; t--) /* back to starts */
+    roff[t] = roff[t - 1];
+  roff[0] = 0;
+  int32_t ng = 0;
+  for (int32_t v = 0; v < n; v++) {
+    if (lane_ix[v] < 0) continue;
+    for (int32_t i = flo[v]; i < fhi[v]; i++) {
+      double cross = -1, same = -1;
+      for (int32_t e = roff[v]; e < roff[v + 1]; e++) {
+        int32_t u = rto[e];
+        if (lane_ix[u] < 0 || p->tasks[u].machine != p->tasks[v].machine)
+          continue;
+        int32_t a = flo[u], b = fhi[u]; /* u's firing of the same piece */
+        while (a < b) {
+          int32_t mid = a + (b - a) / 2;
+          if (fir[mid].piece < fir[i].piece)
+            a = mid + 1;
+          else
+            b = mid;
+        }
+        if (a == fhi[u] || fir[a].piece != fir[i].piece) continue;
+        double end = fir[a].ts + fir[a].dur;
+        if (lane_ix[u] != lane_ix[v])
+          cross = SL_MAX(cross, end);
+        else
+          same = SL_MAX(same, end);
+      }
+      if (cross >= 0 && cross > same && cross > fir[i].prev_end &&
+          fir[i].ts >= cross)
+        gaps[ng++] = fir[i].ts - cross;
+    }
+  }
+  *out = median(gaps, ng);
+  st = SL_OK;
+out:
+  sl__free(roff);
+  sl__free(rto);
+  sl__free(gaps);
+  return st;
+}
+
 sl_status sl__pplan_simulate(const sl__pplan *p, const sl_sim_config *cfg,
                              sl_simulation *res, FILE *report) {
   sl_sim_config c = cfg ? *cfg : (sl_sim_config){0};
   if (!(c.gflops > 0)) c.gflops = MODEL_GFLOPS;
   if (!(c.copy_gbps > 0)) c.copy_gbps = MODEL_GBPS;
   memset(res, 0, sizeof *res);
-  int32_t n = p->n_tasks, n_meas = 0, matched = 0;
-  measured *meas = NULL;
-  if (c.costs) SL_CHECK(read_costs(c.costs, &meas, &n_meas));
+  int32_t n = p->n_tasks, n_fir = 0, matched = 0;
+  firing *fir = NULL;
+  if (c.costs) SL_CHECK(read_trace(c.costs, &fir, &n_fir));
   sim s = {.p = p};
   s.cost = sl__calloc((size_t)n + 1, sizeof *s.cost);
   s.ready = sl__calloc((size_t)n + 1, sizeof *s.ready);
@@ -399,12 +531,17 @@ sl_status sl__pplan_simulate(const sl__pplan *p, const sl_sim_config *cfg,
   s.indeg = sl__calloc((size_t)n + 1, sizeof *s.indeg);
   s.off = sl__calloc((size_t)n + 2, sizeof *s.off);
   s.heap = sl__calloc((size_t)n + 1, sizeof *s.heap);
+  s.woken = sl__calloc((size_t)n + 1, sizeof *s.woken);
   lane *lanes = sl__calloc((size_t)n + 1, sizeof *lanes);
   int32_t *lane_ix = sl__calloc((size_t)n + 1, sizeof *lane_ix);
+  int32_t *flo = sl__calloc((size_t)n + 1, sizeof *flo);
+  int32_t *fhi = sl__calloc((size_t)n + 1, sizeof *fhi);
+  double *durs = sl__calloc((size_t)n_fir + 1, sizeof *durs);
   int32_t nl = 0;
+  double handoff = c.handoff_us > 0 ? c.handoff_us : 0;
   sl_status st = SL_OK;
   if (!s.cost || !s.ready || !s.start || !s.finish || !s.indeg || !s.off ||
-      !s.heap || !lanes || !lane_ix) {
+      !s.heap || !s.woken || !lanes || !lane_ix || !flo || !fhi || !durs) {
     st = SL_ENOMEM;
     goto out;
   }
@@ -412,25 +549,36 @@ sl_status sl__pplan_simulate(const sl__pplan *p, const sl_sim_config *cfg,
   for (int32_t t = 0; t < n; t++) {
     const sl__task *task = &p->tasks[t];
     s.cost[t] = model_us(p, task, &c);
-    /* A boxing member's firing also waits for its peers: its cost stays
-     * the planner's. */
-    if (meas && task->kind != SL__TASK_COLL && task->kind != SL__TASK_XCHG) {
-      measured key = {(char *)task->name, 0, 0};
-      measured *m = bsearch(&key, meas, (size_t)n_meas, sizeof *meas, by_name);
-      if (m && m->n) {
-        s.cost[t] = m->sum / (double)m->n;
+    if (fir) { /* each task's median firing */
+      firings_of(fir, n_fir, task->name, &flo[t], &fhi[t]);
+      for (int32_t i = flo[t]; i < fhi[t]; i++)
+        durs[i - flo[t]] = fir[i].dur;
+      if (fhi[t] > flo[t]) {
+        s.cost[t] = median(durs, fhi[t] - flo[t]);
         matched++;
       }
     }
     s.finish[t] = -1;
     lane_ix[t] = task->kind == SL__TASK_TICK ? -1 : lane_of(lanes, &nl, task);
-    if (!s.indeg[t]) push(&s, t);
   }
+  /* A boxing member's firing also waits for its peers: the group's cost
+   * is its quickest member's, the one that arrived last. */
+  if (fir) SL_CHECK_GOTO(group_costs(p, s.cost), st, out);
+  if (fir && !(c.handoff_us > 0))
+    SL_CHECK_GOTO(estimate_handoff(&s, fir, flo, fhi, lane_ix, n_fir, &handoff),
+                  st, out);
+  res->handoff_us = handoff;
+  for (int32_t t = 0; t < n; t++)
+    if (!s.indeg[t]) push(&s, t);
   int32_t done = 0;
   while (s.n_heap) {
     int32_t t = pop(&s);
     lane *l = lane_ix[t] >= 0 ? &lanes[lane_ix[t]] : NULL;
-    s.start[t] = l ? SL_MAX(s.ready[t], l->free_at) : s.ready[t];
+    /* A stream that sat idle until another stream readied t is woken. */
+    s.start[t] = !l ? s.ready[t]
+                 : l->free_at > s.ready[t]
+                     ? l->free_at
+                     : s.ready[t] + (s.woken[t] ? handoff : 0);
     s.finish[t] = s.start[t] + s.cost[t];
     if (l) {
       l->free_at = s.finish[t];
@@ -439,7 +587,10 @@ sl_status sl__pplan_simulate(const sl__pplan *p, const sl_sim_config *cfg,
     done++;
     for (int32_t e = s.off[t]; e < s.off[t + 1]; e++) {
       int32_t v = s.to[e];
-      s.ready[v] = SL_MAX(s.ready[v], s.finish[t]);
+      if (s.finish[t] >= s.ready[v]) {
+        s.ready[v] = s.finish[t];
+        s.woken[v] = lane_ix[v] != lane_ix[t];
+      }
       if (--s.indeg[v] == 0) push(&s, v);
     }
   }
@@ -459,9 +610,10 @@ sl_status sl__pplan_simulate(const sl__pplan *p, const sl_sim_config *cfg,
     }
   if (report) st = report_to(p, &c, res, s.start, lanes, nl, report);
 out:
-  for (int32_t i = 0; i < n_meas; i++)
-    free(meas[i].name);
-  sl__free(meas);
+  free_firings(fir, n_fir);
+  sl__free(flo);
+  sl__free(fhi);
+  sl__free(durs);
   sl__free(s.cost);
   sl__free(s.ready);
   sl__free(s.start);
@@ -470,6 +622,7 @@ out:
   sl__free(s.off);
   sl__free(s.to);
   sl__free(s.heap);
+  sl__free(s.woken);
   sl__free(lanes);
   sl__free(lane_ix);
   return st;

@@ -305,6 +305,9 @@ typedef struct sl_sim_config {
   const char *costs; /* a Chrome trace of a run (SLUICE_TRACE): each task's
                         median firing time there replaces the model's;
                         NULL: the model alone */
+  double handoff_us; /* latency from a task's end to a task it readies
+                        starting on another stream (a thread's wake-up);
+                        0: measured from `costs` when given, else none */
 } sl_sim_config;
 
 typedef struct sl_simulation {
@@ -313,6 +316,7 @@ typedef struct sl_simulation {
                              compute stream over the step */
   int32_t devices;        /* devices with compute work */
   int32_t tasks_measured; /* tasks whose cost came from the trace */
+  double handoff_us;      /* the hand-off latency the simulation used */
 } sl_simulation;
 
 /* Replays one step of the session's plan as a discrete-event simulation:

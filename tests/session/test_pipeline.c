@@ -271,6 +271,13 @@ static void check_order(const pipe_cfg *c, const char *const *want) {
   feed_all(s, c->batch * c->micro, 7);
   assert_int_equal(sl_session_run(s, 1), SL_OK);
   assert_int_equal(sl_session_finish(s), SL_OK);
+  /* The trace as the simulation's costs: every compute task measured. */
+  sl_sim_config sc = {0};
+  sc.costs = trace;
+  sl_simulation r;
+  if (sl_session_simulate(s, &sc, &r, NULL) != SL_OK)
+    fail_msg("simulate: %s", sl_last_error());
+  assert_true(r.tasks_measured > 0 && r.step_us > 0 && r.handoff_us >= 0);
   sl_session_destroy(s);
   for (int d = 0; d < c->devices; d++) {
     char got[8192];
