@@ -343,9 +343,11 @@ sl_status sl__schedule_group_edges(const sl__pplan *p, int32_t **edges,
  * SL_EIO for an unreadable costs trace, SL_ENOMEM. */
 sl_status sl__pplan_simulate(const sl__pplan *p, const sl_sim_config *cfg,
                              sl_simulation *res, FILE *report);
-/* The letter of node n's pass as the plan's schedule runs it: 'F', 'B',
- * or 'W' (zero-bubble only; other schedules run W with B). */
-char sl__pass_letter(const sl__pplan *p, const sl__pnode *n);
+/* Task t's pipeline pass as the plan's schedule runs it, "s<stage>
+ * <F|B|W><micro-batch>" (W under zero-bubble only; other schedules run it
+ * with B), into buf; false (buf "") for a task of no pass or a plan
+ * without micro-batches. */
+bool sl__pass_label(const sl__pplan *p, int32_t t, char *buf, size_t size);
 /* SL_EINVAL naming the cycle[0..n) of tasks, each waiting for the next
  * (the last for the first) by its device's order (by_order[i]) or for its
  * data. */

@@ -43,10 +43,10 @@ static void task_what(const sl__pplan *p, const sl__task *t, char *buf,
              ps->reduce, ps->reduce[0] ? ")" : "", engine_label(t->engine));
   else
     snprintf(buf, n, "%s", k);
+  char pass[48];
   size_t len = strlen(buf);
-  if (pn && pn->micro >= 0 && p->micro_batches > 1 && len < n)
-    snprintf(buf + len, n - len, ", pass s%d %c%d", (int)pn->stage,
-             sl__pass_letter(p, pn), (int)pn->micro);
+  if (sl__pass_label(p, (int32_t)(t - p->tasks), pass, sizeof pass) && len < n)
+    snprintf(buf + len, n - len, ", pass %s", pass);
 }
 
 static void human_bytes(int64_t b, char *buf, size_t n) {

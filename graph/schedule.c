@@ -350,22 +350,26 @@ out:
   return st;
 }
 
-char sl__pass_letter(const sl__pplan *p, const sl__pnode *n) {
-  if (n->phase == SL__PHASE_F) return 'F';
-  return n->phase == SL__PHASE_W && p->schedule == SL__SCHEDULE_ZERO_BUBBLE
-             ? 'W'
-             : 'B';
+bool sl__pass_label(const sl__pplan *p, int32_t t, char *buf, size_t size) {
+  const sl__pnode *n = node_of(p, &p->tasks[t]);
+  buf[0] = '\0';
+  if (!n || n->micro < 0 || n->stage < 0 || p->micro_batches <= 1) return false;
+  char letter =
+      n->phase == SL__PHASE_F ? 'F'
+      : n->phase == SL__PHASE_W && p->schedule == SL__SCHEDULE_ZERO_BUBBLE
+          ? 'W'
+          : 'B';
+  snprintf(buf, size, "s%d %c%d", (int)n->stage, letter, (int)n->micro);
+  return true;
 }
 
 static int describe(const sl__pplan *p, int32_t t, char *buf, size_t size) {
   const sl__task *task = &p->tasks[t];
-  const sl__pnode *n = node_of(p, task);
-  char dev[64];
+  char dev[64], pass[48];
   sl__dev_name(task->device, dev, sizeof dev);
-  if (n && n->micro >= 0)
-    return snprintf(buf, size, "'%s' (machine %u %s, stage %d, %c%d)",
-                    task->name, (unsigned)task->machine, dev, (int)n->stage,
-                    sl__pass_letter(p, n), (int)n->micro);
+  if (sl__pass_label(p, t, pass, sizeof pass))
+    return snprintf(buf, size, "'%s' (machine %u %s, pass %s)", task->name,
+                    (unsigned)task->machine, dev, pass);
   return snprintf(buf, size, "'%s' (machine %u %s)", task->name,
                   (unsigned)task->machine, dev);
 }

@@ -412,10 +412,8 @@ static sl_status report_to(const sl__pplan *p, const sl_sim_config *c,
       fprintf(f, "  %s:", name);
       char last[32] = "";
       for (int32_t i = 0; i < k; i++) {
-        const sl__pnode *n = &p->nodes[p->tasks[order[i]].node];
         char pass[32];
-        snprintf(pass, sizeof pass, "s%d %c%d", (int)n->stage,
-                 sl__pass_letter(p, n), (int)n->micro);
+        sl__pass_label(p, order[i], pass, sizeof pass);
         if (strcmp(pass, last) == 0) continue;
         fprintf(f, " %s", pass);
         memcpy(last, pass, sizeof last);

@@ -425,13 +425,8 @@ static sl_status add_actors(sl_session *s) {
     d.node = on_driver ? s->driver : t->machine;
     d.device = t->device;
     d.stream = t->stream;
-    /* A pipeline pass in the trace: "s<stage> <F|B|W><micro-batch>". */
-    const sl__pnode *pn =
-        t->node >= 0 && t->node < pp->n_nodes ? &pp->nodes[t->node] : NULL;
-    char mark[48] = "";
-    if (pn && pn->micro >= 0 && pp->micro_batches > 1)
-      snprintf(mark, sizeof mark, "s%d %c%d", (int)pn->stage,
-               sl__pass_letter(pp, pn), (int)pn->micro);
+    char mark[48]; /* the pipeline pass the trace shows */
+    sl__pass_label(pp, i, mark, sizeof mark);
     bool cuda = sl__dev_class_of(t->device) == SL__DEV_CLASS_CUDA;
     d.act =
         tick ? (s->remote ? sl__act_tick : NULL) : sl__act_for(t->kind, cuda);
