@@ -42,6 +42,7 @@
 
 #include "bench_util.h"
 #include "gpt/model.h"
+#include "session_int.h"
 
 typedef struct row_cfg {
   int p, v, m; /* devices, stages per device, micro-batches */
@@ -129,37 +130,13 @@ static bool run_row(const row_cfg *c, double *measured, sl_simulation *sim) {
 /* ---- gpt on two stages ----------------------------------------------------
  */
 
-/* Stage 0's planned activation bytes, from the memory table. */
-static double activations_cpu0(sl_session *s) {
-  char path[] = "/tmp/bench_pipeline_mem_XXXXXX";
-  int fd = mkstemp(path);
-  if (fd < 0) return -1;
-  close(fd);
-  double a = -1;
-  if (sl_session_write_plan(s, SL_PLAN_MEMORY, path) == SL_OK) {
-    FILE *f = fopen(path, "r");
-    char line[1024];
-    while (f && fgets(line, sizeof line, f)) {
-      if (strncmp(line, "cpu:0 ", 6) != 0) continue;
-      /* device, then (value unit) pairs; activations is the 11th. */
-      char *p = line + 6;
-      for (int k = 0; k < 11; k++) {
-        double v = strtod(p, &p);
-        char unit[8] = "";
-        int used = 0;
-        sscanf(p, " %7s%n", unit, &used);
-        p += used;
-        if (k == 10)
-          a = v * (strcmp(unit, "KiB") == 0   ? 1024.0
-                   : strcmp(unit, "MiB") == 0 ? 1024.0 * 1024
-                   : strcmp(unit, "GiB") == 0 ? 1024.0 * 1024 * 1024
-                                              : 1.0);
-      }
-    }
-    if (f) fclose(f);
-  }
-  unlink(path);
-  return a;
+/* Stage 0's (cpu:0's) planned peak activation bytes. */
+static double activations_cpu0(const sl_session *s) {
+  const sl__pplan *pp = s->pp;
+  for (int32_t m = 0; m < pp->n_mem; m++)
+    if (pp->mem[m].machine == 0 && pp->mem[m].device == 0)
+      return (double)pp->mem[m].category[SL_MEMORY_ACTIVATIONS];
+  return -1;
 }
 
 static bool gpt_run(int pp, int micro, const char *schedule, double *ms,
