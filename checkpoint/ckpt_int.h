@@ -80,11 +80,13 @@ typedef struct sl__st_out {
 } sl__st_out;
 
 /* The bytes of a safetensors header (length prefix, JSON, space padding to
- * a multiple of 8) for entries laid out in order from offset 0, with
- * __metadata__ from the n_kv pairs (none: no __metadata__). */
+ * a multiple of `align`, a power of two >= 8, where the data section
+ * starts) for entries laid out in order from offset 0, with __metadata__
+ * from the n_kv pairs (none: no __metadata__). */
 sl_status sl__st_header_build(int32_t n, const sl__st_out *e, int32_t n_kv,
                               const char *const *keys,
-                              const char *const *values, sl__jbuf *out);
+                              const char *const *values, size_t align,
+                              sl__jbuf *out);
 
 /* ---- the index --------------------------------------------------------- */
 
@@ -148,9 +150,18 @@ sl_status sl__checkpoint_read_raw(const sl_checkpoint *c, int32_t i,
 /* ---- writing files ----------------------------------------------------- */
 
 /* A file written under "<path>.tmp", buffered, with a running CRC32C and
- * byte count, and renamed into place by sl__wfile_finish. */
+ * byte count, and renamed into place by sl__wfile_finish.
+ *
+ * Direct (O_DIRECT where the file system has it): the bytes go from the
+ * caller's memory to the disk without the page cache's copy and writeback
+ * work, for a writer that runs beside training (a background save) and
+ * should take as little CPU as it can. Whole SL__CKPT_DATA_ALIGN blocks of
+ * a write whose memory and file offset are block-aligned go straight from
+ * the caller's memory; the rest is copied through the (aligned) buffer,
+ * and the file's last partial block is written without O_DIRECT. */
 typedef struct sl__wfile {
   int fd;
+  bool direct; /* fd has O_DIRECT */
   char *path, *tmp;
   unsigned char *buf;
   size_t buf_len, buf_cap;
@@ -158,7 +169,7 @@ typedef struct sl__wfile {
   int64_t bytes;
 } sl__wfile;
 
-sl_status sl__wfile_open(const char *path, sl__wfile *w);
+sl_status sl__wfile_open(const char *path, bool direct, sl__wfile *w);
 sl_status sl__wfile_write(sl__wfile *w, const void *data, size_t n);
 /* Flush, fsync, close, rename, fsync the directory; frees w's resources.
  * On failure the temporary file is removed. */

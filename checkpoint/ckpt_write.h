@@ -34,6 +34,12 @@ typedef struct sl__ckpt_piece {
 
 typedef struct sl__ckpt_file sl__ckpt_file;
 
+/* A node file's data section starts at a multiple of this (the header is
+ * padded with spaces), and a direct write moves whole blocks of it: the
+ * page size, and a multiple of every disk's logical block. Memory that a
+ * direct write should take without a copy is aligned to it. */
+#define SL__CKPT_DATA_ALIGN 4096
+
 /* The file name node `node` uses for a save after step `step`:
  * "step-<step, 6+ digits>.node<node>.safetensors" into buf (like
  * snprintf). */
@@ -43,10 +49,15 @@ int sl__ckpt_file_name(int64_t step, uint32_t node, char *buf, size_t size);
  * the safetensors header for n pieces (n may be 0): keys are the tensor's
  * name when a piece covers the whole tensor, "<tensor>#<k>" (k counting
  * that tensor's pieces in this file) otherwise; __metadata__ holds
- * "format": "sluice", "step". SL_EIO naming the path, SL_EINVAL. */
+ * "format": "sluice", "step". `direct`: written with direct I/O where the
+ * file system allows it, bypassing the page cache (less CPU for a writer
+ * beside training); the whole blocks of a piece whose memory is aligned
+ * to SL__CKPT_DATA_ALIGN and which starts at such an offset of the data
+ * section go to the disk without a copy. SL_EIO naming the path,
+ * SL_EINVAL. */
 sl_status sl__ckpt_file_create(const char *dir, const char *name, int64_t step,
                                int32_t n, const sl__ckpt_piece *pieces,
-                               sl__ckpt_file **out);
+                               bool direct, sl__ckpt_file **out);
 
 /* The bytes of the next piece (bytes must be its size: numel of its box
  * times the dtype's size). SL_EIO, SL_EINVAL (out of order, wrong size). */

@@ -163,7 +163,7 @@ sl_status sl__ckpt_commit(const char *dir, int64_t step, int32_t n,
   /* The reader's own checks (coverage, names, keys) before anything is
    * replaced: a save that could not be loaded is refused here. */
   SL_CHECK_GOTO(sl__ckpt_index_parse(j.data, j.len, path, &check), st, done);
-  SL_CHECK_GOTO(sl__wfile_open(path, &w), st, done);
+  SL_CHECK_GOTO(sl__wfile_open(path, false, &w), st, done);
   st = sl__wfile_write(&w, j.data, j.len);
   if (st != SL_OK) {
     sl__wfile_abort(&w);

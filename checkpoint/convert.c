@@ -110,8 +110,8 @@ sl_status sl_checkpoint_convert(const char *path, const char *out_path) {
     mk[n_meta] = key;
     mv[n_meta++] = value;
   }
-  SL_CHECK_GOTO(sl__st_header_build(n, e, n_meta, mk, mv, &hdr), st, done);
-  SL_CHECK_GOTO(sl__wfile_open(out_path, &w), st, done);
+  SL_CHECK_GOTO(sl__st_header_build(n, e, n_meta, mk, mv, 8, &hdr), st, done);
+  SL_CHECK_GOTO(sl__wfile_open(out_path, false, &w), st, done);
   opened = true;
   SL_CHECK_GOTO(sl__wfile_write(&w, hdr.data, hdr.len), st, done);
   for (int32_t k = 0; k < n; k++)

@@ -318,7 +318,8 @@ const char *sl__st_header_meta(const sl__st_header *h, const char *key) {
 
 sl_status sl__st_header_build(int32_t n, const sl__st_out *e, int32_t n_kv,
                               const char *const *keys,
-                              const char *const *values, sl__jbuf *out) {
+                              const char *const *values, size_t align,
+                              sl__jbuf *out) {
   memset(out, 0, sizeof *out);
   sl__jbuf_append(out, "\0\0\0\0\0\0\0\0", 8);
   sl__jbuf_puts(out, "{");
@@ -350,9 +351,9 @@ sl_status sl__st_header_build(int32_t n, const sl__st_out *e, int32_t n_kv,
     off += e[k].bytes;
   }
   sl__jbuf_puts(out, "}");
-  /* Spaces up to a multiple of 8, so the data section is 8-byte aligned
-   * when the file is mapped. */
-  while (!out->failed && out->len % 8 != 0)
+  /* Spaces up to the alignment: 8 keeps every element aligned when the file
+   * is mapped; a page lets a file be written with direct I/O. */
+  while (!out->failed && out->len % align != 0)
     sl__jbuf_puts(out, " ");
   sl_status st = sl__jbuf_status(out);
   if (st != SL_OK) {

@@ -44,13 +44,13 @@ sl_status sl__fsync_parent(const char *path) {
   return st;
 }
 
-sl_status sl__wfile_open(const char *path, sl__wfile *w) {
+sl_status sl__wfile_open(const char *path, bool direct, sl__wfile *w) {
   memset(w, 0, sizeof *w);
   w->fd = -1;
   size_t n = strlen(path);
   w->path = sl__strdup(path);
   w->tmp = sl__malloc(n + 5);
-  w->buf = sl__malloc(WBUF_SIZE);
+  w->buf = sl__malloc_aligned(WBUF_SIZE, SL__CKPT_DATA_ALIGN);
   if (!w->path || !w->tmp || !w->buf) {
     sl__wfile_abort(w);
     return SL_ENOMEM;
@@ -58,7 +58,11 @@ sl_status sl__wfile_open(const char *path, sl__wfile *w) {
   memcpy(w->tmp, path, n);
   memcpy(w->tmp + n, ".tmp", 5);
   w->buf_cap = WBUF_SIZE;
-  w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+  w->fd = direct ? open(w->tmp, flags | O_DIRECT, 0644) : -1;
+  w->direct = w->fd >= 0;
+  /* tmpfs and some network file systems refuse O_DIRECT (EINVAL) */
+  if (w->fd < 0) w->fd = open(w->tmp, flags, 0644);
   if (w->fd < 0) {
     sl_status st = sl__fail(SL_EIO, "checkpoint '%s': cannot create: %s",
                             w->tmp, strerror(errno));
@@ -85,9 +89,15 @@ static sl_status write_all(sl__wfile *w, const unsigned char *p, size_t n) {
   return SL_OK;
 }
 
+#define ALIGN_DOWN(n) ((n) & ~(size_t)(SL__CKPT_DATA_ALIGN - 1))
+
+/* Writes the buffer's whole blocks (direct) or all of it; a partial block
+ * moves to the buffer's start. */
 static sl_status flush(sl__wfile *w) {
-  sl_status st = write_all(w, w->buf, w->buf_len);
-  w->buf_len = 0;
+  size_t n = w->direct ? ALIGN_DOWN(w->buf_len) : w->buf_len;
+  sl_status st = write_all(w, w->buf, n);
+  memmove(w->buf, w->buf + n, w->buf_len - n);
+  w->buf_len -= n;
   return st;
 }
 
@@ -95,15 +105,30 @@ sl_status sl__wfile_write(sl__wfile *w, const void *data, size_t n) {
   const unsigned char *p = data;
   w->crc = sl__crc32c(w->crc, p, n);
   w->bytes += (int64_t)n;
-  if (w->buf_len + n <= w->buf_cap) {
-    memcpy(w->buf + w->buf_len, p, n);
-    w->buf_len += n;
-    return SL_OK;
+  while (n > 0) {
+    /* Straight from the caller: a write of a buffer or more, or, direct,
+     * the whole blocks of block-aligned memory at a block boundary of the
+     * file (after what is buffered). */
+    bool aligned = ((uintptr_t)p & (SL__CKPT_DATA_ALIGN - 1)) == 0;
+    size_t whole = !w->direct ? (n >= w->buf_cap ? n : 0)
+                   : aligned  ? ALIGN_DOWN(n)
+                              : 0;
+    if (whole > 0 && w->buf_len > 0 &&
+        (!w->direct || w->buf_len % SL__CKPT_DATA_ALIGN == 0))
+      SL_CHECK(flush(w));
+    if (whole > 0 && w->buf_len == 0) {
+      SL_CHECK(write_all(w, p, whole));
+      p += whole;
+      n -= whole;
+      continue;
+    }
+    size_t take = SL_MIN(n, w->buf_cap - w->buf_len);
+    memcpy(w->buf + w->buf_len, p, take);
+    w->buf_len += take;
+    p += take;
+    n -= take;
+    if (w->buf_len == w->buf_cap) SL_CHECK(flush(w));
   }
-  SL_CHECK(flush(w));
-  if (n >= w->buf_cap) return write_all(w, p, n);
-  memcpy(w->buf, p, n);
-  w->buf_len = n;
   return SL_OK;
 }
 
@@ -123,6 +148,16 @@ void sl__wfile_abort(sl__wfile *w) {
 
 sl_status sl__wfile_finish(sl__wfile *w) {
   sl_status st = flush(w);
+  /* The last partial block, through the page cache (O_DIRECT writes whole
+   * blocks only). */
+  if (st == SL_OK && w->buf_len > 0 && w->direct) {
+    int fl = fcntl(w->fd, F_GETFL);
+    if (fl < 0 || fcntl(w->fd, F_SETFL, fl & ~O_DIRECT) != 0)
+      st = sl__fail(SL_EIO, "checkpoint '%s': fcntl: %s", w->tmp,
+                    strerror(errno));
+    w->direct = false;
+    if (st == SL_OK) st = flush(w);
+  }
   if (st == SL_OK && fsync(w->fd) != 0)
     st =
         sl__fail(SL_EIO, "checkpoint '%s': fsync: %s", w->tmp, strerror(errno));
@@ -252,7 +287,7 @@ static sl_status pieces_copy(const char *path, int32_t n,
 
 sl_status sl__ckpt_file_create(const char *dir, const char *name, int64_t step,
                                int32_t n, const sl__ckpt_piece *pieces,
-                               sl__ckpt_file **out) {
+                               bool direct, sl__ckpt_file **out) {
   *out = NULL;
   sl_status st;
   sl__ckpt_file *f;
@@ -294,8 +329,9 @@ sl_status sl__ckpt_file_create(const char *dir, const char *name, int64_t step,
   char stepbuf[24];
   snprintf(stepbuf, sizeof stepbuf, "%lld", (long long)step);
   const char *mk[] = {"format", "step"}, *mv[] = {"sluice", stepbuf};
-  SL_CHECK_GOTO(sl__st_header_build(n, e, 2, mk, mv, &hdr), st, fail);
-  SL_CHECK_GOTO(sl__wfile_open(path, &f->w), st, fail);
+  SL_CHECK_GOTO(sl__st_header_build(n, e, 2, mk, mv, SL__CKPT_DATA_ALIGN, &hdr),
+                st, fail);
+  SL_CHECK_GOTO(sl__wfile_open(path, direct, &f->w), st, fail);
   SL_CHECK_GOTO(sl__wfile_write(&f->w, hdr.data, hdr.len), st, fail);
   sl__free(e);
   sl__free(path);

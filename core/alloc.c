@@ -13,7 +13,8 @@ void *sl__malloc(size_t size) {
 
 void *sl__calloc(size_t n, size_t size) {
   void *p = calloc(n ? n : 1, size ? size : 1);
-  if (!p) sl__fail(SL_ENOMEM, "out of memory allocating %zu x %zu bytes", n, size);
+  if (!p)
+    sl__fail(SL_ENOMEM, "out of memory allocating %zu x %zu bytes", n, size);
   return p;
 }
 
@@ -31,20 +32,23 @@ void *sl__reallocarray(void *p, size_t n, size_t size) {
   return sl__realloc(p, n * size);
 }
 
+void *sl__malloc_aligned(size_t size, size_t align) {
+  void *p = NULL;
+  if (posix_memalign(&p, align, size ? size : 1) != 0) {
+    sl__fail(SL_ENOMEM, "out of memory allocating %zu bytes aligned to %zu",
+             size, align);
+    return NULL;
+  }
+  return p;
+}
+
 void *sl__calloc_aligned(size_t n, size_t size, size_t align) {
   if (size && n > SIZE_MAX / size) {
     sl__fail(SL_ENOMEM, "allocation of %zu x %zu bytes overflows", n, size);
     return NULL;
   }
-  size_t bytes = n * size;
-  if (bytes == 0) bytes = 1;
-  void *p = NULL;
-  if (posix_memalign(&p, align, bytes) != 0) {
-    sl__fail(SL_ENOMEM, "out of memory allocating %zu bytes aligned to %zu",
-             bytes, align);
-    return NULL;
-  }
-  return memset(p, 0, bytes);
+  void *p = sl__malloc_aligned(n * size, align);
+  return p ? memset(p, 0, n * size) : NULL;
 }
 
 void sl__free(void *p) { free(p); }

@@ -69,6 +69,9 @@ void *sl__reallocarray(void *p, size_t n, size_t size);
  * least sizeof(void *)), for objects that declare a larger alignment than
  * malloc's; freed by sl__free. */
 void *sl__calloc_aligned(size_t n, size_t size, size_t align);
+/* As sl__calloc_aligned for `size` bytes, not zeroed (large buffers about
+ * to be overwritten whole). */
+void *sl__malloc_aligned(size_t size, size_t align);
 void sl__free(void *p);
 char *sl__strdup(const char *s);
 

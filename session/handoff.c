@@ -26,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt_write.h"
 #include "daemon.h"
 #include "session_int.h"
 
@@ -203,7 +204,8 @@ sl_status sl__session_hold(sl_session *s, int64_t version) {
       sl_slice box;
       size_t b = 0;
       SL_CHECK(sl__session_rank_box(v, r, &box, &b));
-      if (!(s->held[i][r] = sl__malloc(b + 64))) return SL_ENOMEM;
+      if (!(s->held[i][r] = sl__malloc_aligned(b + 64, SL__CKPT_DATA_ALIGN)))
+        return SL_ENOMEM;
       SL_CHECK(sl__session_job_shard(s, i, r, version, s->held[i][r], b));
     }
   }

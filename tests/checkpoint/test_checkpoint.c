@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "ckpt_util.h"
+#include "crc32c.h"
 
 static uint64_t seed;
 
@@ -240,6 +241,101 @@ static void test_round_trip(void **state) {
   rm_rf(dir);
 }
 
+static unsigned char *read_whole(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  *n = (size_t)ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *b = malloc(*n + 1);
+  assert_int_equal(fread(b, 1, *n, f), *n);
+  fclose(f);
+  return b;
+}
+
+/* Writes one file of whole tensors through the direct and the buffered
+ * path; returns its path (in dir) and what the writer reported. */
+static void write_file(const char *dir, const char *name, bool direct, int n,
+                       const sl__ckpt_piece *ps, void *const *data,
+                       sl__ckpt_file_done *done) {
+  sl__ckpt_file *f;
+  assert_int_equal(sl__ckpt_file_create(dir, name, 3, n, ps, direct, &f),
+                   SL_OK);
+  for (int k = 0; k < n; k++)
+    assert_int_equal(sl__ckpt_file_write(f, data[k],
+                                         (size_t)sl_slice_numel(&ps[k].box) *
+                                             sl_dtype_size(ps[k].dtype)),
+                     SL_OK);
+  assert_int_equal(sl__ckpt_file_close(f, 0, done), SL_OK);
+}
+
+/* A direct write (a background save's) gives the same bytes as a buffered
+ * one, whatever the pieces' sizes and memory alignment: whole blocks from
+ * aligned memory at an aligned offset, pieces larger than the write
+ * buffer, odd sizes that leave later pieces misaligned, unaligned memory.
+ * The data section starts at a 4096-byte boundary. */
+static void test_direct_write(void **state) {
+  (void)state;
+  char dir[256];
+  scratch_dir(dir, sizeof dir);
+  const sl_shape shapes[] = {
+      {2, {1024, 1024}}, {2, {3, 5}}, {2, {300, 7}}, {2, {512, 600}}, {1, {1}}};
+  const char *names[] = {"big", "odd", "mid", "late", "last"};
+  const size_t shift[] = {0, 0, 4, 0, 0}; /* bytes off a 4096 boundary */
+  enum { N = 5 };
+  sl__ckpt_piece ps[N];
+  void *mem[N], *data[N];
+  sl_rng rng = {seed};
+  for (int k = 0; k < N; k++) {
+    size_t bytes = (size_t)sl_shape_numel(&shapes[k]) * 4;
+    mem[k] = sl__malloc_aligned(bytes + shift[k], SL__CKPT_DATA_ALIGN);
+    assert_non_null(mem[k]);
+    data[k] = (char *)mem[k] + shift[k];
+    for (size_t i = 0; i < bytes / 4; i++)
+      ((float *)data[k])[i] = (float)sl__rng_below(&rng, 1000) - 500;
+    int64_t zero[SL_MAX_DIMS] = {0};
+    ps[k] = (sl__ckpt_piece){
+        names[k], SL_DTYPE_F32, shapes[k],
+        "cpu:0",  "B",          box_of(shapes[k].ndim, zero, shapes[k].dims)};
+  }
+  sl__ckpt_file_done dd, bd;
+  write_file(dir, "direct.safetensors", true, N, ps, data, &dd);
+  write_file(dir, "buffered.safetensors", false, N, ps, data, &bd);
+  char pd[400], pb[400];
+  snprintf(pd, sizeof pd, "%s/direct.safetensors", dir);
+  snprintf(pb, sizeof pb, "%s/buffered.safetensors", dir);
+  size_t nd, nb;
+  unsigned char *fd = read_whole(pd, &nd), *fb = read_whole(pb, &nb);
+  assert_int_equal(nd, nb);
+  assert_memory_equal(fd, fb, nd);
+  assert_int_equal(dd.bytes, (int64_t)nd);
+  assert_int_equal(dd.crc32c, bd.crc32c);
+  assert_int_equal(dd.crc32c, sl__crc32c(0, fd, nd));
+  uint64_t hn = 0;
+  for (int k = 0; k < 8; k++)
+    hn |= (uint64_t)fd[k] << (8 * k);
+  assert_int_equal((8 + hn) % SL__CKPT_DATA_ALIGN, 0);
+  /* And the reader gives every tensor back. */
+  sl_checkpoint *c;
+  assert_int_equal(sl_checkpoint_open(pd, &c), SL_OK);
+  for (int k = 0; k < N; k++) {
+    size_t bytes = (size_t)sl_shape_numel(&shapes[k]) * 4;
+    void *back = malloc(bytes);
+    int32_t i = sl_checkpoint_find(c, names[k]);
+    assert_true(i >= 0);
+    assert_int_equal(sl_checkpoint_read(c, i, NULL, back, bytes), SL_OK);
+    assert_memory_equal(back, data[k], bytes);
+    free(back);
+    sl__free(mem[k]);
+  }
+  sl_checkpoint_close(c);
+  sl__ckpt_file_done_free(&dd);
+  sl__ckpt_file_done_free(&bd);
+  free(fd);
+  free(fb);
+  rm_rf(dir);
+}
+
 /* Saves that must be refused, each leaving the committed checkpoint. */
 static void test_refused(void **state) {
   (void)state;
@@ -284,8 +380,8 @@ static void test_refused(void **state) {
     ps[k] = (sl__ckpt_piece){"x",       SL_DTYPE_F32, t[0].shape,
                              "cpu:0-1", "S(0)",       t[0].pieces[k].box};
   sl__ckpt_file *f;
-  assert_int_equal(sl__ckpt_file_create(dir, "w.safetensors", 9, 2, ps, &f),
-                   SL_OK);
+  assert_int_equal(
+      sl__ckpt_file_create(dir, "w.safetensors", 9, 2, ps, false, &f), SL_OK);
   float v[4] = {1, 2, 3, 4};
   assert_int_equal(sl__ckpt_file_write(f, v, 12), SL_EINVAL);
   assert_int_equal(sl__ckpt_file_write(f, v, 16), SL_OK);
@@ -297,13 +393,15 @@ static void test_refused(void **state) {
   ps[2] = ps[0];
   ps[2].tensor = "x#0";
   ps[2].box.extent[0] = 4;
-  assert_int_equal(sl__ckpt_file_create(dir, "w.safetensors", 9, 3, ps, &f),
-                   SL_EINVAL);
+  assert_int_equal(
+      sl__ckpt_file_create(dir, "w.safetensors", 9, 3, ps, false, &f),
+      SL_EINVAL);
   assert_non_null(strstr(sl_last_error(), "'x#0'"));
   assert_null(f);
   ps[0].box.extent[0] = 5;
-  assert_int_equal(sl__ckpt_file_create(dir, "w.safetensors", 9, 1, ps, &f),
-                   SL_EINVAL);
+  assert_int_equal(
+      sl__ckpt_file_create(dir, "w.safetensors", 9, 1, ps, false, &f),
+      SL_EINVAL);
   assert_int_equal(count_files(dir, "w.safetensors"), 0);
   char name[64];
   sl__ckpt_file_name(12, 3, name, sizeof name);
@@ -554,7 +652,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip),    cmocka_unit_test(test_refused),
       cmocka_unit_test(test_plain),         cmocka_unit_test(test_convert),
-      cmocka_unit_test(test_convert_large),
+      cmocka_unit_test(test_convert_large), cmocka_unit_test(test_direct_write),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -37,9 +37,10 @@ static void round_trip(const sl__st_header *h) {
   }
   sl__jbuf b;
   FUZZ_CHECK(sl__st_header_build(h->n, o, h->n_meta, h->meta_keys,
-                                 h->meta_values, &b) == SL_OK,
+                                 h->meta_values, SL__CKPT_DATA_ALIGN,
+                                 &b) == SL_OK,
              "build: %s", sl_last_error());
-  FUZZ_CHECK(b.len % 8 == 0, "header of %zu bytes", b.len);
+  FUZZ_CHECK(b.len % SL__CKPT_DATA_ALIGN == 0, "header of %zu bytes", b.len);
   sl__st_header *g;
   FUZZ_CHECK(
       sl__st_header_parse(b.data + 8, b.len - 8, total, "rebuilt", &g) == SL_OK,
