@@ -6,6 +6,33 @@
 #include "sbp_int.h"
 #include "session_int.h"
 
+/* Takes the held-back failure (s->lock held) when `all` or when this node
+ * has completed the steps before it; NULL when there is none to fail. */
+static sl_completion *take_failure(sl_session *s, bool all, sl_status *st,
+                                   char *msg, size_t n) {
+  sl_completion *c = s->held_failure.c;
+  if (!c || (!all && s->completed < s->held_failure.step)) return NULL;
+  s->held_failure.c = NULL;
+  *st = s->held_failure.st;
+  snprintf(msg, n, "%s", s->held_failure.msg);
+  return c;
+}
+
+static void fail_held(sl_completion *c, sl_status st, const char *msg) {
+  if (!c) return;
+  sl__fail(st, "%s", msg);
+  sl_completion_done(c, st);
+}
+
+void sl__session_release_failure(sl_session *s) {
+  sl_status st = SL_OK;
+  char msg[sizeof s->held_failure.msg];
+  pthread_mutex_lock(&s->lock);
+  sl_completion *c = take_failure(s, true, &st, msg, sizeof msg);
+  pthread_mutex_unlock(&s->lock);
+  fail_held(c, st, msg);
+}
+
 void sl__step_done(task_rt *rt) {
   sl_session *s = rt->s;
   int64_t k = rt->fired++;
@@ -17,8 +44,42 @@ void sl__step_done(task_rt *rt) {
     atomic_store(&s->ring[s->completed % SL__STEP_RING], 0);
     s->completed++;
   }
+  sl_status st = SL_OK;
+  char msg[sizeof s->held_failure.msg];
+  sl_completion *c = take_failure(s, false, &st, msg, sizeof msg);
   pthread_cond_broadcast(&s->cond);
   pthread_mutex_unlock(&s->lock);
+  fail_held(c, st, msg);
+}
+
+/* A kernel failed in step k. Other tasks of this node may still be
+ * finishing earlier steps — another device's update of step k-1 waits for
+ * its gradient's collective — and aborting the job now would leave that
+ * variable between versions, so that the step could not be rolled back
+ * (state.c). The failing firing is therefore deferred, and fails (aborting
+ * the job) once this node has completed every step before k. That always
+ * comes: no firing of a step before k waits for anything of step k (a
+ * producer has published piece k only after its earlier pieces, and
+ * control edges order tasks within a step and forward to the next), and a
+ * failure elsewhere in the meantime fails it at once
+ * (sl__session_abort_collectives). One failure is held at a time; any
+ * other fails at once. */
+static sl_status op_failed(sl_act *a, task_rt *rt, sl_status st) {
+  sl_session *s = rt->s;
+  char msg[sizeof s->held_failure.msg];
+  snprintf(msg, sizeof msg, "op '%s' (%s): %s", rt->node->name,
+           rt->node->op->name, sl_last_error());
+  pthread_mutex_lock(&s->lock);
+  bool hold = !s->held_failure.c && s->completed < rt->fired &&
+              atomic_load(&s->failed) == SL_OK;
+  if (hold) {
+    s->held_failure.c = sl_act_defer(a);
+    s->held_failure.step = rt->fired;
+    s->held_failure.st = st;
+    snprintf(s->held_failure.msg, sizeof s->held_failure.msg, "%s", msg);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return hold ? SL_OK : sl_act_fail(a, st, "%s", msg);
 }
 
 /* The data input of an actor with at most one (the other may be a tick). */
@@ -46,9 +107,7 @@ static sl_status act_op(sl_act *a) {
   sl__kernel_ctx *k = bind_op(a, rt);
   sl_clear_error();
   sl_status st = sl__op_run_cpu(rt->node->op, k);
-  if (st != SL_OK)
-    return sl_act_fail(a, st, "op '%s' (%s): %s", rt->node->name,
-                       rt->node->op->name, sl_last_error());
+  if (st != SL_OK) return op_failed(a, rt, st);
   sl__step_done(rt);
   return SL_OK;
 }

@@ -285,6 +285,7 @@ static sl_status make_span(sl_session *s, const sl__task *t,
 void sl__session_abort_collectives(sl_session *s, sl_status st,
                                    const char *msg) {
   if (s->comm) sl__comm_abort(s->comm, st);
+  sl__session_release_failure(s);
   for (int32_t i = 0; i < s->n_engines; i++)
     sl__coll_engine_abort(&s->engines[i], st, msg);
   /* Rounds already between nodes end when their net collectives do. */

@@ -638,15 +638,24 @@ sl_status sl__remote_can_roll_back(sl_session *s, int64_t version) {
     sl__free(v);
     sl__cp_kv_put(rm->cp, key, "", 0, CALL_MS);
     bool held = false;
-    char *save = NULL;
-    for (char *t = strtok_r(list, " ", &save); t && !held;
-         t = strtok_r(NULL, " ", &save))
-      held = strtoll(t, NULL, 10) == version;
+    char *save = NULL, has[160] = "";
+    size_t hn = 0;
+    for (char *t = strtok_r(list, " ", &save); t;
+         t = strtok_r(NULL, " ", &save)) {
+      if (*t == '-') continue;
+      int64_t has_v = strtoll(t, NULL, 10);
+      held = held || has_v == version;
+      if (hn < sizeof has - 24)
+        hn += (size_t)snprintf(has + hn, sizeof has - hn, "%s%lld",
+                               hn ? ", " : "", (long long)(s->base + has_v));
+    }
+    /* Which versions the node does hold says how far its job got. */
     if (!held)
       return sl__fail(SL_ESTATE,
                       "node %u's variables no longer hold their values before "
-                      "step %lld: an update was written or under way",
-                      r, (long long)(s->base + version));
+                      "step %lld (they hold those before step %s): an update "
+                      "was written or under way",
+                      r, (long long)(s->base + version), hn ? has : "none");
   }
   return SL_OK;
 }
