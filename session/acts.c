@@ -6,31 +6,43 @@
 #include "sbp_int.h"
 #include "session_int.h"
 
-/* Takes the held-back failure (s->lock held) when `all` or when this node
- * has completed the steps before it; NULL when there is none to fail. */
-static sl_completion *take_failure(sl_session *s, bool all, sl_status *st,
-                                   char *msg, size_t n) {
-  sl_completion *c = s->held_failure.c;
-  if (!c || (!all && s->completed < s->held_failure.step)) return NULL;
-  s->held_failure.c = NULL;
-  *st = s->held_failure.st;
-  snprintf(msg, n, "%s", s->held_failure.msg);
-  return c;
+/* A firing whose failure is held back (op_failed). */
+typedef struct sl__held_failure {
+  struct sl__held_failure *next;
+  sl_completion *c;
+  int64_t step;
+  sl_status st;
+  char msg[1024];
+} held_failure;
+
+/* Takes the held-back failures (s->lock held) when `all` or when this
+ * node has completed the steps before the earliest of them. */
+static held_failure *take_failures(sl_session *s, bool all) {
+  int64_t first = INT64_MAX;
+  for (const held_failure *h = s->held_failures; h; h = h->next)
+    first = SL_MIN(first, h->step);
+  if (!s->held_failures || (!all && s->completed < first)) return NULL;
+  held_failure *h = s->held_failures;
+  s->held_failures = NULL;
+  return h;
 }
 
-static void fail_held(sl_completion *c, sl_status st, const char *msg) {
-  if (!c) return;
-  sl__fail(st, "%s", msg);
-  sl_completion_done(c, st);
+/* Fails each firing (the first to arrive is the job's failure). */
+static void fail_held(held_failure *h) {
+  while (h) {
+    held_failure *next = h->next;
+    sl__fail(h->st, "%s", h->msg);
+    sl_completion_done(h->c, h->st);
+    sl__free(h);
+    h = next;
+  }
 }
 
 void sl__session_release_failure(sl_session *s) {
-  sl_status st = SL_OK;
-  char msg[sizeof s->held_failure.msg];
   pthread_mutex_lock(&s->lock);
-  sl_completion *c = take_failure(s, true, &st, msg, sizeof msg);
+  held_failure *h = take_failures(s, true);
   pthread_mutex_unlock(&s->lock);
-  fail_held(c, st, msg);
+  fail_held(h);
 }
 
 void sl__step_done(task_rt *rt) {
@@ -44,12 +56,10 @@ void sl__step_done(task_rt *rt) {
     atomic_store(&s->ring[s->completed % SL__STEP_RING], 0);
     s->completed++;
   }
-  sl_status st = SL_OK;
-  char msg[sizeof s->held_failure.msg];
-  sl_completion *c = take_failure(s, false, &st, msg, sizeof msg);
+  held_failure *h = take_failures(s, false);
   pthread_cond_broadcast(&s->cond);
   pthread_mutex_unlock(&s->lock);
-  fail_held(c, st, msg);
+  fail_held(h);
 }
 
 /* A kernel failed in step k. Other tasks of this node may still be
@@ -62,24 +72,25 @@ void sl__step_done(task_rt *rt) {
  * producer has published piece k only after its earlier pieces, and
  * control edges order tasks within a step and forward to the next), and a
  * failure elsewhere in the meantime fails it at once
- * (sl__session_abort_collectives). One failure is held at a time; any
- * other fails at once. */
+ * (sl__session_abort_collectives). Several firings may fail so (bad rows
+ * on several devices); all are held. */
 static sl_status op_failed(sl_act *a, task_rt *rt, sl_status st) {
   sl_session *s = rt->s;
-  char msg[sizeof s->held_failure.msg];
+  held_failure *h = sl__malloc(sizeof *h);
+  char msg[sizeof h->msg];
   snprintf(msg, sizeof msg, "op '%s' (%s): %s", rt->node->name,
            rt->node->op->name, sl_last_error());
   pthread_mutex_lock(&s->lock);
-  bool hold = !s->held_failure.c && s->completed < rt->fired &&
-              atomic_load(&s->failed) == SL_OK;
+  bool hold = h && s->completed < rt->fired && atomic_load(&s->failed) == SL_OK;
   if (hold) {
-    s->held_failure.c = sl_act_defer(a);
-    s->held_failure.step = rt->fired;
-    s->held_failure.st = st;
-    snprintf(s->held_failure.msg, sizeof s->held_failure.msg, "%s", msg);
+    *h = (held_failure){s->held_failures, sl_act_defer(a), rt->fired, st, ""};
+    snprintf(h->msg, sizeof h->msg, "%s", msg);
+    s->held_failures = h;
   }
   pthread_mutex_unlock(&s->lock);
-  return hold ? SL_OK : sl_act_fail(a, st, "%s", msg);
+  if (hold) return SL_OK;
+  sl__free(h);
+  return sl_act_fail(a, st, "%s", msg);
 }
 
 /* The data input of an actor with at most one (the other may be a tick). */

@@ -220,14 +220,9 @@ struct sl_session {
   atomic_int_least64_t released; /* ticks released */
   int64_t completed;             /* steps complete (under lock) */
   atomic_int ring[SL__STEP_RING];
-  /* A kernel's failure held back until this node completed the steps
-   * before the failing one (acts.c, under lock); c NULL: none. */
-  struct {
-    sl_completion *c;
-    int64_t step;
-    sl_status st;
-    char msg[1024];
-  } held_failure;
+  /* Kernels' failures held back until this node completed the steps
+   * before the earliest of them (acts.c, under lock). */
+  struct sl__held_failure *held_failures;
   atomic_int failed;   /* sl_status of the job's failure */
   atomic_bool waiting; /* the program waits inside a call */
   atomic_bool ending;  /* remote: finishing or aborted; ticks no longer
@@ -271,10 +266,10 @@ sl_status sl__session_build(sl_session *s);
 void sl__session_free_build(sl_session *s);
 /* Ends every collective of this node's job with st: members waiting for
  * peers (in this process or on other nodes) complete with it, and so does
- * every later arrival; a failure held back (acts.c) fails now. Any thread. */
+ * every later arrival; failures held back (acts.c) fail now. Any thread. */
 void sl__session_abort_collectives(sl_session *s, sl_status st,
                                    const char *msg);
-/* acts.c: fails the firing whose failure was held back, if any. Any
+/* acts.c: fails the firings whose failures were held back, if any. Any
  * thread, s->lock not held. */
 void sl__session_release_failure(sl_session *s);
 

@@ -190,7 +190,7 @@ static void test_failed_step_rolls_back(void **state) {
     }
 }
 
-/* labels.npy in dir: [good, bad], one batch each. */
+/* The labels file at path: [good, bad], one batch each. */
 static void write_labels(const char *path) {
   char header[128];
   snprintf(header, sizeof header,
@@ -206,8 +206,12 @@ static void write_labels(const char *path) {
   for (size_t i = 0; i < pad; i++)
     fputc(' ', f);
   fputc('\n', f);
+  /* Labels out of range on three of the four devices. */
+  int32_t worse[BATCH];
+  memcpy(worse, bad, sizeof worse);
+  worse[1] = worse[7] = CLASSES + 1;
   fwrite(good, sizeof good, 1, f);
-  fwrite(bad, sizeof bad, 1, f);
+  fwrite(worse, sizeof worse, 1, f);
   fclose(f);
 }
 
@@ -233,8 +237,9 @@ static sl_graph *file_classifier(const char *labels) {
  * on 4 devices of dp on a 2-core machine: the device holding the bad
  * label starts step 1 as soon as its own update of step 0 is done, while
  * another device's update of step 0 may still be waiting to run. The
- * failure must not abort the job before that update, or the variable
- * would be left between versions and the step could not be rolled back.
+ * failures (on three devices) must not abort the job before that update,
+ * or the variable would be left between versions and the step could not
+ * be rolled back.
  * Each of many tries is rolled back to step 1, whose variables are
  * exactly those of a run of step 0 alone. */
 static void test_failed_step_behind_a_good_one(void **state) {
