@@ -653,9 +653,10 @@ sl_status sl__remote_can_roll_back(sl_session *s, int64_t version) {
     if (!held)
       return sl__fail(SL_ESTATE,
                       "node %u's variables no longer hold their values before "
-                      "step %lld (they hold those before step %s): an update "
-                      "was written or under way",
-                      r, (long long)(s->base + version), hn ? has : "none");
+                      "step %lld (%s%s): an update was written or under way",
+                      r, (long long)(s->base + version),
+                      hn ? "they hold those before step " : "",
+                      hn ? has : "no step's values are whole there");
   }
   return SL_OK;
 }
