@@ -18,7 +18,7 @@ typedef struct plan_actor {
   sl_actor_desc d; /* d.name points into the plan's arena */
   sl_actor_id id;
   const char *mark; /* sl_plan_set_mark (arena), or NULL */
-  int32_t *in; /* descriptor of each input slot */
+  int32_t *in;      /* descriptor of each input slot */
   int32_t n_in, cap_in;
   int32_t *out; /* descriptor of each output slot */
   int32_t n_out, cap_out;
@@ -289,6 +289,12 @@ bool sl__transport_quiescent(sl_job *job, uint64_t *progress);
  * other nodes when `broadcast`. */
 void sl__job_abort(sl_job *job, sl_status st, sl_actor_id who, bool has_who,
                    const char *detail, bool broadcast);
+/* sl__job_abort of a firing of actor `who` for piece `piece` that failed,
+ * broadcast: the ABORT other nodes receive carries the piece (sl_msg.piece;
+ * -1 in other ABORTs), so that an embedder may let its node finish the
+ * earlier pieces first. */
+void sl__job_abort_firing(sl_job *job, sl_status st, sl_actor_id who,
+                          const char *detail, int64_t piece);
 /* A device's name by the job's device_name, else "device <id>". */
 void sl__job_device_name(const sl_job *job, uint32_t device, char *buf,
                          size_t n);

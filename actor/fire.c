@@ -196,7 +196,7 @@ static sl_status default_act(rt_actor *a) {
 }
 
 static void fail(stream *s, rt_actor *a, sl_status st, const char *detail) {
-  sl__job_abort(s->job, st, a->id, true, detail, true);
+  sl__job_abort_firing(s->job, st, a->id, detail, a->a.piece);
   sl_clear_error();
 }
 

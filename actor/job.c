@@ -134,8 +134,8 @@ void sl__actor_label(const sl_job *job, sl_actor_id id, char *buf, size_t n) {
            sl_actor_id_node(id), dev, sl_actor_id_stream(id));
 }
 
-void sl__job_abort(sl_job *job, sl_status st, sl_actor_id who, bool has_who,
-                   const char *detail, bool broadcast) {
+static void job_abort(sl_job *job, sl_status st, sl_actor_id who, bool has_who,
+                      const char *detail, bool broadcast, int64_t piece) {
   if (st == SL_OK) st = SL_EABORTED;
   bool first = false;
   pthread_mutex_lock(&job->lock);
@@ -164,11 +164,22 @@ void sl__job_abort(sl_job *job, sl_status st, sl_actor_id who, bool has_who,
   m.kind = SL_MSG_CMD;
   m.cmd = SL_CMD_ABORT;
   m.index = (int32_t)st;
+  m.piece = piece;
   m.src = has_who ? who : 0;
   m.desc = has_who ? 1 : 0;
   m.origin_node = (uint16_t)job->node;
   for (uint32_t n = 0; n < job->plan->n_nodes; n++)
     if (n != job->node) sl__transport_send(job, n, &m, NULL, 0);
+}
+
+void sl__job_abort(sl_job *job, sl_status st, sl_actor_id who, bool has_who,
+                   const char *detail, bool broadcast) {
+  job_abort(job, st, who, has_who, detail, broadcast, -1);
+}
+
+void sl__job_abort_firing(sl_job *job, sl_status st, sl_actor_id who,
+                          const char *detail, int64_t piece) {
+  job_abort(job, st, who, true, detail, true, piece);
 }
 
 /* ---- loading

@@ -15,34 +15,62 @@ typedef struct sl__held_failure {
   char msg[1024];
 } held_failure;
 
-/* Takes the held-back failures (s->lock held) when `all` or when this
- * node has completed the steps before the earliest of them. */
-static held_failure *take_failures(sl_session *s, bool all) {
+/* What was held back: this node's failed firings and another node's
+ * ABORT (abort.piece < 0: none). */
+typedef struct held {
+  held_failure *failures;
+  sl_msg abort;
+} held;
+
+/* Takes what was held back (s->lock held): all of it, or what waits for
+ * steps this node has completed. */
+static held take_held(sl_session *s, bool all) {
+  held h = {.abort = {.piece = -1}};
   int64_t first = INT64_MAX;
-  for (const held_failure *h = s->held_failures; h; h = h->next)
-    first = SL_MIN(first, h->step);
-  if (!s->held_failures || (!all && s->completed < first)) return NULL;
-  held_failure *h = s->held_failures;
-  s->held_failures = NULL;
+  for (const held_failure *f = s->held_failures; f; f = f->next)
+    first = SL_MIN(first, f->step);
+  if (s->held_failures && (all || s->completed >= first)) {
+    h.failures = s->held_failures;
+    s->held_failures = NULL;
+  }
+  if (s->held_abort.piece >= 0 &&
+      (all || s->completed >= s->held_abort.piece)) {
+    h.abort = s->held_abort;
+    s->held_abort.piece = -1;
+  }
   return h;
 }
 
-/* Fails each firing (the first to arrive is the job's failure). */
-static void fail_held(held_failure *h) {
-  while (h) {
-    held_failure *next = h->next;
-    sl__fail(h->st, "%s", h->msg);
-    sl_completion_done(h->c, h->st);
-    sl__free(h);
-    h = next;
+/* Fails each firing (the first to arrive is the job's failure), then
+ * hands the ABORT to the job. */
+static void release(sl_session *s, held h) {
+  while (h.failures) {
+    held_failure *next = h.failures->next;
+    sl__fail(h.failures->st, "%s", h.failures->msg);
+    sl_completion_done(h.failures->c, h.failures->st);
+    sl__free(h.failures);
+    h.failures = next;
   }
+  if (h.abort.piece >= 0) sl_job_deliver(s->job, &h.abort, NULL, 0);
 }
 
 void sl__session_release_failure(sl_session *s) {
   pthread_mutex_lock(&s->lock);
-  held_failure *h = take_failures(s, true);
+  held h = take_held(s, true);
   pthread_mutex_unlock(&s->lock);
-  fail_held(h);
+  release(s, h);
+}
+
+bool sl__session_hold_abort(void *ctx, const sl_msg *m) {
+  sl_session *s = ctx;
+  pthread_mutex_lock(&s->lock);
+  bool hold = m->piece >= 0 && s->completed < m->piece &&
+              atomic_load(&s->failed) == SL_OK;
+  /* One is enough to end the job: the earliest step's. */
+  if (hold && (s->held_abort.piece < 0 || m->piece < s->held_abort.piece))
+    s->held_abort = *m;
+  pthread_mutex_unlock(&s->lock);
+  return hold;
 }
 
 void sl__step_done(task_rt *rt) {
@@ -56,10 +84,10 @@ void sl__step_done(task_rt *rt) {
     atomic_store(&s->ring[s->completed % SL__STEP_RING], 0);
     s->completed++;
   }
-  held_failure *h = take_failures(s, false);
+  held h = take_held(s, false);
   pthread_cond_broadcast(&s->cond);
   pthread_mutex_unlock(&s->lock);
-  fail_held(h);
+  release(s, h);
 }
 
 /* A kernel failed in step k. Other tasks of this node may still be

@@ -177,6 +177,7 @@ static sl_session *session_new(void) {
   s->cfg = sl_session_config_default();
   atomic_init(&s->released, 0);
   atomic_init(&s->failed, SL_OK);
+  s->held_abort.piece = -1;
   atomic_init(&s->waiting, false);
   atomic_init(&s->driver_msgs, 0);
   for (int i = 0; i < SL__STEP_RING; i++)
@@ -302,7 +303,8 @@ static sl_status job_prepare(djob *j, const uint8_t *blob, size_t len) {
   sl_status st = sl_job_create(s->plan, &jc, &s->job);
   sl__session_drop_sources(s);
   SL_CHECK(st);
-  return sl__dp_endpoint_attach(j->o->dp, s->job);
+  return sl__dp_endpoint_attach_hooked(j->o->dp, s->job, sl__session_hold_abort,
+                                       s);
 }
 
 static sl_status job_run(djob *j, const uint8_t *blob, size_t len) {

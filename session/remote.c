@@ -309,7 +309,9 @@ sl_status sl__remote_start(sl_session *s) {
   jc.transport = (sl_transport){&rm_transport, s};
   sl__session_job_memory(s, &jc);
   SL_CHECK_GOTO(sl_job_create(s->plan, &jc, &s->job), st, out);
-  SL_CHECK_GOTO(sl__dp_endpoint_attach(rm->ep, s->job), st, out);
+  SL_CHECK_GOTO(
+      sl__dp_endpoint_attach_hooked(rm->ep, s->job, sl__session_hold_abort, s),
+      st, out);
   rm->attached = true;
   /* The daemons start their shares when the job is RUNNING: after this
    * attach, so nothing they send first is dropped. */

@@ -150,6 +150,7 @@ sl_status sl_session_create(sl_graph *g, const sl_session_config *cfg,
   }
   atomic_init(&s->released, 0);
   atomic_init(&s->failed, SL_OK);
+  s->held_abort.piece = -1;
   atomic_init(&s->waiting, false);
   atomic_init(&s->driver_msgs, 0);
   for (int i = 0; i < SL__STEP_RING; i++)

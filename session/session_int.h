@@ -221,8 +221,10 @@ struct sl_session {
   int64_t completed;             /* steps complete (under lock) */
   atomic_int ring[SL__STEP_RING];
   /* Kernels' failures held back until this node completed the steps
-   * before the earliest of them (acts.c, under lock). */
+   * before the earliest of them, and another node's ABORT for such a
+   * failure (acts.c, under lock; held_abort.piece < 0: none). */
   struct sl__held_failure *held_failures;
+  sl_msg held_abort;
   atomic_int failed;   /* sl_status of the job's failure */
   atomic_bool waiting; /* the program waits inside a call */
   atomic_bool ending;  /* remote: finishing or aborted; ticks no longer
@@ -269,9 +271,14 @@ void sl__session_free_build(sl_session *s);
  * every later arrival; failures held back (acts.c) fail now. Any thread. */
 void sl__session_abort_collectives(sl_session *s, sl_status st,
                                    const char *msg);
-/* acts.c: fails the firings whose failures were held back, if any. Any
- * thread, s->lock not held. */
+/* acts.c: fails the firings whose failures were held back and delivers
+ * the ABORT held back, if any. Any thread, s->lock not held. */
 void sl__session_release_failure(sl_session *s);
+/* acts.c, the data plane's abort hook (comm/data/dp.h; ctx: the session):
+ * another node's ABORT for a firing of step k that failed is held until
+ * this node has completed the steps before k, for the reason a failure
+ * here is (op_failed). */
+bool sl__session_hold_abort(void *ctx, const sl_msg *m);
 
 /* acts.c: the act of each task kind on a CPU device (or a CUDA device's
  * host side), or on a CUDA device; sl__act_for picks one (NULL: none). */

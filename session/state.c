@@ -458,6 +458,7 @@ static void tear_down(sl_session *s, feed_rt **feeds, int32_t *n_feeds) {
 static void reset_counters(sl_session *s, int64_t steps) {
   atomic_store(&s->released, 0);
   s->completed = 0;
+  s->held_abort.piece = -1;
   for (int i = 0; i < SL__STEP_RING; i++)
     atomic_store(&s->ring[i], 0);
   atomic_store(&s->failed, SL_OK);

@@ -895,7 +895,11 @@ static void deliver(dp_conn *c) {
    * message and its owner read the stats before this thread gets back. */
   dp_count(&ep->stats.messages_received, 1);
   dp_count(&ep->stats.payload_bytes_received, len);
-  if (ep->job && (c->target || len == 0)) {
+  bool abort = c->msg.kind == SL_MSG_CMD && c->msg.cmd == SL_CMD_ABORT;
+  if (ep->job && abort && ep->abort_hook &&
+      ep->abort_hook(ep->abort_ctx, &c->msg)) {
+    delivered = true; /* the embedder delivers it later */
+  } else if (ep->job && (c->target || len == 0)) {
     sl_status st = sl_job_deliver(ep->job, &c->msg, c->target, (size_t)len);
     if (st == SL_OK) {
       delivered = true;

@@ -354,6 +354,15 @@ bool sl__dp_endpoint_quiescent(sl__dp_endpoint *ep, uint32_t self,
  * job attached are discarded. SL_EINVAL (wrong node), SL_ESTATE (a job is
  * attached, or the endpoint is closing). */
 sl_status sl__dp_endpoint_attach(sl__dp_endpoint *ep, sl_job *job);
+/* An ABORT from another node, offered first to its embedder (the session
+ * of the job attached): true when it has taken the message over, to hand
+ * it to the job itself later (sl_job_deliver), false to have it delivered
+ * now. Called on the endpoint's loop thread. */
+typedef bool (*sl__dp_abort_hook)(void *ctx, const sl_msg *m);
+/* sl__dp_endpoint_attach, ABORTs offered to hook(ctx, ...) until the
+ * detach. */
+sl_status sl__dp_endpoint_attach_hooked(sl__dp_endpoint *ep, sl_job *job,
+                                        sl__dp_abort_hook hook, void *ctx);
 
 /* Detaches the job after sl_job_wait returned: drops its register
  * payloads still queued (only an aborted job leaves any), waits for the

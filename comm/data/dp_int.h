@@ -158,6 +158,8 @@ typedef struct dp_call {
   struct dp_call *next;
   void (*fn)(struct sl__dp_endpoint *ep, struct dp_call *c);
   sl_job *job;
+  sl__dp_abort_hook abort_hook; /* attach */
+  void *abort_ctx;
   uint32_t node;
   sl_status st;
   char err[320];
@@ -205,6 +207,8 @@ struct sl__dp_endpoint {
 
   /* (loop) */
   sl_job *job;
+  sl__dp_abort_hook abort_hook; /* the job's embedder's (may be NULL) */
+  void *abort_ctx;
   bool job_ended; /* a job was detached since the last attach */
   dp_conn *conns; /* every live connection */
   int32_t handshaking;

@@ -202,6 +202,8 @@ static void do_attach(sl__dp_endpoint *ep, dp_call *c) {
     return;
   }
   ep->job = c->job;
+  ep->abort_hook = c->abort_hook;
+  ep->abort_ctx = c->abort_ctx;
   ep->job_ended = false;
   /* A peer that said DONE for the last job runs this one too: losing it
    * is a failure again. */
@@ -258,6 +260,7 @@ void sl__dp_check_detach(sl__dp_endpoint *ep) {
     for (dp_conn *c = ep->conns; c; c = c->next)
       if (c->payload_writes) return;
     ep->job = NULL;
+    ep->abort_hook = NULL;
     ep->job_ended = true;
     pthread_mutex_lock(&ep->lock);
     ep->has_job = false;
@@ -854,10 +857,16 @@ sl_status sl__dp_endpoint_wait_connected(sl__dp_endpoint *ep, uint32_t node,
   return SL_OK;
 }
 
-sl_status sl__dp_endpoint_attach(sl__dp_endpoint *ep, sl_job *job) {
+sl_status sl__dp_endpoint_attach_hooked(sl__dp_endpoint *ep, sl_job *job,
+                                        sl__dp_abort_hook hook, void *ctx) {
   if (!job) return sl__fail(SL_EINVAL, "data plane: no job");
-  dp_call c = {.fn = do_attach, .job = job};
+  dp_call c = {
+      .fn = do_attach, .job = job, .abort_hook = hook, .abort_ctx = ctx};
   return call_loop(ep, &c);
+}
+
+sl_status sl__dp_endpoint_attach(sl__dp_endpoint *ep, sl_job *job) {
+  return sl__dp_endpoint_attach_hooked(ep, job, NULL, NULL);
 }
 
 void sl__dp_endpoint_detach(sl__dp_endpoint *ep) {

@@ -275,7 +275,8 @@ typedef enum sl_cmd {
 typedef struct sl_msg {
   sl_actor_id dst;      /* receiving actor (CMD: unused) */
   sl_actor_id src;      /* sending actor (ABORT: the actor that failed) */
-  int64_t piece;        /* READY: the register's piece id */
+  int64_t piece;        /* READY: the register's piece id; ABORT: the failed
+                           firing's piece, -1 when not a firing's */
   int32_t desc;         /* READY, RETURN, EOD: the register descriptor */
   int32_t index;        /* READY, RETURN: the register; ABORT: sl_status */
   uint16_t slot;        /* READY, EOD: consumer's input slot; RETURN:

@@ -1119,6 +1119,85 @@ static void test_job_refused_by_one_node(void **state) {
     fail_msg("the job after a refused one: %s", sl_last_error());
 }
 
+/* Labels [good, bad] for 8 rows a step, in a .npy file at path; the bad
+ * batch has labels out of range on both nodes. */
+static void write_labels(const char *path) {
+  int32_t y[16];
+  for (int i = 0; i < 16; i++)
+    y[i] = i % 5;
+  y[8 + 1] = y[8 + 7] = 99;
+  char header[128];
+  snprintf(header, sizeof header,
+           "{'descr': '<i4', 'fortran_order': False, 'shape': (16,), }");
+  size_t len = strlen(header), pad = (64 - (11 + len) % 64) % 64;
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+  fputc((int)((len + pad + 1) & 0xff), f);
+  fputc((int)((len + pad + 1) >> 8), f);
+  fputs(header, f);
+  for (size_t i = 0; i < pad; i++)
+    fputc(' ', f);
+  fputc('\n', f);
+  fwrite(y, sizeof y, 1, f);
+  fclose(f);
+}
+
+/* one_model's shape, data parallel on pl, its labels read from the file. */
+static sl_graph *file_model(const char *pl, const char *labels) {
+  sl_optimizer adam = sl_optimizer_adam(0.05);
+  sl_graph *g = st_graph(pl);
+  sl_tensor x = sl_input(g, "x0", &SL_SHAPE(8, 6), SL_DTYPE_F32, NULL, "S(0)");
+  sl_tensor y = sl_data_npy(g, labels, 8, NULL, "S(0)");
+  sl_tensor w = sl_variable(g, "w0", &SL_SHAPE(6, 5), SL_DTYPE_F32,
+                            sl_init_uniform(-1, 1, 11), NULL, "B");
+  sl_tensor loss = sl_cross_entropy(sl_matmul(x, w, false, false), y);
+  sl_minimize(loss, &adam);
+  sl_fetch(loss, "loss0");
+  st_check_graph(g);
+  return g;
+}
+
+/* A failed step right behind a good one (sl_session_run(s, 2)) over two
+ * daemons, the bad labels on both nodes: each node holds its failure, or
+ * the abort it hears of, until it has completed step 0, so every variable
+ * is at its value before step 1 on both, and each of many tries (a new
+ * session each) is rolled back to step 1 with the variables of an
+ * embedded run of step 0. */
+static void test_failed_step_behind_a_good_one_across_daemons(void **state) {
+  (void)state;
+  enum { TRIES = 12 };
+  scratch t;
+  scratch_make(&t, "labels.npy", "-");
+  write_labels(t.a);
+  float x[48];
+  for (int i = 0; i < 48; i++)
+    x[i] = (float)((i * 7) % 11) / 11.0f - 0.5f;
+  sl_graph *ge = file_model("cpu:0-3", t.a);
+  sl_session *e = NULL;
+  assert_int_equal(sl_session_create(ge, NULL, &e), SL_OK);
+  assert_int_equal(sl_session_feed(e, "x0", x, sizeof x), SL_OK);
+  assert_int_equal(sl_session_run(e, 1), SL_OK);
+  sl_session_config rc = config(true);
+  for (int i = 0; i < TRIES; i++) {
+    sl_graph *gr = file_model("cpu:0-1/0-1", t.a);
+    sl_session *r = NULL;
+    assert_int_equal(sl_session_create(gr, &rc, &r), SL_OK);
+    assert_int_equal(sl_session_feed(r, "x0", x, sizeof x), SL_OK);
+    sl_status st = sl_session_run(r, 2);
+    if (st != SL_EINVAL || !strstr(sl_last_error(), "step 1 was rolled back"))
+      fail_msg("try %d: %s: %s", i, sl_status_str(st), sl_last_error());
+    assert_int_equal(sl_session_steps(r), 1);
+    same_variable(e, r, "w0");
+    same_variable(e, r, "w0.v");
+    sl_session_destroy(r);
+    sl_graph_destroy(gr);
+  }
+  sl_session_destroy(e);
+  sl_graph_destroy(ge);
+  scratch_remove(&t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_losses_equal_embedded),
@@ -1128,6 +1207,7 @@ int main(void) {
       cmocka_unit_test(test_shared_registers),
       cmocka_unit_test(test_checkpoints_across_daemons),
       cmocka_unit_test(test_variables_across_daemons),
+      cmocka_unit_test(test_failed_step_behind_a_good_one_across_daemons),
       cmocka_unit_test(test_cuda_across_nodes),
       cmocka_unit_test(test_cuda_gather_scatter_across_nodes),
       cmocka_unit_test(test_cuda_exchanges_across_nodes),
