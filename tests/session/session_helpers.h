@@ -27,6 +27,25 @@ static inline uint64_t st_seed(uint64_t dflt, const char *what) {
   return s;
 }
 
+/* Writes n int32 values as a 1-d .npy file (format 1.0) at path. */
+static inline void st_write_npy_i32(const char *path, const int32_t *v, int n) {
+  char header[128];
+  snprintf(header, sizeof header,
+           "{'descr': '<i4', 'fortran_order': False, 'shape': (%d,), }", n);
+  size_t len = strlen(header), pad = (64 - (11 + len) % 64) % 64;
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+  fputc((int)((len + pad + 1) & 0xff), f);
+  fputc((int)((len + pad + 1) >> 8), f);
+  fputs(header, f);
+  for (size_t i = 0; i < pad; i++)
+    fputc(' ', f);
+  fputc('\n', f);
+  fwrite(v, sizeof *v, (size_t)n, f);
+  fclose(f);
+}
+
 static inline sl_graph *st_graph(const char *placement) {
   sl_graph *g = NULL;
   if (sl_graph_create(&g) != SL_OK) fail_msg("graph: %s", sl_last_error());

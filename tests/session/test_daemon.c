@@ -1126,21 +1126,7 @@ static void write_labels(const char *path) {
   for (int i = 0; i < 16; i++)
     y[i] = i % 5;
   y[8 + 1] = y[8 + 7] = 99;
-  char header[128];
-  snprintf(header, sizeof header,
-           "{'descr': '<i4', 'fortran_order': False, 'shape': (16,), }");
-  size_t len = strlen(header), pad = (64 - (11 + len) % 64) % 64;
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  fwrite("\x93NUMPY\x01\x00", 1, 8, f);
-  fputc((int)((len + pad + 1) & 0xff), f);
-  fputc((int)((len + pad + 1) >> 8), f);
-  fputs(header, f);
-  for (size_t i = 0; i < pad; i++)
-    fputc(' ', f);
-  fputc('\n', f);
-  fwrite(y, sizeof y, 1, f);
-  fclose(f);
+  st_write_npy_i32(path, y, 16);
 }
 
 /* one_model's shape, data parallel on pl, its labels read from the file. */

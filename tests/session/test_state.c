@@ -190,29 +190,14 @@ static void test_failed_step_rolls_back(void **state) {
     }
 }
 
-/* The labels file at path: [good, bad], one batch each. */
+/* The labels file at path: [good, bad], one batch each, the bad one out
+ * of range on three of the four devices. */
 static void write_labels(const char *path) {
-  char header[128];
-  snprintf(header, sizeof header,
-           "{'descr': '<i4', 'fortran_order': False, 'shape': (%d,), }",
-           2 * BATCH);
-  size_t len = strlen(header), pad = (64 - (11 + len) % 64) % 64;
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  fwrite("\x93NUMPY\x01\x00", 1, 8, f);
-  fputc((int)((len + pad + 1) & 0xff), f);
-  fputc((int)((len + pad + 1) >> 8), f);
-  fputs(header, f);
-  for (size_t i = 0; i < pad; i++)
-    fputc(' ', f);
-  fputc('\n', f);
-  /* Labels out of range on three of the four devices. */
-  int32_t worse[BATCH];
-  memcpy(worse, bad, sizeof worse);
-  worse[1] = worse[7] = CLASSES + 1;
-  fwrite(good, sizeof good, 1, f);
-  fwrite(worse, sizeof worse, 1, f);
-  fclose(f);
+  int32_t y[2 * BATCH];
+  memcpy(y, good, sizeof good);
+  memcpy(y + BATCH, bad, sizeof bad);
+  y[BATCH + 1] = y[BATCH + 7] = CLASSES + 1;
+  st_write_npy_i32(path, y, 2 * BATCH);
 }
 
 /* The classifier on 4 devices of dp with AdamW, its labels read from the
