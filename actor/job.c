@@ -743,6 +743,8 @@ static sl_status ended(sl_job *job) {
                   job->node);
 }
 
+bool sl_job_ended(const sl_job *job) { return !atomic_load(&job->accepting); }
+
 sl_status sl_job_deliver(sl_job *job, const sl_msg *m, const void *payload,
                          size_t nbytes) {
   if (!atomic_load(&job->accepting)) return ended(job);

@@ -6,26 +6,28 @@
 #include "sbp_int.h"
 #include "session_int.h"
 
+enum { FAILURE_MSG = 1024 };
+
 /* A firing whose failure is held back (op_failed). */
 typedef struct sl__held_failure {
   struct sl__held_failure *next;
   sl_completion *c;
   int64_t step;
   sl_status st;
-  char msg[1024];
+  char msg[FAILURE_MSG];
 } held_failure;
 
 /* What was held back: this node's failed firings and another node's
  * ABORT (abort.piece < 0: none). */
-typedef struct held {
+typedef struct held_back {
   held_failure *failures;
   sl_msg abort;
-} held;
+} held_back;
 
 /* Takes what was held back (s->lock held): all of it, or what waits for
  * steps this node has completed. */
-static held take_held(sl_session *s, bool all) {
-  held h = {.abort = {.piece = -1}};
+static held_back take_held(sl_session *s, bool all) {
+  held_back h = {.abort = {.piece = -1}};
   int64_t first = INT64_MAX;
   for (const held_failure *f = s->held_failures; f; f = f->next)
     first = SL_MIN(first, f->step);
@@ -43,7 +45,7 @@ static held take_held(sl_session *s, bool all) {
 
 /* Fails each firing (the first to arrive is the job's failure), then
  * hands the ABORT to the job. */
-static void release(sl_session *s, held h) {
+static void release(sl_session *s, held_back h) {
   while (h.failures) {
     held_failure *next = h.failures->next;
     sl__fail(h.failures->st, "%s", h.failures->msg);
@@ -56,7 +58,7 @@ static void release(sl_session *s, held h) {
 
 void sl__session_release_failure(sl_session *s) {
   pthread_mutex_lock(&s->lock);
-  held h = take_held(s, true);
+  held_back h = take_held(s, true);
   pthread_mutex_unlock(&s->lock);
   release(s, h);
 }
@@ -73,6 +75,14 @@ bool sl__session_hold_abort(void *ctx, const sl_msg *m) {
   return hold;
 }
 
+void sl__session_wait_held_abort(sl_session *s, const atomic_bool *stop) {
+  pthread_mutex_lock(&s->lock);
+  /* step_done broadcasts as steps complete; the timeout covers *stop */
+  while (s->held_abort.piece >= 0 && !atomic_load(stop))
+    sl__cond_wait_ns(&s->cond, &s->lock, 50 * 1000 * 1000);
+  pthread_mutex_unlock(&s->lock);
+}
+
 void sl__step_done(task_rt *rt) {
   sl_session *s = rt->s;
   int64_t k = rt->fired++;
@@ -84,7 +94,7 @@ void sl__step_done(task_rt *rt) {
     atomic_store(&s->ring[s->completed % SL__STEP_RING], 0);
     s->completed++;
   }
-  held h = take_held(s, false);
+  held_back h = take_held(s, false);
   pthread_cond_broadcast(&s->cond);
   pthread_mutex_unlock(&s->lock);
   release(s, h);
@@ -104,10 +114,10 @@ void sl__step_done(task_rt *rt) {
  * on several devices); all are held. */
 static sl_status op_failed(sl_act *a, task_rt *rt, sl_status st) {
   sl_session *s = rt->s;
-  held_failure *h = sl__malloc(sizeof *h);
-  char msg[sizeof h->msg];
+  char msg[FAILURE_MSG];
   snprintf(msg, sizeof msg, "op '%s' (%s): %s", rt->node->name,
            rt->node->op->name, sl_last_error());
+  held_failure *h = sl__malloc(sizeof *h); /* none: fails at once */
   pthread_mutex_lock(&s->lock);
   bool hold = h && s->completed < rt->fired && atomic_load(&s->failed) == SL_OK;
   if (hold) {

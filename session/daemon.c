@@ -156,6 +156,7 @@ static void *monitor_main(void *arg) {
     }
     if (info.state == SL__CP_JOB_FAILED || info.state == SL__CP_JOB_STOPPED) {
       sl_status why = info.status != SL_OK ? info.status : SL_EABORTED;
+      sl__session_wait_held_abort(j->s, &j->done);
       sl__session_abort_collectives(j->s, why, info.message);
       sl_job_abort_msg(j->s->job, why, info.message);
       return NULL;

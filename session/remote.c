@@ -103,6 +103,7 @@ static void *monitor_main(void *arg) {
     }
     if (info.state == SL__CP_JOB_FAILED || info.state == SL__CP_JOB_STOPPED) {
       sl_status why = info.status != SL_OK ? info.status : SL_EABORTED;
+      sl__session_wait_held_abort(rm->s, &rm->done);
       sl__session_abort_collectives(rm->s, why, info.message);
       sl_job_abort_msg(rm->s->job, why, info.message);
       release_parked(rm->s, why);

@@ -279,6 +279,11 @@ void sl__session_release_failure(sl_session *s);
  * this node has completed the steps before k, for the reason a failure
  * here is (op_failed). */
 bool sl__session_hold_abort(void *ctx, const sl_msg *m);
+/* Waits while an ABORT is held (until this node has completed the steps
+ * before the failed one) or until *stop. The monitors of the control
+ * plane's job state call it before ending the job themselves, so that a
+ * failure the master announces first does not cut the steps short. */
+void sl__session_wait_held_abort(sl_session *s, const atomic_bool *stop);
 
 /* acts.c: the act of each task kind on a CPU device (or a CUDA device's
  * host side), or on a CUDA device; sl__act_for picks one (NULL: none). */

@@ -903,7 +903,7 @@ static void deliver(dp_conn *c) {
     sl_status st = sl_job_deliver(ep->job, &c->msg, c->target, (size_t)len);
     if (st == SL_OK) {
       delivered = true;
-    } else if (st != SL_ESTATE) {
+    } else if (st != SL_ESTATE && !sl_job_ended(ep->job)) {
       atomic_fetch_sub(&ep->stats.messages_received, 1);
       atomic_fetch_sub(&ep->stats.payload_bytes_received, len);
       bad_frame(c, "a message that does not fit the plan: %s", sl_last_error());
@@ -1017,7 +1017,7 @@ static void frame_begin(dp_conn *c, const uint8_t *hdr) {
       sl_status st = sl_job_payload_target(ep->job, &c->msg, (size_t)f.len, &t);
       if (st == SL_OK) {
         c->target = t;
-      } else if (st != SL_ESTATE) {
+      } else if (st != SL_ESTATE && !sl_job_ended(ep->job)) {
         bad_frame(c, "a register-ready that does not fit the plan: %s",
                   sl_last_error());
         return;

@@ -401,6 +401,11 @@ SL_API const char *sl_job_hang_report(const sl_job *job);
 SL_API sl_status sl_job_deliver(sl_job *job, const sl_msg *msg,
                                 const void *payload, size_t nbytes);
 
+/* True once the job was waited for and takes no more messages. A
+ * transport discards what still arrives for it (peers may go on sending
+ * for a while after an abort) rather than treating it as a bad message. */
+SL_API bool sl_job_ended(const sl_job *job);
+
 /* For transports that receive a READY's payload straight into the
  * register instead of handing sl_job_deliver a buffer to copy from: sets
  * *out to the register msg (a READY from another node) will be delivered
