@@ -464,9 +464,17 @@ void sl_completion_done(sl_completion *c, sl_status st) {
                   "completion: the stream queue is full (completed twice?)",
                   true);
   /* After the push: until then the deferred firing still counts as
-   * executing, so the hang detector never sees a gap. */
-  if (atomic_fetch_sub(&job->async_pending, 1) == 1) {
+   * executing, so the hang detector never sees a gap. The last one goes
+   * under the job's lock: sl_job_wait returns, and the job may be freed,
+   * as soon as it sees none pending, so the count must not reach zero
+   * while this thread still has the job's lock and condition to touch. */
+  long v = atomic_load(&job->async_pending);
+  while (v > 1 &&
+         !atomic_compare_exchange_weak(&job->async_pending, &v, v - 1)) {
+  }
+  if (v <= 1) {
     pthread_mutex_lock(&job->lock);
+    atomic_fetch_sub(&job->async_pending, 1);
     pthread_cond_broadcast(&job->cond);
     pthread_mutex_unlock(&job->lock);
   }
