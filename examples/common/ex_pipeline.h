@@ -11,6 +11,23 @@
 
 #define EX_MAX_STAGES 64
 
+/* The flags both examples take for where they run: --devices, --layout
+ * (strings), --pp, --micro (int64_t) and --schedule (string), as entries
+ * of an ex_flag table. */
+/* clang-format off */
+#define EX_PARALLEL_FLAGS(devices, layout, pp, micro, schedule)              \
+  {"devices", EX_FLAG_STRING, &(devices),                                    \
+   "cpu:N or a placement (cpu:0-3)", 0},                                     \
+  {"layout", EX_FLAG_STRING, &(layout), "single | dp | tp | hybrid", 0},     \
+  {"pp", EX_FLAG_INT, &(pp),                                                 \
+   "pipeline stages: the devices split into that many groups, each laid "    \
+   "out by --layout", 1},                                                    \
+  {"micro", EX_FLAG_INT, &(micro),                                           \
+   "micro-batches per step (the step's batch is cut into that many)", 1},    \
+  {"schedule", EX_FLAG_STRING, &(schedule),                                  \
+   "1f1b | gpipe | interleaved | zero-bubble (default 1f1b)", 0}
+/* clang-format on */
+
 /* The placements of `pp` pipeline stages (1..EX_MAX_STAGES) over `devices`
  * (as ex_layout_placement takes them), each laid out for the layout:
  * several nodes are split by node, one node's devices into equal groups.

@@ -48,17 +48,7 @@ int main(int argc, char **argv) {
   int64_t pp = 1, micro = 1;
   const char *schedule = NULL;
   const ex_flag flags[] = {
-      {"devices", EX_FLAG_STRING, &devices, "cpu:N or a placement (cpu:0-3)",
-       0},
-      {"layout", EX_FLAG_STRING, &layout, "single | dp | tp | hybrid", 0},
-      {"pp", EX_FLAG_INT, &pp,
-       "pipeline stages: the devices split into that many groups, each "
-       "laid out by --layout",
-       1},
-      {"micro", EX_FLAG_INT, &micro,
-       "micro-batches per step (the step's batch is cut into that many)", 1},
-      {"schedule", EX_FLAG_STRING, &schedule,
-       "1f1b | gpipe | interleaved | zero-bubble (default 1f1b)", 0},
+      EX_PARALLEL_FLAGS(devices, layout, pp, micro, schedule),
       {"steps", EX_FLAG_INT, &steps, "training steps", 1},
       {"batch", EX_FLAG_INT, &batch, "sequences per step (global)", 1},
       {"seq", EX_FLAG_INT, &seq, "tokens per sequence", 1},

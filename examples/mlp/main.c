@@ -44,17 +44,7 @@ int main(int argc, char **argv) {
   bool profile = false, check = false, print_graph = false, memory = false;
   ex_ckpt_flags ckf = {0};
   const ex_flag flags[] = {
-      {"devices", EX_FLAG_STRING, &devices, "cpu:N or a placement (cpu:0-3)",
-       0},
-      {"layout", EX_FLAG_STRING, &layout, "single | dp | tp | hybrid", 0},
-      {"pp", EX_FLAG_INT, &pp,
-       "pipeline stages: the devices split into that many groups, each "
-       "laid out by --layout",
-       1},
-      {"micro", EX_FLAG_INT, &micro,
-       "micro-batches per step (the step's batch is cut into that many)", 1},
-      {"schedule", EX_FLAG_STRING, &schedule,
-       "1f1b | gpipe | interleaved | zero-bubble (default 1f1b)", 0},
+      EX_PARALLEL_FLAGS(devices, layout, pp, micro, schedule),
       {"steps", EX_FLAG_INT, &steps, "training steps", 1},
       {"batch", EX_FLAG_INT, &batch, "global batch size", 1},
       {"in", EX_FLAG_INT, &in, "input features (synthetic data)", 1},
