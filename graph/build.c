@@ -570,15 +570,6 @@ int32_t sl__graph_find(const sl_graph *g, const char *name) {
 
 bool sl__graph_frozen(const sl_graph *g) { return g->frozen; }
 
-sl_status sl__graph_rehash(sl_graph *g) {
-  sl__free(g->buckets);
-  g->buckets = NULL;
-  g->n_buckets = 0;
-  for (int32_t i = 0; i < g->n_nodes; i++)
-    g->nodes[i]->hnext = NULL;
-  return hash_reserve(g, g->n_nodes);
-}
-
 void sl__g_release_nodes(sl_graph *g) {
   for (int32_t i = 0; i < g->n_nodes; i++) {
     sl__gnode *n = g->nodes[i];

@@ -102,12 +102,6 @@ const sl__value *sl__graph_value(const sl_graph *g, int32_t v);
 /* The index of the node named name (inputs, variables and fetches by the
  * name the program gave), or -1. */
 int32_t sl__graph_find(const sl_graph *g, const char *name);
-/* The kernel context of op node `node` on placement rank `rank` as the
- * plan runs it: attrs, local metas and slices, global shapes, partial
- * marks; no tensors, step 0. SL_EINVAL for a node that is not an op,
- * sl_local_slice's errors. */
-sl_status sl__graph_kernel_ctx(const sl_graph *g, int32_t node, int rank,
-                               sl__kernel_ctx *k);
 /* Micro-batches per step and the pipeline schedule (sl_graph_set_*). */
 int32_t sl__graph_micro_batches(const sl_graph *g);
 sl__schedule sl__graph_schedule(const sl_graph *g);
@@ -141,15 +135,6 @@ sl_status sl__graph_variable_init(const sl_graph *g, int32_t node, int rank,
  * (the producer's, never boxed); a variable's update value has the
  * variable's placement and nd-SBP (a boxing node is inserted if needed). */
 sl_status sl__graph_compile(sl_graph *g);
-
-/* A compiled graph as bytes (graph_wire.c), for daemons of the same build:
- * unpack gives a frozen graph with the same node indices and value ids,
- * which lowers to the same plan. pack: SL_ESTATE (not compiled),
- * SL_EUNSUPPORTED (a .npy source: the file is the program's), SL_ENOMEM;
- * *buf is malloc'd (sl__free). unpack: SL_EINVAL for malformed bytes or
- * another build's (struct sizes differ), SL_ENOMEM. */
-sl_status sl__graph_pack(const sl_graph *g, uint8_t **buf, size_t *len);
-sl_status sl__graph_unpack(const uint8_t *buf, size_t len, sl_graph **out);
 
 /* ---- autodiff ------------------------------------------------------------ */
 

@@ -151,10 +151,6 @@ static inline sl_tensor sl__g_tensor(sl_graph *g, int32_t v) {
  * when out of range. */
 bool sl__g_axis(int *axis, int ndim);
 
-/* Rebuilds the name hash from g->nodes (graph_wire.c fills the nodes
- * directly). SL_ENOMEM. */
-sl_status sl__graph_rehash(sl_graph *g);
-
 /* Frees what nodes own outside the arena (boxing plans, npy files). */
 void sl__g_release_nodes(sl_graph *g);
 

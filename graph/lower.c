@@ -64,6 +64,7 @@ void sl__pplan_destroy(sl__pplan *p) {
   sl__free(p->ctrl);
   sl__free(p->mem);
   sl__pplan_free_colls(p);
+  sl__pplan_free_nodes(p);
   sl__arena_destroy(p->arena);
   sl__free(p);
 }
@@ -161,147 +162,6 @@ sl_status sl__pplan_validate(sl__pplan *p) {
   }
   sl__free(ncons);
   return st;
-}
-
-/* ---- a plan against its graph ---------------------------------------------
- */
-
-/* Bytes of value v's shard at placement rank r; -1 for no such value or
- * rank. */
-static int64_t shard_bytes(const sl_graph *g, int32_t v, int32_t r) {
-  const sl__value *val = sl__graph_value(g, v);
-  sl_slice box;
-  if (!val || !val->placement || r < 0 ||
-      r >= sl_placement_size(val->placement) ||
-      sl_local_slice(&val->meta.shape, val->placement, &val->sbp, r, &box) !=
-          SL_OK)
-    return -1;
-  return sl_slice_numel(&box) * (int64_t)sl_dtype_size(val->meta.dtype);
-}
-
-static bool reg_holds(const sl__pplan *p, int32_t reg, int64_t bytes) {
-  return bytes >= 0 && reg >= 0 && reg < p->n_regsts &&
-         p->regsts[reg].bytes == bytes;
-}
-
-/* The data inputs of a task (its inputs but the tick). */
-static int32_t data_inputs(const sl__task *t) {
-  return t->n_in - (t->tick_slot >= 0 ? 1 : 0);
-}
-
-/* Whether task t of p runs what graph node n is, with registers that hold
- * exactly the shards its kernels and copies read and write. */
-static bool task_matches(const sl__pplan *p, const sl_graph *g,
-                         const sl__task *t) {
-  const sl__node *n = sl__graph_node(g, t->node);
-  switch (t->kind) {
-  case SL__TASK_TICK: return t->node == -1;
-  case SL__TASK_OP:
-    if (!n || n->kind != SL__NODE_OP || data_inputs(t) != n->n_in ||
-        t->n_out != n->n_out || (t->tick_slot >= 0 && t->tick_slot < n->n_in))
-      return false;
-    for (int i = 0; i < n->n_in; i++)
-      if (!reg_holds(p, t->in[i], shard_bytes(g, n->in[i], t->rank)))
-        return false;
-    for (int j = 0; j < n->n_out; j++)
-      if (!reg_holds(p, t->out[j], shard_bytes(g, n->out[j], t->rank)))
-        return false;
-    return true;
-  case SL__TASK_FEED:
-    return n && n->kind == SL__NODE_INPUT && t->n_out == 1 &&
-           reg_holds(p, t->out[0], shard_bytes(g, n->out[0], t->rank));
-  case SL__TASK_FETCH:
-    return n && n->kind == SL__NODE_FETCH && data_inputs(t) == 1 &&
-           t->n_out == 0 &&
-           reg_holds(p, t->in[t->tick_slot == 0 ? 1 : 0],
-                     shard_bytes(g, n->in[0], t->rank));
-  case SL__TASK_CONST:
-  case SL__TASK_VAR_COPY:
-    return n && n->kind == SL__NODE_VARIABLE && t->n_out == 1 &&
-           reg_holds(p, t->out[0], shard_bytes(g, n->out[0], t->rank));
-  case SL__TASK_COLL:
-  case SL__TASK_XCHG:
-  case SL__TASK_LOCAL: /* the reader checked registers against the spec */
-    return n && n->kind == SL__NODE_BOXING && t->coll >= 0;
-  case SL__TASK_COPY:
-    return data_inputs(t) == 1 && t->n_out == 1 &&
-           reg_holds(p, t->in[t->tick_slot == 0 ? 1 : 0],
-                     p->regsts[t->out[0]].bytes);
-  }
-  return false;
-}
-
-sl_status sl__pplan_check_graph(const sl__pplan *p, const sl_graph *g) {
-  int32_t nn = sl__graph_node_count(g), nv = sl__graph_value_count(g);
-  if (p->n_nodes != nn)
-    return sl__fail(SL_EINVAL, "plan: %d nodes, its graph %d", (int)p->n_nodes,
-                    (int)nn);
-  for (int32_t i = 0; i < nn; i++) {
-    const sl__node *n = sl__graph_node(g, i);
-    if (strcmp(p->nodes[i].name, n->name) != 0 ||
-        strcmp(p->nodes[i].kind, sl__graph_kind_name(n->kind)) != 0)
-      return sl__fail(SL_EINVAL, "plan: node %d is '%s', its graph's '%s'",
-                      (int)i, p->nodes[i].name, n->name);
-  }
-  for (int32_t i = 0; i < p->n_tasks; i++)
-    if (!task_matches(p, g, &p->tasks[i]))
-      return sl__fail(SL_EINVAL, "plan: task '%s' does not match its graph",
-                      p->tasks[i].name);
-  for (int32_t r = 0; r < p->n_regsts; r++) {
-    const sl__regst *x = &p->regsts[r];
-    const sl__node *v =
-        x->var_node >= 0 ? sl__graph_node(g, x->var_node) : NULL;
-    if (x->value < -1 || x->value >= nv ||
-        (x->var_node >= 0 && (!v || v->kind != SL__NODE_VARIABLE ||
-                              x->bytes != shard_bytes(g, v->out[0], x->rank))))
-      return sl__fail(SL_EINVAL, "plan: register '%s' does not match its graph",
-                      x->name);
-  }
-  return SL_OK;
-}
-
-/* ---- kernel contexts -------------------------------------------------------
- */
-
-static bool any_partial(const sl_nd_sbp *s) {
-  for (int m = 0; m < s->ndim; m++)
-    if (s->sbp[m].kind == SL_SBP_PARTIAL) return true;
-  return false;
-}
-
-/* The local meta, slice, global shape and partial mark of value v. */
-static sl_status kernel_arg(const sl_graph *g, int32_t v, int rank,
-                            sl__meta *meta, sl_slice *slice, sl_shape *global,
-                            bool *partial) {
-  const sl__value *val = sl__graph_value(g, v);
-  SL_CHECK(
-      sl_local_slice(&val->meta.shape, val->placement, &val->sbp, rank, slice));
-  meta->dtype = val->meta.dtype;
-  meta->shape.ndim = val->meta.shape.ndim;
-  for (int d = 0; d < val->meta.shape.ndim; d++)
-    meta->shape.dims[d] = slice->extent[d];
-  *global = val->meta.shape;
-  *partial = any_partial(&val->sbp);
-  return SL_OK;
-}
-
-sl_status sl__graph_kernel_ctx(const sl_graph *g, int32_t node, int rank,
-                               sl__kernel_ctx *k) {
-  memset(k, 0, sizeof *k);
-  const sl__node *n = sl__graph_node(g, node);
-  if (!n || n->kind != SL__NODE_OP)
-    return sl__fail(SL_EINVAL, "graph: node %d is not an op", (int)node);
-  k->attrs = &n->attrs;
-  k->n_in = n->n_in;
-  k->n_out = n->n_out;
-  for (int i = 0; i < n->n_in; i++)
-    SL_CHECK(kernel_arg(g, n->in[i], rank, &k->in_meta[i], &k->in_slice[i],
-                        &k->in_global[i], &k->in_partial[i]));
-  for (int j = 0; j < n->n_out; j++)
-    SL_CHECK(kernel_arg(g, n->out[j], rank, &k->out_meta[j], &k->out_slice[j],
-                        &k->out_global[j], &k->out_partial[j]));
-  sl__graph_micro_shift(g, n, k);
-  return SL_OK;
 }
 
 /* ---- lowering --------------------------------------------------------------
@@ -936,68 +796,6 @@ static sl_status lower_var_copies(lower *L, const bool *needs_copy) {
   return SL_OK;
 }
 
-/* ---- the plan's copy of the logical nodes ----------------------------------
- */
-
-static sl_status describe_nodes(lower *L) {
-  const sl_graph *g = L->g;
-  sl__pplan *p = L->p;
-  p->n_nodes = sl__graph_node_count(g);
-  p->nodes =
-      sl__arena_calloc(p->arena, (size_t)p->n_nodes + 1, sizeof *p->nodes);
-  if (!p->nodes) return SL_ENOMEM;
-  for (int32_t i = 0; i < p->n_nodes; i++) {
-    const sl__node *n = sl__graph_node(g, i);
-    sl__pnode *pn = &p->nodes[i];
-    char buf[256], sbp[128] = "";
-    int32_t v = n->n_out ? n->out[0] : n->in[0];
-    const sl__value *val = sl__graph_value(g, v);
-    pn->name = sl__arena_strdup(p->arena, n->name);
-    pn->kind = sl__graph_kind_name(n->kind);
-    pn->op = n->op ? n->op->name : "";
-    sl_placement_print(n->placement ? n->placement : val->placement, buf,
-                       sizeof buf);
-    pn->placement = sl__arena_strdup(p->arena, buf);
-    if (val->sbp.ndim) sl_nd_sbp_print(&val->sbp, sbp, sizeof sbp);
-    pn->sbp = sl__arena_strdup(p->arena, sbp);
-    sl_shape_print(&val->meta.shape, buf, sizeof buf);
-    pn->shape = sl__arena_strdup(p->arena, buf);
-    pn->dtype = sl_dtype_name(val->meta.dtype);
-    pn->backward = n->backward;
-    pn->optimizer = n->optimizer;
-    pn->micro = n->micro;
-    pn->stage = n->stage;
-    pn->phase = n->phase;
-    if (!pn->name || !pn->placement || !pn->sbp || !pn->shape) return SL_ENOMEM;
-    if (n->kind != SL__NODE_BOXING) continue;
-    pn->n_steps = sl_boxing_plan_step_count(n->boxing);
-    pn->steps =
-        sl__arena_calloc(p->arena, (size_t)pn->n_steps + 1, sizeof *pn->steps);
-    if (!pn->steps) return SL_ENOMEM;
-    for (int s = 0; s < pn->n_steps; s++) {
-      sl__pstep *ps = &pn->steps[s];
-      sl_nd_sbp from, to;
-      sl_reduce_op red;
-      sl_boxing_step_layout(n->boxing, s, &from, &to);
-      ps->op = sl_boxing_op_name(sl_boxing_step_op(n->boxing, s));
-      ps->reduce = sl_boxing_step_reduce(n->boxing, s, &red)
-                       ? sl_reduce_op_name(red)
-                       : "";
-      ps->mesh_axis = sl_boxing_step_mesh_axis(n->boxing, s);
-      sl_nd_sbp_print(&from, buf, sizeof buf);
-      ps->from = sl__arena_strdup(p->arena, buf);
-      sl_nd_sbp_print(&to, buf, sizeof buf);
-      ps->to = sl__arena_strdup(p->arena, buf);
-      const int64_t *b = sl_boxing_step_bytes_sent(n->boxing, s);
-      for (int q = 0; q < sl_boxing_plan_rank_count(n->boxing); q++)
-        ps->bytes = SL_MAX(ps->bytes, b[q]);
-      ps->predicted_us = sl_boxing_step_predicted_us(n->boxing, s);
-      if (!ps->from || !ps->to) return SL_ENOMEM;
-    }
-  }
-  return SL_OK;
-}
-
 sl_status sl__lower(const sl_graph *g, sl__pplan **out) {
   *out = NULL;
   if (!g) return sl__fail(SL_EINVAL, "lowering: NULL graph");
@@ -1039,13 +837,13 @@ sl_status sl__lower(const sl_graph *g, sl__pplan **out) {
   /* The driver is the machine after the last real one. */
   if (L.p->machines == 0) L.p->machines = 1;
   L.p->driver = L.p->machines;
-  SL_CHECK_GOTO(describe_nodes(&L), st, out);
+  SL_CHECK_GOTO(sl__pplan_describe(L.p, g), st, out);
   st = sl__pplan_validate(L.p);
   if (st != SL_OK) {
     sl__fail_context(SL_EINTERNAL, "lowering produced a bad plan: ");
     st = SL_EINTERNAL;
   }
-  if (st == SL_OK) st = sl__pplan_plan_memory(L.p, g);
+  if (st == SL_OK) st = sl__pplan_plan_memory(L.p);
 out:
   sl__free(L.shard);
   sl__free(L.var_of);

@@ -134,6 +134,20 @@ typedef struct sl__pcoll {
   sl__xgeom geom;
 } sl__pcoll;
 
+/* What a kernel sees of one input or output shard (graph/plan_node.c):
+ * lowering computes it once per task, the session fills its kernel calls
+ * from it. An op task has one per data input then one per output; a feed
+ * task one, its shard of the fed tensor; a fetch task one, its shard of
+ * the fetched value. */
+typedef struct sl__karg {
+  sl_slice box;    /* the shard in the global tensor: its shape is the
+                      extent (B and P: the whole enclosing part) */
+  sl_shape global; /* the global shape (a micro-batch's by-position op and
+                      a feed: the step's whole batch) */
+  sl_dtype dtype;
+  bool partial; /* partial on some mesh axis */
+} sl__karg;
+
 typedef struct sl__task {
   sl__task_kind kind;
   const char *name; /* unique: "<node>@r<rank>", "<boxing>.s<step>@p<rank>",
@@ -151,6 +165,8 @@ typedef struct sl__task {
   int32_t tick_slot; /* the input slot holding the tick (not data), -1 */
   sl__engine engine;
   int32_t coll; /* COLL, XCHG, LOCAL: its spec in plan->colls, else -1 */
+  int32_t n_args;
+  sl__karg *args; /* OP, FEED, FETCH (arena), else NULL */
 } sl__task;
 
 typedef struct sl__regst {
@@ -212,6 +228,14 @@ typedef struct sl__pstep {
   double predicted_us;
 } sl__pstep;
 
+/* A global tensor as the runtime cuts and assembles it: variables' and
+ * feeds' and fetches' values. */
+typedef struct sl__ptensor {
+  sl__meta meta;           /* global shape and dtype */
+  sl_placement *placement; /* owned by the plan; NULL: not described */
+  sl_nd_sbp sbp;
+} sl__ptensor;
+
 typedef struct sl__pnode {
   const char *name;
   const char *kind;      /* sl__graph_kind_name */
@@ -226,6 +250,25 @@ typedef struct sl__pnode {
   int32_t micro, stage, phase;
   int32_t n_steps;
   sl__pstep *steps; /* boxing nodes */
+  /* What the runtime reads of the node (plan_node.c); sessions never read
+   * the graph. Ops: their definition and attributes (names in the plan's
+   * arena). Inputs, variables: their value; fetches: the fetched one. */
+  const sl__op_def *def;
+  sl__attrs attrs;
+  sl__ptensor value;
+  int32_t feed;       /* inputs: the node whose feed it cuts its
+                         micro-batch from (itself or micro-batch 0's
+                         copy), else -1 */
+  bool trained;       /* variables: an update replaces it each step */
+  sl_init init;       /* variables: the initializer */
+  const char *load;   /* variables: the file it starts from
+                         (sl_variable_load), else NULL */
+  const char *tensor; /* ... and the tensor's name there */
+  bool of_variable;   /* fetches: of a variable some step updates */
+  /* npy_read ops: the file's absolute path (NULL when it no longer
+   * resolves). Attribute "file" is the id of the lowering process's open
+   * file; -1 in a plan read from bytes, whose session opens the path. */
+  const char *file;
 } sl__pnode;
 
 typedef struct sl__pplan {
@@ -286,25 +329,52 @@ sl_status sl__lower_local_coll(sl__pplan *p, const sl_boxing_plan *bp,
  * fills every register's consumer list from the tasks. SL_EINVAL naming
  * the first bad task or register. */
 sl_status sl__pplan_validate(sl__pplan *p);
-/* Checks a validated plan against the compiled graph it claims to run
- * (a daemon's, which runs the program's plan without lowering it again):
- * the same nodes by name and kind, every task a task of its node's kind
- * with as many inputs and outputs as its kernel, every register a task or
- * variable reads or writes the size of its shard, ranks of their
- * placements — all that the session indexes the graph with. SL_EINVAL
- * naming the first mismatch. */
-sl_status sl__pplan_check_graph(const sl__pplan *p, const sl_graph *g);
+
+/* ---- what the runtime reads of the nodes (plan_node.c) ---------------------
+ */
+
+/* Fills the nodes' descriptions and the op, feed and fetch tasks' kernel
+ * arguments from the compiled graph the plan was lowered from. SL_ENOMEM,
+ * sl_local_slice's errors. */
+sl_status sl__pplan_describe(sl__pplan *p, const sl_graph *g);
+/* Frees what the nodes own (the plan's destructor). */
+void sl__pplan_free_nodes(sl__pplan *p);
+/* Checks a validated plan read from bytes (a daemon runs the program's
+ * plan as it is): every op node names an op of this build with well-formed
+ * attributes; inputs', variables' and fetches' values fit their
+ * placements; every op, feed and fetch task's kernel arguments are boxes
+ * of their global shapes that their registers hold, with the global shapes
+ * the op infers from its inputs (an npy_read's: once its file is open,
+ * sl__task_check_shapes); every variable's register and task holds
+ * its rank's shard. SL_EINVAL naming the first node or task at fault. */
+sl_status sl__pplan_check_runtime(const sl__pplan *p);
+/* Whether op task t's kernel arguments have the global shapes and dtypes
+ * op def makes of its inputs with attrs (what the reader checks, and a
+ * session once it opened an npy_read's file). SL_EINVAL naming t. */
+sl_status sl__task_check_shapes(const sl__task *t, const sl__op_def *def,
+                                const sl__attrs *attrs);
+/* A task's inputs but the tick. */
+int32_t sl__task_data_inputs(const sl__task *t);
+/* The kernel call of op task t as its arguments say (no tensors, step
+ * 0); attrs point into the plan. */
+void sl__pplan_kernel_ctx(const sl__pplan *p, const sl__task *t,
+                          sl__kernel_ctx *k);
+/* The index of the node named name, or -1. */
+int32_t sl__pplan_find_node(const sl__pplan *p, const char *name);
+/* Rank `rank`'s shard of variable node `node` as its initializer makes it
+ * (the same values for any layout) into buf. sl_local_slice's errors. */
+sl_status sl__pplan_variable_init(const sl__pplan *p, int32_t node, int rank,
+                                  void *buf);
 
 /* ---- memory (memory.c) ------------------------------------------------------
  */
 
-/* Plans the memory of a validated plan (DESIGN.md section 5 step 6,
- * docs/plan.md "Memory"): orders each device's compute tasks by control
- * edges, finds each register's lifetime within a step from the plan's
- * happens-before relation, places registers whose lifetimes are ordered in
- * one block per device, and fills plan->mem. g (may be NULL: no workspace
- * figures) gives the kernels' workspaces. SL_ENOMEM. */
-sl_status sl__pplan_plan_memory(sl__pplan *p, const sl_graph *g);
+/* Plans the memory of a validated, described plan (DESIGN.md section 5
+ * step 6, docs/plan.md "Memory"): orders each device's compute tasks by
+ * control edges, finds each register's lifetime within a step from the
+ * plan's happens-before relation, places registers whose lifetimes are
+ * ordered in one block per device, and fills plan->mem. SL_ENOMEM. */
+sl_status sl__pplan_plan_memory(sl__pplan *p);
 
 /* The machine and device of plan->mem[i] as "cpu:0" (one machine) or
  * "n1/cuda:0" into buf. */

@@ -313,26 +313,21 @@ static bool in_order(const sl__task *t) {
 }
 
 /* The largest workspace any op task of device m asks for. */
-static int64_t workspace_of(const sl__pplan *p, const sl_graph *g,
-                            const sl__pmem *m) {
-  if (!g) return 0;
+static int64_t workspace_of(const sl__pplan *p, const sl__pmem *m) {
   int64_t most = 0;
   for (int32_t i = 0; i < p->n_tasks; i++) {
     const sl__task *t = &p->tasks[i];
     if (t->kind != SL__TASK_OP || t->machine != m->machine ||
         t->device != m->device)
       continue;
-    const sl__node *n = sl__graph_node(g, t->node);
-    if (!n || !n->op) continue;
+    const sl__op_def *def = p->nodes[t->node].def;
     size_t (*ws)(const sl__kernel_ctx *) =
         sl__dev_class_of(t->device) == SL__DEV_CLASS_CUDA
-            ? (n->op->cuda ? n->op->cuda->workspace : NULL)
-            : n->op->workspace;
+            ? (def->cuda ? def->cuda->workspace : NULL)
+            : def->workspace;
+    if (!ws) continue;
     sl__kernel_ctx k;
-    if (!ws || sl__graph_kernel_ctx(g, t->node, t->rank, &k) != SL_OK) {
-      sl_clear_error();
-      continue;
-    }
+    sl__pplan_kernel_ctx(p, t, &k);
     most = SL_MAX(most, (int64_t)ws(&k));
   }
   return most;
@@ -463,7 +458,6 @@ static sl_status peak_of(const sl__pplan *p, life *l, int32_t n,
 
 typedef struct planner {
   sl__pplan *p;
-  const sl_graph *g;
   dag d;
   int32_t *order;  /* topological order of all tasks */
   int32_t *pos;    /* task -> position in its device's order, -1 */
@@ -583,9 +577,7 @@ static bool writes_in_place(const planner *P, const sl__task *t) {
            t->step < n->n_steps &&
            strcmp(n->steps[t->step].op, "all_reduce") == 0;
   }
-  if (t->kind != SL__TASK_OP || !P->g) return false;
-  const sl__node *node = sl__graph_node(P->g, t->node);
-  return node && node->op && node->op->inplace;
+  return t->kind == SL__TASK_OP && P->p->nodes[t->node].def->inplace;
 }
 
 /* In-place reuse: output 0 of a task that writes in place takes the bytes
@@ -670,7 +662,7 @@ static sl_status plan_device(planner *P, int32_t m) {
       r->offset = l[root(l, i)].offset;
     }
     pm->n_shared = n;
-    pm->workspace = workspace_of(p, P->g, pm);
+    pm->workspace = workspace_of(p, pm);
     always[SL_MEMORY_COMMUNICATION] += pm->mirrors;
     always[SL_MEMORY_WORKSPACE] += pm->workspace;
     st = peak_of(p, l, n, always, pm);
@@ -702,11 +694,10 @@ static sl_status count_mirrors(sl__pplan *p, int32_t *cap) {
   return SL_OK;
 }
 
-sl_status sl__pplan_plan_memory(sl__pplan *p, const sl_graph *g) {
+sl_status sl__pplan_plan_memory(sl__pplan *p) {
   planner P;
   memset(&P, 0, sizeof P);
   P.p = p;
-  P.g = g;
   p->n_ctrl = p->n_mem = 0;
   int32_t cap_mem = 0, n = p->n_tasks;
   sl_status st = SL_OK;

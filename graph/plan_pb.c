@@ -6,7 +6,7 @@
 
 #include "plan_pb_int.h"
 
-#define PLAN_VERSION 1
+#define PLAN_VERSION 2
 #define MAX_PLAN_FILE (1u << 30)
 
 static char *mstr(const char *s) { return (char *)(s ? s : ""); }
@@ -38,6 +38,8 @@ sl_status sl__pplan_pack(const sl__pplan *p, uint8_t **buf, size_t *len) {
   Sluice__DeviceMemory *mem = sl__calloc((size_t)p->n_mem + 1, sizeof *mem);
   Sluice__DeviceMemory **memp = sl__calloc((size_t)p->n_mem + 1, sizeof *memp);
   sl__plan_pb_colls colls;
+  sl__plan_pb_nodes extra;
+  memset(&extra, 0, sizeof extra);
   sl_status st = sl__plan_pb_colls_pack(p, &colls);
   if (st != SL_OK) goto out;
   if (!nodes || !nodep || !tasks || !taskp || !regs || !regp || !steps ||
@@ -102,6 +104,7 @@ sl_status sl__pplan_pack(const sl__pplan *p, uint8_t **buf, size_t *len) {
     x->collective = t->coll + 1;
     taskp[i] = x;
   }
+  SL_CHECK_GOTO(sl__plan_pb_nodes_pack(p, nodes, tasks, &extra), st, out);
   for (int32_t i = 0; i < p->n_regsts; i++) {
     const sl__regst *r = &p->regsts[i];
     Sluice__Register *x = &regs[i];
@@ -172,6 +175,7 @@ sl_status sl__pplan_pack(const sl__pplan *p, uint8_t **buf, size_t *len) {
   *len = sluice__plan__pack(&plan, *buf);
 out:
   sl__plan_pb_colls_free(&colls);
+  sl__plan_pb_nodes_free(&extra);
   sl__free(nodes);
   sl__free(nodep);
   sl__free(tasks);
@@ -248,7 +252,9 @@ static sl_status copy_memory(const Sluice__Plan *m, sl__pplan *p) {
 
 static sl_status copy_plan(const Sluice__Plan *m, sl__pplan *p) {
   if (m->version != PLAN_VERSION)
-    return sl__fail(SL_EINVAL, "plan file: version %u (this sluice reads %d)",
+    return sl__fail(SL_EINVAL,
+                    "plan file: version %u (this sluice reads %d: write the "
+                    "plan again with this build)",
                     m->version, PLAN_VERSION);
   if (m->n_nodes > INT32_MAX / 2 || m->n_tasks > INT32_MAX / 2 ||
       m->n_registers > INT32_MAX / 2)
@@ -376,9 +382,11 @@ static sl_status copy_plan(const Sluice__Plan *m, sl__pplan *p) {
     r->offset = x->offset;
     r->category = (sl_memory_category)x->category;
   }
+  SL_CHECK(sl__plan_pb_nodes_unpack(m, p));
   SL_CHECK(copy_memory(m, p));
   SL_CHECK(sl__plan_pb_colls_unpack(m, p));
-  return sl__pplan_validate(p);
+  SL_CHECK(sl__pplan_validate(p));
+  return sl__pplan_check_runtime(p);
 }
 
 sl_status sl__pplan_unpack(const uint8_t *buf, size_t len, sl__pplan **out) {

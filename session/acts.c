@@ -116,7 +116,7 @@ static sl_status op_failed(sl_act *a, task_rt *rt, sl_status st) {
   sl_session *s = rt->s;
   char msg[FAILURE_MSG];
   snprintf(msg, sizeof msg, "op '%s' (%s): %s", rt->node->name,
-           rt->node->op->name, sl_last_error());
+           rt->node->def->name, sl_last_error());
   held_failure *h = sl__malloc(sizeof *h); /* none: fails at once */
   pthread_mutex_lock(&s->lock);
   bool hold = h && s->completed < rt->fired && atomic_load(&s->failed) == SL_OK;
@@ -155,7 +155,7 @@ static sl_status act_op(sl_act *a) {
   task_rt *rt = a->ctx;
   sl__kernel_ctx *k = bind_op(a, rt);
   sl_clear_error();
-  sl_status st = sl__op_run_cpu(rt->node->op, k);
+  sl_status st = sl__op_run_cpu(rt->node->def, k);
   if (st != SL_OK) return op_failed(a, rt, st);
   sl__step_done(rt);
   return SL_OK;
@@ -315,9 +315,9 @@ static sl_status act_op_cuda(sl_act *a) {
    * devices may share a CPU thread's history). */
   sl_status st = sl__device_make_current(d->dev);
   if (st == SL_OK)
-    st = d->be->run_op(rt->node->op, k, d->mem, d->stream[rt->t->stream]);
+    st = d->be->run_op(rt->node->def, k, d->mem, d->stream[rt->t->stream]);
   if (st != SL_OK)
-    sl__fail_context(st, "op '%s' (%s): ", rt->node->name, rt->node->op->name);
+    sl__fail_context(st, "op '%s' (%s): ", rt->node->name, rt->node->def->name);
   return complete_on_stream(rt, st);
 }
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/npy.h"
 #include "sbp_int.h"
 #include "session_int.h"
 
@@ -28,12 +29,6 @@ static sl_status var_init_fn(void *ctx, sl_register *r) {
   return st;
 }
 
-static sl_status value_slice(const sl_graph *g, int32_t v, int rank,
-                             sl_slice *out) {
-  const sl__value *val = sl__graph_value(g, v);
-  return sl_local_slice(&val->meta.shape, val->placement, &val->sbp, rank, out);
-}
-
 static void slice_dims(const sl_slice *s, int64_t *dims) {
   for (int d = 0; d < SL_MAX_DIMS; d++)
     dims[d] = d < s->ndim ? s->extent[d] : 0;
@@ -42,9 +37,42 @@ static void slice_dims(const sl_slice *s, int64_t *dims) {
 /* ---- kernel contexts -------------------------------------------------------
  */
 
+/* The id this session reads npy_read node n's file by: the lowering
+ * process's (attribute "file"), or, in a plan read from bytes, its own
+ * open of the path (s->npy, released with the build). *attrs: the
+ * attributes naming it. */
+static sl_status npy_attrs(sl_session *s, int32_t n, const sl__attrs **attrs) {
+  const sl__pnode *pn = &s->pp->nodes[n];
+  *attrs = &pn->attrs;
+  if (!pn->file || sl__attr_int(&pn->attrs, "file", -1) >= 0) return SL_OK;
+  if (!s->npy) {
+    int32_t k = 0;
+    for (int32_t i = 0; i < s->pp->n_nodes; i++)
+      k += s->pp->nodes[i].file != NULL;
+    s->npy = sl__calloc((size_t)k + 1, sizeof *s->npy);
+    if (!s->npy) return SL_ENOMEM;
+  }
+  sess_npy *f = NULL;
+  for (int32_t i = 0; i < s->n_npy && !f; i++)
+    if (s->npy[i].node == n) f = &s->npy[i];
+  if (!f) {
+    int32_t id;
+    SL_CHECK(sl__npy_open(pn->file, &id));
+    f = &s->npy[s->n_npy++];
+    *f = (sess_npy){n, id, pn->attrs};
+    SL_CHECK(sl__attrs_set_int(&f->attrs, "file", id));
+  }
+  *attrs = &f->attrs;
+  return SL_OK;
+}
+
 static sl_status setup_op(sl_session *s, task_rt *rt) {
-  rt->node = sl__graph_node(s->g, rt->t->node);
-  return sl__graph_kernel_ctx(s->g, rt->t->node, rt->t->rank, &rt->k);
+  rt->node = &s->pp->nodes[rt->t->node];
+  sl__pplan_kernel_ctx(s->pp, rt->t, &rt->k);
+  if (rt->t->machine != s->self_node || !rt->node->file) return SL_OK;
+  /* The file this process opened must be the one the plan was made for. */
+  SL_CHECK(npy_attrs(s, rt->t->node, &rt->k.attrs));
+  return sl__task_check_shapes(rt->t, rt->node->def, rt->k.attrs);
 }
 
 /* ---- boxing ----------------------------------------------------------------
@@ -309,49 +337,38 @@ static sl_status setup_local(const sl__pcoll *pc, task_rt *rt) {
 
 /* ---- feeds and fetches --------------------------------------------------- */
 
+/* The feeds (one per input that is not another's micro-batch: its copies
+ * cut their rows from the same feed) and fetches, and the boxes their
+ * tasks cut and assemble. */
 static sl_status setup_io(sl_session *s) {
-  const sl_graph *g = s->g;
-  int32_t nn = sl__graph_node_count(g);
-  /* A micro-batched input is fed once, with every micro-batch's rows; its
-   * copies (micro_of >= 0) cut theirs from the same feed. */
-  int32_t m = sl__graph_micro_batches(g);
-  for (int32_t i = 0; i < nn; i++) {
-    const sl__node *n = sl__graph_node(g, i);
-    if (n->kind == SL__NODE_INPUT && n->micro_of < 0) s->n_feeds++;
-    if (n->kind == SL__NODE_FETCH) s->n_fetches++;
+  const sl__pplan *pp = s->pp;
+  for (int32_t i = 0; i < pp->n_nodes; i++) {
+    const sl__pnode *n = &pp->nodes[i];
+    if (n->feed == i) s->n_feeds++;
+    if (strcmp(n->kind, "fetch") == 0) s->n_fetches++;
   }
   s->feeds = sl__calloc((size_t)s->n_feeds + 1, sizeof *s->feeds);
   s->fetches = sl__calloc((size_t)s->n_fetches + 1, sizeof *s->fetches);
   if (!s->feeds || !s->fetches) return SL_ENOMEM;
   int32_t fi = 0, ti = 0;
-  for (int32_t i = 0; i < nn; i++) {
-    const sl__node *n = sl__graph_node(g, i);
-    if (n->kind == SL__NODE_INPUT && n->micro_of < 0) {
+  for (int32_t i = 0; i < pp->n_nodes; i++) {
+    const sl__pnode *n = &pp->nodes[i];
+    if (n->feed == i) {
       feed_rt *f = &s->feeds[fi++];
-      const sl__value *v = sl__graph_value(g, n->out[0]);
       f->name = n->name;
       f->node = i;
-      f->value = n->out[0];
-      f->meta = v->meta;
-      if (n->micro == 0 && m > 1 && f->meta.shape.ndim > 0)
-        f->meta.shape.dims[0] *= m;
-      f->bytes =
-          (size_t)sl_shape_numel(&f->meta.shape) * sl_dtype_size(v->meta.dtype);
-      f->data = sl__calloc(1, f->bytes + 64);
-      if (!f->data) return SL_ENOMEM;
-    } else if (n->kind == SL__NODE_FETCH) {
+      f->meta.dtype = n->value.meta.dtype;
+      f->meta.shape = n->value.meta.shape; /* its tasks' fed shape below */
+    } else if (strcmp(n->kind, "fetch") == 0) {
       fetch_rt *f = &s->fetches[ti++];
-      const sl__value *v = sl__graph_value(g, n->in[0]);
-      const sl__node *prod = sl__graph_node(g, v->producer);
       f->name = n->name;
       f->node = i;
-      f->value = n->in[0];
-      f->meta = v->meta;
+      f->meta = n->value.meta;
       f->bytes =
-          (size_t)sl_shape_numel(&v->meta.shape) * sl_dtype_size(v->meta.dtype);
-      f->of_variable = prod->kind == SL__NODE_VARIABLE && prod->update >= 0;
-      f->partial = sl__nd_sbp_partial_op(&v->sbp, &f->reduce);
-      int nr = sl_placement_size(v->placement);
+          (size_t)sl_shape_numel(&f->meta.shape) * sl_dtype_size(f->meta.dtype);
+      f->of_variable = n->of_variable;
+      f->partial = sl__nd_sbp_partial_op(&n->value.sbp, &f->reduce);
+      int nr = sl_placement_size(n->value.placement);
       f->ranks = sl__calloc((size_t)nr, sizeof *f->ranks);
       f->slices = sl__calloc((size_t)nr, sizeof *f->slices);
       f->shard_bytes = sl__calloc((size_t)nr, sizeof *f->shard_bytes);
@@ -369,24 +386,20 @@ static sl_status setup_io(sl_session *s) {
     task_rt *rt = &s->rt[t];
     const sl__task *task = rt->t;
     if (task->kind != SL__TASK_FEED && task->kind != SL__TASK_FETCH) continue;
-    const sl__node *n = sl__graph_node(g, task->node);
+    rt->slice = task->args[0].box;
     if (task->kind == SL__TASK_FEED) {
-      int32_t base = n->micro_of >= 0 ? n->micro_of : task->node;
       for (int32_t k = 0; k < s->n_feeds; k++)
-        if (s->feeds[k].node == base) rt->io = k;
-      SL_CHECK(value_slice(g, n->out[0], task->rank, &rt->slice));
-      if (n->micro > 0) /* its micro-batch's rows of the fed batch */
-        rt->slice.start[0] +=
-            n->micro * sl__graph_value(g, n->out[0])->meta.shape.dims[0];
-      rt->dtype = s->feeds[rt->io].meta.dtype;
-      rt->ndim = s->feeds[rt->io].meta.shape.ndim;
+        if (s->feeds[k].node == pp->nodes[task->node].feed) rt->io = k;
+      feed_rt *f = &s->feeds[rt->io];
+      f->meta.shape = task->args[0].global; /* every micro-batch's rows */
+      rt->dtype = f->meta.dtype;
+      rt->ndim = f->meta.shape.ndim;
       slice_dims(&rt->slice, rt->out_dims);
       continue;
     }
     for (int32_t k = 0; k < s->n_fetches; k++)
       if (s->fetches[k].node == task->node) rt->io = k;
     fetch_rt *f = &s->fetches[rt->io];
-    SL_CHECK(value_slice(g, n->in[0], task->rank, &rt->slice));
     rt->io_slot = f->n_ranks++;
     f->ranks[rt->io_slot] = task->rank;
     f->slices[rt->io_slot] = rt->slice;
@@ -398,6 +411,14 @@ static sl_status setup_io(sl_session *s) {
       f->staged[b][rt->io_slot] = -1;
       if (!f->stage[b][rt->io_slot]) return SL_ENOMEM;
     }
+  }
+  /* Each feed's buffer: the fed tensor its tasks cut from. */
+  for (int32_t k = 0; k < s->n_feeds; k++) {
+    feed_rt *f = &s->feeds[k];
+    f->bytes =
+        (size_t)sl_shape_numel(&f->meta.shape) * sl_dtype_size(f->meta.dtype);
+    f->data = sl__calloc(1, f->bytes + 64);
+    if (!f->data) return SL_ENOMEM;
   }
   return SL_OK;
 }
@@ -641,7 +662,6 @@ sl_status sl__session_build(sl_session *s) {
   for (int32_t i = 0; i < pp->n_tasks && st == SL_OK; i++) {
     task_rt *rt = &s->rt[i];
     const sl__task *t = rt->t;
-    const sl__node *n = t->node >= 0 ? sl__graph_node(s->g, t->node) : NULL;
     const sl__pcoll *pc = coll_of(s, t);
     switch (t->kind) {
     case SL__TASK_OP: st = setup_op(s, rt); break;
@@ -710,7 +730,8 @@ sl_status sl__session_build(sl_session *s) {
     }
     default: break;
     }
-    if (st != SL_OK && n) sl__fail_context(st, "task '%s': ", t->name);
+    if (st != SL_OK && t->node >= 0)
+      sl__fail_context(st, "task '%s': ", t->name);
   }
 out:
   sl__free(depths);
@@ -734,6 +755,11 @@ void sl__session_free_build(sl_session *s) {
       sl__caching_alloc_free(s->rt[i].dev->mem, s->rt[i].init_dev);
   }
   sl__session_close_devices(s);
+  for (int32_t i = 0; i < s->n_npy; i++)
+    sl__npy_release(s->npy[i].id);
+  sl__free(s->npy);
+  s->npy = NULL;
+  s->n_npy = 0;
   sl__free(s->rt);
   for (int32_t i = 0; s->feeds && i < s->n_feeds; i++)
     sl__free(s->feeds[i].data);

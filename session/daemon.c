@@ -196,13 +196,12 @@ static void session_free(sl_session *s) {
   sl__session_free_build(s);
   sl__session_free_state(s);
   sl__pplan_destroy(s->pp);
-  sl_graph_destroy(s->g);
   pthread_cond_destroy(&s->cond);
   pthread_mutex_destroy(&s->lock);
   sl__free(s);
 }
 
-/* Builds the job the blob describes: graph, plan (checked), variables'
+/* Builds the job the blob describes: plan (checked), variables'
  * starts (handoff.c, taking what it needs of the job before), actors. */
 static sl_status job_from_blob(djob *j, const sl__job_blob *bp,
                                int64_t *hang_ms) {
@@ -229,11 +228,9 @@ static sl_status job_from_blob(djob *j, const sl__job_blob *bp,
   s->nc = o->nc;
   s->job_id = j->id;
   /* The program's plan is the contract: the daemon runs it as submitted,
-   * never lowering the graph again; the graph gives the kernels and the
-   * variables, and must be the one the plan was made from. */
-  SL_CHECK(sl__graph_unpack(b.graph, b.graph_len, &s->g));
+   * with every fact checked on reading (sl__pplan_check_runtime); it
+   * never sees the graph. */
   sl_status st = sl__pplan_unpack(b.plan, b.plan_len, &s->pp);
-  if (st == SL_OK) st = sl__pplan_check_graph(s->pp, s->g);
   if (st != SL_OK) return sl__fail_context(st, "the submitted plan: ");
   /* A continued run: its steps count from base_step, its variables start
    * as the program says (read by sl_job_create; dropped in job_prepare). */
@@ -425,7 +422,7 @@ static void publish_versions(djob *j) {
   for (int64_t v = SL_MAX(0, s ? s->completed - 2 : 0);
        j->ran && v <= s->completed + 1; v++) {
     bool all = true;
-    for (int32_t i = 0; i < sl__graph_node_count(s->g) && all; i++) {
+    for (int32_t i = 0; i < s->pp->n_nodes && all; i++) {
       if (!sl__session_is_variable(s, i)) continue;
       int nr = sl_placement_size(sl__session_var_value(s, i)->placement);
       for (int r = 0; r < nr && all; r++)

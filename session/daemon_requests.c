@@ -99,7 +99,7 @@ static sl_status write_file(const sl__daemon_requests *q, const char *dir,
 }
 
 /* Whether rank r of v is one this node sends for a read. */
-static bool sends(const sl_session *s, const sl__value *v, int r) {
+static bool sends(const sl_session *s, const sl__ptensor *v, int r) {
   return sl__session_stores_rank(v, r) &&
          sl__session_rank_on_node(v, r, s->self_node);
 }
@@ -109,10 +109,9 @@ static sl_status read_value(const sl__daemon_requests *q, int64_t seq,
                             int64_t version, int32_t node, char *ans,
                             size_t n) {
   sl_session *s = q->s;
-  if (node < 0 || node >= sl__graph_node_count(s->g) ||
-      !sl__session_is_variable(s, node))
+  if (node < 0 || node >= s->pp->n_nodes || !sl__session_is_variable(s, node))
     return sl__fail(SL_EINVAL, "no variable %d to read", (int)node);
-  const sl__value *v = sl__session_var_value(s, node);
+  const sl__ptensor *v = sl__session_var_value(s, node);
   int nr = sl_placement_size(v->placement);
   sl_slice box;
   size_t total = 0, b = 0;

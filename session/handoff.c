@@ -75,8 +75,7 @@ sl_status sl__handoff_starts(sl_session *s, sl__cp_client *cp, uint64_t job,
     st = add_line(text, &len, &cap, "restore %s", n->restore);
   if (st == SL_OK && n->load)
     st = add_line(text, &len, &cap, "load %s", n->load);
-  for (int32_t i = 0;
-       st == SL_OK && s->var_src && i < sl__graph_node_count(s->g); i++) {
+  for (int32_t i = 0; st == SL_OK && s->var_src && i < s->pp->n_nodes; i++) {
     if (!s->var_src[i].logical) continue;
     char prefix[SL__CP_MAX_NAME];
     sl__daemon_value_key(job, i, prefix, sizeof prefix);
@@ -97,7 +96,7 @@ sl_status sl__handoff_starts(sl_session *s, sl__cp_client *cp, uint64_t job,
 }
 
 void sl__handoff_forget(sl_session *s, sl__cp_client *cp, uint64_t job) {
-  for (int32_t i = 0; s->var_src && i < sl__graph_node_count(s->g); i++) {
+  for (int32_t i = 0; s->var_src && i < s->pp->n_nodes; i++) {
     if (!s->var_src[i].logical) continue;
     char prefix[SL__CP_MAX_NAME];
     sl__daemon_value_key(job, i, prefix, sizeof prefix);
@@ -119,8 +118,8 @@ static bool holds_rank(const sl_session *s, int32_t node) {
 /* Variable node's written value, from the store, when this node runs it. */
 static sl_status take_value(sl_session *s, sl__cp_client *cp, uint64_t job,
                             int32_t node, size_t bytes) {
-  if (node < 0 || node >= sl__graph_node_count(s->g) ||
-      !sl__session_is_variable(s, node) || bytes != var_bytes(s, node))
+  if (node < 0 || node >= s->pp->n_nodes || !sl__session_is_variable(s, node) ||
+      bytes != var_bytes(s, node))
     return sl__fail(SL_EINVAL, "a written value for node %d of %zu bytes",
                     (int)node, bytes);
   if (!holds_rank(s, node)) return SL_OK;
@@ -179,7 +178,7 @@ sl_status sl__handoff_take(sl_session *s, const char *text, sl_session *kept,
                       "'s variables (the daemon restarted, or served another "
                       "job since)",
                       carry_job);
-    if (sl__graph_node_count(kept->g) != sl__graph_node_count(s->g))
+    if (kept->pp->n_nodes != s->pp->n_nodes)
       return sl__fail(SL_EINVAL, "job %" PRIu64 " ran another graph",
                       carry_job);
     return sl__session_carry(s, kept, version, true);
@@ -189,13 +188,13 @@ sl_status sl__handoff_take(sl_session *s, const char *text, sl_session *kept,
 
 sl_status sl__session_hold(sl_session *s, int64_t version) {
   sl__session_free_held(s);
-  int32_t nn = sl__graph_node_count(s->g);
+  int32_t nn = s->pp->n_nodes;
   if (!(s->held = sl__calloc((size_t)nn + 1, sizeof *s->held)))
     return SL_ENOMEM;
   s->held_version = version;
   for (int32_t i = 0; i < nn; i++) {
     if (!sl__session_is_variable(s, i)) continue;
-    const sl__value *v = sl__session_var_value(s, i);
+    const sl__ptensor *v = sl__session_var_value(s, i);
     int nr = sl_placement_size(v->placement);
     if (!(s->held[i] = sl__calloc((size_t)nr, sizeof *s->held[i])))
       return SL_ENOMEM;
@@ -213,7 +212,7 @@ sl_status sl__session_hold(sl_session *s, int64_t version) {
 }
 
 void sl__session_free_held(sl_session *s) {
-  for (int32_t i = 0; s->held && i < sl__graph_node_count(s->g); i++) {
+  for (int32_t i = 0; s->held && i < s->pp->n_nodes; i++) {
     if (!s->held[i]) continue;
     int nr = sl_placement_size(sl__session_var_value(s, i)->placement);
     for (int r = 0; r < nr; r++)

@@ -1,7 +1,7 @@
 /* The job blob: a fixed header (magic, version, node count, address
  * length, flags, starts text length), the program's address, the starts
- * text, the hang timeout, the base step, the graph's and the plan's
- * lengths, then the two encodings. Host byte order: the
+ * text, the hang timeout, the base step, the plan's length, then the
+ * plan. Host byte order: the
  * daemons and the program are the same build on the same kind of machine
  * (docs/daemon.md, "Limits"). */
 #include <string.h>
@@ -10,7 +10,7 @@
 #include "job_blob.h"
 
 #define BLOB_MAGIC 0x424a4c53u /* "SLJB" */
-#define BLOB_VERSION 4u
+#define BLOB_VERSION 5u
 
 static void wr(uint8_t **p, const void *src, size_t n) {
   memcpy(*p, src, n);
@@ -27,8 +27,8 @@ sl_status sl__job_blob_pack(const sl__job_blob *b, uint8_t **buf, size_t *len) {
                     "the variables' starts take %zu bytes, more than %d", slen,
                     SL__JOB_BLOB_STARTS - 1);
   uint32_t rlen = (uint32_t)slen;
-  uint64_t gl = b->graph_len, pl = b->plan_len;
-  size_t n = 6 * 4 + alen + rlen + 8 + 8 + 8 + 8 + gl + pl;
+  uint64_t pl = b->plan_len;
+  size_t n = 6 * 4 + alen + rlen + 8 + 8 + 8 + pl;
   uint8_t *out = sl__malloc(n), *p = out;
   if (!out) return SL_ENOMEM;
   uint32_t hdr[6] = {BLOB_MAGIC, BLOB_VERSION, b->nnodes, alen, b->trace, rlen};
@@ -37,9 +37,7 @@ sl_status sl__job_blob_pack(const sl__job_blob *b, uint8_t **buf, size_t *len) {
   if (rlen) wr(&p, b->starts, rlen);
   wr(&p, &b->hang_timeout_ms, 8);
   wr(&p, &b->base_step, 8);
-  wr(&p, &gl, 8);
   wr(&p, &pl, 8);
-  wr(&p, b->graph, gl);
   wr(&p, b->plan, pl);
   *buf = out;
   *len = n;
@@ -50,14 +48,14 @@ sl_status sl__job_blob_unpack(const uint8_t *buf, size_t len, char *out_addr,
                               char *out_starts, sl__job_blob *out) {
   memset(out, 0, sizeof *out);
   uint32_t hdr[6];
-  uint64_t gl, pl;
+  uint64_t pl;
   if (len < sizeof hdr) goto bad;
   memcpy(hdr, buf, sizeof hdr);
   if (hdr[0] != BLOB_MAGIC || hdr[1] != BLOB_VERSION || hdr[3] >= 256 ||
       hdr[4] > 1 || hdr[5] >= SL__JOB_BLOB_STARTS)
     goto bad;
   size_t off = sizeof hdr;
-  if (len - off < (size_t)hdr[3] + hdr[5] + 32u) goto bad;
+  if (len - off < (size_t)hdr[3] + hdr[5] + 24u) goto bad;
   /* the address and path are text: a NUL inside would cut them short */
   if (memchr(buf + off, '\0', hdr[3]) ||
       memchr(buf + off + hdr[3], '\0', hdr[5]))
@@ -70,18 +68,15 @@ sl_status sl__job_blob_unpack(const uint8_t *buf, size_t len, char *out_addr,
   off += hdr[5];
   memcpy(&out->hang_timeout_ms, buf + off, 8);
   memcpy(&out->base_step, buf + off + 8, 8);
-  memcpy(&gl, buf + off + 16, 8);
-  memcpy(&pl, buf + off + 24, 8);
-  off += 32;
+  memcpy(&pl, buf + off + 16, 8);
+  off += 24;
   if (out->base_step < 0) goto bad;
-  if (gl > len - off || pl != len - off - gl) goto bad;
+  if (pl != len - off) goto bad;
   out->driver_addr = out_addr;
   out->starts = out_starts;
   out->nnodes = hdr[2];
   out->trace = hdr[4] != 0;
-  out->graph = buf + off;
-  out->graph_len = (size_t)gl;
-  out->plan = buf + off + gl;
+  out->plan = buf + off;
   out->plan_len = (size_t)pl;
   return SL_OK;
 bad:

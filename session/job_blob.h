@@ -12,15 +12,13 @@
 
 /* What every node receives for a job (the same bytes for all): the
  * program's data-plane address (it is rank `nnodes` there), the cluster
- * size, the job's hang timeout, the compiled graph (sl__graph_pack) and
- * its plan (sl__pplan_pack), which the daemon runs as it is, after
- * checking it against the graph (sl__pplan_check_graph). */
+ * size, the job's hang timeout and its plan (sl__pplan_pack), which the
+ * daemon runs as it is, every fact checked on reading
+ * (sl__pplan_check_runtime). */
 typedef struct sl__job_blob {
   const char *driver_addr; /* "host:port" */
   uint32_t nnodes;
   int64_t hang_timeout_ms;
-  const uint8_t *graph;
-  size_t graph_len;
   const uint8_t *plan;
   size_t plan_len;
   bool trace; /* the program wants a trace: each node hands its in */

@@ -1,13 +1,13 @@
 /* The remote session (docs/daemon.md): with SLUICE_MASTER set, the program
- * joins the cluster as a client, submits the compiled graph and its plan
- * to every daemon, and takes part in the job as the driver node (data-plane
- * rank nnodes): its actors are the tick sources, the feeds and the
- * fetches, so ticks and fed shards go out and fetched shards come in as
- * plain registers over the data plane, and steps run exactly as in the
- * embedded session. A watcher thread waits for the program's share of the
- * job; a failure anywhere (a kernel on a daemon, a lost node) ends it with
- * the node's or actor's name, and the job is stopped on the control plane
- * so every daemon gives up and serves the next job. */
+ * joins the cluster as a client, submits its plan (no graph: the plan
+ * says all a daemon runs) to every daemon, and takes part in the job as
+ * the driver node (data-plane rank nnodes): its actors are the tick
+ * sources, the feeds and the fetches, so ticks and fed shards go out and
+ * fetched shards come in as plain registers over the data plane, and steps run
+ * exactly as in the embedded session. A watcher thread waits for the program's
+ * share of the job; a failure anywhere (a kernel on a daemon, a lost node) ends
+ * it with the node's or actor's name, and the job is stopped on the control
+ * plane so every daemon gives up and serves the next job. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -199,21 +199,28 @@ static sl_status connect_cluster(sl_session *s, sl__cp_env *env) {
 static sl_status submit(sl_session *s, const sl__cp_env *env) {
   sl__remote *rm = s->rm;
   int nn = sl__cp_client_nnodes(rm->cp);
-  uint8_t *graph = NULL, *plan = NULL, *blob = NULL;
+  uint8_t *plan = NULL, *blob = NULL;
   char *starts = NULL;
-  size_t gl = 0, pl = 0, bl = 0;
+  size_t pl = 0, bl = 0;
   char addr[300];
   self_addr(env->bind, sl__dp_endpoint_port(rm->ep), addr, sizeof addr);
   rm->job = next_job(rm->cp);
-  sl_status st = sl__graph_pack(s->g, &graph, &gl);
+  sl_status st = SL_OK;
+  /* A .npy source travels as its path: the daemons open the same file. */
+  for (int32_t i = 0; i < s->pp->n_nodes && st == SL_OK; i++) {
+    const sl__pnode *n = &s->pp->nodes[i];
+    if (strcmp(n->op, "npy_read") == 0 && !n->file)
+      st = sl__fail(SL_EIO,
+                    "remote session: node '%s': its .npy file's path no "
+                    "longer resolves, so the daemons cannot open it",
+                    n->name);
+  }
   if (st == SL_OK) st = sl__pplan_pack(s->pp, &plan, &pl);
   if (st == SL_OK) st = sl__handoff_starts(s, rm->cp, rm->job, &starts);
   if (st == SL_OK) {
     sl__job_blob b = {.driver_addr = addr,
                       .nnodes = (uint32_t)nn,
                       .hang_timeout_ms = s->cfg.hang_timeout_ms,
-                      .graph = graph,
-                      .graph_len = gl,
                       .plan = plan,
                       .plan_len = pl,
                       .trace = s->trace_path != NULL,
@@ -238,7 +245,6 @@ static sl_status submit(sl_session *s, const sl__cp_env *env) {
   }
   sl__free(plans);
   sl__free(lens);
-  sl__free(graph);
   sl__free(plan);
   sl__free(blob);
   sl__free(starts);

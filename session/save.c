@@ -66,7 +66,7 @@ static void save_free(sl__save *sv) {
  * reading the index; a restore derives every position from the step. */
 static sl_status source_metadata(const sl_session *s, int32_t *n_kv,
                                  sl__ckpt_kv **kv, char **text) {
-  int32_t n = 0, nn = sl__graph_node_count(s->g);
+  int32_t n = 0, nn = s->pp->n_nodes;
   *kv = sl__calloc((size_t)nn + 2, sizeof **kv);
   *text = sl__calloc((size_t)nn + 2, 512);
   if (!*kv || !*text) return SL_ENOMEM;
@@ -74,8 +74,8 @@ static sl_status source_metadata(const sl_session *s, int32_t *n_kv,
   snprintf(t, 512, "%s", sl_version());
   (*kv)[n++] = (sl__ckpt_kv){"sluice_version", t};
   for (int32_t i = 0; i < nn; i++) {
-    const sl__node *g = sl__graph_node(s->g, i);
-    if (g->kind != SL__NODE_OP || !g->op->per_step) continue;
+    const sl__pnode *g = &s->pp->nodes[i];
+    if (!g->def || !g->def->per_step) continue;
     char *key = t + 512 * (size_t)(n + 1);
     char *val = key + 256;
     snprintf(key, 256, "source.%s", g->name);
@@ -84,11 +84,11 @@ static sl_status source_metadata(const sl_session *s, int32_t *n_kv,
     if (file >= 0 && sl__npy_meta((int32_t)file, &m) == SL_OK &&
         m.shape.ndim > 0 && m.shape.dims[0] > 0) {
       int64_t batch = sl__attr_int(&g->attrs, "batch", 0);
-      snprintf(val, 256, "%s: step %lld reads rows from %lld", g->op->name,
+      snprintf(val, 256, "%s: step %lld reads rows from %lld", g->def->name,
                (long long)s->steps,
                (long long)(s->steps * batch % m.shape.dims[0]));
     } else {
-      snprintf(val, 256, "%s seed %lld: step %lld", g->op->name,
+      snprintf(val, 256, "%s seed %lld: step %lld", g->def->name,
                (long long)sl__attr_int(&g->attrs, "seed", 0),
                (long long)s->steps);
     }
@@ -132,7 +132,7 @@ static sl_status blocks_first(sl__save *sv) {
 static sl_status save_plan(const sl_session *s, const char *dir, uint32_t node,
                            int64_t step, int64_t version, sl__save **out) {
   *out = NULL;
-  int32_t nn = sl__graph_node_count(s->g), n = 0;
+  int32_t nn = s->pp->n_nodes, n = 0;
   for (int32_t i = 0; i < nn; i++)
     if (sl__session_is_variable(s, i))
       n += sl_placement_size(sl__session_var_value(s, i)->placement);
@@ -147,7 +147,7 @@ static sl_status save_plan(const sl_session *s, const char *dir, uint32_t node,
   sl_status st = sv->dir && sv->sp && sv->pc ? SL_OK : SL_ENOMEM;
   for (int32_t i = 0; i < nn && st == SL_OK; i++) {
     if (!sl__session_is_variable(s, i)) continue;
-    const sl__value *v = sl__session_var_value(s, i);
+    const sl__ptensor *v = sl__session_var_value(s, i);
     if (sl_shape_numel(&v->meta.shape) == 0) continue; /* nothing to keep */
     for (int r = 0; r < sl_placement_size(v->placement) && st == SL_OK; r++) {
       if (!sl__session_stores_rank(v, r) ||
@@ -159,7 +159,7 @@ static sl_status save_plan(const sl_session *s, const char *dir, uint32_t node,
       p->rank = r;
       sl_placement_print(v->placement, p->placement, sizeof p->placement);
       sl_nd_sbp_print(&v->sbp, p->sbp, sizeof p->sbp);
-      c->tensor = sl__graph_node(s->g, i)->name;
+      c->tensor = s->pp->nodes[i].name;
       c->dtype = v->meta.dtype;
       c->shape = v->meta.shape;
       c->placement = p->placement;
@@ -505,7 +505,7 @@ sl_status sl_session_save_async(sl_session *s, const char *dir) {
 static sl_status check_tensor(const sl_session *s, const char *path,
                               const sl_checkpoint *ck, int32_t ti,
                               int32_t node) {
-  const sl__value *v = sl__session_var_value(s, node);
+  const sl__ptensor *v = sl__session_var_value(s, node);
   sl_checkpoint_tensor t;
   SL_CHECK(sl_checkpoint_get_tensor(ck, ti, &t));
   char want[128], got[128];
@@ -529,7 +529,7 @@ static sl_status plan_sources(sl_session *s, const char *path,
                               const sl_checkpoint *ck, bool restore,
                               int32_t *set) {
   sl__var_src *src = sl__session_sources(s);
-  int32_t nn = sl__graph_node_count(s->g);
+  int32_t nn = s->pp->n_nodes;
   int32_t *take = sl__calloc((size_t)nn + 1, sizeof *take);
   if (!src || !take) {
     sl__free(take);
@@ -540,7 +540,7 @@ static sl_status plan_sources(sl_session *s, const char *path,
   for (int32_t i = 0; i < nn && st == SL_OK; i++) {
     take[i] = -1;
     if (!sl__session_is_variable(s, i)) continue;
-    const sl__node *n = sl__graph_node(s->g, i);
+    const sl__pnode *n = &s->pp->nodes[i];
     if (!restore && n->optimizer) continue;
     if (sl_shape_numel(&sl__session_var_value(s, i)->meta.shape) == 0) continue;
     int32_t ti = sl_checkpoint_find(ck, n->name);
@@ -548,7 +548,7 @@ static sl_status plan_sources(sl_session *s, const char *path,
       st = check_tensor(s, path, ck, ti, i);
       take[i] = ti;
       (*set)++;
-    } else if (restore && n->update >= 0) {
+    } else if (restore && n->trained) {
       st = sl__fail(SL_EINVAL,
                     "checkpoint '%s' has no tensor '%s' (a variable the steps "
                     "train)",
@@ -588,7 +588,7 @@ static sl_status restore_or_load(sl_session *s, const char *path, bool restore,
   char abs[SL__JOB_BLOB_PATH + 64];
   if (st == SL_OK && s->remote) {
     /* Checked here; the daemons read it. */
-    for (int32_t i = 0; s->var_src && i < sl__graph_node_count(s->g); i++)
+    for (int32_t i = 0; s->var_src && i < s->pp->n_nodes; i++)
       s->var_src[i].ck = NULL;
     st = absolute(path, abs, sizeof abs);
     if (st == SL_OK) st = sl__session_restart_remote(s, abs, restore, step);
@@ -600,7 +600,7 @@ static sl_status restore_or_load(sl_session *s, const char *path, bool restore,
   }
   if (st != SL_OK && s->var_src) {
     /* Nothing was taken: forget the checkpoint's tensors. */
-    for (int32_t i = 0; i < sl__graph_node_count(s->g); i++)
+    for (int32_t i = 0; i < s->pp->n_nodes; i++)
       s->var_src[i].ck = NULL;
   }
   sl_checkpoint_close(ck);

@@ -139,7 +139,6 @@ sl_status sl_session_create(sl_graph *g, const sl_session_config *cfg,
   SL_CHECK(sl__graph_compile(g));
   sl_session *s;
   if (SL_NEW(s) != SL_OK) return SL_ENOMEM;
-  s->g = g;
   s->cfg = c;
   pthread_mutex_init(&s->lock, NULL);
   sl_status st = sl__cond_init(&s->cond);

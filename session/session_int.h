@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #include <sluice/actor.h>
 #include <sluice/checkpoint.h>
@@ -69,7 +70,7 @@ typedef struct task_rt {
                         a variable updated in place */
   int32_t tick_slot; /* actor input slot of the tick, -1 */
   /* OP */
-  const sl__node *node;
+  const sl__pnode *node;
   sl__kernel_ctx k; /* filled at build; pointers set per firing */
   /* FEED / FETCH: index into s->feeds / s->fetches; FETCH: rank slot */
   int32_t io, io_slot;
@@ -99,7 +100,7 @@ typedef struct task_rt {
 /* An input: the logical value the program fed, read by feed actors. */
 typedef struct feed_rt {
   const char *name;
-  int32_t node, value;
+  int32_t node;
   sl__meta meta;
   size_t bytes;
   void *data; /* the whole tensor, 64-byte aligned */
@@ -109,7 +110,7 @@ typedef struct feed_rt {
 /* A fetch: shards staged by fetch actors, two pieces deep. */
 typedef struct fetch_rt {
   const char *name;
-  int32_t node, value;
+  int32_t node;
   sl__meta meta;
   size_t bytes;
   bool of_variable; /* the value is a variable with an update: its
@@ -123,6 +124,13 @@ typedef struct fetch_rt {
   void **stage[2];    /* [piece % 2][rank slot] */
   int64_t *staged[2]; /* piece held, -1 none (under s->lock) */
 } fetch_rt;
+
+/* An npy_read node's file as this session opened it (a plan read from
+ * bytes names it by path), and the node's attributes naming its id. */
+typedef struct sess_npy {
+  int32_t node, id;
+  sl__attrs attrs;
+} sess_npy;
 
 /* A tick source emulated by the driver: its registers and readers. */
 typedef struct drv_tick {
@@ -168,8 +176,9 @@ typedef struct sl__next_start {
   int64_t carry_version;
 } sl__next_start;
 
+/* A session runs its plan: after lowering, nothing in it reads the graph
+ * (DESIGN.md section 5 step 7), so a daemon's session needs none. */
 struct sl_session {
-  sl_graph *g;
   sl_session_config cfg;
   sl__pplan *pp;
   sl_plan *plan;
@@ -203,6 +212,8 @@ struct sl_session {
   int32_t n_counted;   /* actors counted for step completion */
   int32_t *actor_desc; /* plan register -> actor plan descriptor */
   void *var_inits;     /* per register: a variable's init context */
+  int32_t n_npy;
+  sess_npy *npy;
   int32_t n_feeds, n_fetches;
   feed_rt *feeds;
   fetch_rt *fetches;
@@ -323,14 +334,14 @@ sl_status sl__dev_download(sess_dev *d, void *dst, const void *src,
 sl_status sl__session_start_job(sl_session *s);
 
 /* state.c */
-/* Whether graph node `node` is a variable, and its value. */
+/* Whether plan node `node` is a variable, and its value. */
 static inline bool sl__session_is_variable(const sl_session *s, int32_t node) {
-  const sl__node *n = sl__graph_node(s->g, node);
-  return n && n->kind == SL__NODE_VARIABLE;
+  return node >= 0 && node < s->pp->n_nodes &&
+         strcmp(s->pp->nodes[node].kind, "variable") == 0;
 }
-static inline const sl__value *sl__session_var_value(const sl_session *s,
-                                                     int32_t node) {
-  return sl__graph_value(s->g, sl__graph_node(s->g, node)->out[0]);
+static inline const sl__ptensor *sl__session_var_value(const sl_session *s,
+                                                       int32_t node) {
+  return &s->pp->nodes[node].value;
 }
 /* SL_ESTATE without a job, after a failure or finish; `what` starts the
  * message. */
@@ -344,15 +355,15 @@ sl_status sl__session_job_shard(const sl_session *s, int32_t node, int rank,
 const void *sl__session_job_shard_host(const sl_session *s, int32_t node,
                                        int rank, int64_t version, size_t bytes);
 /* v's whole bytes. */
-size_t sl__session_value_bytes(const sl__value *v);
+size_t sl__session_value_bytes(const sl__ptensor *v);
 /* Whether rank r's shard of v is one a save stores: coordinate 0 on
  * every mesh axis v is broadcast along (the others hold copies). */
-bool sl__session_stores_rank(const sl__value *v, int r);
+bool sl__session_stores_rank(const sl__ptensor *v, int r);
 /* Rank r's box of v's shape, and its bytes. */
-sl_status sl__session_rank_box(const sl__value *v, int r, sl_slice *box,
+sl_status sl__session_rank_box(const sl__ptensor *v, int r, sl_slice *box,
                                size_t *bytes);
 /* Whether placement rank r of v is on node `node`. */
-bool sl__session_rank_on_node(const sl__value *v, int r, uint32_t node);
+bool sl__session_rank_on_node(const sl__ptensor *v, int r, uint32_t node);
 /* The sources by graph node (allocated on first use; NULL: SL_ENOMEM). */
 sl__var_src *sl__session_sources(sl_session *s);
 /* Restarts the job at step `steps` (sl_session_steps then says so), each

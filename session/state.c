@@ -27,18 +27,18 @@
  */
 
 static int32_t variable_named(const sl_session *s, const char *name) {
-  int32_t i = sl__graph_find(s->g, name);
+  int32_t i = sl__pplan_find_node(s->pp, name);
   return i >= 0 && sl__session_is_variable(s, i) ? i : -1;
 }
 
-size_t sl__session_value_bytes(const sl__value *v) {
+size_t sl__session_value_bytes(const sl__ptensor *v) {
   return (size_t)sl_shape_numel(&v->meta.shape) * sl_dtype_size(v->meta.dtype);
 }
 
 int32_t sl_session_variable_count(const sl_session *s) {
   if (!s) return 0;
   int32_t n = 0;
-  for (int32_t i = 0; i < sl__graph_node_count(s->g); i++)
+  for (int32_t i = 0; i < s->pp->n_nodes; i++)
     n += sl__session_is_variable(s, i);
   return n;
 }
@@ -47,14 +47,14 @@ sl_status sl_session_get_variable(const sl_session *s, int32_t i,
                                   sl_variable_info *out) {
   if (!s || !out) return sl__fail(SL_EINVAL, "variable: NULL argument");
   memset(out, 0, sizeof *out);
-  for (int32_t k = 0, seen = 0; k < sl__graph_node_count(s->g); k++) {
+  for (int32_t k = 0, seen = 0; k < s->pp->n_nodes; k++) {
     if (!sl__session_is_variable(s, k) || seen++ != i) continue;
-    const sl__node *n = sl__graph_node(s->g, k);
-    const sl__value *v = sl__session_var_value(s, k);
+    const sl__pnode *n = &s->pp->nodes[k];
+    const sl__ptensor *v = sl__session_var_value(s, k);
     out->name = n->name;
     out->shape = v->meta.shape;
     out->dtype = v->meta.dtype;
-    out->trained = n->update >= 0;
+    out->trained = n->trained;
     out->optimizer = n->optimizer;
     return SL_OK;
   }
@@ -73,8 +73,8 @@ static sl_status shard_at(const sl_session *s, int32_t node, int rank,
                           int64_t version, void *buf, size_t bytes,
                           const void **host) {
   const sl__pplan *pp = s->pp;
-  const sl__node *n = sl__graph_node(s->g, node);
-  if (n->update < 0) {
+  const sl__pnode *n = &s->pp->nodes[node];
+  if (!n->trained) {
     /* No step changes it: the const task's initial shard. */
     for (int32_t t = 0; t < s->n_tasks; t++) {
       const task_rt *rt = &s->rt[t];
@@ -139,15 +139,15 @@ sl_status sl__session_var_shard(const sl_session *s, int32_t node, int rank,
                                 void *buf, size_t bytes) {
   const sl__var_src *src = s->var_src ? &s->var_src[node] : NULL;
   if (!src || (!src->logical && !src->shards && !src->ck))
-    return sl__graph_variable_init(s->g, node, rank, buf);
+    return sl__pplan_variable_init(s->pp, node, rank, buf);
   if (bytes == 0) return SL_OK; /* an empty variable: no memory at all */
-  const sl__value *v = sl__session_var_value(s, node);
+  const sl__ptensor *v = sl__session_var_value(s, node);
   sl_slice box;
   SL_CHECK(sl_local_slice(&v->meta.shape, v->placement, &v->sbp, rank, &box));
   if (src->shards) {
     if (!src->shards[rank]) /* carried over only where it runs */
       return sl__fail(SL_EINTERNAL, "variable '%s': rank %d is not run here",
-                      sl__graph_node(s->g, node)->name, rank);
+                      s->pp->nodes[node].name, rank);
     memcpy(buf, src->shards[rank], bytes);
     return SL_OK;
   }
@@ -159,7 +159,7 @@ sl_status sl__session_var_shard(const sl_session *s, int32_t node, int rank,
   return SL_OK;
 }
 
-bool sl__session_stores_rank(const sl__value *v, int r) {
+bool sl__session_stores_rank(const sl__ptensor *v, int r) {
   int coord[SL_MAX_DIMS] = {0};
   sl_placement_rank_coord(v->placement, r, coord);
   for (int a = 0; a < v->sbp.ndim; a++)
@@ -167,14 +167,14 @@ bool sl__session_stores_rank(const sl__value *v, int r) {
   return true;
 }
 
-sl_status sl__session_rank_box(const sl__value *v, int r, sl_slice *box,
+sl_status sl__session_rank_box(const sl__ptensor *v, int r, sl_slice *box,
                                size_t *bytes) {
   SL_CHECK(sl_local_slice(&v->meta.shape, v->placement, &v->sbp, r, box));
   *bytes = (size_t)sl_slice_numel(box) * sl_dtype_size(v->meta.dtype);
   return SL_OK;
 }
 
-bool sl__session_rank_on_node(const sl__value *v, int r, uint32_t node) {
+bool sl__session_rank_on_node(const sl__ptensor *v, int r, uint32_t node) {
   int n = 0, d = 0;
   return sl_placement_rank_device(v->placement, r, &n, &d) == SL_OK &&
          (uint32_t)n == node;
@@ -182,7 +182,7 @@ bool sl__session_rank_on_node(const sl__value *v, int r, uint32_t node) {
 
 sl_status sl__remote_read(sl_session *s, int32_t node, int64_t version,
                           void *data) {
-  const sl__value *v = sl__session_var_value(s, node);
+  const sl__ptensor *v = sl__session_var_value(s, node);
   int nr = sl_placement_size(v->placement);
   char req[64];
   snprintf(req, sizeof req, "read %lld %d", (long long)version, (int)node);
@@ -228,8 +228,7 @@ sl_status sl__remote_read(sl_session *s, int32_t node, int64_t version,
   }
   sl__remote_forget(s, seq);
   if (st != SL_OK)
-    sl__fail_context(
-        st, "read of variable '%s': ", sl__graph_node(s->g, node)->name);
+    sl__fail_context(st, "read of variable '%s': ", s->pp->nodes[node].name);
   return st;
 }
 
@@ -238,7 +237,7 @@ sl_status sl__remote_read(sl_session *s, int32_t node, int64_t version,
  * write the same values. */
 static sl_status job_value(const sl_session *s, int32_t node, int64_t version,
                            void *data) {
-  const sl__value *v = sl__session_var_value(s, node);
+  const sl__ptensor *v = sl__session_var_value(s, node);
   int nr = sl_placement_size(v->placement);
   int nd = v->meta.shape.ndim;
   int64_t zero[SL_MAX_DIMS] = {0};
@@ -279,7 +278,7 @@ static sl_status lookup(sl_session *s, const char *name, size_t bytes,
   if (*node < 0)
     return sl__fail(SL_ENOTFOUND, "%s: the graph has no variable '%s'", what,
                     name);
-  const sl__value *v = sl__session_var_value(s, *node);
+  const sl__ptensor *v = sl__session_var_value(s, *node);
   if (bytes != sl__session_value_bytes(v)) {
     char shape[128];
     sl_shape_print(&v->meta.shape, shape, sizeof shape);
@@ -308,8 +307,7 @@ sl_status sl_session_read_variable(sl_session *s, const char *name, void *data,
 
 sl__var_src *sl__session_sources(sl_session *s) {
   if (!s->var_src)
-    s->var_src =
-        sl__calloc((size_t)sl__graph_node_count(s->g) + 1, sizeof *s->var_src);
+    s->var_src = sl__calloc((size_t)s->pp->n_nodes + 1, sizeof *s->var_src);
   return s->var_src;
 }
 
@@ -322,7 +320,7 @@ static void clear_source(sl__var_src *src, int nr) {
 }
 
 static void clear_sources(sl_session *s) {
-  for (int32_t i = 0; s->var_src && i < sl__graph_node_count(s->g); i++)
+  for (int32_t i = 0; s->var_src && i < s->pp->n_nodes; i++)
     if (sl__session_is_variable(s, i))
       clear_source(&s->var_src[i],
                    sl_placement_size(sl__session_var_value(s, i)->placement));
@@ -352,11 +350,11 @@ sl_status sl_session_write_variable(sl_session *s, const char *name,
 
 sl_status sl__session_read_sources(sl_session *s) {
   sl_status st = SL_OK;
-  int32_t nn = sl__graph_node_count(s->g);
+  int32_t nn = s->pp->n_nodes;
   for (int32_t i = 0; i < nn && st == SL_OK && s->var_src; i++) {
     sl__var_src *src = &s->var_src[i];
     if (!src->ck) continue;
-    const sl__value *v = sl__session_var_value(s, i);
+    const sl__ptensor *v = sl__session_var_value(s, i);
     int nr = sl_placement_size(v->placement);
     if (!(src->shards = sl__calloc((size_t)nr, sizeof *src->shards))) {
       st = SL_ENOMEM;
@@ -383,7 +381,7 @@ bool sl__session_rank_here(const sl_session *s, int32_t node, int r) {
 
 bool sl__session_has_version(const sl_session *s, int32_t node, int rank,
                              int64_t version) {
-  if (sl__graph_node(s->g, node)->update < 0) return true; /* a const */
+  if (!s->pp->nodes[node].trained) return true; /* a const */
   for (int32_t r = 0; r < s->pp->n_regsts; r++) {
     const sl__regst *g = &s->pp->regsts[r];
     if (g->var_node != node || (rank >= 0 && g->rank != rank)) continue;
@@ -401,11 +399,11 @@ bool sl__session_has_version(const sl_session *s, int32_t node, int rank,
 sl_status sl__session_carry(sl_session *to, sl_session *from, int64_t version,
                             bool check) {
   bool held = from->held && from->held_version == version;
-  for (int32_t i = 0; i < sl__graph_node_count(to->g); i++) {
+  for (int32_t i = 0; i < to->pp->n_nodes; i++) {
     if (!sl__session_is_variable(to, i)) continue;
     sl__var_src *src = &to->var_src[i];
     if (src->logical || src->ck || src->shards) continue;
-    const sl__value *v = sl__session_var_value(to, i);
+    const sl__ptensor *v = sl__session_var_value(to, i);
     int nr = sl_placement_size(v->placement);
     if (!(src->shards = sl__calloc((size_t)nr, sizeof *src->shards)))
       return SL_ENOMEM;
@@ -420,7 +418,7 @@ sl_status sl__session_carry(sl_session *to, sl_session *from, int64_t version,
         return sl__fail(SL_ESTATE,
                         "variable '%s' no longer holds its value before step "
                         "%lld: an update of it was written or under way",
-                        sl__graph_node(to->g, i)->name,
+                        to->pp->nodes[i].name,
                         (long long)(from->base + version));
       sl_slice box;
       size_t b = 0;
@@ -612,7 +610,7 @@ sl_status sl__session_roll_back(sl_session *s) {
   }
   /* A check first, so a failure to roll back leaves the state as the
    * failure left it. */
-  for (int32_t i = 0; i < sl__graph_node_count(s->g); i++) {
+  for (int32_t i = 0; i < s->pp->n_nodes; i++) {
     if (!sl__session_is_variable(s, i)) continue;
     const sl__var_src *src = s->var_src ? &s->var_src[i] : NULL;
     if (src && src->logical) continue;
@@ -620,8 +618,7 @@ sl_status sl__session_roll_back(sl_session *s) {
       return sl__fail(SL_ESTATE,
                       "variable '%s' no longer holds its value before step "
                       "%lld: an update of it was written or under way",
-                      sl__graph_node(s->g, i)->name,
-                      (long long)(s->base + done));
+                      s->pp->nodes[i].name, (long long)(s->base + done));
   }
   return restart(s, done, s->base + done, false);
 }
@@ -644,10 +641,10 @@ void sl__session_free_state(sl_session *s) {
  */
 
 sl_status sl__session_open_files(sl_session *s) {
-  int32_t nn = sl__graph_node_count(s->g);
+  int32_t nn = s->pp->n_nodes;
   for (int32_t i = 0; i < nn; i++) {
-    const char *tensor = NULL;
-    const char *path = sl__graph_variable_file(s->g, i, &tensor);
+    const char *path = s->pp->nodes[i].load;
+    const char *tensor = s->pp->nodes[i].tensor;
     if (!path) continue;
     if (!sl__session_sources(s)) return SL_ENOMEM;
     sl_checkpoint *ck = NULL;
@@ -681,7 +678,7 @@ sl_status sl__session_open_files(sl_session *s) {
 }
 
 void sl__session_close_files(sl_session *s) {
-  for (int32_t i = 0; s->var_src && i < sl__graph_node_count(s->g); i++)
+  for (int32_t i = 0; s->var_src && i < s->pp->n_nodes; i++)
     s->var_src[i].ck = NULL;
   for (int32_t k = 0; k < s->n_files; k++)
     sl_checkpoint_close(s->files[k]);
