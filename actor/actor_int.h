@@ -18,19 +18,24 @@ typedef struct plan_actor {
   sl_actor_desc d; /* d.name points into the plan's arena */
   sl_actor_id id;
   const char *mark; /* sl_plan_set_mark (arena), or NULL */
-  int32_t *in;      /* descriptor of each input slot */
+  /* Descriptor of each input and output slot; -1: a slot this plan does
+   * not hold (only a stub's may be missing). */
+  int32_t *in;
   int32_t n_in, cap_in;
-  int32_t *out; /* descriptor of each output slot */
+  int32_t *out;
   int32_t n_out, cap_out;
+  bool stub; /* another node's actor in a node's part (sl_plan_add_stub) */
 } plan_actor;
 
 typedef struct plan_consumer {
-  int32_t actor; /* plan index of the reader */
-  int32_t slot;  /* its input slot */
+  int32_t actor;    /* plan index of the reader */
+  int32_t slot;     /* its input slot */
+  int32_t position; /* its place among the descriptor's readers */
 } plan_consumer;
 
 typedef struct plan_regst {
   sl_regst_desc d;  /* d.name points into the plan's arena */
+  int32_t wire;     /* its number in messages (sl_plan_add_output_at) */
   int32_t producer; /* plan index */
   int32_t out_slot; /* producer's output slot */
   plan_consumer *cons;
@@ -85,7 +90,7 @@ typedef struct rt_regst {
 } rt_regst;
 
 typedef struct in_slot {
-  int32_t desc;
+  int32_t desc, wire; /* the plan's descriptor, and its number in messages */
   sl_actor_id producer;
   uint16_t producer_slot;
   uint16_t consumer; /* our position among the descriptor's readers */
@@ -97,7 +102,7 @@ typedef struct in_slot {
 } in_slot;
 
 typedef struct out_slot {
-  int32_t desc;
+  int32_t desc, wire;
   int32_t count;
   rt_regst *regs;
   int32_t *free_fifo; /* free register indices */

@@ -10,9 +10,33 @@ static sl_status need(bool ok, const plan_actor *a, const char *what) {
   return sl__fail(SL_EINVAL, "actor '%s': %s", a->d.name, what);
 }
 
+/* An actor that runs has every slot, and each descriptor it produces
+ * every reader position once. */
+static sl_status check_numbering(const sl_plan *p, const plan_actor *a) {
+  for (int32_t k = 0; k < a->n_in; k++)
+    SL_CHECK(need(a->in[k] >= 0, a, "an input slot is missing"));
+  for (int32_t k = 0; k < a->n_out; k++) {
+    SL_CHECK(need(a->out[k] >= 0, a, "an output slot is missing"));
+    const plan_regst *r = &p->regsts[a->out[k]];
+    unsigned char *seen = sl__calloc((size_t)r->n_cons + 1, 1);
+    if (!seen) return SL_ENOMEM;
+    bool ok = true;
+    for (int32_t c = 0; c < r->n_cons && ok; c++) {
+      int32_t q = r->cons[c].position;
+      ok = q >= 0 && q < r->n_cons && !seen[q];
+      if (ok) seen[q] = 1;
+    }
+    sl__free(seen);
+    SL_CHECK(need(ok, a, "its readers' positions are not 0 to n-1"));
+  }
+  return SL_OK;
+}
+
 sl_status sl__check_actor(const sl_plan *p, int32_t i) {
   const plan_actor *a = &p->actors[i];
   const sl_actor_desc *d = &a->d;
+  if (a->stub) return SL_OK; /* its node checks it */
+  SL_CHECK(check_numbering(p, a));
   switch (d->kind) {
   case SL_ACTOR_SOURCE:
     SL_CHECK(need(a->n_in == 0, a, "a source has no inputs"));
@@ -102,14 +126,16 @@ static sl_status check_reachable(const sl_plan *p) {
     goto done;
   }
   int32_t qh = 0, qt = 0;
+  /* Stubs: other nodes' actors, reachable there. */
   for (int32_t i = 0; i < n; i++)
-    if (p->actors[i].d.kind == SL_ACTOR_SOURCE) {
+    if (p->actors[i].d.kind == SL_ACTOR_SOURCE || p->actors[i].stub) {
       seen[i] = 1;
       queue[qt++] = i;
     }
   while (qh < qt) {
     const plan_actor *a = &p->actors[queue[qh++]];
     for (int32_t o = 0; o < a->n_out; o++) {
+      if (a->out[o] < 0) continue;
       const plan_regst *r = &p->regsts[a->out[o]];
       for (int32_t c = 0; c < r->n_cons; c++)
         if (!seen[r->cons[c].actor]) {

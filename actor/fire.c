@@ -106,7 +106,7 @@ static void publish(stream *s, rt_actor *a, out_slot *o, rt_regst *r) {
   m.kind = SL_MSG_READY;
   m.src = a->id;
   m.piece = r->pub.piece;
-  m.desc = o->desc;
+  m.desc = o->wire;
   m.index = r->pub.index;
   for (int32_t c = 0; c < o->n_cons; c++) {
     m.dst = o->cons_id[c];
@@ -142,7 +142,7 @@ static void consume(stream *s, rt_actor *a, int32_t i) {
   m.kind = SL_MSG_RETURN;
   m.dst = sl->producer;
   m.src = a->id;
-  m.desc = sl->desc;
+  m.desc = sl->wire;
   m.index = idx;
   m.slot = sl->producer_slot;
   m.consumer = sl->consumer;
@@ -318,7 +318,7 @@ static void check_stop(stream *s, rt_actor *a) {
   m.src = a->id;
   for (int32_t i = 0; i < a->n_out; i++) {
     out_slot *o = &a->out[i];
-    m.desc = o->desc;
+    m.desc = o->wire;
     for (int32_t c = 0; c < o->n_cons; c++) {
       m.dst = o->cons_id[c];
       m.slot = o->cons_slot[c];
@@ -351,10 +351,10 @@ void sl__actor_start(stream *s, rt_actor *a) {
  * reader that does not hold it): a bug here, or a corrupt frame from
  * another node. Either way the job stops with a clear error. */
 static void protocol_error(stream *s, rt_actor *a, const sl_msg *m,
-                           const char *what) {
+                           int32_t desc, const char *what) {
   char detail[200];
   snprintf(detail, sizeof detail, "%s (register %d of '%s', from node %u)",
-           what, (int)m->index, s->job->plan->regsts[m->desc].d.name,
+           what, (int)m->index, s->job->plan->regsts[desc].d.name,
            m->origin_node);
   sl__job_abort(s->job, SL_ECOMM, a->id, true, detail, true);
 }
@@ -362,7 +362,7 @@ static void protocol_error(stream *s, rt_actor *a, const sl_msg *m,
 void sl__actor_on_ready(stream *s, rt_actor *a, const sl_msg *m) {
   in_slot *sl = &a->in[m->slot];
   if (sl->len == sl->cap || sl->eod) {
-    protocol_error(s, a, m,
+    protocol_error(s, a, m, sl->desc,
                    sl->eod ? "a piece after end-of-data"
                            : "more ready registers than exist");
     return;
@@ -383,7 +383,8 @@ void sl__actor_on_return(stream *s, rt_actor *a, const sl_msg *m) {
   out_slot *o = &a->out[m->slot];
   rt_regst *r = &o->regs[m->index];
   if (r->pending <= 0 || !r->held[m->consumer]) {
-    protocol_error(s, a, m, "a register returned by a reader not holding it");
+    protocol_error(s, a, m, o->desc,
+                   "a register returned by a reader not holding it");
     return;
   }
   r->held[m->consumer] = 0;

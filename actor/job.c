@@ -245,6 +245,11 @@ static sl_status build_streams(sl_job *job) {
   for (int32_t i = 0; i < p->n_actors; i++) {
     const plan_actor *a = &p->actors[i];
     if (a->d.node != job->node) continue;
+    if (a->stub)
+      return sl__fail(SL_EINVAL,
+                      "actor '%s': a stub on node %u, the job's own (a stub "
+                      "stands for another node's actor)",
+                      a->d.name, job->node);
     if (a->d.stream >= job->S)
       return sl__fail(SL_EINVAL,
                       "actor '%s': stream %u, but the job has %u streams per "
@@ -373,6 +378,7 @@ static sl_status build_outputs(sl_job *job) {
     out_slot *o = &a->out[r->out_slot];
     job->out_of[ri] = o;
     o->desc = ri;
+    o->wire = r->wire;
     o->count = r->d.count;
     o->cur = -1;
     o->n_cons = r->n_cons;
@@ -385,10 +391,10 @@ static sl_status build_outputs(sl_job *job) {
     o->cons_slot = sl__arena_calloc(job->arena, (size_t)r->n_cons + 1,
                                     sizeof *o->cons_slot);
     if (!o->free_fifo || !o->cons_id || !o->cons_slot) return SL_ENOMEM;
-    for (int32_t c = 0; c < r->n_cons; c++) {
+    for (int32_t c = 0; c < r->n_cons; c++) { /* by position */
       const plan_actor *ca = &p->actors[r->cons[c].actor];
-      o->cons_id[c] = ca->id;
-      o->cons_slot[c] = (uint16_t)r->cons[c].slot;
+      o->cons_id[r->cons[c].position] = ca->id;
+      o->cons_slot[r->cons[c].position] = (uint16_t)r->cons[c].slot;
       if (ca->d.node != job->node) job->has_remote = true;
     }
     for (int32_t i = 0; i < r->d.initial; i++) {
@@ -419,11 +425,12 @@ static sl_status build_inputs(sl_job *job) {
       const plan_actor *prod = &p->actors[r->producer];
       in_slot *sl = &a->in[k];
       sl->desc = ri;
+      sl->wire = r->wire;
       sl->producer = prod->id;
       sl->producer_slot = (uint16_t)r->out_slot;
       for (int32_t c = 0; c < r->n_cons; c++)
         if (r->cons[c].actor == i && r->cons[c].slot == k)
-          sl->consumer = (uint16_t)c;
+          sl->consumer = (uint16_t)r->cons[c].position;
       sl->cap = (uint32_t)r->d.count;
       sl->fifo = sl__arena_calloc(job->arena, sl->cap, sizeof *sl->fifo);
       if (!sl->fifo) return SL_ENOMEM;
@@ -769,7 +776,7 @@ sl_status sl_job_deliver(sl_job *job, const sl_msg *m, const void *payload,
   case SL_MSG_EOD: {
     if (m->slot >= a->n_in) return bad_msg(job, m, "no such input slot");
     in_slot *sl = &a->in[m->slot];
-    if (!sl->remote || sl->desc != m->desc || sl->producer != m->src)
+    if (!sl->remote || sl->wire != m->desc || sl->producer != m->src)
       return bad_msg(job, m, "input slot does not match the sender");
     if (m->kind == SL_MSG_EOD) break;
     if (m->index < 0 || (uint32_t)m->index >= sl->cap)
@@ -786,7 +793,7 @@ sl_status sl_job_deliver(sl_job *job, const sl_msg *m, const void *payload,
   case SL_MSG_RETURN: {
     if (m->slot >= a->n_out) return bad_msg(job, m, "no such output slot");
     out_slot *o = &a->out[m->slot];
-    if (o->desc != m->desc || m->index < 0 || m->index >= o->count ||
+    if (o->wire != m->desc || m->index < 0 || m->index >= o->count ||
         m->consumer >= o->n_cons || o->cons_id[m->consumer] != m->src ||
         sl_actor_id_node(m->src) == job->node)
       return bad_msg(job, m, "return does not match the register's readers");
@@ -810,7 +817,7 @@ sl_status sl_job_payload_target(sl_job *job, const sl_msg *m, size_t nbytes,
   if (!a) return bad_msg(job, m, "no such actor here");
   if (m->slot >= a->n_in) return bad_msg(job, m, "no such input slot");
   in_slot *sl = &a->in[m->slot];
-  if (!sl->remote || sl->desc != m->desc || sl->producer != m->src)
+  if (!sl->remote || sl->wire != m->desc || sl->producer != m->src)
     return bad_msg(job, m, "input slot does not match the sender");
   if (m->index < 0 || (uint32_t)m->index >= sl->cap)
     return bad_msg(job, m, "no such register");

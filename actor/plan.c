@@ -152,8 +152,9 @@ static const char *kind_name(sl_actor_kind k) {
   return NULL;
 }
 
-sl_status sl_plan_add_actor(sl_plan *p, const sl_actor_desc *d,
-                            sl_actor_id *out) {
+/* index < 0: the next free one of its stream. */
+static sl_status add_actor(sl_plan *p, const sl_actor_desc *d, int64_t index,
+                           bool stub, sl_actor_id *out) {
   *out = 0;
   SL_CHECK(check_frozen(p));
   if (!d->name || !d->name[0])
@@ -170,9 +171,10 @@ sl_status sl_plan_add_actor(sl_plan *p, const sl_actor_desc *d,
                     SL_ACTOR_MAX_NODES - 1, SL_ACTOR_MAX_DEVICES - 1,
                     SL_ACTOR_MAX_STREAMS - 1);
   uint64_t skey = sl_actor_id_make(d->node, d->device, d->stream, 0);
-  int32_t index = map_get(&p->next_index, skey);
-  if (index < 0) index = 0;
-  if ((uint32_t)index >= SL_ACTOR_MAX_INDEX - 1)
+  int32_t next = map_get(&p->next_index, skey);
+  if (next < 0) next = 0;
+  if (index < 0) index = next;
+  if (index >= SL_ACTOR_MAX_INDEX - 1)
     return sl__fail(SL_EINVAL,
                     "actor '%s': stream %u of device %u on node %u "
                     "already has %u actors",
@@ -186,22 +188,55 @@ sl_status sl_plan_add_actor(sl_plan *p, const sl_actor_desc *d,
   if (!name) return SL_ENOMEM;
   sl_actor_id id =
       sl_actor_id_make(d->node, d->device, d->stream, (uint32_t)index);
+  if (map_get(&p->by_id, id) >= 0)
+    return sl__fail(SL_EINVAL,
+                    "actor '%s': index %lld of stream %u of device %u on node "
+                    "%u is taken",
+                    d->name, (long long)index, d->stream, d->device, d->node);
   SL_CHECK(map_reserve(&p->next_index));
   SL_CHECK(map_reserve(&p->by_id));
-  map_set(&p->next_index, skey, index + 1);
+  map_set(&p->next_index, skey, (int32_t)SL_MAX(next, index + 1));
   map_set(&p->by_id, id, p->n_actors);
   plan_actor *a = &p->actors[p->n_actors++];
   memset(a, 0, sizeof *a);
   a->d = *d;
   a->d.name = name;
   a->id = id;
+  a->stub = stub;
   if (d->node + 1 > p->n_nodes) p->n_nodes = d->node + 1;
   *out = id;
   return SL_OK;
 }
 
-sl_status sl_plan_add_output(sl_plan *p, sl_actor_id producer,
-                             const sl_regst_desc *d, int32_t *out) {
+sl_status sl_plan_add_actor(sl_plan *p, const sl_actor_desc *d,
+                            sl_actor_id *out) {
+  return add_actor(p, d, -1, false, out);
+}
+
+sl_status sl_plan_add_actor_at(sl_plan *p, const sl_actor_desc *d,
+                               uint32_t index, sl_actor_id *out) {
+  return add_actor(p, d, index, false, out);
+}
+
+sl_status sl_plan_add_stub(sl_plan *p, const sl_actor_desc *d, uint32_t index,
+                           sl_actor_id *out) {
+  return add_actor(p, d, index, true, out);
+}
+
+/* Makes slot `slot` of *arr (n used, -1 for holes) exist. */
+static sl_status slot_reserve(int32_t **arr, int32_t *n, int32_t *cap,
+                              int32_t slot) {
+  while (*n <= slot) {
+    SL_CHECK(grow((void **)arr, cap, *n, sizeof **arr));
+    (*arr)[(*n)++] = -1;
+  }
+  return SL_OK;
+}
+
+/* wire, slot < 0: the descriptor's index, the producer's next slot. */
+static sl_status add_output(sl_plan *p, sl_actor_id producer,
+                            const sl_regst_desc *d, int32_t wire, int32_t slot,
+                            int32_t *out) {
   *out = -1;
   SL_CHECK(check_frozen(p));
   int32_t ai = sl__plan_find(p, producer);
@@ -221,17 +256,21 @@ sl_status sl_plan_add_output(sl_plan *p, sl_actor_id producer,
     return sl__fail(SL_EINVAL,
                     "actor '%s': an output on device %d (at most %u)",
                     a->d.name, (int)d->device, SL_ACTOR_MAX_DEVICES - 1);
-  if (a->n_out >= UINT16_MAX)
+  if (slot < 0) slot = a->n_out;
+  if (slot >= UINT16_MAX)
     return sl__fail(SL_EINVAL, "actor '%s': too many outputs", a->d.name);
+  if (slot < a->n_out && a->out[slot] >= 0)
+    return sl__fail(SL_EINVAL, "actor '%s': output slot %d is taken", a->d.name,
+                    (int)slot);
   if (p->n_regsts == INT32_MAX)
     return sl__fail(SL_EINVAL, "plan: too many register descriptors");
   SL_CHECK(grow((void **)&p->regsts, &p->cap_regsts, p->n_regsts,
                 sizeof *p->regsts));
-  SL_CHECK(grow((void **)&a->out, &a->cap_out, a->n_out, sizeof *a->out));
+  SL_CHECK(slot_reserve(&a->out, &a->n_out, &a->cap_out, slot));
   char namebuf[256];
   const char *name = d->name;
   if (!name || !name[0]) {
-    snprintf(namebuf, sizeof namebuf, "%s.out%d", a->d.name, (int)a->n_out);
+    snprintf(namebuf, sizeof namebuf, "%s.out%d", a->d.name, (int)slot);
     name = namebuf;
   }
   char *dup = sl__arena_strdup(p->arena, name);
@@ -242,11 +281,26 @@ sl_status sl_plan_add_output(sl_plan *p, sl_actor_id producer,
   r->d = *d;
   r->d.name = dup;
   if (r->d.device < 0) r->d.device = (int32_t)a->d.device;
+  r->wire = wire < 0 ? ri : wire;
   r->producer = ai;
-  r->out_slot = a->n_out;
-  a->out[a->n_out++] = ri;
+  r->out_slot = slot;
+  a->out[slot] = ri;
   *out = ri;
   return SL_OK;
+}
+
+sl_status sl_plan_add_output(sl_plan *p, sl_actor_id producer,
+                             const sl_regst_desc *d, int32_t *out) {
+  return add_output(p, producer, d, -1, -1, out);
+}
+
+sl_status sl_plan_add_output_at(sl_plan *p, sl_actor_id producer,
+                                const sl_regst_desc *d, int32_t wire,
+                                uint16_t slot, int32_t *out) {
+  *out = -1;
+  if (wire < 0)
+    return sl__fail(SL_EINVAL, "plan: a descriptor numbered %d", (int)wire);
+  return add_output(p, producer, d, wire, slot, out);
 }
 
 sl_status sl_plan_add_block(sl_plan *p, uint32_t node, int32_t device,
@@ -288,7 +342,10 @@ sl_status sl_plan_place(sl_plan *p, int32_t desc, int32_t block,
   return SL_OK;
 }
 
-sl_status sl_plan_connect(sl_plan *p, int32_t desc, sl_actor_id consumer) {
+/* slot, position < 0: the consumer's next input slot, the descriptor's
+ * next reader. */
+static sl_status connect(sl_plan *p, int32_t desc, sl_actor_id consumer,
+                         int32_t slot, int32_t position) {
   SL_CHECK(check_frozen(p));
   if (desc < 0 || desc >= p->n_regsts)
     return sl__fail(SL_ENOTFOUND, "plan: no register descriptor %d", (int)desc);
@@ -302,12 +359,26 @@ sl_status sl_plan_connect(sl_plan *p, int32_t desc, sl_actor_id consumer) {
     if (c->in[i] == desc)
       return sl__fail(SL_EINVAL, "actor '%s': already reads '%s'", c->d.name,
                       r->d.name);
-  if (c->n_in >= UINT16_MAX || r->n_cons >= UINT16_MAX)
+  if (slot < 0) slot = c->n_in;
+  if (position < 0) position = r->n_cons;
+  if (slot >= UINT16_MAX || position >= UINT16_MAX || r->n_cons >= UINT16_MAX)
     return sl__fail(SL_EINVAL, "actor '%s': too many inputs or readers",
                     c->d.name);
-  SL_CHECK(grow((void **)&c->in, &c->cap_in, c->n_in, sizeof *c->in));
+  if (slot < c->n_in && c->in[slot] >= 0)
+    return sl__fail(SL_EINVAL, "actor '%s': input slot %d is taken", c->d.name,
+                    (int)slot);
+  SL_CHECK(slot_reserve(&c->in, &c->n_in, &c->cap_in, slot));
   SL_CHECK(grow((void **)&r->cons, &r->cap_cons, r->n_cons, sizeof *r->cons));
-  r->cons[r->n_cons++] = (plan_consumer){ci, c->n_in};
-  c->in[c->n_in++] = desc;
+  r->cons[r->n_cons++] = (plan_consumer){ci, slot, position};
+  c->in[slot] = desc;
   return SL_OK;
+}
+
+sl_status sl_plan_connect(sl_plan *p, int32_t desc, sl_actor_id consumer) {
+  return connect(p, desc, consumer, -1, -1);
+}
+
+sl_status sl_plan_connect_at(sl_plan *p, int32_t desc, sl_actor_id consumer,
+                             uint16_t slot, uint16_t position) {
+  return connect(p, desc, consumer, slot, position);
 }

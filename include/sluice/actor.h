@@ -242,6 +242,40 @@ SL_API sl_status sl_plan_place(sl_plan *p, int32_t desc, int32_t block,
 SL_API sl_status sl_plan_connect(sl_plan *p, int32_t desc,
                                  sl_actor_id consumer);
 
+/* ---- one node's part of a larger plan ----------------------------------
+ *
+ * Every node may build the whole plan: each job runs its own node's
+ * actors, and the numbers in the messages between nodes (actor ids,
+ * descriptors, slots, readers' positions) agree because every node counts
+ * them in the same order. A compiler that gives each node only its part
+ * builds, per node, a plan of that node's actors and, as stubs, the
+ * actors of other nodes they exchange registers with, and sets the
+ * numbers the whole plan has with these calls:
+ *
+ *   sl_plan_add_actor_at    an actor with index `index` of its stream
+ *   sl_plan_add_stub        another node's actor, never run or checked
+ *                           here: only its id and place matter
+ *   sl_plan_add_output_at   a descriptor numbered `wire` in messages, at
+ *                           output slot `slot` of its producer
+ *   sl_plan_connect_at      a reader at its input slot `slot`, at place
+ *                           `position` among the descriptor's readers
+ *
+ * Descriptors keep their local numbers (the return of add_output_at) in
+ * every other call. A stub may lack slots; an actor that runs must have
+ * every input and output slot, and every descriptor it produces every
+ * reader position (sl_plan_check). SL_EINVAL for an index, slot or
+ * position taken, SL_ENOTFOUND and SL_ESTATE as for the calls above. */
+SL_API sl_status sl_plan_add_actor_at(sl_plan *p, const sl_actor_desc *d,
+                                      uint32_t index, sl_actor_id *out);
+SL_API sl_status sl_plan_add_stub(sl_plan *p, const sl_actor_desc *d,
+                                  uint32_t index, sl_actor_id *out);
+SL_API sl_status sl_plan_add_output_at(sl_plan *p, sl_actor_id producer,
+                                       const sl_regst_desc *d, int32_t wire,
+                                       uint16_t slot, int32_t *out);
+SL_API sl_status sl_plan_connect_at(sl_plan *p, int32_t desc,
+                                    sl_actor_id consumer, uint16_t slot,
+                                    uint16_t position);
+
 /* Checks that a plan can run, without running it: kinds have the inputs
  * and outputs they need, every descriptor has >= 1 register, every actor is
  * reachable from a source (so end-of-data reaches it), and every loop holds

@@ -111,6 +111,138 @@ static void test_chain_across_nodes(void **state) {
   sl_plan_destroy(p);
 }
 
+/* One node's part: add (stub or not) an actor at an index, an output at a
+ * wire number and slot, a reader at its slot and position. */
+static sl_actor_id part_actor(sl_plan *p, bool stub, const char *name,
+                              sl_actor_kind kind, uint32_t node,
+                              uint32_t device, uint32_t stream, uint32_t index,
+                              sl_act_fn act, void *ctx, int64_t count) {
+  sl_actor_desc d = {name, kind, node, device, stream, act, ctx, count};
+  sl_actor_id id = 0;
+  sl_status st = stub ? sl_plan_add_stub(p, &d, index, &id)
+                      : sl_plan_add_actor_at(p, &d, index, &id);
+  if (st != SL_OK) fail_msg("%s: %s", name, sl_last_error());
+  return id;
+}
+
+static int32_t part_out(sl_plan *p, sl_actor_id producer, int32_t count,
+                        int32_t wire) {
+  sl_regst_desc d = {NULL, count, BYTES, -1, 0, NULL, NULL};
+  int32_t r = -1;
+  if (sl_plan_add_output_at(p, producer, &d, wire, 0, &r) != SL_OK)
+    fail_msg("output %d: %s", (int)wire, sl_last_error());
+  return r;
+}
+
+static void part_connect(sl_plan *p, int32_t desc, sl_actor_id consumer,
+                         uint16_t position) {
+  if (sl_plan_connect_at(p, desc, consumer, 0, position) != SL_OK)
+    fail_msg("connect: %s", sl_last_error());
+}
+
+/* The chain of test_chain_across_nodes, each node given only its part:
+ * its actors, the other nodes' actors it exchanges registers with as
+ * stubs, and numbers (indices, descriptor numbers, readers' positions)
+ * other than the order the parts are built in. */
+static void test_parts_across_nodes(void **state) {
+  enum { SRC = 10, A = 20, B = 30, C = 40 }; /* descriptors on the wire */
+  seen s0 = {0}, s2 = {0};
+  sl_plan *p[3];
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(sl_plan_create(&p[i]), SL_OK);
+  /* node 0: src, sink0; stubs a, c */
+  sl_actor_id src = part_actor(p[0], false, "src", SL_ACTOR_SOURCE, 0, 0, 0, 5,
+                               act_fill, NULL, 300);
+  sl_actor_id z0 = part_actor(p[0], false, "sink0", SL_ACTOR_SINK, 0, 1, 0, 4,
+                              act_sink_check, &s0, 0);
+  sl_actor_id a0 =
+      part_actor(p[0], true, "a", SL_ACTOR_KERNEL, 1, 0, 0, 3, NULL, NULL, 0);
+  sl_actor_id c0 =
+      part_actor(p[0], true, "c", SL_ACTOR_KERNEL, 1, 1, 2, 2, NULL, NULL, 0);
+  part_connect(p[0], part_out(p[0], src, 2, SRC), a0, 0);
+  part_connect(p[0], part_out(p[0], c0, 3, C), z0, 0);
+  /* node 1: a, c; stubs src, b, sink2, sink0 */
+  sl_actor_id c1 = part_actor(p[1], false, "c", SL_ACTOR_KERNEL, 1, 1, 2, 2,
+                              act_copy_check, NULL, 0);
+  sl_actor_id a1 = part_actor(p[1], false, "a", SL_ACTOR_KERNEL, 1, 0, 0, 3,
+                              act_copy_check, NULL, 0);
+  sl_actor_id src1 =
+      part_actor(p[1], true, "src", SL_ACTOR_SOURCE, 0, 0, 0, 5, NULL, NULL, 0);
+  sl_actor_id b1 =
+      part_actor(p[1], true, "b", SL_ACTOR_KERNEL, 2, 0, 0, 7, NULL, NULL, 0);
+  sl_actor_id z21 =
+      part_actor(p[1], true, "sink2", SL_ACTOR_SINK, 2, 0, 0, 1, NULL, NULL, 0);
+  sl_actor_id z01 =
+      part_actor(p[1], true, "sink0", SL_ACTOR_SINK, 0, 1, 0, 4, NULL, NULL, 0);
+  part_connect(p[1], part_out(p[1], src1, 2, SRC), a1, 0);
+  int32_t ao = part_out(p[1], a1, 2, A);
+  part_connect(p[1], ao, b1, 1); /* b reads second, sink2 first */
+  part_connect(p[1], ao, z21, 0);
+  part_connect(p[1], part_out(p[1], b1, 1, B), c1, 0);
+  part_connect(p[1], part_out(p[1], c1, 3, C), z01, 0);
+  /* node 2: b, sink2; stubs a, c */
+  sl_actor_id z2 = part_actor(p[2], false, "sink2", SL_ACTOR_SINK, 2, 0, 0, 1,
+                              act_sink_check, &s2, 0);
+  sl_actor_id b2 = part_actor(p[2], false, "b", SL_ACTOR_KERNEL, 2, 0, 0, 7,
+                              act_copy_check, NULL, 0);
+  sl_actor_id a2 =
+      part_actor(p[2], true, "a", SL_ACTOR_KERNEL, 1, 0, 0, 3, NULL, NULL, 0);
+  sl_actor_id c2 =
+      part_actor(p[2], true, "c", SL_ACTOR_KERNEL, 1, 1, 2, 2, NULL, NULL, 0);
+  int32_t ao2 = part_out(p[2], a2, 2, A);
+  part_connect(p[2], ao2, z2, 0);
+  part_connect(p[2], ao2, b2, 1);
+  part_connect(p[2], part_out(p[2], b2, 1, B), c2, 0);
+  cluster cl;
+  cl.n = 3;
+  assert_int_equal(sl_loopback_create(3, &cl.lb), SL_OK);
+  for (uint32_t i = 0; i < 3; i++) {
+    sl_job_config cfg = {.node = i, .transport = sl_loopback_transport(cl.lb)};
+    if (sl_job_create(p[i], &cfg, &cl.jobs[i]) != SL_OK)
+      fail_msg("node %u: %s", i, sl_last_error());
+    assert_int_equal(sl_loopback_attach(cl.lb, i, cl.jobs[i]), SL_OK);
+  }
+  for (uint32_t i = 0; i < 3; i++)
+    assert_int_equal(sl_job_start(cl.jobs[i]), SL_OK);
+  for (uint32_t i = 0; i < 3; i++)
+    if (sl_job_wait(cl.jobs[i]) != SL_OK)
+      fail_msg("node %u: %s", i, sl_last_error());
+  assert_int_equal(s0.n, 300);
+  assert_int_equal(s0.bad, 0);
+  assert_int_equal(s2.n, 300);
+  assert_int_equal(s2.bad, 0);
+  cluster_destroy(&cl);
+  for (int i = 0; i < 3; i++)
+    sl_plan_destroy(p[i]);
+
+  /* What a part must hold: every reader position of what its actors
+   * produce, every slot of its actors; stubs only for other nodes. */
+  sl_plan *q;
+  assert_int_equal(sl_plan_create(&q), SL_OK);
+  sl_actor_id qs = part_actor(q, false, "src", SL_ACTOR_SOURCE, 0, 0, 0, 0,
+                              act_fill, NULL, 3);
+  sl_actor_id qk =
+      part_actor(q, true, "k", SL_ACTOR_SINK, 1, 0, 0, 0, NULL, NULL, 0);
+  part_connect(q, part_out(q, qs, 1, 0), qk, 1); /* reader 0 missing */
+  assert_int_equal(sl_plan_check(q), SL_EINVAL);
+  assert_non_null(strstr(sl_last_error(), "positions"));
+  sl_actor_desc d = {"k", SL_ACTOR_SINK, 1, 0, 0, NULL, NULL, 0};
+  sl_actor_id id;
+  assert_int_equal(sl_plan_add_actor_at(q, &d, 0, &id), SL_EINVAL);
+  assert_non_null(strstr(sl_last_error(), "taken"));
+  sl_plan_destroy(q);
+  assert_int_equal(sl_plan_create(&q), SL_OK);
+  sl_actor_id qs2 = part_actor(q, false, "src", SL_ACTOR_SOURCE, 0, 0, 0, 0,
+                               act_fill, NULL, 3);
+  sl_actor_id qk2 =
+      part_actor(q, true, "k", SL_ACTOR_SINK, 0, 0, 0, 1, NULL, NULL, 0);
+  part_connect(q, part_out(q, qs2, 1, 0), qk2, 0);
+  sl_job *j = NULL;
+  assert_int_equal(sl_job_create(q, NULL, &j), SL_EINVAL);
+  assert_non_null(strstr(sl_last_error(), "a stub on node 0"));
+  sl_plan_destroy(q);
+}
+
 static void test_bad_messages(void **state) {
   sl_plan *p;
   assert_int_equal(sl_plan_create(&p), SL_OK);
@@ -263,6 +395,7 @@ static void test_forged_ready(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_chain_across_nodes),
+      cmocka_unit_test(test_parts_across_nodes),
       cmocka_unit_test(test_bad_messages),
       cmocka_unit_test(test_unattached_node),
       cmocka_unit_test(test_forged_ready),
