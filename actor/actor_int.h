@@ -222,10 +222,11 @@ struct sl_job {
   pthread_mutex_t lock;
   pthread_cond_t cond;
   enum job_state state;
-  atomic_int stop;      /* abort: threads leave at once */
-  atomic_int status;    /* first failure */
-  char errmsg[1024];    /* its message, under lock */
-  atomic_int accepting; /* sl_job_deliver allowed */
+  atomic_int stop;         /* abort: threads leave at once */
+  atomic_int status;       /* first failure */
+  char errmsg[1024];       /* its message, under lock */
+  uint32_t failure_origin; /* the node where it began, under lock */
+  atomic_int accepting;    /* sl_job_deliver allowed */
   /* The outcome when accepting was cleared (written before it): senders
    * that find the job gone learn why, so an abort's cause wins over their
    * own "no longer accepts" failure. */

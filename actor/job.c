@@ -134,14 +134,17 @@ void sl__actor_label(const sl_job *job, sl_actor_id id, char *buf, size_t n) {
            sl_actor_id_node(id), dev, sl_actor_id_stream(id));
 }
 
+/* origin: the node where the failure began. */
 static void job_abort(sl_job *job, sl_status st, sl_actor_id who, bool has_who,
-                      const char *detail, bool broadcast, int64_t piece) {
+                      const char *detail, bool broadcast, int64_t piece,
+                      uint32_t origin) {
   if (st == SL_OK) st = SL_EABORTED;
   bool first = false;
   pthread_mutex_lock(&job->lock);
   if (!atomic_load(&job->done) && atomic_load(&job->status) == SL_OK) {
     first = true;
     atomic_store(&job->status, st);
+    job->failure_origin = origin;
     char label[300] = "";
     if (has_who) sl__actor_label(job, who, label, sizeof label);
     if (has_who && detail && detail[0])
@@ -174,12 +177,12 @@ static void job_abort(sl_job *job, sl_status st, sl_actor_id who, bool has_who,
 
 void sl__job_abort(sl_job *job, sl_status st, sl_actor_id who, bool has_who,
                    const char *detail, bool broadcast) {
-  job_abort(job, st, who, has_who, detail, broadcast, -1);
+  job_abort(job, st, who, has_who, detail, broadcast, -1, job->node);
 }
 
 void sl__job_abort_firing(sl_job *job, sl_status st, sl_actor_id who,
                           const char *detail, int64_t piece) {
-  job_abort(job, st, who, true, detail, true, piece);
+  job_abort(job, st, who, true, detail, true, piece, job->node);
 }
 
 /* ---- loading
@@ -752,6 +755,14 @@ static sl_status ended(sl_job *job) {
 
 bool sl_job_ended(const sl_job *job) { return !atomic_load(&job->accepting); }
 
+int64_t sl_job_failure_origin(sl_job *job) {
+  pthread_mutex_lock(&job->lock);
+  int64_t n =
+      atomic_load(&job->status) == SL_OK ? -1 : (int64_t)job->failure_origin;
+  pthread_mutex_unlock(&job->lock);
+  return n;
+}
+
 sl_status sl_job_deliver(sl_job *job, const sl_msg *m, const void *payload,
                          size_t nbytes) {
   if (!atomic_load(&job->accepting)) return ended(job);
@@ -765,8 +776,9 @@ sl_status sl_job_deliver(sl_job *job, const sl_msg *m, const void *payload,
     snprintf(detail, sizeof detail, "failed with %s (reported by node %u)",
              sl_status_str(st), m->origin_node);
     bool has_who = m->desc == 1 && sl__plan_find(job->plan, m->src) >= 0;
-    sl__job_abort(job, st, m->src, has_who,
-                  has_who ? detail : "aborted by another node", false);
+    job_abort(job, st, m->src, has_who,
+              has_who ? detail : "aborted by another node", false, -1,
+              m->origin_node);
     return SL_OK;
   }
   rt_actor *a = sl__job_actor(job, m->dst);

@@ -53,6 +53,7 @@ sl_status sl__pplan_create(sl__pplan **out) {
     return SL_ENOMEM;
   }
   p->micro_batches = 1;
+  p->part = -1;
   *out = p;
   return SL_OK;
 }
@@ -80,7 +81,7 @@ sl__task *sl__pplan_add_task(sl__pplan *p) {
   sl__task *t = &p->tasks[p->n_tasks++];
   memset(t, 0, sizeof *t);
   t->node = t->rank = t->step = t->group = t->member = t->tick_slot = -1;
-  t->coll = -1;
+  t->coll = t->actor_index = -1;
   return t;
 }
 
@@ -96,6 +97,7 @@ sl__regst *sl__pplan_add_regst(sl__pplan *p) {
   memset(r, 0, sizeof *r);
   r->producer = r->out_slot = r->value = r->rank = r->var_node = r->mem = -1;
   r->count = 1;
+  r->wire = p->n_regsts - 1;
   return r;
 }
 
@@ -111,7 +113,14 @@ sl_status sl__pplan_validate(sl__pplan *p) {
       return sl__fail(SL_EINVAL, "plan: register %d ('%s') has no producer",
                       (int)r, g->name ? g->name : "?");
     const sl__task *t = &p->tasks[g->producer];
-    if (g->out_slot < 0 || g->out_slot >= t->n_out || t->out[g->out_slot] != r)
+    /* A stub keeps only some outputs: out_slot is its slot in the whole
+     * plan. */
+    bool written = false;
+    for (int32_t k = 0; t->stub && k < t->n_out; k++)
+      written |= t->out[k] == r;
+    if (g->out_slot < 0 ||
+        (t->stub ? !written
+                 : g->out_slot >= t->n_out || t->out[g->out_slot] != r))
       return sl__fail(SL_EINVAL,
                       "plan: register %d ('%s') is not output %d of task '%s'",
                       (int)r, g->name ? g->name : "?", (int)g->out_slot,
@@ -844,6 +853,8 @@ sl_status sl__lower(const sl_graph *g, sl__pplan **out) {
     st = SL_EINTERNAL;
   }
   if (st == SL_OK) st = sl__pplan_plan_memory(L.p);
+  if (st == SL_OK) st = sl__pplan_depths(L.p);
+  if (st == SL_OK) st = sl__pplan_number_inputs(L.p);
 out:
   sl__free(L.shard);
   sl__free(L.var_of);

@@ -167,6 +167,19 @@ typedef struct sl__task {
   int32_t coll; /* COLL, XCHG, LOCAL: its spec in plan->colls, else -1 */
   int32_t n_args;
   sl__karg *args; /* OP, FEED, FETCH (arena), else NULL */
+  /* The depth in the whole plan (plan_part.c), the same on every node:
+   * spanning device groups launch in (depth, node, step, group) order. */
+  int32_t depth;
+  /* Per input (plan_part.c): the actor's input slot (-1 - j: output j's
+   * register, a variable updated in place) and its position among the
+   * register's readers, as the whole plan numbers them. */
+  int32_t *in_slot, *in_pos;
+  /* A node's part (plan_part.c): whether the task is another machine's (a
+   * stub: only its place, actor index and the registers it exchanges with
+   * this machine's tasks are here), and its actor's index in its stream.
+   * A whole plan: false, -1. */
+  bool stub;
+  int32_t actor_index;
 } sl__task;
 
 typedef struct sl__regst {
@@ -186,6 +199,7 @@ typedef struct sl__regst {
                        initial register, else -1 */
   int32_t n_cons;
   int32_t *cons; /* consumer task ids, in the order they connect */
+  int32_t wire;  /* its number in the whole plan (messages carry it) */
   /* Memory (memory.c): mem >= 0 puts the registers at `offset` of the
    * shared block of plan->mem[mem]; -1: memory of their own. */
   int32_t mem;
@@ -287,6 +301,9 @@ typedef struct sl__pplan {
   sl__pcoll *colls;
   int32_t micro_batches; /* per step (1: none) */
   sl__schedule schedule; /* each device's order of passes (schedule.c) */
+  /* A node's part (plan_part.c): the machine whose tasks it holds
+   * (p->driver: the program's); -1: the whole plan. */
+  int32_t part;
 } sl__pplan;
 
 /* Lowers a compiled graph (sl__graph_compile must have succeeded).
@@ -365,6 +382,29 @@ int32_t sl__pplan_find_node(const sl__pplan *p, const char *name);
  * (the same values for any layout) into buf. sl_local_slice's errors. */
 sl_status sl__pplan_variable_init(const sl__pplan *p, int32_t node, int rank,
                                   void *buf);
+
+/* ---- nodes' parts (plan_part.c) --------------------------------------------
+ *
+ * Over daemons each process receives only its machine's part of the plan:
+ * its tasks, the registers they read and write, and as stubs the other
+ * machines' tasks they exchange registers with, numbered as the whole
+ * plan numbers them (actor indices, register wires, input slots and
+ * positions) so that messages between the parts agree (DESIGN.md section
+ * 5 step 7, docs/plan.md "Parts"). */
+
+/* The machine whose process runs task t's actor over daemons: the driver
+ * (the program) runs ticks, feeds and fetches. */
+uint32_t sl__task_runner(const sl__pplan *p, const sl__task *t);
+/* Fills every task's depth (lowering calls it). SL_ENOMEM. */
+sl_status sl__pplan_depths(sl__pplan *p);
+/* Fills every task's input slots and reader positions (lowering calls
+ * it). SL_ENOMEM. */
+sl_status sl__pplan_number_inputs(sl__pplan *p);
+/* Machine `node`'s part of whole plan p, a plan of its own (node < 0:
+ * the program's, whose tasks run on p->driver; a machine beyond p's gets
+ * a part with nothing to run). SL_EINVAL for a p that is a part already,
+ * SL_ENOMEM. */
+sl_status sl__pplan_part(const sl__pplan *p, int node, sl__pplan **out);
 
 /* ---- memory (memory.c) ------------------------------------------------------
  */

@@ -20,6 +20,7 @@ sl_status sl__pplan_pack(const sl__pplan *p, uint8_t **buf, size_t *len) {
   plan.driver = p->driver;
   plan.micro_batches = (uint32_t)p->micro_batches;
   plan.schedule = mstr(sl__schedule_name(p->schedule));
+  plan.part = (uint32_t)(p->part + 1);
   Sluice__Node *nodes = sl__calloc((size_t)p->n_nodes + 1, sizeof *nodes);
   Sluice__Node **nodep = sl__calloc((size_t)p->n_nodes + 1, sizeof *nodep);
   Sluice__Task *tasks = sl__calloc((size_t)p->n_tasks + 1, sizeof *tasks);
@@ -102,6 +103,12 @@ sl_status sl__pplan_pack(const sl__pplan *p, uint8_t **buf, size_t *len) {
     x->tick_slot = t->tick_slot;
     x->engine = (int32_t)t->engine;
     x->collective = t->coll + 1;
+    x->n_input_slots = x->n_input_positions = (size_t)t->n_in;
+    x->input_slots = t->in_slot;
+    x->input_positions = t->in_pos;
+    x->depth = t->depth;
+    x->stub = t->stub;
+    x->actor_index = t->actor_index;
     taskp[i] = x;
   }
   SL_CHECK_GOTO(sl__plan_pb_nodes_pack(p, nodes, tasks, &extra), st, out);
@@ -127,6 +134,7 @@ sl_status sl__pplan_pack(const sl__pplan *p, uint8_t **buf, size_t *len) {
     x->block = r->mem + 1;
     x->offset = r->offset;
     x->category = (int32_t)r->category;
+    x->wire = r->wire;
     regp[i] = x;
   }
   for (int32_t i = 0; i < p->n_ctrl; i++) {
@@ -261,6 +269,9 @@ static sl_status copy_plan(const Sluice__Plan *m, sl__pplan *p) {
     return sl__fail(SL_EINVAL, "plan file: too many entries");
   p->machines = m->machines;
   p->driver = m->driver;
+  if (m->part > SL_ACTOR_MAX_NODES)
+    return sl__fail(SL_EINVAL, "plan file: part of machine %u", m->part - 1);
+  p->part = (int32_t)m->part - 1;
   p->micro_batches = m->micro_batches > 1 ? (int32_t)m->micro_batches : 1;
   if (m->micro_batches > (1u << 16) ||
       (m->schedule[0] && !sl__schedule_parse(m->schedule, &p->schedule)))
@@ -336,6 +347,31 @@ static sl_status copy_plan(const Sluice__Plan *m, sl__pplan *p) {
       return bad("task", i);
     t->engine = (sl__engine)x->engine;
     t->coll = x->collective - 1;
+    /* Slots and positions: the actor runtime refuses ones that disagree
+     * (a slot taken twice or missing, positions not 0 to n-1). */
+    if (x->n_input_slots != x->n_inputs ||
+        x->n_input_positions != x->n_inputs || x->depth < 0 ||
+        (x->stub && p->part < 0) || x->actor_index < -1 ||
+        x->actor_index >= (int32_t)SL_ACTOR_MAX_INDEX - 1 ||
+        (p->part >= 0) != (x->actor_index >= 0))
+      return bad("task", i);
+    t->in_slot = sl__arena_calloc(p->arena, x->n_inputs + 1, sizeof(int32_t));
+    t->in_pos = sl__arena_calloc(p->arena, x->n_inputs + 1, sizeof(int32_t));
+    if (!t->in_slot || !t->in_pos) return SL_ENOMEM;
+    for (size_t k = 0; k < x->n_inputs; k++) {
+      /* A stub holds only some of its inputs, never its own output. */
+      int32_t slot = x->input_slots[k], pos = x->input_positions[k];
+      int32_t most = x->stub ? UINT16_MAX - 1 : (int32_t)x->n_inputs - 1;
+      if (slot < -(int32_t)x->n_outputs || slot > most ||
+          (slot < 0) != (pos < 0) || pos >= UINT16_MAX ||
+          (slot < 0 && (x->stub || x->outputs[-1 - slot] != x->inputs[k])))
+        return bad("task", i);
+      t->in_slot[k] = slot;
+      t->in_pos[k] = pos;
+    }
+    t->depth = x->depth;
+    t->stub = x->stub;
+    t->actor_index = x->actor_index;
   }
   int64_t held = 0; /* bytes * count over all registers */
   for (size_t i = 0; i < m->n_registers; i++) {
@@ -380,6 +416,8 @@ static sl_status copy_plan(const Sluice__Plan *m, sl__pplan *p) {
       return bad("register", i);
     r->mem = x->block - 1;
     r->offset = x->offset;
+    if (x->wire < 0) return bad("register", i);
+    r->wire = x->wire;
     r->category = (sl_memory_category)x->category;
   }
   SL_CHECK(sl__plan_pb_nodes_unpack(m, p));

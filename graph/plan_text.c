@@ -371,13 +371,21 @@ sl_status sl__pplan_write_file(const sl__pplan *p, int format, int node,
   if (!p || !path) return sl__fail(SL_EINVAL, "plan: NULL argument");
   if (format < 0 || format > 3)
     return sl__fail(SL_EINVAL, "plan: unknown format %d", format);
-  if (format == 2 && node >= 0)
-    return sl__fail(SL_EINVAL, "plan: one machine's part is written as text, "
-                               "DOT or the memory table, not protobuf");
-  SL_CHECK(sl__pplan_check_node(p, node));
+  /* Protobuf: the part machine `node` receives over daemons (the
+   * driver's: the program's). */
+  sl__pplan *part = NULL;
+  bool driver = format == 2 && node >= 0 && (uint32_t)node == p->driver;
+  if (!driver) SL_CHECK(sl__pplan_check_node(p, node));
+  if (format == 2 && node >= 0) {
+    SL_CHECK(sl__pplan_part(p, driver ? -1 : node, &part));
+    p = part;
+  }
   bool out = strcmp(path, "-") == 0;
   FILE *f = out ? stdout : fopen(path, format == 2 ? "wb" : "w");
-  if (!f) return sl__fail(SL_EIO, "plan '%s': %s", path, strerror(errno));
+  if (!f) {
+    sl__pplan_destroy(part);
+    return sl__fail(SL_EIO, "plan '%s': %s", path, strerror(errno));
+  }
   sl_status st = SL_OK;
   if (format == 0) {
     st = sl__pplan_write_text(p, node, f);
@@ -399,6 +407,7 @@ sl_status sl__pplan_write_file(const sl__pplan *p, int format, int node,
   } else if (fclose(f) != 0 && st == SL_OK) {
     st = sl__fail(SL_EIO, "plan '%s': write failed", path);
   }
+  sl__pplan_destroy(part);
   if (st != SL_OK && st != SL_EIO) sl__fail_context(st, "plan '%s': ", path);
   return st;
 }

@@ -44,7 +44,9 @@ static void usage(FILE *f) {
              "  --node N  only what node N runs: its devices' tasks and\n"
              "            memory, the ticks that gate them, the boxing steps\n"
              "            it takes part in; inputs from other nodes say\n"
-             "            which node and task they come from (not with --pb)\n"
+             "            which node and task they come from. With --pb: the\n"
+             "            part of the plan node N's daemon receives (N = the\n"
+             "            driver's number: the program's part)\n"
              "  -o OUT    write to OUT instead of standard output\n\n"
              "  --simulate      replay one step as a discrete-event "
              "simulation:\n"
@@ -155,11 +157,6 @@ int sl_cli_plan(int argc, char **argv) {
       return st == SL_EINVAL ? 1 : 2;
     }
     return 0;
-  }
-  if (fmt == SL_PLAN_PROTOBUF && node >= 0) {
-    fprintf(stderr, "sluice plan: --node shows one node's part as text, DOT "
-                    "or the memory table, not --pb\n");
-    return 2;
   }
   if (fmt == SL_PLAN_PROTOBUF && strcmp(out, "-") == 0) {
     fprintf(stderr, "sluice plan: --pb writes binary; give -o OUT\n");

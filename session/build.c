@@ -92,48 +92,6 @@ add_engine(sl_session *s, const sl__coll_engine_i *i, void *ctx) {
   return e;
 }
 
-/* The depth of every task in the plan, the same on every node: 1 + the
- * deepest task producing one of its inputs, counting the members of a
- * group collective as one task (the deepest member's depth), so that a
- * group reading what another produced in the same step is deeper than it.
- * Inputs produced by later tasks are the previous step's (variables) and
- * do not count: lowering adds tasks in dependency order otherwise. Spanning
- * device groups launch in (depth, boxing node, step, group) order
- * (comm/coll/dev_group.c): a dependency order, close to the one the
- * devices get there in (a model's last gradient first), which keeps the
- * all-reduces overlapping the backward pass. */
-static sl_status task_depths(const sl__pplan *pp, int32_t **out) {
-  int32_t n = pp->n_tasks;
-  int32_t *d = sl__calloc((size_t)n + 1, sizeof *d);
-  if (!d) return SL_ENOMEM;
-  for (int32_t t = 0; t < n; t++) {
-    const sl__task *task = &pp->tasks[t];
-    for (int32_t k = 0; k < task->n_in; k++) {
-      int32_t p = pp->regsts[task->in[k]].producer;
-      if (p >= 0 && p < t) d[t] = SL_MAX(d[t], d[p] + 1);
-    }
-    if (task->kind != SL__TASK_COLL && task->kind != SL__TASK_XCHG) continue;
-    /* Every member of the group (of a send_recv or copy step: every task
-     * of the step) takes the deepest member's depth. Lowering adds a
-     * group's members one after the other (ticks may come between) and
-     * before any reader of them. */
-    int32_t first = t;
-    for (int32_t m = t - 1; m >= 0; m--) {
-      const sl__task *o = &pp->tasks[m];
-      if (o->kind == SL__TASK_TICK) continue;
-      if (o->kind != task->kind || o->node != task->node ||
-          o->step != task->step || o->group != task->group)
-        break;
-      d[t] = SL_MAX(d[t], d[m]);
-      first = m;
-    }
-    for (int32_t m = first; m < t; m++)
-      if (pp->tasks[m].kind == task->kind) d[m] = d[t];
-  }
-  *out = d;
-  return SL_OK;
-}
-
 /* The device collective op of a spec's realization on GPUs. */
 static sl__dev_coll_op dev_op_of(sl__pcoll_op op) {
   switch (op) {
@@ -149,10 +107,9 @@ static sl__dev_coll_op dev_op_of(sl__pcoll_op op) {
  * member order, with NCCL's collective or an exchange of the spec's
  * pieces. A group with members on other nodes waits for its communicator
  * until sl__session_connect_dgroups (creating it is collective, and every
- * node must be ready first); *depths (task_depths) is made on first
- * need. */
+ * node must be ready first). */
 static sl_status make_dgroup(sl_session *s, const sl__pcoll *pc, task_rt *rt,
-                             int32_t **depths, sl__dgroup **out) {
+                             sl__dgroup **out) {
   const sl__task *t = rt->t;
   int gn = pc->geom.n;
   int *ranks = sl__calloc((size_t)gn + 1, sizeof *ranks);
@@ -183,9 +140,7 @@ static sl_status make_dgroup(sl_session *s, const sl__pcoll *pc, task_rt *rt,
     st = sl__dgroup_create(s->dcoll, pc->name, gn, devs, op, pc->dtype,
                            pc->reduce, count, out);
   } else if (st == SL_OK) {
-    if (!*depths) st = task_depths(s->pp, depths);
-    int32_t order[4] = {*depths ? (*depths)[rt->id] : 0, t->node, t->step,
-                        t->group};
+    int32_t order[4] = {t->depth, t->node, t->step, t->group};
     if (st == SL_OK && !s->dseq) st = sl__dseq_create(&s->dseq);
     if (st == SL_OK)
       st = sl__dgroup_create_span(s->dseq, pc->name, gn, nlocal, ranks, devs,
@@ -223,7 +178,10 @@ static sl_status host_coll(sl_session *s, const sl__pcoll *pc,
   sl_status st = SL_OK;
   if (!workers || !nodes || !fill || !pieces) st = SL_ENOMEM;
   for (int k = 0; k < n && st == SL_OK; k++) {
-    workers[k] = pc->device[k] < n_dw ? dev_worker[pc->device[k]] : -1;
+    /* Another node's member runs there (the span's); any worker will do. */
+    workers[k] = pc->machine[k] != s->self_node ? 0
+                 : pc->device[k] < n_dw         ? dev_worker[pc->device[k]]
+                                                : -1;
     nodes[k] = pc->machine[k];
     fill[k] = g->fill[k] ? (int8_t)pc->reduce : SL__COLL_FILL_ZERO;
   }
@@ -342,17 +300,31 @@ static sl_status setup_local(const sl__pcoll *pc, task_rt *rt) {
  * tasks cut and assemble. */
 static sl_status setup_io(sl_session *s) {
   const sl__pplan *pp = s->pp;
+  /* Those this process runs (a daemon's part has none: the program feeds
+   * and fetches). */
+  bool *here = sl__calloc((size_t)pp->n_nodes + 1, sizeof *here);
+  if (!here) return SL_ENOMEM;
+  for (int32_t t = 0; t < pp->n_tasks; t++) {
+    const sl__task *task = &pp->tasks[t];
+    if (task->stub) continue;
+    if (task->kind == SL__TASK_FEED) here[pp->nodes[task->node].feed] = true;
+    if (task->kind == SL__TASK_FETCH) here[task->node] = true;
+  }
   for (int32_t i = 0; i < pp->n_nodes; i++) {
     const sl__pnode *n = &pp->nodes[i];
-    if (n->feed == i) s->n_feeds++;
-    if (strcmp(n->kind, "fetch") == 0) s->n_fetches++;
+    if (here[i] && n->feed == i) s->n_feeds++;
+    if (here[i] && strcmp(n->kind, "fetch") == 0) s->n_fetches++;
   }
   s->feeds = sl__calloc((size_t)s->n_feeds + 1, sizeof *s->feeds);
   s->fetches = sl__calloc((size_t)s->n_fetches + 1, sizeof *s->fetches);
-  if (!s->feeds || !s->fetches) return SL_ENOMEM;
+  if (!s->feeds || !s->fetches) {
+    sl__free(here);
+    return SL_ENOMEM;
+  }
   int32_t fi = 0, ti = 0;
   for (int32_t i = 0; i < pp->n_nodes; i++) {
     const sl__pnode *n = &pp->nodes[i];
+    if (!here[i]) continue;
     if (n->feed == i) {
       feed_rt *f = &s->feeds[fi++];
       f->name = n->name;
@@ -377,15 +349,20 @@ static sl_status setup_io(sl_session *s) {
         f->staged[b] = sl__calloc((size_t)nr, sizeof *f->staged[b]);
       }
       if (!f->ranks || !f->slices || !f->shard_bytes || !f->stage[0] ||
-          !f->stage[1] || !f->staged[0] || !f->staged[1])
+          !f->stage[1] || !f->staged[0] || !f->staged[1]) {
+        sl__free(here);
         return SL_ENOMEM;
+      }
     }
   }
+  sl__free(here);
   /* Fetch tasks, in plan order, are the ranks each fetch assembles from. */
   for (int32_t t = 0; t < s->n_tasks; t++) {
     task_rt *rt = &s->rt[t];
     const sl__task *task = rt->t;
-    if (task->kind != SL__TASK_FEED && task->kind != SL__TASK_FETCH) continue;
+    if ((task->kind != SL__TASK_FEED && task->kind != SL__TASK_FETCH) ||
+        task->stub)
+      continue;
     rt->slice = task->args[0].box;
     if (task->kind == SL__TASK_FEED) {
       for (int32_t k = 0; k < s->n_feeds; k++)
@@ -427,6 +404,7 @@ static sl_status setup_io(sl_session *s) {
 
 static sl_status add_actors(sl_session *s) {
   const sl__pplan *pp = s->pp;
+  bool part = pp->part >= 0;
   for (int32_t i = 0; i < pp->n_tasks; i++) {
     const sl__task *t = &pp->tasks[i];
     task_rt *rt = &s->rt[i];
@@ -436,23 +414,23 @@ static sl_status add_actors(sl_session *s) {
     rt->tick_slot = -1;
     rt->io = rt->io_slot = -1;
     bool tick = t->kind == SL__TASK_TICK;
-    /* Remote: the program feeds and fetches, so those actors are its. */
-    bool on_driver =
-        tick ||
-        (s->remote && (t->kind == SL__TASK_FEED || t->kind == SL__TASK_FETCH));
     sl_actor_desc d;
     memset(&d, 0, sizeof d);
     d.name = t->name;
     d.kind = tick ? SL_ACTOR_SOURCE : SL_ACTOR_KERNEL;
-    d.node = on_driver ? s->driver : t->machine;
+    /* A part (over daemons): the program runs ticks, feeds and fetches.
+     * The whole plan (embedded): ticks are the driver's, emulated here. */
+    uint32_t runner = part ? sl__task_runner(pp, t) : t->machine;
+    d.node = tick || (part && runner == pp->driver) ? s->driver : runner;
     d.device = t->device;
     d.stream = t->stream;
     char mark[48]; /* the pipeline pass the trace shows */
     sl__pass_label(pp, i, mark, sizeof mark);
     bool cuda = sl__dev_class_of(t->device) == SL__DEV_CLASS_CUDA;
-    d.act =
-        tick ? (s->remote ? sl__act_tick : NULL) : sl__act_for(t->kind, cuda);
-    if (!tick && cuda && t->machine == s->self_node) {
+    d.act = t->stub ? NULL
+            : tick  ? (s->remote ? sl__act_tick : NULL)
+                    : sl__act_for(t->kind, cuda);
+    if (!tick && !t->stub && cuda && t->machine == s->self_node) {
       rt->dev = sl__session_dev(s, t->device);
       if (!d.act || !rt->dev)
         return sl__fail(SL_EINTERNAL,
@@ -463,10 +441,13 @@ static sl_status add_actors(sl_session *s) {
     }
     d.ctx = rt;
     d.count = tick ? INT64_MAX : 0;
-    SL_CHECK(sl_plan_add_actor(s->plan, &d, &rt->actor));
+    uint32_t index = (uint32_t)t->actor_index; /* a part's, as numbered */
+    SL_CHECK(t->stub ? sl_plan_add_stub(s->plan, &d, index, &rt->actor)
+             : part  ? sl_plan_add_actor_at(s->plan, &d, index, &rt->actor)
+                     : sl_plan_add_actor(s->plan, &d, &rt->actor));
     if (mark[0]) SL_CHECK(sl_plan_set_mark(s->plan, rt->actor, mark));
     /* Steps are counted by the actors of this process's node. */
-    if (!tick && d.node == s->self_node) s->n_counted++;
+    if (!tick && !t->stub && d.node == s->self_node) s->n_counted++;
   }
   return SL_OK;
 }
@@ -491,7 +472,7 @@ static sl_status add_registers(sl_session *s) {
       d.bytes = (size_t)r->bytes;
       d.device = (int32_t)r->device; /* a copy task's is not its own */
       d.initial = r->initial;
-      if (r->var_node >= 0) {
+      if (r->var_node >= 0 && !t->stub) {
         var_init *v = &vi[t->out[j]];
         v->s = s;
         v->node = r->var_node;
@@ -502,8 +483,12 @@ static sl_status add_registers(sl_session *s) {
         d.init = var_init_fn;
         d.init_ctx = v;
       }
-      SL_CHECK(sl_plan_add_output(s->plan, s->rt[i].actor, &d,
-                                  &s->actor_desc[t->out[j]]));
+      int32_t *desc = &s->actor_desc[t->out[j]];
+      /* A part's registers carry the whole plan's numbers. */
+      SL_CHECK(pp->part >= 0
+                   ? sl_plan_add_output_at(s->plan, s->rt[i].actor, &d, r->wire,
+                                           (uint16_t)r->out_slot, desc)
+                   : sl_plan_add_output(s->plan, s->rt[i].actor, &d, desc));
     }
   }
   return SL_OK;
@@ -558,7 +543,7 @@ static sl_status setup_ticks(sl_session *s) {
   if (!s->ticks) return SL_ENOMEM;
   for (int32_t i = 0; i < pp->n_tasks; i++) {
     const sl__task *t = &pp->tasks[i];
-    if (t->kind != SL__TASK_TICK) continue;
+    if (t->kind != SL__TASK_TICK || t->stub) continue;
     const sl__regst *r = &pp->regsts[t->out[0]];
     drv_tick *d = &s->ticks[s->n_ticks++];
     pthread_mutex_init(&d->lock, NULL);
@@ -577,7 +562,7 @@ static sl_status setup_ticks(sl_session *s) {
   return SL_OK;
 }
 
-/* Edges in slot order; an actor reading one register twice reads it once. */
+/* Every task's inputs at the slots and positions the plan gives them. */
 static sl_status connect_all(sl_session *s) {
   const sl__pplan *pp = s->pp;
   for (int32_t i = 0; i < pp->n_tasks; i++) {
@@ -585,31 +570,23 @@ static sl_status connect_all(sl_session *s) {
     task_rt *rt = &s->rt[i];
     rt->slot_of = sl__calloc((size_t)t->n_in + 1, sizeof *rt->slot_of);
     if (!rt->slot_of) return SL_ENOMEM;
-    int32_t slots = 0;
+    /* The plan's slots and reader positions (graph/plan_part.c): a
+     * variable updated in place (one register, lower.c) is read through
+     * its output register, which the runtime hands the task once every
+     * reader returned the version it replaces; a register read twice is
+     * read once. */
     for (int32_t k = 0; k < t->n_in; k++) {
-      /* A variable updated in place (one register, lower.c): the task reads
-       * the version it replaces through its output register, which the
-       * runtime hands it once every reader returned that version. */
-      int32_t own = -1;
-      for (int32_t j = 0; j < t->n_out && own < 0; j++)
-        if (t->out[j] == t->in[k] && pp->regsts[t->in[k]].count == 1) own = j;
-      if (own >= 0) {
-        rt->slot_of[k] = -1 - own;
-        continue;
-      }
-      int32_t dup = -1;
-      for (int32_t j = 0; j < k && dup < 0; j++)
+      int32_t slot = t->in_slot[k], dup = -1;
+      for (int32_t j = 0; j < k && dup < 0 && slot >= 0; j++)
         if (t->in[j] == t->in[k]) dup = j;
-      if (dup >= 0) {
-        rt->slot_of[k] = rt->slot_of[dup];
-        continue;
-      }
-      SL_CHECK(sl_plan_connect(s->plan, s->actor_desc[t->in[k]], rt->actor));
-      rt->slot_of[k] = slots++;
+      rt->slot_of[k] = slot;
+      if (slot < 0 || dup >= 0) continue;
+      SL_CHECK(sl_plan_connect_at(s->plan, s->actor_desc[t->in[k]], rt->actor,
+                                  (uint16_t)slot, (uint16_t)t->in_pos[k]));
       drv_tick *d = tick_of_regst(s, t->in[k]);
       if (d) {
         d->cons[d->n_cons] = rt->actor;
-        d->cons_slot[d->n_cons] = (uint16_t)rt->slot_of[k];
+        d->cons_slot[d->n_cons] = (uint16_t)slot;
         d->n_cons++;
       }
     }
@@ -635,7 +612,8 @@ sl_status sl__session_build(sl_session *s) {
   s->n_workers = 0;
   for (int32_t i = 0; i < pp->n_tasks; i++) {
     uint32_t d = pp->tasks[i].device;
-    if (pp->tasks[i].kind != SL__TASK_TICK && dev_worker[d] < 0)
+    if (pp->tasks[i].kind != SL__TASK_TICK && !pp->tasks[i].stub &&
+        dev_worker[d] < 0)
       dev_worker[d] = s->n_workers++;
   }
   s->n_devices = s->n_workers;
@@ -644,7 +622,6 @@ sl_status sl__session_build(sl_session *s) {
   /* The engine of each spec, once one of its members is here. */
   const sl__coll_engine **by_coll =
       sl__calloc((size_t)pp->n_colls + 1, sizeof *by_coll);
-  int32_t *depths = NULL; /* task_depths, once a spanning group needs it */
   s->engines = sl__calloc((size_t)pp->n_colls + 1, sizeof *s->engines);
   if (!by_coll || !s->engines) {
     st = SL_ENOMEM;
@@ -662,6 +639,7 @@ sl_status sl__session_build(sl_session *s) {
   for (int32_t i = 0; i < pp->n_tasks && st == SL_OK; i++) {
     task_rt *rt = &s->rt[i];
     const sl__task *t = rt->t;
+    if (t->stub) continue; /* another node's */
     const sl__pcoll *pc = coll_of(s, t);
     switch (t->kind) {
     case SL__TASK_OP: st = setup_op(s, rt); break;
@@ -708,7 +686,7 @@ sl_status sl__session_build(sl_session *s) {
       }
       if (!by_coll[t->coll] && pc->engine == SL__ENGINE_DEVICE) {
         sl__dgroup *dg = NULL;
-        st = make_dgroup(s, pc, rt, &depths, &dg);
+        st = make_dgroup(s, pc, rt, &dg);
         if (st != SL_OK) break;
         by_coll[t->coll] = &s->engines[s->n_engines - 1];
       }
@@ -734,7 +712,6 @@ sl_status sl__session_build(sl_session *s) {
       sl__fail_context(st, "task '%s': ", t->name);
   }
 out:
-  sl__free(depths);
   sl__free(by_coll);
   sl__free(dev_worker);
   return st;

@@ -530,6 +530,17 @@ sl_status sl__daemon_serve(const sl__daemon_opts *o) {
     publish_trace(&j);
     char msg[1400];
     snprintf(msg, sizeof msg, "%s", st == SL_OK ? "" : sl_last_error());
+    /* A failure another node began: that node's report names its cause
+     * (this node's part may not know the actor that failed), so it goes
+     * first; this one follows once the job has ended, or after a while. */
+    int64_t origin =
+        st != SL_OK && j.s && j.s->job ? sl_job_failure_origin(j.s->job) : -1;
+    if (origin >= 0 && origin != rank) {
+      sl__cp_job_info info;
+      sl__cp_job_status(o->cp, id, SL__CP_JOB_SUCCEEDED, SL__DAEMON_FOLLOW_MS,
+                        &info);
+      sl_clear_error();
+    }
     sl_job_stats js;
     memset(&js, 0, sizeof js);
     if (j.s && j.s->job) sl_job_get_stats(j.s->job, &js);

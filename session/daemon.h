@@ -13,6 +13,11 @@
 #include "job_blob.h"
 #include "net_coll.h"
 
+/* How long a process whose job failed because another node's did waits
+ * for that node's report of the cause before it reports (and, in the
+ * program, before it takes its own, shorter message). */
+#define SL__DAEMON_FOLLOW_MS 5000u
+
 /* The control plane's keys of the job protocol. */
 #define SL__DAEMON_LAST_JOB_KEY "sluice/last_job"
 /* "sluice/job/<job>/ready/<rank>": the node attached the job. */

@@ -126,9 +126,14 @@ static void *watcher_main(void *arg) {
    * node"). A failure the control plane has already recorded came first:
    * its report is the cause. */
   sl__cp_job_info info;
+  /* A failure that began on a daemon: its report names the cause (this
+   * program's part may not know the actor); wait a while for it. */
+  int64_t origin = st != SL_OK ? sl_job_failure_origin(s->job) : -1;
+  bool follow = origin >= 0 && origin != (int64_t)s->self_node;
   if (st != SL_OK &&
-      sl__cp_job_status(rm->cp, rm->job, SL__CP_JOB_NONE, CALL_MS, &info) ==
-          SL_OK &&
+      sl__cp_job_status(
+          rm->cp, rm->job, follow ? SL__CP_JOB_SUCCEEDED : SL__CP_JOB_NONE,
+          follow ? SL__DAEMON_FOLLOW_MS : CALL_MS, &info) == SL_OK &&
       info.state == SL__CP_JOB_FAILED && info.message[0]) {
     st = info.status != SL_OK ? info.status : st;
     snprintf(rm->job_msg, sizeof rm->job_msg, "%s", info.message);
@@ -199,9 +204,9 @@ static sl_status connect_cluster(sl_session *s, sl__cp_env *env) {
 static sl_status submit(sl_session *s, const sl__cp_env *env) {
   sl__remote *rm = s->rm;
   int nn = sl__cp_client_nnodes(rm->cp);
-  uint8_t *plan = NULL, *blob = NULL;
+  uint8_t *plan = NULL;
   char *starts = NULL;
-  size_t pl = 0, bl = 0;
+  size_t pl = 0;
   char addr[300];
   self_addr(env->bind, sl__dp_endpoint_port(rm->ep), addr, sizeof addr);
   rm->job = next_job(rm->cp);
@@ -215,9 +220,16 @@ static sl_status submit(sl_session *s, const sl__cp_env *env) {
                     "longer resolves, so the daemons cannot open it",
                     n->name);
   }
-  if (st == SL_OK) st = sl__pplan_pack(s->pp, &plan, &pl);
   if (st == SL_OK) st = sl__handoff_starts(s, rm->cp, rm->job, &starts);
-  if (st == SL_OK) {
+  /* Each daemon gets its machine's part of the plan, and nothing else. */
+  uint8_t **blobs = sl__calloc((size_t)nn, sizeof *blobs);
+  size_t *lens = sl__calloc((size_t)nn, sizeof *lens);
+  if (st == SL_OK && (!blobs || !lens)) st = SL_ENOMEM;
+  for (int r = 0; st == SL_OK && r < nn; r++) {
+    sl__pplan *part = NULL;
+    st = sl__pplan_part(s->whole, r, &part);
+    if (st == SL_OK) st = sl__pplan_pack(part, &plan, &pl);
+    sl__pplan_destroy(part);
     sl__job_blob b = {.driver_addr = addr,
                       .nnodes = (uint32_t)nn,
                       .hang_timeout_ms = s->cfg.hang_timeout_ms,
@@ -226,27 +238,23 @@ static sl_status submit(sl_session *s, const sl__cp_env *env) {
                       .trace = s->trace_path != NULL,
                       .base_step = s->base,
                       .starts = starts};
-    st = sl__job_blob_pack(&b, &blob, &bl);
-  }
-  const uint8_t **plans = sl__calloc((size_t)nn, sizeof *plans);
-  size_t *lens = sl__calloc((size_t)nn, sizeof *lens);
-  if (st == SL_OK && (!plans || !lens)) st = SL_ENOMEM;
-  for (int r = 0; st == SL_OK && r < nn; r++) {
-    plans[r] = blob;
-    lens[r] = bl;
+    if (st == SL_OK) st = sl__job_blob_pack(&b, &blobs[r], &lens[r]);
+    sl__free(plan);
+    plan = NULL;
   }
   if (st == SL_OK)
-    st = sl__cp_plan_submit(rm->cp, rm->job, nn, plans, lens, CALL_MS);
+    st = sl__cp_plan_submit(rm->cp, rm->job, nn, (const uint8_t **)blobs, lens,
+                            CALL_MS);
   if (st == SL_OK) {
     rm->submitted = true;
     char v[32];
     snprintf(v, sizeof v, "%" PRIu64, rm->job);
     st = sl__cp_kv_put(rm->cp, SL__DAEMON_LAST_JOB_KEY, v, strlen(v), CALL_MS);
   }
-  sl__free(plans);
+  for (int r = 0; blobs && r < nn; r++)
+    sl__free(blobs[r]);
+  sl__free(blobs);
   sl__free(lens);
-  sl__free(plan);
-  sl__free(blob);
   sl__free(starts);
   return st;
 }
@@ -299,6 +307,12 @@ sl_status sl__remote_start(sl_session *s) {
   int nn = sl__cp_client_nnodes(rm->cp);
   s->driver = (uint32_t)nn;
   s->self_node = (uint32_t)nn;
+  /* The program runs its part: the ticks, feeds and fetches. */
+  if (!s->whole) {
+    s->whole = s->pp;
+    s->pp = NULL;
+    SL_CHECK_GOTO(sl__pplan_part(s->whole, -1, &s->pp), st, out);
+  }
   SL_CHECK_GOTO(sl__session_build(s), st, out);
   SL_CHECK_GOTO(submit(s, &env), st, out);
   SL_CHECK_GOTO(wait_ready(s), st, out);

@@ -534,6 +534,7 @@ void sl_session_destroy(sl_session *s) {
   sl__session_free_build(s);
   sl__session_free_state(s);
   sl__pplan_destroy(s->pp);
+  sl__pplan_destroy(s->whole);
   sl__free(s->trace_path);
   pthread_cond_destroy(&s->cond);
   pthread_mutex_destroy(&s->lock);

@@ -180,7 +180,11 @@ typedef struct sl__next_start {
  * (DESIGN.md section 5 step 7), so a daemon's session needs none. */
 struct sl_session {
   sl_session_config cfg;
+  /* The plan this process runs: the whole plan (embedded), or its
+   * machine's part (over daemons: graph/plan_part.c). A remote program
+   * keeps the whole plan too, to give every daemon its part. */
   sl__pplan *pp;
+  sl__pplan *whole;
   sl_plan *plan;
   sl_job *job;
   sl__comm *comm;

@@ -440,6 +440,12 @@ SL_API sl_status sl_job_deliver(sl_job *job, const sl_msg *msg,
  * for a while after an abort) rather than treating it as a bad message. */
 SL_API bool sl_job_ended(const sl_job *job);
 
+/* The node where the job's failure began: this job's own node for a
+ * failure here, another node's for an ABORT it sent (a part of a plan
+ * may not know the actor that failed there: that node's report names
+ * it); -1 while the job has not failed. */
+SL_API int64_t sl_job_failure_origin(sl_job *job);
+
 /* For transports that receive a READY's payload straight into the
  * register instead of handing sl_job_deliver a buffer to copy from: sets
  * *out to the register msg (a READY from another node) will be delivered

@@ -288,8 +288,10 @@ SL_API sl_status sl_plan_file_convert(const char *pb_path,
 /* The same for one machine's part of the plan: what node `node` runs —
  * its devices' tasks with their registers and memory, the ticks that gate
  * them, the boxing steps it takes part in; inputs another node produces
- * name that node and task. node -1 is the whole plan. SL_EINVAL also for a
- * node the plan does not have, or SL_PLAN_PROTOBUF with a node. */
+ * name that node and task. node -1 is the whole plan. SL_PLAN_PROTOBUF
+ * writes the part node's daemon receives (docs/plan.md, "Parts"; the
+ * driver's number: the program's part). SL_EINVAL also for a node the
+ * plan does not have. */
 SL_API sl_status sl_plan_file_convert_node(const char *pb_path,
                                            sl_plan_format format, int node,
                                            const char *out_path);

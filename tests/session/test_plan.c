@@ -451,6 +451,73 @@ static void test_runtime_facts(void **state) {
   sl_graph_destroy(g);
 }
 
+/* Each machine's part, the program's and a machine's beyond the plan's:
+ * they pack and read back, hold every task once as a task of their own,
+ * and number what crosses between them as the whole plan does. */
+static void test_parts(void **state) {
+  sl_graph *g = mlp("cpu:0-1/0-1[2,2]", "(S(0),B)", "(B,S(1))", "(B,S(0))");
+  sl__pplan *p = st_lower(g);
+  assert_int_equal(p->machines, 2);
+  int32_t *own = calloc((size_t)p->n_tasks, sizeof *own);
+  for (int node = -1; node <= (int)p->machines + 1; node++) {
+    sl__pplan *part = NULL;
+    assert_int_equal(sl__pplan_part(p, node, &part), SL_OK);
+    uint8_t *a = NULL;
+    size_t na = 0;
+    assert_int_equal(sl__pplan_pack(part, &a, &na), SL_OK);
+    sl__pplan *q = NULL;
+    if (sl__pplan_unpack(a, na, &q) != SL_OK)
+      fail_msg("machine %d's part: %s", node, sl_last_error());
+    free(a);
+    assert_int_equal(q->n_tasks, part->n_tasks);
+    int locals = 0;
+    for (int32_t i = 0; i < q->n_tasks; i++) {
+      const sl__task *t = &q->tasks[i];
+      /* The task of the whole plan it is: the same name. */
+      int32_t w = 0;
+      while (strcmp(p->tasks[w].name, t->name) != 0)
+        w++;
+      uint32_t runner = sl__task_runner(p, &p->tasks[w]);
+      if (t->stub) { /* another machine's (an idle one's: the ticks) */
+        assert_true(node < 0                  ? runner != p->driver
+                    : node < (int)p->machines ? runner != (uint32_t)node
+                                              : t->kind == SL__TASK_TICK);
+        continue;
+      }
+      locals++;
+      own[w]++;
+      assert_int_equal(runner, node < 0 ? p->driver : (uint32_t)node);
+      assert_int_equal(t->n_in, p->tasks[w].n_in);
+      for (int32_t k = 0; k < t->n_in; k++) {
+        assert_int_equal(t->in_slot[k], p->tasks[w].in_slot[k]);
+        assert_int_equal(t->in_pos[k], p->tasks[w].in_pos[k]);
+        /* Every register keeps the whole plan's number. */
+        assert_int_equal(q->regsts[t->in[k]].wire, p->tasks[w].in[k]);
+      }
+    }
+    if (node > (int)p->machines) assert_int_equal(locals, 0);
+    if (node < 0)
+      for (int32_t i = 0; i < q->n_tasks; i++)
+        if (!q->tasks[i].stub)
+          assert_true(q->tasks[i].kind == SL__TASK_TICK ||
+                      q->tasks[i].kind == SL__TASK_FEED ||
+                      q->tasks[i].kind == SL__TASK_FETCH);
+    sl__pplan_destroy(q);
+    sl__pplan_destroy(part);
+  }
+  /* Every task is some part's own exactly once. */
+  for (int32_t i = 0; i < p->n_tasks; i++)
+    assert_int_equal(own[i], 1);
+  free(own);
+  /* Only a whole plan has parts. */
+  sl__pplan *part = NULL, *pp = NULL;
+  assert_int_equal(sl__pplan_part(p, 0, &part), SL_OK);
+  assert_int_equal(sl__pplan_part(part, 1, &pp), SL_EINVAL);
+  sl__pplan_destroy(part);
+  sl__pplan_destroy(p);
+  sl_graph_destroy(g);
+}
+
 static void test_collective_specs(void **state) {
   int by_op[SL__PCOLL_OP_COUNT] = {0};
   /* dp (all-reduces, a slice), 2-D tp (gathers, scatters, all-to-alls),
@@ -674,6 +741,7 @@ static void test_node_parts(void **state) {
   int real = 0;
   for (int32_t i = 0; i < p->n_tasks; i++)
     real += p->tasks[i].kind != SL__TASK_TICK;
+  uint32_t driver = p->driver;
   sl__pplan_destroy(p);
   int sum = 0;
   for (int node = 0; node < 2; node++) {
@@ -704,11 +772,12 @@ static void test_node_parts(void **state) {
     cli_result_free(&r);
   }
   assert_int_equal(sum, real);
-  /* The API: a node the plan does not have, and protobuf for one node. */
+  /* The API: a node the plan does not have (in text; in protobuf a
+   * machine beyond the driver's number). */
   assert_int_equal(sl_plan_file_convert_node(pb, SL_PLAN_TEXT, 2, part),
                    SL_EINVAL);
   assert_non_null(strstr(sl_last_error(), "no machine 2"));
-  assert_int_equal(sl_plan_file_convert_node(pb, SL_PLAN_PROTOBUF, 0, part),
+  assert_int_equal(sl_plan_file_convert_node(pb, SL_PLAN_PROTOBUF, 3, part),
                    SL_EINVAL);
   assert_int_equal(sl_plan_file_convert_node(pb, SL_PLAN_DOT, 1, part), SL_OK);
   char *d = slurp(part);
@@ -722,11 +791,35 @@ static void test_node_parts(void **state) {
   assert_int_equal(r.status, 2);
   assert_non_null(strstr(r.err, "--node needs a node number"));
   cli_result_free(&r);
+  /* --pb --node: the part node 1's daemon receives, a plan that reads
+   * back as machine 1's, with stubs for the tasks it exchanges registers
+   * with; the driver's number gives the program's part. */
   const char *pbn[] = {"sluice", "plan", pb,   "--pb", "--node",
-                       "0",      "-o",   part, NULL};
+                       "1",      "-o",   part, NULL};
   assert_int_equal(cli_run(SLUICE_CLI_PATH, pbn, &r), 0);
-  assert_int_equal(r.status, 2);
+  assert_int_equal(r.status, 0);
   cli_result_free(&r);
+  sl__pplan *q = NULL;
+  if (sl__pplan_read_file(part, &q) != SL_OK) fail_msg("%s", sl_last_error());
+  assert_int_equal(q->part, 1);
+  int stubs = 0, own = 0;
+  for (int32_t i = 0; i < q->n_tasks; i++) {
+    stubs += q->tasks[i].stub;
+    own += !q->tasks[i].stub;
+    if (!q->tasks[i].stub) assert_int_equal(q->tasks[i].machine, 1);
+  }
+  assert_true(stubs > 0 && own > 0);
+  sl__pplan_destroy(q);
+  char drv[16];
+  snprintf(drv, sizeof drv, "%u", driver);
+  const char *pbd[] = {"sluice", "plan", pb,   "--pb", "--node",
+                       drv,      "-o",   part, NULL};
+  assert_int_equal(cli_run(SLUICE_CLI_PATH, pbd, &r), 0);
+  assert_int_equal(r.status, 0);
+  cli_result_free(&r);
+  if (sl__pplan_read_file(part, &q) != SL_OK) fail_msg("%s", sl_last_error());
+  assert_int_equal(q->part, (int32_t)driver);
+  sl__pplan_destroy(q);
   unlink(pb);
   unlink(part);
   free(pb);
@@ -739,6 +832,7 @@ int main(void) {
       cmocka_unit_test(test_tp_hybrid_structure),
       cmocka_unit_test(test_protobuf_round_trip),
       cmocka_unit_test(test_runtime_facts),
+      cmocka_unit_test(test_parts),
       cmocka_unit_test(test_collective_specs),
       cmocka_unit_test(test_dumps),
       cmocka_unit_test(test_cli),
