@@ -174,6 +174,16 @@ sl_status sl__pplan_write_text(const sl__pplan *p, int node, FILE *f) {
             "registers, %s of registers\n",
             p->machines, p->machines == 1 ? "" : "s", nd, nd == 1 ? "" : "s",
             (int)ntasks, (int)nregs, tb);
+  if (p->part >= 0) { /* a node's part (plan_part.c) */
+    int stubs = 0;
+    for (int32_t i = 0; i < p->n_tasks; i++)
+      stubs += p->tasks[i].stub;
+    fprintf(f,
+            "part of %s %d: %d of the tasks are other machines' (stubs: "
+            "what they exchange with it)\n",
+            (uint32_t)p->part == p->driver ? "the program, machine" : "machine",
+            (int)p->part, stubs);
+  }
   if (p->micro_batches > 1)
     fprintf(f, "pipeline: %d micro-batches per step, schedule %s\n",
             (int)p->micro_batches, sl__schedule_name(p->schedule));
@@ -221,7 +231,8 @@ sl_status sl__pplan_write_text(const sl__pplan *p, int node, FILE *f) {
         }
         char what[160];
         task_what(p, t, what, sizeof what);
-        fprintf(f, "      %s  [%s]\n", t->name, what);
+        fprintf(f, "      %s  [%s%s]\n", t->name, what,
+                t->stub ? ", stub" : "");
         for (int32_t k = 0; k < t->n_in; k++)
           if (k != t->tick_slot)
             regst_line(f, p, "in ", t->in[k], false, in_place(p, t, t->in[k]),

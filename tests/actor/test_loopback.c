@@ -44,15 +44,30 @@ typedef struct cluster {
   uint32_t n;
 } cluster;
 
-static void cluster_create(cluster *c, sl_plan *p, uint32_t n) {
+/* n nodes, node i running plans[i] (one plan for all: plans[0]). */
+static void cluster_create_parts(cluster *c, sl_plan *const *plans, bool one,
+                                 uint32_t n) {
   c->n = n;
   assert_int_equal(sl_loopback_create(n, &c->lb), SL_OK);
   for (uint32_t i = 0; i < n; i++) {
     sl_job_config cfg = {.node = i, .transport = sl_loopback_transport(c->lb)};
-    if (sl_job_create(p, &cfg, &c->jobs[i]) != SL_OK)
+    if (sl_job_create(plans[one ? 0 : i], &cfg, &c->jobs[i]) != SL_OK)
       fail_msg("node %u: %s", i, sl_last_error());
     assert_int_equal(sl_loopback_attach(c->lb, i, c->jobs[i]), SL_OK);
   }
+}
+
+static void cluster_create(cluster *c, sl_plan *p, uint32_t n) {
+  cluster_create_parts(c, &p, true, n);
+}
+
+/* Starts every node's job and waits for all of them. */
+static void cluster_run(cluster *c) {
+  for (uint32_t i = 0; i < c->n; i++)
+    assert_int_equal(sl_job_start(c->jobs[i]), SL_OK);
+  for (uint32_t i = 0; i < c->n; i++)
+    if (sl_job_wait(c->jobs[i]) != SL_OK)
+      fail_msg("node %u: %s", i, sl_last_error());
 }
 
 static void cluster_destroy(cluster *c) {
@@ -87,11 +102,7 @@ static void test_chain_across_nodes(void **state) {
   connect_to(p, add_out(p, c, 3, BYTES), z0);
   cluster cl;
   cluster_create(&cl, p, 3);
-  for (uint32_t i = 0; i < 3; i++)
-    assert_int_equal(sl_job_start(cl.jobs[i]), SL_OK);
-  for (uint32_t i = 0; i < 3; i++)
-    if (sl_job_wait(cl.jobs[i]) != SL_OK)
-      fail_msg("node %u: %s", i, sl_last_error());
+  cluster_run(&cl);
   assert_int_equal(s0.n, 300);
   assert_int_equal(s0.bad, 0);
   assert_int_equal(s2.n, 300);
@@ -194,19 +205,8 @@ static void test_parts_across_nodes(void **state) {
   part_connect(p[2], ao2, b2, 1);
   part_connect(p[2], part_out(p[2], b2, 1, B), c2, 0);
   cluster cl;
-  cl.n = 3;
-  assert_int_equal(sl_loopback_create(3, &cl.lb), SL_OK);
-  for (uint32_t i = 0; i < 3; i++) {
-    sl_job_config cfg = {.node = i, .transport = sl_loopback_transport(cl.lb)};
-    if (sl_job_create(p[i], &cfg, &cl.jobs[i]) != SL_OK)
-      fail_msg("node %u: %s", i, sl_last_error());
-    assert_int_equal(sl_loopback_attach(cl.lb, i, cl.jobs[i]), SL_OK);
-  }
-  for (uint32_t i = 0; i < 3; i++)
-    assert_int_equal(sl_job_start(cl.jobs[i]), SL_OK);
-  for (uint32_t i = 0; i < 3; i++)
-    if (sl_job_wait(cl.jobs[i]) != SL_OK)
-      fail_msg("node %u: %s", i, sl_last_error());
+  cluster_create_parts(&cl, p, false, 3);
+  cluster_run(&cl);
   assert_int_equal(s0.n, 300);
   assert_int_equal(s0.bad, 0);
   assert_int_equal(s2.n, 300);

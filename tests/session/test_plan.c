@@ -320,17 +320,23 @@ static void check_specs(const sl__pplan *p, int *by_op) {
   }
 }
 
-/* Packs p, unpacks it, and expects SL_EINVAL with `what` in the message. */
-static void expect_refused(const sl__pplan *p, const char *what) {
+/* Packs p and unpacks it into *q: the status. */
+static sl_status round_trip(const sl__pplan *p, sl__pplan **q) {
   uint8_t *a = NULL;
   size_t na = 0;
   assert_int_equal(sl__pplan_pack(p, &a, &na), SL_OK);
+  sl_status st = sl__pplan_unpack(a, na, q);
+  free(a);
+  return st;
+}
+
+/* Expects p's protobuf form refused with `what` in the message. */
+static void expect_refused(const sl__pplan *p, const char *what) {
   sl__pplan *q = NULL;
-  assert_int_equal(sl__pplan_unpack(a, na, &q), SL_EINVAL);
+  assert_int_equal(round_trip(p, &q), SL_EINVAL);
   assert_null(q);
   if (!strstr(sl_last_error(), what))
     fail_msg("'%s' does not say '%s'", sl_last_error(), what);
-  free(a);
 }
 
 static int32_t first_task(const sl__pplan *p, sl__task_kind kind) {
@@ -347,12 +353,8 @@ static int32_t first_task(const sl__pplan *p, sl__task_kind kind) {
 static void test_runtime_facts(void **state) {
   sl_graph *g = mlp("cpu:0-3[2,2]", "(S(0),B)", "(B,S(1))", "(B,S(0))");
   sl__pplan *p = st_lower(g);
-  uint8_t *a = NULL;
-  size_t na = 0;
-  assert_int_equal(sl__pplan_pack(p, &a, &na), SL_OK);
   sl__pplan *q = NULL;
-  assert_int_equal(sl__pplan_unpack(a, na, &q), SL_OK);
-  free(a);
+  assert_int_equal(round_trip(p, &q), SL_OK);
   int ops = 0, vars = 0;
   for (int32_t i = 0; i < p->n_nodes; i++) {
     const sl__pnode *x = &p->nodes[i], *y = &q->nodes[i];
@@ -460,15 +462,10 @@ static void test_parts(void **state) {
   assert_int_equal(p->machines, 2);
   int32_t *own = calloc((size_t)p->n_tasks, sizeof *own);
   for (int node = -1; node <= (int)p->machines + 1; node++) {
-    sl__pplan *part = NULL;
+    sl__pplan *part = NULL, *q = NULL;
     assert_int_equal(sl__pplan_part(p, node, &part), SL_OK);
-    uint8_t *a = NULL;
-    size_t na = 0;
-    assert_int_equal(sl__pplan_pack(part, &a, &na), SL_OK);
-    sl__pplan *q = NULL;
-    if (sl__pplan_unpack(a, na, &q) != SL_OK)
+    if (round_trip(part, &q) != SL_OK)
       fail_msg("machine %d's part: %s", node, sl_last_error());
-    free(a);
     assert_int_equal(q->n_tasks, part->n_tasks);
     int locals = 0;
     for (int32_t i = 0; i < q->n_tasks; i++) {
