@@ -72,10 +72,15 @@ static sl_status simulate(const sl__pplan *pp, const sl_sim_config *cfg,
   return st;
 }
 
+/* The whole job's plan: a remote program runs only its part of it. */
+static const sl__pplan *whole_plan(const sl_session *s) {
+  return s->whole ? s->whole : s->pp;
+}
+
 sl_status sl_session_simulate(const sl_session *s, const sl_sim_config *cfg,
                               sl_simulation *out, const char *report_path) {
   if (!s || !out) return sl__fail(SL_EINVAL, "simulate: NULL argument");
-  return simulate(s->pp, cfg, out, report_path);
+  return simulate(whole_plan(s), cfg, out, report_path);
 }
 
 sl_status sl_plan_file_simulate(const char *pb_path, const sl_sim_config *cfg,
@@ -92,7 +97,7 @@ sl_status sl_session_write_plan(const sl_session *s, sl_plan_format format,
                                 const char *path) {
   if (!s || !path) return sl__fail(SL_EINVAL, "plan: NULL argument");
   SL_CHECK(check_format(format));
-  return sl__pplan_write_file(s->pp, (int)format, -1, path);
+  return sl__pplan_write_file(whole_plan(s), (int)format, -1, path);
 }
 
 /* ---- create ----------------------------------------------------------------
@@ -499,18 +504,19 @@ sl_status sl_session_get_stats(const sl_session *s, sl_session_stats *out) {
 }
 
 int32_t sl_session_memory_device_count(const sl_session *s) {
-  return s && s->pp ? s->pp->n_mem : 0;
+  return s && s->pp ? whole_plan(s)->n_mem : 0;
 }
 
 sl_status sl_session_get_memory(const sl_session *s, int32_t device,
                                 sl_memory_stats *out) {
   if (!s || !out) return sl__fail(SL_EINVAL, "memory: NULL argument");
   memset(out, 0, sizeof *out);
-  if (!s->pp || device < 0 || device >= s->pp->n_mem)
+  const sl__pplan *pp = s->pp ? whole_plan(s) : NULL;
+  if (!pp || device < 0 || device >= pp->n_mem)
     return sl__fail(SL_ENOTFOUND, "memory: no device %d (the plan has %d)",
                     (int)device, (int)sl_session_memory_device_count(s));
-  const sl__pmem *m = &s->pp->mem[device];
-  sl__pmem_name(s->pp, device, out->device, sizeof out->device);
+  const sl__pmem *m = &pp->mem[device];
+  sl__pmem_name(pp, device, out->device, sizeof out->device);
   out->allocated = sl__pmem_allocated(m);
   out->peak = m->peak;
   memcpy(out->category, m->category, sizeof out->category);

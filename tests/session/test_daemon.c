@@ -206,6 +206,13 @@ static sl_status train(bool remote, bool bad, float *losses, float *w) {
   sl_session_config cfg = config(remote);
   sl_status st = sl_session_create(g, &cfg, &s);
   if (st != SL_OK) fail_msg("create: %s", sl_last_error());
+  /* The whole job's memory (embedded: both models on cpu:0-1 of node 0),
+   * also where this process runs only its part. */
+  int devices = remote ? 4 : 2;
+  assert_int_equal(sl_session_memory_device_count(s), devices);
+  sl_memory_stats ms;
+  assert_int_equal(sl_session_get_memory(s, devices - 1, &ms), SL_OK);
+  assert_true(ms.allocated > 0);
   for (int step = 0; step < STEPS && st == SL_OK; step++) {
     feed_step(s, step, bad);
     st = sl_session_run(s, 1);
