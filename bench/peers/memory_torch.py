@@ -109,7 +109,10 @@ def make_mlp(a, torch):
 
 
 def make_gpt(a, torch):
+    # gpt_torch.GPT's settings this peer does not vary: memory does not
+    # depend on them.
     a.attention = "math"
+    a.init_scale = 1.0
     model = gpt_torch.GPT(a, torch.device("cpu"), torch)
     params = model.parameters()
 
