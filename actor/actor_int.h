@@ -19,12 +19,12 @@ typedef struct plan_actor {
   sl_actor_id id;
   const char *mark; /* sl_plan_set_mark (arena), or NULL */
   /* Descriptor of each input and output slot; -1: a slot this plan does
-   * not hold (only a stub's may be missing). */
+   * not hold (only a proxy's may be missing). */
   int32_t *in;
   int32_t n_in, cap_in;
   int32_t *out;
   int32_t n_out, cap_out;
-  bool stub; /* another node's actor in a node's part (sl_plan_add_stub) */
+  bool proxy; /* another node's actor in a node's part (sl_plan_add_proxy) */
 } plan_actor;
 
 typedef struct plan_consumer {

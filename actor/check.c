@@ -35,7 +35,7 @@ static sl_status check_numbering(const sl_plan *p, const plan_actor *a) {
 sl_status sl__check_actor(const sl_plan *p, int32_t i) {
   const plan_actor *a = &p->actors[i];
   const sl_actor_desc *d = &a->d;
-  if (a->stub) return SL_OK; /* its node checks it */
+  if (a->proxy) return SL_OK; /* its node checks it */
   SL_CHECK(check_numbering(p, a));
   switch (d->kind) {
   case SL_ACTOR_SOURCE:
@@ -126,9 +126,9 @@ static sl_status check_reachable(const sl_plan *p) {
     goto done;
   }
   int32_t qh = 0, qt = 0;
-  /* Stubs: other nodes' actors, reachable there. */
+  /* Proxies: other nodes' actors, reachable there. */
   for (int32_t i = 0; i < n; i++)
-    if (p->actors[i].d.kind == SL_ACTOR_SOURCE || p->actors[i].stub) {
+    if (p->actors[i].d.kind == SL_ACTOR_SOURCE || p->actors[i].proxy) {
       seen[i] = 1;
       queue[qt++] = i;
     }

@@ -248,9 +248,9 @@ static sl_status build_streams(sl_job *job) {
   for (int32_t i = 0; i < p->n_actors; i++) {
     const plan_actor *a = &p->actors[i];
     if (a->d.node != job->node) continue;
-    if (a->stub)
+    if (a->proxy)
       return sl__fail(SL_EINVAL,
-                      "actor '%s': a stub on node %u, the job's own (a stub "
+                      "actor '%s': a proxy on node %u, the job's own (a proxy "
                       "stands for another node's actor)",
                       a->d.name, job->node);
     if (a->d.stream >= job->S)

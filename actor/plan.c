@@ -154,7 +154,7 @@ static const char *kind_name(sl_actor_kind k) {
 
 /* index < 0: the next free one of its stream. */
 static sl_status add_actor(sl_plan *p, const sl_actor_desc *d, int64_t index,
-                           bool stub, sl_actor_id *out) {
+                           bool proxy, sl_actor_id *out) {
   *out = 0;
   SL_CHECK(check_frozen(p));
   if (!d->name || !d->name[0])
@@ -202,7 +202,7 @@ static sl_status add_actor(sl_plan *p, const sl_actor_desc *d, int64_t index,
   a->d = *d;
   a->d.name = name;
   a->id = id;
-  a->stub = stub;
+  a->proxy = proxy;
   if (d->node + 1 > p->n_nodes) p->n_nodes = d->node + 1;
   *out = id;
   return SL_OK;
@@ -218,8 +218,8 @@ sl_status sl_plan_add_actor_at(sl_plan *p, const sl_actor_desc *d,
   return add_actor(p, d, index, false, out);
 }
 
-sl_status sl_plan_add_stub(sl_plan *p, const sl_actor_desc *d, uint32_t index,
-                           sl_actor_id *out) {
+sl_status sl_plan_add_proxy(sl_plan *p, const sl_actor_desc *d, uint32_t index,
+                            sl_actor_id *out) {
   return add_actor(p, d, index, true, out);
 }
 

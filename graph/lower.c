@@ -113,14 +113,14 @@ sl_status sl__pplan_validate(sl__pplan *p) {
       return sl__fail(SL_EINVAL, "plan: register %d ('%s') has no producer",
                       (int)r, g->name ? g->name : "?");
     const sl__task *t = &p->tasks[g->producer];
-    /* A stub keeps only some outputs: out_slot is its slot in the whole
+    /* A proxy keeps only some outputs: out_slot is its slot in the whole
      * plan. */
     bool written = false;
-    for (int32_t k = 0; t->stub && k < t->n_out; k++)
+    for (int32_t k = 0; t->proxy && k < t->n_out; k++)
       written |= t->out[k] == r;
     if (g->out_slot < 0 ||
-        (t->stub ? !written
-                 : g->out_slot >= t->n_out || t->out[g->out_slot] != r))
+        (t->proxy ? !written
+                  : g->out_slot >= t->n_out || t->out[g->out_slot] != r))
       return sl__fail(SL_EINVAL,
                       "plan: register %d ('%s') is not output %d of task '%s'",
                       (int)r, g->name ? g->name : "?", (int)g->out_slot,

@@ -175,10 +175,10 @@ typedef struct sl__task {
    * register's readers, as the whole plan numbers them. */
   int32_t *in_slot, *in_pos;
   /* A node's part (plan_part.c): whether the task is another machine's (a
-   * stub: only its place, actor index and the registers it exchanges with
+   * proxy: only its place, actor index and the registers it exchanges with
    * this machine's tasks are here), and its actor's index in its stream.
    * A whole plan: false, -1. */
-  bool stub;
+  bool proxy;
   int32_t actor_index;
 } sl__task;
 
@@ -386,7 +386,7 @@ sl_status sl__pplan_variable_init(const sl__pplan *p, int32_t node, int rank,
 /* ---- nodes' parts (plan_part.c) --------------------------------------------
  *
  * Over daemons each process receives only its machine's part of the plan:
- * its tasks, the registers they read and write, and as stubs the other
+ * its tasks, the registers they read and write, and as proxies the other
  * machines' tasks they exchange registers with, numbered as the whole
  * plan numbers them (actor indices, register wires, input slots and
  * positions) so that messages between the parts agree (DESIGN.md section

@@ -347,7 +347,7 @@ sl_status sl__task_check_shapes(const sl__task *t, const sl__op_def *def,
 
 static sl_status check_task(const sl__pplan *p, const sl__task *t) {
   const sl__pnode *n = t->node >= 0 ? &p->nodes[t->node] : NULL;
-  if (t->stub) return SL_OK; /* another machine's: checked there */
+  if (t->proxy) return SL_OK; /* another machine's: checked there */
   bool args = t->kind == SL__TASK_OP || t->kind == SL__TASK_FEED ||
               t->kind == SL__TASK_FETCH;
   if (!n && t->kind != SL__TASK_TICK) return bad_task(t, "no node");

@@ -1,6 +1,6 @@
 /* Nodes' parts of a plan (docs/plan.md "Parts"): over daemons each process
  * receives only what its machine runs. A part holds the machine's tasks,
- * the registers they read and write, and as stubs the other machines'
+ * the registers they read and write, and as proxies the other machines'
  * tasks they exchange registers with; every task carries the numbers the
  * whole plan gives it (its actor's index in its stream, each input's slot
  * and place among the register's readers, each register's wire number)
@@ -251,7 +251,7 @@ static void select_part(part *P, int64_t runner) {
     bool mine = P->local[g->producer], read = read_here(P, r);
     if (!mine && !read) continue;
     P->reg_at[r] = 0; /* kept; numbered below */
-    /* A stub: the other end of a register crossing to or from here. */
+    /* A proxy: the other end of a register crossing to or from here. */
     if (!mine) P->task_at[g->producer] = 0;
     for (int32_t c = 0; mine && c < g->n_cons; c++)
       if (!P->local[g->cons[c]]) P->task_at[g->cons[c]] = 0;
@@ -274,7 +274,7 @@ static sl_status copy_task(part *P, int32_t t) {
   if (!b) return SL_ENOMEM;
   int32_t id = q->n_tasks - 1;
   *b = *a;
-  b->stub = !local;
+  b->proxy = !local;
   b->actor_index = P->index[t];
   b->name = dup(q, a->name);
   b->in = sl__arena_calloc(q->arena, (size_t)a->n_in + 1, sizeof *b->in);
@@ -283,7 +283,7 @@ static sl_status copy_task(part *P, int32_t t) {
   b->in_pos = sl__arena_calloc(q->arena, (size_t)a->n_in + 1, sizeof(int32_t));
   if (!b->name || !b->in || !b->out || !b->in_slot || !b->in_pos)
     return SL_ENOMEM;
-  /* A stub keeps only the registers it exchanges with this machine. */
+  /* A proxy keeps only the registers it exchanges with this machine. */
   b->n_in = b->n_out = 0;
   for (int32_t k = 0; k < a->n_in; k++) {
     int32_t r = a->in[k];

@@ -107,7 +107,7 @@ sl_status sl__pplan_pack(const sl__pplan *p, uint8_t **buf, size_t *len) {
     x->input_slots = t->in_slot;
     x->input_positions = t->in_pos;
     x->depth = t->depth;
-    x->stub = t->stub;
+    x->proxy = t->proxy;
     x->actor_index = t->actor_index;
     taskp[i] = x;
   }
@@ -351,7 +351,7 @@ static sl_status copy_plan(const Sluice__Plan *m, sl__pplan *p) {
      * (a slot taken twice or missing, positions not 0 to n-1). */
     if (x->n_input_slots != x->n_inputs ||
         x->n_input_positions != x->n_inputs || x->depth < 0 ||
-        (x->stub && p->part < 0) || x->actor_index < -1 ||
+        (x->proxy && p->part < 0) || x->actor_index < -1 ||
         x->actor_index >= (int32_t)SL_ACTOR_MAX_INDEX - 1 ||
         (p->part >= 0) != (x->actor_index >= 0))
       return bad("task", i);
@@ -359,18 +359,18 @@ static sl_status copy_plan(const Sluice__Plan *m, sl__pplan *p) {
     t->in_pos = sl__arena_calloc(p->arena, x->n_inputs + 1, sizeof(int32_t));
     if (!t->in_slot || !t->in_pos) return SL_ENOMEM;
     for (size_t k = 0; k < x->n_inputs; k++) {
-      /* A stub holds only some of its inputs, never its own output. */
+      /* A proxy holds only some of its inputs, never its own output. */
       int32_t slot = x->input_slots[k], pos = x->input_positions[k];
-      int32_t most = x->stub ? UINT16_MAX - 1 : (int32_t)x->n_inputs - 1;
+      int32_t most = x->proxy ? UINT16_MAX - 1 : (int32_t)x->n_inputs - 1;
       if (slot < -(int32_t)x->n_outputs || slot > most ||
           (slot < 0) != (pos < 0) || pos >= UINT16_MAX ||
-          (slot < 0 && (x->stub || x->outputs[-1 - slot] != x->inputs[k])))
+          (slot < 0 && (x->proxy || x->outputs[-1 - slot] != x->inputs[k])))
         return bad("task", i);
       t->in_slot[k] = slot;
       t->in_pos[k] = pos;
     }
     t->depth = x->depth;
-    t->stub = x->stub;
+    t->proxy = x->proxy;
     t->actor_index = x->actor_index;
   }
   int64_t held = 0; /* bytes * count over all registers */

@@ -175,14 +175,14 @@ sl_status sl__pplan_write_text(const sl__pplan *p, int node, FILE *f) {
             p->machines, p->machines == 1 ? "" : "s", nd, nd == 1 ? "" : "s",
             (int)ntasks, (int)nregs, tb);
   if (p->part >= 0) { /* a node's part (plan_part.c) */
-    int stubs = 0;
+    int proxies = 0;
     for (int32_t i = 0; i < p->n_tasks; i++)
-      stubs += p->tasks[i].stub;
+      proxies += p->tasks[i].proxy;
     fprintf(f,
-            "part of %s %d: %d of the tasks are other machines' (stubs: "
+            "part of %s %d: %d of the tasks are other machines' (proxies: "
             "what they exchange with it)\n",
             (uint32_t)p->part == p->driver ? "the program, machine" : "machine",
-            (int)p->part, stubs);
+            (int)p->part, proxies);
   }
   if (p->micro_batches > 1)
     fprintf(f, "pipeline: %d micro-batches per step, schedule %s\n",
@@ -232,7 +232,7 @@ sl_status sl__pplan_write_text(const sl__pplan *p, int node, FILE *f) {
         char what[160];
         task_what(p, t, what, sizeof what);
         fprintf(f, "      %s  [%s%s]\n", t->name, what,
-                t->stub ? ", stub" : "");
+                t->proxy ? ", proxy" : "");
         for (int32_t k = 0; k < t->n_in; k++)
           if (k != t->tick_slot)
             regst_line(f, p, "in ", t->in[k], false, in_place(p, t, t->in[k]),

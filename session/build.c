@@ -306,7 +306,7 @@ static sl_status setup_io(sl_session *s) {
   if (!here) return SL_ENOMEM;
   for (int32_t t = 0; t < pp->n_tasks; t++) {
     const sl__task *task = &pp->tasks[t];
-    if (task->stub) continue;
+    if (task->proxy) continue;
     if (task->kind == SL__TASK_FEED) here[pp->nodes[task->node].feed] = true;
     if (task->kind == SL__TASK_FETCH) here[task->node] = true;
   }
@@ -361,7 +361,7 @@ static sl_status setup_io(sl_session *s) {
     task_rt *rt = &s->rt[t];
     const sl__task *task = rt->t;
     if ((task->kind != SL__TASK_FEED && task->kind != SL__TASK_FETCH) ||
-        task->stub)
+        task->proxy)
       continue;
     rt->slice = task->args[0].box;
     if (task->kind == SL__TASK_FEED) {
@@ -427,10 +427,10 @@ static sl_status add_actors(sl_session *s) {
     char mark[48]; /* the pipeline pass the trace shows */
     sl__pass_label(pp, i, mark, sizeof mark);
     bool cuda = sl__dev_class_of(t->device) == SL__DEV_CLASS_CUDA;
-    d.act = t->stub ? NULL
-            : tick  ? (s->remote ? sl__act_tick : NULL)
-                    : sl__act_for(t->kind, cuda);
-    if (!tick && !t->stub && cuda && t->machine == s->self_node) {
+    d.act = t->proxy ? NULL
+            : tick   ? (s->remote ? sl__act_tick : NULL)
+                     : sl__act_for(t->kind, cuda);
+    if (!tick && !t->proxy && cuda && t->machine == s->self_node) {
       rt->dev = sl__session_dev(s, t->device);
       if (!d.act || !rt->dev)
         return sl__fail(SL_EINTERNAL,
@@ -442,12 +442,12 @@ static sl_status add_actors(sl_session *s) {
     d.ctx = rt;
     d.count = tick ? INT64_MAX : 0;
     uint32_t index = (uint32_t)t->actor_index; /* a part's, as numbered */
-    SL_CHECK(t->stub ? sl_plan_add_stub(s->plan, &d, index, &rt->actor)
-             : part  ? sl_plan_add_actor_at(s->plan, &d, index, &rt->actor)
-                     : sl_plan_add_actor(s->plan, &d, &rt->actor));
+    SL_CHECK(t->proxy ? sl_plan_add_proxy(s->plan, &d, index, &rt->actor)
+             : part   ? sl_plan_add_actor_at(s->plan, &d, index, &rt->actor)
+                      : sl_plan_add_actor(s->plan, &d, &rt->actor));
     if (mark[0]) SL_CHECK(sl_plan_set_mark(s->plan, rt->actor, mark));
     /* Steps are counted by the actors of this process's node. */
-    if (!tick && !t->stub && d.node == s->self_node) s->n_counted++;
+    if (!tick && !t->proxy && d.node == s->self_node) s->n_counted++;
   }
   return SL_OK;
 }
@@ -472,7 +472,7 @@ static sl_status add_registers(sl_session *s) {
       d.bytes = (size_t)r->bytes;
       d.device = (int32_t)r->device; /* a copy task's is not its own */
       d.initial = r->initial;
-      if (r->var_node >= 0 && !t->stub) {
+      if (r->var_node >= 0 && !t->proxy) {
         var_init *v = &vi[t->out[j]];
         v->s = s;
         v->node = r->var_node;
@@ -543,7 +543,7 @@ static sl_status setup_ticks(sl_session *s) {
   if (!s->ticks) return SL_ENOMEM;
   for (int32_t i = 0; i < pp->n_tasks; i++) {
     const sl__task *t = &pp->tasks[i];
-    if (t->kind != SL__TASK_TICK || t->stub) continue;
+    if (t->kind != SL__TASK_TICK || t->proxy) continue;
     const sl__regst *r = &pp->regsts[t->out[0]];
     drv_tick *d = &s->ticks[s->n_ticks++];
     pthread_mutex_init(&d->lock, NULL);
@@ -612,7 +612,7 @@ sl_status sl__session_build(sl_session *s) {
   s->n_workers = 0;
   for (int32_t i = 0; i < pp->n_tasks; i++) {
     uint32_t d = pp->tasks[i].device;
-    if (pp->tasks[i].kind != SL__TASK_TICK && !pp->tasks[i].stub &&
+    if (pp->tasks[i].kind != SL__TASK_TICK && !pp->tasks[i].proxy &&
         dev_worker[d] < 0)
       dev_worker[d] = s->n_workers++;
   }
@@ -639,7 +639,7 @@ sl_status sl__session_build(sl_session *s) {
   for (int32_t i = 0; i < pp->n_tasks && st == SL_OK; i++) {
     task_rt *rt = &s->rt[i];
     const sl__task *t = rt->t;
-    if (t->stub) continue; /* another node's */
+    if (t->proxy) continue; /* another node's */
     const sl__pcoll *pc = coll_of(s, t);
     switch (t->kind) {
     case SL__TASK_OP: st = setup_op(s, rt); break;

@@ -70,7 +70,7 @@ sl_status sl__session_open_devices(sl_session *s) {
   const sl__pplan *pp = s->pp;
   for (int32_t i = 0; i < pp->n_tasks; i++) {
     const sl__task *t = &pp->tasks[i];
-    if (t->kind == SL__TASK_TICK || t->stub || t->machine != s->self_node ||
+    if (t->kind == SL__TASK_TICK || t->proxy || t->machine != s->self_node ||
         sl__dev_class_of(t->device) != SL__DEV_CLASS_CUDA ||
         sl__session_dev(s, t->device))
       continue;

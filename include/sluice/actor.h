@@ -248,12 +248,12 @@ SL_API sl_status sl_plan_connect(sl_plan *p, int32_t desc,
  * actors, and the numbers in the messages between nodes (actor ids,
  * descriptors, slots, readers' positions) agree because every node counts
  * them in the same order. A compiler that gives each node only its part
- * builds, per node, a plan of that node's actors and, as stubs, the
+ * builds, per node, a plan of that node's actors and, as proxies, the
  * actors of other nodes they exchange registers with, and sets the
  * numbers the whole plan has with these calls:
  *
  *   sl_plan_add_actor_at    an actor with index `index` of its stream
- *   sl_plan_add_stub        another node's actor, never run or checked
+ *   sl_plan_add_proxy        another node's actor, never run or checked
  *                           here: only its id and place matter
  *   sl_plan_add_output_at   a descriptor numbered `wire` in messages, at
  *                           output slot `slot` of its producer
@@ -261,14 +261,14 @@ SL_API sl_status sl_plan_connect(sl_plan *p, int32_t desc,
  *                           `position` among the descriptor's readers
  *
  * Descriptors keep their local numbers (the return of add_output_at) in
- * every other call. A stub may lack slots; an actor that runs must have
+ * every other call. A proxy may lack slots; an actor that runs must have
  * every input and output slot, and every descriptor it produces every
  * reader position (sl_plan_check). SL_EINVAL for an index, slot or
  * position taken, SL_ENOTFOUND and SL_ESTATE as for the calls above. */
 SL_API sl_status sl_plan_add_actor_at(sl_plan *p, const sl_actor_desc *d,
                                       uint32_t index, sl_actor_id *out);
-SL_API sl_status sl_plan_add_stub(sl_plan *p, const sl_actor_desc *d,
-                                  uint32_t index, sl_actor_id *out);
+SL_API sl_status sl_plan_add_proxy(sl_plan *p, const sl_actor_desc *d,
+                                   uint32_t index, sl_actor_id *out);
 SL_API sl_status sl_plan_add_output_at(sl_plan *p, sl_actor_id producer,
                                        const sl_regst_desc *d, int32_t wire,
                                        uint16_t slot, int32_t *out);

@@ -122,16 +122,16 @@ static void test_chain_across_nodes(void **state) {
   sl_plan_destroy(p);
 }
 
-/* One node's part: add (stub or not) an actor at an index, an output at a
+/* One node's part: add (proxy or not) an actor at an index, an output at a
  * wire number and slot, a reader at its slot and position. */
-static sl_actor_id part_actor(sl_plan *p, bool stub, const char *name,
+static sl_actor_id part_actor(sl_plan *p, bool proxy, const char *name,
                               sl_actor_kind kind, uint32_t node,
                               uint32_t device, uint32_t stream, uint32_t index,
                               sl_act_fn act, void *ctx, int64_t count) {
   sl_actor_desc d = {name, kind, node, device, stream, act, ctx, count};
   sl_actor_id id = 0;
-  sl_status st = stub ? sl_plan_add_stub(p, &d, index, &id)
-                      : sl_plan_add_actor_at(p, &d, index, &id);
+  sl_status st = proxy ? sl_plan_add_proxy(p, &d, index, &id)
+                       : sl_plan_add_actor_at(p, &d, index, &id);
   if (st != SL_OK) fail_msg("%s: %s", name, sl_last_error());
   return id;
 }
@@ -153,7 +153,7 @@ static void part_connect(sl_plan *p, int32_t desc, sl_actor_id consumer,
 
 /* The chain of test_chain_across_nodes, each node given only its part:
  * its actors, the other nodes' actors it exchanges registers with as
- * stubs, and numbers (indices, descriptor numbers, readers' positions)
+ * proxies, and numbers (indices, descriptor numbers, readers' positions)
  * other than the order the parts are built in. */
 static void test_parts_across_nodes(void **state) {
   enum { SRC = 10, A = 20, B = 30, C = 40 }; /* descriptors on the wire */
@@ -161,7 +161,7 @@ static void test_parts_across_nodes(void **state) {
   sl_plan *p[3];
   for (int i = 0; i < 3; i++)
     assert_int_equal(sl_plan_create(&p[i]), SL_OK);
-  /* node 0: src, sink0; stubs a, c */
+  /* node 0: src, sink0; proxies a, c */
   sl_actor_id src = part_actor(p[0], false, "src", SL_ACTOR_SOURCE, 0, 0, 0, 5,
                                act_fill, NULL, 300);
   sl_actor_id z0 = part_actor(p[0], false, "sink0", SL_ACTOR_SINK, 0, 1, 0, 4,
@@ -172,7 +172,7 @@ static void test_parts_across_nodes(void **state) {
       part_actor(p[0], true, "c", SL_ACTOR_KERNEL, 1, 1, 2, 2, NULL, NULL, 0);
   part_connect(p[0], part_out(p[0], src, 2, SRC), a0, 0);
   part_connect(p[0], part_out(p[0], c0, 3, C), z0, 0);
-  /* node 1: a, c; stubs src, b, sink2, sink0 */
+  /* node 1: a, c; proxies src, b, sink2, sink0 */
   sl_actor_id c1 = part_actor(p[1], false, "c", SL_ACTOR_KERNEL, 1, 1, 2, 2,
                               act_copy_check, NULL, 0);
   sl_actor_id a1 = part_actor(p[1], false, "a", SL_ACTOR_KERNEL, 1, 0, 0, 3,
@@ -191,7 +191,7 @@ static void test_parts_across_nodes(void **state) {
   part_connect(p[1], ao, z21, 0);
   part_connect(p[1], part_out(p[1], b1, 1, B), c1, 0);
   part_connect(p[1], part_out(p[1], c1, 3, C), z01, 0);
-  /* node 2: b, sink2; stubs a, c */
+  /* node 2: b, sink2; proxies a, c */
   sl_actor_id z2 = part_actor(p[2], false, "sink2", SL_ACTOR_SINK, 2, 0, 0, 1,
                               act_sink_check, &s2, 0);
   sl_actor_id b2 = part_actor(p[2], false, "b", SL_ACTOR_KERNEL, 2, 0, 0, 7,
@@ -216,7 +216,7 @@ static void test_parts_across_nodes(void **state) {
     sl_plan_destroy(p[i]);
 
   /* What a part must hold: every reader position of what its actors
-   * produce, every slot of its actors; stubs only for other nodes. */
+   * produce, every slot of its actors; proxies only for other nodes. */
   sl_plan *q;
   assert_int_equal(sl_plan_create(&q), SL_OK);
   sl_actor_id qs = part_actor(q, false, "src", SL_ACTOR_SOURCE, 0, 0, 0, 0,
@@ -239,7 +239,7 @@ static void test_parts_across_nodes(void **state) {
   part_connect(q, part_out(q, qs2, 1, 0), qk2, 0);
   sl_job *j = NULL;
   assert_int_equal(sl_job_create(q, NULL, &j), SL_EINVAL);
-  assert_non_null(strstr(sl_last_error(), "a stub on node 0"));
+  assert_non_null(strstr(sl_last_error(), "a proxy on node 0"));
   sl_plan_destroy(q);
 }
 

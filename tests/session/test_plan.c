@@ -475,7 +475,7 @@ static void test_parts(void **state) {
       while (strcmp(p->tasks[w].name, t->name) != 0)
         w++;
       uint32_t runner = sl__task_runner(p, &p->tasks[w]);
-      if (t->stub) { /* another machine's (an idle one's: the ticks) */
+      if (t->proxy) { /* another machine's (an idle one's: the ticks) */
         assert_true(node < 0                  ? runner != p->driver
                     : node < (int)p->machines ? runner != (uint32_t)node
                                               : t->kind == SL__TASK_TICK);
@@ -495,7 +495,7 @@ static void test_parts(void **state) {
     if (node > (int)p->machines) assert_int_equal(locals, 0);
     if (node < 0)
       for (int32_t i = 0; i < q->n_tasks; i++)
-        if (!q->tasks[i].stub)
+        if (!q->tasks[i].proxy)
           assert_true(q->tasks[i].kind == SL__TASK_TICK ||
                       q->tasks[i].kind == SL__TASK_FEED ||
                       q->tasks[i].kind == SL__TASK_FETCH);
@@ -789,7 +789,7 @@ static void test_node_parts(void **state) {
   assert_non_null(strstr(r.err, "--node needs a node number"));
   cli_result_free(&r);
   /* --pb --node: the part node 1's daemon receives, a plan that reads
-   * back as machine 1's, with stubs for the tasks it exchanges registers
+   * back as machine 1's, with proxies for the tasks it exchanges registers
    * with; the driver's number gives the program's part. */
   const char *pbn[] = {"sluice", "plan", pb,   "--pb", "--node",
                        "1",      "-o",   part, NULL};
@@ -799,13 +799,13 @@ static void test_node_parts(void **state) {
   sl__pplan *q = NULL;
   if (sl__pplan_read_file(part, &q) != SL_OK) fail_msg("%s", sl_last_error());
   assert_int_equal(q->part, 1);
-  int stubs = 0, own = 0;
+  int proxies = 0, own = 0;
   for (int32_t i = 0; i < q->n_tasks; i++) {
-    stubs += q->tasks[i].stub;
-    own += !q->tasks[i].stub;
-    if (!q->tasks[i].stub) assert_int_equal(q->tasks[i].machine, 1);
+    proxies += q->tasks[i].proxy;
+    own += !q->tasks[i].proxy;
+    if (!q->tasks[i].proxy) assert_int_equal(q->tasks[i].machine, 1);
   }
-  assert_true(stubs > 0 && own > 0);
+  assert_true(proxies > 0 && own > 0);
   sl__pplan_destroy(q);
   char drv[16];
   snprintf(drv, sizeof drv, "%u", driver);
