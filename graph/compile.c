@@ -66,6 +66,25 @@ static bool sig_fits(const sl__sbp_sig *s, const sl__node *n,
   return true;
 }
 
+/* Whether n may take sig on mesh axis m, its layouts on the axes before m
+ * being in_nd and out_nd: an even signature only where its splits are even
+ * (kernels/op.h). */
+static bool sig_even_holds(const sl_graph *g, const sl__node *n,
+                           const sl__sbp_sig *sig, const sl_nd_sbp *in_nd,
+                           const sl_nd_sbp *out_nd, int m) {
+  if (!sig->even) return true;
+  sl__meta in[SL_OP_MAX_INPUTS], out[SL_OP_MAX_OUTPUTS];
+  for (int i = 0; i < n->n_in; i++)
+    in[i] = g->values[n->in[i]]->meta;
+  for (int j = 0; j < n->n_out; j++)
+    out[j] = g->values[n->out[j]]->meta;
+  int mesh[SL_MAX_MESH_AXES];
+  for (int k = 0; k <= m; k++)
+    mesh[k] = sl_placement_mesh_dim(n->placement, k);
+  return sl__sig_even_holds(sig, n->n_in, in, in_nd, n->n_out, out, out_nd,
+                            mesh, m);
+}
+
 /* The 1-D signatures op node n may take, into cand (room for
  * SL_OP_MAX_SIGNATURES + 1): all-B first, then the op's own that fit its
  * tensors. Returns how many. */
@@ -105,7 +124,7 @@ static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
     double best_cost = HUGE_VAL;
     for (int s = 0; s < nc; s++) {
       const sl__sbp_sig *sig = &cand[s];
-      bool ok = true;
+      bool ok = sig_even_holds(g, n, sig, in_nd, out_nd, m);
       for (int j = 0; j < n->n_out && ok; j++) {
         const sl__value *o = g->values[n->out[j]];
         if (o->sbp_fixed && !sl_sbp_equal(o->sbp.sbp[m], sig->out[j]))
@@ -191,45 +210,6 @@ static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
     sl__value *o = g->values[n->out[j]];
     n->out_sbp[j] = out_nd[j];
     if (!o->sbp_fixed) o->sbp = out_nd[j];
-  }
-  return SL_OK;
-}
-
-sl_status sl__g_check_op_layout(const sl_graph *g, const sl__node *n) {
-  int M = sl_placement_mesh_ndim(n->placement);
-  for (int i = 0; i < n->n_in; i++) {
-    const sl__value *v = g->values[n->in[i]];
-    if (n->in_sbp[i].ndim != M ||
-        !sl_placement_equal(v->placement, n->placement) ||
-        !sl_nd_sbp_equal(&v->sbp, &n->in_sbp[i]))
-      return sl__fail(SL_EINVAL,
-                      "op '%s' (%s): input %d is not laid out as the op "
-                      "consumes it",
-                      n->name, n->op->name, i);
-  }
-  for (int j = 0; j < n->n_out; j++)
-    if (n->out_sbp[j].ndim != M ||
-        !sl_nd_sbp_equal(&g->values[n->out[j]]->sbp, &n->out_sbp[j]))
-      return sl__fail(SL_EINVAL,
-                      "op '%s' (%s): output %d is not laid out as the op "
-                      "produces it",
-                      n->name, n->op->name, j);
-  sl__sbp_sig cand[SL_OP_MAX_SIGNATURES + 1];
-  int nc = op_candidates(g, n, cand);
-  for (int m = 0; m < M; m++) {
-    bool found = false;
-    for (int s = 0; s < nc && !found; s++) {
-      found = true;
-      for (int i = 0; i < n->n_in && found; i++)
-        found = sl_sbp_equal(cand[s].in[i], n->in_sbp[i].sbp[m]);
-      for (int j = 0; j < n->n_out && found; j++)
-        found = sl_sbp_equal(cand[s].out[j], n->out_sbp[j].sbp[m]);
-    }
-    if (!found)
-      return sl__fail(SL_EINVAL,
-                      "op '%s' (%s): its layout on mesh axis %d is none of "
-                      "the op's SBP signatures",
-                      n->name, n->op->name, m);
   }
   return SL_OK;
 }

@@ -158,13 +158,6 @@ void sl__g_release_nodes(sl_graph *g);
  * produce: B, or an output of one of its signatures. */
 bool sl__g_source_accepts(const sl__op_def *op, const sl__attrs *at, sl_sbp s);
 
-/* What compile promises of op node n's layouts, which lowering and the
- * kernels rely on: its inputs and outputs are laid out as in_sbp and
- * out_sbp say, on its placement, and on every mesh axis those are one of
- * the op's signatures (or all-B). SL_EINVAL naming the node otherwise
- * (compile.c). */
-sl_status sl__g_check_op_layout(const sl_graph *g, const sl__node *n);
-
 /* ---- pipelining (micro.c) ----------------------------------------------- */
 
 /* sl__node.micro of a node sl__g_assign_stages has not seen yet. */

@@ -70,11 +70,25 @@ typedef struct sl__meta {
   sl_dtype dtype;
 } sl__meta;
 
-/* A 1-D signature: one SBP per input, one per output. */
+/* A 1-D signature: one SBP per input, one per output. An `even` signature
+ * gives the single-device result only where every split it names cuts its
+ * axis into equal parts: reshape's S(i) -> S(j) between axes of different
+ * extents, where an uneven split would cut the two shapes' memory at
+ * different places. The compiler takes one only where sl__sig_even_holds. */
 typedef struct sl__sbp_sig {
   sl_sbp in[SL_OP_MAX_INPUTS];
   sl_sbp out[SL_OP_MAX_OUTPUTS];
+  bool even;
 } sl__sbp_sig;
+
+/* Whether signature s, taken on mesh axis m, may be: true unless s is even
+ * and some axis it splits is not cut into equal parts, that is unless the
+ * sizes of the mesh axes k <= m splitting that tensor axis (in_nd and
+ * out_nd on k < m, s on m) multiply to a number that does not divide the
+ * axis's extent. mesh: the mesh's sizes; in/out: the global metas. */
+bool sl__sig_even_holds(const sl__sbp_sig *s, int n_in, const sl__meta *in,
+                        const sl_nd_sbp *in_nd, int n_out, const sl__meta *out,
+                        const sl_nd_sbp *out_nd, const int *mesh, int m);
 
 /* One kernel call on one rank. Shapes in `in`/`out` are the LOCAL shard
  * shapes; `in_slice`/`out_slice` place each shard in its global tensor

@@ -31,8 +31,39 @@ const sl__op_def *sl__op_find(const char *name) {
   return NULL;
 }
 
+/* The parts tensor axis `axis` is cut into on mesh axes 0..m: layout on
+ * k < m, `at` on m. */
+static int64_t split_parts(const sl_nd_sbp *nd, sl_sbp at, int axis,
+                           const int *mesh, int m) {
+  int64_t parts = 1;
+  for (int k = 0; k <= m; k++) {
+    sl_sbp b = k < m ? nd->sbp[k] : at;
+    if (b.kind == SL_SBP_SPLIT && b.axis == axis) parts *= mesh[k];
+  }
+  return parts;
+}
+
+static bool cut_evenly(const sl__meta *meta, const sl_nd_sbp *nd, sl_sbp at,
+                       const int *mesh, int m) {
+  if (at.kind != SL_SBP_SPLIT) return true;
+  if (at.axis < 0 || at.axis >= meta->shape.ndim) return false;
+  return meta->shape.dims[at.axis] % split_parts(nd, at, at.axis, mesh, m) == 0;
+}
+
+bool sl__sig_even_holds(const sl__sbp_sig *s, int n_in, const sl__meta *in,
+                        const sl_nd_sbp *in_nd, int n_out, const sl__meta *out,
+                        const sl_nd_sbp *out_nd, const int *mesh, int m) {
+  if (!s->even) return true;
+  for (int i = 0; i < n_in; i++)
+    if (!cut_evenly(&in[i], &in_nd[i], s->in[i], mesh, m)) return false;
+  for (int j = 0; j < n_out; j++)
+    if (!cut_evenly(&out[j], &out_nd[j], s->out[j], mesh, m)) return false;
+  return true;
+}
+
 sl_status sl__op_run_cpu(const sl__op_def *op, sl__kernel_ctx *k) {
-  if (!op->cpu) return sl__fail(SL_EUNSUPPORTED, "op %s has no CPU kernel", op->name);
+  if (!op->cpu)
+    return sl__fail(SL_EUNSUPPORTED, "op %s has no CPU kernel", op->name);
   size_t ws = op->workspace ? op->workspace(k) : 0;
   void *buf = NULL;
   if (ws) {

@@ -182,6 +182,7 @@ sl__sbp_sig *sl__sig_begin(sl__sig_list *l) {
     s->in[i] = sl_sbp_broadcast();
   for (int i = 0; i < SL_OP_MAX_OUTPUTS; i++)
     s->out[i] = sl_sbp_broadcast();
+  s->even = false;
   return s;
 }
 

@@ -5,8 +5,11 @@
  *
  * Signatures keep a split only where the split axis survives whole:
  * - reshape: S(i) -> S(j) when the dims before i and before j have the same
- *   product and dims[i] == new dims[j]; then each rank's rows are the same
- *   contiguous run of memory in both shapes, even for uneven splits.
+ *   product. Then each rank's part of each outer block is one contiguous run
+ *   of memory in both shapes: the same run when dims[i] == new dims[j], even
+ *   for uneven splits; otherwise (a merged or split axis: [B,S,H*hd] <->
+ *   [B,S,H,hd]) only when both axes are cut into equal parts, so those
+ *   signatures are `even` (kernels/op.h).
  * - transpose: S(i) -> S(j) for perm[j] == i.
  * - broadcast_to: S(i) -> S(j) on axes that are not broadcast, and B ->
  *   S(j) on broadcast (or new) axes: every output slice repeats the whole
@@ -102,10 +105,13 @@ static int reshape_sigs(const sl__attrs *at, int n_in, const sl__meta *in,
   for (int i = 0; i < x->ndim; pi *= x->dims[i], i++) {
     int64_t pj = 1;
     for (int j = 0; j < to.ndim; pj *= to.dims[j], j++) {
-      if (pi != pj || x->dims[i] != to.dims[j]) continue;
+      bool same = x->dims[i] == to.dims[j];
+      /* An axis of extent 1 is never cut into equal parts of a mesh. */
+      if (pi != pj || (!same && (x->dims[i] < 2 || to.dims[j] < 2))) continue;
       sl__sbp_sig *s = sl__sig_begin(&l);
       s->in[0] = sl__S(i);
       s->out[0] = sl__S(j);
+      s->even = !same;
       sl__sig_commit(&l);
     }
   }

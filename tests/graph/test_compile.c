@@ -1,7 +1,8 @@
 /* SBP inference and boxing insertion: data parallel, Megatron tensor
- * parallel, 2-D meshes, user constraints, sources that follow their
- * consumers, placement changes, idempotence, and the interpreter giving the
- * same values before and after compilation. */
+ * parallel, 2-D meshes, reshape splits that need even cuts, user
+ * constraints, sources that follow their consumers, placement changes,
+ * idempotence, and the interpreter giving the same values before and after
+ * compilation. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -199,6 +200,52 @@ static void test_hybrid_mesh(void **state) {
 }
 
 /* User constraints win over what inference would pick. */
+/* Attention's heads from a column-split projection, [B,S,H*hd] S(2) ->
+ * [B,S,H,hd]: the split passes through the reshape (layout `want`) only
+ * where the mesh cuts the heads into equal parts (an uneven cut would give
+ * each rank other elements in the two shapes); elsewhere (`moves`) the
+ * compiler moves data and the heads are not laid out `want`. */
+static void reshape_heads(const char *placement, const char *x_sbp,
+                          const char *w_sbp, int64_t heads, const char *want,
+                          bool moves) {
+  sl_graph *g;
+  GT_OK(sl_graph_create(&g));
+  GT_OK(sl_graph_set_default_placement(g, placement));
+  int64_t d = 2 * heads;
+  sl_shape xs = SL_SHAPE(4, 3, d), ws = SL_SHAPE(d, d),
+           hs = SL_SHAPE(4, 3, heads, 2);
+  sl_tensor x = sl_input(g, "x", &xs, SL_DTYPE_F32, NULL, x_sbp);
+  sl_tensor w = sl_variable(g, "w", &ws, SL_DTYPE_F32,
+                            sl_init_normal(0, 0.1, 1), NULL, w_sbp);
+  sl_tensor q = sl_name(sl_matmul(x, w, false, false), "q");
+  sl_tensor h = sl_name(sl_reshape(q, &hs), "heads");
+  GT_OK(sl_fetch(sl_relu(h), "y"));
+  GT_OK(sl__graph_compile(g));
+  assert_consistent(g);
+  if (moves) {
+    sl_nd_sbp split;
+    GT_OK(sl_nd_sbp_parse(want, &split));
+    sl_nd_sbp got = sbp_of(g, h);
+    if (sl_nd_sbp_equal(&split, &got)) dump_fail(g, "heads cut unevenly");
+  } else {
+    assert_sbp(g, h, want);
+  }
+  if ((count_boxing(g, true) > 0) != moves)
+    dump_fail(g, moves ? "expected boxing" : "unexpected boxing");
+  sl_graph_destroy(g);
+}
+
+static void test_reshape_even_split(void **state) {
+  GT_REQUIRE_OPS("matmul", "reshape", "relu");
+  reshape_heads("cpu:0-1", "B", "S(1)", 4, "S(2)", false);
+  reshape_heads("cpu:0-3", "B", "S(1)", 4, "S(2)", false);
+  reshape_heads("cpu:0-3[2,2]", "(S(0),B)", "(B,S(1))", 2, "(S(0),S(2))",
+                false);
+  /* 3 heads over 2 ranks, 2 heads over 4: uneven. */
+  reshape_heads("cpu:0-1", "B", "S(1)", 3, "S(2)", true);
+  reshape_heads("cpu:0-3", "B", "S(1)", 2, "S(2)", true);
+}
+
 static void test_user_constraints(void **state) {
   GT_REQUIRE_OPS("relu", "identity", "neg");
   sl_graph *g;
@@ -308,6 +355,7 @@ int main(void) {
       cmocka_unit_test(test_data_parallel_mlp),
       cmocka_unit_test(test_megatron_block),
       cmocka_unit_test(test_hybrid_mesh),
+      cmocka_unit_test(test_reshape_even_split),
       cmocka_unit_test(test_user_constraints),
       cmocka_unit_test(test_sources_and_placements),
       cmocka_unit_test(test_interpreter_before_after),

@@ -427,12 +427,20 @@ static void run_case(gpu *g, sl_rng *r, const sl__op_def *op, const tcase *c,
     gin[i].shape = *sl_host_tensor_shape(c->in[i]);
     gin[i].dtype = sl_host_tensor_dtype(c->in[i]);
   }
+  sl__meta gout[SL_OP_MAX_OUTPUTS];
+  if (op->infer(&c->at, c->n_in, gin, gout) != SL_OK)
+    fail_msg("%s", sl_last_error());
   sl__sbp_sig sigs[SL_OP_MAX_SIGNATURES];
   int ns = op->signatures(&c->at, c->n_in, gin, sigs, SL_OP_MAX_SIGNATURES);
   for (int k = 0; k < ns && k < max_sigs; k++) {
     int pick = max_sigs >= ns ? k : below(r, ns);
     l.sig = sigs[pick];
     l.n = 2 + below(r, 3);
+    /* An even signature only where its splits are even (kernels/op.h). */
+    sl_nd_sbp none[SL_OP_MAX_INPUTS + SL_OP_MAX_OUTPUTS] = {0};
+    if (!sl__sig_even_holds(&l.sig, c->n_in, gin, none, op->n_out, gout, none,
+                            &l.n, 0))
+      continue;
     int first = every_rank ? 0 : below(r, l.n);
     int last = every_rank ? l.n : first + 1;
     for (l.rank = first; l.rank < last; l.rank++) {
