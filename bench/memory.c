@@ -30,11 +30,14 @@
  *   single  bound
  *   dp      weights + gradients + optimizer + (saved + transient) / n: every
  *           device holds the whole model, the batch is split
- *   tp      bound / n: the ideal split (real tensor parallelism replicates
- *           embeddings, norms and whatever it does not split)
+ *   tp      gpt: the bound of one rank of Megatron tensor parallelism,
+ *           measured by the peer (memory_torch.py gpt --tp n: the rank's
+ *           share of the heads and of fc1/fc2, the rest whole, as
+ *           examples/gpt --layout tp splits it), whose peak is PyTorch's
+ *           column of the row; mlp: bound / n, the ideal split
  *
- * Targets: sluice / bound <= 1.15, and sluice / PyTorch's peak <= 1.0 on 1
- * device; a "!" marks a ratio over its target.
+ * Targets: sluice / bound <= 1.15, and sluice / PyTorch's peak <= 1.0 where
+ * the peer ran the row's layout; a "!" marks a ratio over its target.
  *
  * Usage: bench_memory [--devices N] [--python PATH] [--no-torch]
  *        [--mlp PATH] [--gpt PATH] (--help)
@@ -295,15 +298,22 @@ static bool kv_get(const char *text, const char *key, long long *v) {
   return false;
 }
 
-static void torch_measure(const opts *o, const model *m, torch_run *t) {
+/* The peer's step on 1 device, or (tp > 1, gpt) one rank of tp ranks. */
+static void torch_measure(const opts *o, const model *m, int tp, torch_run *t) {
   memset(t, 0, sizeof *t);
   const char *argv[MAX_ARGS + 8];
+  char tps[16];
   int k = 0;
   argv[k++] = o->python;
   argv[k++] = MEMORY_TORCH_PEER;
   argv[k++] = m->kind == MODEL_MLP ? "mlp" : "gpt";
   for (int i = 0; m->flags[i]; i++)
     argv[k++] = m->flags[i];
+  if (tp > 1) {
+    snprintf(tps, sizeof tps, "%d", tp);
+    argv[k++] = "--tp";
+    argv[k++] = tps;
+  }
   argv[k] = NULL;
   join_command(argv, t->command, sizeof t->command);
   char why[256];
@@ -357,14 +367,32 @@ static void cell(char *buf, size_t n, int w, bool have, double v, int prec) {
     snprintf(buf, n, "%*s", w, "n/a");
 }
 
-/* The bound per device for `layout` on n devices, from the peer's
- * 1-device numbers (see the header). */
-static double bound_per_device(const torch_run *t, const char *layout, int n) {
+/* The bound per device for `layout` on n devices from the peer's 1-device
+ * numbers t, or a tp rank's rank (ok when the peer measured one; see the
+ * header). */
+static double bound_per_device(const torch_run *t, const torch_run *rank,
+                               const char *layout, int n) {
   if (strcmp(layout, "dp") == 0)
     return (double)(t->weights + t->gradients + t->optimizer) +
            (double)(t->saved + t->transient) / n;
-  if (strcmp(layout, "tp") == 0) return (double)t->bound / n;
+  if (strcmp(layout, "tp") == 0)
+    return rank->ok ? (double)rank->bound : (double)t->bound / n;
   return (double)t->bound;
+}
+
+static void torch_print(const torch_run *t, const char *what, bool no_torch) {
+  if (t->ok)
+    printf("  PyTorch, %s (bytes): %s\n"
+           "    = weights %.2f + gradients %.2f + optimizer %.2f + saved %.2f "
+           "+ transient %.2f = bound %.2f MiB; peak %.2f MiB\n",
+           what, t->line, (double)t->weights / MIB, (double)t->gradients / MIB,
+           (double)t->optimizer / MIB, (double)t->saved / MIB,
+           (double)t->transient / MIB, (double)t->bound / MIB,
+           (double)t->peak / MIB);
+  else if (!no_torch)
+    printf("  PyTorch, %s: %s\n", what, t->note);
+  if (t->ok && t->note[0]) printf("  PyTorch, %s: %s\n", what, t->note);
+  if (!no_torch) printf("    (%s)\n", t->command);
 }
 
 /* One model's table; false when a sluice run failed. */
@@ -372,8 +400,10 @@ static bool model_table(const opts *o, const model *m) {
   const char *layouts[3] = {"single", "dp", "tp"};
   int nrows = m->parallel ? 3 : 1;
   sluice_run runs[3];
-  torch_run t = {0};
-  if (!o->no_torch) torch_measure(o, m, &t);
+  torch_run t = {0}, rank = {0};
+  bool tp_peer = m->parallel && m->kind == MODEL_GPT && !o->no_torch;
+  if (!o->no_torch) torch_measure(o, m, 1, &t);
+  if (tp_peer) torch_measure(o, m, o->devices, &rank);
   for (int i = 0; i < nrows; i++)
     sluice_measure(o, m, layouts[i], i ? o->devices : 1, &runs[i]);
 
@@ -382,14 +412,18 @@ static bool model_table(const opts *o, const model *m) {
          "devices", "sluice MiB", "bound MiB", "sl/bound", "PyTorch MiB",
          "sl/PyTorch");
   printf("%-10s %-6s %7s %12s %12s %9s %13s %11s\n", "", "", "", "per device",
-         "per device", "<= 1.15", "peak, 1 dev", "<= 1.0");
+         "per device", "<= 1.15", "peak per dev", "<= 1.0");
   bool all_ok = true;
   for (int i = 0; i < nrows; i++) {
     const sluice_run *r = &runs[i];
     int n = i ? o->devices : 1;
+    bool tp = strcmp(layouts[i], "tp") == 0;
+    /* The peer's run of this row's layout, if it made one. */
+    const torch_run *peer = i == 0 ? &t : tp && rank.ok ? &rank : NULL;
     double sl = (double)r->alloc,
-           bd = t.ok ? bound_per_device(&t, layouts[i], n) : 0;
-    bool single = i == 0;
+           bd = t.ok ? bound_per_device(&t, &rank, layouts[i], n) : 0;
+    bool single = peer != NULL && peer->ok;
+    double pk = single ? (double)peer->peak : 0;
     char c_sl[32], c_bd[32], c_rb[32], c_pk[32], c_rp[32];
     if (r->ok)
       cell(c_sl, sizeof c_sl, 12, true, sl / MIB, 2);
@@ -397,27 +431,20 @@ static bool model_table(const opts *o, const model *m) {
       snprintf(c_sl, sizeof c_sl, "%12s", "failed");
     cell(c_bd, sizeof c_bd, 12, t.ok, bd / MIB, 2);
     cell(c_rb, sizeof c_rb, 9, r->ok && t.ok, sl / bd, 3);
-    cell(c_pk, sizeof c_pk, 13, t.ok && single, (double)t.peak / MIB, 2);
-    cell(c_rp, sizeof c_rp, 11, r->ok && t.ok && single, sl / (double)t.peak,
-         3);
+    cell(c_pk, sizeof c_pk, 13, single, pk / MIB, 2);
+    cell(c_rp, sizeof c_rp, 11, r->ok && single, sl / pk, 3);
     bool over_b = r->ok && t.ok && sl / bd > TARGET_BOUND,
-         over_p = r->ok && t.ok && single && sl / (double)t.peak > TARGET_TORCH;
+         over_p = r->ok && single && sl / pk > TARGET_TORCH;
     printf("%-10s %-6s %7d %s %s %s%s %s %s%s\n", m->name, layouts[i], n, c_sl,
            c_bd, c_rb, over_b ? "!" : " ", c_pk, c_rp, over_p ? "!" : "");
     all_ok = all_ok && r->ok;
   }
-  if (t.ok)
-    printf("  PyTorch, 1 device (bytes): %s\n"
-           "    = weights %.2f + gradients %.2f + optimizer %.2f + saved %.2f "
-           "+ transient %.2f = bound %.2f MiB; peak %.2f MiB\n",
-           t.line, (double)t.weights / MIB, (double)t.gradients / MIB,
-           (double)t.optimizer / MIB, (double)t.saved / MIB,
-           (double)t.transient / MIB, (double)t.bound / MIB,
-           (double)t.peak / MIB);
-  else if (!o->no_torch)
-    printf("  PyTorch: %s\n", t.note);
-  if (t.ok && t.note[0]) printf("  PyTorch: %s\n", t.note);
-  if (!o->no_torch) printf("    (%s)\n", t.command);
+  torch_print(&t, "1 device", o->no_torch);
+  if (tp_peer) {
+    char what[64];
+    snprintf(what, sizeof what, "a tp rank of %d", o->devices);
+    torch_print(&rank, what, o->no_torch);
+  }
   for (int i = 0; i < nrows; i++) {
     const sluice_run *r = &runs[i];
     if (r->ok)
@@ -490,11 +517,12 @@ int main(int argc, char **argv) {
          "gradients +\noptimizer state + saved (what autograd keeps for "
          "backward) + transient (the\nlargest other tensor of the step); per "
          "device on n devices: single: bound;\ndp: weights + gradients + "
-         "optimizer + (saved + transient) / n; tp: bound / n,\nthe ideal split "
-         "(tensor parallelism keeps embeddings, norms and the unsplit\nhead "
-         "whole, so no real tp layout reaches it). PyTorch's peak is measured "
-         "on 1\ndevice only. Targets: sluice / bound <= %.2f, sluice / "
-         "PyTorch <= %.1f;\n\"!\" marks a ratio over its target.\n",
+         "optimizer + (saved + transient) / n; tp: gpt, the\nbound of one "
+         "rank of Megatron tensor parallelism as PyTorch runs it (its\nshare "
+         "of the heads and of fc1/fc2, the rest whole), and that rank's "
+         "peak;\nmlp, bound / n (the ideal split). Targets: sluice / bound "
+         "<= %.2f, sluice /\nPyTorch <= %.1f; \"!\" marks a ratio over its "
+         "target.\n",
          TARGET_BOUND, TARGET_TORCH);
   if (!ok)
     printf("\nbench_memory: some sluice runs gave no memory lines (see "

@@ -43,16 +43,18 @@ static sl_status g_matmul(sl_graph *g, const sl__node *n, const sl_tensor *dy,
   bool tb = sl__attr_int(&n->attrs, "trans_b", 0) != 0;
   sl_tensor a = sl__g_in(g, n, 0), b = sl__g_in(g, n, 1);
   /* a may carry leading dims ([..., m, k], not transposed): dA keeps them
-   * (dC has them too); dB contracts over them, so it works on 2-D views. */
-  bool want_a = need[0], want_b = need[1];
-  if (want_a) {
-    bool only_a[2] = {true, false};
-    products(sl_matmul, a, b, dy[0], ta, tb, only_a, dx);
-  }
-  if (want_b) {
+   * (dC has them too); dB contracts over them, so it works on 2-D views.
+   * dB comes first: the views are copies when dC has other readers (the
+   * residual stream's gradient), and done first they are dead before dA,
+   * usually the larger, is written. */
+  if (need[1]) {
     bool only_b[2] = {false, true};
     products(sl_matmul, flatten2(g, a), b, flatten2(g, dy[0]), ta, tb, only_b,
              dx);
+  }
+  if (need[0]) {
+    bool only_a[2] = {true, false};
+    products(sl_matmul, a, b, dy[0], ta, tb, only_a, dx);
   }
   return sl__g_status(g);
 }

@@ -26,10 +26,10 @@
  *    t1's start and tn's end), so they may share bytes: the registers of
  *    count 1 with bounded lifetimes are placed in one block per device,
  *    largest first, each at the lowest offset free for its lifetime.
- * 4. In place: an elementwise op (sl__op_def.inplace), or an all-reduce
- *    of the in-process engine, writes its output into an input of its
- *    shape and dtype whose last reader it is; the two form one class that
- *    takes the same bytes.
+ * 4. In place: an elementwise op or a reshape (sl__op_def.inplace), or an
+ *    all-reduce of the in-process engine, writes its output into an input
+ *    of its dtype and element count whose last reader it is; the two form
+ *    one class that takes the same bytes.
  *
  * Everything else keeps memory of its own: variables, registers with
  * several buffers (feeds, update loops, ticks), registers without a
@@ -566,8 +566,9 @@ static bool sharing_off(void) {
 }
 
 /* Whether task t writes output 0 in place into an input: an elementwise
- * op (sl__op_def.inplace), or an all-reduce member of the in-process
- * engine (comm/coll/coll.c reads each tile of every input before writing it).
+ * op or a reshape (sl__op_def.inplace), or an all-reduce member of the
+ * in-process engine (comm/coll/coll.c reads each tile of every input before
+ * writing it).
  */
 static bool writes_in_place(const planner *P, const sl__task *t) {
   if (t->n_out < 1) return false;
@@ -581,9 +582,9 @@ static bool writes_in_place(const planner *P, const sl__task *t) {
 }
 
 /* In-place reuse: output 0 of a task that writes in place takes the bytes
- * of an input of its shape and dtype whose last reader it is: in the order,
- * every other reader ends before it fires; outside it (an all-reduce), it
- * is the input's only reader. idx: register -> life, -1. */
+ * of an input of its dtype and element count whose last reader it is: in the
+ * order, every other reader ends before it fires; outside it (an all-reduce),
+ * it is the input's only reader. idx: register -> life, -1. */
 static void join_in_place(const planner *P, int32_t m, life *l,
                           const int32_t *idx) {
   const sl__pplan *p = P->p;
@@ -601,7 +602,8 @@ static void join_in_place(const planner *P, int32_t m, life *l,
       int32_t a = idx[task->in[k]];
       const sl__regst *ra = &p->regsts[task->in[k]];
       if (a < 0 || root(l, a) == root(l, b) || l[a].f != end ||
-          ra->dtype != rb->dtype || !sl_shape_equal(&ra->shape, &rb->shape) ||
+          ra->dtype != rb->dtype ||
+          sl_shape_numel(&ra->shape) != sl_shape_numel(&rb->shape) ||
           (!ordered && ra->n_cons != 1))
         continue;
       bool last = true; /* in a class, a member is someone's input once */

@@ -165,10 +165,12 @@ typedef struct sl__op_def {
   /* A source op (no inputs) whose value changes each step (data, random):
    * the compiler does not fold or cache it. */
   bool per_step;
-  /* Elementwise: the kernels (CPU and CUDA) read element i of each input
-   * before writing element i of output 0, in the same thread, so output 0
-   * may be computed into an input of its own local shape and dtype (the
-   * memory planner's in-place reuse, graph/memory.c). */
+  /* Elementwise in memory order: the kernels (CPU and CUDA) read element i
+   * of each input before writing element i of output 0, in the same
+   * thread, so output 0 may be computed into an input of its own dtype and
+   * element count (the memory planner's in-place reuse, graph/memory.c):
+   * the elementwise ops, and reshape, whose output is its input's elements
+   * in the same order. */
   bool inplace;
   /* Draws from each element's global position (random data, dropout,
    * .npy rows): a micro-batch's copy is shown its rows of the step's whole

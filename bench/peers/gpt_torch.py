@@ -100,6 +100,14 @@ class GPT:
         D, H, V, S, L = a.hidden, a.heads, a.vocab, a.seq, a.layers
         self.a, self.torch = a, torch
         self.hd = D // H
+        # a.tp > 1 (memory_torch.py --tp): one rank of Megatron tensor
+        # parallelism over a.tp ranks: its H / tp heads of Q, K, V and the
+        # output projection, its 4D / tp columns of fc1 and rows of fc2, the
+        # rest whole. The all-reduces closing the attention and the MLP
+        # change no sizes, so the rank's memory is this model's.
+        tp = getattr(a, "tp", 1)
+        self.heads = H // tp
+        Dl, Fl = self.heads * self.hd, 4 * D // tp
 
         def normal(shape, std):
             return nn.Parameter(torch.randn(shape, device=dev) *
@@ -115,11 +123,11 @@ class GPT:
         for _ in range(L):
             self.blocks.append(dict(
                 ln1_g=const((D,), 1), ln1_b=const((D,), 0),
-                wq=normal((D, D), 0.02), wk=normal((D, D), 0.02),
-                wv=normal((D, D), 0.02), wo=normal((D, D), proj_std),
+                wq=normal((D, Dl), 0.02), wk=normal((D, Dl), 0.02),
+                wv=normal((D, Dl), 0.02), wo=normal((Dl, D), proj_std),
                 ln2_g=const((D,), 1), ln2_b=const((D,), 0),
-                fc1_w=normal((D, 4 * D), 0.02), fc1_b=const((4 * D,), 0),
-                fc2_w=normal((4 * D, D), proj_std), fc2_b=const((D,), 0)))
+                fc1_w=normal((D, Fl), 0.02), fc1_b=const((Fl,), 0),
+                fc2_w=normal((Fl, D), proj_std), fc2_b=const((D,), 0)))
         self.lnf_g, self.lnf_b = const((D,), 1), const((D,), 0)
         self.head = None if a.tie else normal((D, V), 0.02)
         # The fixed map f of the task: not trained.
@@ -150,10 +158,10 @@ class GPT:
 
     def attention(self, h, b):
         torch, F = self.torch, self.torch.nn.functional
-        B, S, D = h.shape
-        H, hd = self.a.heads, self.hd
+        B, S = h.shape[0], h.shape[1]
+        H, hd = self.heads, self.hd
 
-        def heads(t):  # [B, S, D] -> [B, H, S, hd]
+        def heads(t):  # [B, S, H * hd] -> [B, H, S, hd]
             return t.view(B, S, H, hd).transpose(1, 2)
         q, k, v = heads(h @ b["wq"]), heads(h @ b["wk"]), heads(h @ b["wv"])
         if self.a.attention == "sdpa":
@@ -162,7 +170,7 @@ class GPT:
             s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
             s = s.masked_fill(self.causal, float("-inf"))
             o = torch.softmax(s, -1) @ v
-        return o.transpose(1, 2).reshape(B, S, D) @ b["wo"]
+        return o.transpose(1, 2).reshape(B, S, H * hd) @ b["wo"]
 
     def loss(self, inputs, targets):
         torch, F = self.torch, self.torch.nn.functional

@@ -7,13 +7,19 @@ framework must hold, and PyTorch's measured peak.
                       [--classes 10] [--optimizer sgd|adam]
   memory_torch.py gpt [--layers 2] [--hidden 64] [--heads 4] [--seq 32]
                       [--vocab 64] [--batch 8] [--tie] [--optimizer adam|sgd]
+                      [--tp N]
 
 The models are those of the other peers, imported from them: mlp is
 mlp_torch.build (hidden layers of Linear + ReLU, a linear head, softmax
 cross-entropy; examples/mlp), gpt is gpt_torch.GPT with --attention math
 (explicit attention keeping the [B, H, S, S] scores, as sluice computes it;
 examples/gpt). The defaults are those of examples/mlp (SGD without
-momentum) and examples/gpt (untied head, Adam), not GPT-2's. The mlp's
+momentum) and examples/gpt (untied head, Adam), not GPT-2's. gpt --tp N
+measures one rank of Megatron tensor parallelism over N ranks, as
+examples/gpt --layout tp splits the model: the rank's heads/N heads of Q, K,
+V and the output projection and its 4*hidden/N columns of fc1 and rows of
+fc2, embeddings, norms and head whole (the all-reduces that close the
+attention and the MLP change no sizes, so the rank runs alone). The mlp's
 batch (x [batch, in] f32, labels [batch] int64) is made once and fed to
 every step; the gpt draws its tokens inside the step, as gpt_torch does.
 
@@ -229,6 +235,9 @@ def main():
                    help="head tied to the token embedding (examples/gpt: "
                    "untied unless --tie)")
     g.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
+    g.add_argument("--tp", type=int, default=1,
+                   help="one rank of Megatron tensor parallelism over N "
+                   "ranks (N divides heads)")
     for q in (m, g):
         q.add_argument("--seed", type=int, default=1)
         q.add_argument("--verbose", action="store_true",
@@ -236,11 +245,12 @@ def main():
                        "the transient and how many memory events there were")
     a = p.parse_args()
     if min(a.layers, a.hidden, a.batch) < 1 or \
-            (a.model == "gpt" and (min(a.heads, a.seq) < 1 or a.vocab < 2 or
-                                   a.hidden % a.heads)) or \
+            (a.model == "gpt" and (min(a.heads, a.seq, a.tp) < 1 or
+                                   a.vocab < 2 or a.hidden % a.heads or
+                                   a.heads % a.tp)) or \
             (a.model == "mlp" and (a.inp < 1 or a.classes < 2)):
         p.error("want positive sizes (classes, vocab >= 2; hidden a multiple "
-                "of heads)")
+                "of heads, heads of tp)")
     try:
         import torch
     except ImportError as e:

@@ -69,18 +69,6 @@ static bool torch_shape(ex_torch_layout l, const sl_shape *s, sl_shape *out) {
     out->dims[0] = s->dims[1];
     out->dims[1] = s->dims[0];
     return true;
-  case EX_TORCH_HEAD_COLUMNS: /* [H, D, hd] <- [D, H*hd] */
-    if (s->ndim != 3) return false;
-    out->ndim = 2;
-    out->dims[0] = s->dims[1];
-    out->dims[1] = s->dims[0] * s->dims[2];
-    return true;
-  case EX_TORCH_HEAD_ROWS: /* [H, hd, D] <- [H*hd, D] */
-    if (s->ndim != 3) return false;
-    out->ndim = 2;
-    out->dims[0] = s->dims[0] * s->dims[1];
-    out->dims[1] = s->dims[2];
-    return true;
   }
   return false;
 }
@@ -91,21 +79,12 @@ static void torch_to_sluice(ex_torch_layout l, const sl_shape *s,
                             const float *t, float *v) {
   int64_t n = sl_shape_numel(s);
   switch (l) {
-  case EX_TORCH_SAME:
-  case EX_TORCH_HEAD_ROWS: memcpy(v, t, (size_t)n * sizeof *v); break;
+  case EX_TORCH_SAME: memcpy(v, t, (size_t)n * sizeof *v); break;
   case EX_TORCH_LINEAR: {
     int64_t rows = s->dims[0], cols = s->dims[1]; /* sluice [in, out] */
     for (int64_t i = 0; i < rows; i++)
       for (int64_t j = 0; j < cols; j++)
         v[i * cols + j] = t[j * rows + i];
-    break;
-  }
-  case EX_TORCH_HEAD_COLUMNS: {
-    int64_t H = s->dims[0], D = s->dims[1], hd = s->dims[2];
-    for (int64_t h = 0; h < H; h++)
-      for (int64_t d = 0; d < D; d++)
-        for (int64_t e = 0; e < hd; e++)
-          v[(h * D + d) * hd + e] = t[d * H * hd + h * hd + e];
     break;
   }
   }

@@ -26,12 +26,6 @@
 typedef enum ex_torch_layout {
   EX_TORCH_SAME = 0,   /* the same shape, the same order */
   EX_TORCH_LINEAR = 1, /* nn.Linear's [out, in] for sluice's [in, out] */
-  /* [D, H*hd] (heads side by side in the columns) for sluice's [H, D, hd]:
-   * sluice[h][d][e] = torch[d][h*hd + e] */
-  EX_TORCH_HEAD_COLUMNS = 2,
-  /* [H*hd, D] (heads one after another in the rows) for sluice's
-   * [H, hd, D]: the same numbers in the same order */
-  EX_TORCH_HEAD_ROWS = 3,
 } ex_torch_layout;
 
 /* A model's mapping: the PyTorch name of sluice variable `var` (written to

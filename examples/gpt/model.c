@@ -69,47 +69,49 @@ static sl_tensor layer_norm(builder *b, sl_tensor x, const char *name) {
   return sl_name(sl_layer_norm(x, gamma, beta, 1e-5), name);
 }
 
-/* w [H, r, c] (split by heads under tensor parallelism) broadcast over the
- * batch: [B, H, r, c]. */
-static sl_tensor per_batch(builder *b, sl_tensor w) {
-  sl_shape s;
-  sl_tensor_shape(w, &s);
-  sl_shape s1 = SL_SHAPE(1, s.dims[0], s.dims[1], s.dims[2]);
-  sl_shape sb = SL_SHAPE(b->c->batch, s.dims[0], s.dims[1], s.dims[2]);
-  return sl_broadcast_to(sl_reshape(w, &s1), &sb);
+/* A projection [B,S,H*hd], the heads side by side in its columns, as
+ * [B,H,S,hd]. Under tensor parallelism the columns are split by heads, and
+ * the split passes through both steps when the ranks divide the heads. */
+static sl_tensor split_heads(builder *b, sl_tensor t) {
+  const ex_gpt_config *c = b->c;
+  sl_shape s = SL_SHAPE(c->batch, c->seq, c->heads, c->hidden / c->heads);
+  static const int perm[4] = {0, 2, 1, 3};
+  return sl_transpose(sl_reshape(t, &s), 4, perm);
 }
 
-/* Causal self-attention of a [B,S,D]: the sum over heads, [B,S,D], partial
- * under tensor parallelism until the residual add all-reduces it. */
+/* [B,H,S,hd] back to [B,S,H*hd]. */
+static sl_tensor merge_heads(builder *b, sl_tensor t) {
+  const ex_gpt_config *c = b->c;
+  sl_shape s = SL_SHAPE(c->batch, c->seq, c->hidden);
+  static const int perm[4] = {0, 2, 1, 3};
+  return sl_reshape(sl_transpose(t, 4, perm), &s);
+}
+
+/* Causal self-attention of a [B,S,D]: [B,S,D], partial under tensor
+ * parallelism (q, k and v column-split by heads, the output projection
+ * row-split) until the residual add all-reduces it. */
 static sl_tensor attention(builder *b, sl_tensor a, const char *name) {
   const ex_gpt_config *c = b->c;
-  int64_t hd = c->hidden / c->heads;
-  sl_shape a1 = SL_SHAPE(c->batch, 1, c->seq, c->hidden),
-           ab = SL_SHAPE(c->batch, c->heads, c->seq, c->hidden),
-           wqs = SL_SHAPE(c->heads, c->hidden, hd),
-           wos = SL_SHAPE(c->heads, hd, c->hidden);
-  sl_tensor xb = sl_broadcast_to(sl_reshape(a, &a1), &ab);
+  sl_shape ws = SL_SHAPE(c->hidden, c->hidden);
   sl_tensor qkv[3];
   const char *parts[3] = {"q", "k", "v"};
   for (int i = 0; i < 3; i++) {
     char wn[64], pn[64];
     snprintf(wn, sizeof wn, "%s.w%s", name, parts[i]);
     snprintf(pn, sizeof pn, "%s.%s", name, parts[i]);
-    sl_tensor w = param(b, wn, &wqs, normal(b, 0.02), 0);
+    sl_tensor w = param(b, wn, &ws, normal(b, 0.02), 1);
     qkv[i] = sl_name(
-        sl_batch_matmul(mm(b, xb), mm(b, per_batch(b, w)), false, false), pn);
+        split_heads(b, sl_matmul(mm(b, a), mm(b, w), false, false)), pn);
   }
   sl_tensor att = sl_scaled_dot_product_attention(mm(b, qkv[0]), mm(b, qkv[1]),
                                                   mm(b, qkv[2]), true);
   char on[64], won[64];
   snprintf(on, sizeof on, "%s.o", name);
   snprintf(won, sizeof won, "%s.wo", name);
-  sl_tensor wo =
-      param(b, won, &wos, normal(b, 0.02 / sqrt(2.0 * c->layers)), 0);
-  sl_tensor o = sl_name(
-      sl_batch_matmul(mm(b, att), mm(b, per_batch(b, wo)), false, false), on);
-  int axis = 1;
-  return all_reduce(b, sl_reduce_sum(o, 1, &axis, false));
+  sl_tensor wo = param(b, won, &ws, normal(b, 0.02 / sqrt(2.0 * c->layers)), 0);
+  return all_reduce(
+      b, sl_name(sl_matmul(mm(b, merge_heads(b, att)), mm(b, wo), false, false),
+                 on));
 }
 
 /* fc2(gelu(fc1(m))): fc1 column-split, fc2 row-split (partial output). */
@@ -246,10 +248,10 @@ bool ex_gpt_torch_name(const void *ctx, const char *var, char *name,
   } block[] = {
       {"ln1.g", "ln1_g", EX_TORCH_SAME},
       {"ln1.b", "ln1_b", EX_TORCH_SAME},
-      {"attn.wq", "wq", EX_TORCH_HEAD_COLUMNS},
-      {"attn.wk", "wk", EX_TORCH_HEAD_COLUMNS},
-      {"attn.wv", "wv", EX_TORCH_HEAD_COLUMNS},
-      {"attn.wo", "wo", EX_TORCH_HEAD_ROWS},
+      {"attn.wq", "wq", EX_TORCH_SAME},
+      {"attn.wk", "wk", EX_TORCH_SAME},
+      {"attn.wv", "wv", EX_TORCH_SAME},
+      {"attn.wo", "wo", EX_TORCH_SAME},
       {"ln2.g", "ln2_g", EX_TORCH_SAME},
       {"ln2.b", "ln2_b", EX_TORCH_SAME},
       {"mlp.fc1.w", "fc1_w", EX_TORCH_SAME},

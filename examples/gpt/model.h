@@ -76,11 +76,10 @@ sl_status ex_gpt_build(sl_graph *g, const ex_gpt_config *c);
 /* The ex_torch_map_fn of bench/peers/gpt_torch.py's model (ctx: the
  * ex_gpt_config), whose state_dict() names its parameters "wte", "wpe",
  * "blocks.L.ln1_g", "blocks.L.wq", ..., "lnf_g", "head"
- * (docs/examples.md has the table). Q, K and V are [D, D] matrices there,
- * the heads side by side in the columns (EX_TORCH_HEAD_COLUMNS); the output
- * projection [D, D], the heads one after another in the rows
- * (EX_TORCH_HEAD_ROWS); everything else has sluice's layout (the peer
- * multiplies x @ W, not nn.Linear). */
+ * (docs/examples.md has the table). Every tensor has sluice's layout: Q,
+ * K, V and the output projection are [D, D] with the heads side by side in
+ * Q, K and V's columns and one after another in the output projection's
+ * rows, in both, and the peer multiplies x @ W, not nn.Linear. */
 bool ex_gpt_torch_name(const void *ctx, const char *var, char *name,
                        size_t size, ex_torch_layout *layout);
 

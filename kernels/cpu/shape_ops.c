@@ -139,6 +139,7 @@ const sl__op_def sl__op_reshape = {
     .signatures = reshape_sigs,
     .cpu = reshape_cpu,
     .cuda = SL__CUDA_KERNEL(reshape),
+    .inplace = true, /* a copy, or nothing when given its input's bytes */
 };
 
 /* ---- transpose

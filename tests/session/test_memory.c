@@ -128,8 +128,8 @@ static int64_t stride(int64_t b) {
 }
 
 /* Register y is computed in place into register x: same bytes, y's producer
- * an elementwise op (sl__op_def.inplace) reading x after every other
- * reader of x is done, or an in-process all-reduce and x's only reader,
+ * an elementwise op or a reshape (sl__op_def.inplace) reading x after every
+ * other reader of x is done, or an in-process all-reduce and x's only reader,
  * and y dead before x of the next step is written. */
 static bool in_place(const sl__pplan *p, const unrolled *u, int32_t x,
                      int32_t y, uint8_t *seen, int32_t *stack) {
