@@ -44,17 +44,21 @@ static sl_status g_matmul(sl_graph *g, const sl__node *n, const sl_tensor *dy,
   sl_tensor a = sl__g_in(g, n, 0), b = sl__g_in(g, n, 1);
   /* a may carry leading dims ([..., m, k], not transposed): dA keeps them
    * (dC has them too); dB contracts over them, so it works on 2-D views.
-   * dB comes first: the views are copies when dC has other readers (the
-   * residual stream's gradient), and done first they are dead before dA,
-   * usually the larger, is written. */
-  if (need[1]) {
-    bool only_b[2] = {false, true};
-    products(sl_matmul, flatten2(g, a), b, flatten2(g, dy[0]), ta, tb, only_b,
-             dx);
-  }
-  if (need[0]) {
-    bool only_a[2] = {true, false};
-    products(sl_matmul, a, b, dy[0], ta, tb, only_a, dx);
+   * dA comes first, as the chain of input gradients is what a pipeline's
+   * previous stage waits for; with leading dims dB does, because its view
+   * of dC is a copy when dC has other readers (the residual stream's
+   * gradient), and done first it is dead before dA, usually the larger, is
+   * written. */
+  bool b_first = sl__g_meta(g, a)->shape.ndim > 2;
+  for (int pass = 0; pass < 2; pass++) {
+    bool want_b = b_first == (pass == 0);
+    if (!need[want_b ? 1 : 0]) continue;
+    bool only[2] = {!want_b, want_b};
+    if (want_b)
+      products(sl_matmul, flatten2(g, a), b, flatten2(g, dy[0]), ta, tb, only,
+               dx);
+    else
+      products(sl_matmul, a, b, dy[0], ta, tb, only, dx);
   }
   return sl__g_status(g);
 }

@@ -247,6 +247,8 @@ typedef struct mlp_spec {
   bool fetch_hidden, weight_only_op;
   bool residual; /* h = relu(a) + a: an elementwise reader of a before its
                     last one */
+  bool reshape;  /* h through [batch, width / 4, 4] and back: reshapes that
+                    read their input last */
 } mlp_spec;
 
 static sl_graph *mlp(const mlp_spec *s) {
@@ -266,6 +268,10 @@ static sl_graph *mlp(const mlp_spec *s) {
     if (s->weight_only_op && l == 0) w = sl_mul_scalar(w, 0.5);
     sl_tensor a = sl_matmul(h, w, false, false);
     h = s->residual ? sl_add(sl_relu(a), a) : sl_relu(a);
+    if (s->reshape) {
+      sl_shape split = SL_SHAPE(s->batch, s->width / 4, 4);
+      h = sl_reshape(sl_reshape(h, &split), &xs);
+    }
     if (s->fetch_hidden && l == 0) sl_fetch(h, "h0");
   }
   sl_tensor head = sl_variable(g, "head", &hs, SL_DTYPE_F32,
@@ -281,16 +287,30 @@ static sl_graph *mlp(const mlp_spec *s) {
 }
 
 static const mlp_spec specs[] = {
-    {"cpu:0", NULL, NULL, NULL, 3, 16, 24, 0, false, false, false},
-    {"cpu:0", NULL, NULL, NULL, 6, 32, 16, 2, true, true, true},
-    {"cpu:0-1", "S(0)", NULL, NULL, 3, 16, 24, 0, false, false, true},
-    {"cpu:0-1", "S(0)", NULL, NULL, 4, 16, 24, 1, true, false, false},
-    {"cpu:0-1", NULL, "S(1)", "S(0)", 4, 16, 24, 2, false, true, true},
-    {"cpu:0-3", "S(0)", "S(1)", "S(0)", 3, 16, 24, 0, false, false, true},
+    {"cpu:0", NULL, NULL, NULL, 3, 16, 24, 0, false, false, false, true},
+    {"cpu:0", NULL, NULL, NULL, 6, 32, 16, 2, true, true, true, false},
+    {"cpu:0-1", "S(0)", NULL, NULL, 3, 16, 24, 0, false, false, true, true},
+    {"cpu:0-1", "S(0)", NULL, NULL, 4, 16, 24, 1, true, false, false, false},
+    {"cpu:0-1", NULL, "S(1)", "S(0)", 4, 16, 24, 2, false, true, true, true},
+    {"cpu:0-3", "S(0)", "S(1)", "S(0)", 3, 16, 24, 0, false, false, true,
+     false},
     {"cpu:0-3[2,2]", "(S(0),B)", "(B,S(1))", "(B,S(0))", 4, 16, 24, 1, true,
-     false, false},
+     false, false, true},
 };
 #define N_SPECS (int)(sizeof specs / sizeof specs[0])
+
+/* Reshapes whose output takes its input's bytes. */
+static int reshapes_in_place(const sl__pplan *p) {
+  int n = 0;
+  for (int32_t t = 0; t < p->n_tasks; t++) {
+    const sl__task *k = &p->tasks[t];
+    if (k->kind != SL__TASK_OP || strcmp(p->nodes[k->node].op, "reshape"))
+      continue;
+    const sl__regst *x = &p->regsts[k->in[0]], *y = &p->regsts[k->out[0]];
+    n += x->mem >= 0 && y->mem == x->mem && y->offset == x->offset;
+  }
+  return n;
+}
 
 /* Every layout's plan shares only what the plan orders, and shares. */
 static void test_sharing_is_ordered(void **state) {
@@ -306,6 +326,8 @@ static void test_sharing_is_ordered(void **state) {
            in_place_pairs);
     assert_true(pairs > 0);
     assert_true(in_place_pairs > 0); /* relu into matmul, at least */
+    /* Each layer's two reshapes read their input last. */
+    if (specs[i].reshape) assert_true(reshapes_in_place(p) >= specs[i].layers);
     sl__pplan_destroy(p);
     sl_graph_destroy(g);
   }
@@ -336,6 +358,7 @@ static void test_sharing_random(void **state) {
     s.fetch_hidden = sl__rng_below(&r, 2);
     s.weight_only_op = sl__rng_below(&r, 2);
     s.residual = sl__rng_below(&r, 2);
+    s.reshape = sl__rng_below(&r, 2);
     sl_graph *g = mlp(&s);
     sl__pplan *p = st_lower(g);
     check_sharing(p, NULL);
@@ -406,7 +429,8 @@ static void test_sharing_off(void **state) {
  * session reports it per device. */
 static void test_savings_and_api(void **state) {
   (void)state;
-  mlp_spec s = {"cpu:0", NULL, NULL, NULL, 8, 256, 64, 0, false, false, false};
+  mlp_spec s = {"cpu:0", NULL, NULL,  NULL,  8,     256,
+                64,      0,    false, false, false, false};
   sl_graph *g = mlp(&s);
   sl_session *ss = NULL;
   if (sl_session_create(g, NULL, &ss) != SL_OK)
