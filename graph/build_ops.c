@@ -259,6 +259,20 @@ sl_tensor sl_matmul(sl_tensor a, sl_tensor b, bool trans_a, bool trans_b) {
   return mm("matmul", a, b, trans_a, trans_b);
 }
 
+sl_tensor sl__g_matmul(sl_tensor a, sl_tensor b, bool trans_a, bool trans_b,
+                       int contract) {
+  sl__attrs at = {0};
+  sl__attrs_set_int(&at, "trans_a", trans_a);
+  sl__attrs_set_int(&at, "trans_b", trans_b);
+  /* absent means 1: plans of one-axis products stay as they were */
+  if (contract != 1) sl__attrs_set_int(&at, "contract", contract);
+  return op2("matmul", a, b, &at);
+}
+
+sl_tensor sl_tensordot(sl_tensor a, sl_tensor b, int axes) {
+  return sl__g_matmul(a, b, false, false, axes);
+}
+
 sl_tensor sl_batch_matmul(sl_tensor a, sl_tensor b, bool trans_a,
                           bool trans_b) {
   return mm("batch_matmul", a, b, trans_a, trans_b);

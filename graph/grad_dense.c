@@ -9,56 +9,57 @@
  *   0  1    dC B   mm(dC,B,0,0)  dCᵀ A  mm(dC,A,1,0)
  *   1  0    B dCᵀ  mm(B,dC,0,1)  A dC   mm(A,dC,0,0)
  *   1  1    Bᵀ dCᵀ mm(B,dC,1,1)  dCᵀ Aᵀ mm(dC,A,1,1)
- * batch_matmul applies the same per batch element. */
-static void products(sl_tensor (*mm)(sl_tensor, sl_tensor, bool, bool),
-                     sl_tensor a, sl_tensor b, sl_tensor dc, bool ta, bool tb,
-                     const bool *need, sl_tensor *dx) {
+ * batch_matmul applies the same per batch element; matmul with c
+ * contraction axes the same to its operands' axis groups: dA contracts
+ * over C's column axes (as many as B has besides its c), dB over its row
+ * axes (as many as A has besides its c), and each lands in its operand's
+ * own axes and order. No reshape, so nothing is copied. */
+static sl_tensor mm_n(bool batched, sl_tensor x, sl_tensor y, bool tx, bool ty,
+                      int contract) {
+  return batched ? sl_batch_matmul(x, y, tx, ty)
+                 : sl__g_matmul(x, y, tx, ty, contract);
+}
+
+static void products(bool batched, sl_tensor a, sl_tensor b, sl_tensor dc,
+                     bool ta, bool tb, int ca, int cb, const bool *need,
+                     sl_tensor *dx) {
   if (need[0]) {
     if (!ta)
-      dx[0] = tb ? mm(dc, b, false, false) : mm(dc, b, false, true);
+      dx[0] = tb ? mm_n(batched, dc, b, false, false, ca)
+                 : mm_n(batched, dc, b, false, true, ca);
     else
-      dx[0] = tb ? mm(b, dc, true, true) : mm(b, dc, false, true);
+      dx[0] = tb ? mm_n(batched, b, dc, true, true, ca)
+                 : mm_n(batched, b, dc, false, true, ca);
   }
   if (need[1]) {
     if (!tb)
-      dx[1] = ta ? mm(a, dc, false, false) : mm(a, dc, true, false);
+      dx[1] = ta ? mm_n(batched, a, dc, false, false, cb)
+                 : mm_n(batched, a, dc, true, false, cb);
     else
-      dx[1] = ta ? mm(dc, a, true, true) : mm(dc, a, true, false);
+      dx[1] = ta ? mm_n(batched, dc, a, true, true, cb)
+                 : mm_n(batched, dc, a, true, false, cb);
   }
-}
-
-/* [..., r, c] as [prod(...) * r, c]. */
-static sl_tensor flatten2(sl_graph *g, sl_tensor t) {
-  const sl_shape *s = &sl__g_meta(g, t)->shape;
-  if (s->ndim <= 2) return t;
-  sl_shape f = {2, {1, s->dims[s->ndim - 1]}};
-  for (int d = 0; d < s->ndim - 1; d++)
-    f.dims[0] *= s->dims[d];
-  return sl_reshape(t, &f);
 }
 
 static sl_status g_matmul(sl_graph *g, const sl__node *n, const sl_tensor *dy,
                           const bool *need, sl_tensor *dx) {
   bool ta = sl__attr_int(&n->attrs, "trans_a", 0) != 0;
   bool tb = sl__attr_int(&n->attrs, "trans_b", 0) != 0;
+  int c = (int)sl__attr_int(&n->attrs, "contract", 1);
   sl_tensor a = sl__g_in(g, n, 0), b = sl__g_in(g, n, 1);
-  /* a may carry leading dims ([..., m, k], not transposed): dA keeps them
-   * (dC has them too); dB contracts over them, so it works on 2-D views.
-   * dA comes first, as the chain of input gradients is what a pipeline's
-   * previous stage waits for; with leading dims dB does, because its view
-   * of dC is a copy when dC has other readers (the residual stream's
-   * gradient), and done first it is dead before dA, usually the larger, is
-   * written. */
-  bool b_first = sl__g_meta(g, a)->shape.ndim > 2;
-  for (int pass = 0; pass < 2; pass++) {
-    bool want_b = b_first == (pass == 0);
-    if (!need[want_b ? 1 : 0]) continue;
-    bool only[2] = {!want_b, want_b};
-    if (want_b)
-      products(sl_matmul, flatten2(g, a), b, flatten2(g, dy[0]), ta, tb, only,
+  const sl_shape *as = &sl__g_meta(g, a)->shape, *bs = &sl__g_meta(g, b)->shape;
+  /* The smaller gradient first. A weight's gradient goes to its update
+   * right away, so made before a larger dA it is gone when dA is written
+   * (gpt's [B,S,4D] x [4D,D]); a smaller dA (a narrow batch through a wide
+   * weight) goes first, which is also what a pipeline's previous stage
+   * waits for. */
+  bool b_first = sl_shape_numel(bs) < sl_shape_numel(as);
+  for (int k = 0; k < 2; k++) {
+    int which = b_first ? 1 - k : k;
+    bool only[2] = {which == 0, which == 1};
+    if (need[which])
+      products(false, a, b, dy[0], ta, tb, bs->ndim - c, as->ndim - c, only,
                dx);
-    else
-      products(sl_matmul, a, b, dy[0], ta, tb, only, dx);
   }
   return sl__g_status(g);
 }
@@ -68,7 +69,7 @@ static sl_status g_batch_matmul(sl_graph *g, const sl__node *n,
                                 sl_tensor *dx) {
   bool ta = sl__attr_int(&n->attrs, "trans_a", 0) != 0;
   bool tb = sl__attr_int(&n->attrs, "trans_b", 0) != 0;
-  products(sl_batch_matmul, sl__g_in(g, n, 0), sl__g_in(g, n, 1), dy[0], ta, tb,
+  products(true, sl__g_in(g, n, 0), sl__g_in(g, n, 1), dy[0], ta, tb, 1, 1,
            need, dx);
   return sl__g_status(g);
 }

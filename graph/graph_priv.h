@@ -154,6 +154,11 @@ bool sl__g_axis(int *axis, int ndim);
 /* Frees what nodes own outside the arena (boxing plans, npy files). */
 void sl__g_release_nodes(sl_graph *g);
 
+/* The matmul op with its flags and contraction count (kernels/cpu/matmul.c
+ * says what they mean; sl_tensordot is the public face). */
+sl_tensor sl__g_matmul(sl_tensor a, sl_tensor b, bool trans_a, bool trans_b,
+                       int contract);
+
 /* Whether 1-D SBP s is what output 0 of source op `op` (no inputs) can
  * produce: B, or an output of one of its signatures. */
 bool sl__g_source_accepts(const sl__op_def *op, const sl__attrs *at, sl_sbp s);

@@ -69,6 +69,15 @@ static bool torch_shape(ex_torch_layout l, const sl_shape *s, sl_shape *out) {
     out->dims[0] = s->dims[1];
     out->dims[1] = s->dims[0];
     return true;
+  case EX_TORCH_MERGE_LAST:  /* [r, a, b] <- [r, a*b] */
+  case EX_TORCH_MERGE_FIRST: /* [a, b, c] <- [a*b, c] */
+    if (s->ndim != 3) return false;
+    out->ndim = 2;
+    out->dims[0] =
+        l == EX_TORCH_MERGE_LAST ? s->dims[0] : s->dims[0] * s->dims[1];
+    out->dims[1] =
+        l == EX_TORCH_MERGE_LAST ? s->dims[1] * s->dims[2] : s->dims[2];
+    return true;
   }
   return false;
 }
@@ -79,7 +88,9 @@ static void torch_to_sluice(ex_torch_layout l, const sl_shape *s,
                             const float *t, float *v) {
   int64_t n = sl_shape_numel(s);
   switch (l) {
-  case EX_TORCH_SAME: memcpy(v, t, (size_t)n * sizeof *v); break;
+  case EX_TORCH_SAME:
+  case EX_TORCH_MERGE_LAST:
+  case EX_TORCH_MERGE_FIRST: memcpy(v, t, (size_t)n * sizeof *v); break;
   case EX_TORCH_LINEAR: {
     int64_t rows = s->dims[0], cols = s->dims[1]; /* sluice [in, out] */
     for (int64_t i = 0; i < rows; i++)

@@ -26,6 +26,11 @@
 typedef enum ex_torch_layout {
   EX_TORCH_SAME = 0,   /* the same shape, the same order */
   EX_TORCH_LINEAR = 1, /* nn.Linear's [out, in] for sluice's [in, out] */
+  /* the same numbers in the same order, sluice's last two axes merged into
+   * one ([D, H*hd] for [D, H, hd]) or its first two ([H*hd, D] for
+   * [H, hd, D]): attention weights with a head axis */
+  EX_TORCH_MERGE_LAST = 2,
+  EX_TORCH_MERGE_FIRST = 3,
 } ex_torch_layout;
 
 /* A model's mapping: the PyTorch name of sluice variable `var` (written to

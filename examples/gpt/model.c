@@ -69,49 +69,43 @@ static sl_tensor layer_norm(builder *b, sl_tensor x, const char *name) {
   return sl_name(sl_layer_norm(x, gamma, beta, 1e-5), name);
 }
 
-/* A projection [B,S,H*hd], the heads side by side in its columns, as
- * [B,H,S,hd]. Under tensor parallelism the columns are split by heads, and
- * the split passes through both steps when the ranks divide the heads. */
-static sl_tensor split_heads(builder *b, sl_tensor t) {
-  const ex_gpt_config *c = b->c;
-  sl_shape s = SL_SHAPE(c->batch, c->seq, c->heads, c->hidden / c->heads);
+/* [B,S,H,hd] <-> [B,H,S,hd]. */
+static sl_tensor swap_heads(sl_tensor t) {
   static const int perm[4] = {0, 2, 1, 3};
-  return sl_transpose(sl_reshape(t, &s), 4, perm);
-}
-
-/* [B,H,S,hd] back to [B,S,H*hd]. */
-static sl_tensor merge_heads(builder *b, sl_tensor t) {
-  const ex_gpt_config *c = b->c;
-  sl_shape s = SL_SHAPE(c->batch, c->seq, c->hidden);
-  static const int perm[4] = {0, 2, 1, 3};
-  return sl_reshape(sl_transpose(t, 4, perm), &s);
+  return sl_transpose(t, 4, perm);
 }
 
 /* Causal self-attention of a [B,S,D]: [B,S,D], partial under tensor
- * parallelism (q, k and v column-split by heads, the output projection
- * row-split) until the residual add all-reduces it. */
+ * parallelism until the residual add all-reduces it. The weights carry a
+ * head axis — q, k, v [D, H, hd], the output projection [H, hd, D] — which
+ * tensor parallelism splits, so each rank holds whole heads whatever the
+ * device count, and the projections are single matrix products in memory:
+ * a [B,S,D] times [D, H*hd] gives [B,S,H,hd], and [B,S,H,hd] contracted
+ * over (H, hd) with [H, hd, D] gives [B,S,D]. */
 static sl_tensor attention(builder *b, sl_tensor a, const char *name) {
   const ex_gpt_config *c = b->c;
-  sl_shape ws = SL_SHAPE(c->hidden, c->hidden);
+  int64_t hd = c->hidden / c->heads;
+  sl_shape wqs = SL_SHAPE(c->hidden, c->heads, hd),
+           wos = SL_SHAPE(c->heads, hd, c->hidden);
   sl_tensor qkv[3];
   const char *parts[3] = {"q", "k", "v"};
   for (int i = 0; i < 3; i++) {
     char wn[64], pn[64];
     snprintf(wn, sizeof wn, "%s.w%s", name, parts[i]);
     snprintf(pn, sizeof pn, "%s.%s", name, parts[i]);
-    sl_tensor w = param(b, wn, &ws, normal(b, 0.02), 1);
-    qkv[i] = sl_name(
-        split_heads(b, sl_matmul(mm(b, a), mm(b, w), false, false)), pn);
+    sl_tensor w = param(b, wn, &wqs, normal(b, 0.02), 1);
+    qkv[i] =
+        sl_name(swap_heads(sl_matmul(mm(b, a), mm(b, w), false, false)), pn);
   }
   sl_tensor att = sl_scaled_dot_product_attention(mm(b, qkv[0]), mm(b, qkv[1]),
                                                   mm(b, qkv[2]), true);
   char on[64], won[64];
   snprintf(on, sizeof on, "%s.o", name);
   snprintf(won, sizeof won, "%s.wo", name);
-  sl_tensor wo = param(b, won, &ws, normal(b, 0.02 / sqrt(2.0 * c->layers)), 0);
+  sl_tensor wo =
+      param(b, won, &wos, normal(b, 0.02 / sqrt(2.0 * c->layers)), 0);
   return all_reduce(
-      b, sl_name(sl_matmul(mm(b, merge_heads(b, att)), mm(b, wo), false, false),
-                 on));
+      b, sl_name(sl_tensordot(mm(b, swap_heads(att)), mm(b, wo), 2), on));
 }
 
 /* fc2(gelu(fc1(m))): fc1 column-split, fc2 row-split (partial output). */
@@ -248,10 +242,10 @@ bool ex_gpt_torch_name(const void *ctx, const char *var, char *name,
   } block[] = {
       {"ln1.g", "ln1_g", EX_TORCH_SAME},
       {"ln1.b", "ln1_b", EX_TORCH_SAME},
-      {"attn.wq", "wq", EX_TORCH_SAME},
-      {"attn.wk", "wk", EX_TORCH_SAME},
-      {"attn.wv", "wv", EX_TORCH_SAME},
-      {"attn.wo", "wo", EX_TORCH_SAME},
+      {"attn.wq", "wq", EX_TORCH_MERGE_LAST},
+      {"attn.wk", "wk", EX_TORCH_MERGE_LAST},
+      {"attn.wv", "wv", EX_TORCH_MERGE_LAST},
+      {"attn.wo", "wo", EX_TORCH_MERGE_FIRST},
       {"ln2.g", "ln2_g", EX_TORCH_SAME},
       {"ln2.b", "ln2_b", EX_TORCH_SAME},
       {"mlp.fc1.w", "fc1_w", EX_TORCH_SAME},

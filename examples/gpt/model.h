@@ -76,10 +76,12 @@ sl_status ex_gpt_build(sl_graph *g, const ex_gpt_config *c);
 /* The ex_torch_map_fn of bench/peers/gpt_torch.py's model (ctx: the
  * ex_gpt_config), whose state_dict() names its parameters "wte", "wpe",
  * "blocks.L.ln1_g", "blocks.L.wq", ..., "lnf_g", "head"
- * (docs/examples.md has the table). Every tensor has sluice's layout: Q,
- * K, V and the output projection are [D, D] with the heads side by side in
- * Q, K and V's columns and one after another in the output projection's
- * rows, in both, and the peer multiplies x @ W, not nn.Linear. */
+ * (docs/examples.md has the table). Q, K and V are [D, D] matrices there,
+ * [D, H, hd] here, and the output projection [D, D] there, [H, hd, D]
+ * here: the same numbers in the same order (EX_TORCH_MERGE_LAST and
+ * EX_TORCH_MERGE_FIRST); everything
+ * else has sluice's shape too (the peer multiplies x @ W, not
+ * nn.Linear). */
 bool ex_gpt_torch_name(const void *ctx, const char *var, char *name,
                        size_t size, ex_torch_layout *layout);
 

@@ -342,9 +342,17 @@ SL_API sl_tensor sl_dropout(sl_tensor x, double p, uint64_t seed);
 /* Sets x[..., i, j] to -inf where j > i (the last two axes). */
 SL_API sl_tensor sl_causal_mask(sl_tensor x);
 
-/* op(a)·op(b), op = transpose when the flag is set; a [m,k], b [k,n]. */
+/* op(a)·op(b), op = transpose when the flag is set: a [..., m, k] (its
+ * leading axes are rows too) or [k, m...] transposed, b [k, n...] or
+ * [n..., k] transposed; out [..., m, n...]. */
 SL_API sl_tensor sl_matmul(sl_tensor a, sl_tensor b, bool trans_a,
                            bool trans_b);
+/* numpy.tensordot(a, b, axes): the sum over a's last `axes` axes and b's
+ * first `axes` (the same extents in the same order); out [a's other axes,
+ * b's other axes], each operand keeping at least one. One matrix product
+ * in memory, so a split of any axis stays one (a split contraction axis
+ * gives a partial sum). sl_matmul(a, b, false, false) is axes = 1. */
+SL_API sl_tensor sl_tensordot(sl_tensor a, sl_tensor b, int axes);
 /* The same over leading batch axes: a [..., m, k], b [..., k, n]. */
 SL_API sl_tensor sl_batch_matmul(sl_tensor a, sl_tensor b, bool trans_a,
                                  bool trans_b);

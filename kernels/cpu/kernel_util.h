@@ -20,6 +20,16 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
+/* ---- matmul's product (cpu/matmul.c, shared with its CUDA kernel) -------- */
+
+/* The one row-major [m, k] x [k, n] product matmul computes for operand
+ * shapes a and b (global or local), its flags and contraction count (the
+ * op's attributes; cpu/matmul.c says what they mean). SL_EINVAL with a
+ * message when the shapes do not fit. */
+sl_status sl__matmul_dims(bool trans_a, bool trans_b, int64_t contract,
+                          const sl_shape *a, const sl_shape *b, int64_t *m,
+                          int64_t *n, int64_t *k);
+
 /* ---- text for messages --------------------------------------------------- */
 
 /* A shape as text ("[2,3]"), returned by value so it can sit inside a

@@ -4,13 +4,18 @@
  * Inputs may also be bf16 (storage only): those shards are widened to f32
  * in the workspace first, and the products accumulate in f32.
  *
- * matmul(a, b; trans_a, trans_b):
- *   a [..., m, k] (ndim >= 2; the leading dims are rows, flattened into m),
- *   or [k, m] with trans_a (2-d only); b [k, n], or [n, k] with trans_b.
- *   Out [..., m, n].
- *   (S(i), B -> S(i)) for every leading/m axis i of a (S(1) -> S(0) with
- *   trans_a); (B, S(n axis of b) -> S(last)); (S(k axis of a), S(k axis of
- *   b) -> P); (P, B -> P); (B, P -> P).
+ * matmul(a, b; trans_a, trans_b, contract = c, 1 when absent): the c
+ *   contraction axes k... of a and of b, in the same order and extents,
+ *   are summed over:
+ *   a [rows..., k...], or [k..., rows...] with trans_a;
+ *   b [k..., cols...], or [cols..., k...] with trans_b;
+ *   out [rows..., cols...], at least one row axis and one column axis.
+ *   In memory that is one [m, k] x [k, n] product (m, n, k the products of
+ *   the rows', columns' and contraction axes' extents), so a split of any
+ *   axis leaves each shard a product of the same form, even split
+ *   unevenly: (S(row axis of a), B -> S(its axis in out));
+ *   (B, S(column axis of b) -> S(its axis in out)); (S(t-th contraction
+ *   axis of a), S(t-th of b) -> P); (P, B -> P); (B, P -> P).
  * batch_matmul(a, b; trans_a, trans_b):
  *   a [..., m, k] (or [..., k, m]), b [..., k, n] (or [..., n, k]) with the
  *   same batch dims. Out [..., m, n].
@@ -87,46 +92,70 @@ static sl_status want_flags(const sl__attrs *at) {
 
 /* ---- matmul ------------------------------------------------------------- */
 
-/* a's k extent (d->k, read at d->a_k) must equal b's at d->b_k. */
-static sl_status check_contraction(bool ta, bool tb, const sl_shape *as,
-                                   const sl_shape *bs, const mm_dims *d) {
+/* Where a's and b's axes sit: the first row, column and contraction axis
+ * of each, from the flags and the contraction count c. */
+typedef struct mm_axes {
+  int c, rows, cols; /* how many contraction, row and column axes */
+  int a_row0, a_k0;  /* a's first row and first contraction axis */
+  int b_k0, b_col0;  /* b's first contraction and first column axis */
+} mm_axes;
+
+static sl_status matmul_axes(bool ta, bool tb, int64_t c, const sl_shape *as,
+                             const sl_shape *bs, mm_axes *x) {
   char sa[96], sb[96];
-  if (bs->dims[d->b_k] == d->k) return SL_OK;
-  return sl__fail(SL_EINVAL,
-                  "a %s%s and b %s%s: contraction extents differ (%lld vs "
-                  "%lld)",
-                  SL__DENSE_SHAPE_STR(sa, as), ta ? " (transposed)" : "",
-                  SL__DENSE_SHAPE_STR(sb, bs), tb ? " (transposed)" : "",
-                  (long long)d->k, (long long)bs->dims[d->b_k]);
+  int na = as->ndim, nb = bs->ndim;
+  if (na < 2 || nb < 2)
+    return sl__fail(
+        SL_EINVAL, "%s %s: want at least 2 dims", na < 2 ? "a" : "b",
+        na < 2 ? SL__DENSE_SHAPE_STR(sa, as) : SL__DENSE_SHAPE_STR(sb, bs));
+  if (c < 1 || c >= na || c >= nb)
+    return sl__fail(SL_EINVAL,
+                    "a %s and b %s: contract %lld wants 1 to %d axes (each "
+                    "operand keeps at least one axis of its own)",
+                    SL__DENSE_SHAPE_STR(sa, as), SL__DENSE_SHAPE_STR(sb, bs),
+                    (long long)c, (na < nb ? na : nb) - 1);
+  x->c = (int)c;
+  x->rows = na - x->c;
+  x->cols = nb - x->c;
+  x->a_k0 = ta ? 0 : x->rows;
+  x->a_row0 = ta ? x->c : 0;
+  x->b_k0 = tb ? x->cols : 0;
+  x->b_col0 = tb ? 0 : x->c;
+  for (int t = 0; t < x->c; t++)
+    if (as->dims[x->a_k0 + t] != bs->dims[x->b_k0 + t])
+      return sl__fail(
+          SL_EINVAL,
+          "a %s%s and b %s%s: contraction extents differ (%lld vs %lld%s)",
+          SL__DENSE_SHAPE_STR(sa, as), ta ? " (transposed)" : "",
+          SL__DENSE_SHAPE_STR(sb, bs), tb ? " (transposed)" : "",
+          (long long)as->dims[x->a_k0 + t], (long long)bs->dims[x->b_k0 + t],
+          nb > 2 && x->c == 1 && !tb
+              ? "; b's first axis is contracted, batch_matmul multiplies "
+                "batches"
+              : "");
+  return SL_OK;
 }
 
-/* Dims of a matmul on (global or local) shapes; SL_EINVAL when they do not
- * fit together. */
-static sl_status matmul_dims(bool ta, bool tb, const sl_shape *as,
-                             const sl_shape *bs, mm_dims *d) {
-  char sa[96], sb[96];
-  int na = as->ndim;
-  if (na < 2)
-    return sl__fail(SL_EINVAL, "a %s: want at least 2 dims",
-                    SL__DENSE_SHAPE_STR(sa, as));
-  if (bs->ndim != 2)
-    return sl__fail(SL_EINVAL,
-                    "b %s: want 2 dims (batch_matmul takes batched b)",
-                    SL__DENSE_SHAPE_STR(sb, bs));
-  if (ta && na != 2)
-    return sl__fail(SL_EINVAL, "a %s: trans_a needs a 2-d a",
-                    SL__DENSE_SHAPE_STR(sa, as));
-  d->a_m = ta ? 1 : na - 2;
-  d->a_k = ta ? 0 : na - 1;
-  d->b_k = tb ? 1 : 0;
-  d->b_n = tb ? 0 : 1;
-  d->k = as->dims[d->a_k];
-  d->n = bs->dims[d->b_n];
-  d->m = 1;
-  for (int i = 0; i < na; i++)
-    if (i != d->a_k) d->m *= as->dims[i];
-  d->batch = 1;
-  return check_contraction(ta, tb, as, bs, d);
+static int64_t extent(const sl_shape *s, int from, int n) {
+  int64_t e = 1;
+  for (int i = from; i < from + n; i++)
+    e *= s->dims[i];
+  return e;
+}
+
+sl_status sl__matmul_dims(bool ta, bool tb, int64_t contract,
+                          const sl_shape *as, const sl_shape *bs, int64_t *m,
+                          int64_t *n, int64_t *k) {
+  mm_axes x;
+  SL_CHECK(matmul_axes(ta, tb, contract, as, bs, &x));
+  *m = extent(as, x.a_row0, x.rows);
+  *n = extent(bs, x.b_col0, x.cols);
+  *k = extent(as, x.a_k0, x.c);
+  return SL_OK;
+}
+
+static int64_t contract_of(const sl__attrs *at) {
+  return sl__attr_int(at, "contract", 1);
 }
 
 static sl_status matmul_infer(const sl__attrs *at, int n_in, const sl__meta *in,
@@ -135,67 +164,60 @@ static sl_status matmul_infer(const sl__attrs *at, int n_in, const sl__meta *in,
   SL_CHECK(want_float_pair(in));
   SL_CHECK(want_flags(at));
   bool ta = sl__attr_int(at, "trans_a", 0), tb = sl__attr_int(at, "trans_b", 0);
-  mm_dims d = {0};
-  SL_CHECK(matmul_dims(ta, tb, &in[0].shape, &in[1].shape, &d));
+  mm_axes x;
+  SL_CHECK(
+      matmul_axes(ta, tb, contract_of(at), &in[0].shape, &in[1].shape, &x));
   out[0].dtype = SL_DTYPE_F32;
-  out[0].shape = in[0].shape;
-  int na = in[0].shape.ndim;
-  if (ta) out[0].shape.dims[0] = in[0].shape.dims[1];
-  out[0].shape.dims[na - 1] = d.n;
+  out[0].shape.ndim = x.rows + x.cols;
+  for (int i = 0; i < x.rows; i++)
+    out[0].shape.dims[i] = in[0].shape.dims[x.a_row0 + i];
+  for (int j = 0; j < x.cols; j++)
+    out[0].shape.dims[x.rows + j] = in[1].shape.dims[x.b_col0 + j];
   return SL_OK;
-}
-
-/* The signatures matmul and batch_matmul share: b split by columns gives
- * out split by its last axis; a and b split along k give partial sums; a
- * partial operand times a broadcast one stays partial. */
-static int column_and_partial_sigs(const mm_dims *d, int na, sl__sbp_sig *sigs,
-                                   int n, int max) {
-  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){B(), S(d->b_n)}, 1,
-                        (sl_sbp[]){S(na - 1)});
-  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){S(d->a_k), S(d->b_k)}, 1,
-                        (sl_sbp[]){P()});
-  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){P(), B()}, 1,
-                        (sl_sbp[]){P()});
-  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){B(), P()}, 1,
-                        (sl_sbp[]){P()});
-  return n;
 }
 
 static int matmul_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
                              sl__sbp_sig *sigs, int max) {
   bool ta = sl__attr_int(at, "trans_a", 0), tb = sl__attr_int(at, "trans_b", 0);
-  mm_dims d = {0};
-  if (n_in != 2 || matmul_dims(ta, tb, &in[0].shape, &in[1].shape, &d) != SL_OK)
+  mm_axes x;
+  if (n_in != 2 || matmul_axes(ta, tb, contract_of(at), &in[0].shape,
+                               &in[1].shape, &x) != SL_OK)
     return 0;
-  int na = in[0].shape.ndim, n = 0;
-  /* Rows: every axis of a but k; with trans_a, a's axis 1 is out's axis 0. */
-  for (int i = 0; i < na; i++) {
-    if (i == d.a_k) continue;
-    int o = ta ? 0 : i;
-    n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){S(i), B()}, 1,
-                          (sl_sbp[]){S(o)});
-  }
-  return column_and_partial_sigs(&d, na, sigs, n, max);
+  int n = 0;
+  for (int i = 0; i < x.rows; i++)
+    n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){S(x.a_row0 + i), B()}, 1,
+                          (sl_sbp[]){S(i)});
+  for (int j = 0; j < x.cols; j++)
+    n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){B(), S(x.b_col0 + j)}, 1,
+                          (sl_sbp[]){S(x.rows + j)});
+  for (int t = 0; t < x.c; t++)
+    n = sl__dense_sig_add(sigs, n, max, 2,
+                          (sl_sbp[]){S(x.a_k0 + t), S(x.b_k0 + t)}, 1,
+                          (sl_sbp[]){P()});
+  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){P(), B()}, 1,
+                        (sl_sbp[]){P()});
+  return sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){B(), P()}, 1,
+                           (sl_sbp[]){P()});
 }
 
-/* One sgemm over the whole shard: a's rows are contiguous whether it is
- * split on a leading axis or not, and its k axis is the innermost (or, with
- * trans_a, the outer one of a 2-d a). */
+/* One sgemm over the whole shard: every operand is its axes' product in
+ * row-major order, whichever axes are split. */
 static sl_status matmul_cpu(const sl__kernel_ctx *k) {
   bool ta = sl__attr_int(k->attrs, "trans_a", 0),
        tb = sl__attr_int(k->attrs, "trans_b", 0);
-  mm_dims d = {0};
-  SL_CHECK(matmul_dims(ta, tb, &k->in_meta[0].shape, &k->in_meta[1].shape, &d));
+  int64_t m, n, kk;
+  SL_CHECK(sl__matmul_dims(ta, tb, contract_of(k->attrs), &k->in_meta[0].shape,
+                           &k->in_meta[1].shape, &m, &n, &kk));
   float *c = k->out[0];
-  if (d.m == 0 || d.n == 0) return SL_OK;
-  if (d.k == 0) {
-    memset(c, 0, (size_t)(d.m * d.n) * sizeof *c);
+  if (m == 0 || n == 0) return SL_OK;
+  if (kk == 0) {
+    memset(c, 0, (size_t)(m * n) * sizeof *c);
     return SL_OK;
   }
   const float *ab[2];
   SL_CHECK(mm_operands(k, ab));
-  return sl__blas_sgemm(ta, tb, d.m, d.n, d.k, 1.0f, ab[0], ta ? d.m : d.k,
-                        ab[1], tb ? d.k : d.n, 0.0f, c, d.n);
+  return sl__blas_sgemm(ta, tb, m, n, kk, 1.0f, ab[0], ta ? m : kk, ab[1],
+                        tb ? kk : n, 0.0f, c, n);
 }
 
 const sl__op_def sl__op_matmul = {
@@ -211,6 +233,35 @@ const sl__op_def sl__op_matmul = {
 };
 
 /* ---- batch_matmul ------------------------------------------------------- */
+
+/* a's k extent (d->k, read at d->a_k) must equal b's at d->b_k. */
+static sl_status check_contraction(bool ta, bool tb, const sl_shape *as,
+                                   const sl_shape *bs, const mm_dims *d) {
+  char sa[96], sb[96];
+  if (bs->dims[d->b_k] == d->k) return SL_OK;
+  return sl__fail(SL_EINVAL,
+                  "a %s%s and b %s%s: contraction extents differ (%lld vs "
+                  "%lld)",
+                  SL__DENSE_SHAPE_STR(sa, as), ta ? " (transposed)" : "",
+                  SL__DENSE_SHAPE_STR(sb, bs), tb ? " (transposed)" : "",
+                  (long long)d->k, (long long)bs->dims[d->b_k]);
+}
+
+/* b split by columns gives out split by its last axis; a and b split along
+ * k give partial sums; a partial operand times a broadcast one stays
+ * partial. */
+static int column_and_partial_sigs(const mm_dims *d, int na, sl__sbp_sig *sigs,
+                                   int n, int max) {
+  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){B(), S(d->b_n)}, 1,
+                        (sl_sbp[]){S(na - 1)});
+  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){S(d->a_k), S(d->b_k)}, 1,
+                        (sl_sbp[]){P()});
+  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){P(), B()}, 1,
+                        (sl_sbp[]){P()});
+  n = sl__dense_sig_add(sigs, n, max, 2, (sl_sbp[]){B(), P()}, 1,
+                        (sl_sbp[]){P()});
+  return n;
+}
 
 static sl_status bmm_dims(bool ta, bool tb, const sl_shape *as,
                           const sl_shape *bs, mm_dims *d) {

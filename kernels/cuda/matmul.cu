@@ -60,32 +60,11 @@ sl_status handle_for(cudaStream_t cs, cublasHandle_t *out) {
   return SL_OK;
 }
 
-// ---- shapes (matmul.c's mm_dims) --------------------------------------------
+// ---- shapes (matmul's: sl__matmul_dims; batch_matmul's as in matmul.c) ----
 
 struct mm_dims {
   int64_t batch, m, n, k;
 };
-
-sl_status matmul_dims(bool ta, bool tb, const sl_shape *as, const sl_shape *bs,
-                      mm_dims *d) {
-  int na = as->ndim;
-  if (na < 2 || bs->ndim != 2 || (ta && na != 2))
-    return sl__fail(SL_EINVAL, "matmul: a %s and b %s do not fit",
-                    sl__shape_text(as).s, sl__shape_text(bs).s);
-  int a_k = ta ? 0 : na - 1;
-  d->k = as->dims[a_k];
-  d->n = bs->dims[tb ? 0 : 1];
-  d->m = 1;
-  for (int i = 0; i < na; i++)
-    if (i != a_k) d->m *= as->dims[i];
-  d->batch = 1;
-  if (bs->dims[tb ? 1 : 0] != d->k)
-    return sl__fail(SL_EINVAL,
-                    "matmul: contraction extents differ (%lld vs "
-                    "%lld)",
-                    (long long)d->k, (long long)bs->dims[tb ? 1 : 0]);
-  return SL_OK;
-}
 
 sl_status bmm_dims(bool ta, bool tb, const sl_shape *as, const sl_shape *bs,
                    mm_dims *d) {
@@ -216,7 +195,10 @@ sl_status matmul_run(const sl__kernel_ctx *k, sl__stream *s) {
   bool ta = sl__attr_int(k->attrs, "trans_a", 0),
        tb = sl__attr_int(k->attrs, "trans_b", 0);
   mm_dims d;
-  SL_CHECK(matmul_dims(ta, tb, &k->in_meta[0].shape, &k->in_meta[1].shape, &d));
+  d.batch = 1;
+  SL_CHECK(sl__matmul_dims(ta, tb, sl__attr_int(k->attrs, "contract", 1),
+                           &k->in_meta[0].shape, &k->in_meta[1].shape, &d.m,
+                           &d.n, &d.k));
   return gemm(k, ta, tb, d, s, "matmul");
 }
 

@@ -206,6 +206,15 @@ static sl_tensor m_tn(sl_graph *g, const sl_tensor *x) {
 static sl_tensor m_tt(sl_graph *g, const sl_tensor *x) {
   return sl_matmul(x[0], x[1], true, true);
 }
+static sl_tensor dot2(sl_graph *g, const sl_tensor *x) {
+  return sl_tensordot(x[0], x[1], 2);
+}
+static sl_tensor m2_tt(sl_graph *g, const sl_tensor *x) {
+  return sl__g_matmul(x[0], x[1], true, true, 2);
+}
+static sl_tensor m2_tn(sl_graph *g, const sl_tensor *x) {
+  return sl__g_matmul(x[0], x[1], true, false, 2);
+}
 static sl_tensor bm_nn(sl_graph *g, const sl_tensor *x) {
   return sl_batch_matmul(x[0], x[1], false, false);
 }
@@ -227,6 +236,13 @@ static void test_matmul(void **state) {
   CHECK("matmul trans_a trans_b", m_tt, F32(3, 5), F32(7, 3));
   CHECK("matmul leading dims", m_nn, F32(2, 5, 3), F32(3, 4));
   CHECK("matmul leading dims trans_b", m_nt, F32(2, 3, 3), F32(4, 3));
+  /* several column and contraction axes, every flag */
+  CHECK("matmul column axes", m_nn, F32(2, 3, 4), F32(4, 2, 3));
+  CHECK("matmul column axes trans_b", m_nt, F32(5, 3), F32(2, 4, 3));
+  CHECK("matmul row axes trans_a", m_tn, F32(3, 2, 5), F32(3, 4));
+  CHECK("tensordot 2 axes", dot2, F32(2, 3, 4, 5), F32(4, 5, 3));
+  CHECK("matmul 2 axes trans_a trans_b", m2_tt, F32(4, 5, 3), F32(2, 4, 5));
+  CHECK("matmul 2 axes trans_a", m2_tn, F32(4, 5, 2, 3), F32(4, 5, 3));
   CHECK("batch_matmul", bm_nn, F32(2, 5, 3), F32(2, 3, 4));
   CHECK("batch_matmul trans_b", bm_nt, F32(3, 5, 3), F32(3, 4, 3));
   CHECK("batch_matmul trans_a", bm_tn, F32(2, 3, 5), F32(2, 3, 4));

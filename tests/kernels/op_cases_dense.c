@@ -36,15 +36,25 @@ static sl_dtype mm_dtype(sl_rng *r) {
 
 /* ---- matmul ------------------------------------------------------------ */
 
+/* 1-2 contraction axes (absent attribute: 1), 1-3 row and 1-2 column
+ * axes, every flag: a [rows..., k...] or [k..., rows...], b [k...,
+ * cols...] or [cols..., k...]. */
 static sl_status c_matmul(sl_rng *r, sl__attrs *at, int *n_in,
                           sl_host_tensor **in) {
-  sl_shape a = rshape(r, 2, 4);
-  int ta = a.ndim == 2 ? below(r, 2) : 0, tb = below(r, 2);
-  int64_t k = a.dims[ta ? 0 : a.ndim - 1];
-  int64_t n = (int64_t)below(r, 6);
-  sl_shape b = oph_shape(2, tb ? (int64_t[]){n, k} : (int64_t[]){k, n});
+  int c = 1 + below(r, 2), ta = below(r, 2), tb = below(r, 2);
+  sl_shape rows = rshape(r, 1, 3), cols = rshape(r, 1, 2), ks = rshape(r, c, c);
+  sl_shape a = {0}, b = {0};
+  for (int pass = 0; pass < 2; pass++) {
+    const sl_shape *pa = (pass == 0) == (ta != 0) ? &ks : &rows;
+    const sl_shape *pb = (pass == 0) == (tb == 0) ? &ks : &cols;
+    for (int i = 0; i < pa->ndim; i++)
+      a.dims[a.ndim++] = pa->dims[i];
+    for (int j = 0; j < pb->ndim; j++)
+      b.dims[b.ndim++] = pb->dims[j];
+  }
   SL_CHECK(sl__attrs_set_int(at, "trans_a", ta));
   SL_CHECK(sl__attrs_set_int(at, "trans_b", tb));
+  if (c != 1) SL_CHECK(sl__attrs_set_int(at, "contract", c));
   in[0] = oph_random(r, mm_dtype(r), &a, -2, 2);
   in[1] = oph_random(r, mm_dtype(r), &b, -2, 2);
   *n_in = 2;

@@ -1,6 +1,7 @@
 /* matmul and batch_matmul: every transpose combination, leading dims,
- * non-divisible and empty extents against a double-precision reference;
- * the declared signatures; every bad-input error. */
+ * several row, column and contraction axes, non-divisible and empty
+ * extents against a double-precision reference; the declared signatures;
+ * every bad-input error. */
 #include <float.h>
 
 #include "test_ops_dense.h"
@@ -88,6 +89,56 @@ static void matmul_case(sl_rng *r, int ta, int tb, int nlead, int64_t m,
   dt_free(1, out);
 }
 
+/* A matmul with `contract` contraction axes: rows, cols and ks give the
+ * extents of a's rows, b's columns and the contraction axes (nr, nc, c of
+ * them), stored as the flags say. Against the flattened product. */
+static void matmul_nd_case(sl_rng *r, int ta, int tb, int nr,
+                           const int64_t *rows, int nc, const int64_t *cols,
+                           int c, const int64_t *ks) {
+  int64_t ad[8], bd[8], m = 1, n = 1, k = 1;
+  int na = 0, nb = 0;
+  for (int i = 0; i < nr; i++)
+    m *= rows[i];
+  for (int j = 0; j < nc; j++)
+    n *= cols[j];
+  for (int t = 0; t < c; t++)
+    k *= ks[t];
+  for (int pass = 0; pass < 2; pass++) { /* a: rows then ks, or ks then rows */
+    bool ks_now = (pass == 0) == (ta != 0);
+    for (int i = 0; i < (ks_now ? c : nr); i++)
+      ad[na++] = ks_now ? ks[i] : rows[i];
+  }
+  for (int pass = 0; pass < 2; pass++) { /* b: ks then cols, or cols then ks */
+    bool ks_now = (pass == 0) == (tb == 0);
+    for (int j = 0; j < (ks_now ? c : nc); j++)
+      bd[nb++] = ks_now ? ks[j] : cols[j];
+  }
+  sl_shape as = dt_shape(na, ad), bs = dt_shape(nb, bd);
+  sl_host_tensor *in[2] = {dt_rand(r, &as, -1, 1), dt_rand(r, &bs, -1, 1)};
+  sl__attrs at = flags(ta, tb);
+  assert_int_equal(sl__attrs_set_int(&at, "contract", c), SL_OK);
+  sl_host_tensor *out[1];
+  dt_run_ok("matmul", &at, 2, in, 0, out);
+  const sl_shape *os = sl_host_tensor_shape(out[0]);
+  assert_int_equal(os->ndim, nr + nc);
+  for (int i = 0; i < nr; i++)
+    assert_int_equal(os->dims[i], rows[i]);
+  for (int j = 0; j < nc; j++)
+    assert_int_equal(os->dims[nr + j], cols[j]);
+  size_t cnt = (size_t)(m * n) + 1;
+  double *want = malloc(cnt * sizeof *want),
+         *bound = malloc(cnt * sizeof *bound);
+  ref_products(ta, tb, 1, m, n, k, dt_f(in[0]), dt_f(in[1]), 0, want, bound);
+  char what[96];
+  snprintf(what, sizeof what, "matmul ta=%d tb=%d contract=%d m=%lld n=%lld",
+           ta, tb, c, (long long)m, (long long)n);
+  check_bounded(what, dt_f(out[0]), want, bound, m * n);
+  free(want);
+  free(bound);
+  dt_free(2, in);
+  dt_free(1, out);
+}
+
 static void test_matmul_values(void **state) {
   sl_rng r = {g_seed};
   for (int ta = 0; ta < 2; ta++)
@@ -106,6 +157,22 @@ static void test_matmul_values(void **state) {
   /* Big enough for OpenBLAS's blocked paths. */
   matmul_case(&r, 0, 1, 0, 130, 257, 300);
   matmul_case(&r, 1, 0, 0, 257, 130, 300);
+  /* Several row, column and contraction axes, every flag: attention's
+   * [B,S,D] x [D,H,hd] and [B,S,H,hd] x [H,hd,D], and their gradients'
+   * forms; with an empty axis too. */
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      matmul_nd_case(&r, ta, tb, 2, (int64_t[]){3, 5}, 2, (int64_t[]){4, 2}, 1,
+                     (int64_t[]){6});
+      matmul_nd_case(&r, ta, tb, 2, (int64_t[]){3, 5}, 1, (int64_t[]){6}, 2,
+                     (int64_t[]){4, 2});
+      matmul_nd_case(&r, ta, tb, 1, (int64_t[]){7}, 1, (int64_t[]){3}, 3,
+                     (int64_t[]){2, 3, 5});
+      matmul_nd_case(&r, ta, tb, 1, (int64_t[]){7}, 2, (int64_t[]){0, 3}, 2,
+                     (int64_t[]){2, 3});
+      matmul_nd_case(&r, ta, tb, 2, (int64_t[]){2, 3}, 1, (int64_t[]){4}, 2,
+                     (int64_t[]){0, 5});
+    }
 }
 
 static void bmm_case(sl_rng *r, int ta, int tb, int nbatch, int64_t m,
@@ -262,6 +329,10 @@ static void test_signatures(void **state) {
   expect_sigs("matmul", 0, 1, 3, (int64_t[]){2, 5, 7}, 2, (int64_t[]){3, 7},
               "S(0),B->S(0) S(1),B->S(1) B,S(0)->S(2) S(2),S(1)->P P,B->P "
               "B,P->P");
+  /* b [7, 3, 4]: two column axes */
+  expect_sigs("matmul", 0, 0, 3, (int64_t[]){2, 5, 7}, 3, (int64_t[]){7, 3, 4},
+              "S(0),B->S(0) S(1),B->S(1) B,S(1)->S(2) B,S(2)->S(3) "
+              "S(2),S(0)->P P,B->P B,P->P");
   expect_sigs("batch_matmul", 0, 0, 4, (int64_t[]){2, 3, 5, 7}, 4,
               (int64_t[]){2, 3, 7, 4},
               "S(0),S(0)->S(0) S(1),S(1)->S(1) S(2),B->S(2) B,S(3)->S(3) "
@@ -288,10 +359,14 @@ static void test_errors(void **state) {
   const sl_dtype f = SL_DTYPE_F32;
   expect_error("matmul", 0, 0, f, 1, (int64_t[]){5}, f, 2, (int64_t[]){5, 3},
                "a [5]: want at least 2 dims");
+  expect_error("matmul", 0, 0, f, 2, (int64_t[]){4, 5}, f, 1, (int64_t[]){5},
+               "b [5]: want at least 2 dims");
   expect_error("matmul", 0, 0, f, 2, (int64_t[]){4, 5}, f, 3,
-               (int64_t[]){1, 5, 3}, "b [1,5,3]: want 2 dims");
+               (int64_t[]){1, 5, 3},
+               "contraction extents differ (5 vs 1; b's first axis is "
+               "contracted, batch_matmul multiplies batches)");
   expect_error("matmul", 1, 0, f, 3, (int64_t[]){2, 4, 5}, f, 2,
-               (int64_t[]){4, 3}, "trans_a needs a 2-d a");
+               (int64_t[]){4, 3}, "contraction extents differ (2 vs 4)");
   expect_error("matmul", 0, 0, f, 2, (int64_t[]){4, 5}, f, 2, (int64_t[]){6, 3},
                "contraction extents differ (5 vs 6)");
   expect_error("matmul", 0, 1, f, 2, (int64_t[]){4, 5}, f, 2, (int64_t[]){5, 3},
@@ -316,6 +391,18 @@ static void test_errors(void **state) {
   sl__attrs at = flags(0, 0);
   dt_expect_infer_error("matmul", &at, 1, one, "1 inputs, want 2");
   dt_free(1, one);
+  /* contract: 1 to the axes both operands can spare */
+  sl_shape as = dt_shape(2, (int64_t[]){4, 5}),
+           bs = dt_shape(2, (int64_t[]){5, 3});
+  sl_host_tensor *in[2] = {dt_new(f, &as), dt_new(f, &bs)};
+  for (int c = 0; c <= 2; c += 2) {
+    sl__attrs at = flags(0, 0);
+    assert_int_equal(sl__attrs_set_int(&at, "contract", c), SL_OK);
+    char want[96];
+    snprintf(want, sizeof want, "contract %d wants 1 to 1 axes", c);
+    dt_expect_infer_error("matmul", &at, 2, in, want);
+  }
+  dt_free(2, in);
 }
 
 int main(void) {
