@@ -396,11 +396,11 @@ static void test_errors(void **state) {
            bs = dt_shape(2, (int64_t[]){5, 3});
   sl_host_tensor *in[2] = {dt_new(f, &as), dt_new(f, &bs)};
   for (int c = 0; c <= 2; c += 2) {
-    sl__attrs at = flags(0, 0);
-    assert_int_equal(sl__attrs_set_int(&at, "contract", c), SL_OK);
+    sl__attrs ca = flags(0, 0);
+    assert_int_equal(sl__attrs_set_int(&ca, "contract", c), SL_OK);
     char want[96];
     snprintf(want, sizeof want, "contract %d wants 1 to 1 axes", c);
-    dt_expect_infer_error("matmul", &at, 2, in, want);
+    dt_expect_infer_error("matmul", &ca, 2, in, want);
   }
   dt_free(2, in);
 }
