@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Installs the build into a scratch prefix, then builds a consumer with
-# find_package(sluice) (shared and static) and with pkg-config, and runs them.
+# Installs the build into a scratch prefix, then builds the consumer (a
+# small training program, consumer/main.c) every way the install offers:
+# find_package(sluice) with sluice::sluice_shared and sluice::sluice_static,
+# and pkg-config with sluice (shared) and sluice-static (the archive). Each
+# must run and print the same two lines; the static ones must not need
+# libsluice.so.
 set -euo pipefail
 build_dir=$1 src_dir=$2
 tmp=$(mktemp -d)
@@ -9,13 +13,31 @@ cmake --install "$build_dir" --prefix "$tmp/prefix" >/dev/null
 cmake -S "$src_dir/tests/install/consumer" -B "$tmp/b" -G Ninja \
   -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/b" >/dev/null
-want='cpu:0-3[2,2]'
-got=$(LD_LIBRARY_PATH="$tmp/prefix/lib" "$tmp/b/consumer_shared")
-[ "$got" = "$want" ] || { echo "shared consumer printed '$got'"; exit 1; }
-got=$("$tmp/b/consumer_static")
-[ "$got" = "$want" ] || { echo "static consumer printed '$got'"; exit 1; }
 export PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig"
-cc "$src_dir/tests/install/consumer/main.c" -o "$tmp/pc" $(pkg-config --cflags --libs sluice)
-got=$(LD_LIBRARY_PATH="$tmp/prefix/lib" "$tmp/pc")
-[ "$got" = "$want" ] || { echo "pkg-config consumer printed '$got'"; exit 1; }
-echo "install: find_package (shared, static) and pkg-config consumers work"
+main="$src_dir/tests/install/consumer/main.c"
+cc "$main" -o "$tmp/pc_shared" $(pkg-config --cflags --libs sluice)
+cc "$main" -o "$tmp/pc_static" $(pkg-config --cflags --libs sluice-static)
+
+run() { # name binary
+  local out
+  out=$(LD_LIBRARY_PATH="$tmp/prefix/lib" "$2") || {
+    echo "$1 consumer failed: $out"; exit 1; }
+  [ "$(head -n1 <<<"$out")" = 'cpu:0-3[2,2]' ] || {
+    echo "$1 consumer printed '$out'"; exit 1; }
+  echo "$out"
+}
+want=$(run "find_package shared" "$tmp/b/consumer_shared")
+for c in "find_package static:$tmp/b/consumer_static" \
+         "pkg-config sluice:$tmp/pc_shared" \
+         "pkg-config sluice-static:$tmp/pc_static"; do
+  got=$(run "${c%%:*}" "${c#*:}")
+  [ "$got" = "$want" ] || {
+    echo "${c%%:*} consumer printed '$got', want '$want'"; exit 1; }
+done
+for b in "$tmp/b/consumer_static" "$tmp/pc_static"; do
+  if readelf -d "$b" | grep -q 'NEEDED.*libsluice'; then
+    echo "$b needs libsluice.so: it was to link the archive"; exit 1
+  fi
+done
+echo "install: find_package (shared, static) and pkg-config (sluice,"
+echo "  sluice-static) consumers train alike: $(tail -n1 <<<"$want")"
