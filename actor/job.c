@@ -189,7 +189,10 @@ void sl__job_abort_firing(sl_job *job, sl_status st, sl_actor_id who,
  * ------------------------------------------------------------------ */
 
 static sl_status resolve_config(sl_job *job, const sl_job_config *cfg) {
-  job->cfg = cfg ? *cfg : (sl_job_config){0};
+  job->cfg = sl_job_config_default();
+  if (cfg)
+    SL_CHECK(sl__config_copy(&job->cfg, sizeof job->cfg, cfg, "sl_job_config",
+                             "SL_JOB_CONFIG"));
   sl_job_config *c = &job->cfg;
   if (c->node >= SL_ACTOR_MAX_NODES)
     return sl__fail(SL_EINVAL, "job: node %u out of range", c->node);

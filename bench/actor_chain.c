@@ -59,7 +59,7 @@ typedef struct result {
 } result;
 
 static result run_once(sl_plan *p, sl_queue_kind q) {
-  sl_job_config cfg = {.queue = q};
+  sl_job_config cfg = SL_JOB_CONFIG(.queue = q);
   sl_job *job;
   result r = {0};
   if (sl_job_create(p, &cfg, &job) != SL_OK) {

@@ -118,7 +118,7 @@ static result run_once(int64_t pieces, int32_t count, bool async) {
     pthread_create(&dev[s].thread, NULL, device_main, &dev[s]);
   }
   sl_job *job;
-  sl_job_config cfg = {.hang_timeout_ms = -1};
+  sl_job_config cfg = SL_JOB_CONFIG(.hang_timeout_ms = -1);
   if (sl_job_create(p, &cfg, &job) != SL_OK) {
     fprintf(stderr, "job: %s\n", sl_last_error());
     exit(1);

@@ -45,8 +45,9 @@ static void die(const char *what) {
 static double run(sl__dp_endpoint **eps, sl_plan *p) {
   sl_job *jobs[2];
   for (uint32_t i = 0; i < 2; i++) {
-    sl_job_config cfg = {.node = i,
-                         .transport = sl__dp_endpoint_transport(eps[i])};
+    sl_job_config cfg =
+        SL_JOB_CONFIG(.node = i,
+                      .transport = sl__dp_endpoint_transport(eps[i]));
     if (sl_job_create(p, &cfg, &jobs[i]) != SL_OK) die("job");
     if (sl__dp_endpoint_attach(eps[i], jobs[i]) != SL_OK) die("attach");
   }

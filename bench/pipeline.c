@@ -114,7 +114,7 @@ static bool run_row(const row_cfg *c, double *measured, sl_simulation *sim) {
   }
   ok = ok && sl_session_finish(s) == SL_OK;
   if (ok) *measured = bench_median(t, STEPS);
-  sl_sim_config sc = {0};
+  sl_sim_config sc = sl_sim_config_default();
   sc.costs = trace;
   ok = ok && sl_session_simulate(s, &sc, sim, NULL) == SL_OK;
   if (!ok)

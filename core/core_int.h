@@ -21,6 +21,15 @@
  * failures read `return sl__fail(SL_EINVAL, "shape '%s': ...", s);`. */
 sl_status sl__fail(sl_status st, const char *fmt, ...) SL__PRINTF(2, 3);
 
+/* Reads a caller's config struct (type `type`, first member `size_t size`)
+ * into dst, this library's struct of `want` bytes: the fields the caller's
+ * size covers, zero (each field's default) after them, so a struct built
+ * against an older, smaller header still works. SL_EINVAL naming the type
+ * (and `macro`, its initialiser) when the size is 0 (never initialised) or
+ * larger than this library's (a newer header). core/config.c. */
+sl_status sl__config_copy(void *dst, size_t want, const void *src,
+                          const char *type, const char *macro);
+
 /* Prefixes the thread's current error message with context ("op 'mm': ").
  * Returns st unchanged. */
 sl_status sl__fail_context(sl_status st, const char *fmt, ...) SL__PRINTF(2, 3);

@@ -514,7 +514,7 @@ out:
 
 sl_status sl__pplan_simulate(const sl__pplan *p, const sl_sim_config *cfg,
                              sl_simulation *res, FILE *report) {
-  sl_sim_config c = cfg ? *cfg : (sl_sim_config){0};
+  sl_sim_config c = cfg ? *cfg : sl_sim_config_default();
   if (!(c.gflops > 0)) c.gflops = MODEL_GFLOPS;
   if (!(c.copy_gbps > 0)) c.copy_gbps = MODEL_GBPS;
   memset(res, 0, sizeof *res);

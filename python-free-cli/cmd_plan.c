@@ -73,7 +73,7 @@ int sl_cli_plan(int argc, char **argv) {
   sl_plan_format fmt = SL_PLAN_TEXT;
   int node = -1;
   bool sim = false;
-  sl_sim_config sc = {0};
+  sl_sim_config sc = sl_sim_config_default();
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--dot") == 0) {

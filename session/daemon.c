@@ -281,8 +281,7 @@ static sl_status job_prepare(djob *j, const uint8_t *blob, size_t len) {
   int64_t hang_ms = 0;
   SL_CHECK(job_build(j, blob, len, &hang_ms));
   sl_session *s = j->s;
-  sl_job_config jc;
-  memset(&jc, 0, sizeof jc);
+  sl_job_config jc = sl_job_config_default();
   jc.node = s->self_node;
   jc.hang_timeout_ms = hang_ms;
   jc.trace_path = "";

@@ -319,8 +319,7 @@ sl_status sl__remote_start(sl_session *s) {
   /* The table of now: every daemon has taken the job (one restarted since
    * this program joined has a new address). */
   SL_CHECK_GOTO(sl__daemon_set_peers(rm->cp, rm->ep), st, out);
-  sl_job_config jc;
-  memset(&jc, 0, sizeof jc);
+  sl_job_config jc = sl_job_config_default();
   jc.node = s->self_node;
   jc.hang_timeout_ms = s->cfg.hang_timeout_ms;
   /* This share's trace goes to "<stem>.node<nnodes><ext>" first;

@@ -58,6 +58,10 @@ sl_status sl_plan_file_convert_node(const char *pb_path, sl_plan_format format,
 
 static sl_status simulate(const sl__pplan *pp, const sl_sim_config *cfg,
                           sl_simulation *out, const char *report_path) {
+  sl_sim_config c = sl_sim_config_default();
+  if (cfg)
+    SL_CHECK(
+        sl__config_copy(&c, sizeof c, cfg, "sl_sim_config", "SL_SIM_CONFIG"));
   FILE *f = NULL;
   if (report_path) {
     f = strcmp(report_path, "-") == 0 ? stdout : fopen(report_path, "w");
@@ -65,7 +69,7 @@ static sl_status simulate(const sl__pplan *pp, const sl_sim_config *cfg,
       return sl__fail(SL_EIO, "simulate: '%s': %s", report_path,
                       strerror(errno));
   }
-  sl_status st = sl__pplan_simulate(pp, cfg, out, f);
+  sl_status st = sl__pplan_simulate(pp, &c, out, f);
   if (f && f != stdout && fclose(f) != 0 && st == SL_OK)
     st = sl__fail(SL_EIO, "simulate: writing '%s' failed", report_path);
   if (f == stdout) fflush(stdout);
@@ -122,8 +126,7 @@ static sl_status check_devices(const sl_session *s) {
 void sl_session_destroy(sl_session *s);
 
 sl_status sl__session_start_job(sl_session *s) {
-  sl_job_config jc;
-  memset(&jc, 0, sizeof jc);
+  sl_job_config jc = sl_job_config_default();
   jc.node = 0;
   jc.hang_timeout_ms = s->cfg.hang_timeout_ms;
   jc.trace_path = s->trace_path ? s->trace_path : "";
@@ -138,7 +141,10 @@ sl_status sl_session_create(sl_graph *g, const sl_session_config *cfg,
                             sl_session **out) {
   if (out) *out = NULL;
   if (!g || !out) return sl__fail(SL_EINVAL, "session: NULL argument");
-  sl_session_config c = cfg ? *cfg : sl_session_config_default();
+  sl_session_config c = sl_session_config_default();
+  if (cfg)
+    SL_CHECK(sl__config_copy(&c, sizeof c, cfg, "sl_session_config",
+                             "SL_SESSION_CONFIG"));
   if (c.kind != SL_SESSION_LOCAL && c.kind != SL_SESSION_REMOTE)
     return sl__fail(SL_EINVAL, "session: unknown kind %d", (int)c.kind);
   SL_CHECK(sl__graph_compile(g));

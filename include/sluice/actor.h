@@ -362,7 +362,10 @@ typedef enum sl_queue_kind {
   SL_QUEUE_LOCKFREE = 2,
 } sl_queue_kind;
 
+/* Sized like sl_session_config: SL_JOB_CONFIG(.field = value, ...) or
+ * sl_job_config_default(); zero fields take their defaults. */
 typedef struct sl_job_config {
+  size_t size;                 /* sizeof(sl_job_config) */
   uint32_t node;               /* which node of the plan this job runs */
   uint32_t streams_per_device; /* 0: SL_STREAMS_DEFAULT */
   sl_queue_kind queue;
@@ -385,6 +388,12 @@ typedef struct sl_job_config {
    * trace stream names. NULL: "device <id>" ("dev<id>" in traces). */
   void (*device_name)(uint32_t device, char *buf, size_t n);
 } sl_job_config;
+
+#define SL_JOB_CONFIG(...)                                                     \
+  ((sl_job_config){.size = sizeof(sl_job_config), __VA_ARGS__})
+static inline sl_job_config sl_job_config_default(void) {
+  return SL_JOB_CONFIG(.node = 0);
+}
 
 /* Loads the node's share of a plan: checks the plan, allocates every
  * register (and calls variables' init), creates the stream threads, which

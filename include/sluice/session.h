@@ -33,7 +33,12 @@ typedef enum sl_session_kind {
   SL_SESSION_REMOTE = 1,
 } sl_session_kind;
 
+/* Sized: `size` is sizeof(sl_session_config) of the header the program was
+ * built with, so a newer library reads an older program's struct (the
+ * fields it lacks take their defaults). Initialise with
+ * sl_session_config_default() or SL_SESSION_CONFIG(.field = value, ...). */
 typedef struct sl_session_config {
+  size_t size;
   sl_session_kind kind;
   /* Chrome trace of every firing, written when the session is finished or
    * destroyed. NULL: SLUICE_TRACE (unset or "": no trace). */
@@ -57,10 +62,11 @@ typedef struct sl_session_config {
   const char *token;
 } sl_session_config;
 
-/* The defaults (all zero). */
+/* The defaults (every field zero) with the size set. */
+#define SL_SESSION_CONFIG(...)                                                 \
+  ((sl_session_config){.size = sizeof(sl_session_config), __VA_ARGS__})
 static inline sl_session_config sl_session_config_default(void) {
-  sl_session_config c = {SL_SESSION_LOCAL, NULL, NULL, 0, 0, NULL, NULL};
-  return c;
+  return SL_SESSION_CONFIG(.kind = SL_SESSION_LOCAL);
 }
 
 /* Compiles g (SBP inference, boxing), lowers it, builds one actor per task
@@ -299,8 +305,11 @@ SL_API sl_status sl_plan_file_convert_node(const char *pb_path,
 /* ---- simulation (docs/pipeline.md) ----------------------------------------
  */
 
-/* Costs for simulating a step. Zero fields take the model's defaults. */
+/* Costs for simulating a step. Zero fields take the model's defaults.
+ * Sized like sl_session_config: SL_SIM_CONFIG(.field = value, ...) or
+ * sl_sim_config_default(). */
 typedef struct sl_sim_config {
+  size_t size;       /* sizeof(sl_sim_config) */
   double gflops;     /* a device's matmul rate (default 50 GFLOP/s) */
   double copy_gbps;  /* other kernels and copies move bytes at this
                         rate (default 10 GB/s) */
@@ -311,6 +320,12 @@ typedef struct sl_sim_config {
                         starting on another stream (a thread's wake-up);
                         0: measured from `costs` when given, else none */
 } sl_sim_config;
+
+#define SL_SIM_CONFIG(...)                                                     \
+  ((sl_sim_config){.size = sizeof(sl_sim_config), __VA_ARGS__})
+static inline sl_sim_config sl_sim_config_default(void) {
+  return SL_SIM_CONFIG(.gflops = 0);
+}
 
 typedef struct sl_simulation {
   double step_us;         /* predicted time of one step */

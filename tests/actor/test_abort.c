@@ -229,7 +229,8 @@ static void test_error_on_other_node(void **state) {
   assert_int_equal(sl_loopback_create(2, &lb), SL_OK);
   sl_job *jobs[2];
   for (uint32_t n = 0; n < 2; n++) {
-    sl_job_config cfg = {.node = n, .transport = sl_loopback_transport(lb)};
+    sl_job_config cfg =
+        SL_JOB_CONFIG(.node = n, .transport = sl_loopback_transport(lb));
     assert_int_equal(sl_job_create(p, &cfg, &jobs[n]), SL_OK);
     assert_int_equal(sl_loopback_attach(lb, n, jobs[n]), SL_OK);
   }

@@ -43,7 +43,7 @@ static void expect_in(const char *text, const char *needle) {
 
 static void test_hang_report(void **state) {
   sl_plan *p = hang_plan(0, 0);
-  sl_job_config cfg = {.hang_timeout_ms = 200};
+  sl_job_config cfg = SL_JOB_CONFIG(.hang_timeout_ms = 200);
   sl_job *job;
   sl_log_set_level(SL_LOG_OFF); /* the report is also logged */
   assert_int_equal(run_plan(p, &cfg, &job), SL_EHANG);
@@ -77,9 +77,8 @@ static void test_hang_across_nodes(void **state) {
   assert_int_equal(sl_loopback_create(2, &lb), SL_OK);
   sl_job *jobs[2];
   for (uint32_t n = 0; n < 2; n++) {
-    sl_job_config cfg = {.node = n,
-                         .hang_timeout_ms = 200,
-                         .transport = sl_loopback_transport(lb)};
+    sl_job_config cfg = SL_JOB_CONFIG(.node = n, .hang_timeout_ms = 200,
+                                      .transport = sl_loopback_transport(lb));
     assert_int_equal(sl_job_create(p, &cfg, &jobs[n]), SL_OK);
     assert_int_equal(sl_loopback_attach(lb, n, jobs[n]), SL_OK);
   }
@@ -149,9 +148,8 @@ static void run_slow(sl_act_fn slow, uint32_t slow_node) {
   assert_int_equal(sl_loopback_create(nodes, &lb), SL_OK);
   sl_job *jobs[2];
   for (uint32_t n = 0; n < nodes; n++) {
-    sl_job_config cfg = {.node = n,
-                         .hang_timeout_ms = 100,
-                         .transport = sl_loopback_transport(lb)};
+    sl_job_config cfg = SL_JOB_CONFIG(.node = n, .hang_timeout_ms = 100,
+                                      .transport = sl_loopback_transport(lb));
     assert_int_equal(sl_job_create(p, &cfg, &jobs[n]), SL_OK);
     assert_int_equal(sl_loopback_attach(lb, n, jobs[n]), SL_OK);
   }
@@ -202,8 +200,8 @@ static void test_no_quiescent_no_hang_across_nodes(void **state) {
   inner = sl_loopback_transport(lb);
   sl_job *jobs[2];
   for (uint32_t n = 0; n < 2; n++) {
-    sl_job_config cfg = {
-        .node = n, .hang_timeout_ms = 100, .transport = {&no_quiescent, NULL}};
+    sl_job_config cfg = SL_JOB_CONFIG(.node = n, .hang_timeout_ms = 100,
+                                      .transport = {&no_quiescent, NULL});
     assert_int_equal(sl_job_create(p, &cfg, &jobs[n]), SL_OK);
     assert_int_equal(sl_loopback_attach(lb, n, jobs[n]), SL_OK);
   }

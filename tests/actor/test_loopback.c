@@ -50,7 +50,8 @@ static void cluster_create_parts(cluster *c, sl_plan *const *plans, bool one,
   c->n = n;
   assert_int_equal(sl_loopback_create(n, &c->lb), SL_OK);
   for (uint32_t i = 0; i < n; i++) {
-    sl_job_config cfg = {.node = i, .transport = sl_loopback_transport(c->lb)};
+    sl_job_config cfg =
+        SL_JOB_CONFIG(.node = i, .transport = sl_loopback_transport(c->lb));
     if (sl_job_create(plans[one ? 0 : i], &cfg, &c->jobs[i]) != SL_OK)
       fail_msg("node %u: %s", i, sl_last_error());
     assert_int_equal(sl_loopback_attach(c->lb, i, c->jobs[i]), SL_OK);
@@ -332,7 +333,8 @@ static void test_unattached_node(void **state) {
              add_actor(p, "far", SL_ACTOR_SINK, 1, 0, 0, NULL, NULL, 0));
   sl_loopback *lb;
   assert_int_equal(sl_loopback_create(2, &lb), SL_OK);
-  sl_job_config cfg = {.node = 0, .transport = sl_loopback_transport(lb)};
+  sl_job_config cfg =
+      SL_JOB_CONFIG(.node = 0, .transport = sl_loopback_transport(lb));
   sl_job *job;
   assert_int_equal(sl_job_create(p, &cfg, &job), SL_OK);
   assert_int_equal(sl_loopback_attach(lb, 0, job), SL_OK);

@@ -229,8 +229,19 @@ static void test_stream_out_of_job_range(void **state) {
   sl_job *job;
   assert_int_equal(sl_job_create(p, NULL, &job), SL_EINVAL);
   assert_non_null(strstr(sl_last_error(), "'src': stream 6"));
-  sl_job_config cfg = {.streams_per_device = 8};
+  sl_job_config cfg = SL_JOB_CONFIG(.streams_per_device = 8);
   assert_int_equal(run_plan(p, &cfg, NULL), SL_OK);
+  /* A config without its size (never initialised) is refused, naming its
+   * initialiser; one from an older header is read up to its size, so
+   * here the streams it lacks take the default (4) and stream 6 is out of
+   * range again. */
+  cfg.size = 0;
+  assert_int_equal(sl_job_create(p, &cfg, &job), SL_EINVAL);
+  assert_non_null(strstr(sl_last_error(), "SL_JOB_CONFIG"));
+  cfg = SL_JOB_CONFIG(.streams_per_device = 8);
+  cfg.size = offsetof(sl_job_config, streams_per_device);
+  assert_int_equal(sl_job_create(p, &cfg, &job), SL_EINVAL);
+  assert_non_null(strstr(sl_last_error(), "'src': stream 6"));
   sl_plan_destroy(p);
 }
 

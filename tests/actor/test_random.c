@@ -529,12 +529,10 @@ static int run_case(uint64_t base, uint64_t seed, int index, bool verbose) {
   assert_int_equal(sl_loopback_create(rc->nodes, &lb), SL_OK);
   sl_job *jobs[4] = {0};
   for (uint32_t n = 0; n < rc->nodes; n++) {
-    sl_job_config cfg = {.node = n,
-                         .queue = qk,
-                         .spin = spin,
-                         .hang_timeout_ms =
-                             env_long("SLUICE_TEST_HANG_MS", 20000),
-                         .transport = sl_loopback_transport(lb)};
+    sl_job_config cfg =
+        SL_JOB_CONFIG(.node = n, .queue = qk, .spin = spin,
+                      .hang_timeout_ms = env_long("SLUICE_TEST_HANG_MS", 20000),
+                      .transport = sl_loopback_transport(lb));
     if (sl_job_create(rc->plan, &cfg, &jobs[n]) != SL_OK)
       fail_msg("case %d: create node %u: %s", index, n, sl_last_error());
     assert_int_equal(sl_loopback_attach(lb, n, jobs[n]), SL_OK);

@@ -118,7 +118,7 @@ static void test_chain_many_threads_both_queues(void **state) {
   for (size_t q = 0; q < SL_ARRAY_LEN(kinds); q++) {
     sink_state ss = {0};
     sl_plan *p = chain_plan(23, 500, 1 + (int32_t)q, place_spread, &ss);
-    sl_job_config cfg = {.queue = kinds[q]};
+    sl_job_config cfg = SL_JOB_CONFIG(.queue = kinds[q]);
     sl_job *job;
     assert_int_equal(run_plan(p, &cfg, &job), SL_OK);
     assert_int_equal(ss.next, 500);
@@ -524,7 +524,8 @@ static void test_register_metadata_and_memory(void **state) {
       add_actor(p, "meta", SL_ACTOR_SINK, 0, 1, 0, act_meta, &src, 0);
   connect_to(p, add_out(p, src, 3, 24), m);
   mem_count mc = {0};
-  sl_job_config cfg = {.memory = &counting_memory, .memory_ctx = &mc};
+  sl_job_config cfg =
+      SL_JOB_CONFIG(.memory = &counting_memory, .memory_ctx = &mc);
   sl_job *job;
   assert_int_equal(run_plan(p, &cfg, &job), SL_OK);
   assert_int_equal(mc.allocs, 1); /* all registers of a descriptor at load */
@@ -564,7 +565,7 @@ static void test_spin_backs_off(void **state) {
     sl_actor_id sink =
         add_actor(p, "sink", SL_ACTOR_SINK, 0, 1, 0, act_sink, &ss, 0);
     connect_to(p, add_out(p, src, 2, sizeof(int64_t)), sink);
-    sl_job_config cfg = {.spin = spin_off ? -1 : 0};
+    sl_job_config cfg = SL_JOB_CONFIG(.spin = spin_off ? -1 : 0);
     sl_job *job;
     assert_int_equal(run_plan(p, &cfg, &job), SL_OK);
     assert_int_equal(ss.next, 40);

@@ -89,7 +89,7 @@ static void test_trace_config_path(void **state) {
   assert_true(fd >= 0);
   close(fd);
   sl_plan *p = small_plan(25);
-  sl_job_config cfg = {.trace_path = path};
+  sl_job_config cfg = SL_JOB_CONFIG(.trace_path = path);
   assert_int_equal(run_plan(p, &cfg, NULL), SL_OK);
   check_trace(path, 25);
   unlink(path);
@@ -107,7 +107,8 @@ static void test_trace_device_names(void **state) {
   assert_true(fd >= 0);
   close(fd);
   sl_plan *p = small_plan(3);
-  sl_job_config cfg = {.trace_path = path, .device_name = gpu_name};
+  sl_job_config cfg =
+      SL_JOB_CONFIG(.trace_path = path, .device_name = gpu_name);
   assert_int_equal(run_plan(p, &cfg, NULL), SL_OK);
   char *t = slurp(path);
   assert_non_null(t);
@@ -149,9 +150,9 @@ static void test_trace_nodes_and_errors(void **state) {
   assert_int_equal(sl_loopback_create(2, &lb), SL_OK);
   sl_job *jobs[2];
   for (uint32_t n = 0; n < 2; n++) {
-    sl_job_config cfg = {.node = n,
-                         .trace_path = "/tmp/sluice_trace_nodes.json",
-                         .transport = sl_loopback_transport(lb)};
+    sl_job_config cfg =
+        SL_JOB_CONFIG(.node = n, .trace_path = "/tmp/sluice_trace_nodes.json",
+                      .transport = sl_loopback_transport(lb));
     assert_int_equal(sl_job_create(p, &cfg, &jobs[n]), SL_OK);
     assert_int_equal(sl_loopback_attach(lb, n, jobs[n]), SL_OK);
   }
@@ -178,7 +179,8 @@ static void test_trace_nodes_and_errors(void **state) {
 
   /* An unwritable path is an error of the job, with the path. */
   sl_plan *q = small_plan(3);
-  sl_job_config cfg = {.trace_path = "/nonexistent-dir/trace.json"};
+  sl_job_config cfg =
+      SL_JOB_CONFIG(.trace_path = "/nonexistent-dir/trace.json");
   assert_int_equal(run_plan(q, &cfg, NULL), SL_EIO);
   assert_non_null(strstr(sl_last_error(), "/nonexistent-dir/trace.json"));
   sl_plan_destroy(q);

@@ -223,6 +223,51 @@ static void test_idle_program_is_not_a_hang(void **state) {
   sl_graph_destroy(g);
 }
 
+/* Config structs carry their size: one from an older, smaller header is
+ * read up to its size (later fields take their defaults, whatever the
+ * bytes after it hold); size 0 (never initialised) or a larger size (a
+ * newer header) is refused naming the struct and its initialiser. The
+ * same for sl_sim_config and sl_job_config. */
+static void test_sized_configs(void **state) {
+  sl_graph *g = st_graph("cpu:0");
+  sl_shape a = SL_SHAPE(3);
+  sl_fetch(sl_relu(sl_input(g, "x", &a, SL_DTYPE_F32, NULL, NULL)), "r");
+  sl_session *s = NULL;
+  /* An older header without `master` and `token`: the bytes there are
+   * not read, so the session stays embedded and is created. */
+  sl_session_config old = sl_session_config_default();
+  old.size = offsetof(sl_session_config, master);
+  old.master = "no-such-host:1";
+  old.token = "t";
+  assert_int_equal(sl_session_create(g, &old, &s), SL_OK);
+  float x[3] = {-1, 0, 2}, r[3];
+  assert_int_equal(sl_session_feed(s, "x", x, sizeof x), SL_OK);
+  assert_int_equal(sl_session_run(s, 1), SL_OK);
+  assert_int_equal(sl_session_fetch(s, "r", r, sizeof r), SL_OK);
+  assert_true(r[0] == 0 && r[2] == 2);
+  sl_simulation sim;
+  sl_sim_config sc = sl_sim_config_default();
+  assert_int_equal(sl_session_simulate(s, &sc, &sim, NULL), SL_OK);
+  sc.size = 0;
+  assert_int_equal(sl_session_simulate(s, &sc, &sim, NULL), SL_EINVAL);
+  assert_non_null(strstr(sl_last_error(), "SL_SIM_CONFIG"));
+  assert_int_equal(sl_session_finish(s), SL_OK);
+  sl_session_destroy(s);
+  const size_t bad[] = {0, sizeof(sl_session_config) + 8};
+  for (size_t i = 0; i < SL_ARRAY_LEN(bad); i++) {
+    sl_session_config c = sl_session_config_default();
+    c.size = bad[i];
+    s = NULL;
+    assert_int_equal(sl_session_create(g, &c, &s), SL_EINVAL);
+    assert_null(s);
+    print_message("size %zu: %s\n", bad[i], sl_last_error());
+    assert_non_null(strstr(sl_last_error(), "sl_session_config"));
+    assert_non_null(
+        strstr(sl_last_error(), bad[i] ? "newer header" : "SL_SESSION_CONFIG"));
+  }
+  sl_graph_destroy(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_feed_fetch_errors),
@@ -230,6 +275,7 @@ int main(void) {
       cmocka_unit_test(test_kernel_failure_mid_run),
       cmocka_unit_test(test_degenerate_graphs),
       cmocka_unit_test(test_idle_program_is_not_a_hang),
+      cmocka_unit_test(test_sized_configs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -272,7 +272,7 @@ static void check_order(const pipe_cfg *c, const char *const *want) {
   assert_int_equal(sl_session_run(s, 1), SL_OK);
   assert_int_equal(sl_session_finish(s), SL_OK);
   /* The trace as the simulation's costs: every compute task measured. */
-  sl_sim_config sc = {0};
+  sl_sim_config sc = sl_sim_config_default();
   sc.costs = trace;
   sl_simulation r;
   if (sl_session_simulate(s, &sc, &r, NULL) != SL_OK)

@@ -101,9 +101,9 @@ static void cluster_up(cluster *c, uint32_t n, const sl__dp_config *cfgs) {
 
 static void cluster_load(cluster *c, sl_plan *p, int64_t hang_ms) {
   for (uint32_t i = 0; i < c->n; i++) {
-    sl_job_config cfg = {.node = i,
-                         .hang_timeout_ms = hang_ms,
-                         .transport = sl__dp_endpoint_transport(c->eps[i])};
+    sl_job_config cfg =
+        SL_JOB_CONFIG(.node = i, .hang_timeout_ms = hang_ms,
+                      .transport = sl__dp_endpoint_transport(c->eps[i]));
     if (sl_job_create(p, &cfg, &c->jobs[i]) != SL_OK)
       fail_msg("node %u: %s", i, sl_last_error());
     assert_int_equal(sl__dp_endpoint_attach(c->eps[i], c->jobs[i]), SL_OK);
@@ -481,10 +481,11 @@ static void peer_lost(bool after_a_job) {
   }
   switchable sw;
   atomic_init(&sw.ep, c.eps[1]);
-  sl_job_config cfg0 = {.node = 0,
-                        .transport = sl__dp_endpoint_transport(c.eps[0])};
-  sl_job_config cfg1 = {
-      .node = 1, .hang_timeout_ms = -1, .transport = {&sw_vtable, &sw}};
+  sl_job_config cfg0 =
+      SL_JOB_CONFIG(.node = 0,
+                    .transport = sl__dp_endpoint_transport(c.eps[0]));
+  sl_job_config cfg1 = SL_JOB_CONFIG(.node = 1, .hang_timeout_ms = -1,
+                                     .transport = {&sw_vtable, &sw});
   assert_int_equal(sl_job_create(p, &cfg0, &c.jobs[0]), SL_OK);
   assert_int_equal(sl_job_create(p, &cfg1, &c.jobs[1]), SL_OK);
   assert_int_equal(sl__dp_endpoint_attach(c.eps[0], c.jobs[0]), SL_OK);
@@ -614,7 +615,8 @@ static void test_bad_frame_fails_job(void **state) {
     connect_to(p, r, z);
     sl__dp_config cfg = dp_cfg(0, 2);
     sl__dp_endpoint *ep = dp_make(&cfg);
-    sl_job_config jc = {.node = 0, .transport = sl__dp_endpoint_transport(ep)};
+    sl_job_config jc =
+        SL_JOB_CONFIG(.node = 0, .transport = sl__dp_endpoint_transport(ep));
     sl_job *job;
     assert_int_equal(sl_job_create(p, &jc, &job), SL_OK);
     assert_int_equal(sl__dp_endpoint_attach(ep, job), SL_OK);

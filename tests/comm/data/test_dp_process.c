@@ -129,7 +129,8 @@ static int child_main(const char *mode, int fd_in, int fd_out) {
       !pipe_read(fd_in, &peer, sizeof peer, SOON_MS))
     return 3;
   sl_job *job = NULL;
-  sl_job_config jc = {.node = 1, .transport = sl__dp_endpoint_transport(ep)};
+  sl_job_config jc =
+      SL_JOB_CONFIG(.node = 1, .transport = sl__dp_endpoint_transport(ep));
   if (sl__dp_endpoint_set_peer(ep, 0, "127.0.0.1", peer) != SL_OK ||
       sl_job_create(p, &jc, &job) != SL_OK ||
       sl__dp_endpoint_attach(ep, job) != SL_OK)
@@ -211,7 +212,8 @@ static void start_both(node0 *n, child *c, const sl__dp_config *cfg) {
   assert_true(pipe_write(c->to, &port, sizeof port));
   assert_int_equal(sl__dp_endpoint_set_peer(n->ep, 1, "127.0.0.1", peer),
                    SL_OK);
-  sl_job_config jc = {.node = 0, .transport = sl__dp_endpoint_transport(n->ep)};
+  sl_job_config jc =
+      SL_JOB_CONFIG(.node = 0, .transport = sl__dp_endpoint_transport(n->ep));
   assert_int_equal(sl_job_create(n->plan, &jc, &n->job), SL_OK);
   assert_int_equal(sl__dp_endpoint_attach(n->ep, n->job), SL_OK);
   char r = 0;
