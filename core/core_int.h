@@ -53,17 +53,17 @@ void sl__assert_fail(const char *expr, const char *file, int line);
 
 /* ---- logging ----------------------------------------------------------- */
 
-void sl__log(sl_log_level level, const char *file, int line, const char *fmt,
-             ...) SL__PRINTF(4, 5);
+void sl__log(sl_logging_level level, const char *file, int line,
+             const char *fmt, ...) SL__PRINTF(4, 5);
 #define SL_LOG(level, ...)                                                     \
   do {                                                                         \
-    if ((level) >= sl_log_get_level())                                         \
+    if ((level) >= sl_logging_get_level())                                     \
       sl__log((level), __FILE__, __LINE__, __VA_ARGS__);                       \
   } while (0)
-#define SL_DEBUG(...) SL_LOG(SL_LOG_DEBUG, __VA_ARGS__)
-#define SL_INFO(...) SL_LOG(SL_LOG_INFO, __VA_ARGS__)
-#define SL_WARN(...) SL_LOG(SL_LOG_WARN, __VA_ARGS__)
-#define SL_ERROR(...) SL_LOG(SL_LOG_ERROR, __VA_ARGS__)
+#define SL_DEBUG(...) SL_LOG(SL_LOGGING_DEBUG, __VA_ARGS__)
+#define SL_INFO(...) SL_LOG(SL_LOGGING_INFO, __VA_ARGS__)
+#define SL_WARN(...) SL_LOG(SL_LOGGING_WARN, __VA_ARGS__)
+#define SL_ERROR(...) SL_LOG(SL_LOGGING_ERROR, __VA_ARGS__)
 
 /* ---- allocation -------------------------------------------------------- */
 

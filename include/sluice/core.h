@@ -46,21 +46,22 @@ SL_API const char *sl_last_error(void);
 /* Forgets the calling thread's last error message. */
 SL_API void sl_clear_error(void);
 
-typedef enum sl_log_level {
-  SL_LOG_DEBUG = 0,
-  SL_LOG_INFO = 1,
-  SL_LOG_WARN = 2,
-  SL_LOG_ERROR = 3,
-  SL_LOG_OFF = 4,
-} sl_log_level;
+typedef enum sl_logging_level {
+  SL_LOGGING_DEBUG = 0,
+  SL_LOGGING_INFO = 1,
+  SL_LOGGING_WARN = 2,
+  SL_LOGGING_ERROR = 3,
+  SL_LOGGING_OFF = 4,
+} sl_logging_level;
 
 /* The process-wide log threshold. It starts from SLUICE_LOG
  * (debug|info|warn|error|off; default warn). Messages go to stderr. */
-SL_API void sl_log_set_level(sl_log_level level);
-SL_API sl_log_level sl_log_get_level(void);
+SL_API void sl_logging_set_level(sl_logging_level level);
+SL_API sl_logging_level sl_logging_get_level(void);
 
 /* Parses "debug", "info", "warn", "error" or "off". SL_EINVAL otherwise. */
-SL_API sl_status sl_log_level_parse(const char *text, sl_log_level *out);
+SL_API sl_status sl_logging_level_parse(const char *text,
+                                        sl_logging_level *out);
 
 /* The library version, "MAJOR.MINOR.PATCH". */
 SL_API const char *sl_version(void);

@@ -1,4 +1,7 @@
-/* sluice — the whole public API. */
+/* sluice — what a program needs: status and logging, tensors, placements,
+ * SBP, boxing, checkpoints, graphs, sessions and the build's facts. The
+ * actor runtime, for programs that build and run plans of actors
+ * themselves, is <sluice/actor.h>, included on its own. */
 #ifndef SLUICE_SLUICE_H
 #define SLUICE_SLUICE_H
 
@@ -10,7 +13,6 @@
 #include <sluice/boxing.h>
 #include <sluice/graph.h>
 #include <sluice/session.h>
-#include <sluice/actor.h>
 #include <sluice/build.h>
 
 #endif

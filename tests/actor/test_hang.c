@@ -45,7 +45,7 @@ static void test_hang_report(void **state) {
   sl_plan *p = hang_plan(0, 0);
   sl_job_config cfg = SL_JOB_CONFIG(.hang_timeout_ms = 200);
   sl_job *job;
-  sl_log_set_level(SL_LOG_OFF); /* the report is also logged */
+  sl_logging_set_level(SL_LOGGING_OFF); /* the report is also logged */
   assert_int_equal(run_plan(p, &cfg, &job), SL_EHANG);
   expect_in(sl_last_error(), "hang on node 0: for 200 ms no actor could fire");
   const char *r = sl_job_hang_report(job);
@@ -67,7 +67,7 @@ static void test_hang_report(void **state) {
   assert_int_equal(s.messages_left, 0);
   sl_job_destroy(job);
   sl_plan_destroy(p);
-  sl_log_set_level(SL_LOG_WARN);
+  sl_logging_set_level(SL_LOGGING_WARN);
 }
 
 /* The same hang split over two nodes: both report their own actors. */
@@ -82,7 +82,7 @@ static void test_hang_across_nodes(void **state) {
     assert_int_equal(sl_job_create(p, &cfg, &jobs[n]), SL_OK);
     assert_int_equal(sl_loopback_attach(lb, n, jobs[n]), SL_OK);
   }
-  sl_log_set_level(SL_LOG_OFF);
+  sl_logging_set_level(SL_LOGGING_OFF);
   for (int n = 0; n < 2; n++)
     assert_int_equal(sl_job_start(jobs[n]), SL_OK);
   for (int n = 0; n < 2; n++)
@@ -102,7 +102,7 @@ static void test_hang_across_nodes(void **state) {
     sl_job_destroy(jobs[n]);
   sl_loopback_destroy(lb);
   sl_plan_destroy(p);
-  sl_log_set_level(SL_LOG_WARN);
+  sl_logging_set_level(SL_LOGGING_WARN);
 }
 
 /* ---- no false positives ----------------------------------------------------

@@ -376,7 +376,7 @@ static void test_forged_ready(void **state) {
                    .slot = 0,
                    .kind = SL_MSG_READY,
                    .origin_node = 0};
-  sl_log_set_level(SL_LOG_OFF);
+  sl_logging_set_level(SL_LOGGING_OFF);
   for (int i = 0; i < 2; i++)
     assert_int_equal(sl_job_deliver(cl.jobs[1], &forged, payload, 16), SL_OK);
   for (uint32_t i = 0; i < 2; i++)
@@ -389,7 +389,7 @@ static void test_forged_ready(void **state) {
   }
   assert_int_equal(sl_job_wait(cl.jobs[1]), SL_ECOMM);
   assert_non_null(strstr(sl_last_error(), "more ready registers than exist"));
-  sl_log_set_level(SL_LOG_WARN);
+  sl_logging_set_level(SL_LOGGING_WARN);
   cluster_destroy(&cl);
   sl_plan_destroy(p);
 }

@@ -631,7 +631,7 @@ static void test_random_plans(void **state) {
   long cases = env_long("SLUICE_TEST_CASES", 500);
   long only = env_long("SLUICE_TEST_CASE", -1);
   bool verbose = env_long("SLUICE_TEST_VERBOSE", 0) != 0 || only >= 0;
-  sl_log_set_level(SL_LOG_OFF); /* injected errors are expected */
+  sl_logging_set_level(SL_LOGGING_OFF); /* injected errors are expected */
   int failures = 0;
   uint64_t t0 = sl__now_ns();
   for (long i = 0; i < cases; i++) {
@@ -641,7 +641,7 @@ static void test_random_plans(void **state) {
   }
   printf("actor_random: %ld cases in %.1f s, %d failed\n",
          only >= 0 ? 1 : cases, (double)(sl__now_ns() - t0) / 1e9, failures);
-  sl_log_set_level(SL_LOG_WARN);
+  sl_logging_set_level(SL_LOGGING_WARN);
   assert_int_equal(failures, 0);
 }
 

@@ -43,15 +43,15 @@ static void test_message_is_thread_local(void **state) {
 }
 
 static void test_log_level_parse(void **state) {
-  sl_log_level lv;
-  assert_int_equal(sl_log_level_parse("debug", &lv), SL_OK);
-  assert_int_equal(lv, SL_LOG_DEBUG);
-  assert_int_equal(sl_log_level_parse("off", &lv), SL_OK);
-  assert_int_equal(lv, SL_LOG_OFF);
-  assert_int_equal(sl_log_level_parse("loud", &lv), SL_EINVAL);
+  sl_logging_level lv;
+  assert_int_equal(sl_logging_level_parse("debug", &lv), SL_OK);
+  assert_int_equal(lv, SL_LOGGING_DEBUG);
+  assert_int_equal(sl_logging_level_parse("off", &lv), SL_OK);
+  assert_int_equal(lv, SL_LOGGING_OFF);
+  assert_int_equal(sl_logging_level_parse("loud", &lv), SL_EINVAL);
   assert_non_null(strstr(sl_last_error(), "loud"));
-  sl_log_set_level(SL_LOG_ERROR);
-  assert_int_equal(sl_log_get_level(), SL_LOG_ERROR);
+  sl_logging_set_level(SL_LOGGING_ERROR);
+  assert_int_equal(sl_logging_get_level(), SL_LOGGING_ERROR);
 }
 
 static void test_version(void **state) {

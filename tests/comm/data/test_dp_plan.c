@@ -702,9 +702,9 @@ static void test_hang_across_nodes(void **state) {
              add_actor(p, "sink", SL_ACTOR_SINK, 1, 0, 1, NULL, NULL, 0));
   cluster c;
   cluster_up(&c, 2, NULL);
-  sl_log_set_level(SL_LOG_OFF); /* the reports are logged too */
+  sl_logging_set_level(SL_LOGGING_OFF); /* the reports are logged too */
   cluster_run(&c, p, 300);
-  sl_log_set_level(SL_LOG_WARN);
+  sl_logging_set_level(SL_LOGGING_WARN);
   for (int n = 0; n < 2; n++) {
     printf("node %d: %s\n", n, c.msg[n]);
     assert_int_equal(c.st[n], SL_EHANG);

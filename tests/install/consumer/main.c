@@ -7,6 +7,12 @@
 
 #include <sluice/sluice.h>
 
+/* sluice.h is what a program needs; the actor runtime's embedding API is
+ * its own header. */
+#ifdef SLUICE_ACTOR_H
+#error "sluice/sluice.h includes <sluice/actor.h>"
+#endif
+
 static int fail(void) {
   fprintf(stderr, "%s\n", sl_last_error());
   return 1;
