@@ -422,8 +422,8 @@ static bool model_table(const opts *o, const model *m) {
     const torch_run *peer = i == 0 ? &t : tp && rank.ok ? &rank : NULL;
     double sl = (double)r->alloc,
            bd = t.ok ? bound_per_device(&t, &rank, layouts[i], n) : 0;
-    bool single = peer != NULL && peer->ok;
-    double pk = single ? (double)peer->peak : 0;
+    bool measured = peer != NULL && peer->ok;
+    double pk = measured ? (double)peer->peak : 0;
     char c_sl[32], c_bd[32], c_rb[32], c_pk[32], c_rp[32];
     if (r->ok)
       cell(c_sl, sizeof c_sl, 12, true, sl / MIB, 2);
@@ -431,10 +431,10 @@ static bool model_table(const opts *o, const model *m) {
       snprintf(c_sl, sizeof c_sl, "%12s", "failed");
     cell(c_bd, sizeof c_bd, 12, t.ok, bd / MIB, 2);
     cell(c_rb, sizeof c_rb, 9, r->ok && t.ok, sl / bd, 3);
-    cell(c_pk, sizeof c_pk, 13, single, pk / MIB, 2);
-    cell(c_rp, sizeof c_rp, 11, r->ok && single, sl / pk, 3);
+    cell(c_pk, sizeof c_pk, 13, measured, pk / MIB, 2);
+    cell(c_rp, sizeof c_rp, 11, r->ok && measured, sl / pk, 3);
     bool over_b = r->ok && t.ok && sl / bd > TARGET_BOUND,
-         over_p = r->ok && single && sl / pk > TARGET_TORCH;
+         over_p = r->ok && measured && sl / pk > TARGET_TORCH;
     printf("%-10s %-6s %7d %s %s %s%s %s %s%s\n", m->name, layouts[i], n, c_sl,
            c_bd, c_rb, over_b ? "!" : " ", c_pk, c_rp, over_p ? "!" : "");
     all_ok = all_ok && r->ok;

@@ -247,16 +247,8 @@ sl_tensor sl_causal_mask(sl_tensor x) {
 
 /* ---- dense ops ---------------------------------------------------------- */
 
-static sl_tensor mm(const char *op, sl_tensor a, sl_tensor b, bool ta,
-                    bool tb) {
-  sl__attrs at = {0};
-  sl__attrs_set_int(&at, "trans_a", ta);
-  sl__attrs_set_int(&at, "trans_b", tb);
-  return op2(op, a, b, &at);
-}
-
 sl_tensor sl_matmul(sl_tensor a, sl_tensor b, bool trans_a, bool trans_b) {
-  return mm("matmul", a, b, trans_a, trans_b);
+  return sl__g_matmul(a, b, trans_a, trans_b, 1);
 }
 
 sl_tensor sl__g_matmul(sl_tensor a, sl_tensor b, bool trans_a, bool trans_b,
@@ -275,7 +267,10 @@ sl_tensor sl_tensordot(sl_tensor a, sl_tensor b, int axes) {
 
 sl_tensor sl_batch_matmul(sl_tensor a, sl_tensor b, bool trans_a,
                           bool trans_b) {
-  return mm("batch_matmul", a, b, trans_a, trans_b);
+  sl__attrs at = {0};
+  sl__attrs_set_int(&at, "trans_a", trans_a);
+  sl__attrs_set_int(&at, "trans_b", trans_b);
+  return op2("batch_matmul", a, b, &at);
 }
 
 static sl_tensor axis_op(const char *op, sl_tensor x, int axis) {
