@@ -567,7 +567,7 @@ static sl_status rig_open(gpu *g, const bcase *c, rig *r) {
     r->op = sl__op_find(name);
     if (!r->op)
       return sl__fail(SL_ENOTFOUND, "no op '%s' in the registry", name);
-    if (!r->op->cuda)
+    if (!sl__op_cuda(r->op) && !r->op->cuda_from_host)
       return sl__fail(SL_EUNSUPPORTED, "op '%s' has no CUDA kernel", name);
     SL_CHECK(r->op->infer(&r->at, r->n_in, in, out));
     r->n_out = r->op->n_out;

@@ -321,9 +321,15 @@ static int64_t workspace_of(const sl__pplan *p, const sl__pmem *m) {
         t->device != m->device)
       continue;
     const sl__op_def *def = p->nodes[t->node].def;
+    /* A CUDA kernel's workspace comes from the CUDA module; where it cannot
+     * be loaded (planning for GPUs on a machine without them), none is
+     * counted. */
+    const sl__cuda_kernel *cuda = NULL;
+    if (sl__dev_class_of(t->device) == SL__DEV_CLASS_CUDA)
+      cuda = sl__op_cuda(def);
     size_t (*ws)(const sl__kernel_ctx *) =
         sl__dev_class_of(t->device) == SL__DEV_CLASS_CUDA
-            ? (def->cuda ? def->cuda->workspace : NULL)
+            ? (cuda ? cuda->workspace : NULL)
             : def->workspace;
     if (!ws) continue;
     sl__kernel_ctx k;

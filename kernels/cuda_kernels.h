@@ -1,17 +1,12 @@
-/* sluice kernels — how op definitions name their CUDA kernels.
+/* sluice kernels — the ops' CUDA kernels, as the CUDA module names them.
  *
- * Every op's CUDA kernel is an `sl__cuda_kernel sl__cuda_<op>` defined in
- * its family's .cu file (kernels/cuda/). An op definition refers to it as
- *
- *   .cuda = SL__CUDA_KERNEL(relu),
- *
- * which CMake makes mean `&sl__cuda_relu` in builds with CUDA
- * (kernels/cuda/ref/cuda_kernel_ref.h is on the include path) and NULL in
- * builds without (kernels/cuda_none/cuda_kernel_ref.h): the CPU-only build
- * compiles no CUDA and references none, with no #ifdef anywhere. In a CUDA
- * build an op naming a kernel no .cu defines fails to link, so coverage
- * cannot drop silently; an op without a CUDA kernel leaves `.cuda` out,
- * and tests/kernels/test_cuda_conformance.c fails naming it. */
+ * Every op of the pointwise and dense families has an `sl__cuda_kernel
+ * sl__cuda_<op>` defined in its family's .cu file (kernels/cuda/). The CUDA
+ * module (cuda/module.c) lists them all, from the same X-macro files as the
+ * registry, in the table libsluice looks kernels up in (sl__op_cuda): an op
+ * whose kernel no .cu defines fails to link the module, so coverage cannot
+ * drop silently. The data family's ops run from the host
+ * (sl__op_def.cuda_from_host). */
 #ifndef SLUICE_KERNELS_CUDA_KERNELS_H
 #define SLUICE_KERNELS_CUDA_KERNELS_H
 
@@ -24,13 +19,9 @@ extern "C" {
 #define SL_OP(name) extern const sl__cuda_kernel sl__cuda_##name;
 #include "ops_pointwise.def"
 #include "ops_dense.def"
-#include "ops_data.def"
 #undef SL_OP
 
 #ifdef __cplusplus
 }
 #endif
-
-#include "cuda_kernel_ref.h"
-
 #endif

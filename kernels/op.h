@@ -159,9 +159,10 @@ typedef struct sl__op_def {
   /* The CPU kernel. Must handle empty shards. SL_EINVAL etc. with a
    * message; never aborts. */
   sl_status (*cpu)(const sl__kernel_ctx *k);
-  /* The CUDA kernel; NULL in builds without CUDA (kernels/cuda_kernels.h
-   * says how the definitions name it) and for an op that has none. */
-  const sl__cuda_kernel *cuda;
+  /* On a CUDA device the op runs its CPU kernel into host memory and
+   * copies the result up (a source that reads files: npy_read); every
+   * other op has a CUDA kernel in the CUDA module (sl__op_cuda). */
+  bool cuda_from_host;
   /* A source op (no inputs) whose value changes each step (data, random):
    * the compiler does not fold or cache it. */
   bool per_step;
@@ -186,16 +187,24 @@ const sl__op_def *sl__op_at(int i);
 /* Runs the op's kernel with its workspace allocated. */
 sl_status sl__op_run_cpu(const sl__op_def *op, sl__kernel_ctx *k);
 
-/* Queues the op's CUDA kernel on stream s (a stream of the CUDA device
- * holding k's tensors), with its workspace from mem, a caching allocator
- * over that device's memory (sl__device_raw_memory): the block is taken
- * for s and handed back once the kernel is queued, which is safe because
- * the allocator gives a block freed on a stream only to that stream again,
- * whose order puts the next user after this kernel. mem may be NULL for an
- * op that needs no workspace. SL_EUNSUPPORTED when the op has no CUDA
- * kernel (every op in a build without CUDA), SL_EINVAL for a NULL stream
- * or a missing allocator, the allocator's or the kernel's status
- * otherwise. k->workspace is restored to NULL on return. */
+/* The op's CUDA kernel, from the CUDA module (tensor/cuda_module.h), which
+ * asking loads; NULL when the module cannot be loaded (the reason in
+ * sl_last_error()) and for an op that runs from the host
+ * (cuda_from_host). */
+const sl__cuda_kernel *sl__op_cuda(const sl__op_def *op);
+
+/* Queues the op on stream s (a stream of the CUDA device holding k's
+ * tensors): its CUDA kernel, with its workspace from mem, a caching
+ * allocator over that device's memory (sl__device_raw_memory): the block
+ * is taken for s and handed back once the kernel is queued, which is safe
+ * because the allocator gives a block freed on a stream only to that
+ * stream again, whose order puts the next user after this kernel. mem may
+ * be NULL for an op that needs no workspace. An op that runs from the host
+ * runs its CPU kernel into host memory and copies the outputs up.
+ * SL_EUNSUPPORTED when the CUDA module cannot be loaded (every op in a
+ * build without CUDA), SL_EINVAL for a NULL stream or a missing allocator,
+ * the allocator's or the kernel's status otherwise. k->workspace is
+ * restored to NULL on return. */
 sl_status sl__op_run_cuda(const sl__op_def *op, sl__kernel_ctx *k,
                           sl__caching_alloc *mem, sl__stream *s);
 

@@ -80,34 +80,3 @@ sl_status sl__op_run_cpu(const sl__op_def *op, sl__kernel_ctx *k) {
   }
   return st;
 }
-
-sl_status sl__op_run_cuda(const sl__op_def *op, sl__kernel_ctx *k,
-                          sl__caching_alloc *mem, sl__stream *s) {
-  if (!op->cuda)
-    return sl__fail(SL_EUNSUPPORTED,
-                    "op %s has no CUDA kernel (a build without CUDA has "
-                    "none)",
-                    op->name);
-  if (!s) return sl__fail(SL_EINVAL, "op %s: no CUDA stream", op->name);
-  size_t ws = op->cuda->workspace ? op->cuda->workspace(k) : 0;
-  void *buf = NULL;
-  if (ws) {
-    if (!mem)
-      return sl__fail(SL_EINVAL,
-                      "op %s: needs %zu bytes of CUDA workspace and no "
-                      "allocator was given",
-                      op->name, ws);
-    SL_CHECK(sl__caching_alloc_alloc(mem, ws, s, &buf));
-    k->workspace = buf;
-    k->workspace_bytes = ws;
-  }
-  sl_status st = op->cuda->run(k, s);
-  k->workspace = NULL;
-  k->workspace_bytes = 0;
-  /* Queued work still uses buf; the stream's order protects it (op.h). */
-  if (buf) {
-    sl_status fst = sl__caching_alloc_free(mem, buf);
-    if (st == SL_OK) st = fst;
-  }
-  return st;
-}

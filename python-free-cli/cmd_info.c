@@ -15,26 +15,36 @@ int sl_cli_info(int argc, char **argv) {
   if (sl_cli_wants_help(argc, argv)) {
     printf("usage: sluice info\n\n"
            "Prints the sluice version, the features this build has (CUDA,\n"
-           "NCCL, BLAS) and the devices this process can see.\n");
+           "NCCL, BLAS), where the CUDA module was loaded from (or why it\n"
+           "could not be) and the devices this process can see.\n");
     return 0;
   }
   if (argc > 1) {
     fprintf(stderr, "sluice info: unexpected argument '%s'\n", argv[1]);
     return 2;
   }
-  const char *rt = sl_build_cuda_runtime_version();
-  const char *drv = sl_build_cuda_driver_version();
-  const char *nccl = sl_build_nccl_version();
   printf("sluice %s\n", sl_version());
   printf("features:\n");
-  printf("  cuda: %s", sl_build_has_cuda() ? "yes" : "no");
-  if (rt) printf(" (runtime %s, driver %s)", rt, drv ? drv : "not found");
-  printf("\n  nccl: %s", sl_build_has_nccl() ? "yes" : "no");
-  if (nccl) printf(" (%s)", nccl);
-  printf("\n  blas: %s\n", sl_build_blas_detail());
+  const char *module = NULL;
+  bool loaded = sl_build_has_cuda() && sl_build_cuda_module(&module) == SL_OK;
+  if (!sl_build_has_cuda()) {
+    printf("  cuda: no\n");
+  } else if (!loaded) {
+    printf("  cuda: built, module not loaded: %s\n", sl_last_error());
+  } else {
+    const char *rt = sl_build_cuda_runtime_version();
+    const char *drv = sl_build_cuda_driver_version();
+    const char *nccl = sl_build_nccl_version();
+    printf("  cuda: yes (runtime %s, driver %s)\n", rt ? rt : "unknown",
+           drv ? drv : "not found");
+    printf("  cuda module: %s\n", module);
+    printf("  nccl: yes (%s)\n", nccl ? nccl : "version unknown");
+  }
+  if (!loaded) printf("  nccl: no\n");
+  printf("  blas: %s\n", sl_build_blas_detail());
   printf("devices:\n");
   printf("  cpu: %d\n", sl_device_count(SL_DEVICE_CPU));
-  int ngpu = sl_device_count(SL_DEVICE_CUDA);
+  int ngpu = loaded ? sl_device_count(SL_DEVICE_CUDA) : 0;
   printf("  cuda: %d\n", ngpu);
   for (int i = 0; i < ngpu; i++) {
     sl_cuda_device_info g;

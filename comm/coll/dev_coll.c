@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core_thread.h"
+#include "cuda_module.h"
 #include "dev_coll.h"
 
 struct sl__dev_coll {
@@ -36,6 +37,18 @@ struct sl__dev_comm {
 #define CP_PUT_TIMEOUT_MS 30000u
 
 /* ---- backends ---------------------------------------------------------- */
+
+sl_status sl__dev_coll_nccl_open(sl__dev_coll **out) {
+  if (out) *out = NULL;
+  if (!sl_build_has_nccl())
+    return sl__fail(SL_EUNSUPPORTED,
+                    "nccl: this build of sluice is built without CUDA/NCCL "
+                    "(configured with SLUICE_CUDA=OFF or without nvcc)");
+  const sl__cuda_module *m;
+  sl_status st = sl__cuda_module_get(&m);
+  if (st != SL_OK) return sl__fail_context(st, "nccl: ");
+  return sl__dev_coll_create(m->nccl, NULL, out);
+}
 
 sl_status sl__dev_coll_create(const sl__dev_coll_vtable *vt, void *ctx,
                               sl__dev_coll **out) {

@@ -140,10 +140,13 @@ typedef struct sl__dev_comm_cache sl__dev_comm_cache;
  * id_bytes, SL_ENOMEM. */
 sl_status sl__dev_coll_create(const sl__dev_coll_vtable *vt, void *ctx,
                               sl__dev_coll **out);
-/* The NCCL backend. SL_EUNSUPPORTED ("built without CUDA/NCCL") in a build
- * without CUDA (dev_coll_nccl_none.c). Opening needs no GPU; creating a
- * communicator does. */
+/* The NCCL backend, from the CUDA module (tensor/cuda_module.h), which
+ * opening loads. SL_EUNSUPPORTED saying why when it cannot be loaded (a
+ * build without CUDA: "built without CUDA/NCCL"). Opening needs no GPU;
+ * creating a communicator does. */
 sl_status sl__dev_coll_nccl_open(sl__dev_coll **out);
+/* The NCCL backend's table, defined in the module (dev_coll_nccl.c). */
+extern const sl__dev_coll_vtable sl__dev_coll_nccl_vtable;
 /* Every communicator and cache made from e must be destroyed first. NULL:
  * no-op. */
 void sl__dev_coll_destroy(sl__dev_coll *e);

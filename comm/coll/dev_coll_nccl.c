@@ -1,4 +1,5 @@
-/* The NCCL backend of the device collectives (CUDA builds only): each entry
+/* The NCCL backend of the device collectives, in the CUDA module
+ * (tensor/cuda_module.h; dev_coll.c opens it through there): each entry
  * is one NCCL call. Every NCCL error becomes SL_ENCCL with the call,
  * ncclGetErrorString's text and ncclGetLastError's detail; nothing aborts.
  * Communicators are blocking (NCCL's default config), so a call has done
@@ -167,7 +168,7 @@ static sl_status nccl_recv(void *ctx, void *comm, void *buf, size_t count,
   return SL_OK;
 }
 
-static const sl__dev_coll_vtable nccl_vtable = {
+const sl__dev_coll_vtable sl__dev_coll_nccl_vtable = {
     .name = "nccl",
     .id_bytes = NCCL_UNIQUE_ID_BYTES,
     .types =
@@ -190,7 +191,3 @@ static const sl__dev_coll_vtable nccl_vtable = {
     .recv = nccl_recv,
     .close = NULL,
 };
-
-sl_status sl__dev_coll_nccl_open(sl__dev_coll **out) {
-  return sl__dev_coll_create(&nccl_vtable, NULL, out);
-}

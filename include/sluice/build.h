@@ -8,10 +8,19 @@
 extern "C" {
 #endif
 
-/* True when the library was built with CUDA kernels and devices. */
+/* True when the library was built with CUDA: its CUDA kernels, devices
+ * and NCCL collectives are in the CUDA module, libsluice-cuda.so, which is
+ * opened the first time CUDA is asked for (docs/building.md). */
 SL_API bool sl_build_has_cuda(void);
-/* True when the library was built with NCCL collectives. */
+/* True when the library was built with NCCL collectives (with CUDA). */
 SL_API bool sl_build_has_nccl(void);
+/* Opens the CUDA module if that has not happened yet and sets *path (may
+ * be NULL) to the file it was loaded from. SL_EUNSUPPORTED saying why it
+ * cannot be: a build without CUDA, the module not found (and where it was
+ * looked for), a library it needs missing, or a module of another sluice
+ * version. A program that never calls this nor uses a CUDA device maps no
+ * CUDA library. */
+SL_API sl_status sl_build_cuda_module(const char **path);
 /* The BLAS the CPU matmul uses: "openblas" (opened at first use, with the
  * kernel set chosen from the CPU) or "c" (sluice's own sgemm, when no
  * OpenBLAS can be loaded). Loads it if that has not happened yet. */
@@ -20,7 +29,8 @@ SL_API const char *sl_build_blas(void);
  * chosen, threads per call. */
 SL_API const char *sl_build_blas_detail(void);
 /* Versions of the CUDA runtime, the driver and NCCL as "X.Y" / "X.Y.Z";
- * NULL when not built in or no driver is present. */
+ * NULL when not built in, the CUDA module cannot be loaded, or no driver
+ * is present. Each opens the CUDA module. */
 SL_API const char *sl_build_cuda_runtime_version(void);
 SL_API const char *sl_build_cuda_driver_version(void);
 SL_API const char *sl_build_nccl_version(void);
@@ -36,10 +46,11 @@ typedef struct sl_cuda_device_info {
 } sl_cuda_device_info;
 
 /* Describes CUDA device `device`, 0 .. sl_device_count(SL_DEVICE_CUDA)-1.
- * SL_EUNSUPPORTED in a build without CUDA, SL_EINVAL for an index the
- * process cannot see, SL_ECUDA with the runtime's message. *out is zeroed
- * on failure. */
-SL_API sl_status sl_build_cuda_device_info(int device, sl_cuda_device_info *out);
+ * SL_EUNSUPPORTED in a build without CUDA or without its module, SL_EINVAL for
+ * an index the process cannot see, SL_ECUDA with the runtime's message. *out is
+ * zeroed on failure. */
+SL_API sl_status sl_build_cuda_device_info(int device,
+                                           sl_cuda_device_info *out);
 
 #ifdef __cplusplus
 }

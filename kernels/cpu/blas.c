@@ -51,9 +51,9 @@ static struct {
   char *(*get_corename)(void);
   char *(*get_config)(void);
   int (*get_threads)(void);
-  const char *name;        /* "openblas" or "c" */
-  char coretype[64];       /* as OpenBLAS names it; "" for the C sgemm */
-  char reason[1024];       /* why the C sgemm runs */
+  const char *name;  /* "openblas" or "c" */
+  char coretype[64]; /* as OpenBLAS names it; "" for the C sgemm */
+  char reason[1024]; /* why the C sgemm runs */
   char describe[1536];
   atomic_int threads;
 } g;
@@ -168,12 +168,15 @@ static void finish_openblas(const char *how, const char *asked, bool ours) {
    * through SLUICE_BLAS_CORETYPE) halves sgemm on AVX-512 machines: say so
    * once. */
   const char *best = sl__blas_coretype_choose(sl__cpu_features_get());
-  if (best && sl__blas_coretype_rank(g.coretype) < sl__blas_coretype_rank(best)) {
+  if (best &&
+      sl__blas_coretype_rank(g.coretype) < sl__blas_coretype_rank(best)) {
     append(g.describe, sizeof g.describe,
            "; this CPU can run %s kernels, which sluice chooses by itself "
-           "when SLUICE_BLAS_CORETYPE is unset", best);
+           "when SLUICE_BLAS_CORETYPE is unset",
+           best);
     SL_WARN("BLAS: OpenBLAS runs %s kernels (%s); this CPU can run the faster "
-            "%s ones", g.coretype, how, best);
+            "%s ones",
+            g.coretype, how, best);
   }
   g.name = "openblas";
 }
@@ -292,7 +295,8 @@ fallback:
            "c: sluice's C sgemm (%s kernel, 1 thread); no OpenBLAS: %s",
            sl__sgemm_c_kernel_best()->name, g.reason);
   SL_WARN("BLAS: no OpenBLAS could be loaded (%s); CPU matmul runs sluice's "
-          "C sgemm", g.reason);
+          "C sgemm",
+          g.reason);
 }
 
 sl_status sl__blas_load(void) {
@@ -369,11 +373,10 @@ sl_status sl__blas_sgemm_chunked(bool trans_a, bool trans_b, int64_t m,
         if (cblas) {
           g.sgemm(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS,
                   trans_b ? CBLAS_TRANS : CBLAS_NO_TRANS, (int)mi, (int)nj,
-                  (int)kp, alpha, ap, (int)lda, bp, (int)ldb, bt, cp,
-                  (int)ldc);
+                  (int)kp, alpha, ap, (int)lda, bp, (int)ldb, bt, cp, (int)ldc);
         } else {
-          SL_CHECK(sl__sgemm_c(trans_a, trans_b, mi, nj, kp, alpha, ap, lda,
-                               bp, ldb, bt, cp, ldc));
+          SL_CHECK(sl__sgemm_c(trans_a, trans_b, mi, nj, kp, alpha, ap, lda, bp,
+                               ldb, bt, cp, ldc));
         }
       }
     }

@@ -21,7 +21,6 @@
 #include <string.h>
 
 #include "cpu/kernel_util.h"
-#include "cuda_kernels.h"
 
 static sl_status target(const sl__attrs *at, sl_dtype *out) {
   if (!sl__attr_has(at, "dtype"))
@@ -188,5 +187,4 @@ const sl__op_def sl__op_cast = {
     .infer = cast_infer,
     .signatures = cast_sigs,
     .cpu = cast_cpu,
-    .cuda = SL__CUDA_KERNEL(cast),
 };

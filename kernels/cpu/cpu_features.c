@@ -18,8 +18,8 @@ enum {
   L7_EBX_AVX512BW = 1u << 30,
   L7_EBX_AVX512VL = 1u << 31,
 };
-#define XCR0_SSE_AVX 0x6ull      /* XMM and upper-YMM state */
-#define XCR0_AVX512 0xe0ull      /* opmask, ZMM_Hi256, Hi16_ZMM state */
+#define XCR0_SSE_AVX 0x6ull /* XMM and upper-YMM state */
+#define XCR0_AVX512 0xe0ull /* opmask, ZMM_Hi256, Hi16_ZMM state */
 
 static bool vendor_is(const sl__cpuid_regs *r, const char *name) {
   char v[12];
@@ -46,8 +46,8 @@ void sl__cpu_features_decode(const sl__cpuid_regs *r, sl__cpu_features *out) {
   if (r->max_leaf < 7) return; /* leaf 7 words are undefined then */
   uint32_t b = r->l7_ebx;
   out->avx2 = out->avx && (b & L7_EBX_AVX2);
-  uint32_t need = L7_EBX_AVX512F | L7_EBX_AVX512DQ | L7_EBX_AVX512BW |
-                  L7_EBX_AVX512VL;
+  uint32_t need =
+      L7_EBX_AVX512F | L7_EBX_AVX512DQ | L7_EBX_AVX512BW | L7_EBX_AVX512VL;
   out->avx512 = os_avx512 && out->avx2 && out->fma && (b & need) == need;
 }
 

@@ -14,7 +14,6 @@
  * An id outside [0, V) is SL_EINVAL naming the id and its global position;
  * ids are checked before anything is written. */
 #include "cpu/dense_util.h"
-#include "cuda_kernels.h"
 
 #define S sl__dense_S
 #define B sl__dense_B
@@ -102,7 +101,6 @@ const sl__op_def sl__op_embedding = {
     .infer = emb_infer,
     .signatures = emb_signatures,
     .cpu = emb_cpu,
-    .cuda = SL__CUDA_KERNEL(embedding),
 };
 
 /* ---- embedding_grad ----------------------------------------------------- */
@@ -182,5 +180,4 @@ const sl__op_def sl__op_embedding_grad = {
     .infer = embg_infer,
     .signatures = embg_signatures,
     .cpu = embg_cpu,
-    .cuda = SL__CUDA_KERNEL(embedding_grad),
 };

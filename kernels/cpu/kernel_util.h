@@ -22,6 +22,19 @@
 
 /* ---- matmul's product (cpu/matmul.c, shared with its CUDA kernel) -------- */
 
+/* Where a's and b's axes sit: the first row, column and contraction axis
+ * of each, from the flags and the contraction count c. */
+typedef struct sl__mm_axes {
+  int c, rows, cols; /* how many contraction, row and column axes */
+  int a_row0, a_k0;  /* a's first row and first contraction axis */
+  int b_k0, b_col0;  /* b's first contraction and first column axis */
+} sl__mm_axes;
+
+/* Fills x for operand shapes a and b, the flags and contraction count c:
+ * SL_EINVAL with a message when the shapes do not fit. */
+sl_status sl__matmul_axes(bool trans_a, bool trans_b, int64_t c,
+                          const sl_shape *a, const sl_shape *b, sl__mm_axes *x);
+
 /* The one row-major [m, k] x [k, n] product matmul computes for operand
  * shapes a and b (global or local), its flags and contraction count (the
  * op's attributes; cpu/matmul.c says what they mean). SL_EINVAL with a

@@ -17,7 +17,6 @@
 #include <math.h>
 
 #include "cpu/dense_util.h"
-#include "cuda_kernels.h"
 
 #define S sl__dense_S
 #define B sl__dense_B
@@ -152,7 +151,6 @@ const sl__op_def sl__op_sparse_cross_entropy = {
     .infer = ce_infer,
     .signatures = ce_signatures,
     .cpu = ce_cpu,
-    .cuda = SL__CUDA_KERNEL(sparse_cross_entropy),
 };
 
 const sl__op_def sl__op_sparse_cross_entropy_grad = {
@@ -163,5 +161,4 @@ const sl__op_def sl__op_sparse_cross_entropy_grad = {
     .infer = ce_grad_infer,
     .signatures = ce_grad_signatures,
     .cpu = ce_grad_cpu,
-    .cuda = SL__CUDA_KERNEL(sparse_cross_entropy_grad),
 };

@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "cpu/kernel_util.h"
-#include "cuda_kernels.h"
 
 static double fill_value(const sl__attrs *at) {
   double v = 0;
@@ -93,5 +92,4 @@ const sl__op_def sl__op_causal_mask = {
     .infer = mask_infer,
     .signatures = mask_sigs,
     .cpu = mask_cpu,
-    .cuda = SL__CUDA_KERNEL(causal_mask),
 };

@@ -23,7 +23,6 @@
  *   (B, S(n) -> S(n)); (S(k), S(k) -> P); (P, B -> P); (B, P -> P). */
 #include "cpu/blas.h"
 #include "cpu/dense_util.h"
-#include "cuda_kernels.h"
 
 #define S sl__dense_S
 #define B sl__dense_B
@@ -92,68 +91,6 @@ static sl_status want_flags(const sl__attrs *at) {
 
 /* ---- matmul ------------------------------------------------------------- */
 
-/* Where a's and b's axes sit: the first row, column and contraction axis
- * of each, from the flags and the contraction count c. */
-typedef struct mm_axes {
-  int c, rows, cols; /* how many contraction, row and column axes */
-  int a_row0, a_k0;  /* a's first row and first contraction axis */
-  int b_k0, b_col0;  /* b's first contraction and first column axis */
-} mm_axes;
-
-static sl_status matmul_axes(bool ta, bool tb, int64_t c, const sl_shape *as,
-                             const sl_shape *bs, mm_axes *x) {
-  char sa[96], sb[96];
-  int na = as->ndim, nb = bs->ndim;
-  if (na < 2 || nb < 2)
-    return sl__fail(
-        SL_EINVAL, "%s %s: want at least 2 dims", na < 2 ? "a" : "b",
-        na < 2 ? SL__DENSE_SHAPE_STR(sa, as) : SL__DENSE_SHAPE_STR(sb, bs));
-  if (c < 1 || c >= na || c >= nb)
-    return sl__fail(SL_EINVAL,
-                    "a %s and b %s: contract %lld wants 1 to %d axes (each "
-                    "operand keeps at least one axis of its own)",
-                    SL__DENSE_SHAPE_STR(sa, as), SL__DENSE_SHAPE_STR(sb, bs),
-                    (long long)c, (na < nb ? na : nb) - 1);
-  x->c = (int)c;
-  x->rows = na - x->c;
-  x->cols = nb - x->c;
-  x->a_k0 = ta ? 0 : x->rows;
-  x->a_row0 = ta ? x->c : 0;
-  x->b_k0 = tb ? x->cols : 0;
-  x->b_col0 = tb ? 0 : x->c;
-  for (int t = 0; t < x->c; t++)
-    if (as->dims[x->a_k0 + t] != bs->dims[x->b_k0 + t])
-      return sl__fail(
-          SL_EINVAL,
-          "a %s%s and b %s%s: contraction extents differ (%lld vs %lld%s)",
-          SL__DENSE_SHAPE_STR(sa, as), ta ? " (transposed)" : "",
-          SL__DENSE_SHAPE_STR(sb, bs), tb ? " (transposed)" : "",
-          (long long)as->dims[x->a_k0 + t], (long long)bs->dims[x->b_k0 + t],
-          nb > 2 && x->c == 1 && !tb
-              ? "; b's first axis is contracted, batch_matmul multiplies "
-                "batches"
-              : "");
-  return SL_OK;
-}
-
-static int64_t extent(const sl_shape *s, int from, int n) {
-  int64_t e = 1;
-  for (int i = from; i < from + n; i++)
-    e *= s->dims[i];
-  return e;
-}
-
-sl_status sl__matmul_dims(bool ta, bool tb, int64_t contract,
-                          const sl_shape *as, const sl_shape *bs, int64_t *m,
-                          int64_t *n, int64_t *k) {
-  mm_axes x;
-  SL_CHECK(matmul_axes(ta, tb, contract, as, bs, &x));
-  *m = extent(as, x.a_row0, x.rows);
-  *n = extent(bs, x.b_col0, x.cols);
-  *k = extent(as, x.a_k0, x.c);
-  return SL_OK;
-}
-
 static int64_t contract_of(const sl__attrs *at) {
   return sl__attr_int(at, "contract", 1);
 }
@@ -164,9 +101,9 @@ static sl_status matmul_infer(const sl__attrs *at, int n_in, const sl__meta *in,
   SL_CHECK(want_float_pair(in));
   SL_CHECK(want_flags(at));
   bool ta = sl__attr_int(at, "trans_a", 0), tb = sl__attr_int(at, "trans_b", 0);
-  mm_axes x;
+  sl__mm_axes x;
   SL_CHECK(
-      matmul_axes(ta, tb, contract_of(at), &in[0].shape, &in[1].shape, &x));
+      sl__matmul_axes(ta, tb, contract_of(at), &in[0].shape, &in[1].shape, &x));
   out[0].dtype = SL_DTYPE_F32;
   out[0].shape.ndim = x.rows + x.cols;
   for (int i = 0; i < x.rows; i++)
@@ -179,9 +116,9 @@ static sl_status matmul_infer(const sl__attrs *at, int n_in, const sl__meta *in,
 static int matmul_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
                              sl__sbp_sig *sigs, int max) {
   bool ta = sl__attr_int(at, "trans_a", 0), tb = sl__attr_int(at, "trans_b", 0);
-  mm_axes x;
-  if (n_in != 2 || matmul_axes(ta, tb, contract_of(at), &in[0].shape,
-                               &in[1].shape, &x) != SL_OK)
+  sl__mm_axes x;
+  if (n_in != 2 || sl__matmul_axes(ta, tb, contract_of(at), &in[0].shape,
+                                   &in[1].shape, &x) != SL_OK)
     return 0;
   int n = 0;
   for (int i = 0; i < x.rows; i++)
@@ -229,7 +166,6 @@ const sl__op_def sl__op_matmul = {
     .signatures = matmul_signatures,
     .workspace = mm_workspace,
     .cpu = matmul_cpu,
-    .cuda = SL__CUDA_KERNEL(matmul),
 };
 
 /* ---- batch_matmul ------------------------------------------------------- */
@@ -351,5 +287,4 @@ const sl__op_def sl__op_batch_matmul = {
     .signatures = bmm_signatures,
     .workspace = mm_workspace,
     .cpu = bmm_cpu,
-    .cuda = SL__CUDA_KERNEL(batch_matmul),
 };

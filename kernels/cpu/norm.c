@@ -19,7 +19,6 @@
 #include <math.h>
 
 #include "cpu/dense_util.h"
-#include "cuda_kernels.h"
 
 #define S sl__dense_S
 #define B sl__dense_B
@@ -105,7 +104,6 @@ const sl__op_def sl__op_layer_norm = {
     .infer = ln_infer,
     .signatures = ln_signatures,
     .cpu = ln_cpu,
-    .cuda = SL__CUDA_KERNEL(layer_norm),
 };
 
 /* ---- layer_norm_grad ---------------------------------------------------- */
@@ -191,5 +189,4 @@ const sl__op_def sl__op_layer_norm_grad = {
     .signatures = lng_signatures,
     .workspace = lng_workspace,
     .cpu = lng_cpu,
-    .cuda = SL__CUDA_KERNEL(layer_norm_grad),
 };

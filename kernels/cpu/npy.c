@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include "npy.h"
-#include "cuda_kernels.h"
 
 typedef struct npy_file {
   char *path;
@@ -423,7 +422,7 @@ const sl__op_def sl__op_npy_read = {
     .infer = npy_infer,
     .signatures = npy_signatures,
     .cpu = npy_cpu,
-    .cuda = SL__CUDA_KERNEL(npy_read),
+    .cuda_from_host = true,
     .per_step = true,
     .by_position = true,
 };

@@ -37,7 +37,6 @@
 #include <math.h>
 
 #include "cpu/dense_util.h"
-#include "cuda_kernels.h"
 
 #define S sl__dense_S
 
@@ -159,7 +158,6 @@ const sl__op_def sl__op_sgd_update = {
     .infer = sgd_infer,
     .signatures = sgd_signatures,
     .cpu = sgd_cpu,
-    .cuda = SL__CUDA_KERNEL(sgd_update),
 };
 
 /* ---- adam ---------------------------------------------------------------- */
@@ -232,7 +230,6 @@ const sl__op_def sl__op_adam_update = {
     .infer = adam_infer,
     .signatures = adam_signatures,
     .cpu = adam_cpu,
-    .cuda = SL__CUDA_KERNEL(adam_update),
 };
 
 /* ---- global_norm_scale --------------------------------------------------- */
@@ -279,5 +276,4 @@ const sl__op_def sl__op_global_norm_scale = {
     .infer = gns_infer,
     .signatures = NULL,
     .cpu = gns_cpu,
-    .cuda = SL__CUDA_KERNEL(global_norm_scale),
 };

@@ -22,7 +22,6 @@
 #include <string.h>
 
 #include "cpu/kernel_util.h"
-#include "cuda_kernels.h"
 
 typedef void (*bin_fn)(void *o, const void *a, const void *b, int64_t n,
                        int64_t sa, int64_t sb);
@@ -252,7 +251,6 @@ static sl_status binary_cpu(const binary_impl *u, const sl__kernel_ctx *k) {
       .infer = NAME##_infer,                                                   \
       .signatures = NAME##_sigs,                                               \
       .cpu = NAME##_cpu,                                                       \
-      .cuda = SL__CUDA_KERNEL(NAME),                                           \
       .inplace = true,                                                         \
   };
 

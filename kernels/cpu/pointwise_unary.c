@@ -19,7 +19,6 @@
 #include <string.h>
 
 #include "cpu/kernel_util.h"
-#include "cuda_kernels.h"
 
 typedef void (*un_f32)(float *o, const float *x, int64_t n, double v);
 typedef void (*un_f64)(double *o, const double *x, int64_t n, double v);
@@ -234,7 +233,6 @@ static sl_status unary_cpu(const unary_impl *u, const sl__kernel_ctx *k) {
       .infer = NAME##_infer,                                                   \
       .signatures = NAME##_sigs,                                               \
       .cpu = NAME##_cpu,                                                       \
-      .cuda = SL__CUDA_KERNEL(NAME),                                           \
       .inplace = true,                                                         \
   };
 

@@ -21,7 +21,6 @@
 #include <string.h>
 
 #include "cpu/kernel_util.h"
-#include "cuda_kernels.h"
 
 /* ---- shared
  * ------------------------------------------------------------------- */
@@ -126,7 +125,6 @@ const sl__op_def sl__op_fill = {
     .infer = fill_infer,
     .signatures = source_sigs,
     .cpu = fill_cpu,
-    .cuda = SL__CUDA_KERNEL(fill),
 };
 
 /* ---- random_uniform
@@ -178,7 +176,6 @@ const sl__op_def sl__op_random_uniform = {
     .infer = uniform_infer,
     .signatures = source_sigs,
     .cpu = uniform_cpu,
-    .cuda = SL__CUDA_KERNEL(random_uniform),
     .per_step = true,
     .by_position = true,
 };
@@ -229,7 +226,6 @@ const sl__op_def sl__op_random_normal = {
     .infer = normal_infer,
     .signatures = source_sigs,
     .cpu = normal_cpu,
-    .cuda = SL__CUDA_KERNEL(random_normal),
     .per_step = true,
     .by_position = true,
 };
@@ -281,7 +277,6 @@ const sl__op_def sl__op_random_int = {
     .infer = int_infer,
     .signatures = source_sigs,
     .cpu = int_cpu,
-    .cuda = SL__CUDA_KERNEL(random_int),
     .per_step = true,
     .by_position = true,
 };
@@ -360,7 +355,6 @@ const sl__op_def sl__op_dropout = {
     .infer = dropout_infer,
     .signatures = dropout_sigs,
     .cpu = dropout_cpu,
-    .cuda = SL__CUDA_KERNEL(dropout),
     .by_position = true,
 };
 
@@ -374,6 +368,5 @@ const sl__op_def sl__op_dropout_grad = {
     .infer = dropout_infer,
     .signatures = dropout_sigs,
     .cpu = dropout_cpu,
-    .cuda = SL__CUDA_KERNEL(dropout_grad),
     .by_position = true,
 };

@@ -23,7 +23,6 @@
 #include <string.h>
 
 #include "cpu/kernel_util.h"
-#include "cuda_kernels.h"
 
 typedef enum red_kind { RED_SUM, RED_MEAN, RED_MAX } red_kind;
 
@@ -374,7 +373,6 @@ static sl_status like_cpu(const sl__kernel_ctx *k) {
       .infer = NAME##_infer,                                                   \
       .signatures = NAME##_sigs,                                               \
       .cpu = NAME##_cpu,                                                       \
-      .cuda = SL__CUDA_KERNEL(NAME),                                           \
   };
 
 REDUCE_OP(reduce_sum, RED_SUM)
@@ -389,5 +387,4 @@ const sl__op_def sl__op_reduce_sum_like = {
     .infer = like_infer,
     .signatures = like_sigs,
     .cpu = like_cpu,
-    .cuda = SL__CUDA_KERNEL(reduce_sum_like),
 };

@@ -62,11 +62,11 @@ static sl_status check_matrix(const char *name, const float *p, int64_t rows,
                     "sgemm: ld%s = %lld is less than the %lld columns of %s",
                     name, (long long)ld, (long long)min_ld, name);
   if (!extent_fits(rows, cols, ld))
-    return sl__fail(SL_EINVAL, "sgemm: %s of %lld rows with ld%s = %lld "
-                    "overflows an offset", name, (long long)rows, name,
-                    (long long)ld);
-  if (used && p == NULL)
-    return sl__fail(SL_EINVAL, "sgemm: %s is NULL", name);
+    return sl__fail(SL_EINVAL,
+                    "sgemm: %s of %lld rows with ld%s = %lld "
+                    "overflows an offset",
+                    name, (long long)rows, name, (long long)ld);
+  if (used && p == NULL) return sl__fail(SL_EINVAL, "sgemm: %s is NULL", name);
   return SL_OK;
 }
 
@@ -80,8 +80,10 @@ sl_status sl__sgemm_check(bool trans_a, bool trans_b, int64_t m, int64_t n,
   /* A and B are read only when the product has terms; C whenever it has
    * elements. */
   bool product = m > 0 && n > 0 && k > 0;
-  SL_CHECK(check_matrix("A", a, trans_a ? k : m, trans_a ? m : k, lda, product));
-  SL_CHECK(check_matrix("B", b, trans_b ? n : k, trans_b ? k : n, ldb, product));
+  SL_CHECK(
+      check_matrix("A", a, trans_a ? k : m, trans_a ? m : k, lda, product));
+  SL_CHECK(
+      check_matrix("B", b, trans_b ? n : k, trans_b ? k : n, ldb, product));
   SL_CHECK(check_matrix("C", c, m, n, ldc, m > 0 && n > 0));
   return SL_OK;
 }
@@ -94,7 +96,8 @@ void sl__sgemm_scale_c(int64_t m, int64_t n, float beta, float *c,
     if (beta == 0.0f)
       memset(row, 0, (size_t)n * sizeof *row); /* BLAS: C not read */
     else
-      for (int64_t j = 0; j < n; j++) row[j] *= beta;
+      for (int64_t j = 0; j < n; j++)
+        row[j] *= beta;
   }
 }
 
@@ -110,16 +113,19 @@ static void pack_a(bool trans, const float *a, int64_t lda, int64_t i0,
     if (!trans) {
       for (int64_t r = 0; r < rows; r++) {
         const float *src = a + (i0 + ir + r) * lda + p0;
-        for (int64_t p = 0; p < kc; p++) panel[p * mr + r] = alpha * src[p];
+        for (int64_t p = 0; p < kc; p++)
+          panel[p * mr + r] = alpha * src[p];
       }
     } else {
       for (int64_t p = 0; p < kc; p++) {
         const float *src = a + (p0 + p) * lda + i0 + ir;
-        for (int64_t r = 0; r < rows; r++) panel[p * mr + r] = alpha * src[r];
+        for (int64_t r = 0; r < rows; r++)
+          panel[p * mr + r] = alpha * src[r];
       }
     }
     for (int64_t r = rows; r < mr; r++)
-      for (int64_t p = 0; p < kc; p++) panel[p * mr + r] = 0.0f;
+      for (int64_t p = 0; p < kc; p++)
+        panel[p * mr + r] = 0.0f;
   }
 }
 
@@ -135,21 +141,27 @@ static void pack_b(bool trans, const float *b, int64_t ldb, int64_t p0,
       for (int64_t p = 0; p < kc; p++) {
         const float *src = b + (p0 + p) * ldb + j0 + jr;
         float *dst = panel + p * nr;
-        for (int64_t c = 0; c < cols; c++) dst[c] = src[c];
-        for (int64_t c = cols; c < nr; c++) dst[c] = 0.0f;
+        for (int64_t c = 0; c < cols; c++)
+          dst[c] = src[c];
+        for (int64_t c = cols; c < nr; c++)
+          dst[c] = 0.0f;
       }
     } else {
       for (int64_t c = 0; c < cols; c++) {
         const float *src = b + (j0 + jr + c) * ldb + p0;
-        for (int64_t p = 0; p < kc; p++) panel[p * nr + c] = src[p];
+        for (int64_t p = 0; p < kc; p++)
+          panel[p * nr + c] = src[p];
       }
       for (int64_t c = cols; c < nr; c++)
-        for (int64_t p = 0; p < kc; p++) panel[p * nr + c] = 0.0f;
+        for (int64_t p = 0; p < kc; p++)
+          panel[p * nr + c] = 0.0f;
     }
   }
 }
 
-static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+static int64_t round_up(int64_t x, int64_t to) {
+  return (x + to - 1) / to * to;
+}
 
 static float *alloc_floats(int64_t n) {
   /* 64-byte alignment: one cache line, and whole ZMM loads never split. */

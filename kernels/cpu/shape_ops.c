@@ -20,7 +20,6 @@
 #include <string.h>
 
 #include "cpu/kernel_util.h"
-#include "cuda_kernels.h"
 
 /* P, P(max), P(min) -> the same, for ops that only move data. */
 static void partial_passthrough(sl__sig_list *l, int n_in) {
@@ -138,7 +137,6 @@ const sl__op_def sl__op_reshape = {
     .infer = reshape_infer,
     .signatures = reshape_sigs,
     .cpu = reshape_cpu,
-    .cuda = SL__CUDA_KERNEL(reshape),
     .inplace = true, /* a copy, or nothing when given its input's bytes */
 };
 
@@ -212,7 +210,6 @@ const sl__op_def sl__op_transpose = {
     .infer = transpose_infer,
     .signatures = transpose_sigs,
     .cpu = transpose_cpu,
-    .cuda = SL__CUDA_KERNEL(transpose),
 };
 
 /* ---- broadcast_to
@@ -295,7 +292,6 @@ const sl__op_def sl__op_broadcast_to = {
     .infer = bto_infer,
     .signatures = bto_sigs,
     .cpu = bto_cpu,
-    .cuda = SL__CUDA_KERNEL(broadcast_to),
 };
 
 /* ---- slice
@@ -377,7 +373,6 @@ const sl__op_def sl__op_slice = {
     .infer = slice_infer,
     .signatures = slice_sigs,
     .cpu = slice_cpu,
-    .cuda = SL__CUDA_KERNEL(slice),
 };
 
 /* ---- concat
@@ -459,5 +454,4 @@ const sl__op_def sl__op_concat = {
     .infer = concat_infer,
     .signatures = concat_sigs,
     .cpu = concat_cpu,
-    .cuda = SL__CUDA_KERNEL(concat),
 };

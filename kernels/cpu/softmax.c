@@ -19,7 +19,6 @@
 #include <math.h>
 
 #include "cpu/dense_util.h"
-#include "cuda_kernels.h"
 
 #define S sl__dense_S
 #define B sl__dense_B
@@ -247,7 +246,6 @@ const sl__op_def sl__op_softmax = {
     .infer = fwd_infer,
     .signatures = fwd_signatures,
     .cpu = softmax_cpu,
-    .cuda = SL__CUDA_KERNEL(softmax),
 };
 
 const sl__op_def sl__op_log_softmax = {
@@ -258,7 +256,6 @@ const sl__op_def sl__op_log_softmax = {
     .infer = fwd_infer,
     .signatures = fwd_signatures,
     .cpu = log_softmax_cpu,
-    .cuda = SL__CUDA_KERNEL(log_softmax),
 };
 
 const sl__op_def sl__op_softmax_grad = {
@@ -269,7 +266,6 @@ const sl__op_def sl__op_softmax_grad = {
     .infer = grad_infer,
     .signatures = grad_signatures,
     .cpu = softmax_grad_cpu,
-    .cuda = SL__CUDA_KERNEL(softmax_grad),
 };
 
 const sl__op_def sl__op_log_softmax_grad = {
@@ -280,5 +276,4 @@ const sl__op_def sl__op_log_softmax_grad = {
     .infer = grad_infer,
     .signatures = grad_signatures,
     .cpu = log_softmax_grad_cpu,
-    .cuda = SL__CUDA_KERNEL(log_softmax_grad),
 };

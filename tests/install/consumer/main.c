@@ -2,8 +2,13 @@
  * trains with it — a least-squares fit, data parallel on two CPU devices,
  * through the embedded session (so a static link pulls in the runtime, the
  * kernels and the device backends). Prints the placement's canonical form,
- * then the loss of the first and the last of 20 steps. */
+ * then the loss of the first and the last of 20 steps, and fails if the
+ * process mapped any CUDA library (a CPU program must not).
+ *
+ * `consumer cuda-module` only opens the CUDA module and prints the file
+ * name it was loaded from, or why it could not be. */
 #include <stdio.h>
+#include <string.h>
 
 #include <sluice/sluice.h>
 
@@ -18,7 +23,27 @@ static int fail(void) {
   return 1;
 }
 
-int main(void) {
+/* The first CUDA library (or the CUDA module) this process maps, or NULL. */
+static const char *cuda_mapped(char *line, size_t n) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  if (!f) return "(cannot read /proc/self/maps)";
+  const char *found = NULL;
+  while (!found && fgets(line, (int)n, f))
+    if (strstr(line, "libcuda") || strstr(line, "libcublas") ||
+        strstr(line, "libnccl") || strstr(line, "libsluice-cuda"))
+      found = line;
+  fclose(f);
+  return found;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 2 && strcmp(argv[1], "cuda-module") == 0) {
+    const char *path;
+    if (sl_build_cuda_module(&path) != SL_OK) return fail();
+    const char *base = strrchr(path, '/');
+    printf("%s\n", base ? base + 1 : path);
+    return 0;
+  }
   sl_graph *g;
   if (sl_graph_create(&g) != SL_OK ||
       sl_graph_set_default_placement(g, "cpu:0-1") != SL_OK)
@@ -57,5 +82,11 @@ int main(void) {
   sl_placement_print(p, buf, sizeof buf);
   sl_placement_destroy(p);
   printf("%s\nloss %.6f -> %.6f\n", buf, first, last);
+  char line[4096];
+  const char *cuda = cuda_mapped(line, sizeof line);
+  if (cuda) {
+    fprintf(stderr, "a CPU program mapped a CUDA library: %s", cuda);
+    return 1;
+  }
   return last < first ? 0 : 1;
 }
