@@ -35,21 +35,15 @@ const char *sl_last_error(void) { return last_error; }
 
 void sl_clear_error(void) { last_error[0] = '\0'; }
 
-sl_status sl__fail(sl_status st, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
+static sl_status fail_v(sl_status st, const char *fmt, va_list ap) {
   vsnprintf(last_error, sizeof last_error, fmt, ap);
-  va_end(ap);
   return st;
 }
 
-sl_status sl__fail_context(sl_status st, const char *fmt, ...) {
+static sl_status context_v(sl_status st, const char *fmt, va_list ap) {
   char prefix[SL__ERRMSG_MAX];
   char old[SL__ERRMSG_MAX];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(prefix, sizeof prefix, fmt, ap);
-  va_end(ap);
   memcpy(old, last_error, sizeof old);
   /* Truncation keeps the prefix, which names the failing object. */
   size_t n = strlen(prefix);
@@ -62,9 +56,41 @@ sl_status sl__fail_context(sl_status st, const char *fmt, ...) {
   return st;
 }
 
+sl_status sl__fail(sl_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  st = fail_v(st, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+sl_status sl__fail_context(sl_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  st = context_v(st, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+sl_status sl_set_error(sl_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  st = fail_v(st, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+sl_status sl_add_error_context(sl_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  st = context_v(st, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
 void sl__assert_fail(const char *expr, const char *file, int line) {
-  fprintf(stderr, "sluice: internal invariant failed: %s (%s:%d)\n", expr,
-          file, line);
+  fprintf(stderr, "sluice: internal invariant failed: %s (%s:%d)\n", expr, file,
+          line);
   abort();
 }
 

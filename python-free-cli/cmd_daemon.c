@@ -3,24 +3,24 @@
  * MASTER_PORT / NODE_RANK / NNODES, Slurm). Node rank 0 hosts the master's
  * service on the master address's port unless --external-master says the
  * master runs elsewhere (sluice launch hosts it itself). Runs until
- * SIGTERM or SIGINT (after the job in progress). Uses the internal daemon
- * library (session/daemon.h). */
+ * SIGTERM or SIGINT (after the job in progress). Built on
+ * <sluice/cluster.h>. */
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <sluice/cluster.h>
+
 #include "cli.h"
-#include "daemon.h"
 
 extern char **environ;
 
-static atomic_bool stop_flag;
+static sl_daemon *running;
 
 static void on_signal(int sig) {
   (void)sig;
-  atomic_store(&stop_flag, true);
+  sl_daemon_stop(running);
 }
 
 static const char usage[] =
@@ -116,10 +116,10 @@ int sl_cli_daemon(int argc, char **argv) {
     else if (strcmp(a, "--token-file") == 0)
       token_file = v;
     else if (strcmp(a, "--node-rank") == 0) {
-      if (!parse_int(v, 0, SL__CP_MAX_NODES - 1, &rank))
+      if (!parse_int(v, 0, SL_CLUSTER_MAX_NODES - 1, &rank))
         return bad("--node-rank '%s': not a rank", v);
     } else if (strcmp(a, "--nnodes") == 0) {
-      if (!parse_int(v, 1, SL__CP_MAX_NODES, &nnodes))
+      if (!parse_int(v, 1, SL_CLUSTER_MAX_NODES, &nnodes))
         return bad("--nnodes '%s': not a node count", v);
     } else if (strcmp(a, "--max-jobs") == 0) {
       if (!parse_int(v, 1, 1L << 40, &max_jobs))
@@ -131,9 +131,9 @@ int sl_cli_daemon(int argc, char **argv) {
       return bad("unknown flag '%s'", a);
   }
   /* The environment fills what the flags left out. */
-  sl__cp_env env;
+  sl_cluster_env env;
   memset(&env, 0, sizeof env);
-  bool have_env = sl__cp_env_parse(environ, &env) == SL_OK;
+  bool have_env = sl_cluster_env_read(environ, &env) == SL_OK;
   if (!have_env && !master) {
     fprintf(stderr, "sluice daemon: %s (or pass --master)\n", sl_last_error());
     return 2;
@@ -151,8 +151,9 @@ int sl_cli_daemon(int argc, char **argv) {
     goto out;
   }
   if (rank >= nnodes) {
-    fprintf(stderr, "sluice daemon: --node-rank %ld is not below --nnodes %ld\n",
-            rank, nnodes);
+    fprintf(stderr,
+            "sluice daemon: --node-rank %ld is not below --nnodes %ld\n", rank,
+            nnodes);
     goto out;
   }
   if (token_file) {
@@ -166,26 +167,26 @@ int sl_cli_daemon(int argc, char **argv) {
             "sluice daemon: no token: pass --token-file or set SLUICE_TOKEN\n");
     goto out;
   }
+  sl_daemon_config cfg =
+      SL_DAEMON_CONFIG(.master = master, .node_rank = (int)rank,
+                       .nnodes = (int)nnodes, .devices = devices,
+                       .listen = listen, .token = token,
+                       .host_master = rank == 0 && !external,
+                       .heartbeat_timeout_ms = (uint32_t)hb,
+                       .max_jobs = max_jobs, .log = stderr);
+  sl_daemon *d;
+  if (sl_daemon_create(&cfg, &d) != SL_OK) {
+    fprintf(stderr, "sluice daemon %ld: %s\n", rank, sl_last_error());
+    goto out;
+  }
+  running = d;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGINT, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
-  sl__daemon_run_opts o;
-  memset(&o, 0, sizeof o);
-  o.master = master;
-  o.rank = (int)rank;
-  o.nnodes = (int)nnodes;
-  o.devices = devices;
-  o.listen = listen;
-  o.token = token;
-  o.heartbeat_timeout_ms = (uint32_t)hb;
-  o.host_master = rank == 0 && !external;
-  o.stop = &stop_flag;
-  o.max_jobs = max_jobs;
-  o.log = stderr;
-  sl_status st = sl__daemon_run(&o);
+  sl_status st = sl_daemon_run(d);
   if (st != SL_OK) {
     fprintf(stderr, "sluice daemon %ld: %s: %s\n", rank, sl_status_str(st),
             sl_last_error());
@@ -194,8 +195,13 @@ int sl_cli_daemon(int argc, char **argv) {
     fprintf(stderr, "sluice daemon %ld: stopped\n", rank);
     rc = 0;
   }
+  /* A signal after this point stops nothing. */
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGINT, SIG_DFL);
+  running = NULL;
+  sl_daemon_destroy(d);
 out:
   free(token);
-  sl__cp_env_free(&env);
+  sl_cluster_env_free(&env);
   return rc;
 }

@@ -19,8 +19,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sluice/cluster.h>
+
 #include "cli.h"
-#include "cp.h"
 
 #define MAX_NODES 64
 #define GRACE_MS 10000
@@ -80,8 +81,7 @@ static void flush_lines(node *n, int rank, bool all) {
   size_t start = 0;
   for (size_t i = 0; i < n->len; i++) {
     if (n->buf[i] != '\n') continue;
-    fprintf(stderr, "[node %d] %.*s\n", rank, (int)(i - start),
-            n->buf + start);
+    fprintf(stderr, "[node %d] %.*s\n", rank, (int)(i - start), n->buf + start);
     start = i + 1;
   }
   if (all && start < n->len) {
@@ -169,6 +169,28 @@ static void stop_nodes(node *nodes, int nn) {
     }
 }
 
+/* environ with the n "NAME=value" entries of set in place of any of the
+ * same names, built before fork: the child of a threaded process (the
+ * master's service runs a thread) may not allocate. The entries stay the
+ * caller's; free only the array. */
+static char **env_with(char *const *base, const char *const *set, size_t n) {
+  size_t count = 0;
+  while (base[count])
+    count++;
+  char **env = calloc(n + count + 1, sizeof *env);
+  if (!env) return NULL;
+  size_t k = 0;
+  for (size_t j = 0; j < n; j++)
+    env[k++] = (char *)set[j];
+  for (size_t i = 0; i < count; i++) {
+    bool named = false;
+    for (size_t j = 0; j < n && !named; j++)
+      named = strncmp(base[i], set[j], strcspn(set[j], "=") + 1) == 0;
+    if (!named) env[k++] = base[i];
+  }
+  return env;
+}
+
 static bool random_token(char *out, size_t n) {
   unsigned char raw[24];
   FILE *f = fopen("/dev/urandom", "rb");
@@ -235,19 +257,16 @@ int sl_cli_launch(int argc, char **argv) {
     return 1;
   }
   self[sl] = '\0';
-  sl__cp_server_opts so;
-  memset(&so, 0, sizeof so);
-  so.listen = listen_addr;
-  so.nnodes = (int)nnodes;
-  so.token = token;
-  so.heartbeat_timeout_ms = (uint32_t)hb;
-  sl__cp_server *srv = NULL;
-  if (sl__cp_server_create(&so, &srv) != SL_OK) {
+  sl_master_config mc =
+      SL_MASTER_CONFIG(.listen = listen_addr, .nnodes = (int)nnodes,
+                       .token = token, .heartbeat_timeout_ms = (uint32_t)hb);
+  sl_master *srv = NULL;
+  if (sl_master_create(&mc, &srv) != SL_OK) {
     fprintf(stderr, "sluice launch: master: %s\n", sl_last_error());
     return 1;
   }
   snprintf(master, sizeof master, strchr(listen, ':') ? "[%s]:%d" : "%s:%d",
-           listen, sl__cp_server_port(srv));
+           listen, sl_master_port(srv));
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
@@ -261,13 +280,13 @@ int sl_cli_launch(int argc, char **argv) {
   snprintf(master_var, sizeof master_var, "SLUICE_MASTER=%s", master);
   const char *daemon_set[] = {token_var, "SLUICE_MASTER="};
   const char *prog_set[] = {token_var, master_var};
-  char **daemon_env = sl__env_with(environ, daemon_set, 2);
-  char **prog_env = sl__env_with(environ, prog_set, 2);
+  char **daemon_env = env_with(environ, daemon_set, 2);
+  char **prog_env = env_with(environ, prog_set, 2);
   if (!daemon_env || !prog_env) {
     fprintf(stderr, "sluice launch: out of memory\n");
-    sl__free(daemon_env);
-    sl__free(prog_env);
-    sl__cp_server_destroy(srv);
+    free(daemon_env);
+    free(prog_env);
+    sl_master_destroy(srv);
     return 1;
   }
   fflush(NULL);
@@ -299,11 +318,21 @@ int sl_cli_launch(int argc, char **argv) {
       snprintf(rank, sizeof rank, "%d", r);
       snprintf(nn, sizeof nn, "%ld", nnodes);
       snprintf(hbs, sizeof hbs, "%ld", hb ? hb : 5000);
-      char *args[] = {self,       "daemon",     "--master",
-                      master,     "--node-rank", rank,
-                      "--nnodes", nn,           "--devices",
-                      (char *)devices, "--listen", (char *)listen,
-                      "--external-master", "--heartbeat-timeout-ms", hbs,
+      char *args[] = {self,
+                      "daemon",
+                      "--master",
+                      master,
+                      "--node-rank",
+                      rank,
+                      "--nnodes",
+                      nn,
+                      "--devices",
+                      (char *)devices,
+                      "--listen",
+                      (char *)listen,
+                      "--external-master",
+                      "--heartbeat-timeout-ms",
+                      hbs,
                       NULL};
       execve(self, args, daemon_env);
       fprintf(stderr, "exec %s: %s\n", self, strerror(errno));
@@ -354,8 +383,8 @@ int sl_cli_launch(int argc, char **argv) {
     rc = 128 + WTERMSIG(ws);
 stop:
   stop_nodes(nodes, (int)nnodes);
-  sl__cp_server_destroy(srv);
-  sl__free(daemon_env);
-  sl__free(prog_env);
+  sl_master_destroy(srv);
+  free(daemon_env);
+  free(prog_env);
   return rc;
 }

@@ -9,11 +9,11 @@
 #include <sluice/checkpoint.h>
 #include <sluice/session.h>
 
-#include "core_int.h"
+#include "ex_util.h"
 #include "ex_flags.h"
 
 static bool check_fail(char *err, size_t size, const char *fmt, ...)
-    SL__PRINTF(3, 4);
+    SL_PRINTF_LIKE(3, 4);
 
 static bool check_fail(char *err, size_t size, const char *fmt, ...) {
   va_list ap;
@@ -136,7 +136,7 @@ static sl_status load_torch(sl_session *s, const sl_checkpoint *c,
   int32_t nt = sl_checkpoint_tensor_count(c);
   bool *used = calloc((size_t)nt + 1, sizeof *used);
   float *t = NULL, *v = NULL;
-  if (!used) return sl__fail(SL_ENOMEM, "out of memory");
+  if (!used) return sl_set_error(SL_ENOMEM, "out of memory");
   *loaded = 0;
   for (int32_t i = 0; i < sl_session_variable_count(s); i++) {
     sl_variable_info var;
@@ -149,25 +149,27 @@ static sl_status load_torch(sl_session *s, const sl_checkpoint *c,
       continue;
     int32_t k = sl_checkpoint_find(c, name);
     if (k < 0) {
-      st = sl__fail(SL_EINVAL, "%s: no tensor '%s' (PyTorch's name for '%s')",
-                    path, name, var.name);
+      st = sl_set_error(SL_EINVAL,
+                        "%s: no tensor '%s' (PyTorch's name for '%s')", path,
+                        name, var.name);
       goto done;
     }
     sl_checkpoint_tensor info;
     if ((st = sl_checkpoint_get_tensor(c, k, &info)) != SL_OK) goto done;
     if (!torch_shape(l, &var.shape, &ts) || var.dtype != SL_DTYPE_F32) {
-      st = sl__fail(SL_EINVAL, "variable '%s': no PyTorch layout for it",
-                    var.name);
+      st = sl_set_error(SL_EINVAL, "variable '%s': no PyTorch layout for it",
+                        var.name);
       goto done;
     }
     shape_text(&ts, want, sizeof want);
     shape_text(&info.shape, got, sizeof got);
     if (!info.dtype_known || info.dtype != SL_DTYPE_F32 ||
         !sl_shape_equal(&info.shape, &ts)) {
-      st = sl__fail(SL_EINVAL,
-                    "%s: tensor '%s' is %s %s; '%s' needs F32 %s (PyTorch's "
-                    "layout)",
-                    path, name, info.dtype_name, got, var.name, want);
+      st =
+          sl_set_error(SL_EINVAL,
+                       "%s: tensor '%s' is %s %s; '%s' needs F32 %s (PyTorch's "
+                       "layout)",
+                       path, name, info.dtype_name, got, var.name, want);
       goto done;
     }
     size_t bytes = (size_t)info.bytes;
@@ -176,7 +178,7 @@ static sl_status load_torch(sl_session *s, const sl_checkpoint *c,
     t = malloc(bytes ? bytes : 1);
     v = malloc(bytes ? bytes : 1);
     if (!t || !v) {
-      st = sl__fail(SL_ENOMEM, "%s: out of memory for '%s'", path, name);
+      st = sl_set_error(SL_ENOMEM, "%s: out of memory for '%s'", path, name);
       goto done;
     }
     if ((st = sl_checkpoint_read(c, k, NULL, t, bytes)) != SL_OK) goto done;
@@ -189,10 +191,10 @@ static sl_status load_torch(sl_session *s, const sl_checkpoint *c,
   for (int32_t k = 0; k < nt; k++) {
     sl_checkpoint_tensor info;
     if (used[k] || sl_checkpoint_get_tensor(c, k, &info) != SL_OK) continue;
-    st = sl__fail(SL_EINVAL,
-                  "%s: tensor '%s' has no place in this model (another "
-                  "model, or other sizes?)",
-                  path, info.name);
+    st = sl_set_error(SL_EINVAL,
+                      "%s: tensor '%s' has no place in this model (another "
+                      "model, or other sizes?)",
+                      path, info.name);
     goto done;
   }
 done:
@@ -212,14 +214,15 @@ sl_status ex_ckpt_begin(ex_ckpt *ck, const ex_ckpt_flags *f, ex_run *run,
   if (!ex_ckpt_any(f)) return SL_OK;
   sl_session *s = ex_run_session(run);
   if (!s)
-    return sl__fail(SL_EUNSUPPORTED,
-                    "checkpoints (--save, --load, --resume) need the session "
-                    "engine, not %s",
-                    ex_engine_name(ex_run_engine(run)));
+    return sl_set_error(
+        SL_EUNSUPPORTED,
+        "checkpoints (--save, --load, --resume) need the session "
+        "engine, not %s",
+        ex_engine_name(ex_run_engine(run)));
   sl_status st = SL_OK;
   if (f->resume) {
     if ((st = sl_session_restore(s, f->resume)) != SL_OK)
-      return sl__fail_context(st, "flag '--resume': ");
+      return sl_add_error_context(st, "flag '--resume': ");
     *first_step = sl_session_steps(s);
     fprintf(out, "resumed from %s at step %" PRId64 "\n", f->resume,
             *first_step);
@@ -228,17 +231,17 @@ sl_status ex_ckpt_begin(ex_ckpt *ck, const ex_ckpt_flags *f, ex_run *run,
   if (!f->load) return SL_OK;
   sl_checkpoint *c = NULL;
   if ((st = sl_checkpoint_open(f->load, &c)) != SL_OK)
-    return sl__fail_context(st, "flag '--load': ");
+    return sl_add_error_context(st, "flag '--load': ");
   int32_t loaded = 0;
   bool torch = is_torch_file(s, c, map, map_ctx);
   if (torch)
     st = load_torch(s, c, f->load, map, map_ctx, &loaded);
   else if ((st = sl_session_load(s, f->load, &loaded)) == SL_OK && !loaded)
-    st = sl__fail(SL_EINVAL,
-                  "%s: no tensor has the name of a weight of this model",
-                  f->load);
+    st = sl_set_error(SL_EINVAL,
+                      "%s: no tensor has the name of a weight of this model",
+                      f->load);
   sl_checkpoint_close(c);
-  if (st != SL_OK) return sl__fail_context(st, "flag '--load': ");
+  if (st != SL_OK) return sl_add_error_context(st, "flag '--load': ");
   fprintf(out, "loaded %" PRId32 " tensors from %s%s\n", loaded, f->load,
           torch ? " (PyTorch names)" : "");
   return SL_OK;

@@ -14,10 +14,10 @@
 
 #include <sluice/placement.h>
 
-#include "core_int.h"
+#include "ex_util.h"
 
 static ex_flags_result failf(char *err, size_t size, const char *fmt, ...)
-    SL__PRINTF(3, 4);
+    SL_PRINTF_LIKE(3, 4);
 
 static ex_flags_result failf(char *err, size_t size, const char *fmt, ...) {
   va_list ap;
@@ -235,17 +235,17 @@ bool ex_path_check_readable(const char *flag, const char *path, char *err,
 static const char *const layout_names[] = {"single", "dp", "tp", "hybrid"};
 
 const char *ex_layout_name(ex_layout l) {
-  return (unsigned)l < SL_ARRAY_LEN(layout_names) ? layout_names[l] : "?";
+  return (unsigned)l < EX_ARRAY_LEN(layout_names) ? layout_names[l] : "?";
 }
 
 sl_status ex_layout_parse(const char *text, ex_layout *out) {
-  for (size_t i = 0; i < SL_ARRAY_LEN(layout_names); i++)
+  for (size_t i = 0; i < EX_ARRAY_LEN(layout_names); i++)
     if (text && strcmp(text, layout_names[i]) == 0) {
       *out = (ex_layout)i;
       return SL_OK;
     }
-  return sl__fail(SL_EINVAL, "unknown layout '%s' (single, dp, tp, hybrid)",
-                  text ? text : "(null)");
+  return sl_set_error(SL_EINVAL, "unknown layout '%s' (single, dp, tp, hybrid)",
+                      text ? text : "(null)");
 }
 
 bool ex_layout_is_tensor_parallel(ex_layout l) {
@@ -273,11 +273,12 @@ sl_status ex_layout_placement(ex_layout l, const char *devices, char *buf,
   const char *type_end;
   long count;
   if (!devices || !*devices)
-    return sl__fail(SL_EINVAL, "devices: empty (want cpu:N or a placement)");
+    return sl_set_error(SL_EINVAL,
+                        "devices: empty (want cpu:N or a placement)");
   if (bare_count(devices, &type_end, &count)) {
     if (count < 1 || count > 4096)
-      return sl__fail(SL_EINVAL, "devices '%s': want 1 to 4096 devices",
-                      devices);
+      return sl_set_error(SL_EINVAL, "devices '%s': want 1 to 4096 devices",
+                          devices);
     if (count == 1)
       snprintf(text, sizeof text, "%.*s:0", (int)(type_end - devices), devices);
     else
@@ -288,7 +289,7 @@ sl_status ex_layout_placement(ex_layout l, const char *devices, char *buf,
   }
   sl_placement *p = NULL;
   sl_status st = sl_placement_parse(text, &p);
-  if (st != SL_OK) return sl__fail_context(st, "devices '%s': ", devices);
+  if (st != SL_OK) return sl_add_error_context(st, "devices '%s': ", devices);
   int n = sl_placement_size(p), ndim = sl_placement_mesh_ndim(p);
   char canon[512];
   sl_placement_print(p, canon, sizeof canon);
@@ -299,18 +300,18 @@ sl_status ex_layout_placement(ex_layout l, const char *devices, char *buf,
       return SL_OK;
     }
     if (ndim != 1 || n % 2 != 0)
-      return sl__fail(SL_EINVAL,
-                      "layout hybrid needs an even number of devices (a "
-                      "[N/2, 2] mesh); '%s' has %d",
-                      devices, n);
+      return sl_set_error(SL_EINVAL,
+                          "layout hybrid needs an even number of devices (a "
+                          "[N/2, 2] mesh); '%s' has %d",
+                          devices, n);
     snprintf(buf, size, "%s[%d,2]", canon, n / 2);
     return SL_OK;
   }
   if (ndim != 1)
-    return sl__fail(SL_EINVAL,
-                    "layout %s needs a 1-D placement; '%s' has a %d-D mesh "
-                    "(use --layout hybrid)",
-                    ex_layout_name(l), devices, ndim);
+    return sl_set_error(SL_EINVAL,
+                        "layout %s needs a 1-D placement; '%s' has a %d-D mesh "
+                        "(use --layout hybrid)",
+                        ex_layout_name(l), devices, ndim);
   snprintf(buf, size, "%s", canon);
   return SL_OK;
 }

@@ -14,10 +14,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core_int.h"
+#include "ex_util.h"
 
 static bool npy_fail(char *err, size_t size, const char *flag, const char *path,
-                     const char *fmt, ...) SL__PRINTF(5, 6);
+                     const char *fmt, ...) SL_PRINTF_LIKE(5, 6);
 
 static bool npy_fail(char *err, size_t size, const char *flag, const char *path,
                      const char *fmt, ...) {

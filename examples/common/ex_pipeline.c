@@ -6,7 +6,7 @@
 
 #include <sluice/placement.h>
 
-#include "core_int.h"
+#include "ex_util.h"
 
 /* Appends ",id" (or "id" first) to buf. */
 static void put_id(char *buf, size_t size, int id) {
@@ -17,12 +17,13 @@ static void put_id(char *buf, size_t size, int id) {
 sl_status ex_stage_placements(ex_layout l, const char *devices, int pp,
                               char (*stages)[512]) {
   if (pp < 1 || pp > EX_MAX_STAGES)
-    return sl__fail(SL_EINVAL, "pp %d: want 1 to %d stages", pp, EX_MAX_STAGES);
+    return sl_set_error(SL_EINVAL, "pp %d: want 1 to %d stages", pp,
+                        EX_MAX_STAGES);
   if (pp == 1) return ex_layout_placement(l, devices, stages[0], 512);
   char flat[512];
-  SL_CHECK(ex_layout_placement(EX_LAYOUT_DP, devices, flat, sizeof flat));
+  EX_CHECK(ex_layout_placement(EX_LAYOUT_DP, devices, flat, sizeof flat));
   sl_placement *p = NULL;
-  SL_CHECK(sl_placement_parse(flat, &p));
+  EX_CHECK(sl_placement_parse(flat, &p));
   int nodes = sl_placement_node_count(p), n = sl_placement_size(p);
   int per_node = n / nodes;
   const char *type =
@@ -31,9 +32,9 @@ sl_status ex_stage_placements(ex_layout l, const char *devices, int pp,
   bool by_node = nodes > 1; /* several nodes: whole nodes per stage */
   int parts = by_node ? nodes : per_node;
   if (parts % pp != 0) {
-    st = sl__fail(SL_EINVAL,
-                  "%d pipeline stages do not divide the %d %s of '%s'", pp,
-                  parts, by_node ? "nodes" : "devices", devices);
+    st = sl_set_error(SL_EINVAL,
+                      "%d pipeline stages do not divide the %d %s of '%s'", pp,
+                      parts, by_node ? "nodes" : "devices", devices);
     goto out;
   }
   int k = parts / pp;
@@ -58,7 +59,7 @@ sl_status ex_stage_placements(ex_layout l, const char *devices, int pp,
     }
     snprintf(text, sizeof text, "%s:%s/%s", type, nl, dl);
     st = ex_layout_placement(l, text, stages[s], 512);
-    if (st != SL_OK) sl__fail_context(st, "stage %d: ", s);
+    if (st != SL_OK) sl_add_error_context(st, "stage %d: ", s);
   }
 out:
   sl_placement_destroy(p);
@@ -74,16 +75,16 @@ int ex_stage_of(int j, int n, int pp) {
 
 sl_status ex_pipeline_check(int micro, int64_t batch, const char *schedule) {
   if (micro > 1 && batch % micro != 0)
-    return sl__fail(SL_EINVAL,
-                    "flag '--micro': batch %lld is not a multiple of %d "
-                    "micro-batches",
-                    (long long)batch, micro);
+    return sl_set_error(SL_EINVAL,
+                        "flag '--micro': batch %lld is not a multiple of %d "
+                        "micro-batches",
+                        (long long)batch, micro);
   if (!schedule) return SL_OK;
   sl_graph *g = NULL; /* the library's list of schedules decides */
-  SL_CHECK(sl_graph_create(&g));
+  EX_CHECK(sl_graph_create(&g));
   sl_status st = sl_graph_set_schedule(g, schedule);
   sl_graph_destroy(g);
-  if (st != SL_OK) sl__fail_context(st, "flag '--schedule': ");
+  if (st != SL_OK) sl_add_error_context(st, "flag '--schedule': ");
   return st;
 }
 
@@ -91,14 +92,14 @@ sl_status ex_pipeline_setup(sl_graph *g, const char *prog, int micro,
                             const char *schedule, int64_t *batch) {
   if (micro > 1) {
     if (*batch % micro != 0)
-      return sl__fail(SL_EINVAL,
-                      "%s: batch %lld is not a multiple of the %d "
-                      "micro-batches",
-                      prog, (long long)*batch, micro);
+      return sl_set_error(SL_EINVAL,
+                          "%s: batch %lld is not a multiple of the %d "
+                          "micro-batches",
+                          prog, (long long)*batch, micro);
     *batch /= micro;
-    SL_CHECK(sl_graph_set_micro_batches(g, micro));
+    EX_CHECK(sl_graph_set_micro_batches(g, micro));
   }
-  if (schedule) SL_CHECK(sl_graph_set_schedule(g, schedule));
+  if (schedule) EX_CHECK(sl_graph_set_schedule(g, schedule));
   return SL_OK;
 }
 

@@ -1,24 +1,16 @@
-/* Engines behind one interface, the Chrome trace and per-op profiles. */
+/* Engines behind one interface, the Chrome trace and per-op profiles, on
+ * the public API: the session (<sluice/session.h>) and the reference runs
+ * (<sluice/reference.h>). */
 #include "ex_run.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-#include "core_int.h"
-#include "ex_shard.h"
-#include "graph_int.h"
+#include <sluice/sluice.h>
 
-/* The session engine lives in ex_run_session.c, compiled when the tree has
- * include/sluice/session.h (EX_HAVE_SESSION). */
-#ifdef EX_HAVE_SESSION
-sl_status ex__session_create(sl_graph *g, const char *trace_path, void **out);
-void ex__session_destroy(void *s);
-sl_status ex__session_feed(void *s, const char *name, const void *data,
-                           size_t bytes);
-sl_status ex__session_step(void *s);
-sl_status ex__session_fetch(void *s, const char *name, void *out, size_t bytes);
-sl_status ex__session_memory_print(void *s, FILE *out);
-#endif
+#include "ex_util.h"
 
 typedef struct prof_entry {
   const char *kind; /* op name, "boxing", or "step" */
@@ -30,9 +22,8 @@ struct ex_run {
   sl_graph *g;
   ex_engine engine;
   ex_run_opts opts;
-  ex_shard *shard;
-  sl__interp *interp;
-  void *session;
+  sl_reference *ref; /* the sharded and interp engines */
+  sl_session *session;
   FILE *trace;
   bool trace_first;
   uint64_t ranks_seen; /* trace rows used by ranks 0..63 */
@@ -42,30 +33,29 @@ struct ex_run {
   int nprof, capprof;
 };
 
+/* The monotonic clock the reference runs' hook reports, in ns. */
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static const char *const engine_names[] = {"auto", "session", "sharded",
                                            "interp"};
 
 const char *ex_engine_name(ex_engine e) {
-  return (unsigned)e < SL_ARRAY_LEN(engine_names) ? engine_names[e] : "?";
+  return (unsigned)e < EX_ARRAY_LEN(engine_names) ? engine_names[e] : "?";
 }
 
 sl_status ex_engine_parse(const char *text, ex_engine *out) {
-  for (size_t i = 0; i < SL_ARRAY_LEN(engine_names); i++)
+  for (size_t i = 0; i < EX_ARRAY_LEN(engine_names); i++)
     if (text && strcmp(text, engine_names[i]) == 0) {
       *out = (ex_engine)i;
       return SL_OK;
     }
-  return sl__fail(SL_EINVAL,
-                  "unknown engine '%s' (auto, session, sharded, interp)",
-                  text ? text : "(null)");
-}
-
-bool ex_engine_have_session(void) {
-#ifdef EX_HAVE_SESSION
-  return true;
-#else
-  return false;
-#endif
+  return sl_set_error(SL_EINVAL,
+                      "unknown engine '%s' (auto, session, sharded, interp)",
+                      text ? text : "(null)");
 }
 
 /* ---- trace and profile -------------------------------------------------- */
@@ -117,13 +107,12 @@ static void trace_event(ex_run *r, const char *name, const char *cat, int tid,
           (long long)r->step);
 }
 
-static void shard_hook(void *ctx, const sl__node *n, int rank, uint64_t t0,
-                       uint64_t t1) {
+static void shard_hook(void *ctx, const char *node, const char *kind, int rank,
+                       uint64_t t0, uint64_t t1) {
   ex_run *r = ctx;
-  const char *kind = n->kind == SL__NODE_BOXING ? "boxing" : n->op->name;
   if (r->opts.profile) prof_add(r, kind, t1 - t0);
   /* Boxing runs every rank at once: shown on a row of its own. */
-  trace_event(r, n->name, kind, rank < 0 ? 1000 : rank, t0, t1);
+  trace_event(r, node, kind, rank < 0 ? 1000 : rank, t0, t1);
 }
 
 /* ---- the engines -------------------------------------------------------- */
@@ -131,50 +120,39 @@ static void shard_hook(void *ctx, const sl__node *n, int rank, uint64_t t0,
 sl_status ex_run_create(sl_graph *g, const ex_run_opts *opts, ex_run **out) {
   *out = NULL;
   ex_run *r = calloc(1, sizeof *r);
-  if (!r) return sl__fail(SL_ENOMEM, "ex_run: out of memory");
+  if (!r) return sl_set_error(SL_ENOMEM, "ex_run: out of memory");
   sl_status st = SL_OK;
   r->g = g;
   if (opts) r->opts = *opts;
   r->engine = r->opts.engine;
-  if (r->engine == EX_ENGINE_AUTO)
-    r->engine =
-        ex_engine_have_session() ? EX_ENGINE_SESSION : EX_ENGINE_SHARDED;
-  r->t_origin = sl__now_ns();
+  if (r->engine == EX_ENGINE_AUTO) r->engine = EX_ENGINE_SESSION;
+  r->t_origin = now_ns();
   if (r->opts.trace_path && r->engine != EX_ENGINE_SESSION) {
     if (!(r->trace = fopen(r->opts.trace_path, "w"))) {
-      st = sl__fail(SL_EIO, "trace '%s': cannot open for writing",
-                    r->opts.trace_path);
+      st = sl_set_error(SL_EIO, "trace '%s': cannot open for writing",
+                        r->opts.trace_path);
       goto fail;
     }
     fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", r->trace);
     r->trace_first = true;
   }
-  switch (r->engine) {
-  case EX_ENGINE_SHARDED: {
-    ex_shard_opts so = {.check_replicas = r->opts.check_replicas,
-                        .hook_ctx = r,
-                        .out_of_place_updates = r->opts.out_of_place_updates};
-    if (r->trace || r->opts.profile) so.hook = shard_hook;
-    SL_CHECK_GOTO(ex_shard_create(g, &so, &r->shard), st, fail);
-    break;
+  if (r->engine == EX_ENGINE_SESSION) {
+    sl_session_config cfg = SL_SESSION_CONFIG(.trace_path = r->opts.trace_path);
+    st = sl_session_create(g, &cfg, &r->session);
+  } else {
+    sl_reference_config cfg =
+        SL_REFERENCE_CONFIG(.kind = r->engine == EX_ENGINE_SHARDED
+                                        ? SL_REFERENCE_SHARDED
+                                        : SL_REFERENCE_LOGICAL,
+                            .check_replicas = r->opts.check_replicas,
+                            .out_of_place_updates =
+                                r->opts.out_of_place_updates,
+                            .hook =
+                                r->trace || r->opts.profile ? shard_hook : NULL,
+                            .hook_ctx = r);
+    st = sl_reference_create(g, &cfg, &r->ref);
   }
-  case EX_ENGINE_INTERP:
-    SL_CHECK_GOTO(sl__graph_compile(g), st, fail);
-    SL_CHECK_GOTO(sl__interp_create(g, &r->interp), st, fail);
-    break;
-  case EX_ENGINE_SESSION:
-#ifdef EX_HAVE_SESSION
-    SL_CHECK_GOTO(ex__session_create(g, r->opts.trace_path, &r->session), st,
-                  fail);
-    break;
-#else
-    st = sl__fail(SL_EUNSUPPORTED,
-                  "engine 'session': this build has no embedded session yet "
-                  "(use --engine sharded or interp)");
-    goto fail;
-#endif
-  case EX_ENGINE_AUTO: break;
-  }
+  if (st != SL_OK) goto fail;
   *out = r;
   return SL_OK;
 fail:
@@ -184,11 +162,8 @@ fail:
 
 void ex_run_destroy(ex_run *r) {
   if (!r) return;
-  ex_shard_destroy(r->shard);
-  sl__interp_destroy(r->interp);
-#ifdef EX_HAVE_SESSION
-  ex__session_destroy(r->session);
-#endif
+  sl_reference_destroy(r->ref);
+  sl_session_destroy(r->session);
   if (r->trace) {
     /* Row names: one per rank, then boxing (all ranks at once) and steps. */
     for (int t = 0; t < 64; t++)
@@ -222,34 +197,20 @@ bool ex_run_needs(const ex_run *r, const char *prog, bool used,
 }
 
 struct sl_session *ex_run_session(const ex_run *r) {
-  return r->engine == EX_ENGINE_SESSION ? r->session : NULL;
+  return r->session;
 }
 
 sl_status ex_run_feed(ex_run *r, const char *name, const void *data,
                       size_t bytes) {
-  switch (r->engine) {
-  case EX_ENGINE_SHARDED: return ex_shard_feed(r->shard, name, data, bytes);
-  case EX_ENGINE_INTERP: return sl__interp_feed(r->interp, name, data, bytes);
-#ifdef EX_HAVE_SESSION
-  case EX_ENGINE_SESSION:
-    return ex__session_feed(r->session, name, data, bytes);
-#endif
-  default: return sl__fail(SL_ESTATE, "ex_run: no engine");
-  }
+  return r->session ? sl_session_feed(r->session, name, data, bytes)
+                    : sl_reference_feed(r->ref, name, data, bytes);
 }
 
 sl_status ex_run_step(ex_run *r) {
-  uint64_t t0 = sl__now_ns();
-  sl_status st;
-  switch (r->engine) {
-  case EX_ENGINE_SHARDED: st = ex_shard_step(r->shard); break;
-  case EX_ENGINE_INTERP: st = sl__interp_step(r->interp); break;
-#ifdef EX_HAVE_SESSION
-  case EX_ENGINE_SESSION: st = ex__session_step(r->session); break;
-#endif
-  default: st = sl__fail(SL_ESTATE, "ex_run: no engine"); break;
-  }
-  uint64_t t1 = sl__now_ns();
+  uint64_t t0 = now_ns();
+  sl_status st =
+      r->session ? sl_session_run(r->session, 1) : sl_reference_step(r->ref);
+  uint64_t t1 = now_ns();
   if (r->opts.profile) prof_add(r, "step", t1 - t0);
   trace_event(r, "step", "step", 2000, t0, t1);
   r->step++;
@@ -257,38 +218,27 @@ sl_status ex_run_step(ex_run *r) {
 }
 
 sl_status ex_run_fetch(ex_run *r, const char *name, void *out, size_t bytes) {
-  switch (r->engine) {
-  case EX_ENGINE_SHARDED: return ex_shard_fetch(r->shard, name, out, bytes);
-  case EX_ENGINE_INTERP: {
-    const void *data;
-    sl__meta meta;
-    SL_CHECK(sl__interp_fetch(r->interp, name, &data, &meta));
-    size_t want =
-        (size_t)sl_shape_numel(&meta.shape) * sl_dtype_size(meta.dtype);
-    if (bytes != want)
-      return sl__fail(SL_EINVAL, "fetch '%s': %zu bytes, the value has %zu",
-                      name, bytes, want);
-    if (bytes) memcpy(out, data, bytes);
-    return SL_OK;
-  }
-#ifdef EX_HAVE_SESSION
-  case EX_ENGINE_SESSION:
-    return ex__session_fetch(r->session, name, out, bytes);
-#endif
-  default: return sl__fail(SL_ESTATE, "ex_run: no engine");
-  }
+  return r->session ? sl_session_fetch(r->session, name, out, bytes)
+                    : sl_reference_fetch(r->ref, name, out, bytes);
 }
 
 sl_status ex_run_memory_print(const ex_run *r, FILE *out) {
-#ifdef EX_HAVE_SESSION
-  if (r->engine == EX_ENGINE_SESSION)
-    return ex__session_memory_print(r->session, out);
-#endif
-  (void)out;
-  return sl__fail(SL_EUNSUPPORTED,
-                  "--memory reports the session engine's plan; the %s engine "
-                  "has none",
-                  ex_engine_name(r->engine));
+  if (!r->session)
+    return sl_set_error(SL_EUNSUPPORTED,
+                        "--memory reports the session engine's plan; the %s "
+                        "engine has none",
+                        ex_engine_name(r->engine));
+  for (int32_t i = 0; i < sl_session_memory_device_count(r->session); i++) {
+    sl_memory_stats m;
+    sl_status st = sl_session_get_memory(r->session, i, &m);
+    if (st != SL_OK) return st;
+    fprintf(out, "memory %s peak %" PRId64 " bytes (", m.device, m.peak);
+    for (int c = 0; c < SL_MEMORY_CATEGORIES; c++)
+      fprintf(out, "%s%s %" PRId64, c ? ", " : "",
+              sl_memory_category_name((sl_memory_category)c), m.category[c]);
+    fprintf(out, "); allocated %" PRId64 " bytes\n", m.allocated);
+  }
+  return SL_OK;
 }
 
 static int prof_cmp(const void *a, const void *b) {
@@ -330,25 +280,26 @@ sl_status ex_train_range(ex_run *r, int64_t first, int64_t last, int64_t batch,
   for (int64_t i = 0; i < steps; i++) {
     int64_t s = first + i;
     if (i == 1 || steps == 1) {
-      t_start = sl__now_ns();
+      t_start = now_ns();
       hook_ns = 0;
     }
     sl_status st = ex_run_step(r);
-    if (st != SL_OK) return sl__fail_context(st, "step %lld: ", (long long)s);
+    if (st != SL_OK)
+      return sl_add_error_context(st, "step %lld: ", (long long)s);
     float l = 0;
-    SL_CHECK(ex_run_fetch(r, loss, &l, sizeof l));
+    EX_CHECK(ex_run_fetch(r, loss, &l, sizeof l));
     if (losses) losses[i] = l;
     if (out) {
       fprintf(out, "step %lld loss %.6f\n", (long long)s, (double)l);
       fflush(out);
     }
     if (hook) {
-      uint64_t h0 = sl__now_ns();
-      SL_CHECK(hook(ctx, s + 1));
-      hook_ns += sl__now_ns() - h0;
+      uint64_t h0 = now_ns();
+      EX_CHECK(hook(ctx, s + 1));
+      hook_ns += now_ns() - h0;
     }
   }
-  uint64_t t_end = sl__now_ns();
+  uint64_t t_end = now_ns();
   if (res) {
     memset(res, 0, sizeof *res);
     res->timed_steps = steps > 1 ? (int)(steps - 1) : (int)steps;

@@ -3,14 +3,15 @@
  * loop the examples share.
  *
  * Engines:
- *   session  the embedded session (include/sluice/session.h): the plan on
- *            the actor runtime, one thread per CPU device; the default
- *            when this build has it
- *   sharded  the sharded reference executor (ex_shard.h): every rank's
- *            kernels and the boxing reference executor, serially in this
- *            thread; honours placement and SBP exactly like the session
- *   interp   the reference interpreter (whole logical tensors, placement
- *            and SBP ignored): the single-device reference */
+ *   session  the embedded session (<sluice/session.h>): the plan on the
+ *            actor runtime, one thread per CPU device; the default
+ *   sharded  the sharded reference run (<sluice/reference.h>): every
+ *            rank's kernels and the boxing reference executor, serially in
+ *            this thread; honours placement and SBP exactly like the
+ *            session
+ *   interp   the logical reference run (whole tensors, placement and SBP
+ *            ignored): the single-device reference
+ * Like the rest of examples/, it uses only the public API. */
 #ifndef SLUICE_EXAMPLES_RUN_H
 #define SLUICE_EXAMPLES_RUN_H
 
@@ -22,7 +23,7 @@
 #include <sluice/graph.h>
 
 typedef enum ex_engine {
-  EX_ENGINE_AUTO = 0, /* session when built, else sharded */
+  EX_ENGINE_AUTO = 0, /* the session */
   EX_ENGINE_SESSION = 1,
   EX_ENGINE_SHARDED = 2,
   EX_ENGINE_INTERP = 3,
@@ -32,15 +33,13 @@ typedef enum ex_engine {
 const char *ex_engine_name(ex_engine e);
 /* SL_EINVAL "unknown engine 'x' (auto, session, sharded, interp)". */
 sl_status ex_engine_parse(const char *text, ex_engine *out);
-/* Whether this build has the session engine. */
-bool ex_engine_have_session(void);
 
 typedef struct ex_run_opts {
   ex_engine engine;
   const char *trace_path;    /* Chrome trace of every op run (NULL: none) */
   bool profile;              /* collect per-op times (ex_run_profile_print) */
   bool check_replicas;       /* sharded: compare replicas after every node */
-  bool out_of_place_updates; /* sharded: see ex_shard_opts */
+  bool out_of_place_updates; /* sharded: see sl_reference_config */
 } ex_run_opts;
 
 typedef struct ex_run ex_run;

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core_int.h"
+#include "common/ex_util.h"
 
 ex_gpt_config ex_gpt_defaults(void) {
   ex_gpt_config c = {0};
@@ -133,18 +133,20 @@ sl_status ex_gpt_build(sl_graph *g, const ex_gpt_config *cfg) {
   /* With micro-batches the graph is built for one micro-batch. */
   ex_gpt_config mc = *cfg;
   const ex_gpt_config *c = &mc;
-  SL_CHECK(ex_pipeline_setup(g, "gpt", mc.micro, mc.schedule, &mc.batch));
+  EX_CHECK(ex_pipeline_setup(g, "gpt", mc.micro, mc.schedule, &mc.batch));
   if (c->heads < 1 || c->hidden % c->heads != 0)
-    return sl__fail(SL_EINVAL,
-                    "gpt: hidden %lld is not a multiple of heads "
-                    "%lld",
-                    (long long)c->hidden, (long long)c->heads);
+    return sl_set_error(SL_EINVAL,
+                        "gpt: hidden %lld is not a multiple of heads "
+                        "%lld",
+                        (long long)c->hidden, (long long)c->heads);
   if (c->seq < 1 || c->vocab < 2 || c->layers < 1 || c->batch < 1)
-    return sl__fail(SL_EINVAL, "gpt: want batch, seq, layers >= 1 and vocab "
-                               ">= 2");
+    return sl_set_error(SL_EINVAL,
+                        "gpt: want batch, seq, layers >= 1 and vocab "
+                        ">= 2");
   if (!c->npy_inputs != !c->npy_targets)
-    return sl__fail(SL_EINVAL, "gpt: .npy data wants both the inputs and the "
-                               "targets");
+    return sl_set_error(SL_EINVAL,
+                        "gpt: .npy data wants both the inputs and the "
+                        "targets");
   sl_status st = sl_graph_set_default_placement(
       g, c->pp > 1 ? c->stage_placement[0] : c->placement);
   if (st != SL_OK) return st;

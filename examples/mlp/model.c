@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core_int.h"
+#include "common/ex_util.h"
 
 ex_mlp_config ex_mlp_defaults(void) {
   ex_mlp_config c = {0};
@@ -74,7 +74,7 @@ sl_status ex_mlp_build(sl_graph *g, const ex_mlp_config *cfg) {
   /* With micro-batches the graph is built for one micro-batch. */
   ex_mlp_config mc = *cfg;
   const ex_mlp_config *c = &mc;
-  SL_CHECK(ex_pipeline_setup(g, "mlp", mc.micro, mc.schedule, &mc.batch));
+  EX_CHECK(ex_pipeline_setup(g, "mlp", mc.micro, mc.schedule, &mc.batch));
   sl_status st = sl_graph_set_default_placement(
       g, c->pp > 1 ? c->stage_placement[0] : c->placement);
   if (st != SL_OK) return st;

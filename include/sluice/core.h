@@ -46,6 +46,20 @@ SL_API const char *sl_last_error(void);
 /* Forgets the calling thread's last error message. */
 SL_API void sl_clear_error(void);
 
+/* For code built on sluice that reports its failures the way sluice does
+ * (a model builder, a data loader): sl_set_error records a message as the
+ * calling thread's last error, sl_add_error_context puts context in front
+ * of the last one ("step 3: "); both return st. */
+#if defined(__GNUC__) || defined(__clang__)
+#define SL_PRINTF_LIKE(f, a) __attribute__((format(printf, f, a)))
+#else
+#define SL_PRINTF_LIKE(f, a)
+#endif
+SL_API sl_status sl_set_error(sl_status st, const char *fmt, ...)
+    SL_PRINTF_LIKE(2, 3);
+SL_API sl_status sl_add_error_context(sl_status st, const char *fmt, ...)
+    SL_PRINTF_LIKE(2, 3);
+
 typedef enum sl_logging_level {
   SL_LOGGING_DEBUG = 0,
   SL_LOGGING_INFO = 1,

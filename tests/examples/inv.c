@@ -148,7 +148,6 @@ void inv_check_matrix(const char *model, inv_build_fn build, const void *ctx) {
                "(step %d: %.9g vs %.9g)",
                model, label, rel, INV_STEPS - 1, (double)got[INV_STEPS - 1],
                (double)ref[INV_STEPS - 1]);
-    if (!ex_engine_have_session()) continue;
     snprintf(label, sizeof label, "%s on %d (session)",
              ex_layout_name(c.layout), c.devices);
     inv_train(build, ctx, c.layout, c.devices, EX_ENGINE_SESSION, INV_STEPS,
@@ -170,9 +169,6 @@ void inv_check_matrix(const char *model, inv_build_fn build, const void *ctx) {
                "%.3g)",
                model, label, inv_max_rel(sess, got, INV_STEPS));
   }
-  if (!ex_engine_have_session())
-    printf("  (no embedded session in this build: the session rows run once "
-           "it lands)\n");
 }
 
 static void check_cuda(const char *model, inv_build_fn build, const void *ctx,

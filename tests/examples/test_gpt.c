@@ -69,7 +69,8 @@ static void test_bf16_matmul_inputs(void **state) {
     for (int32_t i = 0; i < sl__graph_node_count(g); i++) {
       const sl__node *nd = sl__graph_node(g, i);
       if (nd->kind != SL__NODE_OP || nd->backward || nd->optimizer ||
-          (strcmp(nd->op->name, "matmul") && strcmp(nd->op->name, "batch_matmul")))
+          (strcmp(nd->op->name, "matmul") &&
+           strcmp(nd->op->name, "batch_matmul")))
         continue;
       matmuls++;
       for (int k = 0; k < 2; k++)

@@ -1,10 +1,37 @@
-/* The sharded reference executor (see ex_shard.h). */
-#include "ex_shard.h"
-
+/* Reference runs (<sluice/reference.h>): the sharded executor, then the
+ * public API over it and the logical interpreter (interpret.c). */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <sluice/boxing.h>
+#include <sluice/reference.h>
+
+#include "graph_int.h"
+
+/* ---- the sharded executor --------------------------------------------------
+ * Every value has one buffer per rank of its placement holding that rank's
+ * local shard (sl_local_slice of its nd-SBP); op nodes call their CPU kernel
+ * once per rank; boxing nodes run their plan with sl_boxing_execute, which
+ * combines partial members in member order, as the session's collectives
+ * do; variables are initialised per rank (sl__graph_variable_init); fetches
+ * are converted to the logical tensor by a plan to all-B. */
+
+typedef struct sl__shard sl__shard;
+
+/* Called after each kernel or boxing run: node, rank (-1 for a boxing node,
+ * which runs all ranks at once), start and end times (sl__now_ns). */
+typedef void (*sl__shard_hook)(void *ctx, const sl__node *n, int rank,
+                               uint64_t t0, uint64_t t1);
+
+typedef struct sl__shard_opts {
+  bool check_replicas;
+  sl__shard_hook hook; /* may be NULL */
+  void *hook_ctx;
+  /* Optimizer updates into a buffer of their own, then swapped with the
+   * variable's, instead of in place (to measure what in place saves). */
+  bool out_of_place_updates;
+} sl__shard_opts;
 
 /* One value's shards: a buffer per rank of its placement. */
 typedef struct shards {
@@ -27,9 +54,9 @@ typedef struct fetch {
   bool of_variable; /* fetches a variable: taken after the update */
 } fetch;
 
-struct ex_shard {
+struct sl__shard {
   sl_graph *g;
-  ex_shard_opts opts;
+  sl__shard_opts opts;
   int32_t nv;
   shards *v;  /* per value */
   void **fed; /* per value: the logical input, or NULL */
@@ -110,7 +137,7 @@ static sl_status shards_alloc(shards *s, const sl__value *v) {
   return SL_OK;
 }
 
-void ex_shard_destroy(ex_shard *x) {
+static void sl__shard_destroy(sl__shard *x) {
   if (!x) return;
   for (int32_t i = 0; x->v && i < x->nv; i++)
     shards_free(&x->v[i]);
@@ -135,7 +162,7 @@ void ex_shard_destroy(ex_shard *x) {
   free(x);
 }
 
-static sl_status fetch_prepare(ex_shard *x, fetch *ft) {
+static sl_status fetch_prepare(sl__shard *x, fetch *ft) {
   const sl__value *v =
       sl__graph_value(x->g, sl__graph_node(x->g, ft->node)->in[0]);
   sl_nd_sbp all_b = v->sbp;
@@ -181,7 +208,7 @@ static int inplace_input(const sl__node *p, int j) {
  * reader of the step is its update (fetches, taken after the update, aside):
  * the update then needs no output buffer of its own, and no write-allocate
  * traffic through memory for one. */
-static sl_status alias_updates(ex_shard *x) {
+static sl_status alias_updates(sl__shard *x) {
   const sl_graph *g = x->g;
   int32_t nn = sl__graph_node_count(g);
   int32_t *last = malloc(((size_t)x->nv + 1) * sizeof *last);
@@ -217,11 +244,11 @@ static sl_status alias_updates(ex_shard *x) {
   return SL_OK;
 }
 
-sl_status ex_shard_create(sl_graph *g, const ex_shard_opts *opts,
-                          ex_shard **out) {
+static sl_status sl__shard_create(sl_graph *g, const sl__shard_opts *opts,
+                                  sl__shard **out) {
   *out = NULL;
   SL_CHECK(sl__graph_compile(g));
-  ex_shard *x = calloc(1, sizeof *x);
+  sl__shard *x = calloc(1, sizeof *x);
   if (!x) return sl__fail(SL_ENOMEM, "sharded executor: out of memory");
   sl_status st = SL_OK;
   x->g = g;
@@ -261,7 +288,7 @@ sl_status ex_shard_create(sl_graph *g, const ex_shard_opts *opts,
   *out = x;
   return SL_OK;
 fail:
-  ex_shard_destroy(x);
+  sl__shard_destroy(x);
   return st;
 }
 
@@ -276,8 +303,8 @@ static size_t logical_bytes(const sl__value *v) {
   return (size_t)sl_shape_numel(&v->meta.shape) * sl_dtype_size(v->meta.dtype);
 }
 
-sl_status ex_shard_feed(ex_shard *x, const char *name, const void *data,
-                        size_t bytes) {
+static sl_status sl__shard_feed(sl__shard *x, const char *name,
+                                const void *data, size_t bytes) {
   const sl__node *n = named(x->g, name, SL__NODE_INPUT);
   if (!n)
     return sl__fail(SL_ENOTFOUND, "feed: the graph has no input '%s'",
@@ -295,7 +322,7 @@ sl_status ex_shard_feed(ex_shard *x, const char *name, const void *data,
   return SL_OK;
 }
 
-static sl_status run_op(ex_shard *x, const sl__node *n) {
+static sl_status run_op(sl__shard *x, const sl__node *n) {
   for (int r = 0; r < sl_placement_size(n->placement); r++) {
     sl__kernel_ctx k;
     memset(&k, 0, sizeof k);
@@ -338,7 +365,7 @@ static sl_status run_op(ex_shard *x, const sl__node *n) {
   return SL_OK;
 }
 
-static sl_status run_boxing(ex_shard *x, const sl__node *n) {
+static sl_status run_boxing(sl__shard *x, const sl__node *n) {
   uint64_t t0 = sl__now_ns();
   sl_status st = sl_boxing_execute(
       n->boxing, (const void *const *)x->v[n->in[0]].buf, x->v[n->out[0]].buf);
@@ -356,7 +383,7 @@ static bool same_slice(const sl_slice *a, const sl_slice *b) {
 }
 
 /* Ranks holding the same slice of a non-partial value hold the same bytes. */
-static sl_status check_replicas(ex_shard *x, const sl__node *n) {
+static sl_status check_replicas(sl__shard *x, const sl__node *n) {
   for (int j = 0; j < n->n_out; j++) {
     const shards *s = &x->v[n->out[j]];
     if (s->partial) continue;
@@ -385,7 +412,7 @@ static sl_status check_replicas(ex_shard *x, const sl__node *n) {
 
 /* Takes the logical value of every fetch of a variable (of_variable) or of
  * every other fetch. */
-static sl_status take_fetches(ex_shard *x, bool of_variable) {
+static sl_status take_fetches(sl__shard *x, bool of_variable) {
   for (int f = 0; f < x->nfetch; f++) {
     fetch *ft = &x->fetches[f];
     if (ft->of_variable != of_variable) continue;
@@ -401,7 +428,7 @@ static sl_status take_fetches(ex_shard *x, bool of_variable) {
   return SL_OK;
 }
 
-sl_status ex_shard_step(ex_shard *x) {
+static sl_status sl__shard_step(sl__shard *x) {
   const sl_graph *g = x->g;
   int32_t nn = sl__graph_node_count(g);
   for (int32_t i = 0; i < nn; i++) {
@@ -454,8 +481,8 @@ sl_status ex_shard_step(ex_shard *x) {
   return SL_OK;
 }
 
-sl_status ex_shard_fetch(ex_shard *x, const char *name, void *out,
-                         size_t bytes) {
+static sl_status sl__shard_fetch(sl__shard *x, const char *name, void *out,
+                                 size_t bytes) {
   const sl__node *n = named(x->g, name, SL__NODE_FETCH);
   if (!n)
     return sl__fail(SL_ENOTFOUND, "fetch: the graph has no fetch '%s'",
@@ -474,10 +501,84 @@ sl_status ex_shard_fetch(ex_shard *x, const char *name, void *out,
   return sl__fail(SL_EINTERNAL, "fetch '%s': not prepared", name);
 }
 
-const void *ex_shard_value(const ex_shard *x, int32_t value, int rank,
-                           sl_slice *slice) {
-  if (value < 0 || value >= x->nv || rank < 0 || rank >= x->v[value].n)
-    return NULL;
-  if (slice) *slice = x->v[value].slice[rank];
-  return x->v[value].buf[rank];
+/* ---- the public API ------------------------------------------------------ */
+
+struct sl_reference {
+  sl_reference_config cfg;
+  sl__shard *shard;   /* SL_REFERENCE_SHARDED */
+  sl__interp *interp; /* SL_REFERENCE_LOGICAL */
+};
+
+static void public_hook(void *ctx, const sl__node *n, int rank, uint64_t t0,
+                        uint64_t t1) {
+  const sl_reference *r = ctx;
+  r->cfg.hook(r->cfg.hook_ctx, n->name,
+              n->kind == SL__NODE_BOXING ? "boxing" : n->op->name, rank, t0,
+              t1);
+}
+
+sl_status sl_reference_create(sl_graph *g, const sl_reference_config *cfg,
+                              sl_reference **out) {
+  if (out) *out = NULL;
+  if (!g || !out) return sl__fail(SL_EINVAL, "reference: NULL graph or output");
+  sl_reference_config c = SL_REFERENCE_CONFIG(.kind = SL_REFERENCE_SHARDED);
+  if (cfg)
+    SL_CHECK(sl__config_copy(&c, sizeof c, cfg, "sl_reference_config",
+                             "SL_REFERENCE_CONFIG"));
+  if (c.kind != SL_REFERENCE_SHARDED && c.kind != SL_REFERENCE_LOGICAL)
+    return sl__fail(SL_EINVAL, "reference: unknown kind %d", (int)c.kind);
+  sl_reference *r;
+  if (SL_NEW(r) != SL_OK) return SL_ENOMEM;
+  r->cfg = c;
+  sl_status st;
+  if (c.kind == SL_REFERENCE_SHARDED) {
+    sl__shard_opts so = {.check_replicas = c.check_replicas,
+                         .out_of_place_updates = c.out_of_place_updates,
+                         .hook = c.hook ? public_hook : NULL,
+                         .hook_ctx = r};
+    st = sl__shard_create(g, &so, &r->shard);
+  } else {
+    st = sl__graph_compile(g);
+    if (st == SL_OK) st = sl__interp_create(g, &r->interp);
+  }
+  if (st != SL_OK) {
+    sl_reference_destroy(r);
+    return st;
+  }
+  *out = r;
+  return SL_OK;
+}
+
+void sl_reference_destroy(sl_reference *r) {
+  if (!r) return;
+  sl__shard_destroy(r->shard);
+  sl__interp_destroy(r->interp);
+  sl__free(r);
+}
+
+sl_status sl_reference_feed(sl_reference *r, const char *name, const void *data,
+                            size_t bytes) {
+  if (!r || !name) return sl__fail(SL_EINVAL, "reference feed: NULL argument");
+  return r->shard ? sl__shard_feed(r->shard, name, data, bytes)
+                  : sl__interp_feed(r->interp, name, data, bytes);
+}
+
+sl_status sl_reference_step(sl_reference *r) {
+  if (!r) return sl__fail(SL_EINVAL, "reference step: NULL");
+  return r->shard ? sl__shard_step(r->shard) : sl__interp_step(r->interp);
+}
+
+sl_status sl_reference_fetch(sl_reference *r, const char *name, void *out,
+                             size_t bytes) {
+  if (!r || !name) return sl__fail(SL_EINVAL, "reference fetch: NULL argument");
+  if (r->shard) return sl__shard_fetch(r->shard, name, out, bytes);
+  const void *data;
+  sl__meta meta;
+  SL_CHECK(sl__interp_fetch(r->interp, name, &data, &meta));
+  size_t want = (size_t)sl_shape_numel(&meta.shape) * sl_dtype_size(meta.dtype);
+  if (bytes != want)
+    return sl__fail(SL_EINVAL, "fetch '%s': %zu bytes, the value has %zu", name,
+                    bytes, want);
+  if (bytes) memcpy(out, data, bytes);
+  return SL_OK;
 }
