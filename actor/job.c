@@ -7,7 +7,7 @@
 #include "actor_int.h"
 
 /* The queue kind SL_QUEUE_DEFAULT picks. bench_actor_chain measures both;
- * docs/actor.md has the numbers behind this choice. */
+ * bench/README.md, "Actor runtime", has the numbers behind this choice. */
 #define DEFAULT_QUEUE SL__QUEUE_LOCKFREE
 #define DEFAULT_HANG_TIMEOUT_MS 10000
 /* Polls of an empty queue before sleeping, with a yield every 64: measured

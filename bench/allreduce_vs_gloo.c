@@ -22,7 +22,7 @@
  * size into K buffers all-reduced at once (as a model's gradients are; sluice
  * only), the time being until all K are done. The buffers lie in register
  * pools the two endpoints map, as two daemons' on one host do, so from
- * 256 KiB the all-reduce is the shared one (docs/net_coll.md, "Shared
+ * 256 KiB the all-reduce is the shared one (docs/cluster.md, "Shared
  * registers"); --no-shared puts them on the heap (the rings' copies). */
 #include <stdatomic.h>
 #include <stdio.h>

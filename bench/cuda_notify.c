@@ -2,7 +2,7 @@
  * has completed — an event polled by a thread (SL__NOTIFY_POLL) or a stream
  * callback (SL__NOTIFY_CALLBACK) — against blocking in
  * cudaStreamSynchronize ("sync", the floor for latency, but it blocks the
- * caller). docs/cuda.md has the plan and what to decide from it.
+ * caller). bench/README.md has the results.
  *
  *   1. round trip: queue a tiny memset, get notified; median and p99 over
  *      --iters. What an actor chain pays per firing.

@@ -3,7 +3,7 @@
  * from a source on node 0 to a sink on node 1, 4 KiB to 64 MiB, and the
  * round trip of a 4 KiB (and 8-byte) message. The numbers include the
  * actor runtime on both sides, the CRC32C of every payload on both sides,
- * and the returns travelling back; docs/dataplane.md has a run.
+ * and the returns travelling back; docs/cluster.md has a run.
  *
  *   bench_dp_throughput [--quick] [--reps N]
  *

@@ -1,5 +1,5 @@
 /* bench_gpt_gpu_vs_torch: a training step of examples/gpt's transformer on
- * one GPU, sluice against PyTorch (issue 6's target: sluice's step time
+ * one GPU, sluice against PyTorch (the target: sluice's step time
  * <= 1.0x PyTorch's). docs/cuda.md, "Benchmarks on a GPU", has the
  * commands.
  *

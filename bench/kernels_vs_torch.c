@@ -1,5 +1,5 @@
 /* bench_kernels_vs_torch: sluice's CUDA op kernels against PyTorch on the
- * same GPU, one kernel at a time, in one table (issue 6's targets: matmul
+ * same GPU, one kernel at a time, in one table (the targets: matmul
  * >= 0.95x PyTorch, memory-bound kernels >= 85% of the device's copy
  * bandwidth). docs/cuda.md, "Benchmarks on a GPU", has the commands.
  *

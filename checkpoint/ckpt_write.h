@@ -1,4 +1,4 @@
-/* Writing a checkpoint directory (docs/checkpoint.md, "Format"): each node
+/* Writing a checkpoint directory (docs/formats.md, "Checkpoints"): each node
  * writes its own safetensors file, then one process commits the index.
  *
  *   sl__ckpt_file_create   the node's file under a temporary name, its

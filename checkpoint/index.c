@@ -1,5 +1,5 @@
 /* index.json: parsing and checking what it says without the files
- * (docs/checkpoint.md, "index.json"). */
+ * (docs/formats.md, "Checkpoints"). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

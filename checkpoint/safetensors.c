@@ -1,5 +1,5 @@
 /* safetensors headers: reading and checking them, and building them
- * (docs/checkpoint.md, "safetensors files"). A file is an 8-byte
+ * (docs/formats.md, "Checkpoints"). A file is an 8-byte
  * little-endian length N, N bytes of JSON, then the data section; each
  * entry's data_offsets are relative to the data section. */
 #include <errno.h>

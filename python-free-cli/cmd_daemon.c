@@ -1,4 +1,4 @@
-/* sluice daemon: one node of a cluster (docs/daemon.md). Settings come
+/* sluice daemon: one node of a cluster (docs/cluster.md). Settings come
  * from the flags, else from the environment (SLUICE_*, MASTER_ADDR /
  * MASTER_PORT / NODE_RANK / NNODES, Slurm). Node rank 0 hosts the master's
  * service on the master address's port unless --external-master says the
@@ -46,8 +46,7 @@ static const char usage[] =
     "  --heartbeat-timeout-ms MS  the hosted master's (default 5000)\n\n"
     "Data plane, from the environment: SLUICE_DP_SHM_BYTES (shared-memory\n"
     "ring per direction with nodes on this host, default 32M; 0: TCP only),\n"
-    "SLUICE_NET_COLL_ALGO, SLUICE_NET_COLL_CHUNK (docs/dataplane.md,\n"
-    "docs/net_coll.md).\n\n"
+    "SLUICE_NET_COLL_ALGO, SLUICE_NET_COLL_CHUNK (docs/cluster.md).\n\n"
     "Exit status: 0 stopped by a signal or after --max-jobs, 1 a failure,\n"
     "2 bad flags.\n";
 

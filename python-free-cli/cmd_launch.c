@@ -1,5 +1,5 @@
 /* sluice launch: a cluster of N daemons on this machine for one program
- * (docs/daemon.md). The launcher hosts the control plane's master itself
+ * (docs/cluster.md). The launcher hosts the control plane's master itself
  * (so any daemon may die without taking the cluster with it), starts N
  * `sluice daemon` processes against it with --external-master, runs the
  * program with SLUICE_MASTER and SLUICE_TOKEN set, prefixes each daemon's

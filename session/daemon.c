@@ -1,4 +1,4 @@
-/* A daemon's service loop (docs/daemon.md). Each job: fetch this node's
+/* A daemon's service loop (docs/cluster.md). Each job: fetch this node's
  * blob, read the plan the program submitted and the compiled graph it was
  * made from (checked against each other, never lowered again), build the
  * whole actor plan with

@@ -1,4 +1,4 @@
-/* sluice session — daemons (docs/daemon.md): a node's service loop over
+/* sluice session — daemons (docs/cluster.md): a node's service loop over
  * the control plane (jobs, plans, reports) and the data plane (actor
  * messages), and the job blob a remote session submits to every node.
  * Internal: `sluice daemon` and the remote session use it. */

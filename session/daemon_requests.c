@@ -1,4 +1,4 @@
-/* What a daemon does for the program between steps (docs/daemon.md,
+/* What a daemon does for the program between steps (docs/cluster.md,
  * "Requests"). The program puts request seq of its job in the control
  * plane's store; every node answers each one, in order, with text ("E"
  * and why on failure), bytes coming with it in chunks:

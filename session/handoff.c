@@ -1,4 +1,4 @@
-/* Variables from one job to the next over daemons (docs/daemon.md,
+/* Variables from one job to the next over daemons (docs/cluster.md,
  * "Restarts"). A remote session restarts its job to take written values,
  * a load, a restore or a roll-back, like the embedded session (state.c);
  * but the variables are on the daemons. So each daemon keeps its job

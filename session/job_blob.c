@@ -3,7 +3,7 @@
  * text, the hang timeout, the base step, the plan's length, then the
  * plan. Host byte order: the
  * daemons and the program are the same build on the same kind of machine
- * (docs/daemon.md, "Limits"). */
+ * (docs/cluster.md, "Limits"). */
 #include <string.h>
 
 #include "core_int.h"

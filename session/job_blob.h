@@ -1,4 +1,4 @@
-/* sluice session — the job blob (docs/daemon.md, "A job, step by
+/* sluice session — the job blob (docs/cluster.md, "A job, step by
  * step"): the bytes a remote session submits to every node for a job.
  * Its own file so that its decoder is fuzzed alone (tests/fuzz). */
 #ifndef SLUICE_SESSION_JOB_BLOB_H

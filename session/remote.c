@@ -1,4 +1,4 @@
-/* The remote session (docs/daemon.md): with SLUICE_MASTER set, the program
+/* The remote session (docs/cluster.md): with SLUICE_MASTER set, the program
  * joins the cluster as a client, submits its plan (no graph: the plan
  * says all a daemon runs) to every daemon, and takes part in the job as
  * the driver node (data-plane rank nnodes): its actors are the tick

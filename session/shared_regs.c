@@ -1,4 +1,4 @@
-/* Shared registers between the daemons of one host (docs/net_coll.md,
+/* Shared registers between the daemons of one host (docs/cluster.md,
  * "Shared registers"): each daemon allocates its job's host registers from
  * a pool other processes can map (comm/data/shm_pool.h); at the job's start the
  * daemons tell each other where their pools are, map the ones they can,

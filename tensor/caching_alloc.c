@@ -1,5 +1,4 @@
-/* The caching allocator (caching_alloc.h has the policy; docs/cuda.md the
- * reasoning). Structures:
+/* The caching allocator (caching_alloc.h has the policy). Structures:
  *
  *   pool     one per (stream, small|large): size-class bins of free blocks
  *            and the segments the pool owns;

@@ -1,6 +1,5 @@
 /* sluice tensor — a caching allocator over a raw allocator (device memory,
- * pinned host memory, or anything with alloc/free). docs/cuda.md has the
- * design; in short:
+ * pinned host memory, or anything with alloc/free). In short:
  *
  * - Sizes are rounded up to a granularity (512 bytes). Requests up to
  *   small_max (1 MiB) come from a small pool of 2 MiB segments; larger ones

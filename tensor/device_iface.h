@@ -1,5 +1,5 @@
 /* sluice tensor — the device interface: memory, streams, events and copies
- * of one device (DESIGN.md section 9; docs/cuda.md walks through it).
+ * of one device (DESIGN.md section 9).
  *
  * A device backend is a static const table of function pointers plus a ctx
  * (STYLE.md, "Pluggable parts"). The CPU backend (device_cpu.c) works on host

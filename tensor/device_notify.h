@@ -6,8 +6,8 @@
  * An actor that queues a kernel on its stream calls sl__notifier_watch
  * (or _watch_completion after sl_act_defer) and returns; the notifier calls
  * back once the stream has reached that point. Two ways, one interface, so
- * they can be measured against each other (bench/cuda_notify.c, plan in
- * docs/cuda.md):
+ * they can be measured against each other (bench/cuda_notify.c, results in
+ * bench/README.md):
  *
  *   SL__NOTIFY_POLL      watch records a pooled event on the stream; one
  *                        poller thread per notifier (per device) queries

@@ -1,6 +1,6 @@
 /* sluice comm — device collectives: the collectives of boxing steps on CUDA
  * groups, through NCCL (DESIGN.md section 8; docs/cuda.md, "NCCL
- * collectives", explains the design).
+ * collectives").
  *
  * Three layers:
  *

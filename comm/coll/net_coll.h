@@ -1,5 +1,5 @@
 /* sluice comm — collectives between nodes over the data plane (DESIGN.md
- * section 8; issue 5): ring all-reduce, reduce-scatter and all-gather,
+ * section 8): ring all-reduce, reduce-scatter and all-gather,
  * exchange and binomial-tree all-reduces for small buffers (the cost
  * model picks by members and size), a pairwise all-to-all, and an
  * all-reduce through shared registers between daemons on one host
@@ -153,7 +153,7 @@ void sl__net_coll_abort(sl__net_coll *nc, sl_status st, const char *msg);
  * instances never started here. Instances still running stay. */
 void sl__net_coll_reset(sl__net_coll *nc);
 
-/* Shared registers (docs/net_coll.md, "Shared registers"), set for a job
+/* Shared registers (docs/cluster.md, "Shared registers"), set for a job
  * before its first collective and cleared (maps NULL) after its last:
  * pool is this node's register pool (NULL: none); for nodes 0..n-1,
  * views[k] is node k's pool mapped here (zeroed where not; borrowed until
@@ -172,7 +172,7 @@ sl_status sl__net_coll_set_shared(sl__net_coll *nc, const sl__shm_pool *pool,
 sl_status sl__net_coll_aborted(sl__net_coll *nc);
 
 /* The algorithms an instance may run (net_coll.h's header and
- * docs/net_coll.md describe them); the all-reduce's are the cost model's
+ * docs/cluster.md describe them); the all-reduce's are the cost model's
  * (sbp_int.h). */
 typedef enum sl__net_algo {
   SL__NET_ALGO_RING = SL__ALL_REDUCE_RING, /* and reduce-scatter, all-gather */

@@ -1,5 +1,5 @@
 /* sluice comm — hierarchical all-reduce for CPU groups spanning nodes
- * with several members per node (issue 5): reduce inside the node with
+ * with several members per node: reduce inside the node with
  * the in-process collectives (comm_int.h), all-reduce between the nodes'
  * leaders over the data plane (net_coll.h), broadcast inside the node.
  * Nothing blocks: each stage's callback starts the next one.

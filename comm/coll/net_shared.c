@@ -1,4 +1,4 @@
-/* The shared all-reduce (OP_SHARED; docs/net_coll.md, "Shared registers"):
+/* The shared all-reduce (OP_SHARED; docs/cluster.md, "Shared registers"):
  * between daemons on one host whose register pools map each other, a
  * member reads its peers' values where they lie instead of receiving
  * copies of them.

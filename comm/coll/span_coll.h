@@ -1,5 +1,5 @@
 /* sluice comm — a boxing collective whose members live on several nodes
- * (issue 5; docs/net_coll.md, "Boxing across nodes"). Every node that has
+ * (docs/cluster.md, "Boxing across nodes"). Every node that has
  * members builds the same one from the same description, and its local
  * members arrive exactly as they would at an in-process collective
  * (sl__coll_arrive's contract): nothing blocks, done is called once per

@@ -1,5 +1,5 @@
 /* sluice comm — the control plane (DESIGN.md section 8,
- * docs/controlplane.md): one gRPC service on the master daemon, written on
+ * docs/cluster.md): one gRPC service on the master daemon, written on
  * the gRPC C core API with protobuf-c bodies (comm/control/control.proto).
  *
  *   server  sl__cp_server_*: the master's service. One completion-queue

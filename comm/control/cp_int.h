@@ -1,6 +1,6 @@
 /* sluice comm — the control plane's private interface, shared by the
  * files of comm/control/ (cp.h is what the rest of sluice uses;
- * docs/controlplane.md is the design). Layers, bottom up:
+ * docs/cluster.md is the design). Layers, bottom up:
  *
  *   wire.c    methods, message (de)serialization with every field
  *             checked (what tests/fuzz/fuzz_control.c drives), statuses

@@ -1,7 +1,7 @@
 /* sluice comm — the data plane: one libuv TCP connection per node pair,
  * opened lazily with a token handshake, carrying the actor runtime's
  * messages and register bytes as checksummed frames (DESIGN.md section 8;
- * docs/dataplane.md explains the protocol and its choices).
+ * docs/cluster.md explains the protocol and its choices).
  *
  * An endpoint is one process's end of the data plane: a listening socket,
  * one event-loop thread that owns every connection, a table of peer
@@ -282,7 +282,7 @@ typedef struct sl__dp_config {
    * sleeping) for this long before it blocks, which can save a thread
    * wake-up per message where cores are spare; it costs CPU time, and on
    * a machine with fewer cores than busy threads it makes things slower
-   * (docs/dataplane.md). 0: SLUICE_DP_SPIN_US, else off; negative: off. */
+   * (docs/cluster.md). 0: SLUICE_DP_SPIN_US, else off; negative: off. */
   int32_t spin_us;
   /* Shared memory with peers on the same host: bytes per ring and
    * direction (rounded up to 4 KiB; the dialer's size, at most the

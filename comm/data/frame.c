@@ -1,6 +1,6 @@
 /* The data plane's frame header: encoding, and decoding with every check a
  * receiver makes before it trusts a byte of the frame. The layout is in
- * dp.h; docs/dataplane.md explains the fields. */
+ * dp.h; docs/cluster.md explains the fields. */
 #include <string.h>
 
 #include "dp.h"

@@ -1,5 +1,5 @@
 /* The shared-memory payload path of a data-plane connection whose two
- * ends run on one host (docs/dataplane.md, "Shared memory").
+ * ends run on one host (docs/cluster.md, "Shared memory").
  *
  * The dialer creates an unnamed file in /dev/shm (O_TMPFILE, mode 0600,
  * its memory reserved) holding a header page and two rings, one per

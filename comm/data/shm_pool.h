@@ -1,5 +1,5 @@
 /* sluice comm — a pool of memory the other processes of this host can map
- * (docs/net_coll.md, "Shared registers").
+ * (docs/cluster.md, "Shared registers").
  *
  * A daemon allocates its job's host registers here, so that a collective
  * between daemons on one host reads its peers' registers where they lie

@@ -5,7 +5,7 @@
  * for a payload that finds its ring full), and `quiescent` answers the
  * job's hang detector from the last probe replies of every other node.
  *
- * Quiescence across processes (docs/dataplane.md): every node counts the
+ * Quiescence across processes (docs/cluster.md): every node counts the
  * messages its job handed to the transport (sent) and the ones taken out
  * of transit (received: delivered, discarded or dropped). The whole
  * cluster is quiescent, with nothing in transit, when every other node

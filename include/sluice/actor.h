@@ -357,7 +357,7 @@ SL_API extern const sl_regst_memory_vtable sl_regst_host_memory;
 /* ---- jobs --------------------------------------------------------------- */
 
 typedef enum sl_queue_kind {
-  SL_QUEUE_DEFAULT = 0, /* the faster one here (see docs/actor.md) */
+  SL_QUEUE_DEFAULT = 0, /* the faster one here (bench/README.md) */
   SL_QUEUE_MUTEX = 1,
   SL_QUEUE_LOCKFREE = 2,
 } sl_queue_kind;

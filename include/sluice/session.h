@@ -26,7 +26,7 @@ typedef struct sl_session sl_session;
 
 typedef enum sl_session_kind {
   SL_SESSION_LOCAL = 0, /* embedded: every device in this process */
-  /* Daemons of a cluster (docs/daemon.md): the master and token from the
+  /* Daemons of a cluster (docs/cluster.md): the master and token from the
    * config, else from SLUICE_MASTER (or MASTER_ADDR/MASTER_PORT, Slurm)
    * and SLUICE_TOKEN. A master in the config or SLUICE_MASTER set makes
    * the session remote. */

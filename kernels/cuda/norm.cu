@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(TPR == 16 ? 256 : TPR)
 // and the results leave with 16-byte stores. Memory is read once, in whole
 // lines: on an H100, bench_kernels_vs_torch's layer_norm over [8192, 768]
 // took 31 us this way, 40 us with ln_k<16>'s three passes over memory, and
-// 42 us holding the row in registers with 4-byte loads (docs/cuda.md). A row
+// 42 us holding the row in registers with 4-byte loads (bench/README.md). A row
 // occupies `stride` floats, its length rounded so that the two half-warps of a
 // warp, on neighbouring rows, read different banks.
 constexpr int kStageRows = 4;

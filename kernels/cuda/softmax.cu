@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(TPR == 16 ? 256 : TPR)
 // lane, so the registers go to the elements, not to index arithmetic. On
 // an H100, softmax over [98304, 1024] ran at 96% of a device copy's
 // bandwidth this way and at 40% with rows_k<16>'s three passes over memory
-// (docs/cuda.md). No minimum of blocks per SM in __launch_bounds__: capping
+// (bench/README.md, "Kernels"). No minimum of blocks per SM in __launch_bounds__: capping
 // the registers at 128 made the same kernel three times slower.
 constexpr int64_t kRowRegsMax = 1024;
 
