@@ -17,14 +17,15 @@
 typedef struct plan_actor {
   sl_actor_desc d; /* d.name points into the plan's arena */
   sl_actor_id id;
-  const char *mark; /* sl_plan_set_mark (arena), or NULL */
+  const char *mark; /* sl_actor_graph_set_mark (arena), or NULL */
   /* Descriptor of each input and output slot; -1: a slot this plan does
    * not hold (only a proxy's may be missing). */
   int32_t *in;
   int32_t n_in, cap_in;
   int32_t *out;
   int32_t n_out, cap_out;
-  bool proxy; /* another node's actor in a node's part (sl_plan_add_proxy) */
+  bool proxy; /* another node's actor in a node's part
+                 (sl_actor_graph_add_proxy) */
 } plan_actor;
 
 typedef struct plan_consumer {
@@ -35,12 +36,12 @@ typedef struct plan_consumer {
 
 typedef struct plan_regst {
   sl_regst_desc d;  /* d.name points into the plan's arena */
-  int32_t wire;     /* its number in messages (sl_plan_add_output_at) */
+  int32_t wire;     /* its number in messages (sl_actor_graph_add_output_at) */
   int32_t producer; /* plan index */
   int32_t out_slot; /* producer's output slot */
   plan_consumer *cons;
   int32_t n_cons, cap_cons;
-  int32_t block; /* sl_plan_place: its block (0: memory of its own) */
+  int32_t block; /* sl_actor_graph_place: its block (0: memory of its own) */
   size_t offset;
 } plan_regst;
 
@@ -57,7 +58,7 @@ typedef struct plan_block {
   size_t bytes;
 } plan_block;
 
-struct sl_plan {
+struct sl_actor_graph {
   sl_arena *arena;
   plan_block *blocks; /* block k is blocks[k - 1] */
   int32_t n_blocks, cap_blocks;
@@ -72,7 +73,7 @@ struct sl_plan {
 };
 
 /* Plan index of an actor id, -1 if none. */
-int32_t sl__plan_find(const sl_plan *p, sl_actor_id id);
+int32_t sl__plan_find(const sl_actor_graph *p, sl_actor_id id);
 
 /* ---- job runtime -----------------------------------------------------------
  */
@@ -199,7 +200,7 @@ typedef struct mem_block {
 } mem_block;
 
 struct sl_job {
-  sl_plan *plan;
+  sl_actor_graph *plan;
   sl_job_config cfg;
   uint32_t node, S;
   sl__queue_kind qkind;
@@ -320,6 +321,6 @@ void sl__trace_record(stream *s, rt_actor *a, int64_t piece, uint64_t t0,
 sl_status sl__trace_write(sl_job *job);
 
 /* check.c: kind arity and default-act requirements of one actor. */
-sl_status sl__check_actor(const sl_plan *p, int32_t i);
+sl_status sl__check_actor(const sl_actor_graph *p, int32_t i);
 
 #endif

@@ -12,7 +12,7 @@ static sl_status need(bool ok, const plan_actor *a, const char *what) {
 
 /* An actor that runs has every slot, and each descriptor it produces
  * every reader position once. */
-static sl_status check_numbering(const sl_plan *p, const plan_actor *a) {
+static sl_status check_numbering(const sl_actor_graph *p, const plan_actor *a) {
   for (int32_t k = 0; k < a->n_in; k++)
     SL_CHECK(need(a->in[k] >= 0, a, "an input slot is missing"));
   for (int32_t k = 0; k < a->n_out; k++) {
@@ -32,7 +32,7 @@ static sl_status check_numbering(const sl_plan *p, const plan_actor *a) {
   return SL_OK;
 }
 
-sl_status sl__check_actor(const sl_plan *p, int32_t i) {
+sl_status sl__check_actor(const sl_actor_graph *p, int32_t i) {
   const plan_actor *a = &p->actors[i];
   const sl_actor_desc *d = &a->d;
   if (a->proxy) return SL_OK; /* its node checks it */
@@ -99,7 +99,7 @@ static int cmp_name(const void *x, const void *y) {
   return strcmp((*a)->d.name, (*b)->d.name);
 }
 
-static sl_status check_names(const sl_plan *p) {
+static sl_status check_names(const sl_actor_graph *p) {
   if (p->n_actors < 2) return SL_OK;
   const plan_actor **v = sl__reallocarray(NULL, (size_t)p->n_actors, sizeof *v);
   if (!v) return SL_ENOMEM;
@@ -109,14 +109,14 @@ static sl_status check_names(const sl_plan *p) {
   sl_status st = SL_OK;
   for (int32_t i = 1; i < p->n_actors && st == SL_OK; i++)
     if (strcmp(v[i - 1]->d.name, v[i]->d.name) == 0)
-      st = sl__fail(SL_EINVAL, "plan: two actors are named '%s'", v[i]->d.name);
+      st = sl__fail(SL_EINVAL, "actor graph: two actors are named '%s'", v[i]->d.name);
   sl__free(v);
   return st;
 }
 
 /* Every actor must be reachable from a source along data edges: otherwise it
  * gets neither pieces nor end-of-data, and would wait forever. */
-static sl_status check_reachable(const sl_plan *p) {
+static sl_status check_reachable(const sl_actor_graph *p) {
   int32_t n = p->n_actors;
   int32_t *queue = sl__reallocarray(NULL, (size_t)(n ? n : 1), sizeof *queue);
   unsigned char *seen = sl__calloc((size_t)(n ? n : 1), 1);
@@ -173,12 +173,12 @@ typedef struct dep_edge {
   bool ret; /* a "free" place: `to` (the producer) waits for a return */
 } dep_edge;
 
-static sl_status describe_cycle(const sl_plan *p, const int32_t *path,
+static sl_status describe_cycle(const sl_actor_graph *p, const int32_t *path,
                                 const dep_edge *const *via, int32_t len) {
   char msg[900];
   size_t n = 0;
   n += (size_t)snprintf(msg + n, sizeof msg - n,
-                        "plan: a loop cannot make progress:");
+                        "actor graph: a loop cannot make progress:");
   for (int32_t i = 0; i < len && n < sizeof msg - 1; i++) {
     const dep_edge *e = via[i];
     const plan_regst *r = &p->regsts[e->desc];
@@ -201,7 +201,7 @@ static sl_status describe_cycle(const sl_plan *p, const int32_t *path,
                   msg);
 }
 
-static sl_status check_loops(const sl_plan *p) {
+static sl_status check_loops(const sl_actor_graph *p) {
   int32_t n = p->n_actors;
   if (n == 0) return SL_OK;
   /* Count edges, then fill a CSR adjacency. */
@@ -288,8 +288,8 @@ done:
   return st;
 }
 
-sl_status sl_plan_check(const sl_plan *p) {
-  if (p->n_actors == 0) return sl__fail(SL_EINVAL, "plan: no actors");
+sl_status sl_actor_graph_check(const sl_actor_graph *p) {
+  if (p->n_actors == 0) return sl__fail(SL_EINVAL, "actor graph: no actors");
   for (int32_t i = 0; i < p->n_actors; i++)
     SL_CHECK(sl__check_actor(p, i));
   for (int32_t r = 0; r < p->n_regsts; r++)

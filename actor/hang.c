@@ -117,7 +117,7 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
 }
 
 static const char *actor_name(const sl_job *job, sl_actor_id id) {
-  const char *n = sl_plan_actor_name(job->plan, id);
+  const char *n = sl_actor_graph_actor_name(job->plan, id);
   return n ? n : "?";
 }
 

@@ -101,7 +101,7 @@ static sl_status regs_alloc(sl_job *job, int32_t desc, int32_t count,
 
 /* This node's plan blocks, each allocated once. */
 static sl_status blocks_alloc(sl_job *job) {
-  const sl_plan *p = job->plan;
+  const sl_actor_graph *p = job->plan;
   job->block_base = sl__arena_calloc(job->arena, (size_t)p->n_blocks + 1,
                                      sizeof *job->block_base);
   if (!job->block_base) return SL_ENOMEM;
@@ -127,7 +127,7 @@ void sl__job_device_name(const sl_job *job, uint32_t device, char *buf,
 }
 
 void sl__actor_label(const sl_job *job, sl_actor_id id, char *buf, size_t n) {
-  const char *name = sl_plan_actor_name(job->plan, id);
+  const char *name = sl_actor_graph_actor_name(job->plan, id);
   char dev[40];
   sl__job_device_name(job, sl_actor_id_device(id), dev, sizeof dev);
   snprintf(buf, n, "'%s' (node %u, %s, stream %u)", name ? name : "?",
@@ -245,7 +245,7 @@ static sl_status resolve_config(sl_job *job, const sl_job_config *cfg) {
 
 /* Streams: one per (device, stream) hosting a local actor. */
 static sl_status build_streams(sl_job *job) {
-  const sl_plan *p = job->plan;
+  const sl_actor_graph *p = job->plan;
   uint32_t max_dev = 0;
   bool any = false;
   for (int32_t i = 0; i < p->n_actors; i++) {
@@ -326,7 +326,7 @@ static sl_status build_streams(sl_job *job) {
 }
 
 static sl_status build_actors(sl_job *job) {
-  const sl_plan *p = job->plan;
+  const sl_actor_graph *p = job->plan;
   for (int32_t i = 0; i < p->n_actors; i++) {
     const plan_actor *pa = &p->actors[i];
     if (pa->d.node != job->node) continue;
@@ -373,7 +373,7 @@ static sl_status build_actors(sl_job *job) {
 }
 
 static sl_status build_outputs(sl_job *job) {
-  const sl_plan *p = job->plan;
+  const sl_actor_graph *p = job->plan;
   job->out_of = sl__arena_calloc(job->arena, (size_t)p->n_regsts + 1,
                                  sizeof *job->out_of);
   if (!job->out_of) return SL_ENOMEM;
@@ -421,7 +421,7 @@ static sl_status build_outputs(sl_job *job) {
 }
 
 static sl_status build_inputs(sl_job *job) {
-  const sl_plan *p = job->plan;
+  const sl_actor_graph *p = job->plan;
   for (int32_t i = 0; i < p->n_actors; i++) {
     rt_actor *a = job->by_plan[i];
     if (!a) continue;
@@ -466,7 +466,7 @@ static sl_status build_inputs(sl_job *job) {
  * (descriptor, reader) edge at most `count` READY (one per register), at
  * most `count` RETURN and one EOD; per actor one COMPLETE; plus commands. */
 static sl_status build_queues(sl_job *job) {
-  const sl_plan *p = job->plan;
+  const sl_actor_graph *p = job->plan;
   size_t *lcap = sl__calloc(job->n_streams + 1, sizeof *lcap);
   size_t *qcap = sl__calloc(job->n_streams + 1, sizeof *qcap);
   sl_status st = SL_OK;
@@ -522,9 +522,10 @@ static void stop_threads(sl_job *job) {
     sl__thread_join(&job->streams[i].thread);
 }
 
-sl_status sl_job_create(sl_plan *plan, const sl_job_config *cfg, sl_job **out) {
+sl_status sl_job_create(sl_actor_graph *plan, const sl_job_config *cfg,
+                        sl_job **out) {
   *out = NULL;
-  SL_CHECK(sl_plan_check(plan));
+  SL_CHECK(sl_actor_graph_check(plan));
   sl_job *job;
   if (SL_NEW(job) != SL_OK) return SL_ENOMEM;
   job->plan = plan;

@@ -25,9 +25,9 @@
 
 typedef enum layout { ONE_THREAD, TWO_HALVES, TWO_INTERLEAVED } layout;
 
-static sl_plan *chain(int actors, int64_t pieces, layout lay) {
-  sl_plan *p;
-  if (sl_plan_create(&p) != SL_OK) return NULL;
+static sl_actor_graph *chain(int actors, int64_t pieces, layout lay) {
+  sl_actor_graph *p;
+  if (sl_actor_graph_create(&p) != SL_OK) return NULL;
   sl_actor_id prev = 0;
   for (int i = 0; i < actors; i++) {
     uint32_t stream = 0;
@@ -42,9 +42,9 @@ static sl_plan *chain(int actors, int64_t pieces, layout lay) {
     sl_actor_id id;
     int32_t r;
     sl_regst_desc rd = {NULL, 2, 64, -1, 0, NULL, NULL};
-    if (sl_plan_add_actor(p, &d, &id) != SL_OK ||
-        (i > 0 && sl_plan_add_output(p, prev, &rd, &r) != SL_OK) ||
-        (i > 0 && sl_plan_connect(p, r, id) != SL_OK)) {
+    if (sl_actor_graph_add_actor(p, &d, &id) != SL_OK ||
+        (i > 0 && sl_actor_graph_add_output(p, prev, &rd, &r) != SL_OK) ||
+        (i > 0 && sl_actor_graph_connect(p, r, id) != SL_OK)) {
       fprintf(stderr, "plan: %s\n", sl_last_error());
       exit(1);
     }
@@ -58,7 +58,7 @@ typedef struct result {
   uint64_t firings, cross;
 } result;
 
-static result run_once(sl_plan *p, sl_queue_kind q) {
+static result run_once(sl_actor_graph *p, sl_queue_kind q) {
   sl_job_config cfg = SL_JOB_CONFIG(.queue = q);
   sl_job *job;
   result r = {0};
@@ -94,7 +94,7 @@ static stats3 summarize(double *ns, int n, uint64_t firings) {
 
 /* Runs plan p `n` times per queue kind, alternating the kinds so that both
  * see the same background load. */
-static void measure(sl_plan *p, int n, int kinds, const sl_queue_kind *k,
+static void measure(sl_actor_graph *p, int n, int kinds, const sl_queue_kind *k,
                     stats3 *out) {
   double ns[2][31];
   uint64_t firings = 0;
@@ -124,9 +124,9 @@ static void row(const char *what, const char *queue, stats3 s) {
 /* `p` sources, each on a thread of its own, feed `p` sinks sharing one
  * thread: every piece crosses threads, and the sinks' queue has p
  * producers. */
-static sl_plan *fan_in(int p_, int64_t pieces) {
-  sl_plan *p;
-  if (sl_plan_create(&p) != SL_OK) return NULL;
+static sl_actor_graph *fan_in(int p_, int64_t pieces) {
+  sl_actor_graph *p;
+  if (sl_actor_graph_create(&p) != SL_OK) return NULL;
   for (int i = 0; i < p_; i++) {
     char sn[32], kn[32];
     snprintf(sn, sizeof sn, "src%d", i);
@@ -137,10 +137,10 @@ static sl_plan *fan_in(int p_, int64_t pieces) {
     sl_regst_desc rd = {NULL, 2, 64, -1, 0, NULL, NULL};
     sl_actor_id a, b;
     int32_t r;
-    if (sl_plan_add_actor(p, &s, &a) != SL_OK ||
-        sl_plan_add_actor(p, &k, &b) != SL_OK ||
-        sl_plan_add_output(p, a, &rd, &r) != SL_OK ||
-        sl_plan_connect(p, r, b) != SL_OK) {
+    if (sl_actor_graph_add_actor(p, &s, &a) != SL_OK ||
+        sl_actor_graph_add_actor(p, &k, &b) != SL_OK ||
+        sl_actor_graph_add_output(p, a, &rd, &r) != SL_OK ||
+        sl_actor_graph_connect(p, r, b) != SL_OK) {
       fprintf(stderr, "plan: %s\n", sl_last_error());
       exit(1);
     }
@@ -205,15 +205,15 @@ int main(int argc, char **argv) {
   header();
   const sl_queue_kind both[2] = {SL_QUEUE_LOCKFREE, SL_QUEUE_MUTEX};
   stats3 st[2];
-  sl_plan *p = chain(actors, pieces, ONE_THREAD);
+  sl_actor_graph *p = chain(actors, pieces, ONE_THREAD);
   measure(p, repeats, 1, both, st);
   row("1 thread", "-", st[0]);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
   p = chain(actors, pieces, TWO_HALVES);
   measure(p, repeats, 2, both, st);
   row("2 threads (halves)", "lock-free", st[0]);
   row("2 threads (halves)", "mutex", st[1]);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 
   /* Short runs, so more of them: cross-thread wake-ups are noisy. */
   int qrep = 3 * repeats;
@@ -226,7 +226,7 @@ int main(int argc, char **argv) {
   measure(p, qrep, 2, both, st);
   row("chain, 2 threads alternating", "lock-free", st[0]);
   row("chain, 2 threads alternating", "mutex", st[1]);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
   for (int fan = 1; fan <= 16; fan *= 4) {
     char what[64];
     p = fan_in(fan, pieces / fan);
@@ -235,7 +235,7 @@ int main(int argc, char **argv) {
     measure(p, qrep, 2, both, st);
     row(what, "lock-free", st[0]);
     row(what, "mutex", st[1]);
-    sl_plan_destroy(p);
+    sl_actor_graph_destroy(p);
   }
 
   printf("\nraw queues: producers push 2,000,000 messages each (%zu bytes) "

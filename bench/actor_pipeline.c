@@ -84,13 +84,13 @@ typedef struct result {
 
 static result run_once(int64_t pieces, int32_t count, bool async) {
   device dev[STAGES];
-  sl_plan *p;
-  if (sl_plan_create(&p) != SL_OK) exit(1);
+  sl_actor_graph *p;
+  if (sl_actor_graph_create(&p) != SL_OK) exit(1);
   sl_actor_desc src = {"source", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, pieces};
   sl_actor_id prev, id;
   int32_t descs[STAGES + 1];
   sl_regst_desc rd = {NULL, count, 4096, -1, 0, NULL, NULL};
-  if (sl_plan_add_actor(p, &src, &prev) != SL_OK) exit(1);
+  if (sl_actor_graph_add_actor(p, &src, &prev) != SL_OK) exit(1);
   for (int s = 0; s <= STAGES; s++) {
     char name[16];
     snprintf(name, sizeof name, s < STAGES ? "stage%d" : "sink", s + 1);
@@ -102,9 +102,9 @@ static result run_once(int64_t pieces, int32_t count, bool async) {
                        s < STAGES ? (async ? act_async : act_wait) : NULL,
                        s < STAGES ? &dev[s] : NULL,
                        0};
-    if (sl_plan_add_actor(p, &d, &id) != SL_OK ||
-        sl_plan_add_output(p, prev, &rd, &descs[s]) != SL_OK ||
-        sl_plan_connect(p, descs[s], id) != SL_OK) {
+    if (sl_actor_graph_add_actor(p, &d, &id) != SL_OK ||
+        sl_actor_graph_add_output(p, prev, &rd, &descs[s]) != SL_OK ||
+        sl_actor_graph_connect(p, descs[s], id) != SL_OK) {
       fprintf(stderr, "plan: %s\n", sl_last_error());
       exit(1);
     }
@@ -145,7 +145,7 @@ static result run_once(int64_t pieces, int32_t count, bool async) {
     pthread_mutex_destroy(&dev[s].m);
     pthread_cond_destroy(&dev[s].cv);
   }
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
   return r;
 }
 

@@ -42,7 +42,7 @@ static void die(const char *what) {
 }
 
 /* Runs plan on both endpoints; seconds from start to the last wait. */
-static double run(sl__dp_endpoint **eps, sl_plan *p) {
+static double run(sl__dp_endpoint **eps, sl_actor_graph *p) {
   sl_job *jobs[2];
   for (uint32_t i = 0; i < 2; i++) {
     sl_job_config cfg =
@@ -64,9 +64,9 @@ static double run(sl__dp_endpoint **eps, sl_plan *p) {
   return s;
 }
 
-static sl_actor_id actor(sl_plan *p, const char *name, sl_actor_kind kind,
-                         uint32_t node, uint32_t stream, sl_act_fn act,
-                         int64_t count) {
+static sl_actor_id actor(sl_actor_graph *p, const char *name,
+                         sl_actor_kind kind, uint32_t node, uint32_t stream,
+                         sl_act_fn act, int64_t count) {
   sl_actor_id id;
   sl_actor_desc d = {.name = name,
                      .kind = kind,
@@ -74,29 +74,29 @@ static sl_actor_id actor(sl_plan *p, const char *name, sl_actor_kind kind,
                      .stream = stream,
                      .act = act,
                      .count = count};
-  if (sl_plan_add_actor(p, &d, &id) != SL_OK) die("actor");
+  if (sl_actor_graph_add_actor(p, &d, &id) != SL_OK) die("actor");
   return id;
 }
 
-static void edge(sl_plan *p, sl_actor_id from, sl_actor_id to, int32_t count,
-                 size_t bytes) {
+static void edge(sl_actor_graph *p, sl_actor_id from, sl_actor_id to,
+                 int32_t count, size_t bytes) {
   int32_t r;
   sl_regst_desc d = {.count = count, .bytes = bytes, .device = -1};
-  if (sl_plan_add_output(p, from, &d, &r) != SL_OK ||
-      sl_plan_connect(p, r, to) != SL_OK)
+  if (sl_actor_graph_add_output(p, from, &d, &r) != SL_OK ||
+      sl_actor_graph_connect(p, r, to) != SL_OK)
     die("edge");
 }
 
 /* src (node 0) -> sink (node 1), `regs` registers of `bytes`. */
 static double throughput(sl__dp_endpoint **eps, size_t bytes, int64_t pieces,
                          int32_t regs) {
-  sl_plan *p;
-  if (sl_plan_create(&p) != SL_OK) die("plan");
+  sl_actor_graph *p;
+  if (sl_actor_graph_create(&p) != SL_OK) die("plan");
   sl_actor_id src = actor(p, "src", SL_ACTOR_SOURCE, 0, 0, NULL, pieces);
   sl_actor_id sink = actor(p, "sink", SL_ACTOR_SINK, 1, 0, NULL, 0);
   edge(p, src, sink, regs, bytes);
   double s = run(eps, p);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
   return (double)bytes * (double)pieces / s / 1e9;
 }
 
@@ -109,15 +109,15 @@ static sl_status act_copy(sl_act *a) {
  * each piece waits for the previous one's round trip. Microseconds per
  * round trip. */
 static double round_trip(sl__dp_endpoint **eps, size_t bytes, int64_t pieces) {
-  sl_plan *p;
-  if (sl_plan_create(&p) != SL_OK) die("plan");
+  sl_actor_graph *p;
+  if (sl_actor_graph_create(&p) != SL_OK) die("plan");
   sl_actor_id src = actor(p, "src", SL_ACTOR_SOURCE, 0, 0, NULL, pieces);
   sl_actor_id echo = actor(p, "echo", SL_ACTOR_KERNEL, 1, 0, act_copy, 0);
   sl_actor_id sink = actor(p, "sink", SL_ACTOR_SINK, 0, 1, NULL, 0);
   edge(p, src, echo, 1, bytes);
   edge(p, echo, sink, 1, bytes);
   double s = run(eps, p);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
   return s / (double)pieces * 1e6;
 }
 

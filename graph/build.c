@@ -573,7 +573,7 @@ bool sl__graph_frozen(const sl_graph *g) { return g->frozen; }
 void sl__g_release_nodes(sl_graph *g) {
   for (int32_t i = 0; i < g->n_nodes; i++) {
     sl__gnode *n = g->nodes[i];
-    sl_boxing_plan_destroy(n->n.boxing);
+    sl_boxing_route_destroy(n->n.boxing);
     n->n.boxing = NULL;
     if (n->npy_id >= 0) sl__npy_release(n->npy_id);
     n->npy_id = -1;

@@ -39,12 +39,12 @@ static double boxing_cost(const sl__value *v, const sl_placement *p,
                           const sl_nd_sbp *want) {
   if (v->placement == p && sl_nd_sbp_equal(&v->sbp, want)) return 0;
   if (sl_nd_sbp_check(want, p, &v->meta.shape) != SL_OK) return HUGE_VAL;
-  sl_boxing_plan *plan = NULL;
-  if (sl_boxing_plan_create(&v->meta.shape, v->meta.dtype, v->placement,
-                            &v->sbp, p, want, NULL, &plan) != SL_OK)
+  sl_boxing_route *plan = NULL;
+  if (sl_boxing_route_create(&v->meta.shape, v->meta.dtype, v->placement,
+                             &v->sbp, p, want, NULL, &plan) != SL_OK)
     return HUGE_VAL;
-  double t = sl_boxing_plan_predicted_us(plan);
-  sl_boxing_plan_destroy(plan);
+  double t = sl_boxing_route_predicted_us(plan);
+  sl_boxing_route_destroy(plan);
   return t;
 }
 
@@ -293,10 +293,10 @@ static int32_t boxed(box_ctx *b, int32_t v, sl_placement *p,
   char name[300];
   snprintf(name, sizeof name, "%.200s.boxing%lld", pname,
            (long long)b->counter++);
-  sl_boxing_plan *plan = NULL;
+  sl_boxing_route *plan = NULL;
   sl_status st =
-      sl_boxing_plan_create(&val->meta.shape, val->meta.dtype, val->placement,
-                            &val->sbp, p, want, NULL, &plan);
+      sl_boxing_route_create(&val->meta.shape, val->meta.dtype, val->placement,
+                             &val->sbp, p, want, NULL, &plan);
   if (st != SL_OK) {
     sl__g_error_last(g, st, "boxing", name, NULL);
     sl__fail_context(st, "(for '%s') ", consumer->name);
@@ -310,7 +310,7 @@ static int32_t boxed(box_ctx *b, int32_t v, sl_placement *p,
       sl__g_new_node(g, SL__NODE_BOXING, name, NULL, p, 1, &v, 1, &val->meta);
   memcpy(g->scope, saved, sizeof saved);
   if (!gn) {
-    sl_boxing_plan_destroy(plan);
+    sl_boxing_route_destroy(plan);
     return -1;
   }
   /* sl__g_new_node appended it to g->nodes; the order array gets it too. */

@@ -52,11 +52,11 @@ typedef struct sl__node {
    * sbp of value in[i]. */
   sl_nd_sbp in_sbp[SL_OP_MAX_INPUTS];
   sl_nd_sbp out_sbp[SL_OP_MAX_OUTPUTS];
-  sl_boxing_plan *boxing; /* SL__NODE_BOXING: owned by the node */
-  int32_t update;         /* SL__NODE_VARIABLE: value id of the next
-                             version, or -1 */
-  bool backward;          /* created by autodiff (for plans/traces) */
-  bool optimizer;         /* created by minimize */
+  sl_boxing_route *boxing; /* SL__NODE_BOXING: owned by the node */
+  int32_t update;          /* SL__NODE_VARIABLE: value id of the next
+                              version, or -1 */
+  bool backward;           /* created by autodiff (for plans/traces) */
+  bool optimizer;          /* created by minimize */
   /* Pipelining (graph/micro.c). micro: the micro-batch the node computes,
    * or -1 for a node that runs once per step (variables, what depends on
    * no input or data source, the optimizer); micro_of: for a copy made

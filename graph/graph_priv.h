@@ -151,7 +151,7 @@ static inline sl_tensor sl__g_tensor(sl_graph *g, int32_t v) {
  * when out of range. */
 bool sl__g_axis(int *axis, int ndim);
 
-/* Frees what nodes own outside the arena (boxing plans, npy files). */
+/* Frees what nodes own outside the arena (boxing routes, npy files). */
 void sl__g_release_nodes(sl_graph *g);
 
 /* The matmul op with its flags and contraction count (kernels/cpu/matmul.c

@@ -464,7 +464,7 @@ static sl_status plan_variables(lower *L, bool *needs_copy) {
     bool direct = uses[n->update] == 1 && L->var_of[n->update] < 0 &&
                   (prod->kind == SL__NODE_OP ||
                    (prod->kind == SL__NODE_BOXING &&
-                    sl_boxing_plan_step_count(prod->boxing) > 0));
+                    sl_boxing_route_step_count(prod->boxing) > 0));
     needs_copy[i] = !direct;
     if (direct) L->var_of[n->update] = i;
     int k = direct ? inplace_input(prod, u->index) : -1;
@@ -578,22 +578,22 @@ static sl_status lower_op(lower *L, int32_t ni, const sl__node *n) {
  * stands, and grouped NCCL sends and receives with packing on the devices
  * otherwise (comm/coll/dev_xchg.c); slice and zero steps are device work
  * alone. Anything touching a CPU rank runs on the host sides. */
-static bool boxing_on_gpu(const sl_boxing_plan *bp) {
-  for (int q = 0; q < sl_boxing_plan_rank_count(bp); q++)
-    if (sl_boxing_plan_rank_device_type(bp, q) != SL_DEVICE_CUDA) return false;
+static bool boxing_on_gpu(const sl_boxing_route *bp) {
+  for (int q = 0; q < sl_boxing_route_rank_count(bp); q++)
+    if (sl_boxing_route_rank_device_type(bp, q) != SL_DEVICE_CUDA) return false;
   return true;
 }
 
 /* Who runs a group of a boxing step (ranks NULL: plan ranks 0..n-1, an
  * exchange's): the devices on GPUs, else this process when every member
  * is on one machine, else the daemons' data plane. */
-static sl__engine boxing_engine(const sl_boxing_plan *bp, bool gpu, int n,
+static sl__engine boxing_engine(const sl_boxing_route *bp, bool gpu, int n,
                                 const int *ranks) {
   if (gpu) return SL__ENGINE_DEVICE;
   int first = -1;
   for (int k = 0; k < n; k++) {
     int node;
-    sl_boxing_plan_rank_device(bp, ranks ? ranks[k] : k, &node, NULL);
+    sl_boxing_route_rank_device(bp, ranks ? ranks[k] : k, &node, NULL);
     if (first >= 0 && node != first) return SL__ENGINE_NODES;
     first = node;
   }
@@ -601,12 +601,12 @@ static sl__engine boxing_engine(const sl_boxing_plan *bp, bool gpu, int n,
 }
 
 static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
-  const sl_boxing_plan *bp = n->boxing;
+  const sl_boxing_route *bp = n->boxing;
   const sl__value *vin = sl__graph_value(L->g, n->in[0]);
   const sl__value *vout = sl__graph_value(L->g, n->out[0]);
   const sl_placement *ps = vin->placement, *pd = vout->placement;
-  int R = sl_boxing_plan_rank_count(bp), ns = sl_placement_size(ps),
-      nt = sl_placement_size(pd), S = sl_boxing_plan_step_count(bp);
+  int R = sl_boxing_route_rank_count(bp), ns = sl_placement_size(ps),
+      nt = sl_placement_size(pd), S = sl_boxing_route_step_count(bp);
   int32_t *cur = arena_ints(L, R), *next = arena_ints(L, R);
   int32_t *sh = shard_of(L, n->out[0]);
   if (!cur || !next || !sh || !L->shard[n->in[0]])
@@ -658,7 +658,7 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
         bool has_in = cur[q] >= 0, has_out = tr >= 0;
         if (!has_in && !has_out) continue;
         int node, dev;
-        sl_boxing_plan_rank_device(bp, q, &node, &dev);
+        sl_boxing_route_rank_device(bp, q, &node, &dev);
         sl__task_kind kind = p2p ? SL__TASK_XCHG
                              : (op == SL_BOXING_SLICE || op == SL_BOXING_ZERO)
                                  ? SL__TASK_LOCAL

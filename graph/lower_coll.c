@@ -3,7 +3,7 @@
  * each member runs, the members' boxes, fills and pieces (sbp/exchange.c),
  * the block a group collective's members hold together, and on GPUs
  * whether NCCL runs it as it stands. Lowering computes them once; the
- * session makes its engines from them and never reads the boxing plan. */
+ * session makes its engines from them and never reads the boxing route. */
 #include <string.h>
 
 #include "lower_int.h"
@@ -59,13 +59,13 @@ void sl__pplan_free_colls(sl__pplan *p) {
 
 /* Where plan rank q's part of a step runs: its device, or a CUDA rank's
  * host side unless the devices run the step. */
-static void member_where(const sl_boxing_plan *bp, int q, bool on_devices,
+static void member_where(const sl_boxing_route *bp, int q, bool on_devices,
                          uint32_t *machine, uint32_t *device) {
   int node = 0, dev = 0;
-  sl_boxing_plan_rank_device(bp, q, &node, &dev);
+  sl_boxing_route_rank_device(bp, q, &node, &dev);
   *machine = (uint32_t)node;
   *device = (uint32_t)dev;
-  if (sl_boxing_plan_rank_device_type(bp, q) == SL_DEVICE_CUDA)
+  if (sl_boxing_route_rank_device_type(bp, q) == SL_DEVICE_CUDA)
     *device += SL__DEV_CUDA;
   if (!on_devices) *device = sl__dev_host_side(*device);
 }
@@ -79,7 +79,7 @@ static void member_where(const sl_boxing_plan *bp, int q, bool on_devices,
  * step's source layout, broadcast on the step's mesh axis, at the group's
  * first member; checked for every group (uneven splits on other mesh axes
  * make blocks differ). */
-static bool nccl_layout(const sl_boxing_plan *bp, int s) {
+static bool nccl_layout(const sl_boxing_route *bp, int s) {
   sl_nd_sbp from, to;
   sl_boxing_step_layout(bp, s, &from, &to);
   int m = sl_boxing_step_mesh_axis(bp, s);
@@ -109,7 +109,7 @@ static bool nccl_layout(const sl_boxing_plan *bp, int s) {
 
 /* The device engine's realization of group step s: NCCL's collective with
  * its count, when NCCL computes the step as it stands. */
-static void device_op(const sl_boxing_plan *bp, int s, sl__pcoll *c) {
+static void device_op(const sl_boxing_route *bp, int s, sl__pcoll *c) {
   int64_t in_n = sl_slice_numel(&c->geom.in_box[0]);
   int64_t out_n = sl_slice_numel(&c->geom.out_box[0]);
   int64_t gn = c->geom.n;
@@ -130,7 +130,7 @@ static void device_op(const sl_boxing_plan *bp, int s, sl__pcoll *c) {
 /* The pieces form of a step, into a new spec: a group step's group, the
  * exchange of a send_recv or copy step (group -1), or a local step's one
  * member (placement rank `rank`, group member `member`). */
-static sl_status geometry(sl__pplan *p, const sl_boxing_plan *bp, int step,
+static sl_status geometry(sl__pplan *p, const sl_boxing_route *bp, int step,
                           int group, bool local, int rank, int member,
                           sl__pcoll **out) {
   sl__xgeom g;
@@ -144,7 +144,7 @@ static sl_status geometry(sl__pplan *p, const sl_boxing_plan *bp, int step,
   return SL_OK;
 }
 
-sl_status sl__lower_coll(sl__pplan *p, const sl_boxing_plan *bp,
+sl_status sl__lower_coll(sl__pplan *p, const sl_boxing_route *bp,
                          const char *name, int32_t node, int step, int group,
                          sl__engine engine, int32_t *out) {
   sl__pcoll *c = NULL;
@@ -202,7 +202,7 @@ sl_status sl__lower_coll(sl__pplan *p, const sl_boxing_plan *bp,
   return SL_OK;
 }
 
-sl_status sl__lower_local_coll(sl__pplan *p, const sl_boxing_plan *bp,
+sl_status sl__lower_local_coll(sl__pplan *p, const sl_boxing_route *bp,
                                const char *name, int32_t node, int step,
                                int rank, int member, bool on_devices,
                                int32_t *out) {

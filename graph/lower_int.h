@@ -105,7 +105,7 @@ const char *sl__pcoll_op_name(sl__pcoll_op op);
 
 /* The engine-neutral spec of one boxing step's group (DESIGN.md section 5
  * step 7): everything an engine needs to run it, computed once by lowering
- * from the boxing plan (sbp/), so that the session instantiates engines
+ * from the boxing route (sbp/), so that the session instantiates engines
  * from the plan alone. Every COLL, XCHG and LOCAL task names its spec. */
 typedef struct sl__pcoll {
   const char *name;          /* "<boxing>.s<step>[.g<group>]" (arena) */
@@ -329,15 +329,15 @@ void sl__pplan_free_colls(sl__pplan *p);
 
 /* lower_coll.c: the spec of group `group` of boxing step `step` (-1: the
  * step is a send_recv or copy, whose exchange has every plan rank as a
- * member) of the boxing plan of graph node `node`, run by engine; and of
+ * member) of the boxing route of graph node `node`, run by engine; and of
  * a local step's (slice, zero) member: placement rank `rank`, group
  * member `member`, on its CUDA device when on_devices. *out: its index in
  * p->colls. name is kept (arena). SL_ENOMEM, SL_EINTERNAL for a plan that
  * breaks sbp/'s promises. */
-sl_status sl__lower_coll(sl__pplan *p, const sl_boxing_plan *bp,
+sl_status sl__lower_coll(sl__pplan *p, const sl_boxing_route *bp,
                          const char *name, int32_t node, int step, int group,
                          sl__engine engine, int32_t *out);
-sl_status sl__lower_local_coll(sl__pplan *p, const sl_boxing_plan *bp,
+sl_status sl__lower_local_coll(sl__pplan *p, const sl_boxing_route *bp,
                                const char *name, int32_t node, int step,
                                int rank, int member, bool on_devices,
                                int32_t *out);

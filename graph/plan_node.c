@@ -138,7 +138,7 @@ static sl_status describe_node(sl__pplan *p, const sl_graph *g, int32_t i) {
     pn->of_variable = prod->kind == SL__NODE_VARIABLE && prod->update >= 0;
   }
   if (n->kind != SL__NODE_BOXING) return SL_OK;
-  pn->n_steps = sl_boxing_plan_step_count(n->boxing);
+  pn->n_steps = sl_boxing_route_step_count(n->boxing);
   pn->steps =
       sl__arena_calloc(p->arena, (size_t)pn->n_steps + 1, sizeof *pn->steps);
   if (!pn->steps) return SL_ENOMEM;
@@ -156,7 +156,7 @@ static sl_status describe_node(sl__pplan *p, const sl_graph *g, int32_t i) {
     sl_nd_sbp_print(&to, buf, sizeof buf);
     ps->to = sl__arena_strdup(p->arena, buf);
     const int64_t *b = sl_boxing_step_bytes_sent(n->boxing, s);
-    for (int q = 0; q < sl_boxing_plan_rank_count(n->boxing); q++)
+    for (int q = 0; q < sl_boxing_route_rank_count(n->boxing); q++)
       ps->bytes = SL_MAX(ps->bytes, b[q]);
     ps->predicted_us = sl_boxing_step_predicted_us(n->boxing, s);
     if (!ps->from || !ps->to) return SL_ENOMEM;

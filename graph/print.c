@@ -42,7 +42,7 @@ int sl_graph_print(const sl_graph *g, char *buf, size_t size) {
     }
     if (n->kind == SL__NODE_BOXING && n->boxing) {
       put(&o, "{");
-      int steps = sl_boxing_plan_step_count(n->boxing);
+      int steps = sl_boxing_route_step_count(n->boxing);
       for (int s = 0; s < steps; s++)
         put(&o, "%s%s", s ? "," : "",
             sl_boxing_op_name(sl_boxing_step_op(n->boxing, s)));

@@ -47,7 +47,7 @@ typedef struct shards {
  * taken at the end of every step into `logical`. */
 typedef struct fetch {
   int32_t node;
-  sl_boxing_plan *plan;
+  sl_boxing_route *plan;
   void **dst;    /* plan's target buffers (whole tensor each) */
   void *logical; /* dst[0], or a copy of rank 0's shard without a plan */
   size_t bytes;
@@ -154,7 +154,7 @@ static void sl__shard_destroy(sl__shard *x) {
       free(ft->logical);
     }
     free(ft->dst);
-    sl_boxing_plan_destroy(ft->plan);
+    sl_boxing_route_destroy(ft->plan);
   }
   free(x->fetches);
   free(x->v);
@@ -180,9 +180,9 @@ static sl_status fetch_prepare(sl__shard *x, fetch *ft) {
       return sl__fail(SL_ENOMEM, "sharded executor: out of memory");
     return SL_OK;
   }
-  SL_CHECK(sl_boxing_plan_create(&v->meta.shape, v->meta.dtype, v->placement,
-                                 &v->sbp, v->placement, &all_b, NULL,
-                                 &ft->plan));
+  SL_CHECK(sl_boxing_route_create(&v->meta.shape, v->meta.dtype, v->placement,
+                                  &v->sbp, v->placement, &all_b, NULL,
+                                  &ft->plan));
   int n = sl_placement_size(v->placement);
   if (!(ft->dst = calloc((size_t)n, sizeof *ft->dst)))
     return sl__fail(SL_ENOMEM, "sharded executor: out of memory");

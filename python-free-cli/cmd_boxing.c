@@ -91,9 +91,9 @@ typedef struct verify_result {
 } verify_result;
 
 static void print_json(FILE *f, const sl_cli_boxing_args *a,
-                       const sl_boxing_plan *plan, const char *src_place,
+                       const sl_boxing_route *plan, const char *src_place,
                        const char *dst_place, const verify_result *vr) {
-  int nranks = sl_boxing_plan_rank_count(plan);
+  int nranks = sl_boxing_route_rank_count(plan);
   fputs("{\n  \"shape\": [", f);
   for (int i = 0; i < a->shape.ndim; i++)
     fprintf(f, "%s%lld", i ? "," : "", (long long)a->shape.dims[i]);
@@ -103,11 +103,11 @@ static void print_json(FILE *f, const sl_cli_boxing_args *a,
   fputs("  \"ranks\": [", f);
   for (int r = 0; r < nranks; r++) {
     int node, dev;
-    sl_boxing_plan_rank_device(plan, r, &node, &dev);
+    sl_boxing_route_rank_device(plan, r, &node, &dev);
     fprintf(f, "%s[%d,%d]", r ? "," : "", node, dev);
   }
   fputs("],\n  \"steps\": [", f);
-  int nsteps = sl_boxing_plan_step_count(plan);
+  int nsteps = sl_boxing_route_step_count(plan);
   for (int s = 0; s < nsteps; s++) {
     fprintf(f, "%s\n    {\"op\": \"%s\"", s ? "," : "",
             sl_boxing_op_name(sl_boxing_step_op(plan, s)));
@@ -139,9 +139,9 @@ static void print_json(FILE *f, const sl_cli_boxing_args *a,
   }
   fputs(nsteps ? "\n  ],\n" : "],\n", f);
   fputs("  \"bytes_sent_per_rank\": ", f);
-  json_i64_array(f, nranks, sl_boxing_plan_bytes_sent(plan));
+  json_i64_array(f, nranks, sl_boxing_route_bytes_sent(plan));
   fputs(",\n  \"predicted_us\": ", f);
-  json_number(f, sl_boxing_plan_predicted_us(plan));
+  json_number(f, sl_boxing_route_predicted_us(plan));
   if (vr->ran) {
     fprintf(f, ",\n  \"seed\": %llu,\n  \"verified\": %s",
             (unsigned long long)a->seed,
@@ -202,7 +202,7 @@ static void bytes_summary(FILE *f, int n, const int64_t *v) {
   }
 }
 
-static void groups_summary(FILE *f, const sl_boxing_plan *plan, int s) {
+static void groups_summary(FILE *f, const sl_boxing_route *plan, int s) {
   int ng = sl_boxing_step_group_count(plan, s);
   int shown = 0;
   for (int g = 0; g < ng; g++) {
@@ -256,25 +256,25 @@ static void put_cell(FILE *f, int c, int width, const char *txt) {
 }
 
 static int print_human(FILE *f, const sl_cli_boxing_args *a,
-                       const sl_boxing_plan *plan, const char *src_place,
+                       const sl_boxing_route *plan, const char *src_place,
                        const char *dst_place, const verify_result *vr) {
   char shape[200], buf[40];
   sl_shape_print(&a->shape, shape, sizeof shape);
   fprintf(f, "boxing %s %s: %s %s -> %s %s\n", shape, sl_dtype_name(a->dtype),
           src_place, sbp_str(&a->src_sbp).s, dst_place, sbp_str(&a->dst_sbp).s);
-  int nranks = sl_boxing_plan_rank_count(plan);
+  int nranks = sl_boxing_route_rank_count(plan);
   if (!sl_placement_equal(a->src_place, a->dst_place)) {
     fputs("plan ranks (node,device):", f);
     for (int r = 0; r < nranks && r < LIST_MAX; r++) {
       int node, dev;
-      sl_boxing_plan_rank_device(plan, r, &node, &dev);
+      sl_boxing_route_rank_device(plan, r, &node, &dev);
       fprintf(f, " %d=(%d,%d)", r, node, dev);
     }
     if (nranks > LIST_MAX) fprintf(f, " ... (%d ranks)", nranks);
     fputc('\n', f);
   }
 
-  int nsteps = sl_boxing_plan_step_count(plan);
+  int nsteps = sl_boxing_route_step_count(plan);
   if (nsteps == 0) {
     fputs("no data movement needed\n", f);
   } else {
@@ -345,7 +345,7 @@ static int print_human(FILE *f, const sl_cli_boxing_args *a,
     free(cells);
     if (!ok) return -1;
 
-    const int64_t *bytes = sl_boxing_plan_bytes_sent(plan);
+    const int64_t *bytes = sl_boxing_route_bytes_sent(plan);
     long long total = 0, most = 0;
     for (int r = 0; r < nranks; r++) {
       total += bytes[r];
@@ -354,7 +354,7 @@ static int print_human(FILE *f, const sl_cli_boxing_args *a,
     fprintf(f,
             "total: %lld bytes sent, at most %lld by one rank; "
             "predicted %.3f us\n",
-            total, most, sl_boxing_plan_predicted_us(plan));
+            total, most, sl_boxing_route_predicted_us(plan));
   }
 
   if (vr->ran) {
@@ -450,11 +450,11 @@ int sl_cli_boxing(int argc, char **argv) {
 
   int rc = 2;
   char *src_place = NULL, *dst_place = NULL;
-  sl_boxing_plan *plan = NULL;
+  sl_boxing_route *plan = NULL;
   verify_result vr = {0};
   sl_status st =
-      sl_boxing_plan_create(&a.shape, a.dtype, a.src_place, &a.src_sbp,
-                            a.dst_place, &a.dst_sbp, &a.cost, &plan);
+      sl_boxing_route_create(&a.shape, a.dtype, a.src_place, &a.src_sbp,
+                             a.dst_place, &a.dst_sbp, &a.cost, &plan);
   if (st != SL_OK) {
     report("cannot plan: %s (%s)", sl_last_error(), sl_status_str(st));
     goto done;
@@ -487,7 +487,7 @@ int sl_cli_boxing(int argc, char **argv) {
 done:
   free(src_place);
   free(dst_place);
-  sl_boxing_plan_destroy(plan);
+  sl_boxing_route_destroy(plan);
   sl_cli_boxing_args_clear(&a);
   return rc;
 }

@@ -1,14 +1,14 @@
 /* A boxing step as pieces (docs/boxing.md): boxes of the global tensor
  * that one member's input gives to one member's output, stored or reduced
  * there — the form the device exchanges run (comm/coll/dev_xchg.c).
- * Computed from the boxing plan alone (its layouts, groups, boxes and
+ * Computed from the boxing route alone (its layouts, groups, boxes and
  * pieces), never from the graph, so whoever holds a plan's boxing can lay
  * its steps out. */
 #include <string.h>
 
 #include "sbp_int.h"
 
-sl_status sl__boxing_group_step(const sl_boxing_plan *bp, int step, int group,
+sl_status sl__boxing_group_step(const sl_boxing_route *bp, int step, int group,
                                 sl__group_step *out) {
   sl_boxing_step_layout(bp, step, &out->from, &out->to);
   out->axis = sl_boxing_step_mesh_axis(bp, step);
@@ -85,7 +85,7 @@ static void geom_intersect(sl__xgeom *g, bool partial) {
   }
 }
 
-sl_status sl__xgeom_group(const sl_boxing_plan *bp, int step, int group,
+sl_status sl__xgeom_group(const sl_boxing_route *bp, int step, int group,
                           sl__xgeom *g) {
   sl__group_step gs;
   SL_CHECK(sl__boxing_group_step(bp, step, group, &gs));
@@ -115,8 +115,8 @@ sl_status sl__xgeom_group(const sl_boxing_plan *bp, int step, int group,
   return st;
 }
 
-sl_status sl__xgeom_p2p(const sl_boxing_plan *bp, int step, sl__xgeom *g) {
-  int R = sl_boxing_plan_rank_count(bp);
+sl_status sl__xgeom_p2p(const sl_boxing_route *bp, int step, sl__xgeom *g) {
+  int R = sl_boxing_route_rank_count(bp);
   int np = sl_boxing_step_piece_count(bp, step);
   sl_status st = sl__xgeom_alloc(g, R, np);
   g->dtype = bp->dtype;
@@ -146,7 +146,7 @@ sl_status sl__xgeom_p2p(const sl_boxing_plan *bp, int step, sl__xgeom *g) {
   return st;
 }
 
-sl_status sl__xgeom_local(const sl_boxing_plan *bp, int step, int rank,
+sl_status sl__xgeom_local(const sl_boxing_route *bp, int step, int rank,
                           int member, sl__xgeom *g) {
   const sl_placement *p = bp->place[0];
   int m = sl_boxing_step_mesh_axis(bp, step);

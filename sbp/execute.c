@@ -15,7 +15,7 @@ typedef struct buf {
 } buf;
 
 typedef struct exec {
-  const sl_boxing_plan *plan;
+  const sl_boxing_route *plan;
   int ndim;
   size_t es;
   int step;
@@ -247,7 +247,7 @@ out:
 }
 
 static sl_status run_p2p(exec *x, const sl__step *s) {
-  const sl_boxing_plan *plan = x->plan;
+  const sl_boxing_route *plan = x->plan;
   int step = (int)(s - plan->steps);
   sl_status st;
   const sl_placement *tp = plan->place[s->to_side];
@@ -296,7 +296,7 @@ out:
 /* After a step every rank of the target layout holds a shard of its slice's
  * shape, and no other rank holds one. */
 static sl_status check_layout(exec *x, const sl__step *s) {
-  const sl_boxing_plan *plan = x->plan;
+  const sl_boxing_route *plan = x->plan;
   const sl_placement *tp = plan->place[s->to_side];
   int held = 0;
   for (int r = 0; r < plan->rank_count; r++)
@@ -315,7 +315,7 @@ static sl_status check_layout(exec *x, const sl__step *s) {
   return SL_OK;
 }
 
-sl_status sl_boxing_execute(const sl_boxing_plan *plan,
+sl_status sl_boxing_execute(const sl_boxing_route *plan,
                             const void *const *src_shards,
                             void *const *dst_shards) {
   if (!plan || !src_shards || !dst_shards)

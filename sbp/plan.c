@@ -1,4 +1,4 @@
-/* Boxing plans: creation (argument checks, plan ranks, choosing between the
+/* Boxing routes: creation (argument checks, plan ranks, choosing between the
  * same-placement search, copy and send_recv), totals and accessors. */
 #include <string.h>
 
@@ -18,7 +18,7 @@ const char *sl_boxing_op_name(sl_boxing_op op) {
   return "?";
 }
 
-sl__step *sl__plan_add_step(sl_boxing_plan *plan) {
+sl__step *sl__plan_add_step(sl_boxing_route *plan) {
   if (plan->step_count == plan->step_cap) {
     int cap = plan->step_cap ? plan->step_cap * 2 : 4;
     sl__step *s = sl__reallocarray(plan->steps, (size_t)cap, sizeof *s);
@@ -36,7 +36,8 @@ sl__step *sl__plan_add_step(sl_boxing_plan *plan) {
   return s;
 }
 
-bool sl__plan_ranks_inter(const sl_boxing_plan *plan, int n, const int *ranks) {
+bool sl__plan_ranks_inter(const sl_boxing_route *plan, int n,
+                          const int *ranks) {
   for (int i = 1; i < n; i++)
     if (plan->rank_node[ranks[i]] != plan->rank_node[ranks[0]]) return true;
   return false;
@@ -44,7 +45,7 @@ bool sl__plan_ranks_inter(const sl_boxing_plan *plan, int n, const int *ranks) {
 
 /* Plan ranks: the source's ranks, then the target's devices the source does
  * not have, in target rank order. */
-static sl_status map_ranks(sl_boxing_plan *plan) {
+static sl_status map_ranks(sl_boxing_route *plan) {
   const sl_placement *src = plan->place[0], *dst = plan->place[1];
   int ns = sl_placement_size(src), nt = sl_placement_size(dst);
   int cap = ns + nt;
@@ -86,26 +87,26 @@ static sl_status map_ranks(sl_boxing_plan *plan) {
   return SL_OK;
 }
 
-int sl__boxing_plan_rank(const sl_boxing_plan *plan, int side, int r) {
+int sl__boxing_plan_rank(const sl_boxing_route *plan, int side, int r) {
   return plan->plan_rank[side][r];
 }
 
-int sl__boxing_side_rank(const sl_boxing_plan *plan, int side, int q) {
+int sl__boxing_side_rank(const sl_boxing_route *plan, int side, int q) {
   return plan->side_rank[side][q];
 }
 
-void sl__boxing_step_sides(const sl_boxing_plan *plan, int step, int *from,
+void sl__boxing_step_sides(const sl_boxing_route *plan, int step, int *from,
                            int *to) {
   *from = plan->steps[step].from_side;
   *to = plan->steps[step].to_side;
 }
 
-const sl_placement *sl__boxing_side_placement(const sl_boxing_plan *plan,
+const sl_placement *sl__boxing_side_placement(const sl_boxing_route *plan,
                                               int side) {
   return plan->place[side];
 }
 
-bool sl__boxing_step_box(const sl_boxing_plan *plan, int step, int q,
+bool sl__boxing_step_box(const sl_boxing_route *plan, int step, int q,
                          bool after, sl_slice *box) {
   const sl__step *s = &plan->steps[step];
   int side = after ? s->to_side : s->from_side;
@@ -130,16 +131,16 @@ static sl_status check_args(const sl_shape *shape, sl_dtype dt,
                             const sl_placement *src, const sl_nd_sbp *src_sbp,
                             const sl_placement *dst, const sl_nd_sbp *dst_sbp) {
   if (!shape || !src || !src_sbp || !dst || !dst_sbp)
-    return sl__fail(SL_EINVAL, "boxing plan: NULL argument");
+    return sl__fail(SL_EINVAL, "boxing route: NULL argument");
   if (shape->ndim < 0 || shape->ndim > SL_MAX_DIMS)
-    return sl__fail(SL_EINVAL, "boxing plan: shape has %d dims (0 to %d)",
+    return sl__fail(SL_EINVAL, "boxing route: shape has %d dims (0 to %d)",
                     shape->ndim, SL_MAX_DIMS);
   for (int d = 0; d < shape->ndim; d++)
     if (shape->dims[d] < 0)
-      return sl__fail(SL_EINVAL, "boxing plan: shape extent %lld is negative",
+      return sl__fail(SL_EINVAL, "boxing route: shape extent %lld is negative",
                       (long long)shape->dims[d]);
   if (sl_dtype_size(dt) == 0)
-    return sl__fail(SL_EINVAL, "boxing plan: unknown dtype %d", (int)dt);
+    return sl__fail(SL_EINVAL, "boxing route: unknown dtype %d", (int)dt);
   sl_status st = sl_nd_sbp_check(src_sbp, src, shape);
   if (st != SL_OK) return sl__fail_context(st, "boxing source: ");
   st = sl_nd_sbp_check(dst_sbp, dst, shape);
@@ -148,11 +149,11 @@ static sl_status check_args(const sl_shape *shape, sl_dtype dt,
 }
 
 sl_status
-sl_boxing_plan_create(const sl_shape *shape, sl_dtype dt,
-                      const sl_placement *src, const sl_nd_sbp *src_sbp,
-                      const sl_placement *dst, const sl_nd_sbp *dst_sbp,
-                      const sl_boxing_cost *cost, sl_boxing_plan **out) {
-  if (!out) return sl__fail(SL_EINVAL, "boxing plan: NULL out");
+sl_boxing_route_create(const sl_shape *shape, sl_dtype dt,
+                       const sl_placement *src, const sl_nd_sbp *src_sbp,
+                       const sl_placement *dst, const sl_nd_sbp *dst_sbp,
+                       const sl_boxing_cost *cost, sl_boxing_route **out) {
+  if (!out) return sl__fail(SL_EINVAL, "boxing route: NULL out");
   *out = NULL;
   SL_CHECK(check_args(shape, dt, src, src_sbp, dst, dst_sbp));
   sl_boxing_cost c =
@@ -160,7 +161,7 @@ sl_boxing_plan_create(const sl_shape *shape, sl_dtype dt,
   SL_CHECK(sl__cost_check(&c));
 
   sl_status st;
-  sl_boxing_plan *plan;
+  sl_boxing_route *plan;
   if (SL_NEW(plan) != SL_OK) return SL_ENOMEM;
   SL_CHECK_GOTO(sl__arena_create(0, &plan->arena), st, fail);
   plan->shape = *shape;
@@ -197,11 +198,11 @@ sl_boxing_plan_create(const sl_shape *shape, sl_dtype dt,
   *out = plan;
   return SL_OK;
 fail:
-  sl_boxing_plan_destroy(plan);
+  sl_boxing_route_destroy(plan);
   return st;
 }
 
-void sl_boxing_plan_destroy(sl_boxing_plan *plan) {
+void sl_boxing_route_destroy(sl_boxing_route *plan) {
   if (!plan) return;
   sl_placement_destroy(plan->place[0]);
   sl_placement_destroy(plan->place[1]);
@@ -212,46 +213,46 @@ void sl_boxing_plan_destroy(sl_boxing_plan *plan) {
 
 /* ---- accessors --------------------------------------------------------- */
 
-int sl_boxing_plan_rank_count(const sl_boxing_plan *plan) {
+int sl_boxing_route_rank_count(const sl_boxing_route *plan) {
   return plan->rank_count;
 }
 
-void sl_boxing_plan_rank_device(const sl_boxing_plan *plan, int rank, int *node,
-                                int *device) {
+void sl_boxing_route_rank_device(const sl_boxing_route *plan, int rank,
+                                 int *node, int *device) {
   bool ok = rank >= 0 && rank < plan->rank_count;
   if (node) *node = ok ? plan->rank_node[rank] : -1;
   if (device) *device = ok ? plan->rank_device[rank] : -1;
 }
 
-sl_device_type sl_boxing_plan_rank_device_type(const sl_boxing_plan *plan,
-                                               int rank) {
+sl_device_type sl_boxing_route_rank_device_type(const sl_boxing_route *plan,
+                                                int rank) {
   int side = rank >= sl_placement_size(plan->place[0]) ? 1 : 0;
   return sl_placement_device_type(plan->place[side]);
 }
 
-const int64_t *sl_boxing_plan_bytes_sent(const sl_boxing_plan *plan) {
+const int64_t *sl_boxing_route_bytes_sent(const sl_boxing_route *plan) {
   return plan->bytes_sent;
 }
 
-double sl_boxing_plan_predicted_us(const sl_boxing_plan *plan) {
+double sl_boxing_route_predicted_us(const sl_boxing_route *plan) {
   return plan->predicted_us;
 }
 
-int sl_boxing_plan_step_count(const sl_boxing_plan *plan) {
+int sl_boxing_route_step_count(const sl_boxing_route *plan) {
   return plan->step_count;
 }
 
-static const sl__step *get_step(const sl_boxing_plan *plan, int step) {
+static const sl__step *get_step(const sl_boxing_route *plan, int step) {
   if (!plan || step < 0 || step >= plan->step_count) return NULL;
   return &plan->steps[step];
 }
 
-sl_boxing_op sl_boxing_step_op(const sl_boxing_plan *plan, int step) {
+sl_boxing_op sl_boxing_step_op(const sl_boxing_route *plan, int step) {
   const sl__step *s = get_step(plan, step);
   return s ? s->op : (sl_boxing_op)-1;
 }
 
-bool sl_boxing_step_reduce(const sl_boxing_plan *plan, int step,
+bool sl_boxing_step_reduce(const sl_boxing_route *plan, int step,
                            sl_reduce_op *op) {
   const sl__step *s = get_step(plan, step);
   if (!s || !s->has_reduce) return false;
@@ -259,12 +260,12 @@ bool sl_boxing_step_reduce(const sl_boxing_plan *plan, int step,
   return true;
 }
 
-int sl_boxing_step_mesh_axis(const sl_boxing_plan *plan, int step) {
+int sl_boxing_step_mesh_axis(const sl_boxing_route *plan, int step) {
   const sl__step *s = get_step(plan, step);
   return s ? s->mesh_axis : -1;
 }
 
-void sl_boxing_step_layout(const sl_boxing_plan *plan, int step,
+void sl_boxing_step_layout(const sl_boxing_route *plan, int step,
                            sl_nd_sbp *from, sl_nd_sbp *to) {
   const sl__step *s = get_step(plan, step);
   sl_nd_sbp none = {0};
@@ -272,12 +273,12 @@ void sl_boxing_step_layout(const sl_boxing_plan *plan, int step,
   if (to) *to = s ? s->to : none;
 }
 
-int sl_boxing_step_group_count(const sl_boxing_plan *plan, int step) {
+int sl_boxing_step_group_count(const sl_boxing_route *plan, int step) {
   const sl__step *s = get_step(plan, step);
   return s ? s->group_count : 0;
 }
 
-int sl_boxing_step_group(const sl_boxing_plan *plan, int step, int group,
+int sl_boxing_step_group(const sl_boxing_route *plan, int step, int group,
                          const int **ranks) {
   const sl__step *s = get_step(plan, step);
   if (!s || group < 0 || group >= s->group_count) {
@@ -288,27 +289,28 @@ int sl_boxing_step_group(const sl_boxing_plan *plan, int step, int group,
   return s->group_off[group + 1] - s->group_off[group];
 }
 
-const int64_t *sl_boxing_step_bytes_sent(const sl_boxing_plan *plan, int step) {
+const int64_t *sl_boxing_step_bytes_sent(const sl_boxing_route *plan,
+                                         int step) {
   const sl__step *s = get_step(plan, step);
   return s ? s->bytes_sent : NULL;
 }
 
-double sl_boxing_step_predicted_us(const sl_boxing_plan *plan, int step) {
+double sl_boxing_step_predicted_us(const sl_boxing_route *plan, int step) {
   const sl__step *s = get_step(plan, step);
   return s ? s->predicted_us : 0.0;
 }
 
-int sl_boxing_step_piece_count(const sl_boxing_plan *plan, int step) {
+int sl_boxing_step_piece_count(const sl_boxing_route *plan, int step) {
   const sl__step *s = get_step(plan, step);
   return s ? s->piece_count : 0;
 }
 
-sl_status sl_boxing_step_piece(const sl_boxing_plan *plan, int step, int piece,
+sl_status sl_boxing_step_piece(const sl_boxing_route *plan, int step, int piece,
                                int *src, int *dst, sl_slice *slice,
                                bool *reduce) {
   const sl__step *s = get_step(plan, step);
   if (!s || piece < 0 || piece >= s->piece_count)
-    return sl__fail(SL_EINVAL, "boxing plan: no piece %d in step %d", piece,
+    return sl__fail(SL_EINVAL, "boxing route: no piece %d in step %d", piece,
                     step);
   const sl__piece *p = &s->pieces[piece];
   if (src) *src = p->src;
@@ -318,7 +320,7 @@ sl_status sl_boxing_step_piece(const sl_boxing_plan *plan, int step, int piece,
   return SL_OK;
 }
 
-bool sl_boxing_step_fill(const sl_boxing_plan *plan, int step, int rank,
+bool sl_boxing_step_fill(const sl_boxing_route *plan, int step, int rank,
                          sl_reduce_op *op) {
   const sl__step *s = get_step(plan, step);
   if (!s || !s->fill || rank < 0 || rank >= plan->rank_count ||

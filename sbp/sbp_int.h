@@ -95,7 +95,7 @@ typedef struct sl__step {
   int8_t *fill;
 } sl__step;
 
-struct sl_boxing_plan {
+struct sl_boxing_route {
   sl_arena *arena;
   sl_shape shape;
   sl_dtype dtype;
@@ -115,19 +115,19 @@ struct sl_boxing_plan {
 
 /* Appends a zeroed step with rank_count bytes and no groups. NULL on
  * SL_ENOMEM. */
-sl__step *sl__plan_add_step(sl_boxing_plan *plan);
+sl__step *sl__plan_add_step(sl_boxing_route *plan);
 
 /* Plans a conversion on one placement (plan ranks = placement ranks) by a
  * search over per-mesh-axis conversions; falls back to send_recv. */
-sl_status sl__plan_same_placement(sl_boxing_plan *plan);
+sl_status sl__plan_same_placement(sl_boxing_route *plan);
 
 /* Appends one send_recv step from side 0's layout to side 1's (both sides
  * may be the same placement). */
-sl_status sl__plan_send_recv(sl_boxing_plan *plan);
+sl_status sl__plan_send_recv(sl_boxing_route *plan);
 
 /* Appends one copy step: rank i of the source to rank i of the target
  * (same mesh and nd-SBP on both sides). */
-sl_status sl__plan_copy(sl_boxing_plan *plan);
+sl_status sl__plan_copy(sl_boxing_route *plan);
 
 /* The geometry of plan ranks, computed here once for everyone who lays a
  * plan out (lowering, the reference executor, the session's collectives
@@ -136,18 +136,18 @@ sl_status sl__plan_copy(sl_boxing_plan *plan);
  * rank q, -1 where that side has no device; the sides whose placements
  * hold a step's input and output shards (a send_recv or copy moves them
  * from side 0 to side 1). */
-int sl__boxing_plan_rank(const sl_boxing_plan *plan, int side, int r);
-int sl__boxing_side_rank(const sl_boxing_plan *plan, int side, int q);
-void sl__boxing_step_sides(const sl_boxing_plan *plan, int step, int *from,
+int sl__boxing_plan_rank(const sl_boxing_route *plan, int side, int r);
+int sl__boxing_side_rank(const sl_boxing_route *plan, int side, int q);
+void sl__boxing_step_sides(const sl_boxing_route *plan, int step, int *from,
                            int *to);
 /* The placement of a side. */
-const sl_placement *sl__boxing_side_placement(const sl_boxing_plan *plan,
+const sl_placement *sl__boxing_side_placement(const sl_boxing_route *plan,
                                               int side);
 /* The box, in global coordinates, of plan rank q's shard before step
  * `step` (after false: on the step's from side, in its `from` layout) or
  * after it (after true: the to side, the `to` layout). False, and box
  * zeroed, where that side has no device at q. */
-bool sl__boxing_step_box(const sl_boxing_plan *plan, int step, int q,
+bool sl__boxing_step_box(const sl_boxing_route *plan, int step, int q,
                          bool after, sl_slice *box);
 
 /* ---- a step's members and pieces (exchange.c) --------------------------- */
@@ -160,7 +160,7 @@ typedef struct sl__group_step {
   int axis, n;
   const int *ranks;
 } sl__group_step;
-sl_status sl__boxing_group_step(const sl_boxing_plan *bp, int step, int group,
+sl_status sl__boxing_group_step(const sl_boxing_route *bp, int step, int group,
                                 sl__group_step *out);
 
 typedef struct sl__xpiece {
@@ -189,10 +189,10 @@ typedef struct sl__xgeom {
  * placement rank `rank`, group member `member`, as one member. Each checks
  * that every output is covered (SL_EINTERNAL otherwise). Free with
  * sl__xgeom_free. */
-sl_status sl__xgeom_group(const sl_boxing_plan *bp, int step, int group,
+sl_status sl__xgeom_group(const sl_boxing_route *bp, int step, int group,
                           sl__xgeom *g);
-sl_status sl__xgeom_p2p(const sl_boxing_plan *bp, int step, sl__xgeom *g);
-sl_status sl__xgeom_local(const sl_boxing_plan *bp, int step, int rank,
+sl_status sl__xgeom_p2p(const sl_boxing_route *bp, int step, sl__xgeom *g);
+sl_status sl__xgeom_local(const sl_boxing_route *bp, int step, int rank,
                           int member, sl__xgeom *g);
 /* Zeroed arrays for n members and room for max_pieces pieces (n_pieces
  * 0). SL_ENOMEM. */
@@ -200,7 +200,7 @@ sl_status sl__xgeom_alloc(sl__xgeom *g, int n, int max_pieces);
 void sl__xgeom_free(sl__xgeom *g);
 
 /* Whether the ranks of a list span more than one node. */
-bool sl__plan_ranks_inter(const sl_boxing_plan *plan, int n, const int *ranks);
+bool sl__plan_ranks_inter(const sl_boxing_route *plan, int n, const int *ranks);
 
 /* ---- typed elements (elem.c) ------------------------------------------- */
 

@@ -22,7 +22,7 @@
 #define OP_NONE (-1)
 
 typedef struct search {
-  sl_boxing_plan *plan;
+  sl_boxing_route *plan;
   const sl_placement *p;
   int ndim;
   int ncand[SL_MAX_MESH_AXES];
@@ -51,8 +51,7 @@ static int axis_op(sl_sbp a, sl_sbp b) {
 /* The operation changing axis m of s to b. On a mesh axis of extent 1 every
  * change is a relabel: the single member already holds the whole block, as
  * a split, a broadcast or a partial of any kind. */
-static int axis_step_op(const search *se, const sl_nd_sbp *s, int m,
-                        sl_sbp b) {
+static int axis_step_op(const search *se, const sl_nd_sbp *s, int m, sl_sbp b) {
   if (sl_sbp_equal(s->sbp[m], b)) return OP_NONE;
   if (sl_placement_mesh_dim(se->p, m) == 1) return OP_RELABEL;
   return axis_op(s->sbp[m], b);
@@ -134,7 +133,7 @@ static int64_t member_bytes(sl_boxing_op op, sl_sbp a, sl_sbp b,
  * bytes (may be NULL) and the predicted time, the slowest group's. */
 static double eval_step(const search *se, const sl_nd_sbp *s, int m, sl_sbp b,
                         sl_boxing_op op, int64_t *bytes) {
-  const sl_boxing_plan *plan = se->plan;
+  const sl_boxing_route *plan = se->plan;
   int size = sl_placement_size(se->p);
   int n = sl_placement_mesh_dim(se->p, m), stride = sl__mesh_stride(se->p, m);
   size_t es = sl_dtype_size(plan->dtype);
@@ -190,7 +189,7 @@ static bool better(double t1, int s1, double t2, int s2) {
 
 static sl_status emit_step(search *se, const sl_nd_sbp *s, int m, sl_sbp b,
                            int op) {
-  sl_boxing_plan *plan = se->plan;
+  sl_boxing_route *plan = se->plan;
   sl__step *st = sl__plan_add_step(plan);
   if (!st) return SL_ENOMEM;
   st->op = (sl_boxing_op)op;
@@ -226,7 +225,7 @@ static sl_status emit_step(search *se, const sl_nd_sbp *s, int m, sl_sbp b,
   return SL_OK;
 }
 
-sl_status sl__plan_same_placement(sl_boxing_plan *plan) {
+sl_status sl__plan_same_placement(sl_boxing_route *plan) {
   search se = {0};
   se.plan = plan;
   se.p = plan->place[0];

@@ -52,7 +52,7 @@ static sl_status push(pieces *ps, int src, int dst, const sl_slice *slice) {
  * sends and its receives, each message costing α + b/β on its link; the
  * step takes as long as its slowest rank. Pieces that stay on one device
  * cost nothing. */
-static sl_status finish(sl_boxing_plan *plan, sl__step *st, pieces *ps) {
+static sl_status finish(sl_boxing_route *plan, sl__step *st, pieces *ps) {
   size_t es = sl_dtype_size(plan->dtype);
   int n = plan->rank_count;
   double *send = sl__calloc((size_t)n * 2, sizeof(double));
@@ -89,7 +89,7 @@ static sl_status finish(sl_boxing_plan *plan, sl__step *st, pieces *ps) {
   return SL_OK;
 }
 
-sl_status sl__plan_copy(sl_boxing_plan *plan) {
+sl_status sl__plan_copy(sl_boxing_route *plan) {
   sl__step *st = sl__plan_add_step(plan);
   if (!st) return SL_ENOMEM;
   st->op = SL_BOXING_COPY;
@@ -114,7 +114,7 @@ sl_status sl__plan_copy(sl_boxing_plan *plan) {
 /* ---- send_recv --------------------------------------------------------- */
 
 typedef struct walk {
-  sl_boxing_plan *plan;
+  sl_boxing_route *plan;
   const sl_placement *src;
   const sl_nd_sbp *sbp;
   unsigned pmask, bmask;
@@ -203,7 +203,7 @@ static sl_status descend(walk *w, int k, int *coord, const sl_slice *block,
  * partial target group an identity fill. */
 static sl_status walk_targets(walk *w, sl__step *st, bool src_partial,
                               sl_reduce_op sop, sl_reduce_op dop) {
-  sl_boxing_plan *plan = w->plan;
+  sl_boxing_route *plan = w->plan;
   const sl_placement *dst = plan->place[1];
   const sl_nd_sbp *dsbp = &plan->sbp[1];
   int ns = sl_placement_size(w->src), nt = sl_placement_size(dst);
@@ -238,7 +238,7 @@ static sl_status walk_targets(walk *w, sl__step *st, bool src_partial,
   return s;
 }
 
-sl_status sl__plan_send_recv(sl_boxing_plan *plan) {
+sl_status sl__plan_send_recv(sl_boxing_route *plan) {
   sl__step *st = sl__plan_add_step(plan);
   if (!st) return SL_ENOMEM;
   const sl_placement *src = plan->place[0];

@@ -8,7 +8,7 @@
 #include "sbp_int.h"
 
 typedef struct vctx {
-  const sl_boxing_plan *plan;
+  const sl_boxing_route *plan;
   sl_dtype dt;
   size_t es;
   sl_rng rng;
@@ -184,7 +184,7 @@ static sl_status check_targets(vctx *v, void **shards, sl_boxing_mismatch *mm) {
   return st;
 }
 
-sl_status sl_boxing_verify(const sl_boxing_plan *plan, uint64_t seed,
+sl_status sl_boxing_verify(const sl_boxing_route *plan, uint64_t seed,
                            sl_boxing_mismatch *mismatch) {
   if (mismatch) memset(mismatch, 0, sizeof *mismatch);
   if (!plan) return sl__fail(SL_EINVAL, "boxing verify: NULL plan");

@@ -442,10 +442,11 @@ static sl_status add_actors(sl_session *s) {
     d.ctx = rt;
     d.count = tick ? INT64_MAX : 0;
     uint32_t index = (uint32_t)t->actor_index; /* a part's, as numbered */
-    SL_CHECK(t->proxy ? sl_plan_add_proxy(s->plan, &d, index, &rt->actor)
-             : part   ? sl_plan_add_actor_at(s->plan, &d, index, &rt->actor)
-                      : sl_plan_add_actor(s->plan, &d, &rt->actor));
-    if (mark[0]) SL_CHECK(sl_plan_set_mark(s->plan, rt->actor, mark));
+    SL_CHECK(t->proxy ? sl_actor_graph_add_proxy(s->plan, &d, index, &rt->actor)
+             : part
+                 ? sl_actor_graph_add_actor_at(s->plan, &d, index, &rt->actor)
+                 : sl_actor_graph_add_actor(s->plan, &d, &rt->actor));
+    if (mark[0]) SL_CHECK(sl_actor_graph_set_mark(s->plan, rt->actor, mark));
     /* Steps are counted by the actors of this process's node. */
     if (!tick && !t->proxy && d.node == s->self_node) s->n_counted++;
   }
@@ -485,10 +486,12 @@ static sl_status add_registers(sl_session *s) {
       }
       int32_t *desc = &s->actor_desc[t->out[j]];
       /* A part's registers carry the whole plan's numbers. */
-      SL_CHECK(pp->part >= 0
-                   ? sl_plan_add_output_at(s->plan, s->rt[i].actor, &d, r->wire,
-                                           (uint16_t)r->out_slot, desc)
-                   : sl_plan_add_output(s->plan, s->rt[i].actor, &d, desc));
+      SL_CHECK(
+          pp->part >= 0
+              ? sl_actor_graph_add_output_at(s->plan, s->rt[i].actor, &d,
+                                             r->wire, (uint16_t)r->out_slot,
+                                             desc)
+              : sl_actor_graph_add_output(s->plan, s->rt[i].actor, &d, desc));
     }
   }
   return SL_OK;
@@ -504,13 +507,14 @@ static sl_status add_memory(sl_session *s) {
   sl_status st = SL_OK;
   for (int32_t m = 0; m < pp->n_mem && st == SL_OK; m++)
     if (pp->mem[m].block > 0)
-      st = sl_plan_add_block(s->plan, pp->mem[m].machine,
-                             (int32_t)pp->mem[m].device,
-                             (size_t)pp->mem[m].block, &block[m]);
+      st = sl_actor_graph_add_block(s->plan, pp->mem[m].machine,
+                                    (int32_t)pp->mem[m].device,
+                                    (size_t)pp->mem[m].block, &block[m]);
   for (int32_t r = 0; r < pp->n_regsts && st == SL_OK; r++)
     if (pp->regsts[r].mem >= 0)
-      st = sl_plan_place(s->plan, s->actor_desc[r], block[pp->regsts[r].mem],
-                         (size_t)pp->regsts[r].offset);
+      st = sl_actor_graph_place(s->plan, s->actor_desc[r],
+                                block[pp->regsts[r].mem],
+                                (size_t)pp->regsts[r].offset);
   sl__free(block);
   for (int32_t i = 0; i < pp->n_ctrl && st == SL_OK; i++) {
     const sl__ctrl *c = &pp->ctrl[i];
@@ -522,8 +526,9 @@ static sl_status add_memory(sl_session *s) {
     d.count = 1;
     d.device = -1;
     int32_t desc;
-    st = sl_plan_add_output(s->plan, s->rt[c->from].actor, &d, &desc);
-    if (st == SL_OK) st = sl_plan_connect(s->plan, desc, s->rt[c->to].actor);
+    st = sl_actor_graph_add_output(s->plan, s->rt[c->from].actor, &d, &desc);
+    if (st == SL_OK)
+      st = sl_actor_graph_connect(s->plan, desc, s->rt[c->to].actor);
   }
   return st;
 }
@@ -581,8 +586,9 @@ static sl_status connect_all(sl_session *s) {
         if (t->in[j] == t->in[k]) dup = j;
       rt->slot_of[k] = slot;
       if (slot < 0 || dup >= 0) continue;
-      SL_CHECK(sl_plan_connect_at(s->plan, s->actor_desc[t->in[k]], rt->actor,
-                                  (uint16_t)slot, (uint16_t)t->in_pos[k]));
+      SL_CHECK(sl_actor_graph_connect_at(s->plan, s->actor_desc[t->in[k]],
+                                         rt->actor, (uint16_t)slot,
+                                         (uint16_t)t->in_pos[k]));
       drv_tick *d = tick_of_regst(s, t->in[k]);
       if (d) {
         d->cons[d->n_cons] = rt->actor;
@@ -629,7 +635,7 @@ sl_status sl__session_build(sl_session *s) {
   }
   SL_CHECK_GOTO(sl__session_open_devices(s), st, out);
   SL_CHECK_GOTO(sl__comm_create(&cc, &s->comm), st, out);
-  SL_CHECK_GOTO(sl_plan_create(&s->plan), st, out);
+  SL_CHECK_GOTO(sl_actor_graph_create(&s->plan), st, out);
   SL_CHECK_GOTO(add_actors(s), st, out);
   SL_CHECK_GOTO(add_registers(s), st, out);
   SL_CHECK_GOTO(setup_ticks(s), st, out);

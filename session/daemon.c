@@ -192,7 +192,7 @@ static void session_free(sl_session *s) {
   sl_job_destroy(s->job);
   sl__shm_pool_destroy(s->pool);
   sl__comm_destroy(s->comm);
-  sl_plan_destroy(s->plan);
+  sl_actor_graph_destroy(s->plan);
   sl__session_free_build(s);
   sl__session_free_state(s);
   sl__pplan_destroy(s->pp);

@@ -542,7 +542,7 @@ void sl_session_destroy(sl_session *s) {
   sl_job_destroy(s->job);
   sl__remote_free(s);
   sl__comm_destroy(s->comm);
-  sl_plan_destroy(s->plan);
+  sl_actor_graph_destroy(s->plan);
   sl__session_free_build(s);
   sl__session_free_state(s);
   sl__pplan_destroy(s->pp);

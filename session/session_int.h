@@ -185,7 +185,7 @@ struct sl_session {
    * keeps the whole plan too, to give every daemon its part. */
   sl__pplan *pp;
   sl__pplan *whole;
-  sl_plan *plan;
+  sl_actor_graph *plan;
   sl_job *job;
   sl__comm *comm;
   /* Daemons: this node's collectives between nodes (borrowed), the job

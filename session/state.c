@@ -437,7 +437,7 @@ static void tear_down(sl_session *s, feed_rt **feeds, int32_t *n_feeds) {
   s->job = NULL;
   sl__comm_destroy(s->comm);
   s->comm = NULL;
-  sl_plan_destroy(s->plan);
+  sl_actor_graph_destroy(s->plan);
   s->plan = NULL;
   *feeds = s->feeds;
   *n_feeds = s->n_feeds;

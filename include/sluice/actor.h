@@ -1,14 +1,14 @@
-/* sluice — the actor runtime: plans of actors and registers, and the jobs
+/* sluice — the actor runtime: graphs of actors and registers, and the jobs
  * that run them (DESIGN.md section 7; docs/actor.md walks through it).
  *
- * A plan is what the compiler emits: actors (each placed on a node, a device
- * and a stream of that device) and register descriptors (each owned by the
- * actor that writes it, with a register count — the quota —, a byte size
- * and a device), plus edges from descriptors to the actors that read them.
- * The runtime is tensor-agnostic: a register is bytes.
+ * An actor graph is what a session builds from a node's plan: actors (each
+ * placed on a node, a device and a stream of that device) and register
+ * descriptors (each owned by the actor that writes it, with a register count —
+ * the quota —, a byte size and a device), plus edges from descriptors to the
+ * actors that read them. The runtime is tensor-agnostic: a register is bytes.
  *
- * A job runs one node's share of a plan: it allocates every register when
- * it is created, starts one thread per (device, stream) that hosts actors,
+ * A job runs one node's share of an actor graph: it allocates every register
+ * when it is created, starts one thread per (device, stream) that hosts actors,
  * and drives the actors by messages until end-of-data has reached every
  * actor, a kernel fails, or no progress is possible (a hang, reported with
  * who waits on what). Several nodes in one process talk through a
@@ -54,7 +54,8 @@ static inline uint32_t sl_actor_id_index(sl_actor_id id) {
 }
 
 /* The streams of a device. A job has streams_per_device streams per device
- * (default 4, these four); a plan may use any stream below that number. */
+ * (default 4, these four); an actor graph may use any stream below that number.
+ */
 typedef enum sl_stream_kind {
   SL_STREAM_COMPUTE = 0,
   SL_STREAM_COPY = 1,
@@ -124,7 +125,7 @@ SL_API sl_completion *sl_act_defer(sl_act *a);
  * aborts as if the act had returned st. */
 SL_API void sl_completion_done(sl_completion *c, sl_status st);
 
-/* ---- plans -------------------------------------------------------------- */
+/* ---- actor graphs -------------------------------------------------------- */
 
 typedef enum sl_actor_kind {
   /* Fires once per piece when every input has a ready register and every
@@ -150,7 +151,7 @@ typedef enum sl_actor_kind {
 
 /* An actor: where it runs and what it does. Strings are copied. */
 typedef struct sl_actor_desc {
-  const char *name; /* required, unique within the plan */
+  const char *name; /* required, unique within the actor graph */
   sl_actor_kind kind;
   uint32_t node, device, stream;
   sl_act_fn act; /* may be NULL where the kind has a default */
@@ -182,32 +183,36 @@ typedef struct sl_regst_desc {
   void *init_ctx;
 } sl_regst_desc;
 
-typedef struct sl_plan sl_plan;
+typedef struct sl_actor_graph sl_actor_graph;
 
-/* Creates an empty plan. SL_ENOMEM. */
-SL_API sl_status sl_plan_create(sl_plan **out);
-/* Frees a plan; NULL is a no-op. No job may still use it. */
-SL_API void sl_plan_destroy(sl_plan *p);
+/* Creates an empty actor graph. SL_ENOMEM. */
+SL_API sl_status sl_actor_graph_create(sl_actor_graph **out);
+/* Frees an actor graph; NULL is a no-op. No job may still use it. */
+SL_API void sl_actor_graph_destroy(sl_actor_graph *p);
 
 /* Adds an actor and returns its id (index = next free one in its stream).
  * SL_EINVAL for a missing name, a bad kind or node/device/stream out of
- * range; SL_ESTATE once a job was created from the plan. */
-SL_API sl_status sl_plan_add_actor(sl_plan *p, const sl_actor_desc *d,
-                                   sl_actor_id *out);
+ * range; SL_ESTATE once a job was created from the actor graph. */
+SL_API sl_status sl_actor_graph_add_actor(sl_actor_graph *p,
+                                          const sl_actor_desc *d,
+                                          sl_actor_id *out);
 
 /* Gives actor a a mark (copied) that the trace shows with each of its
  * firings (args.pass), e.g. a pipeline pass "s1 F3". SL_ENOTFOUND for an
- * actor the plan does not have, SL_ESTATE once a job was created. */
-SL_API sl_status sl_plan_set_mark(sl_plan *p, sl_actor_id a, const char *mark);
+ * actor the actor graph does not have, SL_ESTATE once a job was created. */
+SL_API sl_status sl_actor_graph_set_mark(sl_actor_graph *p, sl_actor_id a,
+                                         const char *mark);
 
 /* Adds an output register descriptor to actor `producer` (its next output
  * slot) and returns the descriptor's number. SL_ENOTFOUND for an unknown
  * actor, SL_EINVAL for a bad count/initial, SL_ESTATE once frozen. */
-SL_API sl_status sl_plan_add_output(sl_plan *p, sl_actor_id producer,
-                                    const sl_regst_desc *d, int32_t *out);
+SL_API sl_status sl_actor_graph_add_output(sl_actor_graph *p,
+                                           sl_actor_id producer,
+                                           const sl_regst_desc *d,
+                                           int32_t *out);
 
 /* Registers start on this boundary, and each takes its size rounded up to
- * it: what sl_plan_place lays out back to back. */
+ * it: what sl_actor_graph_place lays out back to back. */
 #define SL_REGISTER_ALIGN 64
 /* The bytes a register of `bytes` takes; 0 when rounding up overflows. */
 static inline size_t sl_register_stride(size_t bytes) {
@@ -219,11 +224,12 @@ static inline size_t sl_register_stride(size_t bytes) {
 
 /* Memory planned by a compiler. Adds a block of `bytes` bytes on device
  * `device` of node `node` that descriptors of actors on that node and
- * device can share (sl_plan_place); *out is its number, >= 1. A job
+ * device can share (sl_actor_graph_place); *out is its number, >= 1. A job
  * allocates each block of its node once, with the job's register memory.
  * SL_EINVAL for a node or device out of range, SL_ESTATE once frozen. */
-SL_API sl_status sl_plan_add_block(sl_plan *p, uint32_t node, int32_t device,
-                                   size_t bytes, int32_t *out);
+SL_API sl_status sl_actor_graph_add_block(sl_actor_graph *p, uint32_t node,
+                                          int32_t device, size_t bytes,
+                                          int32_t *out);
 
 /* Places descriptor desc's registers at byte `offset` (a multiple of 64)
  * of block `block`, back to back, each rounded up to 64 bytes, instead of
@@ -233,62 +239,67 @@ SL_API sl_status sl_plan_add_block(sl_plan *p, uint32_t node, int32_t device,
  * runtime does not check it (SLUICE_MEMCHECK=1 does, docs/plan.md).
  * SL_ENOTFOUND for an unknown descriptor or block, SL_EINVAL when they do
  * not fit, SL_ESTATE once frozen. */
-SL_API sl_status sl_plan_place(sl_plan *p, int32_t desc, int32_t block,
-                               size_t offset);
+SL_API sl_status sl_actor_graph_place(sl_actor_graph *p, int32_t desc,
+                                      int32_t block, size_t offset);
 
 /* Makes `consumer` read descriptor `desc` as its next input slot.
  * SL_ENOTFOUND for an unknown actor or descriptor, SL_EINVAL when the
  * consumer already reads desc, SL_ESTATE once frozen. */
-SL_API sl_status sl_plan_connect(sl_plan *p, int32_t desc,
-                                 sl_actor_id consumer);
+SL_API sl_status sl_actor_graph_connect(sl_actor_graph *p, int32_t desc,
+                                        sl_actor_id consumer);
 
-/* ---- one node's part of a larger plan ----------------------------------
+/* ---- one node's part of a larger actor graph ---------------------------
  *
- * Every node may build the whole plan: each job runs its own node's
+ * Every node may build the whole actor graph: each job runs its own node's
  * actors, and the numbers in the messages between nodes (actor ids,
  * descriptors, slots, readers' positions) agree because every node counts
  * them in the same order. A compiler that gives each node only its part
- * builds, per node, a plan of that node's actors and, as proxies, the
+ * builds, per node, an actor graph of that node's actors and, as proxies, the
  * actors of other nodes they exchange registers with, and sets the
- * numbers the whole plan has with these calls:
+ * numbers the whole actor graph has with these calls:
  *
- *   sl_plan_add_actor_at    an actor with index `index` of its stream
- *   sl_plan_add_proxy        another node's actor, never run or checked
+ *   sl_actor_graph_add_actor_at    an actor with index `index` of its stream
+ *   sl_actor_graph_add_proxy        another node's actor, never run or checked
  *                           here: only its id and place matter
- *   sl_plan_add_output_at   a descriptor numbered `wire` in messages, at
+ *   sl_actor_graph_add_output_at   a descriptor numbered `wire` in messages, at
  *                           output slot `slot` of its producer
- *   sl_plan_connect_at      a reader at its input slot `slot`, at place
+ *   sl_actor_graph_connect_at      a reader at its input slot `slot`, at place
  *                           `position` among the descriptor's readers
  *
  * Descriptors keep their local numbers (the return of add_output_at) in
  * every other call. A proxy may lack slots; an actor that runs must have
  * every input and output slot, and every descriptor it produces every
- * reader position (sl_plan_check). SL_EINVAL for an index, slot or
+ * reader position (sl_actor_graph_check). SL_EINVAL for an index, slot or
  * position taken, SL_ENOTFOUND and SL_ESTATE as for the calls above. */
-SL_API sl_status sl_plan_add_actor_at(sl_plan *p, const sl_actor_desc *d,
-                                      uint32_t index, sl_actor_id *out);
-SL_API sl_status sl_plan_add_proxy(sl_plan *p, const sl_actor_desc *d,
-                                   uint32_t index, sl_actor_id *out);
-SL_API sl_status sl_plan_add_output_at(sl_plan *p, sl_actor_id producer,
-                                       const sl_regst_desc *d, int32_t wire,
-                                       uint16_t slot, int32_t *out);
-SL_API sl_status sl_plan_connect_at(sl_plan *p, int32_t desc,
-                                    sl_actor_id consumer, uint16_t slot,
-                                    uint16_t position);
+SL_API sl_status sl_actor_graph_add_actor_at(sl_actor_graph *p,
+                                             const sl_actor_desc *d,
+                                             uint32_t index, sl_actor_id *out);
+SL_API sl_status sl_actor_graph_add_proxy(sl_actor_graph *p,
+                                          const sl_actor_desc *d,
+                                          uint32_t index, sl_actor_id *out);
+SL_API sl_status sl_actor_graph_add_output_at(sl_actor_graph *p,
+                                              sl_actor_id producer,
+                                              const sl_regst_desc *d,
+                                              int32_t wire, uint16_t slot,
+                                              int32_t *out);
+SL_API sl_status sl_actor_graph_connect_at(sl_actor_graph *p, int32_t desc,
+                                           sl_actor_id consumer, uint16_t slot,
+                                           uint16_t position);
 
-/* Checks that a plan can run, without running it: kinds have the inputs
+/* Checks that an actor graph can run, without running it: kinds have the inputs
  * and outputs they need, every descriptor has >= 1 register, every actor is
  * reachable from a source (so end-of-data reaches it), and every loop holds
  * enough registers to make progress. SL_EINVAL with a message naming the
  * actor or descriptor at fault. sl_job_create runs it too. */
-SL_API sl_status sl_plan_check(const sl_plan *p);
+SL_API sl_status sl_actor_graph_check(const sl_actor_graph *p);
 
 /* Numbers of actors and of register descriptors (descriptors are numbered
  * 0..count-1 in the order they were added). */
-SL_API int32_t sl_plan_actor_count(const sl_plan *p);
-SL_API int32_t sl_plan_regst_count(const sl_plan *p);
-/* The name of an actor, NULL if unknown. Owned by the plan. */
-SL_API const char *sl_plan_actor_name(const sl_plan *p, sl_actor_id id);
+SL_API int32_t sl_actor_graph_actor_count(const sl_actor_graph *p);
+SL_API int32_t sl_actor_graph_regst_count(const sl_actor_graph *p);
+/* The name of an actor, NULL if unknown. Owned by the actor graph. */
+SL_API const char *sl_actor_graph_actor_name(const sl_actor_graph *p,
+                                             sl_actor_id id);
 
 /* ---- messages and transports -------------------------------------------- */
 
@@ -366,7 +377,7 @@ typedef enum sl_queue_kind {
  * sl_job_config_default(); zero fields take their defaults. */
 typedef struct sl_job_config {
   size_t size;                 /* sizeof(sl_job_config) */
-  uint32_t node;               /* which node of the plan this job runs */
+  uint32_t node;               /* which node of the actor graph this job runs */
   uint32_t streams_per_device; /* 0: SL_STREAMS_DEFAULT */
   sl_queue_kind queue;
   /* A hang is declared when, for this long, no actor could fire, none was
@@ -381,7 +392,7 @@ typedef struct sl_job_config {
    * thread's recent waits were short: docs/actor.md). 0: the default
    * (2000); negative: sleep at once. */
   int32_t spin;
-  sl_transport transport;               /* required when the plan spans nodes */
+  sl_transport transport; /* required when the actor graph spans nodes */
   const sl_regst_memory_vtable *memory; /* NULL: host memory */
   void *memory_ctx;
   /* Writes a device's name ("cuda:1") for messages, hang reports and
@@ -395,12 +406,12 @@ static inline sl_job_config sl_job_config_default(void) {
   return SL_JOB_CONFIG(.node = 0);
 }
 
-/* Loads the node's share of a plan: checks the plan, allocates every
- * register (and calls variables' init), creates the stream threads, which
- * wait for sl_job_start. cfg may be NULL (node 0, defaults). The plan must
- * outlive the job and is frozen. SL_EINVAL (bad plan or config), SL_ENOMEM,
- * an init callback's status, SL_EINTERNAL (threads). */
-SL_API sl_status sl_job_create(sl_plan *plan, const sl_job_config *cfg,
+/* Loads the node's share of an actor graph: checks the actor graph, allocates
+ * every register (and calls variables' init), creates the stream threads, which
+ * wait for sl_job_start. cfg may be NULL (node 0, defaults). The actor graph
+ * must outlive the job and is frozen. SL_EINVAL (bad actor graph or config),
+ * SL_ENOMEM, an init callback's status, SL_EINTERNAL (threads). */
+SL_API sl_status sl_job_create(sl_actor_graph *graph, const sl_job_config *cfg,
                                sl_job **out);
 
 /* Starts the job (the START command). SL_ESTATE if already started. */
@@ -436,7 +447,7 @@ SL_API const char *sl_job_hang_report(const sl_job *job);
 
 /* Delivers a message that arrived from another node (transports call it,
  * from any thread). For READY, payload holds the register's bytes.
- * SL_EINVAL for a message that does not fit this job's plan (wrong node,
+ * SL_EINVAL for a message that does not fit this job's actor graph (wrong node,
  * unknown actor, slot or register, wrong size). Once the job was waited
  * for: the job's own failure status and message when it aborted (so the
  * sender's job fails with the cause, not with a closed door), else
@@ -450,7 +461,7 @@ SL_API sl_status sl_job_deliver(sl_job *job, const sl_msg *msg,
 SL_API bool sl_job_ended(const sl_job *job);
 
 /* The node where the job's failure began: this job's own node for a
- * failure here, another node's for an ABORT it sent (a part of a plan
+ * failure here, another node's for an ABORT it sent (a part of an actor graph
  * may not know the actor that failed there: that node's report names
  * it); -1 while the job has not failed. */
 SL_API int64_t sl_job_failure_origin(sl_job *job);
@@ -464,7 +475,7 @@ SL_API int64_t sl_job_failure_origin(sl_job *job);
  * register is the reader's mirror of the producer's register msg->index,
  * which the producer sends again only after every reader returned it, so
  * nothing reads it meanwhile. SL_EINVAL for a message that does not fit the
- * plan; once the job was waited for, what sl_job_deliver returns then;
+ * actor graph; once the job was waited for, what sl_job_deliver returns then;
  * *out is then NULL. */
 SL_API sl_status sl_job_payload_target(sl_job *job, const sl_msg *msg,
                                        size_t nbytes, void **out);

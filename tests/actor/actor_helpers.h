@@ -16,34 +16,35 @@
 #include "core_int.h"
 #include "core_thread.h"
 
-static inline sl_actor_id add_actor(sl_plan *p, const char *name,
+static inline sl_actor_id add_actor(sl_actor_graph *p, const char *name,
                                     sl_actor_kind kind, uint32_t node,
                                     uint32_t device, uint32_t stream,
                                     sl_act_fn act, void *ctx, int64_t count) {
   sl_actor_desc d = {name, kind, node, device, stream, act, ctx, count};
   sl_actor_id id = 0;
-  sl_status st = sl_plan_add_actor(p, &d, &id);
+  sl_status st = sl_actor_graph_add_actor(p, &d, &id);
   if (st != SL_OK) fail_msg("add_actor %s: %s", name, sl_last_error());
   return id;
 }
 
-static inline int32_t add_out(sl_plan *p, sl_actor_id producer, int32_t count,
-                              size_t bytes) {
+static inline int32_t add_out(sl_actor_graph *p, sl_actor_id producer,
+                              int32_t count, size_t bytes) {
   sl_regst_desc d = {NULL, count, bytes, -1, 0, NULL, NULL};
   int32_t r = -1;
-  sl_status st = sl_plan_add_output(p, producer, &d, &r);
+  sl_status st = sl_actor_graph_add_output(p, producer, &d, &r);
   if (st != SL_OK) fail_msg("add_out: %s", sl_last_error());
   return r;
 }
 
-static inline void connect_to(sl_plan *p, int32_t desc, sl_actor_id consumer) {
-  sl_status st = sl_plan_connect(p, desc, consumer);
+static inline void connect_to(sl_actor_graph *p, int32_t desc,
+                              sl_actor_id consumer) {
+  sl_status st = sl_actor_graph_connect(p, desc, consumer);
   if (st != SL_OK) fail_msg("connect: %s", sl_last_error());
 }
 
 /* Runs a one-node plan with cfg (may be NULL), returns the status; the job
  * is handed back through *job_out when not NULL (else destroyed). */
-static inline sl_status run_plan(sl_plan *p, const sl_job_config *cfg,
+static inline sl_status run_plan(sl_actor_graph *p, const sl_job_config *cfg,
                                  sl_job **job_out) {
   sl_job *job = NULL;
   sl_status st = sl_job_create(p, cfg, &job);

@@ -25,9 +25,9 @@ static sl_status act_maybe_fail(sl_act *a) {
 /* src -> k0 -> k1 -> k2 -> sink, actor `which` fails at `piece`. */
 static sl_status run_failing_chain(int which, int64_t piece, bool spread,
                                    fail_at *fa, sl_job **job_out,
-                                   sl_plan **plan_out) {
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+                                   sl_actor_graph **plan_out) {
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   for (int i = 0; i < 5; i++) {
     fa[i].piece = i == which ? piece : -1;
     fa[i].st = SL_EIO;
@@ -52,7 +52,7 @@ static sl_status run_failing_chain(int which, int64_t piece, bool spread,
     *plan_out = p;
   } else {
     sl_job_destroy(job);
-    sl_plan_destroy(p);
+    sl_actor_graph_destroy(p);
   }
   return st;
 }
@@ -81,7 +81,7 @@ static void test_kernel_error_stops_job(void **state) {
 static void test_wait_twice_and_stats_after_abort(void **state) {
   fail_at fa[5];
   sl_job *job;
-  sl_plan *p;
+  sl_actor_graph *p;
   assert_int_equal(run_failing_chain(2, 5, true, fa, &job, &p), SL_EIO);
   assert_int_equal(sl_job_wait(job), SL_EIO);
   assert_non_null(strstr(sl_last_error(), "'k1'"));
@@ -89,7 +89,7 @@ static void test_wait_twice_and_stats_after_abort(void **state) {
   assert_int_equal(sl_job_get_stats(job, &s), SL_OK);
   assert_true(s.firings < 500);
   sl_job_destroy(job);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 /* ---- failure of a deferred firing
@@ -127,8 +127,8 @@ static sl_status act_defer_fail_at_3(sl_act *a) {
 }
 
 static void test_async_failure(void **state) {
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   sl_actor_id s = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 10);
   sl_actor_id g = add_actor(p, "gpu_op", SL_ACTOR_KERNEL, 0, 1, 0,
                             act_defer_fail_at_3, NULL, 0);
@@ -138,7 +138,7 @@ static void test_async_failure(void **state) {
   assert_int_equal(run_plan(p, NULL, NULL), SL_ECUDA);
   assert_non_null(strstr(sl_last_error(), "actor 'gpu_op'"));
   assert_non_null(strstr(sl_last_error(), "illegal address"));
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 /* An act that defers and then fails: the job aborts at once, and waiting
@@ -155,8 +155,8 @@ static sl_status act_defer_then_fail(sl_act *a) {
 }
 
 static void test_defer_then_fail(void **state) {
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   sl_actor_id s = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 10);
   sl_actor_id g = add_actor(p, "launcher", SL_ACTOR_KERNEL, 0, 1, 0,
                             act_defer_then_fail, NULL, 0);
@@ -166,7 +166,7 @@ static void test_defer_then_fail(void **state) {
   assert_int_equal(run_plan(p, NULL, NULL), SL_EINVAL);
   assert_non_null(strstr(sl_last_error(), "'launcher'"));
   assert_non_null(strstr(sl_last_error(), "bad launch"));
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 /* ---- abort from outside
@@ -191,8 +191,8 @@ static sl_status act_count(sl_act *a) {
 }
 
 static void test_abort_from_outside(void **state) {
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   _Atomic int64_t fired = 0;
   sl_actor_id s =
       add_actor(p, "endless", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, INT64_MAX);
@@ -208,15 +208,15 @@ static void test_abort_from_outside(void **state) {
   assert_non_null(strstr(sl_last_error(), "aborted by the caller"));
   pthread_join(t, NULL);
   sl_job_destroy(job);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 /* ---- an error on another node
  * ------------------------------------------------- */
 
 static void test_error_on_other_node(void **state) {
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   fail_at fa = {.piece = 20, .st = SL_EMISMATCH};
   sl_actor_id s =
       add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 100);
@@ -248,7 +248,7 @@ static void test_error_on_other_node(void **state) {
   for (int n = 0; n < 2; n++)
     sl_job_destroy(jobs[n]);
   sl_loopback_destroy(lb);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 int main(void) {

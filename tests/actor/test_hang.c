@@ -17,9 +17,9 @@ static sl_status act_sum(sl_act *a) {
  * waits for a free register: a hang the static check cannot see (there is
  * no loop; the counting actor needs more registers than the edge has).
  * Nodes: src on `src_node`, the others on `rest_node`. */
-static sl_plan *hang_plan(uint32_t src_node, uint32_t rest_node) {
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+static sl_actor_graph *hang_plan(uint32_t src_node, uint32_t rest_node) {
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   sl_actor_id src =
       add_actor(p, "src", SL_ACTOR_SOURCE, src_node, 0, 0, NULL, NULL, 8);
   sl_actor_id acc = add_actor(p, "acc", SL_ACTOR_ACCUMULATE, rest_node, 1, 0,
@@ -33,7 +33,7 @@ static sl_plan *hang_plan(uint32_t src_node, uint32_t rest_node) {
   connect_to(
       p, add_out(p, join, 1, 8),
       add_actor(p, "sink", SL_ACTOR_SINK, rest_node, 0, 1, NULL, NULL, 0));
-  assert_int_equal(sl_plan_check(p), SL_OK);
+  assert_int_equal(sl_actor_graph_check(p), SL_OK);
   return p;
 }
 
@@ -42,7 +42,7 @@ static void expect_in(const char *text, const char *needle) {
 }
 
 static void test_hang_report(void **state) {
-  sl_plan *p = hang_plan(0, 0);
+  sl_actor_graph *p = hang_plan(0, 0);
   sl_job_config cfg = SL_JOB_CONFIG(.hang_timeout_ms = 200);
   sl_job *job;
   sl_logging_set_level(SL_LOGGING_OFF); /* the report is also logged */
@@ -66,13 +66,13 @@ static void test_hang_report(void **state) {
   assert_int_equal(sl_job_get_stats(job, &s), SL_OK);
   assert_int_equal(s.messages_left, 0);
   sl_job_destroy(job);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
   sl_logging_set_level(SL_LOGGING_WARN);
 }
 
 /* The same hang split over two nodes: both report their own actors. */
 static void test_hang_across_nodes(void **state) {
-  sl_plan *p = hang_plan(0, 1);
+  sl_actor_graph *p = hang_plan(0, 1);
   sl_loopback *lb;
   assert_int_equal(sl_loopback_create(2, &lb), SL_OK);
   sl_job *jobs[2];
@@ -101,7 +101,7 @@ static void test_hang_across_nodes(void **state) {
   for (int n = 0; n < 2; n++)
     sl_job_destroy(jobs[n]);
   sl_loopback_destroy(lb);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
   sl_logging_set_level(SL_LOGGING_WARN);
 }
 
@@ -135,8 +135,8 @@ static sl_status act_slow_async(sl_act *a) {
 /* src -> slow -> sink, with `slow` on node `slow_node` (a second node when
  * 1, so node 0 sits idle while node 1 works). */
 static void run_slow(sl_act_fn slow, uint32_t slow_node) {
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   sl_actor_id s = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 2);
   sl_actor_id k =
       add_actor(p, "slow", SL_ACTOR_KERNEL, slow_node, 1, 0, slow, NULL, 0);
@@ -162,7 +162,7 @@ static void run_slow(sl_act_fn slow, uint32_t slow_node) {
   for (uint32_t n = 0; n < nodes; n++)
     sl_job_destroy(jobs[n]);
   sl_loopback_destroy(lb);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 static void test_slow_kernel_is_not_a_hang(void **state) {
@@ -194,7 +194,7 @@ static void *abort_later(void *arg) {
 }
 
 static void test_no_quiescent_no_hang_across_nodes(void **state) {
-  sl_plan *p = hang_plan(0, 1);
+  sl_actor_graph *p = hang_plan(0, 1);
   sl_loopback *lb;
   assert_int_equal(sl_loopback_create(2, &lb), SL_OK);
   inner = sl_loopback_transport(lb);
@@ -215,7 +215,7 @@ static void test_no_quiescent_no_hang_across_nodes(void **state) {
   for (int n = 0; n < 2; n++)
     sl_job_destroy(jobs[n]);
   sl_loopback_destroy(lb);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 int main(void) {

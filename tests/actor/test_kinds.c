@@ -36,12 +36,12 @@ static sl_status act_check(sl_act *a) {
   return SL_OK;
 }
 
-static sl_actor_id add_check_sink(sl_plan *p, const char *name, uint32_t dev,
-                                  check_sink *c) {
+static sl_actor_id add_check_sink(sl_actor_graph *p, const char *name,
+                                  uint32_t dev, check_sink *c) {
   return add_actor(p, name, SL_ACTOR_SINK, 0, dev, 0, act_check, c, 0);
 }
 
-static void run_ok(sl_plan *p, uint64_t *discarded) {
+static void run_ok(sl_actor_graph *p, uint64_t *discarded) {
   sl_job *job;
   sl_status st = run_plan(p, NULL, &job);
   if (st != SL_OK) fail_msg("run: %s", sl_last_error());
@@ -76,8 +76,8 @@ static bool check_repeat_tag(int64_t q, const void *d, size_t n) {
 
 static void test_repeat(void **state) {
   for (int custom = 0; custom < 2; custom++) {
-    sl_plan *p;
-    assert_int_equal(sl_plan_create(&p), SL_OK);
+    sl_actor_graph *p;
+    assert_int_equal(sl_actor_graph_create(&p), SL_OK);
     check_sink c = {custom ? check_repeat_tag : check_repeat3, 0, 0};
     sl_actor_id s =
         add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_src_i64, NULL, 10);
@@ -88,7 +88,7 @@ static void test_repeat(void **state) {
     run_ok(p, NULL);
     assert_int_equal(c.next, 30);
     assert_int_equal(c.bad, 0);
-    sl_plan_destroy(p);
+    sl_actor_graph_destroy(p);
   }
 }
 
@@ -108,8 +108,8 @@ static bool check_quad(int64_t q, const void *d, size_t n) {
 
 static void test_unpack_pack(void **state) {
   /* src(quads) -> unpack 4 -> sink: piece q is the integer q. */
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   check_sink c1 = {check_i32_is_piece, 0, 0};
   sl_actor_id s =
       add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_src_quad, NULL, 12);
@@ -120,10 +120,10 @@ static void test_unpack_pack(void **state) {
   run_ok(p, NULL);
   assert_int_equal(c1.next, 48);
   assert_int_equal(c1.bad, 0);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 
   /* src(int p) -> pack 4 -> sink: piece q is 4q..4q+3. */
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   check_sink c2 = {check_quad, 0, 0};
   s = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_src_i32, NULL, 20);
   sl_actor_id k = add_actor(p, "pack", SL_ACTOR_PACK, 0, 1, 0, NULL, NULL, 4);
@@ -132,7 +132,7 @@ static void test_unpack_pack(void **state) {
   run_ok(p, NULL);
   assert_int_equal(c2.next, 5);
   assert_int_equal(c2.bad, 0);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 /* ---- accumulate
@@ -154,8 +154,8 @@ static bool check_sum5(int64_t q, const void *d, size_t n) {
 
 static void test_accumulate_with_partial_tail(void **state) {
   for (int64_t n = 25; n <= 27; n += 2) {
-    sl_plan *p;
-    assert_int_equal(sl_plan_create(&p), SL_OK);
+    sl_actor_graph *p;
+    assert_int_equal(sl_actor_graph_create(&p), SL_OK);
     check_sink c = {check_sum5, 0, 0};
     sl_actor_id s =
         add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_src_i64, NULL, n);
@@ -167,7 +167,7 @@ static void test_accumulate_with_partial_tail(void **state) {
     /* 27 pieces: 5 full groups and a last one of 2 (25 + 26). */
     assert_int_equal(c.next, n == 25 ? 5 : 6);
     assert_int_equal(c.bad, 0);
-    sl_plan_destroy(p);
+    sl_actor_graph_destroy(p);
   }
 }
 
@@ -192,8 +192,8 @@ static bool check_batch_sum(int64_t q, const void *d, size_t n) {
 }
 
 static void test_micro_batching(void **state) {
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   check_sink c = {check_batch_sum, 0, 0};
   sl_actor_id s =
       add_actor(p, "batches", SL_ACTOR_SOURCE, 0, 0, 0, act_src_quad, NULL, 16);
@@ -210,7 +210,7 @@ static void test_micro_batching(void **state) {
   run_ok(p, NULL);
   assert_int_equal(c.next, 16);
   assert_int_equal(c.bad, 0);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 /* ---- variables
@@ -261,8 +261,8 @@ static sl_status act_update(sl_act *a) {
 
 static void test_variable_training_loop(void **state) {
   for (int32_t count = 2; count <= 3; count++) {
-    sl_plan *p;
-    assert_int_equal(sl_plan_create(&p), SL_OK);
+    sl_actor_graph *p;
+    assert_int_equal(sl_actor_graph_create(&p), SL_OK);
     loop_state ls = {0};
     enum { STEPS = 200 };
     sl_actor_id data = add_actor(p, "data", SL_ACTOR_SOURCE, 0, 0, 0,
@@ -275,20 +275,20 @@ static void test_variable_training_loop(void **state) {
         add_actor(p, "update", SL_ACTOR_KERNEL, 0, 3, 0, act_update, &ls, 0);
     sl_regst_desc wd = {"weights", count, 8, -1, 1, init_weights, NULL};
     int32_t w;
-    assert_int_equal(sl_plan_add_output(p, upd, &wd, &w), SL_OK);
+    assert_int_equal(sl_actor_graph_add_output(p, upd, &wd, &w), SL_OK);
     connect_to(p, add_out(p, data, 2, 8), fwd); /* forward input 0 */
     connect_to(p, w, fwd);                      /* forward input 1 */
     connect_to(p, add_out(p, fwd, 2, 8), bwd);
     connect_to(p, add_out(p, bwd, 2, 8), upd); /* update input 0 */
     connect_to(p, w, upd);                     /* update input 1 */
-    assert_int_equal(sl_plan_check(p), SL_OK);
+    assert_int_equal(sl_actor_graph_check(p), SL_OK);
     uint64_t discarded = 0;
     run_ok(p, &discarded);
     assert_int_equal(ls.bad, 0);
     assert_int_equal(ls.updates, STEPS);
     /* The last version is left unread by both readers. */
     assert_int_equal(discarded, 2);
-    sl_plan_destroy(p);
+    sl_actor_graph_destroy(p);
   }
 }
 

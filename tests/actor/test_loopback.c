@@ -45,8 +45,8 @@ typedef struct cluster {
 } cluster;
 
 /* n nodes, node i running plans[i] (one plan for all: plans[0]). */
-static void cluster_create_parts(cluster *c, sl_plan *const *plans, bool one,
-                                 uint32_t n) {
+static void cluster_create_parts(cluster *c, sl_actor_graph *const *plans,
+                                 bool one, uint32_t n) {
   c->n = n;
   assert_int_equal(sl_loopback_create(n, &c->lb), SL_OK);
   for (uint32_t i = 0; i < n; i++) {
@@ -58,7 +58,7 @@ static void cluster_create_parts(cluster *c, sl_plan *const *plans, bool one,
   }
 }
 
-static void cluster_create(cluster *c, sl_plan *p, uint32_t n) {
+static void cluster_create(cluster *c, sl_actor_graph *p, uint32_t n) {
   cluster_create_parts(c, &p, true, n);
 }
 
@@ -80,8 +80,8 @@ static void cluster_destroy(cluster *c) {
 /* src (node 0) -> a (node 1) -> b (node 2) -> c (node 1) -> sink (node 0);
  * a's output is also read by a second sink on node 2. */
 static void test_chain_across_nodes(void **state) {
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   seen s0 = {0}, s2 = {0};
   sl_actor_id src =
       add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_fill, NULL, 300);
@@ -120,35 +120,35 @@ static void test_chain_across_nodes(void **state) {
   assert_int_equal(sl_job_get_stats(cl.jobs[1], &st1), SL_OK);
   assert_int_equal(st1.registers, 2 + 3 + 2 + 1);
   cluster_destroy(&cl);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 /* One node's part: add (proxy or not) an actor at an index, an output at a
  * wire number and slot, a reader at its slot and position. */
-static sl_actor_id part_actor(sl_plan *p, bool proxy, const char *name,
+static sl_actor_id part_actor(sl_actor_graph *p, bool proxy, const char *name,
                               sl_actor_kind kind, uint32_t node,
                               uint32_t device, uint32_t stream, uint32_t index,
                               sl_act_fn act, void *ctx, int64_t count) {
   sl_actor_desc d = {name, kind, node, device, stream, act, ctx, count};
   sl_actor_id id = 0;
-  sl_status st = proxy ? sl_plan_add_proxy(p, &d, index, &id)
-                       : sl_plan_add_actor_at(p, &d, index, &id);
+  sl_status st = proxy ? sl_actor_graph_add_proxy(p, &d, index, &id)
+                       : sl_actor_graph_add_actor_at(p, &d, index, &id);
   if (st != SL_OK) fail_msg("%s: %s", name, sl_last_error());
   return id;
 }
 
-static int32_t part_out(sl_plan *p, sl_actor_id producer, int32_t count,
+static int32_t part_out(sl_actor_graph *p, sl_actor_id producer, int32_t count,
                         int32_t wire) {
   sl_regst_desc d = {NULL, count, BYTES, -1, 0, NULL, NULL};
   int32_t r = -1;
-  if (sl_plan_add_output_at(p, producer, &d, wire, 0, &r) != SL_OK)
+  if (sl_actor_graph_add_output_at(p, producer, &d, wire, 0, &r) != SL_OK)
     fail_msg("output %d: %s", (int)wire, sl_last_error());
   return r;
 }
 
-static void part_connect(sl_plan *p, int32_t desc, sl_actor_id consumer,
+static void part_connect(sl_actor_graph *p, int32_t desc, sl_actor_id consumer,
                          uint16_t position) {
-  if (sl_plan_connect_at(p, desc, consumer, 0, position) != SL_OK)
+  if (sl_actor_graph_connect_at(p, desc, consumer, 0, position) != SL_OK)
     fail_msg("connect: %s", sl_last_error());
 }
 
@@ -159,9 +159,9 @@ static void part_connect(sl_plan *p, int32_t desc, sl_actor_id consumer,
 static void test_parts_across_nodes(void **state) {
   enum { SRC = 10, A = 20, B = 30, C = 40 }; /* descriptors on the wire */
   seen s0 = {0}, s2 = {0};
-  sl_plan *p[3];
+  sl_actor_graph *p[3];
   for (int i = 0; i < 3; i++)
-    assert_int_equal(sl_plan_create(&p[i]), SL_OK);
+    assert_int_equal(sl_actor_graph_create(&p[i]), SL_OK);
   /* node 0: src, sink0; proxies a, c */
   sl_actor_id src = part_actor(p[0], false, "src", SL_ACTOR_SOURCE, 0, 0, 0, 5,
                                act_fill, NULL, 300);
@@ -214,25 +214,25 @@ static void test_parts_across_nodes(void **state) {
   assert_int_equal(s2.bad, 0);
   cluster_destroy(&cl);
   for (int i = 0; i < 3; i++)
-    sl_plan_destroy(p[i]);
+    sl_actor_graph_destroy(p[i]);
 
   /* What a part must hold: every reader position of what its actors
    * produce, every slot of its actors; proxies only for other nodes. */
-  sl_plan *q;
-  assert_int_equal(sl_plan_create(&q), SL_OK);
+  sl_actor_graph *q;
+  assert_int_equal(sl_actor_graph_create(&q), SL_OK);
   sl_actor_id qs = part_actor(q, false, "src", SL_ACTOR_SOURCE, 0, 0, 0, 0,
                               act_fill, NULL, 3);
   sl_actor_id qk =
       part_actor(q, true, "k", SL_ACTOR_SINK, 1, 0, 0, 0, NULL, NULL, 0);
   part_connect(q, part_out(q, qs, 1, 0), qk, 1); /* reader 0 missing */
-  assert_int_equal(sl_plan_check(q), SL_EINVAL);
+  assert_int_equal(sl_actor_graph_check(q), SL_EINVAL);
   assert_non_null(strstr(sl_last_error(), "positions"));
   sl_actor_desc d = {"k", SL_ACTOR_SINK, 1, 0, 0, NULL, NULL, 0};
   sl_actor_id id;
-  assert_int_equal(sl_plan_add_actor_at(q, &d, 0, &id), SL_EINVAL);
+  assert_int_equal(sl_actor_graph_add_actor_at(q, &d, 0, &id), SL_EINVAL);
   assert_non_null(strstr(sl_last_error(), "taken"));
-  sl_plan_destroy(q);
-  assert_int_equal(sl_plan_create(&q), SL_OK);
+  sl_actor_graph_destroy(q);
+  assert_int_equal(sl_actor_graph_create(&q), SL_OK);
   sl_actor_id qs2 = part_actor(q, false, "src", SL_ACTOR_SOURCE, 0, 0, 0, 0,
                                act_fill, NULL, 3);
   sl_actor_id qk2 =
@@ -241,12 +241,12 @@ static void test_parts_across_nodes(void **state) {
   sl_job *j = NULL;
   assert_int_equal(sl_job_create(q, NULL, &j), SL_EINVAL);
   assert_non_null(strstr(sl_last_error(), "a proxy on node 0"));
-  sl_plan_destroy(q);
+  sl_actor_graph_destroy(q);
 }
 
 static void test_bad_messages(void **state) {
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   sl_actor_id src =
       add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 3);
   sl_actor_id k = add_actor(p, "k", SL_ACTOR_SINK, 1, 0, 0, NULL, NULL, 0);
@@ -320,13 +320,13 @@ static void test_bad_messages(void **state) {
   assert_int_equal(sl_loopback_attach(lb, 2, NULL), SL_EINVAL);
   sl_loopback_destroy(lb);
   sl_loopback_destroy(NULL);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 /* A node with no job behind it: the send fails and the job says so. */
 static void test_unattached_node(void **state) {
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   sl_actor_id src =
       add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 3);
   connect_to(p, add_out(p, src, 2, 16),
@@ -344,7 +344,7 @@ static void test_unattached_node(void **state) {
   assert_non_null(strstr(sl_last_error(), "node 1 has no job attached"));
   sl_job_destroy(job);
   sl_loopback_destroy(lb);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 /* A frame that passes validation but breaks the protocol (a register sent
@@ -352,8 +352,8 @@ static void test_unattached_node(void **state) {
  * nothing is corrupted. The reader also waits for a local source, so it
  * cannot consume the first copy before the second arrives. */
 static void test_forged_ready(void **state) {
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   sl_actor_id src =
       add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 1000);
   sl_actor_id local =
@@ -391,7 +391,7 @@ static void test_forged_ready(void **state) {
   assert_non_null(strstr(sl_last_error(), "more ready registers than exist"));
   sl_logging_set_level(SL_LOGGING_WARN);
   cluster_destroy(&cl);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 int main(void) {

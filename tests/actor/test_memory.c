@@ -1,7 +1,7 @@
-/* Memory planned by a compiler: sl_plan_add_block and sl_plan_place, the
- * registers placed in a block, and SLUICE_MEMCHECK — checksums that catch a
- * plan whose shared registers are live at once, poison that a reader which
- * reads after handing a register back sees. */
+/* Memory planned by a compiler: sl_actor_graph_add_block and
+ * sl_actor_graph_place, the registers placed in a block, and SLUICE_MEMCHECK —
+ * checksums that catch a plan whose shared registers are live at once, poison
+ * that a reader which reads after handing a register back sees. */
 #include "actor_helpers.h"
 
 /* ---- acts whose data can be checked ----------------------------------- */
@@ -72,29 +72,31 @@ static sl_status act_keep(sl_act *a) {
   return SL_OK;
 }
 
-static int32_t out_named(sl_plan *p, sl_actor_id producer, const char *name,
-                         int32_t count, size_t bytes, int32_t device) {
+static int32_t out_named(sl_actor_graph *p, sl_actor_id producer,
+                         const char *name, int32_t count, size_t bytes,
+                         int32_t device) {
   sl_regst_desc d = {name, count, bytes, device, 0, NULL, NULL};
   int32_t r = -1;
-  if (sl_plan_add_output(p, producer, &d, &r) != SL_OK)
+  if (sl_actor_graph_add_output(p, producer, &d, &r) != SL_OK)
     fail_msg("add_output %s: %s", name, sl_last_error());
   return r;
 }
 
-static int32_t block_ok(sl_plan *p, int32_t device, size_t bytes) {
+static int32_t block_ok(sl_actor_graph *p, int32_t device, size_t bytes) {
   int32_t b = 0;
-  if (sl_plan_add_block(p, 0, device, bytes, &b) != SL_OK)
+  if (sl_actor_graph_add_block(p, 0, device, bytes, &b) != SL_OK)
     fail_msg("add_block: %s", sl_last_error());
   return b;
 }
 
-static void place_ok(sl_plan *p, int32_t desc, int32_t block, size_t off) {
-  if (sl_plan_place(p, desc, block, off) != SL_OK)
+static void place_ok(sl_actor_graph *p, int32_t desc, int32_t block,
+                     size_t off) {
+  if (sl_actor_graph_place(p, desc, block, off) != SL_OK)
     fail_msg("place: %s", sl_last_error());
 }
 
 /* Creates (SLUICE_MEMCHECK=1 when memcheck) and runs a job. */
-static sl_status run_mc(sl_plan *p, bool memcheck, sl_job **job) {
+static sl_status run_mc(sl_actor_graph *p, bool memcheck, sl_job **job) {
   if (memcheck)
     setenv("SLUICE_MEMCHECK", "1", 1);
   else
@@ -116,84 +118,92 @@ static sl_status run_mc(sl_plan *p, bool memcheck, sl_job **job) {
 
 static void test_place_validation(void **state) {
   (void)state;
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   sl_actor_id src =
       add_actor(p, "src", SL_ACTOR_SOURCE, 0, 1, 0, NULL, NULL, 4);
   int32_t r100 = out_named(p, src, "r100", 1, 100, -1); /* device 1 */
   int32_t r64x3 = out_named(p, src, "r64x3", 3, 64, 2);
   int32_t empty = out_named(p, src, "empty", 2, 0, -1);
   int32_t huge = out_named(p, src, "huge", 1, SIZE_MAX - 10, -1);
-  int32_t n = sl_plan_regst_count(p);
+  int32_t n = sl_actor_graph_regst_count(p);
   assert_int_equal(n, 4);
 
   /* Blocks: node or device out of range, *out 0. */
   int32_t b = 77;
-  EXPECT_FAIL(sl_plan_add_block(p, SL_ACTOR_MAX_NODES, 0, 64, &b), SL_EINVAL,
-              "block");
-  assert_int_equal(b, 0);
-  b = 77;
-  EXPECT_FAIL(sl_plan_add_block(p, 0, -1, 64, &b), SL_EINVAL, "device -1");
-  assert_int_equal(b, 0);
-  b = 77;
-  EXPECT_FAIL(sl_plan_add_block(p, 0, (int32_t)SL_ACTOR_MAX_DEVICES, 64, &b),
+  EXPECT_FAIL(sl_actor_graph_add_block(p, SL_ACTOR_MAX_NODES, 0, 64, &b),
               SL_EINVAL, "block");
+  assert_int_equal(b, 0);
+  b = 77;
+  EXPECT_FAIL(sl_actor_graph_add_block(p, 0, -1, 64, &b), SL_EINVAL,
+              "device -1");
+  assert_int_equal(b, 0);
+  b = 77;
+  EXPECT_FAIL(
+      sl_actor_graph_add_block(p, 0, (int32_t)SL_ACTOR_MAX_DEVICES, 64, &b),
+      SL_EINVAL, "block");
   assert_int_equal(b, 0);
   int32_t b128 = block_ok(p, 1, 128), b127 = block_ok(p, 1, 127);
   assert_int_equal(b128, 1);
   assert_int_equal(b127, 2);
   int32_t b_node1 = 0, b_last = 0;
-  assert_int_equal(sl_plan_add_block(p, 1, 1, 1024, &b_node1), SL_OK);
+  assert_int_equal(sl_actor_graph_add_block(p, 1, 1, 1024, &b_node1), SL_OK);
   assert_int_equal(b_node1, 3);
   int32_t b_dev0 = block_ok(p, 0, 1024), b_dev2 = block_ok(p, 2, 256);
   int32_t b_max = block_ok(p, 1, SIZE_MAX);
-  assert_int_equal(sl_plan_add_block(p, SL_ACTOR_MAX_NODES - 1,
-                                     (int32_t)SL_ACTOR_MAX_DEVICES - 1, 64,
-                                     &b_last),
+  assert_int_equal(sl_actor_graph_add_block(p, SL_ACTOR_MAX_NODES - 1,
+                                            (int32_t)SL_ACTOR_MAX_DEVICES - 1,
+                                            64, &b_last),
                    SL_OK);
   assert_int_equal(b_last, 7);
 
   /* Unknown descriptor or block. */
-  EXPECT_FAIL(sl_plan_place(p, -1, b128, 0), SL_ENOTFOUND, "descriptor -1");
-  EXPECT_FAIL(sl_plan_place(p, n, b128, 0), SL_ENOTFOUND, "descriptor 4");
-  EXPECT_FAIL(sl_plan_place(p, r100, 0, 0), SL_ENOTFOUND, "block 0");
-  EXPECT_FAIL(sl_plan_place(p, r100, b_last + 1, 0), SL_ENOTFOUND, "block 8");
-  EXPECT_FAIL(sl_plan_place(p, r100, -1, 0), SL_ENOTFOUND, "block -1");
+  EXPECT_FAIL(sl_actor_graph_place(p, -1, b128, 0), SL_ENOTFOUND,
+              "descriptor -1");
+  EXPECT_FAIL(sl_actor_graph_place(p, n, b128, 0), SL_ENOTFOUND,
+              "descriptor 4");
+  EXPECT_FAIL(sl_actor_graph_place(p, r100, 0, 0), SL_ENOTFOUND, "block 0");
+  EXPECT_FAIL(sl_actor_graph_place(p, r100, b_last + 1, 0), SL_ENOTFOUND,
+              "block 8");
+  EXPECT_FAIL(sl_actor_graph_place(p, r100, -1, 0), SL_ENOTFOUND, "block -1");
 
   /* The block must be on the producer's node and the descriptor's device
    * (the producer's when -1, else the one it names). */
-  EXPECT_FAIL(sl_plan_place(p, r100, b_node1, 0), SL_EINVAL, "'r100'");
-  EXPECT_FAIL(sl_plan_place(p, r100, b_dev0, 0), SL_EINVAL, "'r100'");
-  EXPECT_FAIL(sl_plan_place(p, r64x3, b128, 0), SL_EINVAL, "'r64x3'");
-  EXPECT_FAIL(sl_plan_place(p, r100, b_last, 0), SL_EINVAL, "'r100'");
+  EXPECT_FAIL(sl_actor_graph_place(p, r100, b_node1, 0), SL_EINVAL, "'r100'");
+  EXPECT_FAIL(sl_actor_graph_place(p, r100, b_dev0, 0), SL_EINVAL, "'r100'");
+  EXPECT_FAIL(sl_actor_graph_place(p, r64x3, b128, 0), SL_EINVAL, "'r64x3'");
+  EXPECT_FAIL(sl_actor_graph_place(p, r100, b_last, 0), SL_EINVAL, "'r100'");
 
   /* Fitting: each register takes a 64-rounded stride. */
-  EXPECT_FAIL(sl_plan_place(p, r100, b127, 0), SL_EINVAL, "do not fit");
+  EXPECT_FAIL(sl_actor_graph_place(p, r100, b127, 0), SL_EINVAL, "do not fit");
   place_ok(p, r100, b128, 0);
-  EXPECT_FAIL(sl_plan_place(p, r100, b128, 64), SL_EINVAL, "offset 64");
+  EXPECT_FAIL(sl_actor_graph_place(p, r100, b128, 64), SL_EINVAL, "offset 64");
   place_ok(p, r64x3, b_dev2, 0);
   place_ok(p, r64x3, b_dev2, 64); /* 64 + 3 * 64 == 256 */
   /* One register would fit at 128, three do not. */
-  EXPECT_FAIL(sl_plan_place(p, r64x3, b_dev2, 128), SL_EINVAL, "'r64x3'");
-  EXPECT_FAIL(sl_plan_place(p, r64x3, b_dev2, 256), SL_EINVAL, "'r64x3'");
+  EXPECT_FAIL(sl_actor_graph_place(p, r64x3, b_dev2, 128), SL_EINVAL,
+              "'r64x3'");
+  EXPECT_FAIL(sl_actor_graph_place(p, r64x3, b_dev2, 256), SL_EINVAL,
+              "'r64x3'");
   place_ok(p, empty, b128, 128); /* no bytes: fits anywhere inside */
 
   /* Offsets: multiples of 64, and no overflow near SIZE_MAX. */
-  EXPECT_FAIL(sl_plan_place(p, r100, b_max, 32), SL_EINVAL, "offset 32");
-  EXPECT_FAIL(sl_plan_place(p, r100, b_max, 1), SL_EINVAL, "'r100'");
+  EXPECT_FAIL(sl_actor_graph_place(p, r100, b_max, 32), SL_EINVAL, "offset 32");
+  EXPECT_FAIL(sl_actor_graph_place(p, r100, b_max, 1), SL_EINVAL, "'r100'");
   place_ok(p, r100, b_max, 64);
-  EXPECT_FAIL(sl_plan_place(p, r100, b_max, SIZE_MAX - 63), SL_EINVAL,
+  EXPECT_FAIL(sl_actor_graph_place(p, r100, b_max, SIZE_MAX - 63), SL_EINVAL,
               "'r100'"); /* 63 bytes left */
-  EXPECT_FAIL(sl_plan_place(p, r100, b_max, SIZE_MAX - 127), SL_EINVAL,
+  EXPECT_FAIL(sl_actor_graph_place(p, r100, b_max, SIZE_MAX - 127), SL_EINVAL,
               "'r100'"); /* 127 left: one 128-byte stride does not fit */
   place_ok(p, r100, b_max, SIZE_MAX - 191); /* 191 left: it fits */
-  EXPECT_FAIL(sl_plan_place(p, r100, b128, SIZE_MAX - 63), SL_EINVAL, "'r100'");
+  EXPECT_FAIL(sl_actor_graph_place(p, r100, b128, SIZE_MAX - 63), SL_EINVAL,
+              "'r100'");
   /* A register whose stride overflows fits nowhere. */
-  EXPECT_FAIL(sl_plan_place(p, huge, b_max, 0), SL_EINVAL, "'huge'");
-  sl_plan_destroy(p);
+  EXPECT_FAIL(sl_actor_graph_place(p, huge, b_max, 0), SL_EINVAL, "'huge'");
+  sl_actor_graph_destroy(p);
 
   /* Frozen once a job was created; the placed plan runs. */
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   src = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 10);
   sl_actor_id sink =
       add_actor(p, "sink", SL_ACTOR_SINK, 0, 0, 0, NULL, NULL, 0);
@@ -204,15 +214,17 @@ static void test_place_validation(void **state) {
   sl_job *job;
   assert_int_equal(sl_job_create(p, NULL, &job), SL_OK);
   b = 77;
-  EXPECT_FAIL(sl_plan_add_block(p, 0, 0, 64, &b), SL_ESTATE, "job was created");
+  EXPECT_FAIL(sl_actor_graph_add_block(p, 0, 0, 64, &b), SL_ESTATE,
+              "job was created");
   assert_int_equal(b, 0);
-  EXPECT_FAIL(sl_plan_place(p, r, blk, 64), SL_ESTATE, "job was created");
+  EXPECT_FAIL(sl_actor_graph_place(p, r, blk, 64), SL_ESTATE,
+              "job was created");
   assert_int_equal(sl_job_run(job), SL_OK);
   sl_job_stats s;
   assert_int_equal(sl_job_get_stats(job, &s), SL_OK);
   assert_int_equal(s.register_bytes, 128);
   sl_job_destroy(job);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 /* ---- 2. a chain whose registers share a block -----------------------------
@@ -230,7 +242,7 @@ static void test_place_validation(void **state) {
 enum { SRC, K1, K2, K3, SINK, N_ACT };
 
 typedef struct chain {
-  sl_plan *p;
+  sl_actor_graph *p;
   ck c[N_ACT];
   int32_t s, a, b, cc, t;
 } chain;
@@ -242,8 +254,8 @@ static void chain_build(chain *ch, int64_t pieces, bool placed,
                                              SL_ACTOR_KERNEL, SL_ACTOR_KERNEL,
                                              SL_ACTOR_SINK};
   memset(ch, 0, sizeof *ch);
-  assert_int_equal(sl_plan_create(&ch->p), SL_OK);
-  sl_plan *p = ch->p;
+  assert_int_equal(sl_actor_graph_create(&ch->p), SL_OK);
+  sl_actor_graph *p = ch->p;
   sl_actor_id id[N_ACT];
   for (int i = 0; i < N_ACT; i++) {
     ch->c[i].tag = i < SINK ? i + 1 : 0;
@@ -310,7 +322,7 @@ static void run_chain(const uint32_t where[N_ACT][2], int64_t pieces,
     assert_ptr_not_equal(ch.c[SINK].in_data, k2_in);
   }
   sl_job_destroy(job);
-  sl_plan_destroy(ch.p);
+  sl_actor_graph_destroy(ch.p);
 }
 
 static uint64_t splitmix(uint64_t *x) {
@@ -366,9 +378,9 @@ static sl_status act_both(sl_act *a) {
   return SL_OK;
 }
 
-static sl_plan *bad_plan(ck c[4], int64_t pieces) {
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+static sl_actor_graph *bad_plan(ck c[4], int64_t pieces) {
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   memset(c, 0, 4 * sizeof *c);
   for (int i = 0; i < 3; i++)
     c[i] = (ck){.tag = i + 1, .in_tag = i};
@@ -395,7 +407,7 @@ static sl_plan *bad_plan(ck c[4], int64_t pieces) {
 static void test_memcheck_catches_overlap(void **state) {
   (void)state;
   ck c[4];
-  sl_plan *p = bad_plan(c, 500);
+  sl_actor_graph *p = bad_plan(c, 500);
   sl_job *job;
   assert_int_equal(run_mc(p, true, &job), SL_EINTERNAL);
   const char *msg = sl_last_error();
@@ -407,7 +419,7 @@ static void test_memcheck_catches_overlap(void **state) {
   assert_int_equal(c[2].errors, 0); /* k2 read X(0) before overwriting it */
   assert_int_equal(c[3].wrong, 0);  /* k3 never got to read it */
   sl_job_destroy(job);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 
   /* The same plan without memcheck: the job succeeds, with every X that
    * k3 read silently replaced by Y. */
@@ -420,7 +432,7 @@ static void test_memcheck_catches_overlap(void **state) {
   assert_int_equal(c[3].wrong, 500);
   assert_ptr_equal(c[3].in_data, c[3].out_data); /* X and Y share bytes */
   sl_job_destroy(job);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 /* ---- 4. memcheck poison ---------------------------------------------------
@@ -432,8 +444,8 @@ static void test_memcheck_catches_overlap(void **state) {
  * before firing for p+1, which needs T(p) back from this very firing. */
 
 static void poison_run(bool placed, bool memcheck, int64_t pieces, ck *reader) {
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   ck c[2];
   memset(c, 0, sizeof c);
   memset(reader, 0, sizeof *reader);
@@ -461,7 +473,7 @@ static void poison_run(bool placed, bool memcheck, int64_t pieces, ck *reader) {
                 (int)memcheck, (long long)reader->seen_poison,
                 (long long)reader->seen_old);
   sl_job_destroy(job);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 static void test_memcheck_poison(void **state) {

@@ -77,7 +77,7 @@ struct rcase {
   rdesc descs[MAX_DESCS];
   int n_descs;
   int parent[MAX_ACTORS];
-  sl_plan *plan;
+  sl_actor_graph *plan;
   int fail_actor; /* -1: none */
   /* completer */
   pthread_mutex_t m;
@@ -486,7 +486,7 @@ static int run_case(uint64_t base, uint64_t seed, int index, bool verbose) {
   rc->fail_actor = -1;
   pthread_mutex_init(&rc->m, NULL);
   pthread_cond_init(&rc->cv, NULL);
-  assert_int_equal(sl_plan_create(&rc->plan), SL_OK);
+  assert_int_equal(sl_actor_graph_create(&rc->plan), SL_OK);
   generate(rc, &r);
   for (int i = 0; i < rc->n_actors; i++) {
     gactor *g = &rc->actors[i];
@@ -615,7 +615,7 @@ static int run_case(uint64_t base, uint64_t seed, int index, bool verbose) {
   for (uint32_t n = 0; n < rc->nodes; n++)
     sl_job_destroy(jobs[n]);
   sl_loopback_destroy(lb);
-  sl_plan_destroy(rc->plan);
+  sl_actor_graph_destroy(rc->plan);
   for (int d = 0; d < rc->n_descs; d++)
     free(rc->descs[d].expect);
   free(rc->q);

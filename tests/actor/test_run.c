@@ -42,10 +42,10 @@ static sl_status act_sink(sl_act *a) {
 /* src -> k0 -> ... -> k(n-1) -> sink, actor i placed by place(i). */
 typedef void (*place_fn)(int i, uint32_t *dev, uint32_t *stream);
 
-static sl_plan *chain_plan(int n, int64_t pieces, int32_t count, place_fn place,
-                           sink_state *ss) {
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+static sl_actor_graph *chain_plan(int n, int64_t pieces, int32_t count,
+                                  place_fn place, sink_state *ss) {
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   uint32_t dev = 0, st = 0;
   if (place) place(0, &dev, &st);
   sl_actor_id prev = add_actor(p, "src", SL_ACTOR_SOURCE, 0, dev, st,
@@ -80,7 +80,7 @@ static void expect_clean(sl_job *job, uint64_t firings) {
 
 static void test_chain_one_thread(void **state) {
   sink_state ss = {0};
-  sl_plan *p = chain_plan(10, 1000, 2, NULL, &ss);
+  sl_actor_graph *p = chain_plan(10, 1000, 2, NULL, &ss);
   sl_job *job;
   assert_int_equal(run_plan(p, NULL, &job), SL_OK);
   assert_int_equal(ss.next, 1000);
@@ -92,7 +92,7 @@ static void test_chain_one_thread(void **state) {
   assert_int_equal(s.messages_cross, 0);
   /* Each edge carries pieces, returns and one end-of-data. */
   assert_int_equal(s.messages_local, 11 * (2 * 1000 + 1));
-  for (int32_t d = 0; d < sl_plan_regst_count(p); d++) {
+  for (int32_t d = 0; d < sl_actor_graph_regst_count(p); d++) {
     sl_regst_stats r;
     assert_int_equal(sl_job_get_regst_stats(job, d, &r), SL_OK);
     assert_int_equal(r.count, 2);
@@ -105,7 +105,7 @@ static void test_chain_one_thread(void **state) {
   assert_int_equal(as.firings, 1000);
   assert_true(as.finished);
   sl_job_destroy(job);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 static void place_spread(int i, uint32_t *dev, uint32_t *stream) {
@@ -117,7 +117,7 @@ static void test_chain_many_threads_both_queues(void **state) {
   sl_queue_kind kinds[] = {SL_QUEUE_MUTEX, SL_QUEUE_LOCKFREE, SL_QUEUE_DEFAULT};
   for (size_t q = 0; q < SL_ARRAY_LEN(kinds); q++) {
     sink_state ss = {0};
-    sl_plan *p = chain_plan(23, 500, 1 + (int32_t)q, place_spread, &ss);
+    sl_actor_graph *p = chain_plan(23, 500, 1 + (int32_t)q, place_spread, &ss);
     sl_job_config cfg = SL_JOB_CONFIG(.queue = kinds[q]);
     sl_job *job;
     assert_int_equal(run_plan(p, &cfg, &job), SL_OK);
@@ -129,7 +129,7 @@ static void test_chain_many_threads_both_queues(void **state) {
     assert_int_equal(s.threads, 12);
     assert_true(s.messages_cross > 0);
     sl_job_destroy(job);
-    sl_plan_destroy(p);
+    sl_actor_graph_destroy(p);
   }
 }
 
@@ -141,7 +141,7 @@ static void place_wide(int i, uint32_t *dev, uint32_t *stream) {
 
 static void test_threads_beyond_cores(void **state) {
   sink_state ss = {0};
-  sl_plan *p = chain_plan(126, 200, 2, place_wide, &ss);
+  sl_actor_graph *p = chain_plan(126, 200, 2, place_wide, &ss);
   sl_job *job;
   assert_int_equal(run_plan(p, NULL, &job), SL_OK);
   assert_int_equal(ss.next, 200);
@@ -151,7 +151,7 @@ static void test_threads_beyond_cores(void **state) {
   assert_int_equal(s.threads, 128);
   expect_clean(job, 128 * 200);
   sl_job_destroy(job);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 /* ---- the firing rule with several inputs and outputs -----------------------
@@ -172,8 +172,8 @@ static sl_status act_join(sl_act *a) {
 
 /* src -> {a: +1, b: +1 with its output read twice} -> join -> sink. */
 static void test_diamond(void **state) {
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   sl_actor_id src =
       add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_source, NULL, 300);
   sl_actor_id a = add_actor(p, "a", SL_ACTOR_KERNEL, 0, 1, 0, act_inc, NULL, 0);
@@ -203,7 +203,7 @@ static void test_diamond(void **state) {
   assert_int_equal(side.errors, 0);
   expect_clean(job, 6 * 300);
   sl_job_destroy(job);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 /* ---- back-pressure
@@ -235,8 +235,8 @@ static sl_status act_slow_sink(sl_act *a) {
 static void test_back_pressure(void **state) {
   for (int32_t c1 = 1; c1 <= 3; c1++)
     for (int32_t c2 = 1; c2 <= 2; c2++) {
-      sl_plan *p;
-      assert_int_equal(sl_plan_create(&p), SL_OK);
+      sl_actor_graph *p;
+      assert_int_equal(sl_actor_graph_create(&p), SL_OK);
       sink_state ss = {.expect_add = 1};
       bp_state bp = {&ss, 0};
       sl_actor_id s =
@@ -264,7 +264,7 @@ static void test_back_pressure(void **state) {
       assert_int_equal(r.peak_in_flight, c2);
       expect_clean(job, 180);
       sl_job_destroy(job);
-      sl_plan_destroy(p);
+      sl_actor_graph_destroy(p);
     }
 }
 
@@ -345,8 +345,8 @@ static sl_status act_async_sink(sl_act *a) {
  * shares the async actor's stream: it must keep firing while the async one
  * waits for its completion. src2 runs until the async chain is done. */
 static void test_async_completion(void **state) {
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   async_state as = {0};
   async_sink s1 = {.s = {.expect_add = 1}};
   sink_state s2 = {.expect_add = 1};
@@ -379,7 +379,7 @@ static void test_async_completion(void **state) {
   assert_true(atomic_load(&as.saw_progress) >= 1);
   expect_clean(job, 20 * 3 + (uint64_t)a2.pieces * 3);
   sl_job_destroy(job);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 /* ---- stop, empty sources, unread outputs ----------------------------------
@@ -398,8 +398,8 @@ static sl_status act_stopping_sink(sl_act *a) {
 }
 
 static void test_stop_command(void **state) {
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   stop_state ss = {0};
   sl_actor_id src = add_actor(p, "endless", SL_ACTOR_SOURCE, 0, 0, 0,
                               act_source, NULL, INT64_MAX);
@@ -423,12 +423,12 @@ static void test_stop_command(void **state) {
   assert_int_equal(s.in_flight, 0);
   assert_int_equal(s.messages_left, 0);
   sl_job_destroy(job);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 static void test_empty_source_and_unread_output(void **state) {
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   sink_state ss = {.expect_add = 1};
   sl_actor_id s0 =
       add_actor(p, "nothing", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 0);
@@ -447,7 +447,7 @@ static void test_empty_source_and_unread_output(void **state) {
   assert_int_equal(ss.errors, 0);
   expect_clean(job, 150);
   sl_job_destroy(job);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 /* ---- job states, register metadata, custom memory --------------------------
@@ -455,7 +455,7 @@ static void test_empty_source_and_unread_output(void **state) {
 
 static void test_job_states(void **state) {
   sink_state ss = {0};
-  sl_plan *p = chain_plan(2, 10, 1, NULL, &ss);
+  sl_actor_graph *p = chain_plan(2, 10, 1, NULL, &ss);
   sl_job *job;
   sl_job_stats s;
   assert_int_equal(sl_job_create(p, NULL, &job), SL_OK);
@@ -478,7 +478,7 @@ static void test_job_states(void **state) {
   assert_int_equal(sl_job_start(job), SL_OK);
   sl_job_destroy(job);
   sl_job_destroy(NULL);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 static sl_status act_meta(sl_act *a) {
@@ -516,8 +516,8 @@ static void count_free(void *ctx, int32_t device, void *p) {
 static const sl_regst_memory_vtable counting_memory = {count_alloc, count_free};
 
 static void test_register_metadata_and_memory(void **state) {
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   sl_actor_id src =
       add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 40);
   sl_actor_id m =
@@ -536,7 +536,7 @@ static void test_register_metadata_and_memory(void **state) {
   assert_int_equal(s.register_bytes, 72);
   sl_job_destroy(job);
   assert_int_equal(mc.frees, mc.allocs);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 /* ---- spinning backs off when waits are long ------------------------------ */
@@ -557,8 +557,8 @@ static sl_status act_slow_source(sl_act *a) {
  * spin that ran out. docs/actor.md, "Threads and queues". */
 static void test_spin_backs_off(void **state) {
   for (int spin_off = 0; spin_off < 2; spin_off++) {
-    sl_plan *p;
-    assert_int_equal(sl_plan_create(&p), SL_OK);
+    sl_actor_graph *p;
+    assert_int_equal(sl_actor_graph_create(&p), SL_OK);
     sl_actor_id src = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0,
                                 act_slow_source, NULL, 40);
     sink_state ss = {0};
@@ -581,7 +581,7 @@ static void test_spin_backs_off(void **state) {
     else
       assert_true(s.spins_missed <= 8 + 2 * s.spins_caught);
     sl_job_destroy(job);
-    sl_plan_destroy(p);
+    sl_actor_graph_destroy(p);
   }
 }
 

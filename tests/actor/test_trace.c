@@ -47,9 +47,9 @@ static bool json_balanced(const char *s) {
   return depth == 0 && !in_str;
 }
 
-static sl_plan *small_plan(int64_t pieces) {
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+static sl_actor_graph *small_plan(int64_t pieces) {
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   sl_actor_id s =
       add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, pieces);
   sl_actor_id k = add_actor(p, "the \"quoted\" kernel", SL_ACTOR_KERNEL, 0, 0,
@@ -88,12 +88,12 @@ static void test_trace_config_path(void **state) {
   int fd = mkstemp(path);
   assert_true(fd >= 0);
   close(fd);
-  sl_plan *p = small_plan(25);
+  sl_actor_graph *p = small_plan(25);
   sl_job_config cfg = SL_JOB_CONFIG(.trace_path = path);
   assert_int_equal(run_plan(p, &cfg, NULL), SL_OK);
   check_trace(path, 25);
   unlink(path);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 static void gpu_name(uint32_t device, char *buf, size_t n) {
@@ -106,7 +106,7 @@ static void test_trace_device_names(void **state) {
   int fd = mkstemp(path);
   assert_true(fd >= 0);
   close(fd);
-  sl_plan *p = small_plan(3);
+  sl_actor_graph *p = small_plan(3);
   sl_job_config cfg =
       SL_JOB_CONFIG(.trace_path = path, .device_name = gpu_name);
   assert_int_equal(run_plan(p, &cfg, NULL), SL_OK);
@@ -117,7 +117,7 @@ static void test_trace_device_names(void **state) {
   assert_null(strstr(t, "dev0"));
   free(t);
   unlink(path);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 static void test_trace_env(void **state) {
@@ -126,7 +126,7 @@ static void test_trace_env(void **state) {
   assert_true(fd >= 0);
   close(fd);
   unlink(path);
-  sl_plan *p = small_plan(7);
+  sl_actor_graph *p = small_plan(7);
   /* Off: nothing written. */
   unsetenv("SLUICE_TRACE");
   assert_int_equal(run_plan(p, NULL, NULL), SL_OK);
@@ -136,13 +136,13 @@ static void test_trace_env(void **state) {
   unsetenv("SLUICE_TRACE");
   check_trace(path, 7);
   unlink(path);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 static void test_trace_nodes_and_errors(void **state) {
   /* Two nodes: ".node<N>" goes before the extension. */
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   sl_actor_id s = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 5);
   sl_actor_id z = add_actor(p, "sink", SL_ACTOR_SINK, 1, 0, 0, NULL, NULL, 0);
   connect_to(p, add_out(p, s, 1, 8), z);
@@ -178,13 +178,13 @@ static void test_trace_nodes_and_errors(void **state) {
   unlink("/tmp/sluice_trace_nodes.node1.json");
 
   /* An unwritable path is an error of the job, with the path. */
-  sl_plan *q = small_plan(3);
+  sl_actor_graph *q = small_plan(3);
   sl_job_config cfg =
       SL_JOB_CONFIG(.trace_path = "/nonexistent-dir/trace.json");
   assert_int_equal(run_plan(q, &cfg, NULL), SL_EIO);
   assert_non_null(strstr(sl_last_error(), "/nonexistent-dir/trace.json"));
-  sl_plan_destroy(q);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(q);
+  sl_actor_graph_destroy(p);
 }
 
 int main(void) {

@@ -53,10 +53,10 @@ static sl_status hook_send(void *ctx, uint32_t node, const sl_msg *m,
 
 static const sl_transport_vtable hook_vtable = {hook_send, NULL};
 
-static sl_plan *two_node_plan(seen *s, sl_actor_id *src, sl_actor_id *sink,
-                              int32_t *desc) {
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+static sl_actor_graph *two_node_plan(seen *s, sl_actor_id *src,
+                                     sl_actor_id *sink, int32_t *desc) {
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   *src = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_fill, NULL, 50);
   *sink = add_actor(p, "sink", SL_ACTOR_SINK, 1, 0, 0, act_sink, s, 0);
   *desc = add_out(p, *src, 2, BYTES);
@@ -68,7 +68,7 @@ static void test_receive_in_place(void **state) {
   seen s = {0};
   sl_actor_id src, sink;
   int32_t desc;
-  sl_plan *p = two_node_plan(&s, &src, &sink, &desc);
+  sl_actor_graph *p = two_node_plan(&s, &src, &sink, &desc);
   hook_net net;
   atomic_init(&net.received_in_place, 0);
   sl_job *jobs[2];
@@ -123,14 +123,14 @@ static void test_receive_in_place(void **state) {
   assert_null(t);
   for (int n = 0; n < 2; n++)
     sl_job_destroy(jobs[n]);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 static void test_abort_msg(void **state) {
   seen s = {0};
   sl_actor_id src, sink;
   int32_t desc;
-  sl_plan *p = two_node_plan(&s, &src, &sink, &desc);
+  sl_actor_graph *p = two_node_plan(&s, &src, &sink, &desc);
   sl_loopback *lb;
   assert_int_equal(sl_loopback_create(2, &lb), SL_OK);
   sl_job *jobs[2];
@@ -155,7 +155,7 @@ static void test_abort_msg(void **state) {
   for (int n = 0; n < 2; n++)
     sl_job_destroy(jobs[n]);
   sl_loopback_destroy(lb);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 int main(void) {

@@ -5,10 +5,10 @@
  * index and values) without a broken library. */
 #include <sluice/boxing.h>
 
-sl_status __wrap_sl_boxing_verify(const sl_boxing_plan *plan, uint64_t seed,
+sl_status __wrap_sl_boxing_verify(const sl_boxing_route *plan, uint64_t seed,
                                   sl_boxing_mismatch *mismatch);
 
-sl_status __wrap_sl_boxing_verify(const sl_boxing_plan *plan, uint64_t seed,
+sl_status __wrap_sl_boxing_verify(const sl_boxing_route *plan, uint64_t seed,
                                   sl_boxing_mismatch *mismatch) {
   (void)plan;
   (void)seed;

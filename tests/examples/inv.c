@@ -85,14 +85,14 @@ void inv_count_boxing(const sl_graph *g, int op, int *forward, int *all) {
   for (int32_t i = 0; i < nn; i++) {
     const sl__node *nd = sl__graph_node(g, i);
     if (nd->kind != SL__NODE_BOXING) continue;
-    const int64_t *sent = sl_boxing_plan_bytes_sent(nd->boxing);
+    const int64_t *sent = sl_boxing_route_bytes_sent(nd->boxing);
     bool moves = false;
-    for (int r = 0; r < sl_boxing_plan_rank_count(nd->boxing); r++)
+    for (int r = 0; r < sl_boxing_route_rank_count(nd->boxing); r++)
       moves = moves || sent[r] > 0;
     if (!moves) continue;
     if (op >= 0) {
-      bool only = sl_boxing_plan_step_count(nd->boxing) > 0;
-      for (int s = 0; s < sl_boxing_plan_step_count(nd->boxing); s++)
+      bool only = sl_boxing_route_step_count(nd->boxing) > 0;
+      for (int s = 0; s < sl_boxing_route_step_count(nd->boxing); s++)
         only = only && (int)sl_boxing_step_op(nd->boxing, s) == op;
       if (!only) continue;
     }

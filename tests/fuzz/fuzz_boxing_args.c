@@ -18,15 +18,15 @@ static void plan_and_verify(const sl_cli_boxing_args *a) {
   int ranks = sl_placement_size(a->src_place) + sl_placement_size(a->dst_place);
   int64_t numel = sl_shape_numel(&a->shape);
   if (ranks > VERIFY_MAX_RANKS || numel > VERIFY_MAX_NUMEL) return;
-  sl_boxing_plan *plan = NULL;
+  sl_boxing_route *plan = NULL;
   sl_status st =
-      sl_boxing_plan_create(&a->shape, a->dtype, a->src_place, &a->src_sbp,
-                            a->dst_place, &a->dst_sbp, &a->cost, &plan);
+      sl_boxing_route_create(&a->shape, a->dtype, a->src_place, &a->src_sbp,
+                             a->dst_place, &a->dst_sbp, &a->cost, &plan);
   /* The arguments passed every check the planner documents. */
   FUZZ_CHECK(st == SL_OK, "plan failed: %s", sl_last_error());
-  int n = sl_boxing_plan_rank_count(plan);
+  int n = sl_boxing_route_rank_count(plan);
   double total = 0;
-  for (int s = 0; s < sl_boxing_plan_step_count(plan); s++) {
+  for (int s = 0; s < sl_boxing_route_step_count(plan); s++) {
     double us = sl_boxing_step_predicted_us(plan, s);
     FUZZ_CHECK(isfinite(us) && us >= 0, "step %d predicts %g us", s, us);
     total += us;
@@ -34,16 +34,16 @@ static void plan_and_verify(const sl_cli_boxing_args *a) {
     for (int r = 0; r < n; r++)
       FUZZ_CHECK(b[r] >= 0, "negative bytes");
   }
-  FUZZ_CHECK(fabs(total - sl_boxing_plan_predicted_us(plan)) <=
+  FUZZ_CHECK(fabs(total - sl_boxing_route_predicted_us(plan)) <=
                  1e-9 * total + 1e-12,
              "steps sum to %g, plan says %g", total,
-             sl_boxing_plan_predicted_us(plan));
+             sl_boxing_route_predicted_us(plan));
   sl_boxing_mismatch mm;
   st = sl_boxing_verify(plan, a->seed, &mm);
   FUZZ_CHECK(st == SL_OK, "verify: %s (rank %d index %lld expected %g got %g)",
              sl_status_str(st), mm.rank, (long long)mm.index, mm.expected,
              mm.got);
-  sl_boxing_plan_destroy(plan);
+  sl_boxing_route_destroy(plan);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

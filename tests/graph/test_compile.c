@@ -31,9 +31,9 @@ static int count_boxing(sl_graph *g, bool forward_only) {
     if (nd->kind != SL__NODE_BOXING ||
         (forward_only && (nd->backward || nd->optimizer)))
       continue;
-    const int64_t *sent = sl_boxing_plan_bytes_sent(nd->boxing);
+    const int64_t *sent = sl_boxing_route_bytes_sent(nd->boxing);
     bool moves = false;
-    for (int r = 0; r < sl_boxing_plan_rank_count(nd->boxing); r++)
+    for (int r = 0; r < sl_boxing_route_rank_count(nd->boxing); r++)
       moves = moves || sent[r] > 0;
     n += moves;
   }
@@ -125,7 +125,7 @@ static void data_parallel_mlp(bool clip) {
     assert_true(up->optimizer);
     const sl__node *box = boxing_into(g, up, 1);
     if (!box) fail_msg("no boxing into %s's gradient", weights[i]);
-    assert_int_equal(sl_boxing_plan_step_count(box->boxing), 1);
+    assert_int_equal(sl_boxing_route_step_count(box->boxing), 1);
     assert_int_equal(sl_boxing_step_op(box->boxing, 0), SL_BOXING_ALL_REDUCE);
     char in[16], out[16];
     sl_nd_sbp_print(&box->in_sbp[0], in, sizeof in);
@@ -175,7 +175,7 @@ static void test_megatron_block(void **state) {
   assert_int_equal(count_boxing(g, true), 1);
   const sl__node *box = boxing_into(g, node_of(g, out), 0);
   assert_non_null(box);
-  assert_int_equal(sl_boxing_plan_step_count(box->boxing), 1);
+  assert_int_equal(sl_boxing_route_step_count(box->boxing), 1);
   assert_int_equal(sl_boxing_step_op(box->boxing, 0), SL_BOXING_ALL_REDUCE);
   sl_graph_destroy(g);
 }

@@ -11,9 +11,9 @@
 
 #include "sbp_int.h"
 
-static sl_boxing_plan *mk(const char *shape, const char *src, const char *ssbp,
-                          const char *dst, const char *dsbp,
-                          const sl_boxing_cost *cost) {
+static sl_boxing_route *mk(const char *shape, const char *src, const char *ssbp,
+                           const char *dst, const char *dsbp,
+                           const sl_boxing_cost *cost) {
   sl_shape sh;
   sl_nd_sbp a, b;
   sl_placement *ps = NULL, *pd = NULL;
@@ -21,8 +21,8 @@ static sl_boxing_plan *mk(const char *shape, const char *src, const char *ssbp,
       sl_nd_sbp_parse(dsbp, &b) || sl_placement_parse(src, &ps) ||
       sl_placement_parse(dst, &pd))
     fail_msg("bad test input: %s", sl_last_error());
-  sl_boxing_plan *plan = NULL;
-  if (sl_boxing_plan_create(&sh, SL_DTYPE_F32, ps, &a, pd, &b, cost, &plan))
+  sl_boxing_route *plan = NULL;
+  if (sl_boxing_route_create(&sh, SL_DTYPE_F32, ps, &a, pd, &b, cost, &plan))
     fail_msg("plan: %s", sl_last_error());
   sl_placement_destroy(ps);
   sl_placement_destroy(pd);
@@ -98,97 +98,97 @@ static void test_all_reduce_between_nodes(void **state) {
 
 static void test_ring_collectives(void **state) {
   /* all_gather of 4 KiB in 4: 3 rounds, 3072 bytes. */
-  sl_boxing_plan *p = mk("1024", "cpu:0-3", "S(0)", "cpu:0-3", "B", NULL);
+  sl_boxing_route *p = mk("1024", "cpu:0-3", "S(0)", "cpu:0-3", "B", NULL);
   assert_us(sl_boxing_step_predicted_us(p, 0), 3 * 1.0 + 3072 / 1e4);
-  assert_us(sl_boxing_plan_predicted_us(p), 3 * 1.0 + 3072 / 1e4);
-  sl_boxing_plan_destroy(p);
+  assert_us(sl_boxing_route_predicted_us(p), 3 * 1.0 + 3072 / 1e4);
+  sl_boxing_route_destroy(p);
   /* The same group across two nodes uses the inter-node figures. */
   p = mk("1024", "cpu:0-1/0-1", "S(0)", "cpu:0-1/0-1", "B", NULL);
-  assert_us(sl_boxing_plan_predicted_us(p), 3 * 30.0 + 3072 / 3e3);
-  sl_boxing_plan_destroy(p);
+  assert_us(sl_boxing_route_predicted_us(p), 3 * 30.0 + 3072 / 3e3);
+  sl_boxing_route_destroy(p);
   /* On a [2,2] mesh over two nodes, axis 1 stays in a node, axis 0 does
    * not: 1 round of 2048 bytes each. */
   p = mk("1024", "cpu:0-1/0-1[2,2]", "(B,S(0))", "cpu:0-1/0-1[2,2]", "(B,B)",
          NULL);
   assert_int_equal(sl_boxing_step_mesh_axis(p, 0), 1);
-  assert_us(sl_boxing_plan_predicted_us(p), 1.0 + 2048 / 1e4);
-  sl_boxing_plan_destroy(p);
+  assert_us(sl_boxing_route_predicted_us(p), 1.0 + 2048 / 1e4);
+  sl_boxing_route_destroy(p);
   p = mk("1024", "cpu:0-1/0-1[2,2]", "(S(0),B)", "cpu:0-1/0-1[2,2]", "(B,B)",
          NULL);
-  assert_us(sl_boxing_plan_predicted_us(p), 30.0 + 2048 / 3e3);
-  sl_boxing_plan_destroy(p);
+  assert_us(sl_boxing_route_predicted_us(p), 30.0 + 2048 / 3e3);
+  sl_boxing_route_destroy(p);
   /* all_reduce on 8 GPUs: 14 rounds, 2T(n-1)/n bytes at 150 GB/s. */
   p = mk("1048576", "cuda:0-7", "P", "cuda:0-7", "B", NULL);
-  assert_us(sl_boxing_plan_predicted_us(p), 14 * 5.0 + 7340032 / 150e3);
-  sl_boxing_plan_destroy(p);
+  assert_us(sl_boxing_route_predicted_us(p), 14 * 5.0 + 7340032 / 150e3);
+  sl_boxing_route_destroy(p);
   /* reduce_scatter and all_to_all: n-1 rounds. */
   p = mk("8,8", "cuda:0-3", "P", "cuda:0-3", "S(1)", NULL);
-  assert_us(sl_boxing_plan_predicted_us(p), 3 * 5.0 + 192 / 150e3);
-  sl_boxing_plan_destroy(p);
+  assert_us(sl_boxing_route_predicted_us(p), 3 * 5.0 + 192 / 150e3);
+  sl_boxing_route_destroy(p);
   p = mk("8,8", "cuda:0-3", "S(0)", "cuda:0-3", "S(1)", NULL);
-  assert_us(sl_boxing_plan_predicted_us(p), 3 * 5.0 + 48 / 150e3);
-  sl_boxing_plan_destroy(p);
+  assert_us(sl_boxing_route_predicted_us(p), 3 * 5.0 + 48 / 150e3);
+  sl_boxing_route_destroy(p);
   /* Uneven: the busiest rank sets the time. [10] in 4: 28,32,32,28. */
   p = mk("10", "cpu:0-3", "S(0)", "cpu:0-3", "B", NULL);
-  assert_us(sl_boxing_plan_predicted_us(p), 3.0 + 32 / 1e4);
-  sl_boxing_plan_destroy(p);
+  assert_us(sl_boxing_route_predicted_us(p), 3.0 + 32 / 1e4);
+  sl_boxing_route_destroy(p);
   /* Local steps cost nothing. */
   p = mk("8,8", "cpu:0-3", "B", "cpu:0-3", "S(1)", NULL);
-  assert_us(sl_boxing_plan_predicted_us(p), 0.0);
-  sl_boxing_plan_destroy(p);
+  assert_us(sl_boxing_route_predicted_us(p), 0.0);
+  sl_boxing_route_destroy(p);
   p = mk("8,8", "cpu:0-3", "S(0)", "cpu:0-3", "P", NULL);
-  assert_us(sl_boxing_plan_predicted_us(p), 0.0);
-  sl_boxing_plan_destroy(p);
+  assert_us(sl_boxing_route_predicted_us(p), 0.0);
+  sl_boxing_route_destroy(p);
 }
 
 static void test_custom_figures(void **state) {
   sl_boxing_cost c = {100.0, 2.0, 1.0, 50.0};
-  sl_boxing_plan *p = mk("1024", "cpu:0-3", "S(0)", "cpu:0-3", "B", &c);
-  assert_us(sl_boxing_plan_predicted_us(p), 3 * 2.0 + 3072 / 100e3);
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route *p = mk("1024", "cpu:0-3", "S(0)", "cpu:0-3", "B", &c);
+  assert_us(sl_boxing_route_predicted_us(p), 3 * 2.0 + 3072 / 100e3);
+  sl_boxing_route_destroy(p);
   p = mk("1024", "cpu:0-1/0-1", "S(0)", "cpu:0-1/0-1", "B", &c);
-  assert_us(sl_boxing_plan_predicted_us(p), 3 * 50.0 + 3072 / 1e3);
-  sl_boxing_plan_destroy(p);
+  assert_us(sl_boxing_route_predicted_us(p), 3 * 50.0 + 3072 / 1e3);
+  sl_boxing_route_destroy(p);
 }
 
 static void test_point_to_point(void **state) {
   /* One source sends two 2000-byte pieces: its sends add up. */
-  sl_boxing_plan *p = mk("1000", "cpu:0", "B", "cpu:1-2", "S(0)", NULL);
-  assert_us(sl_boxing_plan_predicted_us(p), 2 * (1.0 + 2000 / 1e4));
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route *p = mk("1000", "cpu:0", "B", "cpu:1-2", "S(0)", NULL);
+  assert_us(sl_boxing_route_predicted_us(p), 2 * (1.0 + 2000 / 1e4));
+  sl_boxing_route_destroy(p);
   /* Two sources, one receiver: its receives add up. */
   p = mk("1000", "cpu:0-1", "S(0)", "cpu:2", "B", NULL);
-  assert_us(sl_boxing_plan_predicted_us(p), 2 * (1.0 + 2000 / 1e4));
-  sl_boxing_plan_destroy(p);
+  assert_us(sl_boxing_route_predicted_us(p), 2 * (1.0 + 2000 / 1e4));
+  sl_boxing_route_destroy(p);
   /* copy: pairs in parallel; inter-node pairs use the inter figures. */
   p = mk("1000", "cpu:0-1", "S(0)", "cpu:2-3", "S(0)", NULL);
-  assert_us(sl_boxing_plan_predicted_us(p), 1.0 + 2000 / 1e4);
-  sl_boxing_plan_destroy(p);
+  assert_us(sl_boxing_route_predicted_us(p), 1.0 + 2000 / 1e4);
+  sl_boxing_route_destroy(p);
   p = mk("1000", "cpu:0/0-1", "S(0)", "cpu:1/0-1", "S(0)", NULL);
-  assert_us(sl_boxing_plan_predicted_us(p), 30.0 + 2000 / 3e3);
-  sl_boxing_plan_destroy(p);
+  assert_us(sl_boxing_route_predicted_us(p), 30.0 + 2000 / 3e3);
+  sl_boxing_route_destroy(p);
   /* A piece that stays on its device is free. */
   p = mk("1000", "cpu:0-1", "S(0)", "cpu:1,0", "S(0)", NULL);
-  assert_us(sl_boxing_plan_predicted_us(p), 1.0 + 2000 / 1e4);
-  sl_boxing_plan_destroy(p);
+  assert_us(sl_boxing_route_predicted_us(p), 1.0 + 2000 / 1e4);
+  sl_boxing_route_destroy(p);
   p = mk("1000", "cpu:0-1", "B", "cpu:1", "B", NULL);
-  assert_us(sl_boxing_plan_predicted_us(p), 0.0);
-  assert_int_equal(sl_boxing_plan_bytes_sent(p)[0], 0);
-  assert_int_equal(sl_boxing_plan_bytes_sent(p)[1], 0);
-  sl_boxing_plan_destroy(p);
+  assert_us(sl_boxing_route_predicted_us(p), 0.0);
+  assert_int_equal(sl_boxing_route_bytes_sent(p)[0], 0);
+  assert_int_equal(sl_boxing_route_bytes_sent(p)[1], 0);
+  sl_boxing_route_destroy(p);
 }
 
 /* The plan's time is the sum of its steps'. */
 static void test_totals(void **state) {
-  sl_boxing_plan *p = mk("7,3", "cpu:0-1/0-1[2,2]", "(S(0),S(0))",
-                         "cpu:0-1/0-1[2,2]", "(B,S(0))", NULL);
-  assert_int_equal(sl_boxing_plan_step_count(p), 3);
+  sl_boxing_route *p = mk("7,3", "cpu:0-1/0-1[2,2]", "(S(0),S(0))",
+                          "cpu:0-1/0-1[2,2]", "(B,S(0))", NULL);
+  assert_int_equal(sl_boxing_route_step_count(p), 3);
   double sum = 0;
   for (int i = 0; i < 3; i++)
     sum += sl_boxing_step_predicted_us(p, i);
-  assert_us(sl_boxing_plan_predicted_us(p), sum);
+  assert_us(sl_boxing_route_predicted_us(p), sum);
   assert_true(sum > 30.0); /* axis 0 crosses nodes */
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route_destroy(p);
 }
 
 static void test_bad_figures(void **state) {
@@ -205,9 +205,9 @@ static void test_bad_figures(void **state) {
   const char *names[] = {"intra_bandwidth_gbps", "intra_latency_us",
                          "inter_bandwidth_gbps", "inter_latency_us"};
   for (int i = 0; i < 4; i++) {
-    sl_boxing_plan *p = NULL;
+    sl_boxing_route *p = NULL;
     assert_int_equal(
-        sl_boxing_plan_create(&sh, SL_DTYPE_F32, pl, &b, pl, &b, &bad[i], &p),
+        sl_boxing_route_create(&sh, SL_DTYPE_F32, pl, &b, pl, &b, &bad[i], &p),
         SL_EINVAL);
     assert_null(p);
     assert_non_null(strstr(sl_last_error(), names[i]));

@@ -11,8 +11,9 @@
 
 #include "sbp_int.h"
 
-static sl_boxing_plan *mk(const char *shape, sl_dtype dt, const char *src,
-                          const char *ssbp, const char *dst, const char *dsbp) {
+static sl_boxing_route *mk(const char *shape, sl_dtype dt, const char *src,
+                           const char *ssbp, const char *dst,
+                           const char *dsbp) {
   sl_shape sh;
   sl_nd_sbp a, b;
   sl_placement *ps = NULL, *pd = NULL;
@@ -20,8 +21,8 @@ static sl_boxing_plan *mk(const char *shape, sl_dtype dt, const char *src,
       sl_nd_sbp_parse(dsbp, &b) || sl_placement_parse(src, &ps) ||
       sl_placement_parse(dst, &pd))
     fail_msg("bad test input: %s", sl_last_error());
-  sl_boxing_plan *plan = NULL;
-  if (sl_boxing_plan_create(&sh, dt, ps, &a, pd, &b, NULL, &plan))
+  sl_boxing_route *plan = NULL;
+  if (sl_boxing_route_create(&sh, dt, ps, &a, pd, &b, NULL, &plan))
     fail_msg("plan: %s", sl_last_error());
   sl_placement_destroy(ps);
   sl_placement_destroy(pd);
@@ -31,7 +32,7 @@ static sl_boxing_plan *mk(const char *shape, sl_dtype dt, const char *src,
 /* Runs plan on float shards given as rows of doubles (converted to dt) and
  * compares every target shard with want (NAN rows end a shard early). */
 #define MAXV 16
-static void run(sl_boxing_plan *plan, sl_dtype dt, int ns, int nsv,
+static void run(sl_boxing_route *plan, sl_dtype dt, int ns, int nsv,
                 const double src[][MAXV], int nt, int ntv,
                 const double want[][MAXV]) {
   unsigned char in[8][MAXV * 8], out[8][MAXV * 8];
@@ -56,83 +57,83 @@ static void run(sl_boxing_plan *plan, sl_dtype dt, int ns, int nsv,
 
 static void test_collectives_on_data(void **state) {
   /* all_gather concatenates in group order. */
-  sl_boxing_plan *p = mk("6", SL_DTYPE_I32, "cpu:0-2", "S(0)", "cpu:0-2", "B");
+  sl_boxing_route *p = mk("6", SL_DTYPE_I32, "cpu:0-2", "S(0)", "cpu:0-2", "B");
   run(p, SL_DTYPE_I32, 3, 2, (const double[][MAXV]){{0, 1}, {2, 3}, {4, 5}}, 3,
       6,
       (const double[][MAXV]){
           {0, 1, 2, 3, 4, 5}, {0, 1, 2, 3, 4, 5}, {0, 1, 2, 3, 4, 5}});
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route_destroy(p);
   /* reduce_scatter: member k keeps chunk k of the sum. */
   p = mk("4", SL_DTYPE_F32, "cpu:0-1", "P", "cpu:0-1", "S(0)");
   run(p, SL_DTYPE_F32, 2, 4,
       (const double[][MAXV]){{1, 2, 3, 4}, {10, 20, 30, 40}}, 2, 2,
       (const double[][MAXV]){{11, 22}, {33, 44}});
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route_destroy(p);
   /* all_reduce(max) in i8 with negative values. */
   p = mk("2", SL_DTYPE_I8, "cpu:0-1", "P(max)", "cpu:0-1", "B");
   run(p, SL_DTYPE_I8, 2, 2, (const double[][MAXV]){{-5, 3}, {-7, 9}}, 2, 2,
       (const double[][MAXV]){{-5, 9}, {-5, 9}});
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route_destroy(p);
   /* all_to_all: row shards become column shards. */
   p = mk("2,2", SL_DTYPE_I32, "cpu:0-1", "S(0)", "cpu:0-1", "S(1)");
   run(p, SL_DTYPE_I32, 2, 2, (const double[][MAXV]){{1, 2}, {3, 4}}, 2, 2,
       (const double[][MAXV]){{1, 3}, {2, 4}});
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route_destroy(p);
   /* slice: [5] in 2 is 3,2. */
   p = mk("5", SL_DTYPE_F64, "cpu:0-1", "B", "cpu:0-1", "S(0)");
   run(p, SL_DTYPE_F64, 2, 5,
       (const double[][MAXV]){{1, 2, 3, 4, 5}, {1, 2, 3, 4, 5}}, 2, 3,
       (const double[][MAXV]){{1, 2, 3}, {4, 5, NAN}});
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route_destroy(p);
 }
 
 static void test_zero_on_data(void **state) {
   /* B -> P: member 0 keeps the value, the others hold 0. */
-  sl_boxing_plan *p = mk("2", SL_DTYPE_F32, "cpu:0-2", "B", "cpu:0-2", "P");
+  sl_boxing_route *p = mk("2", SL_DTYPE_F32, "cpu:0-2", "B", "cpu:0-2", "P");
   run(p, SL_DTYPE_F32, 3, 2, (const double[][MAXV]){{1, 2}, {1, 2}, {1, 2}}, 3,
       2, (const double[][MAXV]){{1, 2}, {0, 0}, {0, 0}});
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route_destroy(p);
   /* B -> P(min): nothing moves, copies stay. */
   p = mk("2", SL_DTYPE_F32, "cpu:0-1", "B", "cpu:0-1", "P(min)");
-  assert_int_equal(sl_boxing_plan_step_count(p), 0);
+  assert_int_equal(sl_boxing_route_step_count(p), 0);
   run(p, SL_DTYPE_F32, 2, 2, (const double[][MAXV]){{1, 2}, {1, 2}}, 2, 2,
       (const double[][MAXV]){{1, 2}, {1, 2}});
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route_destroy(p);
   /* S -> P(max): padding with -inf; [3] in 2 is 2,1. */
   p = mk("3", SL_DTYPE_F32, "cpu:0-1", "S(0)", "cpu:0-1", "P(max)");
   run(p, SL_DTYPE_F32, 2, 2, (const double[][MAXV]){{1, 2}, {3}}, 2, 3,
       (const double[][MAXV]){{1, 2, -INFINITY}, {-INFINITY, -INFINITY, 3}});
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route_destroy(p);
   /* S -> P(min) in i32: padding with INT32_MAX. */
   p = mk("2,2", SL_DTYPE_I32, "cpu:0-1", "S(1)", "cpu:0-1", "P(min)");
   run(p, SL_DTYPE_I32, 2, 2, (const double[][MAXV]){{1, 2}, {3, 4}}, 2, 4,
       (const double[][MAXV]){{1, INT32_MAX, 2, INT32_MAX},
                              {INT32_MAX, 3, INT32_MAX, 4}});
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route_destroy(p);
 }
 
 static void test_point_to_point_on_data(void **state) {
   /* Partial pieces are reduced by the receiver. */
-  sl_boxing_plan *p = mk("3", SL_DTYPE_I64, "cpu:0-1", "P", "cpu:2", "B");
+  sl_boxing_route *p = mk("3", SL_DTYPE_I64, "cpu:0-1", "P", "cpu:2", "B");
   run(p, SL_DTYPE_I64, 2, 3, (const double[][MAXV]){{1, 2, 3}, {-4, 5, 60}}, 1,
       3, (const double[][MAXV]){{-3, 7, 63}});
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route_destroy(p);
   /* A partial target's other members hold the identity. */
   p = mk("3", SL_DTYPE_F32, "cpu:0", "B", "cpu:1-2", "P(max)");
   run(p, SL_DTYPE_F32, 1, 3, (const double[][MAXV]){{1, 2, 3}}, 2, 3,
       (const double[][MAXV]){{1, 2, 3}, {-INFINITY, -INFINITY, -INFINITY}});
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route_destroy(p);
   /* Regrouping rows: [5] from 2 ranks (3,2) to 3 ranks (2,2,1). */
   p = mk("5", SL_DTYPE_U8, "cpu:0-1", "S(0)", "cpu:3-5", "S(0)");
   run(p, SL_DTYPE_U8, 2, 3, (const double[][MAXV]){{1, 2, 3}, {4, 5}}, 3, 2,
       (const double[][MAXV]){{1, 2}, {3, 4}, {5, NAN}});
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route_destroy(p);
   /* copy keeps partial parts rank for rank. */
   p = mk("2", SL_DTYPE_F32, "cpu:0-1", "P", "cpu:2-3", "P");
   assert_int_equal(sl_boxing_step_op(p, 0), SL_BOXING_COPY);
   run(p, SL_DTYPE_F32, 2, 2, (const double[][MAXV]){{1, 2}, {3, 4}}, 2, 2,
       (const double[][MAXV]){{1, 2}, {3, 4}});
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route_destroy(p);
 }
 
 static void test_every_dtype(void **state) {
@@ -154,14 +155,14 @@ static void test_every_dtype(void **state) {
   };
   for (int dt = 0; dt < SL_DTYPE_COUNT; dt++)
     for (size_t i = 0; i < SL_ARRAY_LEN(conv); i++) {
-      sl_boxing_plan *p = mk(conv[i].shape, (sl_dtype)dt, conv[i].src,
-                             conv[i].ssbp, conv[i].dst, conv[i].dsbp);
+      sl_boxing_route *p = mk(conv[i].shape, (sl_dtype)dt, conv[i].src,
+                              conv[i].ssbp, conv[i].dst, conv[i].dsbp);
       for (uint64_t seed = 0; seed < 4; seed++)
         if (sl_boxing_verify(p, seed, NULL) != SL_OK)
           fail_msg("%s: %s %s -> %s %s: %s", sl_dtype_name((sl_dtype)dt),
                    conv[i].src, conv[i].ssbp, conv[i].dst, conv[i].dsbp,
                    sl_last_error());
-      sl_boxing_plan_destroy(p);
+      sl_boxing_route_destroy(p);
     }
 }
 
@@ -262,7 +263,7 @@ static void test_box_move(void **state) {
 }
 
 /* A tampered plan must fail verification on some seed. */
-static void assert_caught(sl_boxing_plan *p, const char *what) {
+static void assert_caught(sl_boxing_route *p, const char *what) {
   for (uint64_t seed = 0; seed < 8; seed++) {
     sl_boxing_mismatch mm = {0};
     sl_status st = sl_boxing_verify(p, seed, &mm);
@@ -279,20 +280,20 @@ static void assert_caught(sl_boxing_plan *p, const char *what) {
 
 static void test_wrong_plans_give_wrong_shards(void **state) {
   /* all_gather in the wrong member order. */
-  sl_boxing_plan *p =
+  sl_boxing_route *p =
       mk("6,2", SL_DTYPE_F32, "cpu:0-2", "S(0)", "cpu:0-2", "B");
   assert_int_equal(sl_boxing_verify(p, 1, NULL), SL_OK);
   int t = p->steps[0].group_ranks[0];
   p->steps[0].group_ranks[0] = p->steps[0].group_ranks[1];
   p->steps[0].group_ranks[1] = t;
   assert_caught(p, "group order");
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route_destroy(p);
 
   /* The wrong reduce op. */
   p = mk("6,2", SL_DTYPE_I32, "cpu:0-2", "P", "cpu:0-2", "B");
   p->steps[0].reduce = SL_REDUCE_MAX;
   assert_caught(p, "reduce op");
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route_destroy(p);
 
   /* reduce_scatter where all_reduce belongs: shapes break. */
   p = mk("6,2", SL_DTYPE_I32, "cpu:0-2", "P", "cpu:0-2", "B");
@@ -301,14 +302,14 @@ static void test_wrong_plans_give_wrong_shards(void **state) {
   sl_boxing_mismatch mm;
   assert_int_equal(sl_boxing_verify(p, 1, &mm), SL_EINTERNAL);
   assert_non_null(strstr(sl_last_error(), "target rank"));
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route_destroy(p);
 
   /* A missing step. */
   p = mk("7,3", SL_DTYPE_F32, "cpu:0-3[2,2]", "(S(0),S(0))", "cpu:0-3[2,2]",
          "(B,S(0))");
   p->step_count = 2;
   assert_caught(p, "missing step");
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route_destroy(p);
 
   /* Pieces sent to the wrong ranks. */
   p = mk("8", SL_DTYPE_F32, "cpu:0-3", "S(0)", "cpu:4-7", "S(0)");
@@ -316,26 +317,26 @@ static void test_wrong_plans_give_wrong_shards(void **state) {
   p->steps[0].pieces[0].dst = p->steps[0].pieces[1].dst;
   p->steps[0].pieces[1].dst = t;
   assert_caught(p, "piece destinations");
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route_destroy(p);
 
   /* Partial pieces stored instead of reduced. */
   p = mk("4", SL_DTYPE_F32, "cpu:0-2", "P", "cpu:3-4", "S(0)");
   p->steps[0].piece_reduce = false;
   assert_caught(p, "no reduction");
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route_destroy(p);
 
   /* A max target's other members left at 0 instead of -inf. */
   p = mk("8", SL_DTYPE_I32, "cpu:0", "B", "cpu:1-3", "P(max)");
   p->steps[0].fill = NULL;
   assert_caught(p, "no identity fill");
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route_destroy(p);
 
   /* The layout after a step is not what the step produces. */
   p = mk("6,4", SL_DTYPE_F32, "cpu:0-1", "S(0)", "cpu:0-1", "S(1)");
   p->steps[0].to.sbp[0] = sl_sbp_split(0);
   assert_int_equal(sl_boxing_verify(p, 1, NULL), SL_EINTERNAL);
   assert_non_null(strstr(sl_last_error(), "do not fit its op"));
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route_destroy(p);
 
   /* Out-of-range indices fail cleanly. */
   p = mk("6,4", SL_DTYPE_F32, "cpu:0-1", "S(0)", "cpu:0-1", "B");
@@ -348,7 +349,7 @@ static void test_wrong_plans_give_wrong_shards(void **state) {
   p->steps[0].to.sbp[0] = sl_sbp_split(5);
   assert_int_equal(sl_boxing_verify(p, 1, NULL), SL_EINTERNAL);
   assert_non_null(strstr(sl_last_error(), "do not fit its placements"));
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route_destroy(p);
   p = mk("8", SL_DTYPE_F32, "cpu:0-3", "S(0)", "cpu:0-1", "S(0)");
   p->steps[0].pieces[1].src = -2;
   assert_int_equal(sl_boxing_verify(p, 1, NULL), SL_EINTERNAL);
@@ -356,11 +357,11 @@ static void test_wrong_plans_give_wrong_shards(void **state) {
   p->steps[0].pieces[1].slice.start[0] = 7;
   assert_int_equal(sl_boxing_verify(p, 1, NULL), SL_EINTERNAL);
   assert_non_null(strstr(sl_last_error(), "piece outside"));
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route_destroy(p);
 }
 
 static void test_execute_errors(void **state) {
-  sl_boxing_plan *p = mk("4", SL_DTYPE_F32, "cpu:0-1", "S(0)", "cpu:0-1", "B");
+  sl_boxing_route *p = mk("4", SL_DTYPE_F32, "cpu:0-1", "S(0)", "cpu:0-1", "B");
   float a[2] = {0}, b[4], c[4];
   const void *in[2] = {a, NULL};
   void *out[2] = {b, c};
@@ -373,14 +374,14 @@ static void test_execute_errors(void **state) {
   out[1] = NULL;
   assert_int_equal(sl_boxing_execute(p, in, out), SL_EINVAL);
   assert_int_equal(sl_boxing_verify(NULL, 1, NULL), SL_EINVAL);
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route_destroy(p);
   /* Empty shards may be NULL. */
   p = mk("1", SL_DTYPE_F32, "cpu:0-1", "S(0)", "cpu:0-1", "B");
   const void *in2[2] = {a, NULL};
   assert_int_equal(sl_boxing_execute(p, in2, out), SL_EINVAL); /* out[1] */
   out[1] = c;
   assert_int_equal(sl_boxing_execute(p, in2, out), SL_OK);
-  sl_boxing_plan_destroy(p);
+  sl_boxing_route_destroy(p);
 }
 
 int main(void) {

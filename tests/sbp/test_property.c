@@ -174,11 +174,11 @@ static const char *table_ops(sl_sbp a, sl_sbp b) {
 
 /* Same-placement plans: collectives only, one mesh axis per step, layouts
  * chaining from the source to the target; 1-D plans are the table's. */
-static void check_chain(const sl_boxing_plan *plan, const tcase *c,
+static void check_chain(const sl_boxing_route *plan, const tcase *c,
                         const char *what) {
   sl_nd_sbp cur = c->ssbp;
   char ops[128] = "";
-  for (int i = 0; i < sl_boxing_plan_step_count(plan); i++) {
+  for (int i = 0; i < sl_boxing_route_step_count(plan); i++) {
     sl_nd_sbp f, t;
     sl_boxing_step_layout(plan, i, &f, &t);
     int m = sl_boxing_step_mesh_axis(plan, i);
@@ -203,11 +203,11 @@ static void check_chain(const sl_boxing_plan *plan, const tcase *c,
 }
 
 /* Structural invariants every plan keeps. */
-static void check_plan(const sl_boxing_plan *plan, const tcase *c,
+static void check_plan(const sl_boxing_route *plan, const tcase *c,
                        const char *what) {
-  int n = sl_boxing_plan_rank_count(plan),
-      steps = sl_boxing_plan_step_count(plan);
-  const int64_t *total = sl_boxing_plan_bytes_sent(plan);
+  int n = sl_boxing_route_rank_count(plan),
+      steps = sl_boxing_route_step_count(plan);
+  const int64_t *total = sl_boxing_route_bytes_sent(plan);
   double us = 0;
   int64_t sum[16] = {0};
   bool same = sl_placement_equal(c->src, c->dst);
@@ -234,7 +234,7 @@ static void check_plan(const sl_boxing_plan *plan, const tcase *c,
   for (int r = 0; r < n; r++)
     if (sum[r] != total[r]) fail_msg("%s: totals differ from the steps", what);
   if (same) check_chain(plan, c, what);
-  if (fabs(us - sl_boxing_plan_predicted_us(plan)) > 1e-9 * (1 + us))
+  if (fabs(us - sl_boxing_route_predicted_us(plan)) > 1e-9 * (1 + us))
     fail_msg("%s: predicted time differs from the steps", what);
 }
 
@@ -255,15 +255,15 @@ static void test_random_conversions(void **state) {
     describe(&c, desc, sizeof desc);
     snprintf(what, sizeof what, "case %d (seed %" PRIu64 "): %s", i, seed,
              desc);
-    sl_boxing_plan *plan = NULL;
-    if (sl_boxing_plan_create(&c.shape, c.dt, c.src, &c.ssbp, c.dst, &c.dsbp,
-                              NULL, &plan) != SL_OK)
+    sl_boxing_route *plan = NULL;
+    if (sl_boxing_route_create(&c.shape, c.dt, c.src, &c.ssbp, c.dst, &c.dsbp,
+                               NULL, &plan) != SL_OK)
       fail_msg("%s: plan: %s", what, sl_last_error());
     check_plan(plan, &c, what);
     sl_boxing_mismatch mm;
     sl_status st = sl_boxing_verify(plan, cs, &mm);
     if (st != SL_OK) {
-      for (int s = 0; s < sl_boxing_plan_step_count(plan); s++) {
+      for (int s = 0; s < sl_boxing_route_step_count(plan); s++) {
         sl_nd_sbp f, t;
         char fs[64], ts[64];
         sl_boxing_step_layout(plan, s, &f, &t);
@@ -275,12 +275,12 @@ static void test_random_conversions(void **state) {
       }
       fail_msg("%s: verify: %s", what, sl_last_error());
     }
-    int steps = sl_boxing_plan_step_count(plan);
+    int steps = sl_boxing_route_step_count(plan);
     if (steps == 0) empty++;
     if (steps > 1) multi++;
     for (int s = 0; s < steps; s++)
       per_op[sl_boxing_step_op(plan, s)]++;
-    sl_boxing_plan_destroy(plan);
+    sl_boxing_route_destroy(plan);
     sl_placement_destroy(c.src);
     sl_placement_destroy(c.dst);
   }

@@ -663,8 +663,8 @@ static sl_status run_job(sl__notify_mode mode, int64_t break_at, sink *out,
                          uint64_t *elapsed) {
   fake *k = fake_new();
   kern kc = {.k = k, .n = notifier(k->dev, mode), .break_at = break_at};
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   sl_actor_id src, ker, snk;
   sl_actor_desc d1 = {
       .name = "src", .kind = SL_ACTOR_SOURCE, .act = act_source, .count = 20};
@@ -679,22 +679,22 @@ static sl_status run_job(sl__notify_mode mode, int64_t break_at, sink *out,
                       .stream = SL_STREAM_COPY,
                       .act = act_sink,
                       .ctx = out};
-  assert_int_equal(sl_plan_add_actor(p, &d1, &src), SL_OK);
-  assert_int_equal(sl_plan_add_actor(p, &d2, &ker), SL_OK);
-  assert_int_equal(sl_plan_add_actor(p, &d3, &snk), SL_OK);
+  assert_int_equal(sl_actor_graph_add_actor(p, &d1, &src), SL_OK);
+  assert_int_equal(sl_actor_graph_add_actor(p, &d2, &ker), SL_OK);
+  assert_int_equal(sl_actor_graph_add_actor(p, &d3, &snk), SL_OK);
   sl_regst_desc r = {.count = 2, .bytes = 8, .device = -1};
   int32_t r1, r2;
-  assert_int_equal(sl_plan_add_output(p, src, &r, &r1), SL_OK);
-  assert_int_equal(sl_plan_connect(p, r1, ker), SL_OK);
-  assert_int_equal(sl_plan_add_output(p, ker, &r, &r2), SL_OK);
-  assert_int_equal(sl_plan_connect(p, r2, snk), SL_OK);
+  assert_int_equal(sl_actor_graph_add_output(p, src, &r, &r1), SL_OK);
+  assert_int_equal(sl_actor_graph_connect(p, r1, ker), SL_OK);
+  assert_int_equal(sl_actor_graph_add_output(p, ker, &r, &r2), SL_OK);
+  assert_int_equal(sl_actor_graph_connect(p, r2, snk), SL_OK);
   sl_job *job;
   assert_int_equal(sl_job_create(p, NULL, &job), SL_OK);
   uint64_t t0 = sl__now_ns();
   sl_status st = sl_job_run(job);
   *elapsed = sl__now_ns() - t0;
   sl_job_destroy(job);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
   sl__notifier_destroy(kc.n);
   fake_delete(k);
   return st;
@@ -744,8 +744,8 @@ static void test_cpu_device_actor(void **state) {
     cpu_kern kc = {.n = notifier(d, (sl__notify_mode)m)};
     assert_int_equal(sl__device_stream_create(d, &kc.s), SL_OK);
     sink out = {0};
-    sl_plan *p;
-    assert_int_equal(sl_plan_create(&p), SL_OK);
+    sl_actor_graph *p;
+    assert_int_equal(sl_actor_graph_create(&p), SL_OK);
     sl_actor_id src, ker, snk;
     sl_actor_desc d1 = {
         .name = "src", .kind = SL_ACTOR_SOURCE, .act = act_source, .count = 50};
@@ -756,15 +756,15 @@ static void test_cpu_device_actor(void **state) {
                         .ctx = &kc};
     sl_actor_desc d3 = {
         .name = "sink", .kind = SL_ACTOR_SINK, .act = act_sink, .ctx = &out};
-    assert_int_equal(sl_plan_add_actor(p, &d1, &src), SL_OK);
-    assert_int_equal(sl_plan_add_actor(p, &d2, &ker), SL_OK);
-    assert_int_equal(sl_plan_add_actor(p, &d3, &snk), SL_OK);
+    assert_int_equal(sl_actor_graph_add_actor(p, &d1, &src), SL_OK);
+    assert_int_equal(sl_actor_graph_add_actor(p, &d2, &ker), SL_OK);
+    assert_int_equal(sl_actor_graph_add_actor(p, &d3, &snk), SL_OK);
     sl_regst_desc r = {.count = 2, .bytes = 8, .device = -1};
     int32_t r1, r2;
-    assert_int_equal(sl_plan_add_output(p, src, &r, &r1), SL_OK);
-    assert_int_equal(sl_plan_connect(p, r1, ker), SL_OK);
-    assert_int_equal(sl_plan_add_output(p, ker, &r, &r2), SL_OK);
-    assert_int_equal(sl_plan_connect(p, r2, snk), SL_OK);
+    assert_int_equal(sl_actor_graph_add_output(p, src, &r, &r1), SL_OK);
+    assert_int_equal(sl_actor_graph_connect(p, r1, ker), SL_OK);
+    assert_int_equal(sl_actor_graph_add_output(p, ker, &r, &r2), SL_OK);
+    assert_int_equal(sl_actor_graph_connect(p, r2, snk), SL_OK);
     sl_job *job;
     assert_int_equal(sl_job_create(p, NULL, &job), SL_OK);
     sl_status st = sl_job_run(job);
@@ -773,7 +773,7 @@ static void test_cpu_device_actor(void **state) {
                sl_last_error());
     assert_int_equal(atomic_load(&out.pieces), 50);
     sl_job_destroy(job);
-    sl_plan_destroy(p);
+    sl_actor_graph_destroy(p);
     sl__notifier_destroy(kc.n);
     assert_int_equal(sl__device_stream_destroy(d, kc.s), SL_OK);
   }

@@ -1,7 +1,7 @@
 /* The in-process collectives on concrete data: every op, every dtype, every
  * reduce kind, groups of 1 to 8 members, uneven and empty parts, both
  * algorithms, members arriving in random order; exchanges and group steps
- * built from boxing plans checked against the reference executor; sizes,
+ * built from boxing routes checked against the reference executor; sizes,
  * bad arguments, abort, and the choice of algorithm by size. */
 #include "comm_helpers.h"
 
@@ -364,18 +364,18 @@ static void test_abort(void **state) {
 
 /* ---- against the reference executor ------------------------------------- */
 
-static sl_boxing_plan *mk_plan(const char *shape, sl_dtype dt, const char *src,
-                               const char *ssbp, const char *dst,
-                               const char *dsbp, sl_placement **ps,
-                               sl_placement **pd) {
+static sl_boxing_route *mk_plan(const char *shape, sl_dtype dt, const char *src,
+                                const char *ssbp, const char *dst,
+                                const char *dsbp, sl_placement **ps,
+                                sl_placement **pd) {
   sl_shape sh;
   sl_nd_sbp a, b;
   if (sl_shape_parse(shape, &sh) || sl_nd_sbp_parse(ssbp, &a) ||
       sl_nd_sbp_parse(dsbp, &b) || sl_placement_parse(src, ps) ||
       sl_placement_parse(dst, pd))
     fail_msg("bad test input: %s", sl_last_error());
-  sl_boxing_plan *plan = NULL;
-  if (sl_boxing_plan_create(&sh, dt, *ps, &a, *pd, &b, NULL, &plan))
+  sl_boxing_route *plan = NULL;
+  if (sl_boxing_route_create(&sh, dt, *ps, &a, *pd, &b, NULL, &plan))
     fail_msg("plan: %s", sl_last_error());
   return plan;
 }
@@ -403,14 +403,14 @@ static void check_plan_with_colls(sl__comm *comm, const char *shape,
                                   const char *ssbp, const char *dst,
                                   const char *dsbp, sl_rng *rng) {
   sl_placement *ps, *pd;
-  sl_boxing_plan *plan = mk_plan(shape, dt, src, ssbp, dst, dsbp, &ps, &pd);
+  sl_boxing_route *plan = mk_plan(shape, dt, src, ssbp, dst, dsbp, &ps, &pd);
   sl_shape sh;
   sl_nd_sbp a, b;
   sl_shape_parse(shape, &sh);
   sl_nd_sbp_parse(ssbp, &a);
   sl_nd_sbp_parse(dsbp, &b);
   size_t es = sl_dtype_size(dt);
-  int R = sl_boxing_plan_rank_count(plan);
+  int R = sl_boxing_route_rank_count(plan);
   void **src_v = src_shards(&sh, dt, ps, &a, rng);
   /* cur[p]: plan rank p's shard in the current layout (NULL: none) */
   void **cur = calloc((size_t)R, sizeof *cur);
@@ -421,7 +421,7 @@ static void check_plan_with_colls(sl__comm *comm, const char *shape,
     sl_placement_rank_device(ps, r, &node, &dev);
     for (int p = 0; p < R; p++) {
       int pn, pdv;
-      sl_boxing_plan_rank_device(plan, p, &pn, &pdv);
+      sl_boxing_route_rank_device(plan, p, &pn, &pdv);
       if (pn == node && pdv == dev) prank_src[r] = p;
     }
   }
@@ -430,7 +430,7 @@ static void check_plan_with_colls(sl__comm *comm, const char *shape,
     sl_placement_rank_device(pd, t, &node, &dev);
     for (int p = 0; p < R; p++) {
       int pn, pdv;
-      sl_boxing_plan_rank_device(plan, p, &pn, &pdv);
+      sl_boxing_route_rank_device(plan, p, &pn, &pdv);
       if (pn == node && pdv == dev) prank_dst[t] = p;
     }
   }
@@ -442,7 +442,7 @@ static void check_plan_with_colls(sl__comm *comm, const char *shape,
     memcpy(cur[prank_src[r]], src_v[r], bytes);
   }
   const sl_placement *cur_p = ps;
-  for (int s = 0; s < sl_boxing_plan_step_count(plan); s++) {
+  for (int s = 0; s < sl_boxing_route_step_count(plan); s++) {
     sl_boxing_op op = sl_boxing_step_op(plan, s);
     sl_nd_sbp from, to;
     sl_boxing_step_layout(plan, s, &from, &to);
@@ -627,7 +627,7 @@ static void check_plan_with_colls(sl__comm *comm, const char *shape,
   free(src_v);
   free(prank_src);
   free(prank_dst);
-  sl_boxing_plan_destroy(plan);
+  sl_boxing_route_destroy(plan);
   sl_placement_destroy(ps);
   sl_placement_destroy(pd);
 }

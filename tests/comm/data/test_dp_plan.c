@@ -12,27 +12,28 @@
 
 enum { BYTES = 1000 };
 
-static sl_actor_id add_actor(sl_plan *p, const char *name, sl_actor_kind kind,
-                             uint32_t node, uint32_t device, uint32_t stream,
-                             sl_act_fn act, void *ctx, int64_t count) {
+static sl_actor_id add_actor(sl_actor_graph *p, const char *name,
+                             sl_actor_kind kind, uint32_t node, uint32_t device,
+                             uint32_t stream, sl_act_fn act, void *ctx,
+                             int64_t count) {
   sl_actor_desc d = {name, kind, node, device, stream, act, ctx, count};
   sl_actor_id id = 0;
-  if (sl_plan_add_actor(p, &d, &id) != SL_OK)
+  if (sl_actor_graph_add_actor(p, &d, &id) != SL_OK)
     fail_msg("add_actor %s: %s", name, sl_last_error());
   return id;
 }
 
-static int32_t add_out(sl_plan *p, sl_actor_id producer, int32_t count,
+static int32_t add_out(sl_actor_graph *p, sl_actor_id producer, int32_t count,
                        size_t bytes) {
   sl_regst_desc d = {NULL, count, bytes, -1, 0, NULL, NULL};
   int32_t r = -1;
-  if (sl_plan_add_output(p, producer, &d, &r) != SL_OK)
+  if (sl_actor_graph_add_output(p, producer, &d, &r) != SL_OK)
     fail_msg("add_out: %s", sl_last_error());
   return r;
 }
 
-static void connect_to(sl_plan *p, int32_t desc, sl_actor_id consumer) {
-  if (sl_plan_connect(p, desc, consumer) != SL_OK)
+static void connect_to(sl_actor_graph *p, int32_t desc, sl_actor_id consumer) {
+  if (sl_actor_graph_connect(p, desc, consumer) != SL_OK)
     fail_msg("connect: %s", sl_last_error());
 }
 
@@ -99,7 +100,7 @@ static void cluster_up(cluster *c, uint32_t n, const sl__dp_config *cfgs) {
   dp_mesh(c->eps, n, cfgs);
 }
 
-static void cluster_load(cluster *c, sl_plan *p, int64_t hang_ms) {
+static void cluster_load(cluster *c, sl_actor_graph *p, int64_t hang_ms) {
   for (uint32_t i = 0; i < c->n; i++) {
     sl_job_config cfg =
         SL_JOB_CONFIG(.node = i, .hang_timeout_ms = hang_ms,
@@ -119,7 +120,7 @@ static void cluster_wait(cluster *c) {
   }
 }
 
-static void cluster_run(cluster *c, sl_plan *p, int64_t hang_ms) {
+static void cluster_run(cluster *c, sl_actor_graph *p, int64_t hang_ms) {
   cluster_load(c, p, hang_ms);
   for (uint32_t i = 0; i < c->n; i++)
     assert_int_equal(sl_job_start(c->jobs[i]), SL_OK);
@@ -167,10 +168,11 @@ static void expect_drained(cluster *c) {
 
 /* src (node 0) -> a (node 1) -> b (node 2) -> c (node 1) -> sink0 (node 0);
  * a's output is also read by sink2 on node 2. */
-static sl_plan *chain_plan(seen *s0, seen *s2, size_t bytes, int64_t pieces,
-                           int32_t regs, sl_act_fn b_act) {
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+static sl_actor_graph *chain_plan(seen *s0, seen *s2, size_t bytes,
+                                  int64_t pieces, int32_t regs,
+                                  sl_act_fn b_act) {
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   sl_actor_id src =
       add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_fill, NULL, pieces);
   sl_actor_id a =
@@ -194,7 +196,7 @@ static sl_plan *chain_plan(seen *s0, seen *s2, size_t bytes, int64_t pieces,
 static void test_chain_three_nodes(void **state) {
   (void)state;
   seen s0 = {0}, s2 = {0};
-  sl_plan *p = chain_plan(&s0, &s2, BYTES, 300, 2, act_copy_check);
+  sl_actor_graph *p = chain_plan(&s0, &s2, BYTES, 300, 2, act_copy_check);
   cluster c;
   cluster_up(&c, 3, NULL);
   cluster_run(&c, p, 0);
@@ -210,7 +212,7 @@ static void test_chain_three_nodes(void **state) {
   assert_true(s.payload_bytes_sent >= 300ull * BYTES);
   assert_true(s.payload_bytes_received >= 300ull * BYTES);
   cluster_down(&c);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 /* Registers larger than the staging buffer: most bytes are read straight
@@ -220,7 +222,7 @@ static void test_large_registers(void **state) {
   size_t sizes[] = {(1u << 20) + 13, 16 * 1024 + 1, 3 * 1024 * 1024};
   for (size_t k = 0; k < SL_ARRAY_LEN(sizes); k++) {
     seen s0 = {0}, s2 = {0};
-    sl_plan *p = chain_plan(&s0, &s2, sizes[k], 12, 3, act_copy_check);
+    sl_actor_graph *p = chain_plan(&s0, &s2, sizes[k], 12, 3, act_copy_check);
     cluster c;
     cluster_up(&c, 3, NULL);
     cluster_run(&c, p, 0);
@@ -257,7 +259,7 @@ static void test_large_registers(void **state) {
       assert_true(direct > 0);
     if (!ring) assert_int_equal(shm, 0);
     cluster_down(&c);
-    sl_plan_destroy(p);
+    sl_actor_graph_destroy(p);
   }
 }
 
@@ -266,8 +268,8 @@ static void test_large_registers(void **state) {
 static void test_both_ways_at_once(void **state) {
   (void)state;
   for (int it = 0; it < 10; it++) {
-    sl_plan *p;
-    assert_int_equal(sl_plan_create(&p), SL_OK);
+    sl_actor_graph *p;
+    assert_int_equal(sl_actor_graph_create(&p), SL_OK);
     seen s[2] = {{0}, {0}};
     for (uint32_t n = 0; n < 2; n++) {
       char name[16];
@@ -294,7 +296,7 @@ static void test_both_ways_at_once(void **state) {
     assert_int_equal(s0.connections_opened, 1);
     assert_int_equal(s1.connections_opened, 1);
     cluster_down(&c);
-    sl_plan_destroy(p);
+    sl_actor_graph_destroy(p);
   }
 }
 
@@ -305,7 +307,8 @@ static void test_jobs_in_sequence(void **state) {
   cluster_up(&c, 3, NULL);
   for (int it = 0; it < 3; it++) {
     seen s0 = {0}, s2 = {0};
-    sl_plan *p = chain_plan(&s0, &s2, 100 + (size_t)it, 40, 2, act_copy_check);
+    sl_actor_graph *p =
+        chain_plan(&s0, &s2, 100 + (size_t)it, 40, 2, act_copy_check);
     cluster_run(&c, p, 0);
     expect_ok(&c);
     assert_int_equal(s0.n, 40);
@@ -316,7 +319,7 @@ static void test_jobs_in_sequence(void **state) {
       sl_job_destroy(c.jobs[i]);
       c.jobs[i] = NULL;
     }
-    sl_plan_destroy(p);
+    sl_actor_graph_destroy(p);
   }
   /* Connections were opened once and reused: at most one per peer. */
   for (uint32_t i = 0; i < 3; i++) {
@@ -337,8 +340,8 @@ static void test_credit_window(void **state) {
     cfgs[i].window_frames = 2;
     cfgs[i].window_bytes = 2048;
   }
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   seen s1 = {0}, s1b = {0};
   sl_actor_id src =
       add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_fill, NULL, 200);
@@ -371,7 +374,7 @@ static void test_credit_window(void **state) {
     if (i == 0) assert_true(s.credit_stalls > 0);
   }
   cluster_down(&c);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 /* ---- failures
@@ -387,7 +390,7 @@ static sl_status act_fail_at_37(sl_act *a) {
 static void test_kernel_error_aborts_all(void **state) {
   (void)state;
   seen s0 = {0}, s2 = {0};
-  sl_plan *p = chain_plan(&s0, &s2, BYTES, 300, 2, act_fail_at_37);
+  sl_actor_graph *p = chain_plan(&s0, &s2, BYTES, 300, 2, act_fail_at_37);
   cluster c;
   cluster_up(&c, 3, NULL);
   cluster_run(&c, p, 0);
@@ -401,7 +404,7 @@ static void test_kernel_error_aborts_all(void **state) {
   expect_in(c.msg[1], "reported by node 2");
   assert_true(s0.n <= 37);
   cluster_down(&c);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 /* A transport that forwards to an endpoint until the test takes it away
@@ -445,8 +448,8 @@ static sl_status act_block(sl_act *a) {
 static void peer_lost(bool after_a_job) {
   gate g = {.at = after_a_job ? 0 : 5};
   seen s0 = {0};
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   sl_actor_id src =
       add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_fill, NULL, 100);
   sl_actor_id k = add_actor(p, "k", SL_ACTOR_KERNEL, 1, 0, 0, act_block, &g, 0);
@@ -460,8 +463,8 @@ static void peer_lost(bool after_a_job) {
     seen s1 = {0};
     cluster pair = c;
     /* A two-node job: src (0) -> k (1) -> sink (0), k not blocking. */
-    sl_plan *q;
-    assert_int_equal(sl_plan_create(&q), SL_OK);
+    sl_actor_graph *q;
+    assert_int_equal(sl_actor_graph_create(&q), SL_OK);
     sl_actor_id qs =
         add_actor(q, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_fill, NULL, 20);
     sl_actor_id qk =
@@ -477,7 +480,7 @@ static void peer_lost(bool after_a_job) {
       sl__dp_endpoint_detach(c.eps[i]);
       sl_job_destroy(pair.jobs[i]);
     }
-    sl_plan_destroy(q);
+    sl_actor_graph_destroy(q);
   }
   switchable sw;
   atomic_init(&sw.ep, c.eps[1]);
@@ -509,7 +512,7 @@ static void peer_lost(bool after_a_job) {
   /* Node 1's next send fails: its job ends too. */
   assert_int_not_equal(wait_bounded(c.jobs[1]), SL_OK);
   cluster_down(&c);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 static void test_peer_lost_mid_job(void **state) {
@@ -565,8 +568,8 @@ static void test_previous_process_closes_late(void **state) {
       sl__dp_endpoint_set_peer(a, 1, "127.0.0.1", sl__dp_endpoint_port(b)),
       SL_OK);
   seen s0 = {0};
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   sl_actor_id src =
       add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_fill, NULL, 20);
   sl_actor_id k =
@@ -592,7 +595,7 @@ static void test_previous_process_closes_late(void **state) {
   assert_int_equal(s0.n, 20);
   assert_int_equal(s0.bad, 0);
   cluster_down(&c);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
   errlog_fini(&e);
 }
 
@@ -604,8 +607,8 @@ static void test_bad_frame_fails_job(void **state) {
   const char *want[] = {"payload checksum mismatch", "does not fit the plan",
                         "header checksum mismatch"};
   for (int k = 0; k < 3; k++) {
-    sl_plan *p;
-    assert_int_equal(sl_plan_create(&p), SL_OK);
+    sl_actor_graph *p;
+    assert_int_equal(sl_actor_graph_create(&p), SL_OK);
     seen s0 = {0};
     sl_actor_id src =
         add_actor(p, "src", SL_ACTOR_SOURCE, 1, 0, 0, act_fill, NULL, 10);
@@ -672,7 +675,7 @@ static void test_bad_frame_fails_job(void **state) {
     sl__dp_endpoint_detach(ep);
     sl_job_destroy(job);
     sl__dp_endpoint_destroy(ep);
-    sl_plan_destroy(p);
+    sl_actor_graph_destroy(p);
   }
 }
 
@@ -686,8 +689,8 @@ static sl_status act_sum(sl_act *a) { return SL_OK; }
  * while the accumulate waits for a third piece (tests/actor/test_hang.c). */
 static void test_hang_across_nodes(void **state) {
   (void)state;
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   sl_actor_id src =
       add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 8);
   sl_actor_id acc =
@@ -717,7 +720,7 @@ static void test_hang_across_nodes(void **state) {
   expect_in(r1,
             "'join' (kernel, node 1, device 2, stream 0): waits for input 1");
   cluster_down(&c);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 static sl_status act_slow(sl_act *a) {
@@ -729,8 +732,8 @@ static sl_status act_slow(sl_act *a) {
 /* A slow kernel on another node is not a hang. */
 static void test_slow_remote_is_not_a_hang(void **state) {
   (void)state;
-  sl_plan *p;
-  assert_int_equal(sl_plan_create(&p), SL_OK);
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
   seen s0 = {0};
   sl_actor_id src =
       add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_fill, NULL, 8);
@@ -750,7 +753,7 @@ static void test_slow_remote_is_not_a_hang(void **state) {
   sl__dp_endpoint_get_stats(c.eps[1], &s);
   assert_true(s.probes_answered > 0); /* node 0 asked while it waited */
   cluster_down(&c);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
 }
 
 int main(void) {

@@ -63,41 +63,41 @@ static sl_status act_sink(sl_act *a) {
 }
 
 /* src and sink on node 0, the relay on node 1. */
-static sl_plan *make_plan(child_ctx *c, seen *s) {
-  sl_plan *p = NULL;
+static sl_actor_graph *make_plan(child_ctx *c, seen *s) {
+  sl_actor_graph *p = NULL;
   sl_actor_id src, relay, sink;
   int32_t r1, r2;
-  if (sl_plan_create(&p) != SL_OK ||
-      sl_plan_add_actor(p,
-                        &(sl_actor_desc){.name = "src",
-                                         .kind = SL_ACTOR_SOURCE,
-                                         .act = act_fill,
-                                         .count = PIECES},
-                        &src) != SL_OK ||
-      sl_plan_add_actor(p,
-                        &(sl_actor_desc){.name = "relay",
-                                         .kind = SL_ACTOR_KERNEL,
-                                         .node = 1,
-                                         .act = act_relay,
-                                         .ctx = c},
-                        &relay) != SL_OK ||
-      sl_plan_add_actor(p,
-                        &(sl_actor_desc){.name = "sink",
-                                         .kind = SL_ACTOR_SINK,
-                                         .stream = 1,
-                                         .act = act_sink,
-                                         .ctx = s},
-                        &sink) != SL_OK ||
-      sl_plan_add_output(
+  if (sl_actor_graph_create(&p) != SL_OK ||
+      sl_actor_graph_add_actor(p,
+                               &(sl_actor_desc){.name = "src",
+                                                .kind = SL_ACTOR_SOURCE,
+                                                .act = act_fill,
+                                                .count = PIECES},
+                               &src) != SL_OK ||
+      sl_actor_graph_add_actor(p,
+                               &(sl_actor_desc){.name = "relay",
+                                                .kind = SL_ACTOR_KERNEL,
+                                                .node = 1,
+                                                .act = act_relay,
+                                                .ctx = c},
+                               &relay) != SL_OK ||
+      sl_actor_graph_add_actor(p,
+                               &(sl_actor_desc){.name = "sink",
+                                                .kind = SL_ACTOR_SINK,
+                                                .stream = 1,
+                                                .act = act_sink,
+                                                .ctx = s},
+                               &sink) != SL_OK ||
+      sl_actor_graph_add_output(
           p, src, &(sl_regst_desc){.count = 3, .bytes = BYTES, .device = -1},
           &r1) != SL_OK ||
-      sl_plan_connect(p, r1, relay) != SL_OK ||
-      sl_plan_add_output(
+      sl_actor_graph_connect(p, r1, relay) != SL_OK ||
+      sl_actor_graph_add_output(
           p, relay, &(sl_regst_desc){.count = 3, .bytes = BYTES, .device = -1},
           &r2) != SL_OK ||
-      sl_plan_connect(p, r2, sink) != SL_OK) {
+      sl_actor_graph_connect(p, r2, sink) != SL_OK) {
     fprintf(stderr, "plan: %s\n", sl_last_error());
-    sl_plan_destroy(p);
+    sl_actor_graph_destroy(p);
     return NULL;
   }
   return p;
@@ -122,7 +122,7 @@ static int child_main(const char *mode, int fd_in, int fd_out) {
   seen unused = {0};
   sl__dp_config cfg = dp_cfg(1, 2);
   sl__dp_endpoint *ep = NULL;
-  sl_plan *p = make_plan(&c, &unused);
+  sl_actor_graph *p = make_plan(&c, &unused);
   if (!p || sl__dp_endpoint_create(&cfg, &ep) != SL_OK) return 2;
   uint16_t port = sl__dp_endpoint_port(ep), peer = 0;
   if (!pipe_write(fd_out, &port, sizeof port) ||
@@ -144,7 +144,7 @@ static int child_main(const char *mode, int fd_in, int fd_out) {
   sl__dp_endpoint_detach(ep);
   sl_job_destroy(job);
   sl__dp_endpoint_destroy(ep);
-  sl_plan_destroy(p);
+  sl_actor_graph_destroy(p);
   return 0;
 }
 
@@ -195,7 +195,7 @@ static int reap(child *c) {
 
 typedef struct node0 {
   sl__dp_endpoint *ep;
-  sl_plan *plan;
+  sl_actor_graph *plan;
   sl_job *job;
   seen s;
   child_ctx unused;
@@ -228,7 +228,7 @@ static void stop_node0(node0 *n, child *c) {
   sl__dp_endpoint_detach(n->ep);
   sl_job_destroy(n->job);
   sl__dp_endpoint_destroy(n->ep);
-  sl_plan_destroy(n->plan);
+  sl_actor_graph_destroy(n->plan);
   close(c->to);
   close(c->from);
 }

@@ -1,4 +1,5 @@
-/* Plans: actors, register descriptors and edges, as the compiler emits them. */
+/* Actor graphs: actors, register descriptors and edges, as a session builds
+ * them from a node's plan (include/sluice/actor.h). */
 #include <stdio.h>
 #include <string.h>
 
@@ -65,9 +66,9 @@ static void map_free(sl__u64map *m) {
 /* ---- plans ----------------------------------------------------------------
  */
 
-sl_status sl_plan_create(sl_plan **out) {
+sl_status sl_actor_graph_create(sl_actor_graph **out) {
   *out = NULL;
-  sl_plan *p;
+  sl_actor_graph *p;
   if (SL_NEW(p) != SL_OK) return SL_ENOMEM;
   if (sl__arena_create(0, &p->arena) != SL_OK) {
     sl__free(p);
@@ -78,7 +79,7 @@ sl_status sl_plan_create(sl_plan **out) {
   return SL_OK;
 }
 
-void sl_plan_destroy(sl_plan *p) {
+void sl_actor_graph_destroy(sl_actor_graph *p) {
   if (!p) return;
   for (int32_t i = 0; i < p->n_actors; i++) {
     sl__free(p->actors[i].in);
@@ -95,17 +96,18 @@ void sl_plan_destroy(sl_plan *p) {
   sl__free(p);
 }
 
-int32_t sl__plan_find(const sl_plan *p, sl_actor_id id) {
+int32_t sl__plan_find(const sl_actor_graph *p, sl_actor_id id) {
   return map_get(&p->by_id, id);
 }
 
-sl_status sl_plan_set_mark(sl_plan *p, sl_actor_id a, const char *mark) {
-  if (!p || !mark) return sl__fail(SL_EINVAL, "plan: NULL plan or mark");
+sl_status sl_actor_graph_set_mark(sl_actor_graph *p, sl_actor_id a,
+                                  const char *mark) {
+  if (!p || !mark) return sl__fail(SL_EINVAL, "actor graph: NULL graph or mark");
   if (atomic_load(&p->frozen))
-    return sl__fail(SL_ESTATE, "plan: a job was created from it already");
+    return sl__fail(SL_ESTATE, "actor graph: a job was created from it already");
   int32_t i = sl__plan_find(p, a);
   if (i < 0)
-    return sl__fail(SL_ENOTFOUND, "plan: no actor %llx to mark",
+    return sl__fail(SL_ENOTFOUND, "actor graph: no actor %llx to mark",
                     (unsigned long long)a);
   char *m = sl__arena_strdup(p->arena, mark);
   if (!m) return SL_ENOMEM;
@@ -113,10 +115,14 @@ sl_status sl_plan_set_mark(sl_plan *p, sl_actor_id a, const char *mark) {
   return SL_OK;
 }
 
-int32_t sl_plan_actor_count(const sl_plan *p) { return p->n_actors; }
-int32_t sl_plan_regst_count(const sl_plan *p) { return p->n_regsts; }
+int32_t sl_actor_graph_actor_count(const sl_actor_graph *p) {
+  return p->n_actors;
+}
+int32_t sl_actor_graph_regst_count(const sl_actor_graph *p) {
+  return p->n_regsts;
+}
 
-const char *sl_plan_actor_name(const sl_plan *p, sl_actor_id id) {
+const char *sl_actor_graph_actor_name(const sl_actor_graph *p, sl_actor_id id) {
   int32_t i = sl__plan_find(p, id);
   return i < 0 ? NULL : p->actors[i].d.name;
 }
@@ -132,10 +138,10 @@ static sl_status grow(void **arr, int32_t *cap, int32_t n, size_t sz) {
   return SL_OK;
 }
 
-static sl_status check_frozen(const sl_plan *p) {
+static sl_status check_frozen(const sl_actor_graph *p) {
   if (atomic_load(&p->frozen))
     return sl__fail(
-        SL_ESTATE, "plan: cannot change a plan once a job was created from it");
+        SL_ESTATE, "actor graph: cannot change an actor graph once a job was created from it");
   return SL_OK;
 }
 
@@ -153,12 +159,12 @@ static const char *kind_name(sl_actor_kind k) {
 }
 
 /* index < 0: the next free one of its stream. */
-static sl_status add_actor(sl_plan *p, const sl_actor_desc *d, int64_t index,
-                           bool proxy, sl_actor_id *out) {
+static sl_status add_actor(sl_actor_graph *p, const sl_actor_desc *d,
+                           int64_t index, bool proxy, sl_actor_id *out) {
   *out = 0;
   SL_CHECK(check_frozen(p));
   if (!d->name || !d->name[0])
-    return sl__fail(SL_EINVAL, "plan: an actor needs a name");
+    return sl__fail(SL_EINVAL, "actor graph: an actor needs a name");
   if (!kind_name(d->kind))
     return sl__fail(SL_EINVAL, "actor '%s': unknown kind %d", d->name,
                     (int)d->kind);
@@ -181,7 +187,7 @@ static sl_status add_actor(sl_plan *p, const sl_actor_desc *d, int64_t index,
                     d->name, d->stream, d->device, d->node,
                     SL_ACTOR_MAX_INDEX - 1);
   if (p->n_actors == INT32_MAX)
-    return sl__fail(SL_EINVAL, "plan: too many actors");
+    return sl__fail(SL_EINVAL, "actor graph: too many actors");
   SL_CHECK(grow((void **)&p->actors, &p->cap_actors, p->n_actors,
                 sizeof *p->actors));
   char *name = sl__arena_strdup(p->arena, d->name);
@@ -208,18 +214,18 @@ static sl_status add_actor(sl_plan *p, const sl_actor_desc *d, int64_t index,
   return SL_OK;
 }
 
-sl_status sl_plan_add_actor(sl_plan *p, const sl_actor_desc *d,
-                            sl_actor_id *out) {
+sl_status sl_actor_graph_add_actor(sl_actor_graph *p, const sl_actor_desc *d,
+                                   sl_actor_id *out) {
   return add_actor(p, d, -1, false, out);
 }
 
-sl_status sl_plan_add_actor_at(sl_plan *p, const sl_actor_desc *d,
-                               uint32_t index, sl_actor_id *out) {
+sl_status sl_actor_graph_add_actor_at(sl_actor_graph *p, const sl_actor_desc *d,
+                                      uint32_t index, sl_actor_id *out) {
   return add_actor(p, d, index, false, out);
 }
 
-sl_status sl_plan_add_proxy(sl_plan *p, const sl_actor_desc *d, uint32_t index,
-                            sl_actor_id *out) {
+sl_status sl_actor_graph_add_proxy(sl_actor_graph *p, const sl_actor_desc *d,
+                                   uint32_t index, sl_actor_id *out) {
   return add_actor(p, d, index, true, out);
 }
 
@@ -234,14 +240,14 @@ static sl_status slot_reserve(int32_t **arr, int32_t *n, int32_t *cap,
 }
 
 /* wire, slot < 0: the descriptor's index, the producer's next slot. */
-static sl_status add_output(sl_plan *p, sl_actor_id producer,
+static sl_status add_output(sl_actor_graph *p, sl_actor_id producer,
                             const sl_regst_desc *d, int32_t wire, int32_t slot,
                             int32_t *out) {
   *out = -1;
   SL_CHECK(check_frozen(p));
   int32_t ai = sl__plan_find(p, producer);
   if (ai < 0)
-    return sl__fail(SL_ENOTFOUND, "plan: no actor with id 0x%llx",
+    return sl__fail(SL_ENOTFOUND, "actor graph: no actor with id 0x%llx",
                     (unsigned long long)producer);
   plan_actor *a = &p->actors[ai];
   if (d->count < 1)
@@ -263,7 +269,7 @@ static sl_status add_output(sl_plan *p, sl_actor_id producer,
     return sl__fail(SL_EINVAL, "actor '%s': output slot %d is taken", a->d.name,
                     (int)slot);
   if (p->n_regsts == INT32_MAX)
-    return sl__fail(SL_EINVAL, "plan: too many register descriptors");
+    return sl__fail(SL_EINVAL, "actor graph: too many register descriptors");
   SL_CHECK(grow((void **)&p->regsts, &p->cap_regsts, p->n_regsts,
                 sizeof *p->regsts));
   SL_CHECK(slot_reserve(&a->out, &a->n_out, &a->cap_out, slot));
@@ -289,27 +295,27 @@ static sl_status add_output(sl_plan *p, sl_actor_id producer,
   return SL_OK;
 }
 
-sl_status sl_plan_add_output(sl_plan *p, sl_actor_id producer,
-                             const sl_regst_desc *d, int32_t *out) {
+sl_status sl_actor_graph_add_output(sl_actor_graph *p, sl_actor_id producer,
+                                    const sl_regst_desc *d, int32_t *out) {
   return add_output(p, producer, d, -1, -1, out);
 }
 
-sl_status sl_plan_add_output_at(sl_plan *p, sl_actor_id producer,
-                                const sl_regst_desc *d, int32_t wire,
-                                uint16_t slot, int32_t *out) {
+sl_status sl_actor_graph_add_output_at(sl_actor_graph *p, sl_actor_id producer,
+                                       const sl_regst_desc *d, int32_t wire,
+                                       uint16_t slot, int32_t *out) {
   *out = -1;
   if (wire < 0)
-    return sl__fail(SL_EINVAL, "plan: a descriptor numbered %d", (int)wire);
+    return sl__fail(SL_EINVAL, "actor graph: a descriptor numbered %d", (int)wire);
   return add_output(p, producer, d, wire, slot, out);
 }
 
-sl_status sl_plan_add_block(sl_plan *p, uint32_t node, int32_t device,
-                            size_t bytes, int32_t *out) {
+sl_status sl_actor_graph_add_block(sl_actor_graph *p, uint32_t node,
+                                   int32_t device, size_t bytes, int32_t *out) {
   *out = 0;
   SL_CHECK(check_frozen(p));
   if (node >= SL_ACTOR_MAX_NODES || device < 0 ||
       (uint32_t)device >= SL_ACTOR_MAX_DEVICES || p->n_blocks == INT32_MAX)
-    return sl__fail(SL_EINVAL, "plan: a block on node %u, device %d", node,
+    return sl__fail(SL_EINVAL, "actor graph: a block on node %u, device %d", node,
                     (int)device);
   SL_CHECK(grow((void **)&p->blocks, &p->cap_blocks, p->n_blocks,
                 sizeof *p->blocks));
@@ -318,11 +324,11 @@ sl_status sl_plan_add_block(sl_plan *p, uint32_t node, int32_t device,
   return SL_OK;
 }
 
-sl_status sl_plan_place(sl_plan *p, int32_t desc, int32_t block,
-                        size_t offset) {
+sl_status sl_actor_graph_place(sl_actor_graph *p, int32_t desc, int32_t block,
+                               size_t offset) {
   SL_CHECK(check_frozen(p));
   if (desc < 0 || desc >= p->n_regsts || block < 1 || block > p->n_blocks)
-    return sl__fail(SL_ENOTFOUND, "plan: no register descriptor %d or block %d",
+    return sl__fail(SL_ENOTFOUND, "actor graph: no register descriptor %d or block %d",
                     (int)desc, (int)block);
   plan_regst *r = &p->regsts[desc];
   const plan_actor *a = &p->actors[r->producer];
@@ -332,7 +338,7 @@ sl_status sl_plan_place(sl_plan *p, int32_t desc, int32_t block,
       b->device != r->d.device || offset % SL_REGISTER_ALIGN ||
       offset > b->bytes || (stride && count > (b->bytes - offset) / stride))
     return sl__fail(SL_EINVAL,
-                    "plan: %zu registers of %zu bytes ('%s', node %u, device "
+                    "actor graph: %zu registers of %zu bytes ('%s', node %u, device "
                     "%d) do not fit at offset %zu of block %d (node %u, "
                     "device %d, %zu bytes)",
                     count, r->d.bytes, r->d.name, a->d.node, (int)r->d.device,
@@ -344,14 +350,14 @@ sl_status sl_plan_place(sl_plan *p, int32_t desc, int32_t block,
 
 /* slot, position < 0: the consumer's next input slot, the descriptor's
  * next reader. */
-static sl_status connect(sl_plan *p, int32_t desc, sl_actor_id consumer,
+static sl_status connect(sl_actor_graph *p, int32_t desc, sl_actor_id consumer,
                          int32_t slot, int32_t position) {
   SL_CHECK(check_frozen(p));
   if (desc < 0 || desc >= p->n_regsts)
-    return sl__fail(SL_ENOTFOUND, "plan: no register descriptor %d", (int)desc);
+    return sl__fail(SL_ENOTFOUND, "actor graph: no register descriptor %d", (int)desc);
   int32_t ci = sl__plan_find(p, consumer);
   if (ci < 0)
-    return sl__fail(SL_ENOTFOUND, "plan: no actor with id 0x%llx",
+    return sl__fail(SL_ENOTFOUND, "actor graph: no actor with id 0x%llx",
                     (unsigned long long)consumer);
   plan_regst *r = &p->regsts[desc];
   plan_actor *c = &p->actors[ci];
@@ -374,11 +380,13 @@ static sl_status connect(sl_plan *p, int32_t desc, sl_actor_id consumer,
   return SL_OK;
 }
 
-sl_status sl_plan_connect(sl_plan *p, int32_t desc, sl_actor_id consumer) {
+sl_status sl_actor_graph_connect(sl_actor_graph *p, int32_t desc,
+                                 sl_actor_id consumer) {
   return connect(p, desc, consumer, -1, -1);
 }
 
-sl_status sl_plan_connect_at(sl_plan *p, int32_t desc, sl_actor_id consumer,
-                             uint16_t slot, uint16_t position) {
+sl_status sl_actor_graph_connect_at(sl_actor_graph *p, int32_t desc,
+                                    sl_actor_id consumer, uint16_t slot,
+                                    uint16_t position) {
   return connect(p, desc, consumer, slot, position);
 }
