@@ -69,8 +69,15 @@ static bool try_path(const char *path, bool search, void **handle) {
     return true;
   }
   const char *e = dlerror();
-  if (search) return false; /* not on the loader's path */
-  put(why, sizeof why, "%s", e ? e : path);
+  /* On the loader's path, "FILE: cannot open shared object file" means
+   * not there; any other failure is the module's own (a library it needs
+   * is missing). */
+  bool names_it = e && strncmp(e, path, strlen(path)) == 0;
+  if (search && (!e || names_it)) return false;
+  if (names_it)
+    put(why, sizeof why, "%s", e);
+  else
+    put(why, sizeof why, "%s: %s", path, e ? e : "cannot be loaded");
   return true;
 }
 

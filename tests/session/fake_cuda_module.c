@@ -1,6 +1,7 @@
 /* Stand-ins for libsluice-cuda.so that libsluice must refuse
- * (test_cuda_module.c): built once without the entry (a library that is
- * not the module) and once as the module of another sluice version. */
+ * (test_cuda_module.c): built without the entry (a library that is not the
+ * module; also the one that needs a library no machine has) and as the
+ * module of another sluice version. */
 #include "cuda_module.h"
 
 #ifdef FAKE_OTHER_VERSION

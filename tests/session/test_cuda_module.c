@@ -195,6 +195,12 @@ static void test_library_without_entry(void **state) {
   refuse(FAKE_MODULE_NO_ENTRY, "no " SL__CUDA_MODULE_ENTRY);
 }
 
+static void test_library_it_needs_missing(void **state) {
+  (void)state;
+  refuse(FAKE_MODULE_MISSING_DEP,
+         "libsluice-no-such-dep.so: cannot open shared object file");
+}
+
 static void test_module_of_another_version(void **state) {
   (void)state;
   refuse(FAKE_MODULE_OTHER_VERSION,
@@ -208,6 +214,7 @@ int main(void) {
       cmocka_unit_test(test_missing_file),
       cmocka_unit_test(test_not_a_library),
       cmocka_unit_test(test_library_without_entry),
+      cmocka_unit_test(test_library_it_needs_missing),
       cmocka_unit_test(test_module_of_another_version),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
