@@ -55,7 +55,8 @@ SL_API void sl_cluster_env_free(sl_cluster_env *e);
 
 typedef struct sl_master sl_master;
 
-/* Sized like every config (SL_MASTER_CONFIG(...)). */
+/* Sized like every config: initialise with SL_MASTER_CONFIG(...) or
+ * sl_master_config_default(). */
 typedef struct sl_master_config {
   size_t size;
   const char *listen;            /* "host:port"; port 0 picks a free one */
@@ -66,6 +67,9 @@ typedef struct sl_master_config {
 
 #define SL_MASTER_CONFIG(...)                                                  \
   ((sl_master_config){.size = sizeof(sl_master_config), __VA_ARGS__})
+static inline sl_master_config sl_master_config_default(void) {
+  return SL_MASTER_CONFIG(.nnodes = 1);
+}
 
 /* Starts the service on its own thread. SL_EINVAL for a bad config or
  * address, SL_ECOMM when the port cannot be bound (naming the address and
@@ -80,7 +84,8 @@ SL_API void sl_master_destroy(sl_master *m);
 
 typedef struct sl_daemon sl_daemon;
 
-/* Sized like every config (SL_DAEMON_CONFIG(...)). */
+/* Sized like every config: initialise with SL_DAEMON_CONFIG(...) or
+ * sl_daemon_config_default(). */
 typedef struct sl_daemon_config {
   size_t size;
   const char *master;  /* "host:port" of the master's service */
@@ -99,6 +104,9 @@ typedef struct sl_daemon_config {
 
 #define SL_DAEMON_CONFIG(...)                                                  \
   ((sl_daemon_config){.size = sizeof(sl_daemon_config), __VA_ARGS__})
+static inline sl_daemon_config sl_daemon_config_default(void) {
+  return SL_DAEMON_CONFIG(.nnodes = 1);
+}
 
 /* A daemon for cfg (copied, with its strings), not yet running.
  * SL_EINVAL for a bad config, SL_ENOMEM. */

@@ -43,7 +43,8 @@ typedef enum sl_reference_kind {
 typedef void (*sl_reference_hook)(void *ctx, const char *node, const char *kind,
                                   int rank, uint64_t t0_ns, uint64_t t1_ns);
 
-/* Sized like every config (SL_REFERENCE_CONFIG(...)); zero is a sharded
+/* Sized like every config (SL_REFERENCE_CONFIG(...) or
+ * sl_reference_config_default()); zero is a sharded
  * run without checks. */
 typedef struct sl_reference_config {
   size_t size;
@@ -59,6 +60,9 @@ typedef struct sl_reference_config {
 
 #define SL_REFERENCE_CONFIG(...)                                               \
   ((sl_reference_config){.size = sizeof(sl_reference_config), __VA_ARGS__})
+static inline sl_reference_config sl_reference_config_default(void) {
+  return SL_REFERENCE_CONFIG(.kind = SL_REFERENCE_SHARDED);
+}
 
 typedef struct sl_reference sl_reference;
 

@@ -109,6 +109,11 @@ static void test_reference_errors(void **state) {
   (void)state;
   sl_graph *g = fit();
   sl_reference *r = NULL;
+  sl_reference_config dflt = sl_reference_config_default();
+  assert_int_equal(dflt.size, sizeof dflt);
+  assert_int_equal(dflt.kind, SL_REFERENCE_SHARDED);
+  assert_true(sl_master_config_default().size == sizeof(sl_master_config));
+  assert_true(sl_daemon_config_default().nnodes == 1);
   sl_reference_config cfg = SL_REFERENCE_CONFIG(.kind = 7);
   assert_int_equal(sl_reference_create(g, &cfg, &r), SL_EINVAL);
   assert_non_null(strstr(sl_last_error(), "unknown kind 7"));
