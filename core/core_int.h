@@ -18,8 +18,9 @@
 /* ---- errors ------------------------------------------------------------ */
 
 /* Records a formatted message as the thread's last error and returns st, so
- * failures read `return sl__fail(SL_EINVAL, "shape '%s': ...", s);`. */
-sl_status sl__fail(sl_status st, const char *fmt, ...) SL__PRINTF(2, 3);
+ * failures read `return sl__fail(SL_EINVAL, "shape '%s': ...", s);`. The
+ * public sl_set_error (core.h) under the name the library uses. */
+#define sl__fail sl_set_error
 
 /* Reads a caller's config struct (type `type`, first member `size_t size`)
  * into dst, this library's struct of `want` bytes: the fields the caller's
@@ -31,8 +32,8 @@ sl_status sl__config_copy(void *dst, size_t want, const void *src,
                           const char *type, const char *macro);
 
 /* Prefixes the thread's current error message with context ("op 'mm': ").
- * Returns st unchanged. */
-sl_status sl__fail_context(sl_status st, const char *fmt, ...) SL__PRINTF(2, 3);
+ * Returns st unchanged. The public sl_add_error_context. */
+#define sl__fail_context sl_add_error_context
 
 /* One cleanup label per function (NCCL's NCCLCHECKGOTO). */
 #define SL_CHECK_GOTO(call, st, label)                                         \

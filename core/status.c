@@ -35,15 +35,21 @@ const char *sl_last_error(void) { return last_error; }
 
 void sl_clear_error(void) { last_error[0] = '\0'; }
 
-static sl_status fail_v(sl_status st, const char *fmt, va_list ap) {
+sl_status sl_set_error(sl_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
   vsnprintf(last_error, sizeof last_error, fmt, ap);
+  va_end(ap);
   return st;
 }
 
-static sl_status context_v(sl_status st, const char *fmt, va_list ap) {
+sl_status sl_add_error_context(sl_status st, const char *fmt, ...) {
   char prefix[SL__ERRMSG_MAX];
   char old[SL__ERRMSG_MAX];
+  va_list ap;
+  va_start(ap, fmt);
   vsnprintf(prefix, sizeof prefix, fmt, ap);
+  va_end(ap);
   memcpy(old, last_error, sizeof old);
   /* Truncation keeps the prefix, which names the failing object. */
   size_t n = strlen(prefix);
@@ -53,38 +59,6 @@ static sl_status context_v(sl_status st, const char *fmt, va_list ap) {
   if (rest > sizeof last_error - 1 - n) rest = sizeof last_error - 1 - n;
   memcpy(last_error + n, old, rest);
   last_error[n + rest] = '\0';
-  return st;
-}
-
-sl_status sl__fail(sl_status st, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  st = fail_v(st, fmt, ap);
-  va_end(ap);
-  return st;
-}
-
-sl_status sl__fail_context(sl_status st, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  st = context_v(st, fmt, ap);
-  va_end(ap);
-  return st;
-}
-
-sl_status sl_set_error(sl_status st, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  st = fail_v(st, fmt, ap);
-  va_end(ap);
-  return st;
-}
-
-sl_status sl_add_error_context(sl_status st, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  st = context_v(st, fmt, ap);
-  va_end(ap);
   return st;
 }
 

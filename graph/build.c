@@ -568,6 +568,12 @@ int32_t sl__graph_find(const sl_graph *g, const char *name) {
   return n ? n->index : -1;
 }
 
+const sl__node *sl__graph_find_kind(const sl_graph *g, const char *name,
+                                    sl__node_kind kind) {
+  const sl__gnode *gn = name ? sl__g_find(g, name) : NULL;
+  return gn && gn->n.kind == kind ? &gn->n : NULL;
+}
+
 bool sl__graph_frozen(const sl_graph *g) { return g->frozen; }
 
 void sl__g_release_nodes(sl_graph *g) {

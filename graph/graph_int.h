@@ -102,6 +102,10 @@ const sl__value *sl__graph_value(const sl_graph *g, int32_t v);
 /* The index of the node named name (inputs, variables and fetches by the
  * name the program gave), or -1. */
 int32_t sl__graph_find(const sl_graph *g, const char *name);
+/* The node named name if it is of that kind (an input, a fetch, ...), else
+ * NULL (also for a NULL name). */
+const sl__node *sl__graph_find_kind(const sl_graph *g, const char *name,
+                                    sl__node_kind kind);
 /* Micro-batches per step and the pipeline schedule (sl_graph_set_*). */
 int32_t sl__graph_micro_batches(const sl_graph *g);
 sl__schedule sl__graph_schedule(const sl_graph *g);

@@ -82,15 +82,9 @@ fail:
   return st;
 }
 
-static const sl__node *named(const sl_graph *g, const char *name,
-                             sl__node_kind kind) {
-  const sl__gnode *gn = name ? sl__g_find(g, name) : NULL;
-  return gn && gn->n.kind == kind ? &gn->n : NULL;
-}
-
 sl_status sl__interp_feed(sl__interp *it, const char *name, const void *data,
                           size_t bytes) {
-  const sl__node *n = named(it->g, name, SL__NODE_INPUT);
+  const sl__node *n = sl__graph_find_kind(it->g, name, SL__NODE_INPUT);
   if (!n)
     return sl__fail(SL_ENOTFOUND, "feed: the graph has no input '%s'",
                     name ? name : "(null)");
@@ -196,7 +190,7 @@ sl_status sl__interp_step(sl__interp *it) {
 sl_status sl__interp_fetch(const sl__interp *it, const char *name,
                            const void **data, sl__meta *meta) {
   *data = NULL;
-  const sl__node *n = named(it->g, name, SL__NODE_FETCH);
+  const sl__node *n = sl__graph_find_kind(it->g, name, SL__NODE_FETCH);
   if (!n)
     return sl__fail(SL_ENOTFOUND, "fetch: the graph has no fetch '%s'",
                     name ? name : "(null)");
@@ -209,7 +203,7 @@ sl_status sl__interp_fetch(const sl__interp *it, const char *name,
 sl_status sl__interp_variable(sl__interp *it, const char *name, void **data,
                               sl__meta *meta) {
   *data = NULL;
-  const sl__node *n = named(it->g, name, SL__NODE_VARIABLE);
+  const sl__node *n = sl__graph_find_kind(it->g, name, SL__NODE_VARIABLE);
   if (!n)
     return sl__fail(SL_ENOTFOUND, "the graph has no variable '%s'",
                     name ? name : "(null)");

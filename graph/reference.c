@@ -292,20 +292,13 @@ fail:
   return st;
 }
 
-static const sl__node *named(const sl_graph *g, const char *name,
-                             sl__node_kind kind) {
-  int32_t i = name ? sl__graph_find(g, name) : -1;
-  const sl__node *n = i >= 0 ? sl__graph_node(g, i) : NULL;
-  return n && n->kind == kind ? n : NULL;
-}
-
 static size_t logical_bytes(const sl__value *v) {
   return (size_t)sl_shape_numel(&v->meta.shape) * sl_dtype_size(v->meta.dtype);
 }
 
 static sl_status sl__shard_feed(sl__shard *x, const char *name,
                                 const void *data, size_t bytes) {
-  const sl__node *n = named(x->g, name, SL__NODE_INPUT);
+  const sl__node *n = sl__graph_find_kind(x->g, name, SL__NODE_INPUT);
   if (!n)
     return sl__fail(SL_ENOTFOUND, "feed: the graph has no input '%s'",
                     name ? name : "(null)");
@@ -322,6 +315,21 @@ static sl_status sl__shard_feed(sl__shard *x, const char *name,
   return SL_OK;
 }
 
+/* Rank r's view of value v: its local meta, slice, global shape and
+ * whether it is partial. */
+static void shard_view(const sl__shard *x, int32_t v, int r, sl__meta *meta,
+                       sl_slice *slice, sl_shape *global, bool *partial) {
+  const sl__value *val = sl__graph_value(x->g, v);
+  const shards *s = &x->v[v];
+  meta->dtype = val->meta.dtype;
+  meta->shape = val->meta.shape;
+  for (int d = 0; d < val->meta.shape.ndim; d++)
+    meta->shape.dims[d] = s->slice[r].extent[d];
+  *slice = s->slice[r];
+  *global = val->meta.shape;
+  *partial = s->partial;
+}
+
 static sl_status run_op(sl__shard *x, const sl__node *n) {
   for (int r = 0; r < sl_placement_size(n->placement); r++) {
     sl__kernel_ctx k;
@@ -331,28 +339,14 @@ static sl_status run_op(sl__shard *x, const sl__node *n) {
     k.n_out = n->n_out;
     k.step = x->step;
     for (int i = 0; i < n->n_in; i++) {
-      const sl__value *v = sl__graph_value(x->g, n->in[i]);
-      const shards *s = &x->v[n->in[i]];
-      k.in[i] = s->buf[r];
-      k.in_meta[i].dtype = v->meta.dtype;
-      k.in_meta[i].shape = v->meta.shape;
-      for (int d = 0; d < v->meta.shape.ndim; d++)
-        k.in_meta[i].shape.dims[d] = s->slice[r].extent[d];
-      k.in_slice[i] = s->slice[r];
-      k.in_global[i] = v->meta.shape;
-      k.in_partial[i] = s->partial;
+      k.in[i] = x->v[n->in[i]].buf[r];
+      shard_view(x, n->in[i], r, &k.in_meta[i], &k.in_slice[i], &k.in_global[i],
+                 &k.in_partial[i]);
     }
     for (int j = 0; j < n->n_out; j++) {
-      const sl__value *v = sl__graph_value(x->g, n->out[j]);
-      const shards *s = &x->v[n->out[j]];
-      k.out[j] = s->buf[r];
-      k.out_meta[j].dtype = v->meta.dtype;
-      k.out_meta[j].shape = v->meta.shape;
-      for (int d = 0; d < v->meta.shape.ndim; d++)
-        k.out_meta[j].shape.dims[d] = s->slice[r].extent[d];
-      k.out_slice[j] = s->slice[r];
-      k.out_global[j] = v->meta.shape;
-      k.out_partial[j] = s->partial;
+      k.out[j] = x->v[n->out[j]].buf[r];
+      shard_view(x, n->out[j], r, &k.out_meta[j], &k.out_slice[j],
+                 &k.out_global[j], &k.out_partial[j]);
     }
     sl_clear_error();
     uint64_t t0 = sl__now_ns();
@@ -483,7 +477,7 @@ static sl_status sl__shard_step(sl__shard *x) {
 
 static sl_status sl__shard_fetch(sl__shard *x, const char *name, void *out,
                                  size_t bytes) {
-  const sl__node *n = named(x->g, name, SL__NODE_FETCH);
+  const sl__node *n = sl__graph_find_kind(x->g, name, SL__NODE_FETCH);
   if (!n)
     return sl__fail(SL_ENOTFOUND, "fetch: the graph has no fetch '%s'",
                     name ? name : "(null)");

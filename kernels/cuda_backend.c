@@ -13,34 +13,39 @@
 #include "cuda_module.h"
 #include "op.h"
 
-/* The module's kernels in registry order, looked up once by name. */
+/* The module's kernels by op, matched by name once and then found by the
+ * op's address (sl__op_run_cuda runs on every firing): an open-addressing
+ * table at most half full. */
+#define KERNEL_SLOTS 256
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static const sl__cuda_kernel **by_op;
+static const sl__op_def *slot_op[KERNEL_SLOTS];
+static const sl__cuda_kernel *slot_kernel[KERNEL_SLOTS];
+
+static size_t slot_of(const sl__op_def *op) {
+  size_t h = (size_t)((uintptr_t)op >> 4) % KERNEL_SLOTS;
+  while (slot_op[h] && slot_op[h] != op)
+    h = (h + 1) % KERNEL_SLOTS;
+  return h;
+}
 
 static void index_kernels(void) {
   const sl__cuda_module *m;
   if (sl__cuda_module_get(&m) != SL_OK) return;
-  int n = sl__op_count();
-  const sl__cuda_kernel **t = sl__calloc((size_t)n, sizeof *t);
-  if (!t) return;
-  for (int i = 0; i < n; i++)
+  SL_ASSERT(2 * sl__op_count() <= KERNEL_SLOTS);
+  for (int i = 0; i < sl__op_count(); i++)
     for (int j = 0; j < m->n_kernels; j++)
-      if (strcmp(m->kernels[j].op, sl__op_at(i)->name) == 0)
-        t[i] = m->kernels[j].kernel;
-  by_op = t;
+      if (strcmp(m->kernels[j].op, sl__op_at(i)->name) == 0) {
+        size_t h = slot_of(sl__op_at(i));
+        slot_op[h] = sl__op_at(i);
+        slot_kernel[h] = m->kernels[j].kernel;
+      }
 }
 
 const sl__cuda_kernel *sl__op_cuda(const sl__op_def *op) {
   const sl__cuda_module *m;
   if (sl__cuda_module_get(&m) != SL_OK) return NULL;
   pthread_once(&once, index_kernels);
-  if (!by_op) {
-    sl__fail(SL_ENOMEM, "the CUDA kernels' index");
-    return NULL;
-  }
-  for (int i = 0; i < sl__op_count(); i++)
-    if (sl__op_at(i) == op) return by_op[i];
-  return NULL;
+  return slot_kernel[slot_of(op)];
 }
 
 /* The CPU kernel into host buffers of the outputs' sizes, then each output

@@ -102,7 +102,7 @@ static void *find_module(char *looked, size_t cap) {
   }
   size_t used = 0;
   for (int i = 0; i < 2; i++) {
-    if (!dirs[i][0]) continue;
+    if (!dirs[i][0] || (i == 1 && strcmp(dirs[1], dirs[0]) == 0)) continue;
     char path[PATH_MAX + 32];
     put(path, sizeof path, "%s/%s", dirs[i], SL__CUDA_MODULE_FILE);
     used += (size_t)put(looked + used, used < cap ? cap - used : 0, "%s, ",

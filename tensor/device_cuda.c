@@ -1,6 +1,6 @@
 /* The CUDA device: the device interface on the CUDA runtime. Compiled only
- * in builds with CUDA (tensor/CMakeLists.txt); device_cuda_none.c stands in
- * otherwise.
+ * into the CUDA module (cuda/CMakeLists.txt); libsluice reaches it through
+ * sl__device_cuda_open in cuda_module.c.
  *
  * Handles are the runtime's own: an sl__stream * is a cudaStream_t and an
  * sl__event * a cudaEvent_t, so kernels launch on a stream without a lookup.

@@ -95,8 +95,9 @@ typedef struct sl__device {
  * SL_ECUDA ("no CUDA device: <reason>") when CUDA is built in but the
  * runtime sees no GPU, SL_ENOMEM. *out is NULL on failure. */
 sl_status sl__device_open(sl_device_type type, int index, sl__device **out);
-/* Backend constructors behind sl__device_open. The CUDA one exists in every
- * build; without CUDA it returns SL_EUNSUPPORTED (device_cuda_none.c). */
+/* Backend constructors behind sl__device_open. The CUDA one opens the CUDA
+ * module (cuda_module.c) and returns SL_EUNSUPPORTED saying why when it
+ * cannot be loaded (in a build without CUDA, always). */
 sl_status sl__device_cpu_open(int index, sl__device **out);
 sl_status sl__device_cuda_open(int index, sl__device **out);
 /* Closes a device; NULL is a no-op. Its streams, events and memory must have
