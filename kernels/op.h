@@ -19,6 +19,7 @@
 
 #include "caching_alloc.h"
 #include "core_int.h"
+#include "core_team.h"
 #include "device_iface.h"
 
 #define SL_OP_MAX_INPUTS 16
@@ -120,6 +121,11 @@ typedef struct sl__kernel_ctx {
                       for a CUDA run op->cuda->workspace bytes of
                       device memory, 256-byte aligned */
   size_t workspace_bytes;
+  /* The CPU device's threads (core_team.h): a CPU kernel may cut its work
+   * into sl__team_for parts, each writing outputs no other part writes,
+   * so that the result does not depend on the team's size. NULL: one
+   * thread. */
+  sl__team *team;
 } sl__kernel_ctx;
 
 /* An op's CUDA kernel (kernels/cuda/, one .cu per family). `run` queues

@@ -69,6 +69,7 @@ static sl_status npy_attrs(sl_session *s, int32_t n, const sl__attrs **attrs) {
 static sl_status setup_op(sl_session *s, task_rt *rt) {
   rt->node = &s->pp->nodes[rt->t->node];
   sl__pplan_kernel_ctx(s->pp, rt->t, &rt->k);
+  rt->k.team = sl__session_cpu_team(s, rt->t->device);
   if (rt->t->machine != s->self_node || !rt->node->file) return SL_OK;
   /* The file this process opened must be the one the plan was made for. */
   SL_CHECK(npy_attrs(s, rt->t->node, &rt->k.attrs));
@@ -634,6 +635,7 @@ sl_status sl__session_build(sl_session *s) {
     goto out;
   }
   SL_CHECK_GOTO(sl__session_open_devices(s), st, out);
+  SL_CHECK_GOTO(sl__session_open_cpu_teams(s), st, out);
   SL_CHECK_GOTO(sl__comm_create(&cc, &s->comm), st, out);
   SL_CHECK_GOTO(sl_actor_graph_create(&s->plan), st, out);
   SL_CHECK_GOTO(add_actors(s), st, out);
@@ -738,6 +740,7 @@ void sl__session_free_build(sl_session *s) {
       sl__caching_alloc_free(s->rt[i].dev->mem, s->rt[i].init_dev);
   }
   sl__session_close_devices(s);
+  sl__session_close_cpu_teams(s);
   for (int32_t i = 0; i < s->n_npy; i++)
     sl__npy_release(s->npy[i].id);
   sl__free(s->npy);

@@ -228,6 +228,14 @@ struct sl_session {
   int32_t n_devs; /* CUDA devices open for this node's tasks */
   sess_dev *devs;
   sl__dev_coll *dcoll; /* their collectives, once a group needs them */
+  /* The CPU devices of this node's ops and their threads (cpu_teams.c) */
+  struct {
+    int index;
+    sl__team *team;
+  } *cpu_teams;
+  int32_t n_cpu_teams;
+  int cpu_threads; /* per CPU device */
+  bool cpu_pinned;
   sl__dseq *dseq;      /* the groups spanning nodes, once there is one */
 
   pthread_mutex_t lock;
@@ -309,6 +317,14 @@ sl_status sl__act_tick(sl_act *a);
 /* Counts task rt's firing for its step (every actor calls it once per
  * firing, when its work is done). */
 void sl__step_done(task_rt *rt);
+
+/* cpu_teams.c */
+/* Starts a thread team for each CPU device this node's ops run on. */
+sl_status sl__session_open_cpu_teams(sl_session *s);
+/* After the job is destroyed: stops them. */
+void sl__session_close_cpu_teams(sl_session *s);
+/* The team of a CPU device; NULL for other devices. */
+sl__team *sl__session_cpu_team(const sl_session *s, uint32_t device);
 
 /* devices.c */
 /* Tests: how CUDA devices open and run ops, process-wide; NULL restores

@@ -53,6 +53,14 @@ typedef struct sl_session_config {
    * one thread ("direct"), larger ones in parallel, one chunk per device.
    * 0: SLUICE_COMM_DIRECT_MAX or 64 KiB; negative: always parallel. */
   int64_t comm_direct_max_bytes;
+  /* Threads of each CPU device (intra-op parallelism: docs/cpu.md).
+   * 0: SLUICE_CPU_THREADS, or the CPUs this process may use shared out
+   * evenly between the CPU devices this node's ops run on (at least 1). */
+  int cpu_threads;
+  /* Pin each CPU device's threads to CPUs of its own: 1 yes, -1 no, 0:
+   * SLUICE_CPU_PIN, or yes exactly when the devices' threads add up to
+   * the CPUs this process may use. */
+  int cpu_pin;
   /* The cluster's master, "host:port" (read while the session is created);
    * setting it makes the session remote. NULL: from the environment, as
    * above. */

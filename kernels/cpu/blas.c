@@ -392,6 +392,73 @@ sl_status sl__blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n,
                                 ldb, beta, c, ldc, INT64_MAX);
 }
 
+/* One member's columns or rows of a team sgemm. */
+typedef struct team_gemm {
+  bool ta, tb, by_rows;
+  int64_t m, n, k, lda, ldb, ldc;
+  float alpha, beta;
+  const float *a, *b;
+  float *c;
+  _Atomic sl_status st; /* the first failure */
+} team_gemm;
+
+/* Parts are whole blocks of this many rows or columns, so that every part
+ * but the last runs full register tiles (AVX-512 kernels are 16 wide). */
+#define TEAM_GEMM_BLOCK 16
+/* The fewest multiply-adds worth a part: below that, waking a thread costs
+ * more than it saves. */
+#define TEAM_GEMM_MIN_FMAS (1 << 20)
+
+static void team_gemm_part(void *arg, int64_t begin, int64_t end, int part) {
+  (void)part;
+  team_gemm *tg = arg;
+  int64_t lo = begin * TEAM_GEMM_BLOCK;
+  int64_t hi = SL_MIN(end * TEAM_GEMM_BLOCK, tg->by_rows ? tg->m : tg->n);
+  const float *a = tg->a, *b = tg->b;
+  float *c = tg->c;
+  int64_t m = tg->m, n = tg->n;
+  if (tg->by_rows) {
+    a += tg->ta ? lo : lo * tg->lda;
+    c += lo * tg->ldc;
+    m = hi - lo;
+  } else {
+    b += tg->tb ? lo * tg->ldb : lo;
+    c += lo;
+    n = hi - lo;
+  }
+  sl_status st = sl__blas_sgemm(tg->ta, tg->tb, m, n, tg->k, tg->alpha, a,
+                                tg->lda, b, tg->ldb, tg->beta, c, tg->ldc);
+  sl_status ok = SL_OK;
+  if (st != SL_OK) atomic_compare_exchange_strong(&tg->st, &ok, st);
+}
+
+sl_status sl__blas_sgemm_team(sl__team *team, bool trans_a, bool trans_b,
+                              int64_t m, int64_t n, int64_t k, float alpha,
+                              const float *a, int64_t lda, const float *b,
+                              int64_t ldb, float beta, float *c, int64_t ldc) {
+  double fmas = (double)m * (double)n * (double)k;
+  if (sl__team_size(team) == 1 || fmas < 2.0 * TEAM_GEMM_MIN_FMAS)
+    return sl__blas_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
+                          beta, c, ldc);
+  SL_CHECK(sl__sgemm_check(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc));
+  /* Cutting m shares out A and has every member pack all of B; cutting n
+   * the reverse: cut the longer side, so that the shared operand is the
+   * smaller one. */
+  team_gemm tg = {trans_a, trans_b, m >= n, m, n, k, lda, ldb, ldc, alpha,
+                  beta, a, b, c, SL_OK};
+  int64_t side = tg.by_rows ? m : n, other = tg.by_rows ? n : m;
+  int64_t blocks = (side + TEAM_GEMM_BLOCK - 1) / TEAM_GEMM_BLOCK;
+  double block_fmas = (double)TEAM_GEMM_BLOCK * (double)other * (double)k;
+  int64_t grain = (int64_t)(TEAM_GEMM_MIN_FMAS / block_fmas) + 1;
+  sl__team_for(team, blocks, grain, team_gemm_part, &tg);
+  sl_status st = atomic_load(&tg.st);
+  if (st != SL_OK)
+    return sl__fail(st, "sgemm on %d threads: the C sgemm of a part could "
+                        "not allocate its packing buffers",
+                    sl__team_size(team));
+  return SL_OK;
+}
+
 const char *sl_build_blas(void) {
   (void)sl__blas_load();
   return sl__blas_name();

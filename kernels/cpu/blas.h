@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "core_int.h"
+#include "core_team.h"
 
 /* ---- CPU features ------------------------------------------------------ */
 
@@ -73,6 +74,16 @@ sl_status sl__blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n,
                          int64_t k, float alpha, const float *a, int64_t lda,
                          const float *b, int64_t ldb, float beta, float *c,
                          int64_t ldc);
+
+/* The same product cut over a CPU device's threads (core_team.h): the
+ * longer of m and n is cut into one block of rows or columns per member,
+ * each an sl__blas_sgemm of its own, so every element is computed as one
+ * thread would (the same bits on any team). Products too small to be worth
+ * the threads run on the caller alone; a NULL team is one thread. */
+sl_status sl__blas_sgemm_team(sl__team *team, bool trans_a, bool trans_b,
+                              int64_t m, int64_t n, int64_t k, float alpha,
+                              const float *a, int64_t lda, const float *b,
+                              int64_t ldb, float beta, float *c, int64_t ldc);
 
 /* Loads the BLAS if not yet done (thread-safe, once per process). SL_OK when
  * OpenBLAS is in use; SL_ENOTFOUND when sluice runs its C sgemm instead, with

@@ -153,8 +153,8 @@ static sl_status matmul_cpu(const sl__kernel_ctx *k) {
   }
   const float *ab[2];
   SL_CHECK(mm_operands(k, ab));
-  return sl__blas_sgemm(ta, tb, m, n, kk, 1.0f, ab[0], ta ? m : kk, ab[1],
-                        tb ? kk : n, 0.0f, c, n);
+  return sl__blas_sgemm_team(k->team, ta, tb, m, n, kk, 1.0f, ab[0],
+                             ta ? m : kk, ab[1], tb ? kk : n, 0.0f, c, n);
 }
 
 const sl__op_def sl__op_matmul = {

@@ -1,0 +1,194 @@
+/* Thread teams (core_team.h): a leader hands each worker a part of a loop
+ * by publishing the loop and bumping a generation counter; workers spin on
+ * the counter for a while, then sleep on a condition variable.
+ *
+ * Waking: a worker about to sleep counts itself in `sleepers` and re-reads
+ * the generation under the mutex; the leader bumps the generation and then
+ * reads `sleepers`. Both are sequentially consistent, so either the leader
+ * sees the sleeper (and broadcasts under the mutex) or the worker sees the
+ * new generation: no wake-up is lost. */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core_team.h"
+#include "core_thread.h"
+
+/* Polls of the generation before a worker sleeps: about 50 µs, longer than
+ * the gap between two kernels of a step (message handling), far shorter
+ * than a wait for another device or a collective. */
+#define SPIN_POLLS 20000
+
+typedef struct member {
+  struct sl__team *team;
+  int index;
+  int cpu; /* -1: not pinned */
+  sl__thread thread;
+} member;
+
+struct sl__team {
+  int n;
+  member *members;
+  bool pinned;          /* cpus were given */
+  pthread_t led_by;     /* the thread pinned as leader */
+  bool leader_pinned;
+  /* the loop being run, written by the leader before the generation */
+  sl__team_fn fn;
+  void *arg;
+  int64_t count;
+  int parts;
+  atomic_uint_fast64_t gen;
+  atomic_int remaining; /* parts not yet done */
+  atomic_int sleepers;
+  atomic_bool stop;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+};
+
+static void run_part(sl__team *t, int p) {
+  int64_t b = t->count * p / t->parts, e = t->count * (p + 1) / t->parts;
+  t->fn(t->arg, b, e, p);
+}
+
+bool sl__pin_self(int cpu) {
+  if (cpu < 0 || cpu >= CPU_SETSIZE) return false;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
+}
+
+int sl__cpu_list(int *cpus, int max) {
+  cpu_set_t set;
+  int n = 0;
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE && n < max; c++)
+      if (CPU_ISSET(c, &set)) cpus[n++] = c;
+  if (n == 0 && max > 0) cpus[n++] = 0;
+  return n;
+}
+
+static void *worker_main(void *arg) {
+  member *m = arg;
+  sl__team *t = m->team;
+  if (m->cpu >= 0) sl__pin_self(m->cpu);
+  uint_fast64_t seen = atomic_load(&t->gen);
+  for (;;) {
+    uint_fast64_t g = atomic_load_explicit(&t->gen, memory_order_acquire);
+    for (int i = 0; g == seen && i < SPIN_POLLS; i++) {
+      if (i % 256 == 255) sched_yield();
+      sl__cpu_relax();
+      g = atomic_load_explicit(&t->gen, memory_order_acquire);
+    }
+    if (g == seen) {
+      pthread_mutex_lock(&t->lock);
+      atomic_fetch_add(&t->sleepers, 1);
+      while ((g = atomic_load(&t->gen)) == seen && !atomic_load(&t->stop))
+        pthread_cond_wait(&t->cond, &t->lock);
+      atomic_fetch_sub(&t->sleepers, 1);
+      pthread_mutex_unlock(&t->lock);
+    }
+    if (atomic_load(&t->stop)) break;
+    seen = g;
+    if (m->index < t->parts) {
+      run_part(t, m->index);
+      atomic_fetch_sub_explicit(&t->remaining, 1, memory_order_acq_rel);
+    }
+  }
+  return NULL;
+}
+
+static void wake_all(sl__team *t) {
+  if (atomic_load(&t->sleepers) == 0) return;
+  pthread_mutex_lock(&t->lock);
+  pthread_cond_broadcast(&t->cond);
+  pthread_mutex_unlock(&t->lock);
+}
+
+sl_status sl__team_create(int threads, const int *cpus, const char *name,
+                          sl__team **out) {
+  *out = NULL;
+  if (threads < 1 || threads > SL__TEAM_MAX)
+    return sl__fail(SL_EINVAL, "a CPU device's threads: %d is not in 1..%d",
+                    threads, SL__TEAM_MAX);
+  sl__team *t = sl__calloc(1, sizeof *t);
+  member *ms = t ? sl__calloc((size_t)threads, sizeof *ms) : NULL;
+  if (!ms) {
+    sl__free(t);
+    return SL_ENOMEM;
+  }
+  t->members = ms;
+  t->pinned = cpus != NULL;
+  pthread_mutex_init(&t->lock, NULL);
+  pthread_cond_init(&t->cond, NULL);
+  for (int i = 0; i < threads; i++)
+    ms[i] = (member){t, i, cpus ? cpus[i] : -1, {0}};
+  for (int i = 1; i < threads; i++) {
+    char tname[32];
+    snprintf(tname, sizeof tname, "%s/%d", name ? name : "team", i);
+    sl_status st = sl__thread_start(&ms[i].thread, worker_main, &ms[i], tname);
+    if (st != SL_OK) {
+      t->n = i;
+      sl__team_destroy(t);
+      return st;
+    }
+  }
+  t->n = threads;
+  *out = t;
+  return SL_OK;
+}
+
+void sl__team_destroy(sl__team *t) {
+  if (!t) return;
+  pthread_mutex_lock(&t->lock);
+  atomic_store(&t->stop, true);
+  atomic_fetch_add(&t->gen, 1);
+  pthread_cond_broadcast(&t->cond);
+  pthread_mutex_unlock(&t->lock);
+  for (int i = 1; i < t->n; i++)
+    sl__thread_join(&t->members[i].thread);
+  pthread_mutex_destroy(&t->lock);
+  pthread_cond_destroy(&t->cond);
+  sl__free(t->members);
+  sl__free(t);
+}
+
+int sl__team_size(const sl__team *t) { return t ? t->n : 1; }
+
+int sl__team_parts(const sl__team *t, int64_t count, int64_t grain) {
+  if (grain < 1) grain = 1;
+  int64_t by_grain = count <= 0 ? 1 : (count + grain - 1) / grain;
+  int n = sl__team_size(t);
+  return by_grain < n ? (int)by_grain : n;
+}
+
+void sl__team_for(sl__team *t, int64_t count, int64_t grain, sl__team_fn fn,
+                  void *arg) {
+  if (count <= 0) return;
+  int parts = sl__team_parts(t, count, grain);
+  if (parts == 1) {
+    fn(arg, 0, count, 0);
+    return;
+  }
+  if (t->pinned && !(t->leader_pinned && pthread_equal(t->led_by,
+                                                       pthread_self()))) {
+    sl__pin_self(t->members[0].cpu);
+    t->led_by = pthread_self();
+    t->leader_pinned = true;
+  }
+  t->fn = fn;
+  t->arg = arg;
+  t->count = count;
+  t->parts = parts;
+  atomic_store(&t->remaining, parts - 1);
+  atomic_fetch_add(&t->gen, 1); /* publishes the loop (seq_cst) */
+  wake_all(t);
+  run_part(t, 0);
+  for (int i = 0; atomic_load_explicit(&t->remaining, memory_order_acquire);
+       i++) {
+    if (i % 256 == 255) sched_yield();
+    sl__cpu_relax();
+  }
+}
