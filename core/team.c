@@ -31,14 +31,19 @@ typedef struct member {
 struct sl__team {
   int n;
   member *members;
-  bool pinned;          /* cpus were given */
-  pthread_t led_by;     /* the thread pinned as leader */
+  bool pinned;      /* cpus were given */
+  pthread_t led_by; /* the thread pinned as leader */
   bool leader_pinned;
-  /* the loop being run, written by the leader before the generation */
+  /* the loop being run, written by the leader before the generation;
+   * read only by the members taking part, which the leader waits for */
   sl__team_fn fn;
   void *arg;
   int64_t count;
   int parts;
+  /* (loop number << 16) | parts: a worker reads whether it takes part in
+   * the loop it saw from the same word that announced it, never from a
+   * later loop's fields (a worker left out of one loop may see it only
+   * after the leader has gone on to the next). */
   atomic_uint_fast64_t gen;
   atomic_int remaining; /* parts not yet done */
   atomic_int sleepers;
@@ -74,7 +79,9 @@ static void *worker_main(void *arg) {
   member *m = arg;
   sl__team *t = m->team;
   if (m->cpu >= 0) sl__pin_self(m->cpu);
-  uint_fast64_t seen = atomic_load(&t->gen);
+  /* The generation before any loop: a worker that starts after the first
+   * loop was announced still takes its part. */
+  uint_fast64_t seen = 0;
   for (;;) {
     uint_fast64_t g = atomic_load_explicit(&t->gen, memory_order_acquire);
     for (int i = 0; g == seen && i < SPIN_POLLS; i++) {
@@ -92,7 +99,7 @@ static void *worker_main(void *arg) {
     }
     if (atomic_load(&t->stop)) break;
     seen = g;
-    if (m->index < t->parts) {
+    if (m->index < (int)(g & 0xffff)) {
       run_part(t, m->index);
       atomic_fetch_sub_explicit(&t->remaining, 1, memory_order_acq_rel);
     }
@@ -144,7 +151,7 @@ void sl__team_destroy(sl__team *t) {
   if (!t) return;
   pthread_mutex_lock(&t->lock);
   atomic_store(&t->stop, true);
-  atomic_fetch_add(&t->gen, 1);
+  atomic_fetch_add(&t->gen, (uint_fast64_t)1 << 16); /* no part: stop */
   pthread_cond_broadcast(&t->cond);
   pthread_mutex_unlock(&t->lock);
   for (int i = 1; i < t->n; i++)
@@ -172,8 +179,8 @@ void sl__team_for(sl__team *t, int64_t count, int64_t grain, sl__team_fn fn,
     fn(arg, 0, count, 0);
     return;
   }
-  if (t->pinned && !(t->leader_pinned && pthread_equal(t->led_by,
-                                                       pthread_self()))) {
+  if (t->pinned &&
+      !(t->leader_pinned && pthread_equal(t->led_by, pthread_self()))) {
     sl__pin_self(t->members[0].cpu);
     t->led_by = pthread_self();
     t->leader_pinned = true;
@@ -183,7 +190,8 @@ void sl__team_for(sl__team *t, int64_t count, int64_t grain, sl__team_fn fn,
   t->count = count;
   t->parts = parts;
   atomic_store(&t->remaining, parts - 1);
-  atomic_fetch_add(&t->gen, 1); /* publishes the loop (seq_cst) */
+  uint_fast64_t next = ((atomic_load(&t->gen) >> 16) + 1) << 16;
+  atomic_store(&t->gen, next | (uint_fast64_t)parts); /* publishes the loop */
   wake_all(t);
   run_part(t, 0);
   for (int i = 0; atomic_load_explicit(&t->remaining, memory_order_acquire);

@@ -59,7 +59,8 @@ sl_status sl__session_open_cpu_teams(sl_session *s) {
                     "session: cpu_pin %d: want 1 (pin), -1 (do not) or 0 "
                     "(pin when the devices' threads fill the CPUs)",
                     pin);
-  if (!threads) SL_CHECK(env_int("SLUICE_CPU_THREADS", 0, SL__TEAM_MAX, &threads));
+  if (!threads)
+    SL_CHECK(env_int("SLUICE_CPU_THREADS", 0, SL__TEAM_MAX, &threads));
   if (!pin) SL_CHECK(env_int("SLUICE_CPU_PIN", -1, 1, &pin));
   int idx[SL__DEV_CUDA], cpus[MAX_CPUS];
   int32_t n = cpu_devices(s, idx, SL__DEV_CUDA);

@@ -396,14 +396,18 @@ sl_status sl__blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n,
 typedef struct team_gemm {
   bool ta, tb, by_rows;
   int64_t m, n, k, lda, ldb, ldc;
+  int64_t blocks; /* of TEAM_GEMM_BLOCK rows or columns */
   float alpha, beta;
   const float *a, *b;
   float *c;
   _Atomic sl_status st; /* the first failure */
 } team_gemm;
 
-/* Parts are whole blocks of this many rows or columns, so that every part
- * but the last runs full register tiles (AVX-512 kernels are 16 wide). */
+/* Parts are whole blocks of this many rows or columns (the last part also
+ * takes the rows past the last whole block), so that each runs full
+ * register tiles (AVX-512 kernels are 16 wide) and none is so thin that
+ * OpenBLAS would take another path for it (a single row goes to gemv,
+ * which sums in another order). */
 #define TEAM_GEMM_BLOCK 16
 /* The fewest multiply-adds worth a part: below that, waking a thread costs
  * more than it saves. */
@@ -413,7 +417,8 @@ static void team_gemm_part(void *arg, int64_t begin, int64_t end, int part) {
   (void)part;
   team_gemm *tg = arg;
   int64_t lo = begin * TEAM_GEMM_BLOCK;
-  int64_t hi = SL_MIN(end * TEAM_GEMM_BLOCK, tg->by_rows ? tg->m : tg->n);
+  int64_t side = tg->by_rows ? tg->m : tg->n;
+  int64_t hi = end == tg->blocks ? side : end * TEAM_GEMM_BLOCK;
   const float *a = tg->a, *b = tg->b;
   float *c = tg->c;
   int64_t m = tg->m, n = tg->n;
@@ -444,17 +449,32 @@ sl_status sl__blas_sgemm_team(sl__team *team, bool trans_a, bool trans_b,
   /* Cutting m shares out A and has every member pack all of B; cutting n
    * the reverse: cut the longer side, so that the shared operand is the
    * smaller one. */
-  team_gemm tg = {trans_a, trans_b, m >= n, m, n, k, lda, ldb, ldc, alpha,
-                  beta, a, b, c, SL_OK};
-  int64_t side = tg.by_rows ? m : n, other = tg.by_rows ? n : m;
-  int64_t blocks = (side + TEAM_GEMM_BLOCK - 1) / TEAM_GEMM_BLOCK;
+  int64_t side = SL_MAX(m, n), other = SL_MIN(m, n);
+  int64_t blocks = SL_MAX(side / TEAM_GEMM_BLOCK, 1);
+  team_gemm tg = {.ta = trans_a,
+                  .tb = trans_b,
+                  .by_rows = m >= n,
+                  .m = m,
+                  .n = n,
+                  .k = k,
+                  .lda = lda,
+                  .ldb = ldb,
+                  .ldc = ldc,
+                  .blocks = blocks,
+                  .alpha = alpha,
+                  .beta = beta,
+                  .a = a,
+                  .b = b,
+                  .c = c,
+                  .st = SL_OK};
   double block_fmas = (double)TEAM_GEMM_BLOCK * (double)other * (double)k;
   int64_t grain = (int64_t)(TEAM_GEMM_MIN_FMAS / block_fmas) + 1;
   sl__team_for(team, blocks, grain, team_gemm_part, &tg);
   sl_status st = atomic_load(&tg.st);
   if (st != SL_OK)
-    return sl__fail(st, "sgemm on %d threads: the C sgemm of a part could "
-                        "not allocate its packing buffers",
+    return sl__fail(st,
+                    "sgemm on %d threads: the C sgemm of a part could "
+                    "not allocate its packing buffers",
                     sl__team_size(team));
   return SL_OK;
 }

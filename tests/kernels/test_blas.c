@@ -44,9 +44,12 @@ static const char *backend_name(const backend *be) {
   static char buf[64];
   switch (be->kind) {
   case B_BLAS: return sl__blas_name();
-  case B_C_KERNEL: snprintf(buf, sizeof buf, "c/%s", be->kern->name); return buf;
-  case B_CHUNKED: snprintf(buf, sizeof buf, "chunked/%lld", (long long)be->limit);
-                  return buf;
+  case B_C_KERNEL:
+    snprintf(buf, sizeof buf, "c/%s", be->kern->name);
+    return buf;
+  case B_CHUNKED:
+    snprintf(buf, sizeof buf, "chunked/%lld", (long long)be->limit);
+    return buf;
   }
   return "?";
 }
@@ -57,8 +60,8 @@ static const char *backend_name(const backend *be) {
  * ldc) must come back bit-for-bit, and the padding of A and B is NaN so a
  * kernel that reads it poisons its result. */
 static void check_case(const backend *be, sl_rng *rng, bool ta, bool tb,
-                       int64_t m, int64_t n, int64_t k, float alpha,
-                       float beta, int64_t pad) {
+                       int64_t m, int64_t n, int64_t k, float alpha, float beta,
+                       int64_t pad) {
   int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
   int64_t lda = SL_MAX(ac, 1) + pad, ldb = SL_MAX(bc, 1) + pad,
           ldc = SL_MAX(n, 1) + pad;
@@ -67,7 +70,8 @@ static void check_case(const backend *be, sl_rng *rng, bool ta, bool tb,
   float *c = ref_matrix(rng, m, n, ldc, SENTINEL);
   if (beta == 0.0f) /* BLAS: C is not read, so NaN there must vanish */
     for (int64_t i = 0; i < m; i++)
-      for (int64_t j = 0; j < n; j++) c[i * ldc + j] = NAN;
+      for (int64_t j = 0; j < n; j++)
+        c[i * ldc + j] = NAN;
   size_t mn = (size_t)(m * n) + 1;
   double *want = malloc(mn * sizeof *want), *bound = malloc(mn * sizeof *bound);
   ref_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, want, bound);
@@ -127,28 +131,36 @@ static void large(const backend *be) {
  * alpha = 0 gives C = beta C without reading A or B (NaN or NULL there). */
 static void zero_sizes(const backend *be) {
   float c[6], nan_ab[6];
-  for (int i = 0; i < 6; i++) nan_ab[i] = NAN;
-  for (int i = 0; i < 6; i++) c[i] = (float)i;
-  assert_int_equal(run(be, false, false, 0, 3, 2, 1, nan_ab, 2, nan_ab, 3, 0, c,
-                       3), SL_OK);
-  assert_int_equal(run(be, true, false, 2, 0, 2, 1, nan_ab, 2, nan_ab, 1, 0, c,
-                       1), SL_OK);
-  for (int i = 0; i < 6; i++) assert_true(c[i] == (float)i);
-  assert_int_equal(run(be, false, true, 0, 0, 0, 1, NULL, 1, NULL, 1, 1, NULL,
-                       1), SL_OK);
+  for (int i = 0; i < 6; i++)
+    nan_ab[i] = NAN;
+  for (int i = 0; i < 6; i++)
+    c[i] = (float)i;
+  assert_int_equal(
+      run(be, false, false, 0, 3, 2, 1, nan_ab, 2, nan_ab, 3, 0, c, 3), SL_OK);
+  assert_int_equal(
+      run(be, true, false, 2, 0, 2, 1, nan_ab, 2, nan_ab, 1, 0, c, 1), SL_OK);
+  for (int i = 0; i < 6; i++)
+    assert_true(c[i] == (float)i);
+  assert_int_equal(
+      run(be, false, true, 0, 0, 0, 1, NULL, 1, NULL, 1, 1, NULL, 1), SL_OK);
   /* k = 0: C = 2 C, and beta = 0 overwrites even NaN. */
   assert_int_equal(run(be, false, false, 2, 3, 0, 1, NULL, 1, NULL, 3, 2, c, 3),
                    SL_OK);
-  for (int i = 0; i < 6; i++) assert_true(c[i] == 2.0f * (float)i);
+  for (int i = 0; i < 6; i++)
+    assert_true(c[i] == 2.0f * (float)i);
   c[4] = NAN;
   assert_int_equal(run(be, false, false, 2, 3, 0, 1, NULL, 1, NULL, 3, 0, c, 3),
                    SL_OK);
-  for (int i = 0; i < 6; i++) assert_true(c[i] == 0.0f);
+  for (int i = 0; i < 6; i++)
+    assert_true(c[i] == 0.0f);
   /* alpha = 0: A and B are not read. */
-  for (int i = 0; i < 6; i++) c[i] = (float)i;
-  assert_int_equal(run(be, false, false, 2, 3, 2, 0, nan_ab, 2, nan_ab, 3, 0.5f,
-                       c, 3), SL_OK);
-  for (int i = 0; i < 6; i++) assert_true(c[i] == 0.5f * (float)i);
+  for (int i = 0; i < 6; i++)
+    c[i] = (float)i;
+  assert_int_equal(
+      run(be, false, false, 2, 3, 2, 0, nan_ab, 2, nan_ab, 3, 0.5f, c, 3),
+      SL_OK);
+  for (int i = 0; i < 6; i++)
+    assert_true(c[i] == 0.5f * (float)i);
 }
 
 static void all_checks(const backend *be) {
@@ -170,7 +182,8 @@ static void test_c_kernel(void **state) {
   const char *name = *state;
   const sl__sgemm_kernel *kern = NULL;
   for (int i = 0; i < sl__sgemm_c_kernel_count(); i++)
-    if (strcmp(sl__sgemm_c_kernel(i)->name, name) == 0) kern = sl__sgemm_c_kernel(i);
+    if (strcmp(sl__sgemm_c_kernel(i)->name, name) == 0)
+      kern = sl__sgemm_c_kernel(i);
   if (!kern) {
     print_message("kernel %s is not built for this target\n", name);
     skip();
@@ -212,8 +225,50 @@ static void test_chunked(void **state) {
   }
   float x = 1;
   assert_int_equal(sl__blas_sgemm_chunked(false, false, 1, 1, 1, 1, &x, 1, &x,
-                                          1, 0, &x, 1, 0), SL_EINVAL);
+                                          1, 0, &x, 1, 0),
+                   SL_EINVAL);
   assert_non_null(strstr(sl_last_error(), "chunk limit"));
+}
+
+/* Cut over a team, a product gives the bits of the uncut one, for both
+ * cuts (rows when m >= n, columns otherwise), all transposes, strides wider
+ * than the rows, beta != 0, and sizes not a multiple of the block. */
+static void test_team_bits(void **state) {
+  (void)state;
+  static const int64_t shapes[][3] = {
+      {301, 97, 83},   {97, 301, 83},   {256, 1024, 64}, {33, 17, 5000},
+      {1, 4096, 1024}, {4096, 1, 1024}, {40, 40, 2000}};
+  sl_rng rng = {g_seed + 3};
+  for (int size = 2; size <= 3; size++) {
+    sl__team *team;
+    assert_int_equal(sl__team_create(size, NULL, "gemm", &team), SL_OK);
+    for (size_t i = 0; i < SL_ARRAY_LEN(shapes); i++)
+      for (int t = 0; t < 4; t++) {
+        bool ta = t & 1, tb = t & 2;
+        int64_t m = shapes[i][0], n = shapes[i][1], k = shapes[i][2];
+        int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
+        size_t na = (size_t)((ta ? k : m) * lda),
+               nb = (size_t)((tb ? n : k) * ldb), nc = (size_t)(m * ldc);
+        float *a = malloc(na * 4), *b = malloc(nb * 4), *c1 = malloc(nc * 4),
+              *c2 = malloc(nc * 4);
+        assert_non_null(a && b && c1 && c2);
+        for (size_t j = 0; j < na; j++)
+          a[j] = (float)((int)sl__rng_below(&rng, 2048) - 1024) / 1023.0f;
+        for (size_t j = 0; j < nb; j++)
+          b[j] = (float)((int)sl__rng_below(&rng, 2048) - 1024) / 1023.0f;
+        for (size_t j = 0; j < nc; j++)
+          c1[j] = c2[j] = (float)j;
+        assert_int_equal(sl__blas_sgemm(ta, tb, m, n, k, 0.5f, a, lda, b, ldb,
+                                        2.0f, c1, ldc),
+                         SL_OK);
+        assert_int_equal(sl__blas_sgemm_team(team, ta, tb, m, n, k, 0.5f, a,
+                                             lda, b, ldb, 2.0f, c2, ldc),
+                         SL_OK);
+        assert_memory_equal(c1, c2, nc * 4);
+        free(a), free(b), free(c1), free(c2);
+      }
+    sl__team_destroy(team);
+  }
 }
 
 /* Bad arguments give SL_EINVAL with a message naming the argument, on every
@@ -227,29 +282,41 @@ static void test_bad_arguments(void **state) {
   for (size_t f = 0; f < SL_ARRAY_LEN(fns); f++) {
     fn_t g = fns[f];
     /* The valid call each bad one below differs from in one argument. */
-    assert_int_equal(g(false, false, 3, 2, 4, 1, abuf, 4, bbuf, 2, 0, cbuf, 2), SL_OK);
-    assert_int_equal(g(false, false, -1, 2, 2, 1, abuf, 2, bbuf, 2, 0, cbuf, 2), SL_EINVAL);
+    assert_int_equal(g(false, false, 3, 2, 4, 1, abuf, 4, bbuf, 2, 0, cbuf, 2),
+                     SL_OK);
+    assert_int_equal(g(false, false, -1, 2, 2, 1, abuf, 2, bbuf, 2, 0, cbuf, 2),
+                     SL_EINVAL);
     assert_non_null(strstr(sl_last_error(), "negative"));
     /* A is 3 x 4 (lda >= 4) untransposed, 4 x 3 (lda >= 3) transposed. */
-    assert_int_equal(g(false, false, 3, 2, 4, 1, abuf, 3, bbuf, 2, 0, cbuf, 2), SL_EINVAL);
+    assert_int_equal(g(false, false, 3, 2, 4, 1, abuf, 3, bbuf, 2, 0, cbuf, 2),
+                     SL_EINVAL);
     assert_non_null(strstr(sl_last_error(), "ldA = 3"));
-    assert_int_equal(g(true, false, 3, 2, 4, 1, abuf, 3, bbuf, 2, 0, cbuf, 2), SL_OK);
-    assert_int_equal(g(true, false, 3, 2, 4, 1, abuf, 2, bbuf, 2, 0, cbuf, 2), SL_EINVAL);
+    assert_int_equal(g(true, false, 3, 2, 4, 1, abuf, 3, bbuf, 2, 0, cbuf, 2),
+                     SL_OK);
+    assert_int_equal(g(true, false, 3, 2, 4, 1, abuf, 2, bbuf, 2, 0, cbuf, 2),
+                     SL_EINVAL);
     /* B is 4 x 2 untransposed, 2 x 4 transposed. */
-    assert_int_equal(g(false, true, 3, 2, 4, 1, abuf, 4, bbuf, 2, 0, cbuf, 2), SL_EINVAL);
+    assert_int_equal(g(false, true, 3, 2, 4, 1, abuf, 4, bbuf, 2, 0, cbuf, 2),
+                     SL_EINVAL);
     assert_non_null(strstr(sl_last_error(), "ldB = 2"));
-    assert_int_equal(g(false, false, 3, 2, 4, 1, abuf, 4, bbuf, 2, 0, cbuf, 1), SL_EINVAL);
+    assert_int_equal(g(false, false, 3, 2, 4, 1, abuf, 4, bbuf, 2, 0, cbuf, 1),
+                     SL_EINVAL);
     assert_non_null(strstr(sl_last_error(), "ldC = 1"));
     /* Stride 0 is short even for an empty matrix (BLAS: ld >= max(1, n)). */
-    assert_int_equal(g(false, false, 0, 0, 0, 1, NULL, 0, NULL, 1, 0, NULL, 1), SL_EINVAL);
-    assert_int_equal(g(false, false, 3, 2, 4, 1, NULL, 4, bbuf, 2, 0, cbuf, 2), SL_EINVAL);
+    assert_int_equal(g(false, false, 0, 0, 0, 1, NULL, 0, NULL, 1, 0, NULL, 1),
+                     SL_EINVAL);
+    assert_int_equal(g(false, false, 3, 2, 4, 1, NULL, 4, bbuf, 2, 0, cbuf, 2),
+                     SL_EINVAL);
     assert_non_null(strstr(sl_last_error(), "A is NULL"));
-    assert_int_equal(g(false, false, 3, 2, 4, 1, abuf, 4, NULL, 2, 0, cbuf, 2), SL_EINVAL);
-    assert_int_equal(g(false, false, 3, 2, 4, 1, abuf, 4, bbuf, 2, 0, NULL, 2), SL_EINVAL);
+    assert_int_equal(g(false, false, 3, 2, 4, 1, abuf, 4, NULL, 2, 0, cbuf, 2),
+                     SL_EINVAL);
+    assert_int_equal(g(false, false, 3, 2, 4, 1, abuf, 4, bbuf, 2, 0, NULL, 2),
+                     SL_EINVAL);
     assert_non_null(strstr(sl_last_error(), "C is NULL"));
     /* A stride whose last-row offset overflows. */
-    assert_int_equal(g(false, false, 3, 2, 4, 1, abuf, INT64_MAX / 2, bbuf, 2, 0, cbuf, 2),
-                     SL_EINVAL);
+    assert_int_equal(
+        g(false, false, 3, 2, 4, 1, abuf, INT64_MAX / 2, bbuf, 2, 0, cbuf, 2),
+        SL_EINVAL);
     assert_non_null(strstr(sl_last_error(), "overflows"));
   }
 }
@@ -291,7 +358,11 @@ static void *worker(void *p) {
       w->failures++;
     for (int64_t i = 0; i < m * n; i++)
       if (!(fabs(c[i] - want[i]) <= bound[i])) w->failures++;
-    free(a); free(b); free(c); free(want); free(bound);
+    free(a);
+    free(b);
+    free(c);
+    free(want);
+    free(bound);
   }
   return NULL;
 }
@@ -302,8 +373,10 @@ static void test_concurrent_callers(void **state) {
     pthread_t t[N];
     worker_arg w[N];
     for (int i = 0; i < N; i++) {
-      w[i] = (worker_arg){{kind ? B_C_KERNEL : B_BLAS, sl__sgemm_c_kernel_best(), 0},
-                          g_seed + 10 + (uint64_t)i, 0};
+      w[i] = (worker_arg){
+          {kind ? B_C_KERNEL : B_BLAS, sl__sgemm_c_kernel_best(), 0},
+          g_seed + 10 + (uint64_t)i,
+          0};
       assert_int_equal(pthread_create(&t[i], NULL, worker, &w[i]), 0);
     }
     for (int i = 0; i < N; i++) {
@@ -324,6 +397,7 @@ int main(void) {
       cmocka_unit_test_prestate(test_c_kernel, "avx512"),
       cmocka_unit_test(test_c_best),
       cmocka_unit_test(test_chunked),
+      cmocka_unit_test(test_team_bits),
       cmocka_unit_test(test_bad_arguments),
       cmocka_unit_test(test_threads),
       cmocka_unit_test(test_concurrent_callers),
