@@ -500,6 +500,8 @@ sl_status sl_session_get_stats(const sl_session *s, sl_session_stats *out) {
   *out = s->stats;
   out->steps = s->steps;
   out->devices = (uint32_t)s->n_devices;
+  out->cpu_threads = s->n_cpu_teams ? (uint32_t)s->cpu_threads : 0;
+  out->cpu_pinned = s->n_cpu_teams && s->cpu_pinned;
   if (s->comm) {
     sl__comm_stats cs;
     sl__comm_get_stats(s->comm, &cs);

@@ -137,7 +137,9 @@ sl_status ex_run_create(sl_graph *g, const ex_run_opts *opts, ex_run **out) {
     r->trace_first = true;
   }
   if (r->engine == EX_ENGINE_SESSION) {
-    sl_session_config cfg = SL_SESSION_CONFIG(.trace_path = r->opts.trace_path);
+    sl_session_config cfg =
+        SL_SESSION_CONFIG(.trace_path = r->opts.trace_path,
+                          .cpu_threads = r->opts.cpu_threads);
     st = sl_session_create(g, &cfg, &r->session);
   } else {
     sl_reference_config cfg =

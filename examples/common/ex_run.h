@@ -40,6 +40,7 @@ typedef struct ex_run_opts {
   bool profile;              /* collect per-op times (ex_run_profile_print) */
   bool check_replicas;       /* sharded: compare replicas after every node */
   bool out_of_place_updates; /* sharded: see sl_reference_config */
+  int cpu_threads;           /* session: sl_session_config.cpu_threads */
 } ex_run_opts;
 
 typedef struct ex_run ex_run;

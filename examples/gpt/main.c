@@ -44,6 +44,7 @@ int main(int argc, char **argv) {
              *trace = NULL, *engine = "auto", *data = NULL;
   bool tie = false, bf16 = false, profile = false, memory = false,
        check = false, print_graph = false;
+  int64_t threads = 0;
   ex_ckpt_flags ckf = {0};
   int64_t pp = 1, micro = 1;
   const char *schedule = NULL;
@@ -66,6 +67,10 @@ int main(int argc, char **argv) {
       {"data", EX_FLAG_STRING, &data,
        "INPUTS.npy,TARGETS.npy (token ids [N, seq]) instead of synthetic "
        "data",
+       0},
+      {"threads", EX_FLAG_INT, &threads,
+       "threads of each CPU device (0: the CPUs shared out between the "
+       "devices)",
        0},
       {"trace", EX_FLAG_STRING, &trace, "write a Chrome trace to PATH", 0},
       {"save", EX_FLAG_STRING, &ckf.save,
@@ -96,6 +101,7 @@ int main(int argc, char **argv) {
   }
   ex_run_opts ro = {.engine = EX_ENGINE_AUTO,
                     .trace_path = trace,
+                    .cpu_threads = (int)threads,
                     .profile = profile,
                     .check_replicas = check};
   char placement[512];

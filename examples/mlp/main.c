@@ -42,6 +42,7 @@ int main(int argc, char **argv) {
   int64_t pp = 1, micro = 1;
   const char *schedule = NULL;
   bool profile = false, check = false, print_graph = false, memory = false;
+  int64_t threads = 0;
   ex_ckpt_flags ckf = {0};
   const ex_flag flags[] = {
       EX_PARALLEL_FLAGS(devices, layout, pp, micro, schedule),
@@ -57,6 +58,10 @@ int main(int argc, char **argv) {
       {"optimizer", EX_FLAG_STRING, &optimizer, "sgd | adam", 0},
       {"data", EX_FLAG_STRING, &data,
        "X.npy,LABELS.npy instead of synthetic data", 0},
+      {"threads", EX_FLAG_INT, &threads,
+       "threads of each CPU device (0: the CPUs shared out between the "
+       "devices)",
+       0},
       {"trace", EX_FLAG_STRING, &trace, "write a Chrome trace to PATH", 0},
       {"save", EX_FLAG_STRING, &ckf.save,
        "save a checkpoint to directory DIR at the end", 0},
@@ -86,6 +91,7 @@ int main(int argc, char **argv) {
   }
   ex_run_opts ro = {.engine = EX_ENGINE_AUTO,
                     .trace_path = trace,
+                    .cpu_threads = (int)threads,
                     .profile = profile,
                     .check_replicas = check};
   char placement[512];

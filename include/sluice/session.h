@@ -133,6 +133,10 @@ typedef struct sl_session_stats {
   uint64_t in_flight, messages_left, over_quota;
   uint64_t collective_rounds_direct, collective_rounds_parallel;
   double run_ms; /* job start to finish */
+  /* Threads of each CPU device of this node's ops (0: none) and whether
+   * they are pinned (sl_session_config.cpu_threads, cpu_pin). */
+  uint32_t cpu_threads;
+  bool cpu_pinned;
 } sl_session_stats;
 
 /* Ends the job: the steps run are complete, the threads drain and stop,

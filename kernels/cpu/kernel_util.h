@@ -43,6 +43,13 @@ sl_status sl__matmul_dims(bool trans_a, bool trans_b, int64_t contract,
                           const sl_shape *a, const sl_shape *b, int64_t *m,
                           int64_t *n, int64_t *k);
 
+/* ---- intra-op parallelism ------------------------------------------------ */
+
+/* The fewest elements worth a thread of a memory-bound loop (elementwise
+ * ops, optimizer updates): 64 KiB of f32, some microseconds of work, well
+ * above what waking a team member costs. */
+#define SL__GRAIN_ELEMS 16384
+
 /* ---- text for messages --------------------------------------------------- */
 
 /* A shape as text ("[2,3]"), returned by value so it can sit inside a

@@ -21,6 +21,8 @@
  *   same batch dims. Out [..., m, n].
  *   (S(i), S(i) -> S(i)) for each batch axis; (S(m), B -> S(m));
  *   (B, S(n) -> S(n)); (S(k), S(k) -> P); (P, B -> P); (B, P -> P). */
+#include <stdatomic.h>
+
 #include "cpu/blas.h"
 #include "cpu/dense_util.h"
 
@@ -256,6 +258,33 @@ static int bmm_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
   return column_and_partial_sigs(&d, na, sigs, n, max);
 }
 
+/* Products [b, e) of a batch, on one member of the device's team. */
+typedef struct bmm_run {
+  bool ta, tb;
+  const mm_dims *d;
+  const float *a, *b;
+  float *c;
+  _Atomic sl_status st; /* the first failure */
+} bmm_run;
+
+/* The fewest multiply-adds worth a thread (as the team sgemm). */
+#define BMM_MIN_FMAS (1 << 20)
+
+static void bmm_part(void *arg, int64_t b, int64_t e, int part) {
+  (void)part;
+  bmm_run *r = arg;
+  const mm_dims *d = r->d;
+  int64_t sa = d->m * d->k, sb = d->k * d->n, sc = d->m * d->n;
+  for (int64_t i = b; i < e; i++) {
+    sl_status st =
+        sl__blas_sgemm(r->ta, r->tb, d->m, d->n, d->k, 1.0f, r->a + i * sa,
+                       r->ta ? d->m : d->k, r->b + i * sb, r->tb ? d->k : d->n,
+                       0.0f, r->c + i * sc, d->n);
+    sl_status ok = SL_OK;
+    if (st != SL_OK) atomic_compare_exchange_strong(&r->st, &ok, st);
+  }
+}
+
 static sl_status bmm_cpu(const sl__kernel_ctx *k) {
   bool ta = sl__attr_int(k->attrs, "trans_a", 0),
        tb = sl__attr_int(k->attrs, "trans_b", 0);
@@ -271,10 +300,22 @@ static sl_status bmm_cpu(const sl__kernel_ctx *k) {
   const float *ab[2];
   SL_CHECK(mm_operands(k, ab));
   const float *a = ab[0], *b = ab[1];
-  for (int64_t i = 0; i < d.batch; i++)
-    SL_CHECK(sl__blas_sgemm(ta, tb, d.m, d.n, d.k, 1.0f, a + i * sa,
-                            ta ? d.m : d.k, b + i * sb, tb ? d.k : d.n, 0.0f,
-                            c + i * sc, d.n));
+  /* Fewer products than threads: each is cut over the team. */
+  if (d.batch < sl__team_size(k->team)) {
+    for (int64_t i = 0; i < d.batch; i++)
+      SL_CHECK(sl__blas_sgemm_team(k->team, ta, tb, d.m, d.n, d.k, 1.0f,
+                                   a + i * sa, ta ? d.m : d.k, b + i * sb,
+                                   tb ? d.k : d.n, 0.0f, c + i * sc, d.n));
+    return SL_OK;
+  }
+  bmm_run r = {ta, tb, &d, a, b, c, SL_OK};
+  double fmas = (double)d.m * (double)d.n * (double)d.k;
+  sl__team_for(k->team, d.batch, (int64_t)(BMM_MIN_FMAS / fmas) + 1, bmm_part,
+               &r);
+  sl_status st = atomic_load(&r.st);
+  if (st != SL_OK)
+    return sl__fail(st, "batch_matmul: the C sgemm could not allocate its "
+                        "packing buffers");
   return SL_OK;
 }
 

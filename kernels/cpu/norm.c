@@ -74,25 +74,41 @@ static int ln_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
   return n;
 }
 
+/* Rows [b, e) of a layer norm, on one member of the device's team. */
+typedef struct ln_rows {
+  const float *x, *gamma, *beta;
+  float *y, *mean, *rstd;
+  float eps;
+  int64_t d;
+} ln_rows;
+
+static void ln_rows_part(void *arg, int64_t b, int64_t e, int part) {
+  (void)part;
+  const ln_rows *a = arg;
+  const sl__dense_rows *v = sl__dense_rows_get();
+  int64_t d = a->d;
+  float inv_d = 1.0f / (float)d;
+  for (int64_t r = b; r < e; r++) {
+    const float *xr = a->x + r * d;
+    float *yr = a->y + r * d;
+    float mu = v->row_sum(xr, d) * inv_d;
+    float rs = 1.0f / sqrtf(v->row_sqdev(xr, d, mu) * inv_d + a->eps);
+    for (int64_t j = 0; j < d; j++)
+      yr[j] = (xr[j] - mu) * rs * a->gamma[j] + a->beta[j];
+    a->mean[r] = mu;
+    a->rstd[r] = rs;
+  }
+}
+
 static sl_status ln_cpu(const sl__kernel_ctx *k) {
   int64_t d;
   int64_t rows = sl__dense_rows_of(&k->in_meta[0].shape, &d);
   const float *x = k->in[0], *gamma = k->in[1], *beta = k->in[2];
   float *y = k->out[0], *mean = k->out[1], *rstd = k->out[2];
   float eps = (float)sl__attr_float(k->attrs, "eps", 1e-5);
-  const sl__dense_rows *v = sl__dense_rows_get();
   if (d == 0) return SL_OK;
-  float inv_d = 1.0f / (float)d;
-  for (int64_t r = 0; r < rows; r++) {
-    const float *xr = x + r * d;
-    float *yr = y + r * d;
-    float mu = v->row_sum(xr, d) * inv_d;
-    float rs = 1.0f / sqrtf(v->row_sqdev(xr, d, mu) * inv_d + eps);
-    for (int64_t j = 0; j < d; j++)
-      yr[j] = (xr[j] - mu) * rs * gamma[j] + beta[j];
-    mean[r] = mu;
-    rstd[r] = rs;
-  }
+  ln_rows r = {x, gamma, beta, y, mean, rstd, eps, d};
+  sl__team_for(k->team, rows, SL__GRAIN_ELEMS / d + 1, ln_rows_part, &r);
   return SL_OK;
 }
 

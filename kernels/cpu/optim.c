@@ -115,38 +115,64 @@ static int sgd_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
   return n;
 }
 
-static sl_status sgd_cpu(const sl__kernel_ctx *k) {
-  int64_t n = sl_shape_numel(&k->in_meta[0].shape);
-  const float *w = k->in[0], *g = k->in[1], *m = k->in[2];
-  float *wn = k->out[0], *mn = k->out[1];
-  float lr = (float)sl__attr_float(k->attrs, "lr", 0.0);
-  float mom = (float)sl__attr_float(k->attrs, "momentum", 0.0);
-  float damp1 = (float)(1.0 - sl__attr_float(k->attrs, "dampening", 0.0));
-  float wd = (float)sl__attr_float(k->attrs, "weight_decay", 0.0);
-  bool nesterov = sl__attr_int(k->attrs, "nesterov", 0) != 0;
-  bool has_wd = wd != 0.0f;
-  bool use_mom = mom != 0.0f, first = use_mom && k->step == 0;
-  bool no_state = sl_shape_numel(&k->in_meta[2].shape) != n;
-  if (no_state) m = g; /* never read: any valid memory */
-  if (!use_mom && !no_state && mn != m && n > 0)
-    memmove(mn, m, (size_t)n * sizeof *mn);
+/* One SGD call, cut over the device's team in whole chunks. */
+typedef struct sgd_run {
+  const float *w, *g, *m;
+  float *wn, *mn;
+  int64_t n;
+  sl__dense_sgd cf;
+  bool copy_state; /* no momentum: the state passes through unchanged */
+} sgd_run;
+
+static void sgd_part(void *arg, int64_t b, int64_t e, int part) {
+  (void)part;
+  const sgd_run *r = arg;
+  int64_t i1 = SL_MIN(e * CHUNK, r->n);
+  b *= CHUNK;
   const sl__dense_rows *v = sl__dense_rows_get();
+  if (r->copy_state) memmove(r->mn + b, r->m + b, (size_t)(i1 - b) * 4);
   /* Plain SGD: one pass over memory (a weight updated in place included). */
-  if (!use_mom && !has_wd) {
-    v->sgd_plain(lr, w, g, wn, n);
-    return SL_OK;
+  if (!r->cf.use_mom && !r->cf.has_wd) {
+    v->sgd_plain(r->cf.lr, r->w + b, r->g + b, r->wn + b, i1 - b);
+    return;
   }
   /* Chunks computed into local arrays, then stored: the loops vectorise
    * without alias checks, and an output that is its input's buffer reads
    * each chunk before it is written. */
   float wl[CHUNK], ml[CHUNK];
-  sl__dense_sgd cf = {lr, mom, damp1, wd, has_wd, first, nesterov, use_mom};
-  for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
-    int64_t c = SL_MIN(CHUNK, n - i0);
-    v->sgd_chunk(&cf, w + i0, g + i0, m + i0, wl, ml, c);
-    memcpy(wn + i0, wl, (size_t)c * sizeof *wl);
-    if (use_mom) memcpy(mn + i0, ml, (size_t)c * sizeof *ml);
+  for (int64_t i0 = b; i0 < i1; i0 += CHUNK) {
+    int64_t c = SL_MIN(CHUNK, i1 - i0);
+    v->sgd_chunk(&r->cf, r->w + i0, r->g + i0, r->m + i0, wl, ml, c);
+    memcpy(r->wn + i0, wl, (size_t)c * sizeof *wl);
+    if (r->cf.use_mom) memcpy(r->mn + i0, ml, (size_t)c * sizeof *ml);
   }
+}
+
+static sl_status sgd_cpu(const sl__kernel_ctx *k) {
+  int64_t n = sl_shape_numel(&k->in_meta[0].shape);
+  sgd_run r = {.w = k->in[0],
+               .g = k->in[1],
+               .m = k->in[2],
+               .wn = k->out[0],
+               .mn = k->out[1],
+               .n = n};
+  float mom = (float)sl__attr_float(k->attrs, "momentum", 0.0);
+  float wd = (float)sl__attr_float(k->attrs, "weight_decay", 0.0);
+  bool use_mom = mom != 0.0f;
+  r.cf = (sl__dense_sgd){
+      .lr = (float)sl__attr_float(k->attrs, "lr", 0.0),
+      .mom = mom,
+      .damp1 = (float)(1.0 - sl__attr_float(k->attrs, "dampening", 0.0)),
+      .wd = wd,
+      .has_wd = wd != 0.0f,
+      .first = use_mom && k->step == 0,
+      .nesterov = sl__attr_int(k->attrs, "nesterov", 0) != 0,
+      .use_mom = use_mom};
+  bool no_state = sl_shape_numel(&k->in_meta[2].shape) != n;
+  if (no_state) r.m = r.g; /* never read: any valid memory */
+  r.copy_state = !use_mom && !no_state && r.mn != r.m;
+  sl__team_for(k->team, (n + CHUNK - 1) / CHUNK, SL__GRAIN_ELEMS / CHUNK,
+               sgd_part, &r);
   return SL_OK;
 }
 
@@ -186,6 +212,29 @@ static int adam_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
   return n_in == 4 ? state_signatures(4, 3, in, sigs, max) : 0;
 }
 
+/* One Adam call, cut over the device's team in whole chunks (as SGD). */
+typedef struct adam_run {
+  const float *w, *g, *m, *v;
+  float *wn, *mn, *vn;
+  int64_t n;
+  sl__dense_adam cf;
+} adam_run;
+
+static void adam_part(void *arg, int64_t b, int64_t e, int part) {
+  (void)part;
+  const adam_run *r = arg;
+  const sl__dense_rows *vt = sl__dense_rows_get();
+  float wl[CHUNK], ml[CHUNK], vl[CHUNK];
+  for (int64_t i0 = b * CHUNK; i0 < SL_MIN(e * CHUNK, r->n); i0 += CHUNK) {
+    int64_t c = SL_MIN(CHUNK, r->n - i0);
+    vt->adam_chunk(&r->cf, r->w + i0, r->g + i0, r->m + i0, r->v + i0, wl, ml,
+                   vl, c);
+    memcpy(r->wn + i0, wl, (size_t)c * sizeof *wl);
+    memcpy(r->mn + i0, ml, (size_t)c * sizeof *ml);
+    memcpy(r->vn + i0, vl, (size_t)c * sizeof *vl);
+  }
+}
+
 static sl_status adam_cpu(const sl__kernel_ctx *k) {
   int64_t n = sl_shape_numel(&k->in_meta[0].shape);
   const float *w = k->in[0], *g = k->in[1], *m = k->in[2], *v = k->in[3];
@@ -208,17 +257,18 @@ static sl_status adam_cpu(const sl__kernel_ctx *k) {
   float decay = decoupled ? (float)(1.0 - lr * wd) : 1.0f;
   float l2 = decoupled ? 0.0f : (float)wd;
   bool has_l2 = l2 != 0.0f, has_decay = decoupled && wd != 0.0;
-  float wl[CHUNK], ml[CHUNK], vl[CHUNK];
-  sl__dense_adam cf = {decay,    l2,  one_b1,    fb2,       one_b2,
-                       bc2_sqrt, eps, step_size, has_decay, has_l2};
-  const sl__dense_rows *vt = sl__dense_rows_get();
-  for (int64_t i0 = 0; i0 < n; i0 += CHUNK) { /* as in sgd_cpu */
-    int64_t c = SL_MIN(CHUNK, n - i0);
-    vt->adam_chunk(&cf, w + i0, g + i0, m + i0, v + i0, wl, ml, vl, c);
-    memcpy(wn + i0, wl, (size_t)c * sizeof *wl);
-    memcpy(mn + i0, ml, (size_t)c * sizeof *ml);
-    memcpy(vn + i0, vl, (size_t)c * sizeof *vl);
-  }
+  adam_run r = {.w = w,
+                .g = g,
+                .m = m,
+                .v = v,
+                .wn = wn,
+                .mn = mn,
+                .vn = vn,
+                .n = n,
+                .cf = {decay, l2, one_b1, fb2, one_b2, bc2_sqrt, eps, step_size,
+                       has_decay, has_l2}};
+  sl__team_for(k->team, (n + CHUNK - 1) / CHUNK, SL__GRAIN_ELEMS / CHUNK,
+               adam_part, &r);
   return SL_OK;
 }
 

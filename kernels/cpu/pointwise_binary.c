@@ -205,6 +205,32 @@ static int binary_sigs(const binary_impl *u, const sl__attrs *at, int n_in,
   return l.n;
 }
 
+/* Output elements [b, e) of one call (rows of it.len, a part may begin
+ * and end inside a row), on one member of the device's team. */
+typedef struct binary_run {
+  bin_fn fn;
+  const sl__iter *it;
+  size_t es;
+  char *o;
+  const char *a, *b;
+} binary_run;
+
+static void binary_part(void *arg, int64_t b, int64_t e, int part) {
+  (void)part;
+  const binary_run *r = arg;
+  const sl__iter *it = r->it;
+  int64_t sa = it->strides[1][it->ndim - 1], sb = it->strides[2][it->ndim - 1];
+  for (int64_t i = b; i < e;) {
+    int64_t row = i / it->len, j = i % it->len;
+    int64_t n = SL_MIN(it->len - j, e - i), off[3];
+    sl__iter_row(it, row, off);
+    r->fn(r->o + (size_t)(off[0] + j) * r->es,
+          r->a + (size_t)(off[1] + j * sa) * r->es,
+          r->b + (size_t)(off[2] + j * sb) * r->es, n, sa, sb);
+    i += n;
+  }
+}
+
 static sl_status binary_cpu(const binary_impl *u, const sl__kernel_ctx *k) {
   sl_dtype dt = k->out_meta[0].dtype;
   bin_fn fn = impl_fn(u, dt);
@@ -218,16 +244,8 @@ static sl_status binary_cpu(const binary_impl *u, const sl__kernel_ctx *k) {
   sl__iter it;
   sl__iter_init(&it, &k->out_meta[0].shape, 2, shapes);
   if (it.empty) return SL_OK;
-  size_t es = sl_dtype_size(dt);
-  char *o = k->out[0];
-  const char *a = k->in[0], *b = k->in[1];
-  int64_t sa = it.strides[1][it.ndim - 1], sb = it.strides[2][it.ndim - 1];
-  for (int64_t r = 0; r < it.rows; r++) {
-    int64_t off[3];
-    sl__iter_row(&it, r, off);
-    fn(o + (size_t)off[0] * es, a + (size_t)off[1] * es,
-       b + (size_t)off[2] * es, it.len, sa, sb);
-  }
+  binary_run r = {fn, &it, sl_dtype_size(dt), k->out[0], k->in[0], k->in[1]};
+  sl__team_for(k->team, it.rows * it.len, SL__GRAIN_ELEMS, binary_part, &r);
   return SL_OK;
 }
 

@@ -183,6 +183,35 @@ static int unary_sigs(const unary_impl *u, const sl__attrs *at, int n_in,
   return l.n;
 }
 
+/* Elements [b, e) of one call, on one member of the device's team. */
+typedef struct unary_run {
+  const unary_impl *u;
+  sl_dtype dt;
+  void *out;
+  const void *in;
+  double v;
+} unary_run;
+
+static void unary_part(void *arg, int64_t b, int64_t e, int part) {
+  (void)part;
+  const unary_run *r = arg;
+  switch (r->dt) {
+  case SL_DTYPE_F32:
+    r->u->f32((float *)r->out + b, (const float *)r->in + b, e - b, r->v);
+    break;
+  case SL_DTYPE_F64:
+    r->u->f64((double *)r->out + b, (const double *)r->in + b, e - b, r->v);
+    break;
+  case SL_DTYPE_I32:
+    r->u->i32((int32_t *)r->out + b, (const int32_t *)r->in + b, e - b, r->v);
+    break;
+  case SL_DTYPE_I64:
+    r->u->i64((int64_t *)r->out + b, (const int64_t *)r->in + b, e - b, r->v);
+    break;
+  default: break;
+  }
+}
+
 static sl_status unary_cpu(const unary_impl *u, const sl__kernel_ctx *k) {
   int64_t n = sl_shape_numel(&k->out_meta[0].shape);
   if (n == 0) return SL_OK;
@@ -193,24 +222,13 @@ static sl_status unary_cpu(const unary_impl *u, const sl__kernel_ctx *k) {
              (size_t)n * sl_dtype_size(k->in_meta[0].dtype));
     return SL_OK;
   }
-  switch (k->in_meta[0].dtype) {
-  case SL_DTYPE_F32: u->f32(k->out[0], k->in[0], n, v); return SL_OK;
-  case SL_DTYPE_F64: u->f64(k->out[0], k->in[0], n, v); return SL_OK;
-  case SL_DTYPE_I32:
-    if (u->i32) {
-      u->i32(k->out[0], k->in[0], n, v);
-      return SL_OK;
-    }
-    break;
-  case SL_DTYPE_I64:
-    if (u->i64) {
-      u->i64(k->out[0], k->in[0], n, v);
-      return SL_OK;
-    }
-    break;
-  default: break;
-  }
-  return sl__check_dtype("input 0", k->in_meta[0].dtype, impl_dtypes(u));
+  sl_dtype dt = k->in_meta[0].dtype;
+  bool has = dt == SL_DTYPE_F32 || dt == SL_DTYPE_F64 ||
+             (dt == SL_DTYPE_I32 && u->i32) || (dt == SL_DTYPE_I64 && u->i64);
+  if (!has) return sl__check_dtype("input 0", dt, impl_dtypes(u));
+  unary_run r = {u, dt, k->out[0], k->in[0], v};
+  sl__team_for(k->team, n, SL__GRAIN_ELEMS, unary_part, &r);
+  return SL_OK;
 }
 
 #define UNARY_OP(NAME, IMPL)                                                   \

@@ -187,6 +187,36 @@ static void cols_run(const sl__dense_rows *v, sm_kind kind, const float *x,
   }
 }
 
+/* Rows [b, e) of a softmax over the last axis, on one member of the
+ * device's team (each row is one member's). */
+typedef struct sm_rows {
+  sm_kind kind;
+  const float *x, *y;
+  float *out;
+  int64_t len;
+} sm_rows;
+
+static void sm_rows_part(void *arg, int64_t b, int64_t e, int part) {
+  (void)part;
+  const sm_rows *a = arg;
+  const sl__dense_rows *v = sl__dense_rows_get();
+  int64_t len = a->len;
+  for (int64_t r = b; r < e; r++) {
+    const float *xr = a->x + r * len;
+    float *o = a->out + r * len;
+    switch (a->kind) {
+    case SM_SOFTMAX: row_softmax(v, xr, o, len); break;
+    case SM_LOG_SOFTMAX: row_log_softmax(v, xr, o, len); break;
+    case SM_SOFTMAX_GRAD:
+      row_softmax_grad(v, xr, a->y + r * len, o, len);
+      break;
+    case SM_LOG_SOFTMAX_GRAD:
+      row_log_softmax_grad(v, xr, a->y + r * len, o, len);
+      break;
+    }
+  }
+}
+
 static sl_status sm_run(const sl__kernel_ctx *k, sm_kind kind) {
   const sl_shape *s = &k->in_meta[0].shape;
   int axis = 0;
@@ -199,18 +229,8 @@ static sl_status sm_run(const sl__kernel_ctx *k, sm_kind kind) {
   const sl__dense_rows *v = sl__dense_rows_get();
   if (outer == 0 || len == 0 || inner == 0) return SL_OK;
   if (axis == s->ndim - 1) {
-    for (int64_t r = 0; r < outer; r++) {
-      const float *xr = x + r * len;
-      float *o = out + r * len;
-      switch (kind) {
-      case SM_SOFTMAX: row_softmax(v, xr, o, len); break;
-      case SM_LOG_SOFTMAX: row_log_softmax(v, xr, o, len); break;
-      case SM_SOFTMAX_GRAD: row_softmax_grad(v, xr, y + r * len, o, len); break;
-      case SM_LOG_SOFTMAX_GRAD:
-        row_log_softmax_grad(v, xr, y + r * len, o, len);
-        break;
-      }
-    }
+    sm_rows r = {kind, x, y, out, len};
+    sl__team_for(k->team, outer, SL__GRAIN_ELEMS / len + 1, sm_rows_part, &r);
     return SL_OK;
   }
   /* Wide blocks: each axis position is then a 4 KiB contiguous run, which

@@ -1,0 +1,129 @@
+/* CPU devices with several threads (sl_session_config.cpu_threads): the
+ * kernels cut their work over a device's threads so that every output is
+ * computed as on one thread, so mlp (SGD with momentum) and gpt (Adam;
+ * softmax, layer norm, batched matmuls) give the same losses bit for bit
+ * on 1, 2 and 3 threads per device, single and data parallel. Shapes are
+ * large enough that every kind of kernel is cut (matmuls over 2M
+ * multiply-adds, elementwise ops over 16K elements). The session reports
+ * the threads it gave each device; a bad count is refused. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <sluice/session.h>
+
+#include "gpt/model.h"
+#include "inv.h"
+#include "mlp/model.h"
+
+#define STEPS 3
+
+typedef sl_status (*build_fn)(sl_graph *g, ex_layout layout,
+                              const char *placement);
+
+static sl_status build_mlp(sl_graph *g, ex_layout layout,
+                           const char *placement) {
+  ex_mlp_config c = ex_mlp_defaults();
+  c.batch = 64;
+  c.in = 256;
+  c.hidden = 384;
+  c.layers = 2;
+  c.opt = sl_optimizer_sgd(0.05, 0.9);
+  c.layout = layout;
+  c.placement = placement;
+  return ex_mlp_build(g, &c);
+}
+
+static sl_status build_gpt(sl_graph *g, ex_layout layout,
+                           const char *placement) {
+  ex_gpt_config c = ex_gpt_defaults();
+  c.batch = 4;
+  c.seq = 64;
+  c.vocab = 512;
+  c.hidden = 128;
+  c.heads = 4;
+  c.layers = 1;
+  c.opt = sl_optimizer_adam(1e-3);
+  c.layout = layout;
+  c.placement = placement;
+  return ex_gpt_build(g, &c);
+}
+
+/* Trains STEPS steps with `threads` per CPU device; returns the threads
+ * the session reports. */
+static uint32_t train(build_fn build, ex_layout layout, const char *devices,
+                      int threads, float *losses) {
+  char placement[256];
+  INV_OK(ex_layout_placement(layout, devices, placement, sizeof placement));
+  sl_graph *g;
+  INV_OK(sl_graph_create(&g));
+  INV_OK(build(g, layout, placement));
+  ex_run_opts o = {.engine = EX_ENGINE_SESSION, .cpu_threads = threads};
+  ex_run *r;
+  INV_OK(ex_run_create(g, &o, &r));
+  INV_OK(ex_train(r, STEPS, 1, "loss", NULL, losses, NULL));
+  sl_session_stats st;
+  INV_OK(sl_session_get_stats(ex_run_session(r), &st));
+  ex_run_destroy(r);
+  sl_graph_destroy(g);
+  return st.cpu_threads;
+}
+
+static void check_model(const char *name, build_fn build) {
+  static const struct {
+    ex_layout layout;
+    const char *devices;
+  } cases[] = {{EX_LAYOUT_SINGLE, "cpu:1"}, {EX_LAYOUT_DP, "cpu:2"}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    float base[STEPS], got[STEPS];
+    assert_int_equal(train(build, cases[c].layout, cases[c].devices, 1, base),
+                     1);
+    for (int threads = 2; threads <= 3; threads++) {
+      assert_int_equal(
+          train(build, cases[c].layout, cases[c].devices, threads, got),
+          threads);
+      if (!inv_identical(got, base, STEPS))
+        fail_msg("%s %s on %s: %d threads per device give other losses "
+                 "than 1 (max rel %.3g)",
+                 name, ex_layout_name(cases[c].layout), cases[c].devices,
+                 threads, inv_max_rel(got, base, STEPS));
+    }
+  }
+}
+
+static void test_mlp_threads(void **state) {
+  (void)state;
+  check_model("mlp", build_mlp);
+}
+
+static void test_gpt_threads(void **state) {
+  (void)state;
+  check_model("gpt", build_gpt);
+}
+
+static void test_bad_threads(void **state) {
+  (void)state;
+  sl_graph *g;
+  INV_OK(sl_graph_create(&g));
+  INV_OK(build_mlp(g, EX_LAYOUT_SINGLE, "cpu:0"));
+  sl_session_config cfg = SL_SESSION_CONFIG(.cpu_threads = 257);
+  sl_session *s;
+  assert_int_equal(sl_session_create(g, &cfg, &s), SL_EINVAL);
+  assert_non_null(strstr(sl_last_error(), "cpu_threads 257"));
+  cfg = SL_SESSION_CONFIG(.cpu_pin = 2);
+  assert_int_equal(sl_session_create(g, &cfg, &s), SL_EINVAL);
+  assert_non_null(strstr(sl_last_error(), "cpu_pin 2"));
+  setenv("SLUICE_CPU_THREADS", "two", 1);
+  assert_int_equal(sl_session_create(g, NULL, &s), SL_EINVAL);
+  assert_non_null(strstr(sl_last_error(), "SLUICE_CPU_THREADS=two"));
+  unsetenv("SLUICE_CPU_THREADS");
+  sl_graph_destroy(g);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_mlp_threads),
+      cmocka_unit_test(test_gpt_threads),
+      cmocka_unit_test(test_bad_threads),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
