@@ -235,6 +235,8 @@ static sl_status job_from_blob(djob *j, const sl__job_blob *bp,
   /* A continued run: its steps count from base_step, its variables start
    * as the program says (read by sl_job_create; dropped in job_prepare). */
   s->base = s->steps = b.base_step;
+  s->cfg.cpu_threads = b.cpu_threads;
+  s->cfg.cpu_pin = b.cpu_pin;
   SL_CHECK(sl__handoff_take(s, b.starts, j->kept, o->cp, j->id));
   /* The job before gave what it had to; what its collectives left goes,
    * and an abort of it no longer applies. */

@@ -237,7 +237,9 @@ static sl_status submit(sl_session *s, const sl__cp_env *env) {
                       .plan_len = pl,
                       .trace = s->trace_path != NULL,
                       .base_step = s->base,
-                      .starts = starts};
+                      .starts = starts,
+                      .cpu_threads = s->cfg.cpu_threads,
+                      .cpu_pin = s->cfg.cpu_pin};
     if (st == SL_OK) st = sl__job_blob_pack(&b, &blobs[r], &lens[r]);
     sl__free(plan);
     plan = NULL;

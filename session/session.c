@@ -147,6 +147,7 @@ sl_status sl_session_create(sl_graph *g, const sl_session_config *cfg,
                              "SL_SESSION_CONFIG"));
   if (c.kind != SL_SESSION_LOCAL && c.kind != SL_SESSION_REMOTE)
     return sl__fail(SL_EINVAL, "session: unknown kind %d", (int)c.kind);
+  SL_CHECK(sl__session_cpu_config_check(c.cpu_threads, c.cpu_pin));
   SL_CHECK(sl__graph_compile(g));
   sl_session *s;
   if (SL_NEW(s) != SL_OK) return SL_ENOMEM;

@@ -232,11 +232,11 @@ struct sl_session {
   struct {
     int index;
     sl__team *team;
-  } *cpu_teams;
+  } * cpu_teams;
   int32_t n_cpu_teams;
   int cpu_threads; /* per CPU device */
   bool cpu_pinned;
-  sl__dseq *dseq;      /* the groups spanning nodes, once there is one */
+  sl__dseq *dseq; /* the groups spanning nodes, once there is one */
 
   pthread_mutex_t lock;
   pthread_cond_t cond;
@@ -319,6 +319,8 @@ sl_status sl__act_tick(sl_act *a);
 void sl__step_done(task_rt *rt);
 
 /* cpu_teams.c */
+/* SL_EINVAL naming the field for a bad cpu_threads or cpu_pin. */
+sl_status sl__session_cpu_config_check(int threads, int pin);
 /* Starts a thread team for each CPU device this node's ops run on. */
 sl_status sl__session_open_cpu_teams(sl_session *s);
 /* After the job is destroyed: stops them. */

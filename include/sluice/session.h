@@ -57,9 +57,9 @@ typedef struct sl_session_config {
    * 0: SLUICE_CPU_THREADS, or the CPUs this process may use shared out
    * evenly between the CPU devices this node's ops run on (at least 1). */
   int cpu_threads;
-  /* Pin each CPU device's threads to CPUs of its own: 1 yes, -1 no, 0:
-   * SLUICE_CPU_PIN, or yes exactly when the devices' threads add up to
-   * the CPUs this process may use. */
+  /* Pin each thread of the CPU devices to a CPU of its own (device 0's
+   * threads on the first CPUs this process may use, then device 1's, ...,
+   * round robin past the last): 1 yes, -1 no, 0: SLUICE_CPU_PIN, else no. */
   int cpu_pin;
   /* The cluster's master, "host:port" (read while the session is created);
    * setting it makes the session remote. NULL: from the environment, as
