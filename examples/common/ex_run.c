@@ -316,9 +316,17 @@ sl_status ex_train_range(ex_run *r, int64_t first, int64_t last, int64_t batch,
 
 void ex_train_print(FILE *out, const ex_train_result *res, const ex_run *r,
                     const char *layout, const char *placement) {
+  /* The session engine gives each CPU device its threads: say how many. */
+  char threads[48] = "";
+  sl_session_stats st;
+  if (r->session && sl_session_get_stats(r->session, &st) == SL_OK &&
+      st.cpu_threads > 0)
+    snprintf(threads, sizeof threads, ", %u thread%s per device%s",
+             st.cpu_threads, st.cpu_threads == 1 ? "" : "s",
+             st.cpu_pinned ? " (pinned)" : "");
   fprintf(out,
           "throughput: %.1f samples/s, %.3f ms/step (%d timed steps; layout "
-          "%s on %s, engine %s)\n",
+          "%s on %s%s, engine %s)\n",
           res->samples_per_s, res->ms_per_step, res->timed_steps, layout,
-          placement, ex_engine_name(ex_run_engine(r)));
+          placement, threads, ex_engine_name(ex_run_engine(r)));
 }
