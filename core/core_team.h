@@ -4,9 +4,11 @@
  * A team of n threads is its leader (the thread that calls sl__team_for:
  * the device's compute stream thread) and n - 1 workers it starts. A
  * parallel loop cuts [0, count) into at most n contiguous parts of at least
- * `grain` items, part p going to member p, always the same way for the same
- * (count, grain, n): a kernel whose parts write disjoint outputs and never
- * combine partial results computes the same bits on any team. Workers spin
+ * `grain` items, always the same way for the same (count, grain, n), and
+ * the members take the parts as they come (the leader runs them all when
+ * the workers are slow to wake): a kernel whose parts write disjoint
+ * outputs and never combine partial results computes the same bits on any
+ * team. Workers spin
  * briefly after a loop (the next kernel usually follows within
  * microseconds) and then sleep. */
 #ifndef SLUICE_CORE_TEAM_H
@@ -40,10 +42,10 @@ int sl__team_size(const sl__team *t);
 int sl__team_parts(const sl__team *t, int64_t count, int64_t grain);
 
 /* Runs fn over [0, count) in sl__team_parts parts, part p = [count * p /
- * parts, count * (p + 1) / parts), and returns when every part is done.
- * The caller runs part 0. One loop at a time per team (the device's
- * compute thread is its only caller); a NULL team runs fn(arg, 0, count,
- * 0) on the caller. count <= 0 calls nothing. */
+ * parts, count * (p + 1) / parts), each on one member (the caller among
+ * them), and returns when every part is done. One loop at a time per team
+ * (the device's compute thread is its only caller); a NULL team runs
+ * fn(arg, 0, count, 0) on the caller. count <= 0 calls nothing. */
 void sl__team_for(sl__team *t, int64_t count, int64_t grain, sl__team_fn fn,
                   void *arg);
 

@@ -1,6 +1,8 @@
-/* Thread teams (core_team.h): a leader hands each worker a part of a loop
- * by publishing the loop and bumping a generation counter; workers spin on
- * the counter for a while, then sleep on a condition variable.
+/* Thread teams (core_team.h): a leader publishes a loop (its fields, then
+ * its parts in `work`) and bumps a generation counter; workers spin on the
+ * counter for a while, then sleep on a condition variable. Every member,
+ * the leader included, takes parts until none is left; the leader then
+ * waits for the last to finish.
  *
  * Waking: a worker about to sleep counts itself in `sleepers` and re-reads
  * the generation under the mutex; the leader bumps the generation and then
@@ -34,27 +36,33 @@ struct sl__team {
   bool pinned;      /* cpus were given */
   pthread_t led_by; /* the thread pinned as leader */
   bool leader_pinned;
-  /* the loop being run, written by the leader before the generation;
-   * read only by the members taking part, which the leader waits for */
+  /* the loop being run, written by the leader before `work` */
   sl__team_fn fn;
   void *arg;
   int64_t count;
-  int parts;
-  /* (loop number << 16) | parts: a worker reads whether it takes part in
-   * the loop it saw from the same word that announced it, never from a
-   * later loop's fields (a worker left out of one loop may see it only
-   * after the leader has gone on to the next). */
-  atomic_uint_fast64_t gen;
-  atomic_int remaining; /* parts not yet done */
+  /* (parts << 32) | the next part to take: a member takes a part with one
+   * fetch-add, and reads the loop's fields only once it holds a part, so a
+   * worker that wakes late, after the leader has moved on, either finds
+   * every part of the old loop taken or takes a part of the new one. */
+  atomic_uint_fast64_t work;
+  atomic_int done;          /* parts finished */
+  atomic_uint_fast64_t gen; /* bumped for every loop: wakes the workers */
   atomic_int sleepers;
   atomic_bool stop;
   pthread_mutex_t lock;
   pthread_cond_t cond;
 };
 
-static void run_part(sl__team *t, int p) {
-  int64_t b = t->count * p / t->parts, e = t->count * (p + 1) / t->parts;
-  t->fn(t->arg, b, e, p);
+/* Takes and runs parts until none is left. */
+static void take_parts(sl__team *t) {
+  for (;;) {
+    uint_fast64_t w = atomic_fetch_add(&t->work, 1);
+    int64_t p = (int64_t)(w & 0xffffffffu), parts = (int64_t)(w >> 32);
+    if (p >= parts) return;
+    int64_t b = t->count * p / parts, e = t->count * (p + 1) / parts;
+    t->fn(t->arg, b, e, (int)p);
+    atomic_fetch_add_explicit(&t->done, 1, memory_order_release);
+  }
 }
 
 bool sl__pin_self(int cpu) {
@@ -99,10 +107,7 @@ static void *worker_main(void *arg) {
     }
     if (atomic_load(&t->stop)) break;
     seen = g;
-    if (m->index < (int)(g & 0xffff)) {
-      run_part(t, m->index);
-      atomic_fetch_sub_explicit(&t->remaining, 1, memory_order_acq_rel);
-    }
+    take_parts(t);
   }
   return NULL;
 }
@@ -151,7 +156,7 @@ void sl__team_destroy(sl__team *t) {
   if (!t) return;
   pthread_mutex_lock(&t->lock);
   atomic_store(&t->stop, true);
-  atomic_fetch_add(&t->gen, (uint_fast64_t)1 << 16); /* no part: stop */
+  atomic_fetch_add(&t->gen, 1);
   pthread_cond_broadcast(&t->cond);
   pthread_mutex_unlock(&t->lock);
   for (int i = 1; i < t->n; i++)
@@ -188,13 +193,12 @@ void sl__team_for(sl__team *t, int64_t count, int64_t grain, sl__team_fn fn,
   t->fn = fn;
   t->arg = arg;
   t->count = count;
-  t->parts = parts;
-  atomic_store(&t->remaining, parts - 1);
-  uint_fast64_t next = ((atomic_load(&t->gen) >> 16) + 1) << 16;
-  atomic_store(&t->gen, next | (uint_fast64_t)parts); /* publishes the loop */
+  atomic_store(&t->done, 0);
+  atomic_store(&t->work, (uint_fast64_t)parts << 32); /* publishes the loop */
+  atomic_fetch_add(&t->gen, 1);
   wake_all(t);
-  run_part(t, 0);
-  for (int i = 0; atomic_load_explicit(&t->remaining, memory_order_acquire);
+  take_parts(t);
+  for (int i = 0; atomic_load_explicit(&t->done, memory_order_acquire) < parts;
        i++) {
     if (i % 256 == 255) sched_yield();
     sl__cpu_relax();

@@ -1,7 +1,7 @@
-/* Thread teams: every item of a loop is run exactly once, by the member the
- * partition names; loops back to back (workers spinning) and after a sleep
- * (workers woken) both work; bad sizes are refused; a NULL team runs on the
- * caller. */
+/* Thread teams: every item of a loop is run exactly once, in the part the
+ * partition names; workers take parts; loops back to back (workers
+ * spinning) and after a sleep (workers woken) both work; bad sizes are
+ * refused; a NULL team runs on the caller. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -48,8 +48,6 @@ static void check_loop(sl__team *t, int64_t n, int64_t grain) {
   }
   for (int64_t i = n; i < ITEMS; i++)
     assert_int_equal(atomic_load(&v.count[i]), 0);
-  /* Part 0 is the caller's. */
-  if (n > 0) assert_true(pthread_equal(v.thread_of_part[0], pthread_self()));
 }
 
 static void test_team_loops(void **state) {
@@ -72,6 +70,30 @@ static void test_team_loops(void **state) {
     sl__team_destroy(t);
   }
   sl__team_destroy(NULL);
+}
+
+/* The workers take parts: parts that each take a millisecond are not all
+ * run by the caller. */
+static void slow(void *arg, int64_t b, int64_t e, int part) {
+  visit *v = arg;
+  v->thread_of_part[part] = pthread_self();
+  sl__sleep_ns(1000 * 1000);
+}
+
+static void test_team_shares(void **state) {
+  (void)state;
+  sl__team *t;
+  assert_int_equal(sl__team_create(3, NULL, "share", &t), SL_OK);
+  static visit v;
+  int shared = 0;
+  for (int r = 0; r < 10; r++) {
+    memset(&v, 0, sizeof v);
+    sl__team_for(t, 3, 1, slow, &v);
+    for (int p = 0; p < 3; p++)
+      shared += !pthread_equal(v.thread_of_part[p], pthread_self());
+  }
+  assert_true(shared > 0);
+  sl__team_destroy(t);
 }
 
 static void test_team_parts(void **state) {
@@ -133,9 +155,8 @@ static void test_team_pinned(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_team_loops),
-      cmocka_unit_test(test_team_parts),
-      cmocka_unit_test(test_team_refuses),
+      cmocka_unit_test(test_team_loops),  cmocka_unit_test(test_team_parts),
+      cmocka_unit_test(test_team_shares), cmocka_unit_test(test_team_refuses),
       cmocka_unit_test(test_team_pinned),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
