@@ -17,8 +17,13 @@
  *            one device on one thread, one device on every core, and dp and
  *            tp on n host devices (XLA_FLAGS
  *            --xla_force_host_platform_device_count=n, NamedSharding)
- *   PyTorch  Debian's python3-torch: 1 thread, n threads, and
- *            DistributedDataParallel over gloo in n one-thread processes
+ *   PyTorch  Debian's python3-torch: 1 thread; n threads as a user gets
+ *            them (torch.set_num_threads(n), OpenBLAS's pool n wide); torch
+ *            on 1 thread with OpenBLAS on n (its matmuls run in the system
+ *            OpenBLAS, whose pool torch.set_num_threads does not reach:
+ *            PyTorch's fastest setting here); data parallel in n one-thread
+ *            processes over gloo (mlp: DistributedDataParallel; gpt, not an
+ *            nn.Module: one all-reduce of all gradients per step)
  *
  * Every row runs `--rounds` times, the rows of a round one after the other,
  * so that all meet the same drift in machine load; a row's time is the
@@ -60,6 +65,7 @@ typedef struct row {
   sys_kind sys;
   char layout[16]; /* single, dp, tp, hybrid; torch: threads, ddp */
   int devices, threads;
+  int blas; /* PyTorch: OpenBLAS's threads (OPENBLAS_NUM_THREADS) */
   double ms[MAX_ROUNDS];
   int n_ms;
   char why[256]; /* why a peer row has no number */
@@ -231,6 +237,16 @@ static double run_row_peer(const model *m, const row *r, const opts *o,
     argv[k++] = a[8];
   }
   argv[k] = NULL;
+  /* torch.set_num_threads does not reach the system OpenBLAS's own pool. */
+  char blas[16];
+  snprintf(blas, sizeof blas, "%d", r->blas);
+  if (r->sys == SYS_TORCH) {
+    setenv("OPENBLAS_NUM_THREADS", blas, 1);
+    setenv("OMP_NUM_THREADS", a[2], 1);
+  } else {
+    unsetenv("OPENBLAS_NUM_THREADS");
+    unsetenv("OMP_NUM_THREADS");
+  }
   return run_peer(argv, why, n);
 }
 
@@ -238,36 +254,42 @@ static double run_row_peer(const model *m, const row *r, const opts *o,
  */
 
 static int add(row *rows, int n, sys_kind sys, const char *layout, int devices,
-               int threads) {
+               int threads, int blas) {
   if (n == MAX_ROWS) return n;
-  rows[n] = (row){.sys = sys, .devices = devices, .threads = threads};
+  rows[n] =
+      (row){.sys = sys, .devices = devices, .threads = threads, .blas = blas};
   snprintf(rows[n].layout, sizeof rows[n].layout, "%s", layout);
   return n + 1;
 }
 
 static int plan_rows(row *rows, int cores, const opts *o) {
-  int n = add(rows, 0, SYS_SLUICE, "single", 1, 1);
-  if (cores > 1) n = add(rows, n, SYS_SLUICE, "single", 1, cores);
+  int n = add(rows, 0, SYS_SLUICE, "single", 1, 1, 0);
+  if (cores > 1) n = add(rows, n, SYS_SLUICE, "single", 1, cores, 0);
   for (int d = 2; d <= cores; d++) {
     if (cores % d) continue;
-    n = add(rows, n, SYS_SLUICE, "dp", d, cores / d);
-    n = add(rows, n, SYS_SLUICE, "tp", d, cores / d);
+    n = add(rows, n, SYS_SLUICE, "dp", d, cores / d, 0);
+    n = add(rows, n, SYS_SLUICE, "tp", d, cores / d, 0);
     if (d >= 4 && d % 2 == 0)
-      n = add(rows, n, SYS_SLUICE, "hybrid", d, cores / d);
+      n = add(rows, n, SYS_SLUICE, "hybrid", d, cores / d, 0);
   }
   if (!o->no_jax) {
-    n = add(rows, n, SYS_JAX, "single", 1, 1);
-    n = add(rows, n, SYS_JAX, "single", 1, 0);
+    n = add(rows, n, SYS_JAX, "single", 1, 1, 0);
+    n = add(rows, n, SYS_JAX, "single", 1, 0, 0);
     if (cores > 1) {
-      n = add(rows, n, SYS_JAX, "dp", cores, 0);
-      n = add(rows, n, SYS_JAX, "tp", cores, 0);
+      n = add(rows, n, SYS_JAX, "dp", cores, 0, 0);
+      n = add(rows, n, SYS_JAX, "tp", cores, 0, 0);
     }
   }
+  /* PyTorch: one thread; n threads as a user gets them (torch's and
+   * OpenBLAS's pools both n wide); torch on one thread with OpenBLAS on n
+   * (Debian's torch multiplies in OpenBLAS, and that is its fastest
+   * setting here); DDP, one thread per process. */
   if (!o->no_torch) {
-    n = add(rows, n, SYS_TORCH, "threads", 1, 1);
+    n = add(rows, n, SYS_TORCH, "threads", 1, 1, 1);
     if (cores > 1) {
-      n = add(rows, n, SYS_TORCH, "threads", 1, cores);
-      n = add(rows, n, SYS_TORCH, "ddp", cores, 1);
+      n = add(rows, n, SYS_TORCH, "threads", 1, cores, cores);
+      n = add(rows, n, SYS_TORCH, "threads", 1, 1, cores);
+      n = add(rows, n, SYS_TORCH, "ddp", cores, 1, 1);
     }
   }
   return n;
@@ -288,11 +310,11 @@ static void describe(const row *r, int cores, char *buf, size_t n) {
   else
     snprintf(split, sizeof split, "%d x %d", r->devices, r->threads);
   if (r->sys == SYS_TORCH && strcmp(r->layout, "ddp") == 0)
-    snprintf(buf, n, "%-8s DDP, %d processes       ", names[r->sys],
+    snprintf(buf, n, "%-8s DDP, %d processes of 1 thread", names[r->sys],
              r->devices);
   else if (r->sys == SYS_TORCH)
-    snprintf(buf, n, "%-8s %d thread%s              ", names[r->sys],
-             r->threads, r->threads == 1 ? " " : "s");
+    snprintf(buf, n, "%-8s %d thread%s, OpenBLAS %d", names[r->sys], r->threads,
+             r->threads == 1 ? "" : "s", r->blas);
   else if (r->sys == SYS_JAX && r->threads == 0 && r->devices == 1)
     snprintf(buf, n, "%-8s %-7s 1 x %d cores       ", names[r->sys], r->layout,
              cores);

@@ -76,12 +76,19 @@ erf and tanh forms differ there by 1e-7 relative); a comparison of two
 implementations wants larger weights, e.g. K = 20 (tests/examples/
 test_ckpt.c).
 
+--threads T sets torch.set_num_threads(T) (default: PyTorch's own choice;
+1 per process with --ddp). --ddp --world N (CPU only) trains data
+parallel in N processes over gloo on 127.0.0.1 (--port): the global
+--batch split evenly, each rank's gradients averaged with one all-reduce of
+all of them per step after the backward pass (what DDP does, without its
+overlap: the model is not an nn.Module); rank 0 prints.
+
 Output, one line each:
   info TEXT
   params N TENSORS        trainable parameters and parameter tensors
   loss STEP VALUE         every step's loss (warm-up included)
   result attention=A dtype=D ms_per_step MEDIAN min MIN steps N
-         peak_gib G       (one line)
+         peak_gib G [world W]   (one line; world with --ddp)
 Exit status 0, 1 when a loss is not finite, 2 for bad arguments, 3 when
 torch or the device is unavailable."""
 import argparse
@@ -217,7 +224,17 @@ def main():
     p.add_argument("--init-scale", type=float, default=1.0,
                    help="multiply every initial standard deviation by this "
                    "(see above)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch.set_num_threads (0: PyTorch's default)")
+    p.add_argument("--ddp", action="store_true",
+                   help="data parallel in --world processes (CPU, gloo)")
+    p.add_argument("--world", type=int, default=2)
+    p.add_argument("--port", type=int, default=29527)
     a = p.parse_args()
+    if a.ddp and (a.device != "cpu" or a.world < 1 or a.batch % a.world or
+                  a.save_safetensors):
+        p.error("--ddp wants --device cpu, --world >= 1 dividing --batch, "
+                "and no --save-safetensors")
     if a.save_batch is not None and (
             not a.save_safetensors or a.save_batch.count(",") != 1 or
             "" in a.save_batch.split(",")):
@@ -231,11 +248,38 @@ def main():
         p.error("want batch, seq, layers, hidden, heads, steps >= 1, vocab "
                 ">= 2, warmup >= 0, hidden a multiple of heads and "
                 "init-scale a finite number above 0")
+    if not a.ddp:
+        run(a, 0)
+        return
+    # Rank 0 runs in this process and prints; the others are spawned.
+    import torch.multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    others = [ctx.Process(target=run, args=(a, r)) for r in range(1, a.world)]
+    for q in others:
+        q.start()
+    run(a, 0)
+    for q in others:
+        q.join()
+    if any(q.exitcode != 0 for q in others):
+        sys.exit(1)
+
+
+def run(a, rank):
+    """Trains as the arguments say; rank > 0 only with --ddp (silent)."""
     try:
         import torch
     except ImportError as e:
         print("info torch unavailable: %s" % e, flush=True)
         sys.exit(3)
+    if a.threads or a.ddp:
+        torch.set_num_threads(a.threads or 1)
+    dist = None
+    if a.ddp:
+        import torch.distributed as dist
+        dist.init_process_group(
+            "gloo", init_method="tcp://127.0.0.1:%d" % a.port, rank=rank,
+            world_size=a.world)
+    say = print if rank == 0 else (lambda *args, **kw: None)
     dev = torch.device(a.device)
     cuda = dev.type == "cuda"
     if cuda and not torch.cuda.is_available():
@@ -252,10 +296,10 @@ def main():
     torch.set_float32_matmul_precision("highest")
     torch.manual_seed(a.seed)
     where = torch.cuda.get_device_name(0) if cuda else "the CPU"
-    print("info torch %s%s on %s" %
+    say("info torch %s%s on %s" %
           (torch.__version__, " (CUDA %s)" % torch.version.cuda if cuda else "",
            where), flush=True)
-    print("info %d layers, hidden %d, %d heads, seq %d, vocab %d, batch %d, "
+    say("info %d layers, hidden %d, %d heads, seq %d, vocab %d, batch %d, "
           "%s head; attention %s; dtype %s (matmul allow_tf32 = %s); %s "
           "lr %g%s" %
           (a.layers, a.hidden, a.heads, a.seq, a.vocab, a.batch,
@@ -273,7 +317,7 @@ def main():
                      {"format": "pt", "source": "bench/peers/gpt_torch.py"})
         print("info saved %d tensors to %s" %
               (len(model.state_dict()), a.save_safetensors), flush=True)
-    print("params %d %d" % (sum(t.numel() for t in params), len(params)),
+    say("params %d %d" % (sum(t.numel() for t in params), len(params)),
           flush=True)
     if a.optimizer == "sgd":
         opt = torch.optim.SGD(params, lr=a.lr)
@@ -287,8 +331,14 @@ def main():
     else:
         amp = None
 
+    # Data parallel: each rank draws its own share of the batch.
+    world = a.world if a.ddp else 1
+    if a.ddp:
+        torch.manual_seed(a.seed + 1000 * rank)
+
     def batch():
-        t = torch.randint(0, a.vocab, (a.batch, a.seq + 1), device=dev)
+        t = torch.randint(0, a.vocab, (a.batch // world, a.seq + 1),
+                          device=dev)
         return t[:, 1:], model.next_map[t[:, :-1]]
 
     # --save-batch: every step's batch drawn now (training draws no random
@@ -312,6 +362,14 @@ def main():
             loss = model.loss(inputs, targets)
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        if dist:  # the ranks' mean gradient, as DDP's all-reduce gives
+            flat = torch.cat([q.grad.reshape(-1) for q in params])
+            dist.all_reduce(flat)
+            flat /= world
+            at = 0
+            for q in params:
+                q.grad.copy_(flat[at:at + q.numel()].view_as(q.grad))
+                at += q.numel()
         opt.step()
         return loss
 
@@ -326,16 +384,18 @@ def main():
         t0 = time.perf_counter()
         loss = step(i).item()
         dt = time.perf_counter() - t0
-        print(("loss %d %.9g" if batches else "loss %d %.6f") % (i, loss),
+        say(("loss %d %.9g" if batches else "loss %d %.6f") % (i, loss),
               flush=True)
         bad = bad or not math.isfinite(loss)
         if i >= a.warmup:
             times.append(dt * 1e3)
     peak = torch.cuda.max_memory_allocated() / 2.0 ** 30 if cuda else 0.0
-    print("result attention=%s dtype=%s ms_per_step %.4f min %.4f steps %d "
-          "peak_gib %.2f" %
-          (a.attention, a.dtype, statistics.median(times), min(times),
-           len(times), peak), flush=True)
+    say("result attention=%s dtype=%s ms_per_step %.4f min %.4f steps %d "
+        "peak_gib %.2f%s" %
+        (a.attention, a.dtype, statistics.median(times), min(times),
+         len(times), peak, " world %d" % world if a.ddp else ""), flush=True)
+    if dist:
+        dist.destroy_process_group()
     sys.exit(1 if bad else 0)
 
 

@@ -4,6 +4,7 @@ of Linear + ReLU, a linear head, softmax cross-entropy, plain SGD), on fixed
 random data, one thread per process.
 
   mlp_torch.py single             one process, torch.set_num_threads(1)
+                                  (--threads T: T threads)
   mlp_torch.py ddp --world 2      DistributedDataParallel over gloo, `world`
                                   processes on this machine, the global batch
                                   split between them
@@ -96,7 +97,7 @@ def export(args, model, opt, x, y, torch):
 
 def run_single(args):
     import torch
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     model = build(args, torch)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
@@ -201,6 +202,8 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1,
+                   help="single: torch.set_num_threads (ddp: 1 per process)")
     p.add_argument("--world", type=int, default=2)
     p.add_argument("--port", type=int, default=29517)
     p.add_argument("--lockstep", action="store_true",
