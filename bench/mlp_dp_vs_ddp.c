@@ -171,8 +171,8 @@ int main(int argc, char **argv) {
       snprintf(data, sizeof data, " --data '%s/x.npy,%s/y.npy'", dir, dir);
     snprintf(cmd[k], sizeof cmd[k],
              "'%s' launch --nnodes 2 --devices cpu:1 -- '%s' --devices "
-             "cpu:0-1/0 --layout dp --batch %d --in %d --classes %d --steps "
-             "%ld%s 2>/dev/null",
+             "cpu:0-1/0 --layout dp --threads 1 --batch %d --in %d "
+             "--classes %d --steps %ld%s 2>/dev/null",
              SLUICE_CLI_PATH, SLUICE_MLP_PATH, BATCH, FEATURES, CLASSES, steps,
              data);
   }

@@ -89,9 +89,12 @@ static void rig_open(rig *r, const opts *o, ex_layout layout,
     fprintf(stderr, "bench_mlp_vs_torch: %s\n", sl_graph_error(r->g));
     exit(1);
   }
+  /* One thread per device, as PyTorch's side has (the default would give
+   * a lone device every core). */
   ex_run_opts ro = {.engine = engine,
                     .profile = profile,
-                    .out_of_place_updates = out_of_place};
+                    .out_of_place_updates = out_of_place,
+                    .cpu_threads = 1};
   if (ex_run_create(r->g, &ro, &r->run) != SL_OK) die("run");
   size_t nx = (size_t)(o->batch * o->in);
   float *x = malloc(nx * sizeof *x);
