@@ -2,9 +2,11 @@
  * sluice against JAX (XLA:CPU) and PyTorch in one run.
  *
  * Models (the examples' own, built in this process):
- *   mlp      4 hidden layers of 1024, batch 256, softmax cross-entropy, SGD
+ *   mlp      4 hidden layers of 1024, batch 256, softmax cross-entropy, SGD,
+ *            on one fixed batch fed once (as the peers do)
  *   gpt      examples/gpt's defaults (batch 8, seq 32, hidden 64, 4 heads,
- *            2 layers, vocab 64), tied head, Adam
+ *            2 layers, vocab 64), tied head, Adam; sluice and PyTorch draw
+ *            a new batch of tokens every step, JAX trains on a fixed one
  *   gpt-256  the same with 4 layers of hidden 256 and seq 128
  *
  * Rows, for an n-core machine:
@@ -109,6 +111,7 @@ static sl_status build(sl_graph *g, const model *m, const row *r,
     c.layers = (int)m->layers;
     c.layout = layout;
     c.placement = placement;
+    c.data = EX_MLP_DATA_FEED; /* one fixed batch, as the peers train on */
     return ex_mlp_build(g, &c);
   }
   ex_gpt_config c = ex_gpt_defaults();
@@ -124,6 +127,27 @@ static sl_status build(sl_graph *g, const model *m, const row *r,
   return ex_gpt_build(g, &c);
 }
 
+/* The mlp's fixed batch: features uniform in [-1, 1), labels uniform over
+ * the classes (examples/mlp's defaults: in 1024, 10 classes). */
+static sl_status feed_batch(ex_run *run, const model *m) {
+  ex_mlp_config d = ex_mlp_defaults();
+  size_t nx = (size_t)(m->batch * d.in);
+  float *x = malloc(nx * sizeof *x);
+  int32_t *y = malloc((size_t)m->batch * sizeof *y);
+  sl_status st = x && y ? SL_OK : SL_ENOMEM;
+  sl_rng rng = {42};
+  for (size_t i = 0; st == SL_OK && i < nx; i++)
+    x[i] = (float)((double)(sl__rng_next(&rng) >> 11) * 0x1.0p-53 * 2 - 1);
+  for (int64_t i = 0; st == SL_OK && i < m->batch; i++)
+    y[i] = (int32_t)sl__rng_below(&rng, (uint64_t)d.classes);
+  if (st == SL_OK) st = ex_run_feed(run, "x", x, nx * sizeof *x);
+  if (st == SL_OK)
+    st = ex_run_feed(run, "labels", y, (size_t)m->batch * sizeof *y);
+  free(x);
+  free(y);
+  return st;
+}
+
 static double run_sluice(const model *m, const row *r, const opts *o) {
   char placement[256];
   sl_graph *g;
@@ -133,6 +157,7 @@ static double run_sluice(const model *m, const row *r, const opts *o) {
   sl_status st = sl_graph_create(&g);
   if (st == SL_OK) st = build(g, m, r, placement, sizeof placement);
   if (st == SL_OK) st = ex_run_create(g, &ro, &run);
+  if (st == SL_OK && !m->gpt) st = feed_batch(run, m);
   if (st == SL_OK) st = ex_train(run, 3, m->batch, "loss", NULL, NULL, NULL);
   if (st == SL_OK)
     st = ex_train(run, o->steps + 1, m->batch, "loss", NULL, NULL, &res);

@@ -3,11 +3,14 @@
  * threads, its compute stream thread leading; its kernels cut their work
  * over them. By default the process's CPUs are shared out evenly between
  * those devices, so `cpu:0` alone uses the whole machine and `cpu:0-3` on
- * four cores gives each device one. Asked to pin (cpu_pin), device d's
- * threads each get a CPU of their own, d's after d - 1's. Not by default:
- * on the 2-vCPU development machine pinning changed nothing for one device
- * and made dp on two 4% slower (bench/README.md), the stream threads that
- * run collectives being left to float. */
+ * four cores gives each device one. Pinned (cpu_pin), device d's threads
+ * each get a CPU of their own, d's after d - 1's. By default a device of
+ * several threads is pinned when the teams fit in the CPUs: left to the
+ * scheduler, a team's members can land on one core (a woken thread is
+ * often placed on its waker's), and every kernel cut over them then takes
+ * as long as on one thread. Devices of one thread float: pinned, their
+ * compute threads could not move away from the stream threads that run
+ * collectives (dp on two devices measured 4% slower pinned). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,7 +62,8 @@ sl_status sl__session_cpu_config_check(int threads, int pin) {
   if (pin < -1 || pin > 1)
     return sl__fail(SL_EINVAL,
                     "session: cpu_pin %d: want 1 (pin), -1 (do not) or 0 "
-                    "(the default: SLUICE_CPU_PIN, else do not)",
+                    "(the default: SLUICE_CPU_PIN, else pin devices of several "
+                    "threads that fit in the CPUs)",
                     pin);
   return SL_OK;
 }
@@ -75,6 +79,7 @@ sl_status sl__session_open_cpu_teams(sl_session *s) {
   if (n == 0) return SL_OK;
   int n_cpus = sl__cpu_list(cpus, MAX_CPUS);
   if (!threads) threads = SL_MAX(1, n_cpus / n);
+  if (!pin) pin = threads > 1 && (int64_t)threads * n <= n_cpus ? 1 : -1;
   s->cpu_teams = sl__calloc((size_t)n, sizeof *s->cpu_teams);
   if (!s->cpu_teams) return SL_ENOMEM;
   s->cpu_threads = threads;

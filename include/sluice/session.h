@@ -59,7 +59,9 @@ typedef struct sl_session_config {
   int cpu_threads;
   /* Pin each thread of the CPU devices to a CPU of its own (device 0's
    * threads on the first CPUs this process may use, then device 1's, ...,
-   * round robin past the last): 1 yes, -1 no, 0: SLUICE_CPU_PIN, else no. */
+   * round robin past the last): 1 yes, -1 no, 0: SLUICE_CPU_PIN, else yes
+   * for devices of several threads when all the threads fit in the CPUs
+   * this process may use. */
   int cpu_pin;
   /* The cluster's master, "host:port" (read while the session is created);
    * setting it makes the session remote. NULL: from the environment, as
