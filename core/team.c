@@ -25,7 +25,6 @@
 
 typedef struct member {
   struct sl__team *team;
-  int index;
   int cpu; /* -1: not pinned */
   sl__thread thread;
 } member;
@@ -136,7 +135,7 @@ sl_status sl__team_create(int threads, const int *cpus, const char *name,
   pthread_mutex_init(&t->lock, NULL);
   pthread_cond_init(&t->cond, NULL);
   for (int i = 0; i < threads; i++)
-    ms[i] = (member){t, i, cpus ? cpus[i] : -1, {0}};
+    ms[i] = (member){t, cpus ? cpus[i] : -1, {0}};
   for (int i = 1; i < threads; i++) {
     char tname[32];
     snprintf(tname, sizeof tname, "%s/%d", name ? name : "team", i);

@@ -2,7 +2,7 @@
 jitted step on XLA:CPU, one device or several host devices.
 
   cpu_jax.py MODEL LAYOUT [--devices N] [--threads T] [--steps 20]
-             [--warmup 3] [sizes]
+             [--warmup 3] [--verbose] [sizes]
     MODEL    mlp | gpt
     LAYOUT   single | dp | tp
     --devices N   XLA host devices (XLA_FLAGS
@@ -26,12 +26,21 @@ alternately by columns and by rows; gpt: Wq, Wk, Wv and fc1 by columns, Wo
 and fc2 by rows), the data replicated. XLA's SPMD partitioner inserts the
 collectives.
 
+The step is one jitted function (forward, backward, optimizer update) that
+donates the parameters and optimizer state, so XLA updates them in place;
+its input and output shardings are pinned to the layout above.
+
 Timing: --warmup untimed steps (compilation included), then --steps steps,
-each from the call to the loss on the host. Prints one line:
+each from the call to the loss on the host (float(loss)). Prints one line
+on stdout, MEDIAN and MIN in ms, L the last step's loss:
   "jax MODEL LAYOUT devices N threads T ms_per_step MEDIAN min MIN steps S
    loss L"
-Bad arguments: a message on stderr, exit status 2."""
+Everything else (JAX's warnings; with --verbose every step's loss) goes to
+stderr. Exit status 0; 1 when the last loss is not finite; 2 for bad
+arguments (dp or tp on one device, a batch that dp cannot split evenly,
+hidden or heads that tp cannot split evenly)."""
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -39,39 +48,51 @@ import time
 
 
 def parse():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__[len(__doc__.split("\n\n")[0]):].strip())
     p.add_argument("model", choices=["mlp", "gpt"])
     p.add_argument("layout", choices=["single", "dp", "tp"])
-    p.add_argument("--devices", type=int, default=1)
-    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--devices", type=int, default=1,
+                   help="XLA host devices (dp and tp: >= 2)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="0: XLA's choice; T: bound to the first T CPUs")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--batch", type=int)
-    p.add_argument("--in", dest="inp", type=int, default=1024)
-    p.add_argument("--hidden", type=int)
-    p.add_argument("--layers", type=int)
-    p.add_argument("--classes", type=int, default=10)
-    p.add_argument("--seq", type=int, default=32)
-    p.add_argument("--vocab", type=int, default=64)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--lr", type=float)
+    p.add_argument("--verbose", action="store_true",
+                   help="every step's loss on stderr")
+    # Sizes whose default depends on the model are None until parsed.
+    p.add_argument("--batch", type=int, help="mlp 256, gpt 8")
+    p.add_argument("--hidden", type=int, help="mlp 1024, gpt 64")
+    p.add_argument("--layers", type=int, help="mlp 4, gpt 2")
+    p.add_argument("--lr", type=float, help="mlp 0.05, gpt 3e-3")
+    p.add_argument("--in", dest="inp", type=int, default=1024, help="mlp")
+    p.add_argument("--classes", type=int, default=10, help="mlp")
+    p.add_argument("--seq", type=int, default=32, help="gpt")
+    p.add_argument("--vocab", type=int, default=64, help="gpt")
+    p.add_argument("--heads", type=int, default=4, help="gpt")
     a = p.parse_args()
     mlp = a.model == "mlp"
-    a.batch = a.batch or (256 if mlp else 8)
-    a.hidden = a.hidden or (1024 if mlp else 64)
-    a.layers = a.layers or (4 if mlp else 2)
-    a.lr = a.lr or (0.05 if mlp else 3e-3)
+    for name, m, g in (("batch", 256, 8), ("hidden", 1024, 64),
+                       ("layers", 4, 2), ("lr", 0.05, 3e-3)):
+        if getattr(a, name) is None:
+            setattr(a, name, m if mlp else g)
 
     def bad(msg):
         print("cpu_jax.py: " + msg, file=sys.stderr)
         sys.exit(2)
 
     if a.devices < 1 or a.threads < 0 or a.steps < 1 or a.warmup < 0:
-        bad("--devices, --steps >= 1; --threads, --warmup >= 0")
+        bad("want --devices, --steps >= 1 and --threads, --warmup >= 0")
+    if min(a.batch, a.hidden, a.layers, a.inp, a.seq, a.heads) < 1 or \
+            a.classes < 2 or a.vocab < 2:
+        bad("want sizes >= 1 and classes, vocab >= 2")
     if a.layout != "single" and a.devices < 2:
         bad("%s needs --devices >= 2" % a.layout)
     if a.layout == "dp" and a.batch % a.devices:
-        bad("dp: batch %d is not a multiple of %d devices" % (a.batch, a.devices))
+        bad("dp: batch %d is not a multiple of %d devices" %
+            (a.batch, a.devices))
     if a.layout == "tp" and (a.hidden % a.devices or
                              (not mlp and a.heads % a.devices)):
         bad("tp: hidden %d (and heads) not a multiple of %d devices" %
@@ -89,6 +110,9 @@ def configure(a):
         flags += ["--xla_cpu_multi_thread_eigen=false",
                   "intra_op_parallelism_threads=1"]
     os.environ["XLA_FLAGS"] = " ".join(f for f in flags if f)
+    # The affinity is what holds XLA to T cores (it sizes its thread pools
+    # from the CPUs the process may run on; the bare word above is no
+    # "--" flag and XLA's parser passes over it). Set before jax starts.
     if a.threads > 0:
         cpus = sorted(os.sched_getaffinity(0))[:a.threads]
         os.sched_setaffinity(0, set(cpus))
@@ -115,7 +139,7 @@ def mlp_model(a, jax, jnp):
         logp = jax.nn.log_softmax(logits)
         return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
 
-    def update(ps, state, grads):
+    def update(ps, state, grads):  # plain SGD, no state
         return jax.tree_util.tree_map(lambda p, g: p - a.lr * g, ps,
                                       grads), state
 
@@ -132,7 +156,7 @@ def mlp_model(a, jax, jnp):
                 specs.append({"w": P("d", None), "b": P()})
         return specs
 
-    return params, None, (x, y), loss_fn, update, tp_spec
+    return params, {}, (x, y), loss_fn, update, tp_spec
 
 
 def gpt_model(a, jax, jnp):
@@ -144,23 +168,25 @@ def gpt_model(a, jax, jnp):
         key, k = jax.random.split(key)
         return jax.random.normal(k, shape, jnp.float32) * std
 
+    proj = 0.02 / (2 * L) ** 0.5  # gpt_torch.py's std for Wo and fc2
     blocks = []
     for _ in range(L):
         blocks.append({
             "ln1_g": jnp.ones((D,)), "ln1_b": jnp.zeros((D,)),
             "wq": normal((D, D), 0.02), "wk": normal((D, D), 0.02),
             "wv": normal((D, D), 0.02),
-            "wo": normal((D, D), 0.02 / (2 * L) ** 0.5),
+            "wo": normal((D, D), proj),
             "ln2_g": jnp.ones((D,)), "ln2_b": jnp.zeros((D,)),
             "fc1": normal((D, 4 * D), 0.02), "fc1_b": jnp.zeros((4 * D,)),
-            "fc2": normal((4 * D, D), 0.02), "fc2_b": jnp.zeros((D,))})
+            "fc2": normal((4 * D, D), proj), "fc2_b": jnp.zeros((D,))})
     params = {"wte": normal((V, D), 0.02), "wpe": normal((S, D), 0.01),
               "lnf_g": jnp.ones((D,)), "lnf_b": jnp.zeros((D,)),
               "blocks": blocks}
     key, kt, kf = jax.random.split(key, 3)
     tokens = jax.random.randint(kt, (B, S + 1), 0, V)
     fmap = jax.random.randint(kf, (V,), 0, V)
-    inputs, targets = tokens[:, 1:], fmap[tokens[:, 1:]]
+    # gpt_torch.py's task: read t[:, 1:], predict f(t[:, i]) at position i.
+    inputs, targets = tokens[:, 1:], fmap[tokens[:, :-1]]
     mask = jnp.tril(jnp.ones((S, S), bool))
 
     def ln(x, g, b):
@@ -175,7 +201,7 @@ def gpt_model(a, jax, jnp):
         x = ps["wte"][inputs] + ps["wpe"]
         for p in ps["blocks"]:
             h = ln(x, p["ln1_g"], p["ln1_b"])
-            q, k, v = heads(h @ p["wq"]), heads(h @ p["wk"]), heads(h @ p["wv"])
+            q, k, v = (heads(h @ p[w]) for w in ("wq", "wk", "wv"))
             s = q @ k.transpose(0, 1, 3, 2) / (D // H) ** 0.5
             s = jnp.where(mask, s, -jnp.inf)
             o = jax.nn.softmax(s, -1) @ v
@@ -225,32 +251,35 @@ def main():
 
     build = mlp_model if a.model == "mlp" else gpt_model
     params, state, data, loss_fn, update, tp_spec = build(a, jax, jnp)
+    # single runs on the first device whatever --devices says.
     devices = jax.devices()[:1 if a.layout == "single" else a.devices]
     mesh = Mesh(devices, ("d",))
 
     def on(spec):
         return NamedSharding(mesh, spec)
 
-    is_spec = lambda s: isinstance(s, P)
     if a.layout == "tp":
-        p_shard = jax.tree_util.tree_map(on, tp_spec(P), is_leaf=is_spec)
+        p_shard = jax.tree_util.tree_map(
+            on, tp_spec(P), is_leaf=lambda s: isinstance(s, P))
     else:
         p_shard = jax.tree_util.tree_map(lambda _: on(P()), params)
-    d_spec = P("d") if a.layout == "dp" else P()
-    d_shard = tuple(on(d_spec) for _ in data)
+    # Adam's moments take their parameter's layout (the mlp has no state).
+    s_shard = {k: on(P()) if k == "t" else p_shard for k in state}
+    d_shard = tuple(on(P("d") if a.layout == "dp" else P()) for _ in data)
     params = jax.device_put(params, p_shard)
-    data = tuple(jax.device_put(x, s) for x, s in zip(data, d_shard))
-    if state is not None:  # Adam's moments take their parameter's layout
-        state = {"m": jax.device_put(state["m"], p_shard),
-                 "v": jax.device_put(state["v"], p_shard),
-                 "t": jax.device_put(state["t"], on(P()))}
+    state = jax.device_put(state, s_shard)
+    data = jax.device_put(data, d_shard)
 
     def step(ps, st, data):
         loss, grads = jax.value_and_grad(loss_fn)(ps, *data)
         ps, st = update(ps, st, grads)
         return ps, st, loss
 
-    step = jax.jit(step, donate_argnums=(0, 1))
+    # Outputs pinned to the inputs' layout: the donated buffers are reused
+    # and every call sees the same shardings (no resharding, one compile).
+    step = jax.jit(step, donate_argnums=(0, 1),
+                   in_shardings=(p_shard, s_shard, d_shard),
+                   out_shardings=(p_shard, s_shard, on(P())))
     times, loss = [], float("nan")
     for i in range(a.warmup + a.steps):
         t0 = time.perf_counter()
@@ -258,9 +287,13 @@ def main():
         loss = float(l)
         if i >= a.warmup:
             times.append((time.perf_counter() - t0) * 1e3)
+        if a.verbose:
+            print("loss %d %.6f" % (i, loss), file=sys.stderr, flush=True)
     print("jax %s %s devices %d threads %d ms_per_step %.3f min %.3f steps %d "
-          "loss %.6g" % (a.model, a.layout, len(devices), a.threads,
-                         statistics.median(times), min(times), a.steps, loss))
+          "loss %.6g" % (a.model, a.layout, a.devices, a.threads,
+                         statistics.median(times), min(times), a.steps, loss),
+          flush=True)
+    sys.exit(0 if math.isfinite(loss) else 1)
 
 
 if __name__ == "__main__":
