@@ -178,16 +178,17 @@ int sl__team_parts(const sl__team *t, int64_t count, int64_t grain) {
 void sl__team_for(sl__team *t, int64_t count, int64_t grain, sl__team_fn fn,
                   void *arg) {
   if (count <= 0) return;
-  int parts = sl__team_parts(t, count, grain);
-  if (parts == 1) {
-    fn(arg, 0, count, 0);
-    return;
-  }
-  if (t->pinned &&
+  /* The leader pins itself when it first leads (a team of one included). */
+  if (t && t->pinned &&
       !(t->leader_pinned && pthread_equal(t->led_by, pthread_self()))) {
     sl__pin_self(t->members[0].cpu);
     t->led_by = pthread_self();
     t->leader_pinned = true;
+  }
+  int parts = sl__team_parts(t, count, grain);
+  if (parts == 1) {
+    fn(arg, 0, count, 0);
+    return;
   }
   t->fn = fn;
   t->arg = arg;

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -149,6 +150,20 @@ static void test_team_pinned(void **state) {
   sl__team_for(t, 3, 1, pinned_cpu, cpu_of_part);
   for (int i = 0; i < 3; i++)
     assert_int_equal(cpu_of_part[i], cpus[0]);
+  sl__team_destroy(t);
+  /* A team of one pins its leader too: the caller's affinity, reset to
+   * every allowed CPU, is the team's one CPU after it leads a loop. */
+  cpu_set_t all, got;
+  CPU_ZERO(&all);
+  for (int i = 0; i < n; i++)
+    CPU_SET(cpus[i], &all);
+  assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof all, &all), 0);
+  int last = cpus[n - 1];
+  assert_int_equal(sl__team_create(1, &last, "pin1", &t), SL_OK);
+  sl__team_for(t, 1, 1, pinned_cpu, cpu_of_part);
+  assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof got, &got), 0);
+  assert_int_equal(CPU_COUNT(&got), 1);
+  assert_true(CPU_ISSET(last, &got));
   sl__team_destroy(t);
   assert_false(sl__pin_self(-1));
 }
