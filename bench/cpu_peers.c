@@ -327,24 +327,27 @@ static double row_ms(row *r) {
   return bench_median(v, r->n_ms);
 }
 
-static void describe(const row *r, int cores, char *buf, size_t n) {
-  static const char *names[] = {"sluice", "JAX", "PyTorch"};
-  char split[32];
-  if (r->threads == 0)
-    snprintf(split, sizeof split, "%d x (XLA's pool)", r->devices);
+/* The row's label, as bench/README.md's tables print it. */
+static void describe(const row *r, const model *m, int cores, char *buf,
+                     size_t n) {
+  const char *s = r->layout;
+  int d = r->devices, t = r->threads;
+  if (r->sys == SYS_SLUICE)
+    snprintf(buf, n, "sluice %s %d x %d", s, d, t);
+  else if (r->sys == SYS_JAX && t == 1)
+    snprintf(buf, n, "JAX single, 1 thread");
+  else if (r->sys == SYS_JAX && d == 1)
+    snprintf(buf, n, "JAX single, %d cores", cores);
+  else if (r->sys == SYS_JAX)
+    snprintf(buf, n, "JAX %s, %d devices", s, d);
+  else if (strcmp(s, "ddp") == 0)
+    snprintf(buf, n,
+             m->gpt ? "PyTorch data parallel, %d processes"
+                    : "PyTorch DDP, %d processes of 1 thread",
+             d);
   else
-    snprintf(split, sizeof split, "%d x %d", r->devices, r->threads);
-  if (r->sys == SYS_TORCH && strcmp(r->layout, "ddp") == 0)
-    snprintf(buf, n, "%-8s DDP, %d processes of 1 thread", names[r->sys],
-             r->devices);
-  else if (r->sys == SYS_TORCH)
-    snprintf(buf, n, "%-8s %d thread%s, OpenBLAS %d", names[r->sys], r->threads,
-             r->threads == 1 ? "" : "s", r->blas);
-  else if (r->sys == SYS_JAX && r->threads == 0 && r->devices == 1)
-    snprintf(buf, n, "%-8s %-7s 1 x %d cores       ", names[r->sys], r->layout,
-             cores);
-  else
-    snprintf(buf, n, "%-8s %-7s %-18s", names[r->sys], r->layout, split);
+    snprintf(buf, n, "PyTorch %d thread%s, OpenBLAS %d", t, t == 1 ? "" : "s",
+             r->blas);
 }
 
 static void bench_model(const model *m, const opts *o, int cores) {
@@ -372,7 +375,7 @@ static void bench_model(const model *m, const opts *o, int cores) {
   for (int i = 0; i < n; i++) {
     const row *r = &rows[i];
     char name[96];
-    describe(r, cores, name, sizeof name);
+    describe(r, m, cores, name, sizeof name);
     double ms = row_ms(&rows[i]);
     if (isnan(ms)) {
       printf("| %s | – | – | – |  (%s)\n", name, r->why);

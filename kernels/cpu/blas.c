@@ -409,9 +409,6 @@ typedef struct team_gemm {
  * OpenBLAS would take another path for it (a single row goes to gemv,
  * which sums in another order). */
 #define TEAM_GEMM_BLOCK 16
-/* The fewest multiply-adds worth a part: below that, waking a thread costs
- * more than it saves. */
-#define TEAM_GEMM_MIN_FMAS (1 << 20)
 
 static void team_gemm_part(void *arg, int64_t begin, int64_t end, int part) {
   (void)part;
@@ -442,7 +439,7 @@ sl_status sl__blas_sgemm_team(sl__team *team, bool trans_a, bool trans_b,
                               const float *a, int64_t lda, const float *b,
                               int64_t ldb, float beta, float *c, int64_t ldc) {
   double fmas = (double)m * (double)n * (double)k;
-  if (sl__team_size(team) == 1 || fmas < 2.0 * TEAM_GEMM_MIN_FMAS)
+  if (sl__team_size(team) == 1 || fmas < 2.0 * SL__BLAS_TEAM_MIN_FMAS)
     return sl__blas_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
                           beta, c, ldc);
   SL_CHECK(sl__sgemm_check(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc));
@@ -468,7 +465,7 @@ sl_status sl__blas_sgemm_team(sl__team *team, bool trans_a, bool trans_b,
                   .c = c,
                   .st = SL_OK};
   double block_fmas = (double)TEAM_GEMM_BLOCK * (double)other * (double)k;
-  int64_t grain = (int64_t)(TEAM_GEMM_MIN_FMAS / block_fmas) + 1;
+  int64_t grain = (int64_t)(SL__BLAS_TEAM_MIN_FMAS / block_fmas) + 1;
   sl__team_for(team, blocks, grain, team_gemm_part, &tg);
   sl_status st = atomic_load(&tg.st);
   if (st != SL_OK)

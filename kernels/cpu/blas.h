@@ -33,10 +33,10 @@ typedef enum sl__cpu_vendor {
  * AND the OS saves its registers across context switches (XCR0). */
 typedef struct sl__cpu_features {
   sl__cpu_vendor vendor;
-  bool avx;     /* AVX with YMM state enabled */
-  bool fma;     /* FMA3, usable (needs AVX state) */
-  bool avx2;    /* AVX2, usable */
-  bool avx512;  /* AVX-512 F, BW, DQ and VL with opmask/ZMM state enabled */
+  bool avx;    /* AVX with YMM state enabled */
+  bool fma;    /* FMA3, usable (needs AVX state) */
+  bool avx2;   /* AVX2, usable */
+  bool avx512; /* AVX-512 F, BW, DQ and VL with opmask/ZMM state enabled */
 } sl__cpu_features;
 
 /* Pure: decodes raw cpuid words into usable features. */
@@ -75,6 +75,10 @@ sl_status sl__blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n,
                          const float *b, int64_t ldb, float beta, float *c,
                          int64_t ldc);
 
+/* The fewest multiply-adds worth a thread of a product: below that, waking
+ * a team member costs more than it saves. */
+#define SL__BLAS_TEAM_MIN_FMAS (1 << 20)
+
 /* The same product cut over a CPU device's threads (core_team.h): the
  * longer of m and n is cut into one block of rows or columns per member,
  * each an sl__blas_sgemm of its own, so every element is computed as one
@@ -97,7 +101,8 @@ const char *sl__blas_name(void);
  * or why the C sgemm runs ("C sgemm (avx512 kernel): no OpenBLAS: ..."). */
 const char *sl__blas_describe(void);
 
-/* The kernel set OpenBLAS runs ("SkylakeX", "Haswell"), NULL for the C sgemm. */
+/* The kernel set OpenBLAS runs ("SkylakeX", "Haswell"), NULL for the C sgemm.
+ */
 const char *sl__blas_coretype(void);
 
 /* Threads each BLAS call may use, process-wide (OpenBLAS has no per-call
@@ -122,8 +127,8 @@ sl_status sl__blas_sgemm_chunked(bool trans_a, bool trans_b, int64_t m,
 
 /* A register-tile micro-kernel: out[r * ldo + j] += sum_p ap[p * mr + r] *
  * bp[p * nr + j] for r < mr, j < nr, over kc packed columns. */
-typedef void (*sl__sgemm_micro_fn)(int64_t kc, const float *ap,
-                                   const float *bp, float *out, int64_t ldo);
+typedef void (*sl__sgemm_micro_fn)(int64_t kc, const float *ap, const float *bp,
+                                   float *out, int64_t ldo);
 
 typedef struct sl__sgemm_kernel {
   const char *name; /* "generic", "avx2", "avx512" */

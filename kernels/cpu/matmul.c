@@ -267,9 +267,6 @@ typedef struct bmm_run {
   _Atomic sl_status st; /* the first failure */
 } bmm_run;
 
-/* The fewest multiply-adds worth a thread (as the team sgemm). */
-#define BMM_MIN_FMAS (1 << 20)
-
 static void bmm_part(void *arg, int64_t b, int64_t e, int part) {
   (void)part;
   bmm_run *r = arg;
@@ -310,8 +307,8 @@ static sl_status bmm_cpu(const sl__kernel_ctx *k) {
   }
   bmm_run r = {ta, tb, &d, a, b, c, SL_OK};
   double fmas = (double)d.m * (double)d.n * (double)d.k;
-  sl__team_for(k->team, d.batch, (int64_t)(BMM_MIN_FMAS / fmas) + 1, bmm_part,
-               &r);
+  sl__team_for(k->team, d.batch, (int64_t)(SL__BLAS_TEAM_MIN_FMAS / fmas) + 1,
+               bmm_part, &r);
   sl_status st = atomic_load(&r.st);
   if (st != SL_OK)
     return sl__fail(st, "batch_matmul: the C sgemm could not allocate its "
