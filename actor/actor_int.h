@@ -170,7 +170,8 @@ typedef struct stream {
   int32_t n_actors;
   sl__mpsc *q; /* messages from other threads and nodes */
   sl__thread thread;
-  int32_t spin; /* polls of an empty queue before sleeping; 0: none */
+  int32_t spin;    /* polls of an empty queue before sleeping; 0: none */
+  int64_t spin_ns; /* the longest spin */
   bool trace_on;
   char name[64];
   atomic_uint_least64_t handled_pub; /* published before sleeping */

@@ -14,6 +14,7 @@
  * with bench_actor_chain's fan-in rows, waking a sleeping thread costs far
  * more than this, with few or many threads per CPU. */
 #define DEFAULT_SPIN 2000
+#define DEFAULT_SPIN_US 20
 
 /* ---- register memory ------------------------------------------------------
  */
@@ -505,7 +506,9 @@ static sl_status build_queues(sl_job *job) {
     if (job->cfg.spin > 0)
       s->spin = job->cfg.spin;
     else if (job->cfg.spin == 0)
-      s->spin = DEFAULT_SPIN;
+      s->spin = job->cfg.spin_us > 0 ? INT32_MAX : DEFAULT_SPIN;
+    s->spin_ns = (job->cfg.spin_us > 0 ? job->cfg.spin_us : DEFAULT_SPIN_US) *
+                 (int64_t)1000;
     s->trace_on = job->trace_path != NULL;
   }
 done:

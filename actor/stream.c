@@ -108,10 +108,10 @@ static void thread_exit(stream *s) {
  * does not: on a machine with more busy threads than cores, a stream that
  * spins through every wait (its producer waiting for a collective, say)
  * slows the whole job. So a stream spins only while at least half of its
- * recent waits were short, and never longer than SPIN_WINDOW_NS. A wait
- * the spin catches is short without reading the clock (a read costs half
- * a message between threads); one slept through is timed from its start. */
-#define SPIN_WINDOW_NS 20000
+ * recent waits were short, and never longer than s->spin_ns (20 us unless
+ * the job says otherwise). A wait the spin catches is short without
+ * reading the clock (a read costs half a message between threads); one
+ * slept through is timed from its start. */
 #define WAITS_ALL 1024 /* long_waits is a fraction of this */
 
 /* The share of long waits moves 1/8 of the way towards this wait's. */
@@ -130,7 +130,7 @@ static size_t spin_poll(stream *s, sl_msg *batch) {
     if (i % 64 == 0) {
       uint64_t t = sl__now_ns();
       if (!t0) t0 = t;
-      if (t - t0 > SPIN_WINDOW_NS) break;
+      if (t - t0 > (uint64_t)s->spin_ns) break;
       sched_yield();
     } else {
       sl__cpu_relax();
@@ -170,7 +170,8 @@ void *sl__stream_main(void *arg) {
       /* A slept wait includes the wake-up: long only past twice the
        * window. */
       if (s->waiting_since) {
-        wait_ended(s, sl__now_ns() - s->waiting_since > 2 * SPIN_WINDOW_NS);
+        wait_ended(s,
+                   sl__now_ns() - s->waiting_since > 2 * (uint64_t)s->spin_ns);
         s->waiting_since = 0;
       } else if (waited) {
         wait_ended(s, false);

@@ -237,6 +237,7 @@ static sl_status job_from_blob(djob *j, const sl__job_blob *bp,
   s->base = s->steps = b.base_step;
   s->cfg.cpu_threads = b.cpu_threads;
   s->cfg.cpu_pin = b.cpu_pin;
+  s->cfg.spin_us = b.spin_us;
   SL_CHECK(sl__handoff_take(s, b.starts, j->kept, o->cp, j->id));
   /* The job before gave what it had to; what its collectives left goes,
    * and an abort of it no longer applies. */
@@ -299,6 +300,7 @@ static sl_status job_prepare(djob *j, const uint8_t *blob, size_t len) {
   jc.transport = (sl_transport){&dj_transport, j};
   sl__shared_regs_open(s, sl__cp_client_nnodes(j->o->cp));
   sl__session_job_memory(s, &jc);
+  sl__session_job_spin(s, &jc);
   sl_status st = sl_job_create(s->plan, &jc, &s->job);
   sl__session_drop_sources(s);
   SL_CHECK(st);

@@ -1,16 +1,16 @@
 /* The job blob: a fixed header (magic, version, node count, address
  * length, flags, starts text length), the program's address, the starts
  * text, the hang timeout, the base step, the CPU devices' threads and
- * pinning, the plan's length, then the plan. Host byte order: the
- * daemons and the program are the same build on the same kind of machine
- * (docs/cluster.md, "Limits"). */
+ * pinning and the threads' spin, the plan's length, then the plan. Host byte
+ * order: the daemons and the program are the same build on the same kind of
+ * machine (docs/cluster.md, "Limits"). */
 #include <string.h>
 
 #include "core_int.h"
 #include "job_blob.h"
 
 #define BLOB_MAGIC 0x424a4c53u /* "SLJB" */
-#define BLOB_VERSION 6u
+#define BLOB_VERSION 7u
 
 static void wr(uint8_t **p, const void *src, size_t n) {
   memcpy(*p, src, n);
@@ -28,7 +28,7 @@ sl_status sl__job_blob_pack(const sl__job_blob *b, uint8_t **buf, size_t *len) {
                     SL__JOB_BLOB_STARTS - 1);
   uint32_t rlen = (uint32_t)slen;
   uint64_t pl = b->plan_len;
-  size_t n = 6 * 4 + alen + rlen + 8 + 8 + 8 + 8 + pl;
+  size_t n = 6 * 4 + alen + rlen + 8 + 8 + 12 + 8 + pl;
   uint8_t *out = sl__malloc(n), *p = out;
   if (!out) return SL_ENOMEM;
   uint32_t hdr[6] = {BLOB_MAGIC, BLOB_VERSION, b->nnodes, alen, b->trace, rlen};
@@ -37,7 +37,7 @@ sl_status sl__job_blob_pack(const sl__job_blob *b, uint8_t **buf, size_t *len) {
   if (rlen) wr(&p, b->starts, rlen);
   wr(&p, &b->hang_timeout_ms, 8);
   wr(&p, &b->base_step, 8);
-  int32_t cpu[2] = {b->cpu_threads, b->cpu_pin};
+  int32_t cpu[3] = {b->cpu_threads, b->cpu_pin, b->spin_us};
   wr(&p, cpu, sizeof cpu);
   wr(&p, &pl, 8);
   wr(&p, b->plan, pl);
@@ -57,7 +57,7 @@ sl_status sl__job_blob_unpack(const uint8_t *buf, size_t len, char *out_addr,
       hdr[4] > 1 || hdr[5] >= SL__JOB_BLOB_STARTS)
     goto bad;
   size_t off = sizeof hdr;
-  if (len - off < (size_t)hdr[3] + hdr[5] + 32u) goto bad;
+  if (len - off < (size_t)hdr[3] + hdr[5] + 36u) goto bad;
   /* the address and path are text: a NUL inside would cut them short */
   if (memchr(buf + off, '\0', hdr[3]) ||
       memchr(buf + off + hdr[3], '\0', hdr[5]))
@@ -70,13 +70,14 @@ sl_status sl__job_blob_unpack(const uint8_t *buf, size_t len, char *out_addr,
   off += hdr[5];
   memcpy(&out->hang_timeout_ms, buf + off, 8);
   memcpy(&out->base_step, buf + off + 8, 8);
-  int32_t cpu[2];
+  int32_t cpu[3];
   memcpy(cpu, buf + off + 16, sizeof cpu);
-  memcpy(&pl, buf + off + 24, 8);
-  off += 32;
+  memcpy(&pl, buf + off + 28, 8);
+  off += 36;
   if (out->base_step < 0) goto bad;
   out->cpu_threads = cpu[0]; /* the session checks the values */
   out->cpu_pin = cpu[1];
+  out->spin_us = cpu[2];
   if (pl != len - off) goto bad;
   out->driver_addr = out_addr;
   out->starts = out_starts;

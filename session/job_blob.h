@@ -28,9 +28,9 @@ typedef struct sl__job_blob {
    * values, values the program wrote). */
   int64_t base_step;
   const char *starts;
-  /* The program's sl_session_config.cpu_threads and cpu_pin (0: each
-   * node's own default). */
-  int32_t cpu_threads, cpu_pin;
+  /* The program's sl_session_config.cpu_threads, cpu_pin and spin_us (0:
+   * each node's own default). */
+  int32_t cpu_threads, cpu_pin, spin_us;
 } sl__job_blob;
 
 /* Packs b into a malloc'd buffer (sl__free). SL_ENOMEM. */

@@ -239,7 +239,8 @@ static sl_status submit(sl_session *s, const sl__cp_env *env) {
                       .base_step = s->base,
                       .starts = starts,
                       .cpu_threads = s->cfg.cpu_threads,
-                      .cpu_pin = s->cfg.cpu_pin};
+                      .cpu_pin = s->cfg.cpu_pin,
+                      .spin_us = s->cfg.spin_us};
     if (st == SL_OK) st = sl__job_blob_pack(&b, &blobs[r], &lens[r]);
     sl__free(plan);
     plan = NULL;
@@ -330,6 +331,7 @@ sl_status sl__remote_start(sl_session *s) {
   jc.device_name = sl__dev_name; /* "cuda:1" in messages, traces */
   jc.transport = (sl_transport){&rm_transport, s};
   sl__session_job_memory(s, &jc);
+  sl__session_job_spin(s, &jc);
   SL_CHECK_GOTO(sl_job_create(s->plan, &jc, &s->job), st, out);
   SL_CHECK_GOTO(
       sl__dp_endpoint_attach_hooked(rm->ep, s->job, sl__session_hold_abort, s),

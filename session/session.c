@@ -133,6 +133,7 @@ sl_status sl__session_start_job(sl_session *s) {
   jc.device_name = sl__dev_name; /* "cuda:1" in messages, traces */
   jc.transport = (sl_transport){&sl__driver_transport, s};
   sl__session_job_memory(s, &jc);
+  sl__session_job_spin(s, &jc);
   SL_CHECK(sl_job_create(s->plan, &jc, &s->job));
   return sl_job_start(s->job);
 }
@@ -147,7 +148,7 @@ sl_status sl_session_create(sl_graph *g, const sl_session_config *cfg,
                              "SL_SESSION_CONFIG"));
   if (c.kind != SL_SESSION_LOCAL && c.kind != SL_SESSION_REMOTE)
     return sl__fail(SL_EINVAL, "session: unknown kind %d", (int)c.kind);
-  SL_CHECK(sl__session_cpu_config_check(c.cpu_threads, c.cpu_pin));
+  SL_CHECK(sl__session_cpu_config_check(&c));
   SL_CHECK(sl__graph_compile(g));
   sl_session *s;
   if (SL_NEW(s) != SL_OK) return SL_ENOMEM;
@@ -503,6 +504,7 @@ sl_status sl_session_get_stats(const sl_session *s, sl_session_stats *out) {
   out->devices = (uint32_t)s->n_devices;
   out->cpu_threads = s->n_cpu_teams ? (uint32_t)s->cpu_threads : 0;
   out->cpu_pinned = s->n_cpu_teams && s->cpu_pinned;
+  out->spin_us = s->spin_us;
   if (s->comm) {
     sl__comm_stats cs;
     sl__comm_get_stats(s->comm, &cs);

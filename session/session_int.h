@@ -236,6 +236,7 @@ struct sl_session {
   int32_t n_cpu_teams;
   int cpu_threads; /* per CPU device */
   bool cpu_pinned;
+  int spin_us;    /* the job's longest spin; negative: none */
   sl__dseq *dseq; /* the groups spanning nodes, once there is one */
 
   pthread_mutex_t lock;
@@ -319,10 +320,12 @@ sl_status sl__act_tick(sl_act *a);
 void sl__step_done(task_rt *rt);
 
 /* cpu_teams.c */
-/* SL_EINVAL naming the field for a bad cpu_threads or cpu_pin. */
-sl_status sl__session_cpu_config_check(int threads, int pin);
+/* SL_EINVAL naming the field for a bad cpu_threads, cpu_pin or spin_us. */
+sl_status sl__session_cpu_config_check(const sl_session_config *c);
 /* Starts a thread team for each CPU device this node's ops run on. */
 sl_status sl__session_open_cpu_teams(sl_session *s);
+/* The job's spin (s->spin_us, set by sl__session_open_cpu_teams). */
+void sl__session_job_spin(const sl_session *s, sl_job_config *jc);
 /* After the job is destroyed: stops them. */
 void sl__session_close_cpu_teams(sl_session *s);
 /* The team of a CPU device; NULL for other devices. */

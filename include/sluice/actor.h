@@ -388,10 +388,14 @@ typedef struct sl_job_config {
    * several nodes, ".node<N>" goes before the extension. */
   const char *trace_path;
   /* Polls of an empty queue before a stream thread sleeps (yielding the
-   * CPU every 64, for at most 20 us, and only while at least half of the
-   * thread's recent waits were short: docs/actor.md). 0: the default
-   * (2000); negative: sleep at once. */
+   * CPU every 64, for at most spin_us, and only while at least half of
+   * the thread's recent waits were short: docs/actor.md). 0: the default
+   * (2000, or no limit when spin_us is set); negative: sleep at once. */
   int32_t spin;
+  /* The longest spin, in microseconds. 0: 20. A longer spin suits a
+   * machine with a core for every busy thread, where a sleeping thread's
+   * wake-up can wait a scheduler tick behind another thread. */
+  int32_t spin_us;
   sl_transport transport; /* required when the actor graph spans nodes */
   const sl_regst_memory_vtable *memory; /* NULL: host memory */
   void *memory_ctx;

@@ -63,6 +63,12 @@ typedef struct sl_session_config {
    * for devices of several threads when all the threads fit in the CPUs
    * this process may use. */
   int cpu_pin;
+  /* How long a thread of the job spins waiting for its next message
+   * before it sleeps, in microseconds. 0: SLUICE_SPIN_US, else 1000 when
+   * the CPU devices' threads fit in the CPUs this process may use (a
+   * sleeping thread woken by a collective's end can then wait a scheduler
+   * tick behind another thread), else 20; negative: never spin. */
+  int spin_us;
   /* The cluster's master, "host:port" (read while the session is created);
    * setting it makes the session remote. NULL: from the environment, as
    * above. */
@@ -139,6 +145,7 @@ typedef struct sl_session_stats {
    * they are pinned (sl_session_config.cpu_threads, cpu_pin). */
   uint32_t cpu_threads;
   bool cpu_pinned;
+  int32_t spin_us; /* the job's threads' longest spin (config.spin_us) */
 } sl_session_stats;
 
 /* Ends the job: the steps run are complete, the threads drain and stop,

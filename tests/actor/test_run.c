@@ -585,6 +585,35 @@ static void test_spin_backs_off(void **state) {
   }
 }
 
+/* With a spin window ten times the source's 2 ms, the sink's waits are
+ * short: its spins catch the pieces (a late one may be slept through
+ * under load) and it rarely sleeps; with spinning off it never spins. */
+static void test_spin_window(void **state) {
+  (void)state;
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
+  sl_actor_id src =
+      add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_slow_source, NULL, 40);
+  sink_state ss = {0};
+  sl_actor_id sink =
+      add_actor(p, "sink", SL_ACTOR_SINK, 0, 1, 0, act_sink, &ss, 0);
+  connect_to(p, add_out(p, src, 2, sizeof(int64_t)), sink);
+  sl_job_config cfg = SL_JOB_CONFIG(.spin_us = 20000);
+  sl_job *job;
+  assert_int_equal(run_plan(p, &cfg, &job), SL_OK);
+  assert_int_equal(ss.next, 40);
+  sl_job_stats s;
+  assert_int_equal(sl_job_get_stats(job, &s), SL_OK);
+  print_message("spin 20 ms: %llu caught, %llu missed, %llu sleeps\n",
+                (unsigned long long)s.spins_caught,
+                (unsigned long long)s.spins_missed,
+                (unsigned long long)s.sleeps);
+  assert_true(s.spins_caught > s.spins_missed);
+  assert_true(s.spins_caught >= 20);
+  sl_job_destroy(job);
+  sl_actor_graph_destroy(p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_chain_one_thread),
@@ -598,6 +627,7 @@ int main(void) {
       cmocka_unit_test(test_job_states),
       cmocka_unit_test(test_register_metadata_and_memory),
       cmocka_unit_test(test_spin_backs_off),
+      cmocka_unit_test(test_spin_window),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,7 +5,9 @@
  * on 1, 2 and 3 threads per device, single and data parallel. Shapes are
  * large enough that every kind of kernel is cut (matmuls over 2M
  * multiply-adds, elementwise ops over 16K elements). The session reports
- * the threads it gave each device; a bad count is refused. */
+ * the threads it gave each device; a bad count is refused. Its threads
+ * spin long only when the devices' threads fit in the CPUs. */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,6 +118,46 @@ static void test_bad_threads(void **state) {
   assert_int_equal(sl_session_create(g, NULL, &s), SL_EINVAL);
   assert_non_null(strstr(sl_last_error(), "SLUICE_CPU_THREADS=two"));
   unsetenv("SLUICE_CPU_THREADS");
+  cfg = SL_SESSION_CONFIG(.spin_us = -2);
+  assert_int_equal(sl_session_create(g, &cfg, &s), SL_EINVAL);
+  assert_non_null(strstr(sl_last_error(), "spin_us -2"));
+  setenv("SLUICE_SPIN_US", "1ms", 1);
+  assert_int_equal(sl_session_create(g, NULL, &s), SL_EINVAL);
+  assert_non_null(strstr(sl_last_error(), "SLUICE_SPIN_US=1ms"));
+  unsetenv("SLUICE_SPIN_US");
+  sl_graph_destroy(g);
+}
+
+/* The spin the session gives its job's threads: cfg, else SLUICE_SPIN_US,
+ * else 1000 us when the device's threads fit in the CPUs, else 20. */
+static int32_t spin_of(sl_graph *g, int threads, int spin_us) {
+  sl_session_config cfg =
+      SL_SESSION_CONFIG(.cpu_threads = threads, .spin_us = spin_us);
+  sl_session *s;
+  INV_OK(sl_session_create(g, &cfg, &s));
+  sl_session_stats st;
+  INV_OK(sl_session_get_stats(s, &st));
+  sl_session_destroy(s);
+  return st.spin_us;
+}
+
+static void test_spin(void **state) {
+  (void)state;
+  cpu_set_t set;
+  assert_int_equal(sched_getaffinity(0, sizeof set, &set), 0);
+  int cpus = CPU_COUNT(&set);
+  sl_graph *g;
+  INV_OK(sl_graph_create(&g));
+  INV_OK(build_mlp(g, EX_LAYOUT_SINGLE, "cpu:0"));
+  assert_int_equal(spin_of(g, 0, 0), 1000);
+  assert_int_equal(spin_of(g, cpus, 0), 1000);
+  assert_int_equal(spin_of(g, cpus + 1, 0), 20);
+  assert_int_equal(spin_of(g, cpus + 1, 300), 300);
+  assert_int_equal(spin_of(g, 0, -1), -1);
+  setenv("SLUICE_SPIN_US", "50", 1);
+  assert_int_equal(spin_of(g, 0, 0), 50);
+  assert_int_equal(spin_of(g, 0, 70), 70);
+  unsetenv("SLUICE_SPIN_US");
   sl_graph_destroy(g);
 }
 
@@ -124,6 +166,7 @@ int main(void) {
       cmocka_unit_test(test_mlp_threads),
       cmocka_unit_test(test_gpt_threads),
       cmocka_unit_test(test_bad_threads),
+      cmocka_unit_test(test_spin),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,7 +24,8 @@ static void test_round_trip(void **state) {
                     .base_step = 7,
                     .starts = "w checkpoint /tmp/x",
                     .cpu_threads = 4,
-                    .cpu_pin = -1};
+                    .cpu_pin = -1,
+                    .spin_us = 250};
   uint8_t *buf;
   size_t len;
   assert_int_equal(sl__job_blob_pack(&b, &buf, &len), SL_OK);
@@ -39,6 +40,7 @@ static void test_round_trip(void **state) {
   assert_true(o.trace);
   assert_int_equal(o.cpu_threads, 4);
   assert_int_equal(o.cpu_pin, -1);
+  assert_int_equal(o.spin_us, 250);
   assert_int_equal(o.plan_len, sizeof plan);
   assert_memory_equal(o.plan, plan, sizeof plan);
   for (size_t cut = 0; cut < len; cut++)
