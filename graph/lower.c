@@ -432,9 +432,12 @@ static int inplace_input(const sl__node *p, int j) {
  * Written directly, a variable is either updated in place — one register:
  * the optimizer update fires once every reader has returned the current
  * version, and computes the next one in that same register (the session
- * binds its input to its output) — or, for any other producer, an update
- * loop of two registers: version k+1 goes into the free one while version
- * k is read. */
+ * binds its input to its output) — or boxed into its layout (ZeRO's
+ * all-gather of a sharded update), also into one register, which the
+ * boxing fills once every reader has returned it: a second copy of the
+ * weight would undo the memory sharding saves. Any other producer gets an
+ * update loop of two registers: version k+1 goes into the free one while
+ * version k is read. */
 static sl_status plan_variables(lower *L, bool *needs_copy) {
   const sl_graph *g = L->g;
   int32_t nv = sl__graph_value_count(g), nn = sl__graph_node_count(g);
@@ -469,6 +472,7 @@ static sl_status plan_variables(lower *L, bool *needs_copy) {
     if (direct) L->var_of[n->update] = i;
     int k = direct ? inplace_input(prod, u->index) : -1;
     bool in_place = k >= 0 && prod->in[k] == n->out[0];
+    bool boxed = direct && prod->kind == SL__NODE_BOXING;
     int32_t *sh = shard_of(L, n->out[0]);
     if (!sh) {
       st = SL_ENOMEM;
@@ -490,7 +494,7 @@ static sl_status plan_variables(lower *L, bool *needs_copy) {
       sl__regst *rg = &L->p->regsts[reg];
       rg->value = n->out[0];
       rg->rank = r;
-      rg->count = in_place ? 1 : VAR_COUNT;
+      rg->count = in_place || boxed ? 1 : VAR_COUNT;
       rg->initial = 1;
       rg->var_node = i;
       sh[r] = reg;

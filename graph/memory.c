@@ -31,6 +31,12 @@
  *    of its dtype and element count whose last reader it is; the two form
  *    one class that takes the same bytes.
  *
+ * 5. ZeRO's sharded updates (docs/zero.md) get edges of their own
+ *    (zero_edges): a full-size gradient's reduce-scatter completes before
+ *    the task after the next gradient's producer, and a new shard's
+ *    all-gather before the device's next sharded update, so that one or
+ *    two of each are live at a time rather than all of them.
+ *
  * Everything else keeps memory of its own: variables, registers with
  * several buffers (feeds, update loops, ticks), registers without a
  * bounded lifetime, and the mirrors a machine keeps of registers produced
@@ -75,6 +81,10 @@ static sl_memory_category category_of(const sl__pplan *p, const sl__regst *r) {
   case SL__TASK_XCHG:
   case SL__TASK_COPY: return SL_MEMORY_COMMUNICATION;
   case SL__TASK_OP:
+    /* A sharded update's new weight shard, before its all-gather. */
+    if (n && n->def && n->def->weight_update && t->n_out > 0 &&
+        t->out[0] == (int32_t)(r - p->regsts))
+      return SL_MEMORY_WEIGHTS;
     if (n && n->optimizer) return SL_MEMORY_OPTIMIZER;
     if (n && n->backward) return SL_MEMORY_GRADIENTS;
     return SL_MEMORY_ACTIVATIONS;
@@ -526,7 +536,105 @@ static sl_status order_device(planner *P, int32_t m) {
   return SL_OK;
 }
 
-/* The lifetime of register r on device m's scale; false when unbounded. */
+/* ---- ZeRO's order ----------------------------------------------------------
+ */
+
+/* A sharded update: an optimizer update that reads its weight whole and
+ * writes a smaller shard of it. */
+static bool sharded_update(const sl__pplan *p, const sl__task *t) {
+  return t->kind == SL__TASK_OP && p->nodes[t->node].def->weight_update &&
+         t->n_in >= 2 && t->n_out >= 1 &&
+         sl_shape_numel(&p->regsts[t->in[0]].shape) !=
+             sl_shape_numel(&p->regsts[t->out[0]].shape);
+}
+
+/* Appends the edge from -> to to *e (pairs), growing it. */
+static sl_status push_edge(int32_t **e, int32_t *n, int32_t *cap, int32_t from,
+                           int32_t to) {
+  if (*n == *cap) {
+    int32_t c = *cap ? *cap * 2 : 32;
+    int32_t *x = sl__reallocarray(*e, (size_t)c * 2, sizeof *x);
+    if (!x) return SL_ENOMEM;
+    *e = x;
+    *cap = c;
+  }
+  (*e)[2 * *n] = from;
+  (*e)[2 * *n + 1] = to;
+  (*n)++;
+  return SL_OK;
+}
+
+/* The position in device m's order of the compute task a boxing task's
+ * data comes from (through earlier boxing steps); -1: none. */
+static int32_t source_pos(const planner *P, int32_t m, int32_t t) {
+  const sl__pplan *p = P->p;
+  for (int depth = 0; depth < 16; depth++) {
+    if (P->dev_of[t] == m) return P->pos[t];
+    if (p->tasks[t].n_in < 1) return -1;
+    t = p->regsts[p->tasks[t].in[0]].producer;
+  }
+  return -1;
+}
+
+/* The edges of point 5 for device m, in the current order. Reduce-scatter
+ * i (by its gradient's position) completes before the task after gradient
+ * i + 1's producer: it overlaps that gradient's computation, and no more
+ * than two full-size gradients are live. An all-gather completes before
+ * the next sharded update that comes after every reader of its weight on
+ * the device (which the all-gather waits for: the weight has one
+ * register), so the edge cannot close a cycle. */
+static sl_status zero_edges_of(const planner *P, int32_t m, int32_t **e,
+                               int32_t *n, int32_t *cap) {
+  const sl__pplan *p = P->p;
+  int32_t ns = P->n_seq[m], nu = 0;
+  const int32_t *s = P->seq[m];
+  int32_t *u = sl__calloc((size_t)ns + 1, sizeof *u);
+  int32_t *rs = sl__calloc((size_t)ns + 1, sizeof *rs);
+  int32_t *key = sl__calloc((size_t)ns + 1, sizeof *key);
+  sl_status st = u && rs && key ? SL_OK : SL_ENOMEM;
+  for (int32_t i = 0; i < ns && st == SL_OK; i++)
+    if (sharded_update(p, &p->tasks[s[i]])) u[nu++] = s[i];
+  /* Reduce-scatters by their gradient's position (insertion sort). */
+  int32_t nr = 0;
+  for (int32_t i = 0; i < nu && st == SL_OK; i++) {
+    int32_t r = p->regsts[p->tasks[u[i]].in[1]].producer;
+    int32_t k = P->dev_of[r] == m ? -1 : source_pos(P, m, r);
+    if (k < 0) continue;
+    int32_t at = nr++;
+    for (; at > 0 && key[at - 1] > k; at--) {
+      key[at] = key[at - 1];
+      rs[at] = rs[at - 1];
+    }
+    key[at] = k;
+    rs[at] = r;
+  }
+  for (int32_t i = 0; i + 1 < nr && st == SL_OK; i++)
+    if (key[i + 1] + 1 < ns)
+      st = push_edge(e, n, cap, rs[i], s[key[i + 1] + 1]);
+  for (int32_t i = 0; i + 1 < nu && st == SL_OK; i++) {
+    const sl__regst *shard = &p->regsts[p->tasks[u[i]].out[0]];
+    for (int32_t c = 0; c < shard->n_cons && st == SL_OK; c++) {
+      int32_t ag = shard->cons[c];
+      const sl__task *t = &p->tasks[ag];
+      if (P->dev_of[ag] == m || t->n_out < 1) continue;
+      const sl__regst *w = &p->regsts[t->out[0]];
+      if (w->var_node < 0) continue; /* not the weight's all-gather */
+      int32_t last = P->pos[u[i]];
+      for (int32_t k = 0; k < w->n_cons; k++)
+        if (P->dev_of[w->cons[k]] == m) last = SL_MAX(last, P->pos[w->cons[k]]);
+      for (int32_t j = i + 1; j < nu; j++)
+        if (P->pos[u[j]] > last) {
+          st = push_edge(e, n, cap, ag, u[j]);
+          break;
+        }
+    }
+  }
+  sl__free(u);
+  sl__free(rs);
+  sl__free(key);
+  return st;
+}
+
 /* A reader's end on device m's scale: 4i+3 for task i of the order, else
  * 4j for the earliest task j of the order it reaches; INT64_MAX: none. */
 static int64_t read_end(const planner *P, int32_t m, int32_t t) {
@@ -702,12 +810,39 @@ static sl_status count_mirrors(sl__pplan *p, int32_t *cap) {
   return SL_OK;
 }
 
+/* Each device's compute tasks in P->order: seq, pos and dev_of. */
+static sl_status device_orders(planner *P) {
+  const sl__pplan *p = P->p;
+  int32_t n = p->n_tasks;
+  for (int32_t m = 0; m < p->n_mem; m++)
+    P->n_seq[m] = 0;
+  for (int32_t k = 0; k < n; k++) {
+    int32_t t = P->order[k];
+    const sl__task *task = &p->tasks[t];
+    P->pos[t] = P->dev_of[t] = -1;
+    if (!in_order(task)) continue;
+    for (int32_t m = 0; m < p->n_mem; m++)
+      if (p->mem[m].machine == task->machine &&
+          p->mem[m].device == task->device) {
+        P->dev_of[t] = m;
+        break;
+      }
+    if (P->dev_of[t] < 0) continue; /* a device without registers */
+    int32_t m = P->dev_of[t];
+    if (!P->seq[m] && !(P->seq[m] = sl__calloc((size_t)n + 1, sizeof(int32_t))))
+      return SL_ENOMEM;
+    P->pos[t] = P->n_seq[m];
+    P->seq[m][P->n_seq[m]++] = t;
+  }
+  return SL_OK;
+}
+
 sl_status sl__pplan_plan_memory(sl__pplan *p) {
   planner P;
   memset(&P, 0, sizeof P);
   P.p = p;
   p->n_ctrl = p->n_mem = 0;
-  int32_t cap_mem = 0, n = p->n_tasks;
+  int32_t cap_mem = 0, n = p->n_tasks, *ze = NULL, n_ze = 0, cap_ze = 0;
   sl_status st = SL_OK;
   for (int32_t i = 0; i < p->n_regsts; i++) {
     p->regsts[i].mem = -1;
@@ -749,35 +884,34 @@ sl_status sl__pplan_plan_memory(sl__pplan *p) {
     if (st == SL_OK) st = topo_order(p, &P.d, P.order);
     if (st != SL_OK) goto out;
   }
-  for (int32_t k = 0; k < n; k++) {
-    int32_t t = P.order[k];
-    const sl__task *task = &p->tasks[t];
-    P.pos[t] = P.dev_of[t] = -1;
-    if (!in_order(task)) continue;
-    for (int32_t m = 0; m < p->n_mem; m++)
-      if (p->mem[m].machine == task->machine &&
-          p->mem[m].device == task->device) {
-        P.dev_of[t] = m;
-        break;
-      }
-    if (P.dev_of[t] < 0) continue; /* a device without registers */
-    int32_t m = P.dev_of[t];
-    if (!P.seq[m] && !(P.seq[m] = sl__calloc((size_t)n + 1, sizeof(int32_t)))) {
-      st = SL_ENOMEM;
-      goto out;
-    }
-    P.pos[t] = P.n_seq[m];
-    P.seq[m][P.n_seq[m]++] = t;
-  }
+  SL_CHECK_GOTO(device_orders(&P), st, out);
   /* SLUICE_MEMORY_SHARING=0: no order (a pipeline schedule's excepted) and
    * every register on its own (mirrors and workspaces still counted), to tell
    * sharing's effect. */
   P.share = !sharing_off();
+  /* ZeRO's edges join the plan's, and the order is taken again. */
+  if (P.share && !sl__pplan_scheduled(p)) {
+    for (int32_t m = 0; m < p->n_mem && st == SL_OK; m++)
+      st = zero_edges_of(&P, m, &ze, &n_ze, &cap_ze);
+    if (st == SL_OK && n_ze) {
+      dag_free(&P.d);
+      st = dag_build(p, &P.d, ze, n_ze);
+      if (st == SL_OK) st = topo_order(p, &P.d, P.order);
+      if (st == SL_OK) st = device_orders(&P);
+    }
+  }
   for (int32_t m = 0; m < p->n_mem && st == SL_OK; m++) {
     if (P.share || sl__pplan_scheduled(p)) st = order_device(&P, m);
     if (st == SL_OK) st = plan_device(&P, m);
   }
+  for (int32_t i = 0; i < n_ze && st == SL_OK; i++) {
+    int32_t from = ze[2 * i], to = ze[2 * i + 1];
+    if (data_edge(p, from, to, false)) continue;
+    st = add_ctrl(&P, from, to, false);
+    p->mem[P.dev_of[to]].n_ctrl++;
+  }
 out:
+  sl__free(ze);
   dag_free(&P.d);
   for (int32_t m = 0; P.seq && m < p->n_mem; m++)
     sl__free(P.seq[m]);

@@ -2,7 +2,16 @@
  * norm, and one update op per trainable variable (sgd_update or
  * adam_update), whose outputs become the variables' next versions. State
  * (momentum, Adam's m and v) lives in variables of the weight's placement
- * and SBP, initialised to zeros and updated the same way. */
+ * and SBP, initialised to zeros and updated the same way.
+ *
+ * ZeRO (zero_stage 1 and 2) is a layout, OneFlow's way: where a weight is
+ * broadcast over a mesh axis of more than one device (data parallel), its
+ * update runs on a shard instead, split over that axis, and its state
+ * lives in that shard's layout. Fixing the update's outputs to the shard
+ * makes SBP inference convert its inputs there (the gradient's partial
+ * sum reduce-scattered, the weight sliced locally), and compile boxes the
+ * new weight back into the variable's layout (an all-gather into the
+ * variable's registers). */
 #include <math.h>
 #include <string.h>
 
@@ -19,6 +28,8 @@ static sl_status check_opt(sl_graph *g, const char *name,
     return BAD("weight decay %g must be >= 0", o->weight_decay);
   if (!(o->clip_norm >= 0) || !isfinite(o->clip_norm))
     return BAD("clip norm %g must be >= 0 (0: no clipping)", o->clip_norm);
+  if (o->zero_stage < 0 || o->zero_stage > 2)
+    return BAD("zero stage %d: want 0 (off), 1 or 2", o->zero_stage);
   if (o->kind == SL_OPTIMIZER_SGD && !(o->momentum >= 0 && o->momentum < 1))
     return BAD("momentum %g is outside [0, 1)", o->momentum);
   if (o->kind != SL_OPTIMIZER_SGD) {
@@ -31,12 +42,12 @@ static sl_status check_opt(sl_graph *g, const char *name,
 #undef BAD
 }
 
-/* A zero-initialised state variable "<weight>.<what>" shaped like w. */
-/* An optimizer state variable in w's layout; `empty` makes it a [0] tensor
- * (broadcast), for SGD without momentum, which keeps no state: a full-size
- * buffer would be read and written for nothing every step. */
-static sl_tensor state_like(sl_graph *g, sl_tensor w, const char *what,
-                            bool empty) {
+/* A zero-initialised state variable "<weight>.<what>" shaped like w, in
+ * the update's layout `sbp`; `empty` makes it a [0] tensor (broadcast),
+ * for SGD without momentum, which keeps no state: a full-size buffer
+ * would be read and written for nothing every step. */
+static sl_tensor state_like(sl_graph *g, sl_tensor w, const sl_nd_sbp *sbp,
+                            const char *what, bool empty) {
   const sl__value *v = sl__g_value(g, w.id);
   char name[300];
   snprintf(name, sizeof name, "%.250s.%s", sl_tensor_name(w), what);
@@ -50,7 +61,7 @@ static sl_tensor state_like(sl_graph *g, sl_tensor w, const char *what,
     bcast.sbp[i] = sl_sbp_broadcast();
   sl_tensor s =
       sl_variable_p(g, name, empty ? &none : &v->meta.shape, v->meta.dtype,
-                    sl_init_zeros(), v->placement, empty ? &bcast : &v->sbp);
+                    sl_init_zeros(), v->placement, empty ? &bcast : sbp);
   memcpy(g->scope, saved, sizeof saved);
   if (s.id >= 0) {
     sl__gnode *n = g->nodes[sl__g_value(g, s.id)->producer];
@@ -60,23 +71,53 @@ static sl_tensor state_like(sl_graph *g, sl_tensor w, const char *what,
   return s;
 }
 
+/* The layout w's update runs in: w's own, or with ZeRO its shard: every
+ * mesh axis over which w is broadcast to several devices splits one
+ * tensor axis, the first that no later mesh axis splits already, so that
+ * each device's shard lies inside the block of w it holds (the update
+ * ops' sharded signature; uneven parts are fine). A scalar, or a weight
+ * with no such axis, stays whole. */
+static sl_nd_sbp update_layout(const sl__value *w, int zero_stage) {
+  sl_nd_sbp s = w->sbp;
+  if (zero_stage == 0) return s;
+  int first = s.ndim; /* the first mesh axis to split */
+  for (int m = 0; m < s.ndim && first == s.ndim; m++)
+    if (s.sbp[m].kind == SL_SBP_BROADCAST &&
+        sl_placement_mesh_dim(w->placement, m) > 1)
+      first = m;
+  for (int a = 0; a < w->meta.shape.ndim; a++) {
+    bool later = false;
+    for (int k = first + 1; k < s.ndim; k++)
+      later |= s.sbp[k].kind == SL_SBP_SPLIT && s.sbp[k].axis == a;
+    if (later) continue;
+    sl_nd_sbp z = s;
+    for (int m = first; m < s.ndim; m++)
+      if (z.sbp[m].kind == SL_SBP_BROADCAST &&
+          sl_placement_mesh_dim(w->placement, m) > 1)
+        z.sbp[m] = sl_sbp_split(a);
+    if (sl_nd_sbp_check(&z, w->placement, &w->meta.shape) == SL_OK) return z;
+    sl_clear_error();
+  }
+  return s;
+}
+
 /* Scales every gradient by min(1, clip / global norm): the norm is
  * sqrt(sum over gradients of reduce_sum(g^2)); global_norm_scale takes up
  * to SL_OP_MAX_INPUTS partial sums, so longer lists are added pairwise
  * first. */
-static void clip(sl_graph *g, int n, const sl_tensor *w, sl_tensor *grads,
-                 double max_norm) {
+static void clip(sl_graph *g, int n, const sl_tensor *w,
+                 const sl_nd_sbp *layout, sl_tensor *grads, double max_norm) {
   sl_tensor *s = sl__calloc((size_t)n, sizeof *s);
   if (!s) {
     sl__g_error(g, SL_ENOMEM, "optimizer", "clip", NULL, "out of memory");
     return;
   }
   for (int i = 0; i < n; i++) {
-    /* The gradient in its weight's layout first: the one conversion the
-     * update needs anyway (an all-reduce for a data-parallel weight), so
-     * the norm does not add a reduce-scatter of its own. */
+    /* The gradient in its update's layout first: the one conversion the
+     * update needs anyway (an all-reduce for a data-parallel weight, a
+     * reduce-scatter with ZeRO), so the norm adds none of its own. */
     const sl__value *wv = sl__g_value(g, w[i].id);
-    grads[i] = sl_to_global_p(grads[i], wv->placement, &wv->sbp);
+    grads[i] = sl_to_global_p(grads[i], wv->placement, &layout[i]);
     g->force_placement = sl__g_value(g, grads[i].id)->placement;
     s[i] = sl_reduce_sum(sl_square(grads[i]), 0, NULL, false);
   }
@@ -105,18 +146,30 @@ static void clip(sl_graph *g, int n, const sl_tensor *w, sl_tensor *grads,
   g->force_placement = NULL;
 }
 
-static void update(sl_graph *g, sl_tensor w, sl_tensor grad,
-                   const sl_optimizer *o) {
+/* Fixes the update's outputs to `layout`: inference converts its inputs. */
+static void fix_layout(sl_graph *g, int n, const sl_tensor *outs,
+                       const sl_nd_sbp *layout) {
+  for (int i = 0; i < n; i++) {
+    sl__value *v = sl__g_value(g, outs[i].id);
+    v->sbp = *layout;
+    v->sbp_fixed = true;
+  }
+}
+
+static void update(sl_graph *g, sl_tensor w, const sl_nd_sbp *layout,
+                   sl_tensor grad, const sl_optimizer *o) {
   sl__gnode *wn = g->nodes[sl__g_value(g, w.id)->producer];
   g->force_placement = sl__g_value(g, w.id)->placement;
   sl__attrs at = {0};
   sl__attrs_set_float(&at, "lr", o->lr);
   sl__attrs_set_float(&at, "weight_decay", o->weight_decay);
+  if (!sl_nd_sbp_equal(layout, &sl__g_value(g, w.id)->sbp))
+    sl__attrs_set_int(&at, "zero", 1);
   sl_tensor outs[SL_OP_MAX_OUTPUTS];
   sl_tensor st[2];
   if (o->kind == SL_OPTIMIZER_SGD) {
     sl__attrs_set_float(&at, "momentum", o->momentum);
-    st[0] = state_like(g, w, "momentum", o->momentum == 0);
+    st[0] = state_like(g, w, layout, "momentum", o->momentum == 0);
     sl_tensor in[3] = {w, grad, st[0]};
     if (sl__g_op(g, "sgd_update", 3, in, &at, outs).id < 0) return;
   } else {
@@ -124,13 +177,16 @@ static void update(sl_graph *g, sl_tensor w, sl_tensor grad,
     sl__attrs_set_float(&at, "beta2", o->beta2);
     sl__attrs_set_float(&at, "eps", o->eps);
     sl__attrs_set_int(&at, "decoupled", o->kind == SL_OPTIMIZER_ADAMW);
-    st[0] = state_like(g, w, "m", false);
-    st[1] = state_like(g, w, "v", false);
+    st[0] = state_like(g, w, layout, "m", false);
+    st[1] = state_like(g, w, layout, "v", false);
     sl_tensor in[4] = {w, grad, st[0], st[1]};
     if (sl__g_op(g, "adam_update", 4, in, &at, outs).id < 0) return;
   }
-  wn->n.update = outs[0].id;
   int n_state = o->kind == SL_OPTIMIZER_SGD ? 1 : 2;
+  /* SGD's empty state stays broadcast: only the weight's output moves. */
+  bool empty = o->kind == SL_OPTIMIZER_SGD && o->momentum == 0;
+  fix_layout(g, empty ? 1 : 1 + n_state, outs, layout);
+  wn->n.update = outs[0].id;
   for (int i = 0; i < n_state; i++)
     g->nodes[sl__g_value(g, st[i].id)->producer]->n.update = outs[1 + i].id;
 }
@@ -162,8 +218,11 @@ sl_status sl_minimize(sl_tensor loss, const sl_optimizer *opt) {
       w[nvars++] = sl__g_tensor(g, n->n.out[0]);
   }
   sl_tensor *grads = sl__calloc((size_t)nvars + 1, sizeof *grads);
-  if (!grads) {
+  sl_nd_sbp *layout = sl__calloc((size_t)nvars + 1, sizeof *layout);
+  if (!grads || !layout) {
     sl__free(w);
+    sl__free(grads);
+    sl__free(layout);
     return sl__g_error(g, SL_ENOMEM, "optimizer", lname, NULL, "out of memory");
   }
   sl_status st = sl__g_gradients(loss, nvars, w, grads, false);
@@ -184,9 +243,11 @@ sl_status sl_minimize(sl_tensor loss, const sl_optimizer *opt) {
     sl_placement *saved = g->force_placement;
     g->mark = SL__MARK_OPTIMIZER;
     sl_graph_push_scope(g, "optimizer");
-    if (opt->clip_norm > 0) clip(g, k, w, grads, opt->clip_norm);
+    for (int32_t i = 0; i < k; i++)
+      layout[i] = update_layout(sl__g_value(g, w[i].id), opt->zero_stage);
+    if (opt->clip_norm > 0) clip(g, k, w, layout, grads, opt->clip_norm);
     for (int32_t i = 0; i < k && !g->err; i++)
-      update(g, w[i], grads[i], opt);
+      update(g, w[i], &layout[i], grads[i], opt);
     sl_graph_pop_scope(g);
     g->mark = SL__MARK_FORWARD;
     g->force_placement = saved;
@@ -194,5 +255,6 @@ sl_status sl_minimize(sl_tensor loss, const sl_optimizer *opt) {
   }
   sl__free(w);
   sl__free(grads);
+  sl__free(layout);
   return st;
 }

@@ -128,6 +128,37 @@ typedef struct sl__kernel_ctx {
   sl__team *team;
 } sl__kernel_ctx;
 
+/* An optimizer update's sharded signature (ZeRO, docs/zero.md) reads its
+ * weight (input 0) broadcast over the mesh axes its outputs are split
+ * over, so the block the outputs hold differs from the weight's local
+ * block along one tensor axis: in the weight's buffer it is `rows` runs of
+ * `inner` elements, `stride` apart, from `offset` (one run at `offset`
+ * when the update is not sharded). */
+typedef struct sl__shard_view {
+  int64_t offset, rows, inner, stride;
+} sl__shard_view;
+
+static inline sl__shard_view sl__kernel_shard_view(const sl__kernel_ctx *k) {
+  const sl_shape *in = &k->in_meta[0].shape, *out = &k->out_meta[0].shape;
+  int64_t n = sl_shape_numel(out);
+  sl__shard_view v = {0, 1, n, n};
+  int a = -1;
+  for (int d = 0; d < in->ndim && a < 0; d++)
+    if (in->dims[d] != out->dims[d] ||
+        k->in_slice[0].start[d] != k->out_slice[0].start[d])
+      a = d;
+  if (a < 0) return v;
+  int64_t below = 1; /* the input's elements per index of axis a */
+  for (int d = a + 1; d < in->ndim; d++)
+    below *= in->dims[d];
+  for (int d = 0; d < a; d++)
+    v.rows *= out->dims[d];
+  v.inner = out->dims[a] * below;
+  v.stride = in->dims[a] * below;
+  v.offset = (k->out_slice[0].start[a] - k->in_slice[0].start[a]) * below;
+  return v;
+}
+
 /* An op's CUDA kernel (kernels/cuda/, one .cu per family). `run` queues
  * the op on stream s of the CUDA device that holds every in/out pointer of
  * k (and its workspace) and returns once the work is queued: the outputs
@@ -183,6 +214,11 @@ typedef struct sl__op_def {
    * .npy rows): a micro-batch's copy is shown its rows of the step's whole
    * batch (sl__graph_micro_shift), so micro-batching changes no value. */
   bool by_position;
+  /* An optimizer update: input 0 the weight, input 1 its gradient, output
+   * 0 the weight's next version. Under ZeRO it may read the weight whole
+   * and write the shard its outputs hold (sl__kernel_shard_offset); the
+   * memory planner orders such updates (graph/memory.c). */
+  bool weight_update;
 } sl__op_def;
 
 /* The registry: every op, looked up by name. */

@@ -44,7 +44,7 @@ int main(int argc, char **argv) {
              *trace = NULL, *engine = "auto", *data = NULL;
   bool tie = false, bf16 = false, profile = false, memory = false,
        check = false, print_graph = false;
-  int64_t threads = 0;
+  int64_t threads = 0, zero = 0;
   ex_ckpt_flags ckf = {0};
   int64_t pp = 1, micro = 1;
   const char *schedule = NULL;
@@ -67,6 +67,10 @@ int main(int argc, char **argv) {
       {"data", EX_FLAG_STRING, &data,
        "INPUTS.npy,TARGETS.npy (token ids [N, seq]) instead of synthetic "
        "data",
+       0},
+      {"zero", EX_FLAG_INT, &zero,
+       "ZeRO stage: 1 or 2 shard the optimizer state and update over the "
+       "data-parallel devices (docs/zero.md)",
        0},
       {"threads", EX_FLAG_INT, &threads,
        "threads of each CPU device (0: the CPUs shared out between the "
@@ -128,6 +132,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "gpt: unknown optimizer '%s' (adam, sgd)\n", optimizer);
     return 2;
   }
+  c.opt.zero_stage = (int)zero;
   if (hidden % heads != 0) {
     fprintf(stderr, "gpt: --hidden %lld is not a multiple of --heads %lld\n",
             (long long)hidden, (long long)heads);

@@ -42,7 +42,7 @@ int main(int argc, char **argv) {
   int64_t pp = 1, micro = 1;
   const char *schedule = NULL;
   bool profile = false, check = false, print_graph = false, memory = false;
-  int64_t threads = 0;
+  int64_t threads = 0, zero = 0;
   ex_ckpt_flags ckf = {0};
   const ex_flag flags[] = {
       EX_PARALLEL_FLAGS(devices, layout, pp, micro, schedule),
@@ -58,6 +58,10 @@ int main(int argc, char **argv) {
       {"optimizer", EX_FLAG_STRING, &optimizer, "sgd | adam", 0},
       {"data", EX_FLAG_STRING, &data,
        "X.npy,LABELS.npy instead of synthetic data", 0},
+      {"zero", EX_FLAG_INT, &zero,
+       "ZeRO stage: 1 or 2 shard the optimizer state and update over the "
+       "data-parallel devices (docs/zero.md)",
+       0},
       {"threads", EX_FLAG_INT, &threads,
        "threads of each CPU device (0: the CPUs shared out between the "
        "devices)",
@@ -122,6 +126,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "mlp: unknown optimizer '%s' (sgd, adam)\n", optimizer);
     return 2;
   }
+  c.opt.zero_stage = (int)zero;
   char xpath[1024] = "", ypath[1024] = "";
   if (data) {
     const char *comma = strchr(data, ',');

@@ -395,21 +395,26 @@ typedef struct sl_optimizer {
   double weight_decay;
   double clip_norm; /* > 0: gradients scaled so their global L2
                        norm is at most clip_norm */
+  /* ZeRO (docs/zero.md): 0 off; 1 and 2: a data-parallel weight's
+   * update and optimizer state are sharded over its data-parallel mesh
+   * axes, its gradient reduce-scattered and the new weight all-gathered
+   * (2 is 1: no full-size gradient outlives its reduce-scatter). */
+  int zero_stage;
 } sl_optimizer;
 
 /* Optimizer descriptions with the usual defaults (Adam: 0.9, 0.999, 1e-8;
  * no weight decay, no clipping). */
 static inline sl_optimizer sl_optimizer_sgd(double lr, double momentum) {
-  sl_optimizer o = {SL_OPTIMIZER_SGD, lr, momentum, 0, 0, 0, 0, 0};
+  sl_optimizer o = {SL_OPTIMIZER_SGD, lr, momentum, 0, 0, 0, 0, 0, 0};
   return o;
 }
 static inline sl_optimizer sl_optimizer_adam(double lr) {
-  sl_optimizer o = {SL_OPTIMIZER_ADAM, lr, 0, 0.9, 0.999, 1e-8, 0, 0};
+  sl_optimizer o = {SL_OPTIMIZER_ADAM, lr, 0, 0.9, 0.999, 1e-8, 0, 0, 0};
   return o;
 }
 static inline sl_optimizer sl_optimizer_adamw(double lr, double weight_decay) {
   sl_optimizer o = {SL_OPTIMIZER_ADAMW, lr, 0, 0.9, 0.999, 1e-8,
-                    weight_decay,       0};
+                    weight_decay,       0,  0};
   return o;
 }
 

@@ -28,7 +28,12 @@
  *   the bias correction follows the step count and a program restarted at
  *   step s continues with t = s + 1.
  * Signatures: S(i) on every input and output, for each axis i of w (all-B
- * is implied).
+ * is implied). With attribute zero = 1 (sl_minimize's ZeRO updates,
+ * docs/zero.md) also the sharded ones: for each axis i, w whole (B), every
+ * other input and every output S(i), the update computed on the block of
+ * w the outputs hold. Only sl_minimize asks for them: it fixes the outputs
+ * to a layout whose block lies inside the device's block of w, which a
+ * free choice on each mesh axis would not ensure.
  *
  * global_norm_scale(s0, s1, ...; max_norm) -> scale (scalar)
  *   each input a scalar sum of squares of one gradient;
@@ -61,9 +66,10 @@ static sl_status want_range(const sl__attrs *at, const char *name, double dflt,
   return SL_OK;
 }
 
-/* The same split on every input and output, per axis of w. */
-static int state_signatures(int n_in, int n_out, const sl__meta *in,
-                            sl__sbp_sig *sigs, int max) {
+/* The same split on every input and output, per axis of w; with
+ * attribute zero, also w whole and the rest split. */
+static int state_signatures(const sl__attrs *at, int n_in, int n_out,
+                            const sl__meta *in, sl__sbp_sig *sigs, int max) {
   int n = 0;
   sl_sbp ins[SL_OP_MAX_INPUTS], outs[SL_OP_MAX_OUTPUTS];
   for (int a = 0; a < in[0].shape.ndim; a++) {
@@ -73,7 +79,28 @@ static int state_signatures(int n_in, int n_out, const sl__meta *in,
       outs[i] = S(a);
     n = sl__dense_sig_add(sigs, n, max, n_in, ins, n_out, outs);
   }
+  for (int a = 0; a < in[0].shape.ndim && sl__attr_int(at, "zero", 0); a++) {
+    for (int i = 0; i < n_in; i++)
+      ins[i] = S(a);
+    for (int i = 0; i < n_out; i++)
+      outs[i] = S(a);
+    ins[0] = sl__dense_B();
+    n = sl__dense_sig_add(sigs, n, max, n_in, ins, n_out, outs);
+  }
   return n;
+}
+
+/* The block of w the outputs hold, contiguous: where it lies in w, or
+ * copied into output 0 when it is strided there (the update then runs in
+ * place: it reads each element before writing it). */
+static const float *shard_of_w(const sl__kernel_ctx *k) {
+  sl__shard_view v = sl__kernel_shard_view(k);
+  const float *w = (const float *)k->in[0] + v.offset;
+  if (v.rows == 1 || v.inner == v.stride) return w;
+  float *wn = k->out[0];
+  for (int64_t r = 0; r < v.rows; r++)
+    memcpy(wn + r * v.inner, w + r * v.stride, (size_t)v.inner * sizeof *w);
+  return wn;
 }
 
 /* ---- sgd ----------------------------------------------------------------- */
@@ -108,7 +135,7 @@ static sl_status sgd_infer(const sl__attrs *at, int n_in, const sl__meta *in,
 static int sgd_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
                           sl__sbp_sig *sigs, int max) {
   if (n_in != 3) return 0;
-  int n = state_signatures(3, 2, in, sigs, max);
+  int n = state_signatures(at, 3, 2, in, sigs, max);
   if (sgd_no_state(at, &in[2]))
     for (int i = 0; i < n; i++)
       sigs[i].in[2] = sigs[i].out[1] = sl__dense_B();
@@ -149,8 +176,8 @@ static void sgd_part(void *arg, int64_t b, int64_t e, int part) {
 }
 
 static sl_status sgd_cpu(const sl__kernel_ctx *k) {
-  int64_t n = sl_shape_numel(&k->in_meta[0].shape);
-  sgd_run r = {.w = k->in[0],
+  int64_t n = sl_shape_numel(&k->out_meta[0].shape);
+  sgd_run r = {.w = shard_of_w(k),
                .g = k->in[1],
                .m = k->in[2],
                .wn = k->out[0],
@@ -184,6 +211,7 @@ const sl__op_def sl__op_sgd_update = {
     .infer = sgd_infer,
     .signatures = sgd_signatures,
     .cpu = sgd_cpu,
+    .weight_update = true,
 };
 
 /* ---- adam ---------------------------------------------------------------- */
@@ -209,7 +237,7 @@ static sl_status adam_infer(const sl__attrs *at, int n_in, const sl__meta *in,
 
 static int adam_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
                            sl__sbp_sig *sigs, int max) {
-  return n_in == 4 ? state_signatures(4, 3, in, sigs, max) : 0;
+  return n_in == 4 ? state_signatures(at, 4, 3, in, sigs, max) : 0;
 }
 
 /* One Adam call, cut over the device's team in whole chunks (as SGD). */
@@ -236,8 +264,8 @@ static void adam_part(void *arg, int64_t b, int64_t e, int part) {
 }
 
 static sl_status adam_cpu(const sl__kernel_ctx *k) {
-  int64_t n = sl_shape_numel(&k->in_meta[0].shape);
-  const float *w = k->in[0], *g = k->in[1], *m = k->in[2], *v = k->in[3];
+  int64_t n = sl_shape_numel(&k->out_meta[0].shape);
+  const float *w = shard_of_w(k), *g = k->in[1], *m = k->in[2], *v = k->in[3];
   float *wn = k->out[0], *mn = k->out[1], *vn = k->out[2];
   double lr = sl__attr_float(k->attrs, "lr", 1e-3);
   double b1 = sl__attr_float(k->attrs, "beta1", 0.9);
@@ -280,6 +308,7 @@ const sl__op_def sl__op_adam_update = {
     .infer = adam_infer,
     .signatures = adam_signatures,
     .cpu = adam_cpu,
+    .weight_update = true,
 };
 
 /* ---- global_norm_scale --------------------------------------------------- */

@@ -15,6 +15,24 @@ namespace {
 
 using namespace slc;
 
+// The block of w the outputs hold (cpu/optim.c's shard_of_w): where it
+// lies in w, or copied into output 0 on the stream when strided there.
+sl_status shard_of_w(const sl__kernel_ctx *k, sl__stream *s,
+                     const float **out) {
+  sl__shard_view v = sl__kernel_shard_view(k);
+  const float *w = (const float *)k->in[0] + v.offset;
+  *out = w;
+  if (v.rows == 1 || v.inner == v.stride) return SL_OK;
+  float *wn = (float *)k->out[0];
+  size_t row = (size_t)v.inner * sizeof(float);
+  *out = wn;
+  return cuda_check(cudaMemcpy2DAsync(wn, row, w,
+                                      (size_t)v.stride * sizeof(float), row,
+                                      (size_t)v.rows, cudaMemcpyDeviceToDevice,
+                                      stream_of(s)),
+                    "optimizer update: the weight's shard");
+}
+
 // ---- sgd ------------------------------------------------------------------
 
 // dense_util.h's sl__dense_sgd, by value.
@@ -70,9 +88,9 @@ __global__ void sgd_k(sgd_args c, const float *w, const float *g,
 }
 
 sl_status sgd_run(const sl__kernel_ctx *k, sl__stream *s) {
-  int64_t n = sl_shape_numel(&k->in_meta[0].shape);
-  const float *w = (const float *)k->in[0], *g = (const float *)k->in[1],
-              *m = (const float *)k->in[2];
+  int64_t n = sl_shape_numel(&k->out_meta[0].shape);
+  const float *w, *g = (const float *)k->in[1], *m = (const float *)k->in[2];
+  SL_CHECK(shard_of_w(k, s, &w));
   float *wn = (float *)k->out[0], *mn = (float *)k->out[1];
   sgd_args c;
   c.lr = (float)sl__attr_float(k->attrs, "lr", 0.0);
@@ -150,9 +168,10 @@ __global__ void adam_k(adam_args c, const float *w, const float *g,
 }
 
 sl_status adam_run(const sl__kernel_ctx *k, sl__stream *s) {
-  int64_t n = sl_shape_numel(&k->in_meta[0].shape);
-  const float *w = (const float *)k->in[0], *g = (const float *)k->in[1],
-              *m = (const float *)k->in[2], *v = (const float *)k->in[3];
+  int64_t n = sl_shape_numel(&k->out_meta[0].shape);
+  const float *w, *g = (const float *)k->in[1], *m = (const float *)k->in[2],
+              *v = (const float *)k->in[3];
+  SL_CHECK(shard_of_w(k, s, &w));
   float *wn = (float *)k->out[0], *mn = (float *)k->out[1],
         *vn = (float *)k->out[2];
   double lr = sl__attr_float(k->attrs, "lr", 1e-3);

@@ -195,6 +195,16 @@ static void test_sgd_without_state(void **state) {
     assert_true(sl_sbp_equal(sigs[i].in[2], sl_sbp_broadcast()));
     assert_true(sl_sbp_equal(sigs[i].out[1], sl_sbp_broadcast()));
   }
+  /* ZeRO's updates (attribute zero) add w whole, the gradient and w_new
+   * split on each axis. */
+  sl__attrs_set_int(&at, "zero", 1);
+  n = dt_op("sgd_update")->signatures(&at, 3, m, sigs, SL_OP_MAX_SIGNATURES);
+  assert_int_equal(n, 4);
+  for (int i = 2; i < n; i++) {
+    assert_true(sl_sbp_equal(sigs[i].in[0], sl_sbp_broadcast()));
+    assert_true(sl_sbp_equal(sigs[i].in[1], sl_sbp_split(i - 2)));
+    assert_true(sl_sbp_equal(sigs[i].out[0], sl_sbp_split(i - 2)));
+  }
   /* With momentum the state must be w's shape. */
   c.momentum = 0.9;
   at = sgd_attrs(&c);

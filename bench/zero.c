@@ -1,0 +1,162 @@
+/* bench_zero: ZeRO stages (sl_optimizer.zero_stage, docs/zero.md) on a GPT
+ * shaped like GPT-2 small, scaled to a small machine: 4 blocks, hidden 256,
+ * 4 heads, seq 128, vocab 8192, batch 8, untied head, Adam, data parallel
+ * on --devices CPU devices (default 4). One row per stage: the planned
+ * memory of the device with the largest allocation, by what it holds, and
+ * the step time, beside zero 0. The rows run `--rounds` times, one after
+ * the other in each round, so that all meet the same drift in machine
+ * load; a row's step time is the median over rounds of its mean.
+ *
+ * The OneFlow paper's figures for its ZeRO-1 (GPT-2, data parallel), as
+ * issue 21 quotes them: DeepSpeed stage 0 -> 1: -7.7% memory, -1.4%
+ * throughput; OneFlow: -15.5% memory, -1.7% throughput.
+ *
+ * Targets (issue 21): ZeRO-1 optimizer-state bytes per device = total / n
+ * (rounding aside); ZeRO-1 throughput >= 0.95x zero 0.
+ *
+ * Usage: bench_zero [--devices N] [--steps N] [--rounds R] (--help) */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sluice/session.h>
+
+#include "bench_util.h"
+#include "common/ex_run.h"
+#include "gpt/model.h"
+
+#define STAGES 3
+#define MAX_ROUNDS 16
+#define MIB (1024.0 * 1024.0)
+
+typedef struct row {
+  sl_memory_stats mem; /* the device with the largest allocation */
+  int64_t state;       /* the optimizer state's bytes, all devices */
+  double ms[MAX_ROUNDS];
+  int n_ms;
+} row;
+
+static sl_status build(sl_graph *g, int devices, int zero, char *placement,
+                       size_t n) {
+  char dev[32];
+  snprintf(dev, sizeof dev, "cpu:%d", devices);
+  sl_status st = ex_layout_placement(EX_LAYOUT_DP, dev, placement, n);
+  if (st != SL_OK) return st;
+  ex_gpt_config c = ex_gpt_defaults();
+  c.layers = 4;
+  c.hidden = 256;
+  c.heads = 4;
+  c.seq = 128;
+  c.vocab = 8192;
+  c.batch = 8;
+  c.opt = sl_optimizer_adam(3e-3);
+  c.opt.zero_stage = zero;
+  c.layout = EX_LAYOUT_DP;
+  c.placement = placement;
+  return ex_gpt_build(g, &c);
+}
+
+static void fail(const char *what, sl_graph *g) {
+  fprintf(stderr, "bench_zero: %s: %s\n", what,
+          g && sl_graph_status(g) ? sl_graph_error(g) : sl_last_error());
+  exit(1);
+}
+
+static void run_row(int devices, int zero, int steps, row *r) {
+  char placement[256];
+  sl_graph *g;
+  ex_run *run = NULL;
+  ex_run_opts ro = {.engine = EX_ENGINE_SESSION};
+  ex_train_result res = {0};
+  if (sl_graph_create(&g) != SL_OK) fail("graph", NULL);
+  if (build(g, devices, zero, placement, sizeof placement) != SL_OK)
+    fail("building the model", g);
+  if (ex_run_create(g, &ro, &run) != SL_OK) fail("the session", g);
+  if (ex_train(run, 2, 8, "loss", NULL, NULL, NULL) != SL_OK ||
+      ex_train(run, steps + 1, 8, "loss", NULL, NULL, &res) != SL_OK)
+    fail("training", g);
+  sl_session *s = ex_run_session(run);
+  memset(&r->mem, 0, sizeof r->mem);
+  for (int32_t i = 0; i < sl_session_memory_device_count(s); i++) {
+    sl_memory_stats m;
+    if (sl_session_get_memory(s, i, &m) != SL_OK) fail("memory", g);
+    if (m.allocated > r->mem.allocated) r->mem = m;
+  }
+  r->state = 0;
+  for (int32_t i = 0; i < sl_session_variable_count(s); i++) {
+    sl_variable_info v;
+    if (sl_session_get_variable(s, i, &v) != SL_OK) fail("variables", g);
+    if (v.optimizer) r->state += sl_shape_numel(&v.shape) * 4;
+  }
+  r->ms[r->n_ms++] = res.ms_per_step;
+  ex_run_destroy(run);
+  sl_graph_destroy(g);
+}
+
+static int usage(FILE *f, int code) {
+  fprintf(f, "usage: bench_zero [--devices N] [--steps N] [--rounds R]\n"
+             "ZeRO stages 0, 1 and 2 on a GPT (4 blocks of 256, seq 128, "
+             "vocab 8192, Adam)\ndata parallel on N CPU devices (default 4): "
+             "planned memory per device and\nstep time, one table "
+             "(bench/README.md).\n");
+  return code;
+}
+
+int main(int argc, char **argv) {
+  int devices = 4, steps = 10, rounds = 3;
+  for (int i = 1; i < argc; i++) {
+    int *v = NULL;
+    if (strcmp(argv[i], "--help") == 0) return usage(stdout, 0);
+    if (strcmp(argv[i], "--devices") == 0) v = &devices;
+    if (strcmp(argv[i], "--steps") == 0) v = &steps;
+    if (strcmp(argv[i], "--rounds") == 0) v = &rounds;
+    if (!v || i + 1 == argc) {
+      fprintf(stderr, "bench_zero: unknown flag or missing value: %s\n",
+              argv[i]);
+      return usage(stderr, 2);
+    }
+    *v = atoi(argv[++i]);
+    if (*v < 1 || (v == &rounds && *v > MAX_ROUNDS) ||
+        (v == &devices && *v < 2)) {
+      fprintf(stderr, "bench_zero: %s %s is out of range\n", argv[i - 1],
+              argv[i]);
+      return usage(stderr, 2);
+    }
+  }
+  row rows[STAGES];
+  memset(rows, 0, sizeof rows);
+  for (int r = 0; r < rounds; r++)
+    for (int z = 0; z < STAGES; z++)
+      run_row(devices, z, steps, &rows[z]);
+  printf("GPT (4 blocks of 256, 4 heads, seq 128, vocab 8192, batch 8, Adam), "
+         "dp on cpu:%d; planned memory of the largest device (MiB), median "
+         "of %d rounds of %d steps\n",
+         devices, rounds, steps);
+  printf("| zero | peak | weights | optimizer | gradients | activations | "
+         "communication | memory vs zero 0 | ms/step | throughput vs zero 0 "
+         "|\n|---|---|---|---|---|---|---|---|---|---|\n");
+  double ms0 = bench_median(rows[0].ms, rows[0].n_ms);
+  for (int z = 0; z < STAGES; z++) {
+    const sl_memory_stats *m = &rows[z].mem;
+    double ms = bench_median(rows[z].ms, rows[z].n_ms);
+    printf("| %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %+.1f%% | %.2f | "
+           "%.3fx |\n",
+           z, m->peak / MIB, m->category[SL_MEMORY_WEIGHTS] / MIB,
+           m->category[SL_MEMORY_OPTIMIZER] / MIB,
+           m->category[SL_MEMORY_GRADIENTS] / MIB,
+           m->category[SL_MEMORY_ACTIVATIONS] / MIB,
+           m->category[SL_MEMORY_COMMUNICATION] / MIB,
+           100.0 * ((double)m->peak / (double)rows[0].mem.peak - 1),
+           ms, ms0 / ms);
+  }
+  printf("\nThe OneFlow paper (GPT-2, stage 0 -> 1): DeepSpeed -7.7%% memory, "
+         "-1.4%% throughput; OneFlow -15.5%%, -1.7%%.\n");
+  double share = (double)rows[1].mem.category[SL_MEMORY_OPTIMIZER] /
+                 ((double)rows[1].state / devices);
+  printf("zero 1: optimizer state on the largest device %.0f bytes = %.4f x "
+         "total / %d (target 1, rounding aside); throughput %.3fx zero 0 "
+         "(target >= 0.95)\n",
+         (double)rows[1].mem.category[SL_MEMORY_OPTIMIZER], share, devices,
+         ms0 / bench_median(rows[1].ms, rows[1].n_ms));
+  return 0;
+}

@@ -1,0 +1,186 @@
+/* ZeRO (sl_optimizer.zero_stage, docs/zero.md): a data-parallel weight's
+ * update and optimizer state sharded over its data-parallel mesh axes.
+ * Nothing is summed in another order (the reduce-scatter adds members in
+ * the all-reduce's order; the update is elementwise), so mlp (SGD with
+ * momentum) and gpt (Adam) give the zero-0 losses bit for bit on dp over
+ * 2 and 3 devices (uneven shards) and hybrid [2,2] (strided shards of
+ * row-parallel weights). Clipping by global norm sums the squares shard by
+ * shard, so with it the losses agree within the invariance tolerance. The plan
+ * reduce-scatters every gradient and all-gathers every weight, with no
+ * all-reduce; each device holds 1/n of the optimizer state, and the peak memory
+ * drops. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <sluice/boxing.h>
+#include <sluice/session.h>
+
+#include "gpt/model.h"
+#include "graph_int.h"
+#include "inv.h"
+#include "mlp/model.h"
+
+#define STEPS 3
+
+typedef sl_status (*build_fn)(sl_graph *g, ex_layout layout,
+                              const char *placement, int zero);
+
+static double clip_norm; /* the mlp's: 0 none */
+
+static sl_status build_mlp(sl_graph *g, ex_layout layout, const char *placement,
+                           int zero) {
+  ex_mlp_config c = ex_mlp_defaults();
+  c.batch = 48;
+  c.in = 64;
+  c.hidden = 96;
+  c.layers = 2;
+  c.opt = sl_optimizer_sgd(0.05, 0.9);
+  c.opt.clip_norm = clip_norm;
+  c.opt.zero_stage = zero;
+  c.layout = layout;
+  c.placement = placement;
+  return ex_mlp_build(g, &c);
+}
+
+static sl_status build_gpt(sl_graph *g, ex_layout layout, const char *placement,
+                           int zero) {
+  ex_gpt_config c = ex_gpt_defaults();
+  c.batch = 6;
+  c.opt = sl_optimizer_adam(3e-3);
+  c.opt.zero_stage = zero;
+  c.layout = layout;
+  c.placement = placement;
+  return ex_gpt_build(g, &c);
+}
+
+/* Trains STEPS steps; the session's memory of device 0 when mem is set. */
+static void train(build_fn build, ex_layout layout, const char *devices,
+                  int zero, float *losses, sl_memory_stats *mem,
+                  sl_graph **g_out) {
+  char placement[256];
+  INV_OK(ex_layout_placement(layout, devices, placement, sizeof placement));
+  sl_graph *g;
+  INV_OK(sl_graph_create(&g));
+  INV_OK(build(g, layout, placement, zero));
+  ex_run_opts o = {.engine = EX_ENGINE_SESSION};
+  ex_run *r;
+  INV_OK(ex_run_create(g, &o, &r));
+  INV_OK(ex_train(r, STEPS, 1, "loss", NULL, losses, NULL));
+  if (mem) INV_OK(sl_session_get_memory(ex_run_session(r), 0, mem));
+  ex_run_destroy(r);
+  if (g_out)
+    *g_out = g;
+  else
+    sl_graph_destroy(g);
+}
+
+static void check_losses(const char *name, build_fn build) {
+  static const struct {
+    ex_layout layout;
+    const char *devices;
+  } cases[] = {{EX_LAYOUT_DP, "cpu:2"},
+               {EX_LAYOUT_DP, "cpu:3"},
+               {EX_LAYOUT_HYBRID, "cpu:4"}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    float base[STEPS], got[STEPS];
+    train(build, cases[c].layout, cases[c].devices, 0, base, NULL, NULL);
+    for (int zero = 1; zero <= 2; zero++) {
+      train(build, cases[c].layout, cases[c].devices, zero, got, NULL, NULL);
+      if (clip_norm > 0 ? inv_max_rel(got, base, STEPS) > INV_RTOL
+                        : !inv_identical(got, base, STEPS))
+        fail_msg("%s %s on %s: zero %d gives other losses than zero 0 "
+                 "(max rel %.3g)",
+                 name, ex_layout_name(cases[c].layout), cases[c].devices, zero,
+                 inv_max_rel(got, base, STEPS));
+    }
+  }
+}
+
+static void test_mlp_losses(void **state) {
+  (void)state;
+  check_losses("mlp", build_mlp);
+  clip_norm = 1.0;
+  check_losses("mlp (clipped)", build_mlp);
+  clip_norm = 0;
+}
+
+static void test_gpt_losses(void **state) {
+  (void)state;
+  check_losses("gpt", build_gpt);
+}
+
+/* The optimizer state's bytes over all devices: Adam keeps two tensors of
+ * every weight's shape. */
+static int64_t state_bytes(const sl_graph *g) {
+  int64_t n = 0;
+  for (int32_t i = 0; i < sl__graph_node_count(g); i++) {
+    const sl__node *nd = sl__graph_node(g, i);
+    if (nd->kind == SL__NODE_VARIABLE && nd->optimizer)
+      n += sl_shape_numel(&sl__graph_value(g, nd->out[0])->meta.shape) * 4;
+  }
+  return n;
+}
+
+static void test_plan(void **state) {
+  (void)state;
+  float losses[STEPS];
+  sl_memory_stats m0, m1;
+  sl_graph *g0, *g1;
+  train(build_gpt, EX_LAYOUT_DP, "cpu:4", 0, losses, &m0, &g0);
+  train(build_gpt, EX_LAYOUT_DP, "cpu:4", 1, losses, &m1, &g1);
+  int fw, ar0, ar1, rs1, ag1, trained = 0;
+  inv_count_boxing(g0, SL_BOXING_ALL_REDUCE, &fw, &ar0);
+  inv_count_boxing(g1, SL_BOXING_ALL_REDUCE, &fw, &ar1);
+  inv_count_boxing(g1, SL_BOXING_REDUCE_SCATTER, &fw, &rs1);
+  inv_count_boxing(g1, SL_BOXING_ALL_GATHER, &fw, &ag1);
+  for (int32_t i = 0; i < sl__graph_node_count(g1); i++) {
+    const sl__node *nd = sl__graph_node(g1, i);
+    trained +=
+        nd->kind == SL__NODE_VARIABLE && nd->update >= 0 && !nd->optimizer;
+  }
+  print_message("gpt dp on 4: %d weights; zero 0: %d all-reduces; zero 1: "
+                "%d all-reduces, %d reduce-scatters, %d all-gathers\n",
+                trained, ar0, ar1, rs1, ag1);
+  assert_true(ar0 >= trained);
+  assert_int_equal(rs1, trained);
+  assert_int_equal(ag1, trained);
+  assert_int_equal(ar1, ar0 - trained);
+  /* A quarter of the state on each device; rounding aside (each register
+   * takes whole 64-byte lines). */
+  int64_t total = state_bytes(g1);
+  print_message("optimizer state %lld bytes in all; on device 0: zero 0 "
+                "%lld, zero 1 %lld; peak %lld -> %lld\n",
+                (long long)total, (long long)m0.category[SL_MEMORY_OPTIMIZER],
+                (long long)m1.category[SL_MEMORY_OPTIMIZER], (long long)m0.peak,
+                (long long)m1.peak);
+  assert_true(m0.category[SL_MEMORY_OPTIMIZER] >= total);
+  assert_true(m1.category[SL_MEMORY_OPTIMIZER] >= total / 4);
+  assert_true(m1.category[SL_MEMORY_OPTIMIZER] <= total / 4 + 2 * 64 * trained);
+  assert_true(m1.peak < m0.peak);
+  sl_graph_destroy(g0);
+  sl_graph_destroy(g1);
+}
+
+static void test_bad_stage(void **state) {
+  (void)state;
+  for (int zero = -1; zero <= 3; zero += 4) {
+    sl_graph *g;
+    INV_OK(sl_graph_create(&g));
+    assert_int_equal(build_mlp(g, EX_LAYOUT_DP, "cpu:0-1", zero), SL_EINVAL);
+    char want[32];
+    snprintf(want, sizeof want, "zero stage %d", zero);
+    if (!strstr(sl_graph_error(g), want))
+      fail_msg("zero_stage %d: %s", zero, sl_graph_error(g));
+    sl_graph_destroy(g);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_mlp_losses),
+      cmocka_unit_test(test_gpt_losses),
+      cmocka_unit_test(test_plan),
+      cmocka_unit_test(test_bad_stage),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
