@@ -418,6 +418,9 @@ sl__gnode *sl__g_new_node(sl_graph *g, sl__node_kind kind, const char *name,
   gn->index = g->n_nodes;
   gn->trainable = true;
   gn->npy_id = -1;
+  if (kind == SL__NODE_OP && g->mark == SL__MARK_FORWARD &&
+      g->recompute_depth > 0)
+    gn->recompute = g->recompute_stack[g->recompute_depth - 1];
   for (int i = 0; i < n_out; i++) {
     vals[i]->producer = gn->index;
     vals[i]->index = i;

@@ -57,6 +57,8 @@ typedef struct sl__node {
                               version, or -1 */
   bool backward;           /* created by autodiff (for plans/traces) */
   bool optimizer;          /* created by minimize */
+  bool recompute;          /* a forward op's copy computed again in the
+                              backward pass (graph/recompute.c) */
   /* Pipelining (graph/micro.c). micro: the micro-batch the node computes,
    * or -1 for a node that runs once per step (variables, what depends on
    * no input or data source, the optimizer); micro_of: for a copy made

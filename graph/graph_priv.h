@@ -32,7 +32,8 @@ typedef struct sl__gnode {
   /* SL__NODE_VARIABLE: starts from tensor load_tensor of the checkpoint or
    * safetensors file load_path instead of init (sl_variable_load). */
   const char *load_path, *load_tensor;
-  int32_t npy_id; /* npy_read nodes: the open file, else -1 */
+  int32_t npy_id;    /* npy_read nodes: the open file, else -1 */
+  int32_t recompute; /* forward ops: their recompute region, 0: none */
 } sl__gnode;
 
 #define SL__GNODE(node) ((sl__gnode *)(node))
@@ -64,6 +65,11 @@ struct sl_graph {
   int32_t stages[32];
   int stage_depth;
   int32_t force_stage, input_stage; /* on stage_place / input_place */
+  /* Recomputation (recompute.c): the regions made so far and the stack of
+   * sl_graph_push_recompute. */
+  int32_t recompute_regions;
+  int32_t recompute_stack[32];
+  int recompute_depth;
   const sl_placement *stage_place, *input_place;
   bool unrolled;
   int32_t *copy, n_copied;
@@ -177,6 +183,9 @@ void sl__g_assign_stages(sl_graph *g);
  * micro-batch order divided by m; fetches made earlier fetch their
  * micro-batches' merge. Errors are the graph's. */
 sl_status sl__g_unroll(sl_graph *g, int n, sl_tensor *grads);
+/* recompute.c: after autodiff, backward ops read copies of the values
+ * internal to recompute regions, computed again in the backward pass. */
+sl_status sl__g_recompute(sl_graph *g);
 /* The value a fetch of v returns: v, or once unrolled, for a per-micro-
  * batch v, the mean (one element) or axis-0 concatenation of its copies
  * (built on first use). -1 on error (recorded). */

@@ -259,6 +259,7 @@ typedef struct sl__pnode {
   const char *shape;     /* output 0's logical shape, text */
   const char *dtype;
   bool backward, optimizer;
+  bool recompute; /* a forward op computed again for the backward pass */
   /* Pipelining (graph/micro.c): the micro-batch it computes (-1: once per
    * step), its stage (-1: none) and pass (sl__phase). */
   int32_t micro, stage, phase;

@@ -86,6 +86,7 @@ static sl_memory_category category_of(const sl__pplan *p, const sl__regst *r) {
         t->out[0] == (int32_t)(r - p->regsts))
       return SL_MEMORY_WEIGHTS;
     if (n && n->optimizer) return SL_MEMORY_OPTIMIZER;
+    if (n && n->recompute) return SL_MEMORY_ACTIVATIONS;
     if (n && n->backward) return SL_MEMORY_GRADIENTS;
     return SL_MEMORY_ACTIVATIONS;
   default: return SL_MEMORY_ACTIVATIONS;

@@ -174,6 +174,7 @@ static sl_status copy_node(sl_graph *g, int32_t i, int32_t k) {
   c->n.attrs = n->attrs;
   c->n.backward = n->backward;
   c->n.optimizer = n->optimizer;
+  c->n.recompute = n->recompute;
   c->n.micro = k;
   c->n.micro_of = i;
   c->n.stage = n->stage;

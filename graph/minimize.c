@@ -236,8 +236,10 @@ sl_status sl_minimize(sl_tensor loss, const sl_optimizer *opt) {
   if (st == SL_OK && k == 0)
     st = sl__g_error(g, SL_EINVAL, "optimizer", lname, NULL,
                      "the loss depends on no trainable variable");
-  /* With micro-batches: every micro-batch's forward and backward, and the
-   * gradients' mean over them. */
+  /* Recompute regions: the backward pass reads their values computed
+   * again. Then, with micro-batches: every micro-batch's forward and
+   * backward, and the gradients' mean over them. */
+  if (st == SL_OK) st = sl__g_recompute(g);
   if (st == SL_OK) st = sl__g_unroll(g, k, grads);
   if (st == SL_OK) {
     sl_placement *saved = g->force_placement;

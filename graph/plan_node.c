@@ -95,6 +95,7 @@ static sl_status describe_node(sl__pplan *p, const sl_graph *g, int32_t i) {
   pn->dtype = sl_dtype_name(val->meta.dtype);
   pn->backward = n->backward;
   pn->optimizer = n->optimizer;
+  pn->recompute = n->recompute;
   pn->micro = n->micro;
   pn->stage = n->stage;
   pn->phase = n->phase;

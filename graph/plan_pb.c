@@ -62,6 +62,7 @@ sl_status sl__pplan_pack(const sl__pplan *p, uint8_t **buf, size_t *len) {
     n->dtype = mstr(pn->dtype);
     n->backward = pn->backward;
     n->optimizer = pn->optimizer;
+    n->recompute = pn->recompute;
     n->micro = (uint32_t)(pn->micro + 1);
     n->stage = (uint32_t)(pn->stage + 1);
     n->phase = (uint32_t)pn->phase;
@@ -293,6 +294,7 @@ static sl_status copy_plan(const Sluice__Plan *m, sl__pplan *p) {
     pn->dtype = adup(p, n->dtype);
     pn->backward = n->backward;
     pn->optimizer = n->optimizer;
+    pn->recompute = n->recompute;
     if (n->n_steps > 64 || n->micro > (uint32_t)p->micro_batches ||
         n->stage > (1u << 20) || n->phase > SL__PHASE_W)
       return bad("node", i);

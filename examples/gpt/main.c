@@ -43,7 +43,7 @@ int main(int argc, char **argv) {
   const char *devices = "cpu:1", *layout = "single", *optimizer = "adam",
              *trace = NULL, *engine = "auto", *data = NULL;
   bool tie = false, bf16 = false, profile = false, memory = false,
-       check = false, print_graph = false;
+       recompute = false, check = false, print_graph = false;
   int64_t threads = 0, zero = 0;
   ex_ckpt_flags ckf = {0};
   int64_t pp = 1, micro = 1;
@@ -88,6 +88,10 @@ int main(int argc, char **argv) {
       {"engine", EX_FLAG_STRING, &engine, "auto | session | sharded | interp",
        0},
       {"profile", EX_FLAG_BOOL, &profile, "print time per op kind", 0},
+      {"recompute", EX_FLAG_BOOL, &recompute,
+       "recompute each block's activations in the backward pass "
+       "(docs/api.md, \"Recomputation\")",
+       0},
       {"memory", EX_FLAG_BOOL, &memory,
        "print each device's planned memory at the end (session engine)", 0},
       {"check-replicas", EX_FLAG_BOOL, &check,
@@ -133,6 +137,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   c.opt.zero_stage = (int)zero;
+  c.recompute = recompute;
   if (hidden % heads != 0) {
     fprintf(stderr, "gpt: --hidden %lld is not a multiple of --heads %lld\n",
             (long long)hidden, (long long)heads);

@@ -197,10 +197,12 @@ sl_status ex_gpt_build(sl_graph *g, const ex_gpt_config *cfg) {
     snprintf(ln, sizeof ln, "%s.ln1", name);
     char an[48];
     snprintf(an, sizeof an, "%s.attn", name);
+    if (c->recompute) sl_graph_push_recompute(g);
     x = sl_add(x, attention(b, layer_norm(b, x, ln), an));
     snprintf(ln, sizeof ln, "%s.ln2", name);
     snprintf(an, sizeof an, "%s.mlp", name);
     x = sl_add(x, mlp(b, layer_norm(b, x, ln), an));
+    if (c->recompute) sl_graph_pop_recompute(g);
   }
   if (c->pp > 1 && stage != c->pp - 1)
     x = ex_enter_stage(g, c->stage_placement[stage = c->pp - 1], x, dsbp);

@@ -53,6 +53,7 @@ typedef struct ex_gpt_config {
   ex_layout layout;
   const char *placement; /* from ex_layout_placement */
   sl_optimizer opt;
+  bool recompute; /* each block a recompute region */
   /* Pipelining (docs/pipeline.md): pp stages (1: none) on
    * stage_placement[0..pp) (ex_stage_placements) with the blocks balanced
    * over them, the embedding on the first and the head on the last;

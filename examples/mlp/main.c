@@ -41,7 +41,8 @@ int main(int argc, char **argv) {
              *data = NULL, *trace = NULL, *engine = "auto";
   int64_t pp = 1, micro = 1;
   const char *schedule = NULL;
-  bool profile = false, check = false, print_graph = false, memory = false;
+  bool profile = false, check = false, print_graph = false, memory = false,
+       recompute = false;
   int64_t threads = 0, zero = 0;
   ex_ckpt_flags ckf = {0};
   const ex_flag flags[] = {
@@ -78,6 +79,10 @@ int main(int argc, char **argv) {
       {"engine", EX_FLAG_STRING, &engine, "auto | session | sharded | interp",
        0},
       {"profile", EX_FLAG_BOOL, &profile, "print time per op kind", 0},
+      {"recompute", EX_FLAG_BOOL, &recompute,
+       "recompute each hidden layer's activations in the backward pass "
+       "(docs/api.md, \"Recomputation\")",
+       0},
       {"memory", EX_FLAG_BOOL, &memory,
        "print each device's planned memory at the end (session engine)", 0},
       {"check-replicas", EX_FLAG_BOOL, &check,
@@ -127,6 +132,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   c.opt.zero_stage = (int)zero;
+  c.recompute = recompute;
   char xpath[1024] = "", ypath[1024] = "";
   if (data) {
     const char *comma = strchr(data, ',');

@@ -131,8 +131,10 @@ sl_status ex_mlp_build(sl_graph *g, const ex_mlp_config *cfg) {
     if (ex_stage_of(j, n, c->pp) != stage)
       h = ex_enter_stage(
           g, c->stage_placement[stage = ex_stage_of(j, n, c->pp)], h, dsbp);
+    if (c->recompute) sl_graph_push_recompute(g);
     h = linear(g, c, h, name, j == 0 ? in : c->hidden, c->hidden, role_of(j, n),
                true, seed + 10 + (uint64_t)j);
+    if (c->recompute) sl_graph_pop_recompute(g);
   }
   if (c->pp > 1 && stage != c->pp - 1)
     h = ex_enter_stage(g, c->stage_placement[stage = c->pp - 1], h, dsbp);

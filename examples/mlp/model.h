@@ -46,6 +46,7 @@ typedef struct ex_mlp_config {
   ex_mlp_data data;
   const char *npy_x, *npy_labels; /* EX_MLP_DATA_NPY */
   sl_optimizer opt;
+  bool recompute; /* each hidden layer a recompute region */
   /* Pipelining (docs/pipeline.md): pp stages (1: none) on
    * stage_placement[0..pp) (ex_stage_placements), the matmuls balanced
    * over them; `micro` micro-batches of batch/micro rows per step (1:

@@ -123,6 +123,18 @@ SL_API sl_status sl_graph_set_schedule(sl_graph *g, const char *schedule);
 SL_API void sl_graph_push_stage(sl_graph *g, int stage);
 SL_API void sl_graph_pop_stage(sl_graph *g);
 
+/* Recomputation (docs/api.md, "Recomputation"): the forward ops created
+ * until the matching pop form a region, whose internal values (those no
+ * forward op outside the region, and no fetch, reads) are not kept for
+ * the backward pass: sl_minimize makes the backward ops read them
+ * computed again from the region's inputs, just before they are needed.
+ * Activation memory then holds each region's inputs and outputs, not
+ * what lies between; the losses are the same bit for bit. Nested pushes
+ * make regions of their own (at most 32 deep). Push before sl_minimize
+ * (SL_ESTATE in the graph otherwise). */
+SL_API void sl_graph_push_recompute(sl_graph *g);
+SL_API void sl_graph_pop_recompute(sl_graph *g);
+
 /* Number of nodes (ops, inputs, variables, fetches) the graph holds. */
 SL_API int sl_graph_node_count(const sl_graph *g);
 

@@ -1,20 +1,26 @@
-/* bench_zero: ZeRO stages (sl_optimizer.zero_stage, docs/zero.md) on a GPT
- * shaped like GPT-2 small, scaled to a small machine: 4 blocks, hidden 256,
- * 4 heads, seq 128, vocab 8192, batch 8, untied head, Adam, data parallel
- * on --devices CPU devices (default 4). One row per stage: the planned
- * memory of the device with the largest allocation, by what it holds, and
- * the step time, beside zero 0. The rows run `--rounds` times, one after
- * the other in each round, so that all meet the same drift in machine
- * load; a row's step time is the median over rounds of its mean.
+/* bench_zero_recompute: ZeRO stages (sl_optimizer.zero_stage,
+ * docs/zero.md) and recomputation (every block a region,
+ * sl_graph_push_recompute) on a GPT shaped like GPT-2 small, scaled to a
+ * small machine: 4 blocks, hidden 256, 4 heads, seq 128, vocab 8192, batch
+ * 8, untied head, Adam, data parallel on --devices CPU devices (default
+ * 4). One row per setting (zero 0, 1, 2; recompute on with zero 0 and 1):
+ * the planned memory of the device with the largest allocation, by what
+ * it holds, and the step time, beside zero 0 without recompute. The rows run
+ * `--rounds` times, one after the other in each round, so that all meet the
+ * same drift in machine load; a row's step time is the median over rounds of
+ * its mean.
  *
  * The OneFlow paper's figures for its ZeRO-1 (GPT-2, data parallel), as
  * issue 21 quotes them: DeepSpeed stage 0 -> 1: -7.7% memory, -1.4%
  * throughput; OneFlow: -15.5% memory, -1.7% throughput.
  *
  * Targets (issue 21): ZeRO-1 optimizer-state bytes per device = total / n
- * (rounding aside); ZeRO-1 throughput >= 0.95x zero 0.
+ * (rounding aside); ZeRO-1 throughput >= 0.95x zero 0; recomputation cuts
+ * the activations at the peak by >= 50% for <= 40% more step time.
  *
- * Usage: bench_zero [--devices N] [--steps N] [--rounds R] (--help) */
+ * Usage: bench_zero_recompute [--devices N] [--steps N] [--rounds R]
+ *        (--help) */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,18 +31,20 @@
 #include "common/ex_run.h"
 #include "gpt/model.h"
 
-#define STAGES 3
+#define ROWS 5
 #define MAX_ROUNDS 16
 #define MIB (1024.0 * 1024.0)
 
 typedef struct row {
+  int zero;
+  bool recompute;
   sl_memory_stats mem; /* the device with the largest allocation */
   int64_t state;       /* the optimizer state's bytes, all devices */
   double ms[MAX_ROUNDS];
   int n_ms;
 } row;
 
-static sl_status build(sl_graph *g, int devices, int zero, char *placement,
+static sl_status build(sl_graph *g, int devices, const row *r, char *placement,
                        size_t n) {
   char dev[32];
   snprintf(dev, sizeof dev, "cpu:%d", devices);
@@ -50,26 +58,27 @@ static sl_status build(sl_graph *g, int devices, int zero, char *placement,
   c.vocab = 8192;
   c.batch = 8;
   c.opt = sl_optimizer_adam(3e-3);
-  c.opt.zero_stage = zero;
+  c.opt.zero_stage = r->zero;
+  c.recompute = r->recompute;
   c.layout = EX_LAYOUT_DP;
   c.placement = placement;
   return ex_gpt_build(g, &c);
 }
 
 static void fail(const char *what, sl_graph *g) {
-  fprintf(stderr, "bench_zero: %s: %s\n", what,
+  fprintf(stderr, "bench_zero_recompute: %s: %s\n", what,
           g && sl_graph_status(g) ? sl_graph_error(g) : sl_last_error());
   exit(1);
 }
 
-static void run_row(int devices, int zero, int steps, row *r) {
+static void run_row(int devices, int steps, row *r) {
   char placement[256];
   sl_graph *g;
   ex_run *run = NULL;
   ex_run_opts ro = {.engine = EX_ENGINE_SESSION};
   ex_train_result res = {0};
   if (sl_graph_create(&g) != SL_OK) fail("graph", NULL);
-  if (build(g, devices, zero, placement, sizeof placement) != SL_OK)
+  if (build(g, devices, r, placement, sizeof placement) != SL_OK)
     fail("building the model", g);
   if (ex_run_create(g, &ro, &run) != SL_OK) fail("the session", g);
   if (ex_train(run, 2, 8, "loss", NULL, NULL, NULL) != SL_OK ||
@@ -94,11 +103,12 @@ static void run_row(int devices, int zero, int steps, row *r) {
 }
 
 static int usage(FILE *f, int code) {
-  fprintf(f, "usage: bench_zero [--devices N] [--steps N] [--rounds R]\n"
-             "ZeRO stages 0, 1 and 2 on a GPT (4 blocks of 256, seq 128, "
-             "vocab 8192, Adam)\ndata parallel on N CPU devices (default 4): "
-             "planned memory per device and\nstep time, one table "
-             "(bench/README.md).\n");
+  fprintf(f, "usage: bench_zero_recompute [--devices N] [--steps N] "
+             "[--rounds R]\n"
+             "ZeRO stages 0, 1 and 2 and recomputation on a GPT (4 blocks of "
+             "256, seq 128,\nvocab 8192, Adam) data parallel on N CPU devices "
+             "(default 4): planned memory\nper device and step time, one "
+             "table (bench/README.md).\n");
   return code;
 }
 
@@ -111,43 +121,49 @@ int main(int argc, char **argv) {
     if (strcmp(argv[i], "--steps") == 0) v = &steps;
     if (strcmp(argv[i], "--rounds") == 0) v = &rounds;
     if (!v || i + 1 == argc) {
-      fprintf(stderr, "bench_zero: unknown flag or missing value: %s\n",
+      fprintf(stderr,
+              "bench_zero_recompute: unknown flag or missing value: %s\n",
               argv[i]);
       return usage(stderr, 2);
     }
     *v = atoi(argv[++i]);
     if (*v < 1 || (v == &rounds && *v > MAX_ROUNDS) ||
         (v == &devices && *v < 2)) {
-      fprintf(stderr, "bench_zero: %s %s is out of range\n", argv[i - 1],
-              argv[i]);
+      fprintf(stderr, "bench_zero_recompute: %s %s is out of range\n",
+              argv[i - 1], argv[i]);
       return usage(stderr, 2);
     }
   }
-  row rows[STAGES];
-  memset(rows, 0, sizeof rows);
+  row rows[ROWS] = {{.zero = 0},
+                    {.zero = 1},
+                    {.zero = 2},
+                    {.zero = 0, .recompute = true},
+                    {.zero = 1, .recompute = true}};
   for (int r = 0; r < rounds; r++)
-    for (int z = 0; z < STAGES; z++)
-      run_row(devices, z, steps, &rows[z]);
+    for (int i = 0; i < ROWS; i++)
+      run_row(devices, steps, &rows[i]);
   printf("GPT (4 blocks of 256, 4 heads, seq 128, vocab 8192, batch 8, Adam), "
          "dp on cpu:%d; planned memory of the largest device (MiB), median "
          "of %d rounds of %d steps\n",
          devices, rounds, steps);
-  printf("| zero | peak | weights | optimizer | gradients | activations | "
-         "communication | memory vs zero 0 | ms/step | throughput vs zero 0 "
-         "|\n|---|---|---|---|---|---|---|---|---|---|\n");
+  printf("| zero | recompute | peak | weights | optimizer | gradients | "
+         "activations | communication | memory vs zero 0 | ms/step | "
+         "throughput vs zero 0 |\n|---|---|---|---|---|---|---|---|---|---|"
+         "---|\n");
   double ms0 = bench_median(rows[0].ms, rows[0].n_ms);
-  for (int z = 0; z < STAGES; z++) {
-    const sl_memory_stats *m = &rows[z].mem;
-    double ms = bench_median(rows[z].ms, rows[z].n_ms);
-    printf("| %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %+.1f%% | %.2f | "
-           "%.3fx |\n",
-           z, m->peak / MIB, m->category[SL_MEMORY_WEIGHTS] / MIB,
+  for (int i = 0; i < ROWS; i++) {
+    const sl_memory_stats *m = &rows[i].mem;
+    double ms = bench_median(rows[i].ms, rows[i].n_ms);
+    printf("| %d | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %+.1f%% | "
+           "%.2f | %.3fx |\n",
+           rows[i].zero, rows[i].recompute ? "on" : "off", m->peak / MIB,
+           m->category[SL_MEMORY_WEIGHTS] / MIB,
            m->category[SL_MEMORY_OPTIMIZER] / MIB,
            m->category[SL_MEMORY_GRADIENTS] / MIB,
            m->category[SL_MEMORY_ACTIVATIONS] / MIB,
            m->category[SL_MEMORY_COMMUNICATION] / MIB,
-           100.0 * ((double)m->peak / (double)rows[0].mem.peak - 1),
-           ms, ms0 / ms);
+           100.0 * ((double)m->peak / (double)rows[0].mem.peak - 1), ms,
+           ms0 / ms);
   }
   printf("\nThe OneFlow paper (GPT-2, stage 0 -> 1): DeepSpeed -7.7%% memory, "
          "-1.4%% throughput; OneFlow -15.5%%, -1.7%%.\n");
@@ -158,5 +174,10 @@ int main(int argc, char **argv) {
          "(target >= 0.95)\n",
          (double)rows[1].mem.category[SL_MEMORY_OPTIMIZER], share, devices,
          ms0 / bench_median(rows[1].ms, rows[1].n_ms));
+  printf("recompute (zero 0): activations at the peak %.1f%% lower (target "
+         ">= 50%%), step time %.3fx (target <= 1.40)\n",
+         100.0 * (1 - (double)rows[3].mem.category[SL_MEMORY_ACTIVATIONS] /
+                          (double)rows[0].mem.category[SL_MEMORY_ACTIVATIONS]),
+         bench_median(rows[3].ms, rows[3].n_ms) / ms0);
   return 0;
 }
