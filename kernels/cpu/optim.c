@@ -95,7 +95,8 @@ static int state_signatures(const sl__attrs *at, int n_in, int n_out,
  * place: it reads each element before writing it). */
 static const float *shard_of_w(const sl__kernel_ctx *k) {
   sl__shard_view v = sl__kernel_shard_view(k);
-  const float *w = (const float *)k->in[0] + v.offset;
+  const float *w = k->in[0];
+  if (v.offset) w += v.offset; /* an empty w may lie at NULL */
   if (v.rows == 1 || v.inner == v.stride) return w;
   float *wn = k->out[0];
   for (int64_t r = 0; r < v.rows; r++)

@@ -20,7 +20,8 @@ using namespace slc;
 sl_status shard_of_w(const sl__kernel_ctx *k, sl__stream *s,
                      const float **out) {
   sl__shard_view v = sl__kernel_shard_view(k);
-  const float *w = (const float *)k->in[0] + v.offset;
+  const float *w = (const float *)k->in[0];
+  if (v.offset) w += v.offset; // an empty w may lie at NULL
   *out = w;
   if (v.rows == 1 || v.inner == v.stride) return SL_OK;
   float *wn = (float *)k->out[0];
