@@ -32,10 +32,10 @@
  *    one class that takes the same bytes.
  *
  * 5. ZeRO's sharded updates (docs/zero.md) get edges of their own
- *    (zero_edges): a full-size gradient's reduce-scatter completes before
- *    the task after the next gradient's producer, and a new shard's
- *    all-gather before the device's next sharded update, so that one or
- *    two of each are live at a time rather than all of them.
+ *    (zero_edges): a new shard's all-gather completes before the device's
+ *    next sharded update, and with stage 2 a full-size gradient's
+ *    reduce-scatter before the task after the next gradient's producer,
+ *    so that one or two of each are live at a time rather than all.
  *
  * Everything else keeps memory of its own: variables, registers with
  * several buffers (feeds, update loops, ticks), registers without a
@@ -577,12 +577,13 @@ static int32_t source_pos(const planner *P, int32_t m, int32_t t) {
   return -1;
 }
 
-/* The edges of point 5 for device m, in the current order. Reduce-scatter
- * i (by its gradient's position) completes before the task after gradient
- * i + 1's producer: it overlaps that gradient's computation, and no more
- * than two full-size gradients are live. An all-gather completes before
- * the next sharded update that comes after every reader of its weight on
- * the device (which the all-gather waits for: the weight has one
+/* The edges of point 5 for device m, in the current order. Under stage 2
+ * (the update's attribute zero), reduce-scatter i (by its gradient's
+ * position) completes before the task after gradient i + 1's producer: it
+ * overlaps that gradient's computation, and no more than two full-size
+ * gradients are live; the backward pass then waits for each. An all-gather
+ * completes before the next sharded update that comes after every reader of its
+ * weight on the device (which the all-gather waits for: the weight has one
  * register), so the edge cannot close a cycle. */
 static sl_status zero_edges_of(const planner *P, int32_t m, int32_t **e,
                                int32_t *n, int32_t *cap) {
@@ -598,7 +599,9 @@ static sl_status zero_edges_of(const planner *P, int32_t m, int32_t **e,
   /* Reduce-scatters by their gradient's position (insertion sort). */
   int32_t nr = 0;
   for (int32_t i = 0; i < nu && st == SL_OK; i++) {
-    int32_t r = p->regsts[p->tasks[u[i]].in[1]].producer;
+    const sl__task *t = &p->tasks[u[i]];
+    if (sl__attr_int(&p->nodes[t->node].attrs, "zero", 0) < 2) continue;
+    int32_t r = p->regsts[t->in[1]].producer;
     int32_t k = P->dev_of[r] == m ? -1 : source_pos(P, m, r);
     if (k < 0) continue;
     int32_t at = nr++;

@@ -164,7 +164,7 @@ static void update(sl_graph *g, sl_tensor w, const sl_nd_sbp *layout,
   sl__attrs_set_float(&at, "lr", o->lr);
   sl__attrs_set_float(&at, "weight_decay", o->weight_decay);
   if (!sl_nd_sbp_equal(layout, &sl__g_value(g, w.id)->sbp))
-    sl__attrs_set_int(&at, "zero", 1);
+    sl__attrs_set_int(&at, "zero", o->zero_stage);
   sl_tensor outs[SL_OP_MAX_OUTPUTS];
   sl_tensor st[2];
   if (o->kind == SL_OPTIMIZER_SGD) {

@@ -407,10 +407,11 @@ typedef struct sl_optimizer {
   double weight_decay;
   double clip_norm; /* > 0: gradients scaled so their global L2
                        norm is at most clip_norm */
-  /* ZeRO (docs/zero.md): 0 off; 1 and 2: a data-parallel weight's
-   * update and optimizer state are sharded over its data-parallel mesh
-   * axes, its gradient reduce-scattered and the new weight all-gathered
-   * (2 is 1: no full-size gradient outlives its reduce-scatter). */
+  /* ZeRO (docs/zero.md): 0 off; 1: a data-parallel weight's update and
+   * optimizer state are sharded over its data-parallel mesh axes, its
+   * gradient reduce-scattered and the new weight all-gathered; 2: also no
+   * full-size gradient kept once reduce-scattered (the backward pass
+   * waits for the reduce-scatters). */
   int zero_stage;
 } sl_optimizer;
 

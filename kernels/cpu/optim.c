@@ -28,7 +28,7 @@
  *   the bias correction follows the step count and a program restarted at
  *   step s continues with t = s + 1.
  * Signatures: S(i) on every input and output, for each axis i of w (all-B
- * is implied). With attribute zero = 1 (sl_minimize's ZeRO updates,
+ * is implied). With attribute zero = 1 or 2 (sl_minimize's ZeRO updates,
  * docs/zero.md) also the sharded ones: for each axis i, w whole (B), every
  * other input and every output S(i), the update computed on the block of
  * w the outputs hold. Only sl_minimize asks for them: it fixes the outputs
