@@ -183,4 +183,12 @@ sl_status sl__interp_variable(sl__interp *it, const char *name, void **data,
 /* Any value of the last step by id (NULL before a step or out of range). */
 const void *sl__interp_value(const sl__interp *it, int32_t value);
 
+/* topo.c: a topological order of n items, item t's successors to[off[t]
+ * .. off[t + 1]), the smallest ready index first, so that an order already
+ * topological is kept. Consumes indeg (what is left > 0 lies on a cycle);
+ * *count: the items ordered (n without a cycle). SL_ENOMEM. */
+sl_status sl__topo_smallest_first(int32_t n, const int32_t *off,
+                                  const int32_t *to, int32_t *indeg,
+                                  int32_t *order, int32_t *count);
+
 #endif

@@ -241,50 +241,18 @@ static sl_status report_cycle(const sl__pplan *p, const dag *d,
 /* A topological order, smallest task id first among the ready ones
  * (lowering creates tasks in the graph's order: forward, backward, then
  * the optimizer, which keeps each device's compute order close to what
- * the program wrote). A binary min-heap of ready tasks. */
+ * the program wrote). */
 static sl_status topo_order(const sl__pplan *p, const dag *d, int32_t *order) {
-  int32_t n = p->n_tasks, len = 0, out = 0;
+  int32_t n = p->n_tasks, out = 0;
   int32_t *indeg = sl__calloc((size_t)n + 1, sizeof *indeg);
-  int32_t *heap = sl__calloc((size_t)n + 1, sizeof *heap);
-  if (!indeg || !heap) {
-    sl__free(indeg);
-    sl__free(heap);
-    return SL_ENOMEM;
-  }
+  if (!indeg) return SL_ENOMEM;
   for (int32_t t = 0; t < n; t++)
     indeg[t] = d->rev_off[t + 1] - d->rev_off[t];
-  for (int32_t t = 0; t < n; t++) {
-    if (indeg[t]) continue;
-    heap[len++] = t; /* ascending: already a heap */
+  sl_status st = sl__topo_smallest_first(n, d->off, d->to, indeg, order, &out);
+  if (st != SL_OK) {
+    sl__free(indeg);
+    return st;
   }
-  while (len) {
-    int32_t t = heap[0];
-    heap[0] = heap[--len];
-    for (int32_t i = 0;;) { /* sift down */
-      int32_t l = 2 * i + 1, m = i;
-      if (l < len && heap[l] < heap[m]) m = l;
-      if (l + 1 < len && heap[l + 1] < heap[m]) m = l + 1;
-      if (m == i) break;
-      int32_t x = heap[i];
-      heap[i] = heap[m];
-      heap[m] = x;
-      i = m;
-    }
-    order[out++] = t;
-    for (int32_t k = d->off[t]; k < d->off[t + 1]; k++) {
-      int32_t v = d->to[k];
-      if (--indeg[v]) continue;
-      int32_t i = len++;
-      heap[i] = v;
-      while (i > 0 && heap[(i - 1) / 2] > heap[i]) { /* sift up */
-        int32_t q = (i - 1) / 2, x = heap[i];
-        heap[i] = heap[q];
-        heap[q] = x;
-        i = q;
-      }
-    }
-  }
-  sl_status st = SL_OK;
   if (out != n && sl__pplan_scheduled(p))
     st = report_cycle(p, d, indeg);
   else if (out != n) /* lowering never makes a cycle within a step */
@@ -293,7 +261,6 @@ static sl_status topo_order(const sl__pplan *p, const dag *d, int32_t *order) {
                   "step (%d of %d ordered)",
                   (int)out, (int)n);
   sl__free(indeg);
-  sl__free(heap);
   return st;
 }
 

@@ -89,16 +89,15 @@ static int32_t clone_of(rc *r, int32_t v) {
 }
 
 /* Sorts g->nodes topologically, the smallest index first among the ready
- * nodes (a binary min-heap), and renumbers them. */
+ * nodes, and renumbers them. */
 static sl_status resort(sl_graph *g) {
-  int32_t n = g->n_nodes, len = 0, done = 0;
+  int32_t n = g->n_nodes, done = 0;
   int32_t *indeg = sl__calloc((size_t)n + 1, sizeof *indeg);
-  int32_t *heap = sl__calloc((size_t)n + 1, sizeof *heap);
   int32_t *off = sl__calloc((size_t)n + 2, sizeof *off);
-  int32_t *to =
-      sl__calloc((size_t)g->n_values * SL_OP_MAX_INPUTS + 1, sizeof *to);
-  sl__gnode **order = sl__calloc((size_t)n + 1, sizeof *order);
-  sl_status st = indeg && heap && off && to && order ? SL_OK : SL_ENOMEM;
+  int32_t *to = sl__calloc((size_t)n * SL_OP_MAX_INPUTS + 1, sizeof *to);
+  int32_t *order = sl__calloc((size_t)n + 1, sizeof *order);
+  sl__gnode **nodes = sl__calloc((size_t)n + 1, sizeof *nodes);
+  sl_status st = indeg && off && to && order && nodes ? SL_OK : SL_ENOMEM;
   /* Readers of each node's outputs, CSR by producer. */
   for (int32_t i = 0; i < n && st == SL_OK; i++)
     for (int k = 0; k < g->nodes[i]->n.n_in; k++) {
@@ -110,39 +109,14 @@ static sl_status resort(sl_graph *g) {
   for (int32_t i = 0; i < n && st == SL_OK; i++)
     for (int k = 0; k < g->nodes[i]->n.n_in; k++)
       to[off[g->values[g->nodes[i]->n.in[k]]->producer + 1]++] = i;
-  for (int32_t i = 0; i < n && st == SL_OK; i++)
-    if (!indeg[i]) heap[len++] = i; /* ascending: already a heap */
-  while (len && st == SL_OK) {
-    int32_t t = heap[0];
-    heap[0] = heap[--len];
-    for (int32_t i = 0;;) { /* sift down */
-      int32_t l = 2 * i + 1, m = i;
-      if (l < len && heap[l] < heap[m]) m = l;
-      if (l + 1 < len && heap[l + 1] < heap[m]) m = l + 1;
-      if (m == i) break;
-      int32_t x = heap[i];
-      heap[i] = heap[m];
-      heap[m] = x;
-      i = m;
-    }
-    order[done++] = g->nodes[t];
-    for (int32_t e = off[t]; e < off[t + 1]; e++) {
-      int32_t v = to[e];
-      if (--indeg[v]) continue;
-      int32_t i = len++;
-      heap[i] = v;
-      while (i > 0 && heap[(i - 1) / 2] > heap[i]) { /* sift up */
-        int32_t q = (i - 1) / 2, x = heap[i];
-        heap[i] = heap[q];
-        heap[q] = x;
-        i = q;
-      }
-    }
-  }
+  if (st == SL_OK)
+    st = sl__topo_smallest_first(n, off, to, indeg, order, &done);
   if (st == SL_OK && done != n)
     st = sl__fail(SL_EINTERNAL, "recompute: the graph has a cycle");
   if (st == SL_OK) {
-    memcpy(g->nodes, order, (size_t)n * sizeof *order);
+    for (int32_t i = 0; i < n; i++)
+      nodes[i] = g->nodes[order[i]];
+    memcpy(g->nodes, nodes, (size_t)n * sizeof *nodes);
     for (int32_t i = 0; i < n; i++) {
       g->nodes[i]->index = i;
       for (int j = 0; j < g->nodes[i]->n.n_out; j++)
@@ -150,10 +124,10 @@ static sl_status resort(sl_graph *g) {
     }
   }
   sl__free(indeg);
-  sl__free(heap);
   sl__free(off);
   sl__free(to);
   sl__free(order);
+  sl__free(nodes);
   return st;
 }
 
