@@ -222,3 +222,13 @@ void inv_check_cuda_gpu(const char *model, inv_build_fn build,
   snprintf(label, sizeof label, "%s (gpu)", model);
   check_cuda(label, build, ctx, n, 1e-3);
 }
+
+void inv_session_train(sl_graph *g, int steps, float *losses,
+                       sl_memory_stats *mem) {
+  ex_run_opts o = {.engine = EX_ENGINE_SESSION};
+  ex_run *r;
+  INV_OK(ex_run_create(g, &o, &r));
+  INV_OK(ex_train(r, steps, 1, "loss", NULL, losses, NULL));
+  if (mem) INV_OK(sl_session_get_memory(ex_run_session(r), 0, mem));
+  ex_run_destroy(r);
+}

@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include <sluice/graph.h>
+#include <sluice/session.h>
 
 #include "common/ex_flags.h"
 #include "common/ex_run.h"
@@ -64,6 +65,11 @@ void inv_train_on(const char *type, inv_build_fn build, const void *ctx,
 void inv_check_cuda_fake(const char *model, inv_build_fn build,
                          const void *ctx);
 void inv_check_cuda_gpu(const char *model, inv_build_fn build, const void *ctx);
+
+/* Trains a built graph `steps` steps in a session, writing the losses of
+ * its "loss" fetch; device 0's planned memory too when mem is set. */
+void inv_session_train(sl_graph *g, int steps, float *losses,
+                       sl_memory_stats *mem);
 
 /* Largest |a - b| / |b| over n values. */
 double inv_max_rel(const float *a, const float *b, int n);

@@ -44,12 +44,7 @@ static int train(ex_layout layout, const char *devices, int pp, bool recompute,
   sl_graph *g;
   INV_OK(sl_graph_create(&g));
   INV_OK(build(g, layout, devices, pp, recompute));
-  ex_run_opts o = {.engine = EX_ENGINE_SESSION};
-  ex_run *r;
-  INV_OK(ex_run_create(g, &o, &r));
-  INV_OK(ex_train(r, STEPS, 1, "loss", NULL, losses, NULL));
-  if (mem) INV_OK(sl_session_get_memory(ex_run_session(r), 0, mem));
-  ex_run_destroy(r);
+  inv_session_train(g, STEPS, losses, mem);
   int n = 0;
   for (int32_t i = 0; i < sl__graph_node_count(g); i++)
     n += sl__graph_node(g, i)->recompute;

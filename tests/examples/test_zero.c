@@ -63,12 +63,7 @@ static void train(build_fn build, ex_layout layout, const char *devices,
   sl_graph *g;
   INV_OK(sl_graph_create(&g));
   INV_OK(build(g, layout, placement, zero));
-  ex_run_opts o = {.engine = EX_ENGINE_SESSION};
-  ex_run *r;
-  INV_OK(ex_run_create(g, &o, &r));
-  INV_OK(ex_train(r, STEPS, 1, "loss", NULL, losses, NULL));
-  if (mem) INV_OK(sl_session_get_memory(ex_run_session(r), 0, mem));
-  ex_run_destroy(r);
+  inv_session_train(g, STEPS, losses, mem);
   if (g_out)
     *g_out = g;
   else
