@@ -8,10 +8,11 @@
  * broadcast over a mesh axis of more than one device (data parallel), its
  * update runs on a shard instead, split over that axis, and its state
  * lives in that shard's layout. Fixing the update's outputs to the shard
- * makes SBP inference convert its inputs there (the gradient's partial
- * sum reduce-scattered, the weight sliced locally), and compile boxes the
- * new weight back into the variable's layout (an all-gather into the
- * variable's registers). */
+ * makes SBP inference pick the update ops' sharded signature (the weight
+ * read whole where it lies, the gradient's partial sum reduce-scattered),
+ * and compile boxes the new weight back into the variable's layout (an
+ * all-gather into the variable's register). The update's attribute `zero`
+ * carries the stage, which the memory planner reads (graph/memory.c). */
 #include <math.h>
 #include <string.h>
 

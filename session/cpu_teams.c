@@ -16,7 +16,8 @@
  * fit in the CPUs, 20 us otherwise. With a core per busy thread a spin
  * costs nothing, and a sleep can cost much: the thread a collective's end
  * wakes is often queued behind a busy one for a scheduler tick (tp on two
- * devices ran 1-2 ms late at each all-reduce; 12% faster spinning). */
+ * devices ran 1-2 ms late at each all-reduce: 16.5 ms/step, against 14.9
+ * spinning). */
 #include <stdlib.h>
 #include <string.h>
 
