@@ -58,4 +58,8 @@ bool sl__pin_self(int cpu);
  * affinity cannot be read). */
 int sl__cpu_list(int *cpus, int max);
 
+/* Those CPUs as text, ranges joined by commas ("0-3,6"), like snprintf
+ * into buf. */
+void sl__cpu_list_text(char *buf, size_t size);
+
 #endif

@@ -82,6 +82,23 @@ int sl__cpu_list(int *cpus, int max) {
   return n;
 }
 
+void sl__cpu_list_text(char *buf, size_t size) {
+  int cpus[1024], n = sl__cpu_list(cpus, 1024);
+  size_t used = 0;
+  if (size) buf[0] = '\0';
+  for (int i = 0; i < n && used < size; i++) {
+    int j = i;
+    while (j + 1 < n && cpus[j + 1] == cpus[j] + 1)
+      j++;
+    int w = j > i ? snprintf(buf + used, size - used, "%s%d-%d",
+                             used ? "," : "", cpus[i], cpus[j])
+                  : snprintf(buf + used, size - used, "%s%d", used ? "," : "",
+                             cpus[i]);
+    used += w > 0 ? (size_t)w : 0;
+    i = j;
+  }
+}
+
 static void *worker_main(void *arg) {
   member *m = arg;
   sl__team *t = m->team;

@@ -6,10 +6,17 @@
  * log lines with "[node R] ", and when the program exits stops the
  * daemons (SIGTERM, then SIGKILL after a grace period) and returns the
  * program's exit status. Every child dies with the launcher
- * (PR_SET_PDEATHSIG) and sits in one process group with the others. */
+ * (PR_SET_PDEATHSIG) and sits in one process group with the others.
+ *
+ * The daemons share the launcher's CPUs out, as the nodes of a real
+ * cluster have cores of their own: daemon r may use the r-th of N even
+ * parts of them (when there are at least N), so that each sizes its CPU
+ * devices' threads, pinning and waiting from its own part instead of all
+ * of them taking every core. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +40,9 @@ static const char usage[] =
     "sessions run on the daemons: SLUICE_MASTER and SLUICE_TOKEN are set\n"
     "for it), streams the daemons' logs prefixed by node, stops them when\n"
     "the program ends and exits with the program's status (128+signal when\n"
-    "it was killed). The master runs in the launcher.\n\n"
+    "it was killed). The master runs in the launcher. The daemons share\n"
+    "this process's CPUs out evenly (each its own part, when there are at\n"
+    "least N), as a cluster's nodes have cores of their own.\n\n"
     "  --nnodes N           daemons to start (1..64)\n"
     "  --devices cpu:K      devices of each daemon\n"
     "  --listen ADDR        address everything binds (default 127.0.0.1)\n"
@@ -191,6 +200,24 @@ static char **env_with(char *const *base, const char *const *set, size_t n) {
   return env;
 }
 
+/* Part r of n of the CPUs this process may use, even in size; false (all
+ * of them for everyone) when there are fewer CPUs than parts. */
+static bool cpu_part(int r, int n, cpu_set_t *part) {
+  cpu_set_t all;
+  CPU_ZERO(part);
+  if (sched_getaffinity(0, sizeof all, &all) != 0) return false;
+  int count = CPU_COUNT(&all);
+  if (count < n) return false;
+  int lo = (int)((int64_t)count * r / n),
+      hi = (int)((int64_t)count * (r + 1) / n);
+  for (int c = 0, k = 0; c < CPU_SETSIZE && k < hi; c++) {
+    if (!CPU_ISSET(c, &all)) continue;
+    if (k >= lo) CPU_SET(c, part);
+    k++;
+  }
+  return true;
+}
+
 static bool random_token(char *out, size_t n) {
   unsigned char raw[24];
   FILE *f = fopen("/dev/urandom", "rb");
@@ -301,6 +328,9 @@ int sl_cli_launch(int argc, char **argv) {
       fprintf(stderr, "sluice launch: pipe: %s\n", strerror(errno));
       goto stop;
     }
+    /* Built before fork: the child of a threaded process may not allocate. */
+    cpu_set_t part;
+    bool shared = cpu_part(r, (int)nnodes, &part);
     pid_t pid = fork();
     if (pid < 0) {
       fprintf(stderr, "sluice launch: fork: %s\n", strerror(errno));
@@ -310,6 +340,7 @@ int sl_cli_launch(int argc, char **argv) {
     }
     if (pid == 0) {
       child_setup(me, group);
+      if (shared) sched_setaffinity(0, sizeof part, &part);
       dup2(p[1], 1);
       dup2(p[1], 2);
       close(p[0]);

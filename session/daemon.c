@@ -634,9 +634,13 @@ sl_status sl__daemon_run(const sl__daemon_run_opts *o) {
   if (st != SL_OK) goto out;
   SL_CHECK_GOTO(sl__net_coll_create(ep, NULL, &nc), st, out);
   sl__daemon_opts so2 = {cp, ep, nc, o->stop, o->max_jobs, o->log};
-  log_line(&so2, "sluice daemon %d: node %d of %d, data plane %s, master %s%s",
+  char cpus[256];
+  sl__cpu_list_text(cpus, sizeof cpus);
+  log_line(&so2,
+           "sluice daemon %d: node %d of %d, data plane %s, master %s%s, "
+           "CPUs %s",
            o->rank, o->rank, o->nnodes, addr, o->master,
-           o->host_master ? " (hosted here)" : "");
+           o->host_master ? " (hosted here)" : "", cpus);
   st = sl__daemon_serve(&so2);
 out:
   if (st != SL_OK) {
