@@ -69,8 +69,9 @@ int main(int argc, char **argv) {
        "data",
        0},
       {"zero", EX_FLAG_INT, &zero,
-       "ZeRO stage: 1 or 2 shard the optimizer state and update over the "
-       "data-parallel devices (docs/zero.md)",
+       "ZeRO stage: 1 shards the optimizer state and update over the "
+       "data-parallel devices, 2 also frees each full gradient once "
+       "reduce-scattered (docs/zero.md)",
        0},
       {"threads", EX_FLAG_INT, &threads,
        "threads of each CPU device (0: the CPUs shared out between the "

@@ -153,29 +153,15 @@ static void losses(const char *out, char *buf, size_t n) {
 
 static void test_launch_mlp_equals_embedded(void **state) {
   (void)state;
-  const char *mlp[] = {
-      SLUICE_MLP_PATH, "--devices", "cpu:0/0-1", "--layout", "dp",
-      "--steps",       "4",         "--hidden",  "64",       NULL};
+  const char *mlp[] = {SLUICE_MLP_PATH, "--devices", "cpu:0/0-1", "--layout",
+                       "dp", "--steps", "4", "--hidden", "64", NULL};
   cli_result a, b;
   run_guarded(mlp, &a);
   assert_int_equal(a.status, 0);
-  const char *launch[] = {SLUICE_CLI_PATH,
-                          "launch",
-                          "--nnodes",
-                          "2",
-                          "--devices",
-                          "cpu:2",
-                          "--",
-                          SLUICE_MLP_PATH,
-                          "--devices",
-                          "cpu:0/0-1",
-                          "--layout",
-                          "dp",
-                          "--steps",
-                          "4",
-                          "--hidden",
-                          "64",
-                          NULL};
+  const char *launch[] = {SLUICE_CLI_PATH, "launch", "--nnodes", "2",
+                          "--devices", "cpu:2", "--", SLUICE_MLP_PATH,
+                          "--devices", "cpu:0/0-1", "--layout", "dp",
+                          "--steps", "4", "--hidden", "64", NULL};
   run_guarded(launch, &b);
   printf("launch stdout:\n%s\nlaunch stderr:\n%s\n", b.out, b.err);
   assert_int_equal(b.status, 0);
@@ -217,27 +203,19 @@ static void test_launch_mlp_equals_embedded(void **state) {
 static void test_launch_status_and_flags(void **state) {
   (void)state;
   cli_result r;
-  const char *exit7[] = {SLUICE_CLI_PATH,
-                         "launch",
-                         "--nnodes",
-                         "1",
-                         "--devices",
-                         "cpu:1",
-                         "--",
-                         "/bin/sh",
-                         "-c",
-                         "test -n \"$SLUICE_MASTER\" && exit 7",
-                         NULL};
+  const char *exit7[] = {SLUICE_CLI_PATH, "launch", "--nnodes", "1",
+                         "--devices", "cpu:1", "--", "/bin/sh", "-c",
+                         "test -n \"$SLUICE_MASTER\" && exit 7", NULL};
   run_guarded(exit7, &r);
   assert_int_equal(r.status, 7);
   cli_result_free(&r);
-  const char *bad[] = {SLUICE_CLI_PATH, "launch", "--nnodes",  "0", "--devices",
-                       "cpu:1",         "--",     "/bin/true", NULL};
+  const char *bad[] = {SLUICE_CLI_PATH, "launch", "--nnodes", "0",
+                       "--devices", "cpu:1", "--", "/bin/true", NULL};
   assert_int_equal(cli_run(SLUICE_CLI_PATH, bad, &r), 0);
   assert_int_equal(r.status, 2);
   cli_result_free(&r);
   const char *noprog[] = {SLUICE_CLI_PATH, "launch", "--nnodes", "1",
-                          "--devices",     "cpu:1",  NULL};
+                          "--devices", "cpu:1", NULL};
   assert_int_equal(cli_run(SLUICE_CLI_PATH, noprog, &r), 0);
   assert_int_equal(r.status, 2);
   cli_result_free(&r);
@@ -254,8 +232,9 @@ static void test_launch_status_and_flags(void **state) {
 
 static void test_daemon_killed_mid_job(void **state) {
   (void)state;
-  char master[64], d0log[] = "/tmp/sl-d0-XXXXXX", d1log[] = "/tmp/sl-d1-XXXXXX",
-                   plog[] = "/tmp/sl-prog-XXXXXX";
+  char master[64], d0log[] = "/tmp/sl-d0-XXXXXX",
+                             d1log[] = "/tmp/sl-d1-XXXXXX",
+                             plog[] = "/tmp/sl-prog-XXXXXX";
   close(mkstemp(d0log));
   close(mkstemp(d1log));
   close(mkstemp(plog));
@@ -271,18 +250,17 @@ static void test_daemon_killed_mid_job(void **state) {
   char master_env[80];
   snprintf(master_env, sizeof master_env, "SLUICE_MASTER=%s", master);
   child_env_set("SLUICE_TOKEN=process-test-token", NULL);
-  const char *d0[] = {SLUICE_CLI_PATH, "daemon", "--master",          master,
-                      "--node-rank",   "0",      "--nnodes",          "2",
-                      "--devices",     "cpu:2",  "--external-master", NULL};
+  const char *d0[] = {SLUICE_CLI_PATH, "daemon", "--master", master,
+                      "--node-rank", "0", "--nnodes", "2", "--devices",
+                      "cpu:2", "--external-master", NULL};
   const char *d1[] = {SLUICE_CLI_PATH, "daemon", "--master", master,
-                      "--node-rank",   "1",      "--nnodes", "2",
-                      "--devices",     "cpu:2",  NULL};
+                      "--node-rank", "1", "--nnodes", "2", "--devices",
+                      "cpu:2", NULL};
   pid_t p0 = spawn(d0, d0log), p1 = spawn(d1, d1log);
   child_env_set("SLUICE_TOKEN=process-test-token", master_env);
   /* A long job on node 1; node 1 is killed once steps are coming. */
-  const char *prog[] = {
-      SLUICE_MLP_PATH, "--devices", "cpu:1/0-1", "--layout", "dp",
-      "--steps",       "100000000", "--hidden",  "64",       NULL};
+  const char *prog[] = {SLUICE_MLP_PATH, "--devices", "cpu:1/0-1", "--layout",
+                        "dp", "--steps", "100000000", "--hidden", "64", NULL};
   pid_t pp = spawn(prog, plog);
   assert_true(wait_text(plog, "step 3 "));
   kill(p1, SIGKILL);
@@ -296,9 +274,9 @@ static void test_daemon_killed_mid_job(void **state) {
   /* Node 1 restarted (it waits for the master to declare the old one
    * lost); the next program runs on node 0 and finishes. */
   p1 = spawn(d1, d1log);
-  const char *next[] = {
-      SLUICE_MLP_PATH, "--devices", "cpu:0/0-1", "--layout", "dp",
-      "--steps",       "3",         "--hidden",  "64",       NULL};
+  const char *next[] = {SLUICE_MLP_PATH, "--devices", "cpu:0/0-1",
+                        "--layout", "dp", "--steps", "3", "--hidden", "64",
+                        NULL};
   cli_result r;
   run_guarded(next, &r);
   printf("next program (status %d):\n%s%s\n", r.status, r.out, r.err);
@@ -310,8 +288,8 @@ static void test_daemon_killed_mid_job(void **state) {
   kill(p0, SIGTERM);
   int s1 = wait_for(p1), s0 = wait_for(p0);
   char *l0 = slurp(d0log), *l1 = slurp(d1log);
-  printf("daemon 0 (status %d):\n%s\ndaemon 1 (status %d):\n%s\n", s0, l0, s1,
-         l1);
+  printf("daemon 0 (status %d):\n%s\ndaemon 1 (status %d):\n%s\n", s0, l0,
+         s1, l1);
   assert_int_equal(s1, 0);
   assert_int_equal(s0, 0);
   assert_non_null(strstr(l0, "job 2: succeeded"));
@@ -338,23 +316,10 @@ static void test_launch_trace_merges_nodes(void **state) {
   char trace_env[64];
   snprintf(trace_env, sizeof trace_env, "SLUICE_TRACE=%s", path);
   child_env_set(trace_env, NULL);
-  const char *launch[] = {SLUICE_CLI_PATH,
-                          "launch",
-                          "--nnodes",
-                          "2",
-                          "--devices",
-                          "cpu:1",
-                          "--",
-                          SLUICE_MLP_PATH,
-                          "--devices",
-                          "cpu:0-1/0",
-                          "--layout",
-                          "dp",
-                          "--steps",
-                          "2",
-                          "--hidden",
-                          "32",
-                          NULL};
+  const char *launch[] = {SLUICE_CLI_PATH, "launch", "--nnodes", "2",
+                          "--devices", "cpu:1", "--", SLUICE_MLP_PATH,
+                          "--devices", "cpu:0-1/0", "--layout", "dp",
+                          "--steps", "2", "--hidden", "32", NULL};
   cli_result r;
   run_guarded(launch, &r);
   child_env_set(NULL, NULL);
