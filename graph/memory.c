@@ -548,10 +548,10 @@ static int32_t source_pos(const planner *P, int32_t m, int32_t t) {
  * (the update's attribute zero), reduce-scatter i (by its gradient's
  * position) completes before the task after gradient i + 1's producer: it
  * overlaps that gradient's computation, and no more than two full-size
- * gradients are live; the backward pass then waits for each. An all-gather
- * completes before the next sharded update that comes after every reader of its
- * weight on the device (which the all-gather waits for: the weight has one
- * register), so the edge cannot close a cycle. */
+ * gradients are live; the backward pass then waits for each. An
+ * all-gather completes before the next sharded update that comes after
+ * every reader of its weight on the device (which the all-gather waits
+ * for: the weight has one register), so the edge cannot close a cycle. */
 static sl_status zero_edges_of(const planner *P, int32_t m, int32_t **e,
                                int32_t *n, int32_t *cap) {
   const sl__pplan *p = P->p;

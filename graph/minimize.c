@@ -147,16 +147,6 @@ static void clip(sl_graph *g, int n, const sl_tensor *w,
   g->force_placement = NULL;
 }
 
-/* Fixes the update's outputs to `layout`: inference converts its inputs. */
-static void fix_layout(sl_graph *g, int n, const sl_tensor *outs,
-                       const sl_nd_sbp *layout) {
-  for (int i = 0; i < n; i++) {
-    sl__value *v = sl__g_value(g, outs[i].id);
-    v->sbp = *layout;
-    v->sbp_fixed = true;
-  }
-}
-
 static void update(sl_graph *g, sl_tensor w, const sl_nd_sbp *layout,
                    sl_tensor grad, const sl_optimizer *o) {
   sl__gnode *wn = g->nodes[sl__g_value(g, w.id)->producer];
@@ -164,8 +154,8 @@ static void update(sl_graph *g, sl_tensor w, const sl_nd_sbp *layout,
   sl__attrs at = {0};
   sl__attrs_set_float(&at, "lr", o->lr);
   sl__attrs_set_float(&at, "weight_decay", o->weight_decay);
-  if (!sl_nd_sbp_equal(layout, &sl__g_value(g, w.id)->sbp))
-    sl__attrs_set_int(&at, "zero", o->zero_stage);
+  bool sharded = !sl_nd_sbp_equal(layout, &sl__g_value(g, w.id)->sbp);
+  if (sharded) sl__attrs_set_int(&at, "zero", o->zero_stage);
   sl_tensor outs[SL_OP_MAX_OUTPUTS];
   sl_tensor st[2];
   if (o->kind == SL_OPTIMIZER_SGD) {
@@ -184,9 +174,14 @@ static void update(sl_graph *g, sl_tensor w, const sl_nd_sbp *layout,
     if (sl__g_op(g, "adam_update", 4, in, &at, outs).id < 0) return;
   }
   int n_state = o->kind == SL_OPTIMIZER_SGD ? 1 : 2;
-  /* SGD's empty state stays broadcast: only the weight's output moves. */
+  /* Sharded, the outputs are fixed to the shard (inference then converts
+   * the inputs); SGD's empty state stays broadcast. */
   bool empty = o->kind == SL_OPTIMIZER_SGD && o->momentum == 0;
-  fix_layout(g, empty ? 1 : 1 + n_state, outs, layout);
+  for (int i = 0; sharded && i < (empty ? 1 : 1 + n_state); i++) {
+    sl__value *v = sl__g_value(g, outs[i].id);
+    v->sbp = *layout;
+    v->sbp_fixed = true;
+  }
   wn->n.update = outs[0].id;
   for (int i = 0; i < n_state; i++)
     g->nodes[sl__g_value(g, st[i].id)->producer]->n.update = outs[1 + i].id;

@@ -151,8 +151,10 @@ static void test_spin(void **state) {
   INV_OK(build_mlp(g, EX_LAYOUT_SINGLE, "cpu:0"));
   assert_int_equal(spin_of(g, 0, 0), 1000);
   assert_int_equal(spin_of(g, cpus, 0), 1000);
-  assert_int_equal(spin_of(g, cpus + 1, 0), 20);
-  assert_int_equal(spin_of(g, cpus + 1, 300), 300);
+  if (cpus < 256) { /* cpus + 1 threads must be a valid count */
+    assert_int_equal(spin_of(g, cpus + 1, 0), 20);
+    assert_int_equal(spin_of(g, cpus + 1, 300), 300);
+  }
   assert_int_equal(spin_of(g, 0, -1), -1);
   setenv("SLUICE_SPIN_US", "50", 1);
   assert_int_equal(spin_of(g, 0, 0), 50);
