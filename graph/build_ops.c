@@ -297,6 +297,18 @@ sl_tensor sl_sparse_cross_entropy(sl_tensor logits, sl_tensor labels) {
   return op2("sparse_cross_entropy", logits, labels, NULL);
 }
 
+sl_tensor sl_one_hot(sl_tensor labels, int64_t classes) {
+  sl_graph *g = labels.graph;
+  if (!sl__g_usable(g, 1, &labels, "one_hot")) return sl__g_poison(g, false);
+  if (classes < 1)
+    return sl__g_fail_op(g, "one_hot",
+                         "classes = %lld: want at least 1",
+                         (long long)classes);
+  sl__attrs at = {0};
+  sl__attrs_set_int(&at, "classes", classes);
+  return op1("one_hot", labels, &at);
+}
+
 sl_tensor sl_layer_norm(sl_tensor x, sl_tensor gamma, sl_tensor beta,
                         double eps) {
   sl_tensor in[3] = {x, gamma, beta};

@@ -373,6 +373,9 @@ SL_API sl_tensor sl_log_softmax(sl_tensor x, int axis);
 /* Per-row loss -log softmax(logits)[label]: logits [..., C], integer
  * labels [...]; the result has labels' shape. */
 SL_API sl_tensor sl_sparse_cross_entropy(sl_tensor logits, sl_tensor labels);
+/* Integer labels [...] as f32 [..., classes]: 1 at each label, else 0. A
+ * label outside [0, classes) fails the step (NaN rows on CUDA). */
+SL_API sl_tensor sl_one_hot(sl_tensor labels, int64_t classes);
 /* Normalises over the last axis: (x - mean) / sqrt(var + eps) * gamma +
  * beta, gamma and beta of the last axis' extent. */
 SL_API sl_tensor sl_layer_norm(sl_tensor x, sl_tensor gamma, sl_tensor beta,

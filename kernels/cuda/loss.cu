@@ -1,6 +1,7 @@
 // CUDA kernels of sparse cross-entropy and its gradient (cpu/loss.c):
 //   loss    = log(sum exp(logits - max)) - (logits[label] - max)
 //   dlogits = dloss * (softmax(logits) - onehot(label))
+// and of one_hot (cpu/one_hot.c), the labels' other op.
 // one row (a sample's C logits) per thread group as in softmax.cu, with the
 // CPU's exp and, up to kRowLanesMax classes, its summation order.
 //
@@ -107,8 +108,36 @@ sl_status ce_grad_run(const sl__kernel_ctx *k, sl__stream *s) {
   return launched("sparse_cross_entropy_grad");
 }
 
+// one_hot: element (r, j) of the local [rows, n] view holds class c0 + j.
+// A row whose label is out of range is NaN (see the file comment).
+__global__ void one_hot_k(float *o, const void *lab, bool i64, int64_t total,
+                          int64_t n, int64_t c0, int64_t classes) {
+  for (int64_t i = thread_index(); i < total; i += thread_count()) {
+    int64_t r = i / n, j = i - r * n;
+    int64_t c = label_at(lab, i64, r);
+    bool bad = c < 0 || c >= classes;
+    o[i] = bad ? __int_as_float(0x7fc00000) : (c == c0 + j ? 1.0f : 0.0f);
+  }
+}
+
+sl_status one_hot_run(const sl__kernel_ctx *k, sl__stream *s) {
+  const sl_shape *os = &k->out_meta[0].shape;
+  int64_t total = sl_shape_numel(os);
+  if (total == 0) return SL_OK;
+  sl_dtype dt = k->in_meta[0].dtype;
+  if (dt != SL_DTYPE_I32 && dt != SL_DTYPE_I64)
+    return sl__fail(SL_EINVAL, "labels: dtype %s, want i32 or i64",
+                    sl_dtype_name(dt));
+  int last = os->ndim - 1;
+  one_hot_k<<<blocks_for(total), kThreads, 0, stream_of(s)>>>(
+      (float *)k->out[0], k->in[0], dt == SL_DTYPE_I64, total, os->dims[last],
+      k->out_slice[0].start[last], k->out_global[0].dims[last]);
+  return launched("one_hot");
+}
+
 } // namespace
 
 extern "C" const sl__cuda_kernel sl__cuda_sparse_cross_entropy = {ce_run, NULL};
 extern "C" const sl__cuda_kernel sl__cuda_sparse_cross_entropy_grad = {
     ce_grad_run, NULL};
+extern "C" const sl__cuda_kernel sl__cuda_one_hot = {one_hot_run, NULL};

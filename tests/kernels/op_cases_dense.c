@@ -143,6 +143,17 @@ static sl_status c_ce_grad(sl_rng *r, sl__attrs *at, int *n_in,
   return SL_OK;
 }
 
+/* Labels of 0-3 axes, 1-6 classes. */
+static sl_status c_one_hot(sl_rng *r, sl__attrs *at, int *n_in,
+                           sl_host_tensor **in) {
+  int64_t classes = 1 + below(r, 6);
+  sl_shape ls = rshape(r, 0, 3);
+  SL_CHECK(sl__attrs_set_int(at, "classes", classes));
+  in[0] = oph_random(r, index_dtype(r), &ls, 0, (double)(classes - 1));
+  *n_in = 1;
+  return SL_OK;
+}
+
 /* ---- layer norm -------------------------------------------------------- */
 
 static sl_shape ln_shape(sl_rng *r, sl_shape *vs, sl_shape *rs) {
@@ -274,6 +285,7 @@ static const op_case cases[] = {
     {"log_softmax_grad", c_log_softmax_grad, {1e-5, 1e-5}, 8},
     {"sparse_cross_entropy", c_ce, EXACT, 8},
     {"sparse_cross_entropy_grad", c_ce_grad, {1e-6, 1e-5}, 8},
+    {"one_hot", c_one_hot, EXACT, 8},
     {"layer_norm", c_layer_norm, EXACT, 8},
     /* dgamma and dbeta sum over rows split between ranks. */
     {"layer_norm_grad", c_layer_norm_grad, {5e-5, 1e-5}, 8},

@@ -531,6 +531,42 @@ static void test_ce_errors(void **state) {
   dt_free(2, in);
 }
 
+/* one_hot: a 1 at each label's class on one device; labels out of range
+ * and bad attributes refused. (Its class-split signature is checked by
+ * test_op_signatures.) */
+static void test_one_hot(void **state) {
+  sl_rng r = {g_seed + 7};
+  sl__attrs at;
+  memset(&at, 0, sizeof at);
+  sl__attrs_set_int(&at, "classes", 9);
+  sl_shape ls = dt_shape(2, (int64_t[]){3, 4});
+  for (int i = 0; i < 2; i++) {
+    sl_host_tensor *in[1] = {
+        dt_ids(&r, i ? SL_DTYPE_I64 : SL_DTYPE_I32, &ls, 9)};
+    sl_host_tensor *out[1];
+    dt_run_ok("one_hot", &at, 1, in, 0, out);
+    const sl_shape *os = sl_host_tensor_shape(out[0]);
+    assert_int_equal(os->ndim, 3);
+    assert_int_equal(os->dims[2], 9);
+    for (int64_t p = 0; p < 12; p++)
+      for (int64_t c = 0; c < 9; c++)
+        assert_true(dt_f(out[0])[p * 9 + c] ==
+                    (c == (int64_t)sl_host_tensor_get(in[0], p) ? 1.0f : 0.0f));
+    sl_host_tensor_set(in[0], 6, 9); /* [1,2] */
+    dt_expect_einval(dt_run("one_hot", &at, 1, in, 0, out),
+                     "label 9 at position [1,2] out of range [0, 9)");
+    dt_free(1, in);
+  }
+  sl_host_tensor *in[1] = {dt_new(SL_DTYPE_F32, &ls)};
+  dt_expect_infer_error("one_hot", &at, 1, in,
+                        "labels: dtype f32, want i32 or i64");
+  dt_free(1, in);
+  in[0] = dt_new(SL_DTYPE_I32, &ls);
+  sl__attrs_set_int(&at, "classes", 0);
+  dt_expect_infer_error("one_hot", &at, 1, in, "classes 0: want at least 1");
+  dt_free(1, in);
+}
+
 int main(void) {
   g_seed = dt_seed("dense softmax/loss");
   const struct CMUnitTest tests[] = {
@@ -545,6 +581,7 @@ int main(void) {
       cmocka_unit_test(test_ce_values),
       cmocka_unit_test(test_ce_grad_fd),
       cmocka_unit_test(test_ce_errors),
+      cmocka_unit_test(test_one_hot),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
