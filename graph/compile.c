@@ -215,7 +215,8 @@ static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
 }
 
 static sl_status infer(sl_graph *g) {
-  infer_ctx c = {g, sl__calloc((size_t)g->n_values + 1, sizeof(bool))};
+  int32_t nv = g->n_values; /* the values c.open has room for */
+  infer_ctx c = {g, sl__calloc((size_t)nv + 1, sizeof(bool))};
   if (!c.open) return SL_ENOMEM;
   sl_status st = SL_OK;
   for (int32_t i = 0; i < g->n_nodes && st == SL_OK; i++) {
@@ -232,6 +233,22 @@ static sl_status infer(sl_graph *g) {
             n->out_sbp[j] = v->sbp;
           else
             c.open[n->out[j]] = true;
+        }
+      } else if (sl__g_class_split(g, n, c.open)) {
+        /* Infer the expansion from its first op, now at index i. */
+        st = sl__g_class_expand(g, i);
+        bool *open = st == SL_OK ? sl__reallocarray(c.open,
+                                                    (size_t)g->n_values + 1,
+                                                    sizeof *open)
+                                 : NULL;
+        if (open) {
+          for (int32_t v = nv; v <= g->n_values; v++)
+            open[v] = false;
+          c.open = open;
+          nv = g->n_values;
+          i--;
+        } else if (st == SL_OK) {
+          st = SL_ENOMEM;
         }
       } else {
         st = infer_op(&c, gn);

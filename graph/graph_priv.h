@@ -194,6 +194,17 @@ int32_t sl__g_fetch_value(sl_graph *g, int32_t v);
  * earlier stage reads depends on it, else W. */
 void sl__g_assign_phases(sl_graph *g);
 
+/* ---- class-parallel softmax and cross-entropy (class_parallel.c) ------- */
+
+/* Whether op node n is softmax, log_softmax, sparse_cross_entropy or a
+ * gradient of one, with an input of the class axis' shape split over that
+ * axis (open: per value, a source whose SBP is not decided, never split). */
+bool sl__g_class_split(const sl_graph *g, const sl__node *n, const bool *open);
+/* Expands such a node at index i into ops that keep the classes split: the
+ * new ops take indices i.., the node itself (now their last op, with its
+ * name and output) follows them. Errors are the graph's. */
+sl_status sl__g_class_expand(sl_graph *g, int32_t i);
+
 /* ---- initializers (init.c) --------------------------------------------- */
 
 /* Fills the part `slice` of a tensor of global shape `global` initialised

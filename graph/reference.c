@@ -8,6 +8,7 @@
 #include <sluice/reference.h>
 
 #include "graph_int.h"
+#include "sbp_int.h"
 
 /* ---- the sharded executor --------------------------------------------------
  * Every value has one buffer per rank of its placement holding that rank's
@@ -15,7 +16,8 @@
  * once per rank; boxing nodes run their plan with sl_boxing_execute, which
  * combines partial members in member order, as the session's collectives
  * do; variables are initialised per rank (sl__graph_variable_init); fetches
- * are converted to the logical tensor by a plan to all-B. */
+ * are converted to the logical tensor by a plan to all-B, or, partial ones,
+ * reduced in the session's order. */
 
 typedef struct sl__shard sl__shard;
 
@@ -52,6 +54,11 @@ typedef struct fetch {
   void *logical; /* dst[0], or a copy of rank 0's shard without a plan */
   size_t bytes;
   bool of_variable; /* fetches a variable: taken after the update */
+  /* A partial value is reduced as the session reduces it (lower_fetch):
+   * the ranks at coordinate 0 of every broadcast mesh axis, in rank order,
+   * from the identity, whatever order the boxing planner's steps take. */
+  bool partial;
+  sl_reduce_op reduce;
 } fetch;
 
 struct sl__shard {
@@ -175,7 +182,8 @@ static sl_status fetch_prepare(sl__shard *x, fetch *ft) {
       (size_t)sl_shape_numel(&v->meta.shape) * sl_dtype_size(v->meta.dtype);
   ft->of_variable =
       sl__graph_node(x->g, v->producer)->kind == SL__NODE_VARIABLE;
-  if (already) {
+  ft->partial = sl__nd_sbp_partial_op(&v->sbp, &ft->reduce);
+  if (already || ft->partial) {
     if (!(ft->logical = calloc(1, ft->bytes + 64)))
       return sl__fail(SL_ENOMEM, "sharded executor: out of memory");
     return SL_OK;
@@ -404,6 +412,27 @@ static sl_status check_replicas(sl__shard *x, const sl__node *n) {
   return SL_OK;
 }
 
+/* The logical value of partial value v into ft->logical (see fetch). */
+static void reduce_fetch(sl__shard *x, fetch *ft, int32_t v) {
+  const sl__value *val = sl__graph_value(x->g, v);
+  const shards *sh = &x->v[v];
+  int M = sl_placement_mesh_ndim(val->placement), nd = val->meta.shape.ndim;
+  sl__elem_fill_identity(val->meta.dtype, ft->reduce, ft->logical,
+                         sl_shape_numel(&val->meta.shape));
+  int64_t zero[SL_MAX_DIMS] = {0};
+  for (int r = 0; r < sh->n; r++) {
+    int coord[SL_MAX_MESH_AXES];
+    sl_placement_rank_coord(val->placement, r, coord);
+    bool keep = true;
+    for (int m = 0; m < M; m++)
+      keep = keep && (val->sbp.sbp[m].kind != SL_SBP_BROADCAST || !coord[m]);
+    if (keep)
+      sl__box_move(val->meta.dtype, nd, ft->logical, val->meta.shape.dims,
+                   sh->slice[r].start, sh->buf[r], sh->slice[r].extent, zero,
+                   sh->slice[r].extent, true, ft->reduce);
+  }
+}
+
 /* Takes the logical value of every fetch of a variable (of_variable) or of
  * every other fetch. */
 static sl_status take_fetches(sl__shard *x, bool of_variable) {
@@ -411,6 +440,10 @@ static sl_status take_fetches(sl__shard *x, bool of_variable) {
     fetch *ft = &x->fetches[f];
     if (ft->of_variable != of_variable) continue;
     const sl__node *n = sl__graph_node(x->g, ft->node);
+    if (ft->partial) {
+      reduce_fetch(x, ft, n->in[0]);
+      continue;
+    }
     if (!ft->plan) {
       if (ft->bytes) memcpy(ft->logical, x->v[n->in[0]].buf[0], ft->bytes);
       continue;

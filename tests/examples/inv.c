@@ -70,6 +70,11 @@ bool inv_identical(const float *a, const float *b, int n) {
 }
 
 void inv_count_boxing(const sl_graph *g, int op, int *forward, int *all) {
+  inv_count_boxing_min(g, op, 0, forward, all);
+}
+
+void inv_count_boxing_min(const sl_graph *g, int op, int64_t min_numel,
+                          int *forward, int *all) {
   *forward = *all = 0;
   /* A boxing node serves the pass of its consumers (compile marks it after
    * its producer): forward when no consumer is backward or an update. */
@@ -84,7 +89,10 @@ void inv_count_boxing(const sl_graph *g, int op, int *forward, int *all) {
   }
   for (int32_t i = 0; i < nn; i++) {
     const sl__node *nd = sl__graph_node(g, i);
-    if (nd->kind != SL__NODE_BOXING) continue;
+    if (nd->kind != SL__NODE_BOXING ||
+        sl_shape_numel(&sl__graph_value(g, nd->out[0])->meta.shape) <
+            min_numel)
+      continue;
     const int64_t *sent = sl_boxing_route_bytes_sent(nd->boxing);
     bool moves = false;
     for (int r = 0; r < sl_boxing_route_rank_count(nd->boxing); r++)

@@ -80,6 +80,9 @@ bool inv_identical(const float *a, const float *b, int n);
  * forward ones (neither backward nor optimizer) and all of them; `op`
  * (may be -1) counts only plans whose every step is that boxing op. */
 void inv_count_boxing(const sl_graph *g, int op, int *forward, int *all);
+/* The same for boxing nodes of values of at least min_numel elements. */
+void inv_count_boxing_min(const sl_graph *g, int op, int64_t min_numel,
+                          int *forward, int *all);
 
 /* Runs the whole matrix for a model: the interpreter reference, the
  * sharded single-device run (bit-identical to it), then every case on the
