@@ -120,7 +120,21 @@ static sl_status g_layer_norm(sl_graph *g, const sl__node *n,
   return sl__g_status(g);
 }
 
-/* embedding_grad(dy, ids; vocab) -> dtable. */
+/* Whether the table's layout is the user's and splits its rows. */
+static bool rows_split(const sl__value *t) {
+  for (int m = 0; t->sbp_fixed && m < t->sbp.ndim; m++)
+    if (t->sbp.sbp[m].kind == SL_SBP_SPLIT && t->sbp.sbp[m].axis == 0)
+      return true;
+  return false;
+}
+
+/* embedding_grad(dy, ids; vocab) -> dtable. A table split over its rows
+ * gets its gradient in its own layout: the compiler then gathers the
+ * looked-up rows' gradients and ids (one row per id) to the devices and
+ * each adds those of its rows (B, B -> S(0)), instead of building a dense
+ * partial [vocab, dim] on every device and reduce-scattering it. The
+ * bytes moved follow the rows looked up, not the table's size
+ * (docs/ops.md, Embedding). */
 static sl_status g_embedding(sl_graph *g, const sl__node *n,
                              const sl_tensor *dy, const bool *need,
                              sl_tensor *dx) {
@@ -130,6 +144,13 @@ static sl_status g_embedding(sl_graph *g, const sl__node *n,
   sl__attrs_set_int(&at, "vocab", sl__g_meta(g, table)->shape.dims[0]);
   sl_tensor in[2] = {dy[0], sl__g_in(g, n, 1)};
   dx[0] = sl__g_op(g, "embedding_grad", 2, in, &at, NULL);
+  const sl__value *t = sl__g_value(g, table.id);
+  if (dx[0].id >= 0 && rows_split(t) &&
+      sl__g_value(g, dx[0].id)->placement == t->placement) {
+    sl__value *d = sl__g_value(g, dx[0].id);
+    d->sbp = t->sbp;
+    d->sbp_fixed = true;
+  }
   return sl__g_status(g);
 }
 
