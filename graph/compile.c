@@ -108,10 +108,26 @@ static int op_candidates(const sl_graph *g, const sl__node *n,
   return nc;
 }
 
+/* Input value v as op node n reads it for inference: a ZeRO-3 weight is
+ * kept as its shard, but its readers other than its update take it in
+ * the layout it had before ZeRO (graph/minimize.c), which compile then
+ * gathers for them; tmp holds that view. */
+static const sl__value *read_view(const sl_graph *g, const sl__node *n,
+                                  int32_t v, sl__value *tmp) {
+  const sl__value *val = g->values[v];
+  const sl__gnode *p = g->nodes[val->producer];
+  if (p->n.kind != SL__NODE_VARIABLE || !p->zero3 || n->op->weight_update)
+    return val;
+  *tmp = *val;
+  tmp->sbp = p->zero3_read;
+  return tmp;
+}
+
 static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
   sl_graph *g = c->g;
   sl__node *n = &gn->n;
   int M = sl_placement_mesh_ndim(n->placement);
+  sl__value views[SL_OP_MAX_INPUTS];
   static _Thread_local sl__sbp_sig cand[SL_OP_MAX_SIGNATURES + 1];
   int nc = op_candidates(g, n, cand);
   sl_nd_sbp in_nd[SL_OP_MAX_INPUTS], out_nd[SL_OP_MAX_OUTPUTS];
@@ -134,7 +150,7 @@ static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
       int score = 0;
       bool mism[SL_OP_MAX_INPUTS] = {false};
       for (int i = 0; i < n->n_in; i++) {
-        const sl__value *v = g->values[n->in[i]];
+        const sl__value *v = read_view(g, n, n->in[i], &views[i]);
         if (c->open[n->in[i]]) {
           const sl__node *src = &g->nodes[v->producer]->n;
           if (sl__g_source_accepts(src->op, &src->attrs, sig->in[i])) score++;
@@ -150,7 +166,7 @@ static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
       {
         for (int i = 0; i < n->n_in; i++) {
           if (!mism[i]) continue;
-          const sl__value *v = g->values[n->in[i]];
+          const sl__value *v = read_view(g, n, n->in[i], &views[i]);
           sl_nd_sbp want = v->sbp.ndim == M ? v->sbp : nd_all_b(M);
           for (int k = 0; k < m; k++)
             want.sbp[k] = in_nd[i].sbp[k];
@@ -284,8 +300,20 @@ typedef struct box_key {
   int32_t value;
   const sl_placement *place;
   sl_nd_sbp sbp;
+  int32_t use; /* which readers share it (use_of) */
   int32_t boxed; /* the boxed value */
 } box_key;
+
+/* Readers of a value share one boxing of it, except those of a ZeRO-3
+ * weight (graph/minimize.c): its forward readers share one gather and its
+ * backward readers (recomputed forward ops among them) another, per
+ * micro-batch, so that no gathered weight lives from the forward pass to
+ * the backward pass. */
+static int32_t use_of(const sl_graph *g, int32_t v, const sl__node *reader) {
+  if (!g->nodes[g->values[v]->producer]->zero3) return 0;
+  bool backward = reader->backward || reader->recompute;
+  return 1 + backward + 2 * (reader->micro < 0 ? 0 : reader->micro);
+}
 
 typedef struct box_ctx {
   sl_graph *g;
@@ -301,9 +329,10 @@ typedef struct box_ctx {
 static int32_t boxed(box_ctx *b, int32_t v, sl_placement *p,
                      const sl_nd_sbp *want, const sl__node *consumer) {
   sl_graph *g = b->g;
+  int32_t use = use_of(g, v, consumer);
   for (int32_t k = 0; k < b->n_keys; k++)
     if (b->keys[k].value == v && b->keys[k].place == p &&
-        sl_nd_sbp_equal(&b->keys[k].sbp, want))
+        b->keys[k].use == use && sl_nd_sbp_equal(&b->keys[k].sbp, want))
       return b->keys[k].boxed;
   const sl__value *val = g->values[v];
   const char *pname = g->nodes[val->producer]->n.name;
@@ -335,7 +364,8 @@ static int32_t boxed(box_ctx *b, int32_t v, sl_placement *p,
   gn->n.in_sbp[0] = val->sbp;
   gn->n.out_sbp[0] = *want;
   sl__node *src = &g->nodes[val->producer]->n;
-  gn->n.backward = src->backward;
+  /* A ZeRO-3 weight's gather belongs to its readers' pass. */
+  gn->n.backward = use_of(g, v, consumer) ? consumer->backward : src->backward;
   gn->n.optimizer = src->optimizer;
   /* A conversion runs where its consumer does: its micro-batch, stage and
    * pass (a value computed once, boxed for every micro-batch, stays once
@@ -357,7 +387,7 @@ static int32_t boxed(box_ctx *b, int32_t v, sl_placement *p,
     b->keys = nk;
     b->cap_keys = cap;
   }
-  b->keys[b->n_keys++] = (box_key){v, p, *want, out};
+  b->keys[b->n_keys++] = (box_key){v, p, *want, use, out};
   return out;
 }
 

@@ -34,6 +34,11 @@ typedef struct sl__gnode {
   const char *load_path, *load_tensor;
   int32_t npy_id;    /* npy_read nodes: the open file, else -1 */
   int32_t recompute; /* forward ops: their recompute region, 0: none */
+  /* SL__NODE_VARIABLE under ZeRO-3 (graph/minimize.c): kept as its shard;
+   * zero3_read is the layout its readers other than the update take it
+   * in (its layout before ZeRO). */
+  bool zero3;
+  sl_nd_sbp zero3_read;
 } sl__gnode;
 
 #define SL__GNODE(node) ((sl__gnode *)(node))

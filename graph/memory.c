@@ -33,9 +33,11 @@
  *
  * 5. ZeRO's sharded updates (docs/zero.md) get edges of their own
  *    (zero_edges): a new shard's all-gather completes before the device's
- *    next sharded update, and with stage 2 a full-size gradient's
+ *    next sharded update, and with stages 2 and 3 a full-size gradient's
  *    reduce-scatter before the task after the next gradient's producer,
- *    so that one or two of each are live at a time rather than all.
+ *    so that one or two of each are live at a time rather than all; with
+ *    stage 3 each weight's gather waits for the last reader of the gather
+ *    two before it (zero3_edges), so two gathered weights at most are.
  *
  * Everything else keeps memory of its own: variables, registers with
  * several buffers (feeds, update loops, ticks), registers without a
@@ -508,12 +510,14 @@ static sl_status order_device(planner *P, int32_t m) {
  */
 
 /* A sharded update: an optimizer update that reads its weight whole and
- * writes a smaller shard of it. */
+ * writes a smaller shard of it, or (ZeRO-3) updates the shard the weight
+ * is kept as. */
 static bool sharded_update(const sl__pplan *p, const sl__task *t) {
   return t->kind == SL__TASK_OP && p->nodes[t->node].def->weight_update &&
          t->n_in >= 2 && t->n_out >= 1 &&
-         sl_shape_numel(&p->regsts[t->in[0]].shape) !=
-             sl_shape_numel(&p->regsts[t->out[0]].shape);
+         (sl_shape_numel(&p->regsts[t->in[0]].shape) !=
+              sl_shape_numel(&p->regsts[t->out[0]].shape) ||
+          sl__attr_int(&p->nodes[t->node].attrs, "zero", 0) == 3);
 }
 
 /* Appends the edge from -> to to *e (pairs), growing it. */
@@ -603,6 +607,84 @@ static sl_status zero_edges_of(const planner *P, int32_t m, int32_t **e,
   sl__free(u);
   sl__free(rs);
   sl__free(key);
+  return st;
+}
+
+/* Whether task t gathers a ZeRO-3 weight: a boxing step that reads the
+ * register of a variable whose attribute zero is 3 into one of its own. */
+static bool weight_gather(const sl__pplan *p, const sl__task *t) {
+  if (t->kind != SL__TASK_COLL && t->kind != SL__TASK_LOCAL &&
+      t->kind != SL__TASK_XCHG)
+    return false;
+  if (t->n_in < 1 || t->n_out < 1 || p->regsts[t->out[0]].var_node >= 0)
+    return false;
+  int32_t v = p->regsts[t->in[0]].var_node;
+  return v >= 0 && v < p->n_nodes &&
+         sl__attr_int(&p->nodes[v].attrs, "zero", 0) == 3;
+}
+
+/* The first and last positions in device m's order of the tasks reading
+ * what task t writes, following further boxing steps (a gather may take
+ * several); false when none is on m. */
+static bool reader_span(const planner *P, int32_t m, int32_t t, int32_t *first,
+                        int32_t *last) {
+  const sl__pplan *p = P->p;
+  int32_t stack[16], n = 0;
+  *first = INT32_MAX;
+  *last = -1;
+  stack[n++] = t;
+  while (n > 0) {
+    int32_t u = stack[--n];
+    for (int j = 0; j < p->tasks[u].n_out; j++) {
+      const sl__regst *r = &p->regsts[p->tasks[u].out[j]];
+      for (int32_t c = 0; c < r->n_cons; c++) {
+        int32_t x = r->cons[c];
+        if (P->dev_of[x] == m) {
+          *first = SL_MIN(*first, P->pos[x]);
+          *last = SL_MAX(*last, P->pos[x]);
+        } else if (P->dev_of[x] < 0 && n < 16) {
+          stack[n++] = x;
+        }
+      }
+    }
+  }
+  return *last >= 0;
+}
+
+/* ZeRO-3's edges for device m (point 5): its weights' gathers, by their
+ * first reader in the order, each wait for the last reader of the gather
+ * two before, so that a device holds at most two gathered weights at a
+ * time, the next one's gather overlapping the current one's readers.
+ * Where the two spans overlap (one weight read in several places) no edge
+ * is added: it could close a cycle. */
+static sl_status zero3_edges_of(const planner *P, int32_t m, int32_t **e,
+                                int32_t *n, int32_t *cap) {
+  const sl__pplan *p = P->p;
+  int32_t ng = 0;
+  int32_t *gt = sl__calloc((size_t)p->n_tasks + 1, sizeof *gt);
+  int32_t *first = sl__calloc((size_t)p->n_tasks + 1, sizeof *first);
+  int32_t *last = sl__calloc((size_t)p->n_tasks + 1, sizeof *last);
+  sl_status st = gt && first && last ? SL_OK : SL_ENOMEM;
+  for (int32_t t = 0; t < p->n_tasks && st == SL_OK; t++) {
+    int32_t f, l;
+    if (!weight_gather(p, &p->tasks[t]) || !reader_span(P, m, t, &f, &l))
+      continue;
+    int32_t at = ng++; /* insertion sort by the first reader */
+    for (; at > 0 && first[at - 1] > f; at--) {
+      gt[at] = gt[at - 1];
+      first[at] = first[at - 1];
+      last[at] = last[at - 1];
+    }
+    gt[at] = t;
+    first[at] = f;
+    last[at] = l;
+  }
+  for (int32_t k = 2; k < ng && st == SL_OK; k++)
+    if (last[k - 2] < first[k])
+      st = push_edge(e, n, cap, P->seq[m][last[k - 2]], gt[k]);
+  sl__free(gt);
+  sl__free(first);
+  sl__free(last);
   return st;
 }
 
@@ -862,8 +944,10 @@ sl_status sl__pplan_plan_memory(sl__pplan *p) {
   P.share = !sharing_off();
   /* ZeRO's edges join the plan's, and the order is taken again. */
   if (P.share && !sl__pplan_scheduled(p)) {
-    for (int32_t m = 0; m < p->n_mem && st == SL_OK; m++)
+    for (int32_t m = 0; m < p->n_mem && st == SL_OK; m++) {
       st = zero_edges_of(&P, m, &ze, &n_ze, &cap_ze);
+      if (st == SL_OK) st = zero3_edges_of(&P, m, &ze, &n_ze, &cap_ze);
+    }
     if (st == SL_OK && n_ze) {
       dag_free(&P.d);
       st = dag_build(p, &P.d, ze, n_ze);
@@ -879,7 +963,9 @@ sl_status sl__pplan_plan_memory(sl__pplan *p) {
     int32_t from = ze[2 * i], to = ze[2 * i + 1];
     if (data_edge(p, from, to, false)) continue;
     st = add_ctrl(&P, from, to, false);
-    p->mem[P.dev_of[to]].n_ctrl++;
+    /* Counted on the ordered end's device (ZeRO-3's edges end at a
+     * gather, outside every order). */
+    p->mem[P.dev_of[to] >= 0 ? P.dev_of[to] : P.dev_of[from]].n_ctrl++;
   }
 out:
   sl__free(ze);

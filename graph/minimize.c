@@ -12,7 +12,12 @@
  * read whole where it lies, the gradient's partial sum reduce-scattered),
  * and compile boxes the new weight back into the variable's layout (an
  * all-gather into the variable's register). The update's attribute `zero`
- * carries the stage, which the memory planner reads (graph/memory.c). */
+ * carries the stage, which the memory planner reads (graph/memory.c).
+ * Stage 3 gives the variable itself the shard's layout: the update is then
+ * an ordinary sharded one, and compile gathers the weight for its readers,
+ * once for the forward pass and again for the backward pass; the
+ * variable's attribute `zero` (3) tells compile and the memory planner,
+ * which lets at most two gathered weights live on a device at a time. */
 #include <math.h>
 #include <string.h>
 
@@ -29,8 +34,8 @@ static sl_status check_opt(sl_graph *g, const char *name,
     return BAD("weight decay %g must be >= 0", o->weight_decay);
   if (!(o->clip_norm >= 0) || !isfinite(o->clip_norm))
     return BAD("clip norm %g must be >= 0 (0: no clipping)", o->clip_norm);
-  if (o->zero_stage < 0 || o->zero_stage > 2)
-    return BAD("zero stage %d: want 0 (off), 1 or 2", o->zero_stage);
+  if (o->zero_stage < 0 || o->zero_stage > 3)
+    return BAD("zero stage %d: want 0 (off), 1, 2 or 3", o->zero_stage);
   if (o->kind == SL_OPTIMIZER_SGD && !(o->momentum >= 0 && o->momentum < 1))
     return BAD("momentum %g is outside [0, 1)", o->momentum);
   if (o->kind != SL_OPTIMIZER_SGD) {
@@ -155,7 +160,8 @@ static void update(sl_graph *g, sl_tensor w, const sl_nd_sbp *layout,
   sl__attrs_set_float(&at, "lr", o->lr);
   sl__attrs_set_float(&at, "weight_decay", o->weight_decay);
   bool sharded = !sl_nd_sbp_equal(layout, &sl__g_value(g, w.id)->sbp);
-  if (sharded) sl__attrs_set_int(&at, "zero", o->zero_stage);
+  if (sharded || wn->zero3)
+    sl__attrs_set_int(&at, "zero", o->zero_stage);
   sl_tensor outs[SL_OP_MAX_OUTPUTS];
   sl_tensor st[2];
   if (o->kind == SL_OPTIMIZER_SGD) {
@@ -241,8 +247,18 @@ sl_status sl_minimize(sl_tensor loss, const sl_optimizer *opt) {
     sl_placement *saved = g->force_placement;
     g->mark = SL__MARK_OPTIMIZER;
     sl_graph_push_scope(g, "optimizer");
-    for (int32_t i = 0; i < k; i++)
-      layout[i] = update_layout(sl__g_value(g, w[i].id), opt->zero_stage);
+    for (int32_t i = 0; i < k; i++) {
+      sl__value *wv = sl__g_value(g, w[i].id);
+      layout[i] = update_layout(wv, opt->zero_stage);
+      if (opt->zero_stage == 3 && !sl_nd_sbp_equal(&layout[i], &wv->sbp)) {
+        /* ZeRO-3: the weight lives as its shard between steps. */
+        sl__gnode *vn = g->nodes[wv->producer];
+        vn->zero3 = true;
+        vn->zero3_read = wv->sbp;
+        wv->sbp = layout[i];
+        sl__attrs_set_int(&vn->n.attrs, "zero", 3);
+      }
+    }
     if (opt->clip_norm > 0) clip(g, k, w, layout, grads, opt->clip_norm);
     for (int32_t i = 0; i < k && !g->err; i++)
       update(g, w[i], &layout[i], grads[i], opt);

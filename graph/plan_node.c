@@ -101,13 +101,13 @@ static sl_status describe_node(sl__pplan *p, const sl_graph *g, int32_t i) {
   pn->phase = n->phase;
   pn->feed = -1;
   if (!pn->name || !pn->placement || !pn->sbp || !pn->shape) return SL_ENOMEM;
+  /* Ops' attributes, and a variable's (ZeRO-3's "zero", graph/memory.c). */
+  pn->attrs = n->attrs;
+  for (int a = 0; a < pn->attrs.n; a++)
+    if (!(pn->attrs.a[a].name = sl__arena_strdup(p->arena, n->attrs.a[a].name)))
+      return SL_ENOMEM;
   if (n->kind == SL__NODE_OP) {
     pn->def = n->op;
-    pn->attrs = n->attrs;
-    for (int a = 0; a < pn->attrs.n; a++)
-      if (!(pn->attrs.a[a].name =
-                sl__arena_strdup(p->arena, n->attrs.a[a].name)))
-        return SL_ENOMEM;
     /* A .npy source travels as its absolute path: a daemon opens the same
      * file (this machine, or a shared file system). */
     char path[4096];

@@ -62,7 +62,8 @@ int main(int argc, char **argv) {
       {"zero", EX_FLAG_INT, &zero,
        "ZeRO stage: 1 shards the optimizer state and update over the "
        "data-parallel devices, 2 also frees each full gradient once "
-       "reduce-scattered (docs/zero.md)",
+       "reduce-scattered, 3 also keeps each weight sharded, gathered "
+       "just before use (docs/zero.md)",
        0},
       {"threads", EX_FLAG_INT, &threads,
        "threads of each CPU device (0: the CPUs shared out between the "

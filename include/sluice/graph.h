@@ -414,7 +414,9 @@ typedef struct sl_optimizer {
    * optimizer state are sharded over its data-parallel mesh axes, its
    * gradient reduce-scattered and the new weight all-gathered; 2: also no
    * full-size gradient kept once reduce-scattered (the backward pass
-   * waits for the reduce-scatters). */
+   * waits for the reduce-scatters); 3: also the weight itself kept as
+   * its shard, all-gathered before its forward and its backward readers
+   * and freed after them (at most two gathered at a time per device). */
   int zero_stage;
 } sl_optimizer;
 

@@ -9,7 +9,8 @@
  * The plan reduce-scatters every gradient and all-gathers every weight,
  * with no all-reduce; each device holds 1/n of the optimizer state, and
  * the peak memory drops; stage 2 keeps fewer full-size gradients than
- * stage 1. */
+ * stage 1; stage 3 (the same losses bit for bit) keeps a quarter of the
+ * weights on each device and gathers them for their readers. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,7 +81,7 @@ static void check_losses(const char *name, build_fn build) {
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     float base[STEPS], got[STEPS];
     train(build, cases[c].layout, cases[c].devices, 0, base, NULL, NULL);
-    for (int zero = 1; zero <= 2; zero++) {
+    for (int zero = 1; zero <= 3; zero++) {
       train(build, cases[c].layout, cases[c].devices, zero, got, NULL, NULL);
       if (clip_norm > 0 ? inv_max_rel(got, base, STEPS) > INV_RTOL
                         : !inv_identical(got, base, STEPS))
@@ -178,9 +179,59 @@ static void test_stage2_gradients(void **state) {
   assert_true(m[1].peak < m[0].peak);
 }
 
+/* ZeRO-3 on gpt dp over 4: every weight is kept as its quarter (the
+ * weights on a device are a quarter of the model's, rounding aside), is
+ * gathered before its forward readers (and again before its backward
+ * ones, where it has some: a bias's gradient does not read it), never
+ * all-reduced, its gradient reduce-scattered; no update's new weight is
+ * gathered (the update writes the shard kept); at most about two gathered
+ * weights are live at once; the peak is below stage 2's. */
+static void test_stage3(void **state) {
+  (void)state;
+  float losses[STEPS];
+  sl_memory_stats m2, m3;
+  sl_graph *g3;
+  train(build_gpt, EX_LAYOUT_DP, "cpu:4", 2, losses, &m2, NULL);
+  train(build_gpt, EX_LAYOUT_DP, "cpu:4", 3, losses, &m3, &g3);
+  int fw, ar, rs, ag, fwd_ag, trained = 0;
+  int64_t weights = 0, largest = 0;
+  inv_count_boxing(g3, SL_BOXING_ALL_REDUCE, &fw, &ar);
+  inv_count_boxing(g3, SL_BOXING_REDUCE_SCATTER, &fw, &rs);
+  inv_count_boxing(g3, SL_BOXING_ALL_GATHER, &fwd_ag, &ag);
+  for (int32_t i = 0; i < sl__graph_node_count(g3); i++) {
+    const sl__node *nd = sl__graph_node(g3, i);
+    if (nd->kind == SL__NODE_VARIABLE && nd->update >= 0 && !nd->optimizer) {
+      trained++;
+      int64_t b =
+          sl_shape_numel(&sl__graph_value(g3, nd->out[0])->meta.shape) * 4;
+      weights += b;
+      largest = b > largest ? b : largest;
+    }
+  }
+  print_message("gpt dp on 4, zero 3: %d weights (%lld bytes); %d "
+                "all-reduces, %d reduce-scatters, %d all-gathers (%d "
+                "forward); device 0 holds %lld bytes of weights, %lld of "
+                "communication (the largest weight: %lld); peak %lld (zero "
+                "2: %lld)\n",
+                trained, (long long)weights, ar, rs, ag, fwd_ag,
+                (long long)m3.category[SL_MEMORY_WEIGHTS],
+                (long long)m3.category[SL_MEMORY_COMMUNICATION],
+                (long long)largest, (long long)m3.peak, (long long)m2.peak);
+  assert_int_equal(ar, 0);
+  assert_int_equal(rs, trained);
+  assert_int_equal(fwd_ag, trained);
+  assert_true(ag > trained && ag <= 2 * trained);
+  assert_true(m3.category[SL_MEMORY_WEIGHTS] >= weights / 4);
+  assert_true(m3.category[SL_MEMORY_WEIGHTS] <= weights / 4 + 64 * trained);
+  /* Two gathered weights at a time (and smaller buffers), not all. */
+  assert_true(m3.category[SL_MEMORY_COMMUNICATION] <= 3 * largest);
+  assert_true(m3.peak < m2.peak);
+  sl_graph_destroy(g3);
+}
+
 static void test_bad_stage(void **state) {
   (void)state;
-  for (int zero = -1; zero <= 3; zero += 4) {
+  for (int zero = -1; zero <= 4; zero += 5) {
     sl_graph *g;
     INV_OK(sl_graph_create(&g));
     assert_int_equal(build_mlp(g, EX_LAYOUT_DP, "cpu:0-1", zero), SL_EINVAL);
@@ -198,6 +249,7 @@ int main(void) {
       cmocka_unit_test(test_gpt_losses),
       cmocka_unit_test(test_plan),
       cmocka_unit_test(test_stage2_gradients),
+      cmocka_unit_test(test_stage3),
       cmocka_unit_test(test_bad_stage),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
