@@ -3,7 +3,8 @@
  * sl_graph_push_recompute) on a GPT shaped like GPT-2 small, scaled to a
  * small machine: 4 blocks, hidden 256, 4 heads, seq 128, vocab 8192, batch
  * 8, untied head, Adam, data parallel on --devices CPU devices (default
- * 4). One row per setting (zero 0, 1, 2; recompute on with zero 0 and 2):
+ * 4). One row per setting (zero 0, 1, 2, 3; recompute on with zero 0, 2
+ * and 3):
  * the planned memory of the device with the largest allocation, by what
  * it holds, and the step time, beside zero 0 without recompute. The rows run
  * `--rounds` times, one after the other in each round, so that all meet the
@@ -15,8 +16,10 @@
  * throughput; OneFlow: -15.5% memory, -1.7% throughput.
  *
  * Targets (issue 21): ZeRO-1 optimizer-state bytes per device = total / n
- * (rounding aside); ZeRO-1 throughput >= 0.95x zero 0; recomputation cuts
- * the activations at the peak by >= 50% for <= 40% more step time.
+ * (rounding aside); ZeRO-3 weights + gradients + state per device <=
+ * total / n + two layers' gathered weights; ZeRO-1 throughput >= 0.95x
+ * zero 0; recomputation cuts the activations at the peak by >= 50% for
+ * <= 40% more step time.
  *
  * Usage: bench_zero_recompute [--devices N] [--steps N] [--rounds R]
  *        (--help) */
@@ -31,7 +34,7 @@
 #include "common/ex_run.h"
 #include "gpt/model.h"
 
-#define ROWS 5
+#define ROWS 7
 #define MAX_ROUNDS 16
 #define MIB (1024.0 * 1024.0)
 
@@ -40,6 +43,8 @@ typedef struct row {
   bool recompute;
   sl_memory_stats mem; /* the device with the largest allocation */
   int64_t state;       /* the optimizer state's bytes, all devices */
+  int64_t weights;     /* the trained weights' bytes, all devices */
+  int64_t largest;     /* the largest trained weight's bytes */
   double ms[MAX_ROUNDS];
   int n_ms;
 } row;
@@ -91,11 +96,17 @@ static void run_row(int devices, int steps, row *r) {
     if (sl_session_get_memory(s, i, &m) != SL_OK) fail("memory", g);
     if (m.allocated > r->mem.allocated) r->mem = m;
   }
-  r->state = 0;
+  r->state = r->weights = r->largest = 0;
   for (int32_t i = 0; i < sl_session_variable_count(s); i++) {
     sl_variable_info v;
     if (sl_session_get_variable(s, i, &v) != SL_OK) fail("variables", g);
-    if (v.optimizer) r->state += sl_shape_numel(&v.shape) * 4;
+    int64_t b = sl_shape_numel(&v.shape) * 4;
+    if (v.optimizer) {
+      r->state += b;
+    } else {
+      r->weights += b;
+      if (b > r->largest) r->largest = b;
+    }
   }
   r->ms[r->n_ms++] = res.ms_per_step;
   ex_run_destroy(run);
@@ -105,7 +116,7 @@ static void run_row(int devices, int steps, row *r) {
 static int usage(FILE *f, int code) {
   fprintf(f, "usage: bench_zero_recompute [--devices N] [--steps N] "
              "[--rounds R]\n"
-             "ZeRO stages 0, 1 and 2 and recomputation on a GPT (4 blocks of "
+             "ZeRO stages 0 to 3 and recomputation on a GPT (4 blocks of "
              "256, seq 128,\nvocab 8192, Adam) data parallel on N CPU devices "
              "(default 4): planned memory\nper device and step time, one "
              "table (bench/README.md).\n");
@@ -137,8 +148,10 @@ int main(int argc, char **argv) {
   row rows[ROWS] = {{.zero = 0},
                     {.zero = 1},
                     {.zero = 2},
+                    {.zero = 3},
                     {.zero = 0, .recompute = true},
-                    {.zero = 2, .recompute = true}};
+                    {.zero = 2, .recompute = true},
+                    {.zero = 3, .recompute = true}};
   for (int r = 0; r < rounds; r++)
     for (int i = 0; i < ROWS; i++)
       run_row(devices, steps, &rows[i]);
@@ -174,10 +187,26 @@ int main(int argc, char **argv) {
          "(target >= 0.95)\n",
          (double)rows[1].mem.category[SL_MEMORY_OPTIMIZER], share, devices,
          ms0 / bench_median(rows[1].ms, rows[1].n_ms));
+  /* ZeRO-3: weights, gradients and state at the peak against a 1/n share
+   * of the model's (weights, gradients and state: the state is all
+   * optimizer variables) plus two of its largest weights gathered. */
+  const sl_memory_stats *m3 = &rows[3].mem;
+  double held = (double)(m3->category[SL_MEMORY_WEIGHTS] +
+                         m3->category[SL_MEMORY_GRADIENTS] +
+                         m3->category[SL_MEMORY_OPTIMIZER]);
+  double third = (2.0 * rows[3].weights + rows[3].state) / devices;
+  printf("zero 3: weights + gradients + state on the largest device %.2f MiB "
+         "against total / %d = %.2f MiB plus two gathered weights %.2f MiB "
+         "(target: at most their sum); gathered weights and other "
+         "communication buffers at the peak %.2f MiB; throughput %.3fx zero "
+         "0\n",
+         held / MIB, devices, third / MIB, 2.0 * rows[3].largest / MIB,
+         m3->category[SL_MEMORY_COMMUNICATION] / MIB,
+         ms0 / bench_median(rows[3].ms, rows[3].n_ms));
   printf("recompute (zero 0): activations at the peak %.1f%% lower (target "
          ">= 50%%), step time %.3fx (target <= 1.40)\n",
-         100.0 * (1 - (double)rows[3].mem.category[SL_MEMORY_ACTIVATIONS] /
+         100.0 * (1 - (double)rows[4].mem.category[SL_MEMORY_ACTIVATIONS] /
                           (double)rows[0].mem.category[SL_MEMORY_ACTIVATIONS]),
-         bench_median(rows[3].ms, rows[3].n_ms) / ms0);
+         bench_median(rows[4].ms, rows[4].n_ms) / ms0);
   return 0;
 }
