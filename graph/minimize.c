@@ -152,6 +152,61 @@ static void clip(sl_graph *g, int n, const sl_tensor *w,
   g->force_placement = NULL;
 }
 
+/* For a lazy update of w (sl_optimizer.lazy_embeddings): how often the
+ * step looks up each row of w, f32 [rows], when every reader of w is an
+ * embedding lookup with w as its table (every micro-batch's and
+ * recomputed copy among them); else a poisoned tensor. Each device counts
+ * the rows it holds. */
+static sl_tensor lookup_counts(sl_graph *g, sl_tensor w) {
+  sl_tensor counts = sl__g_poison(g, false);
+  const sl__value *wv = sl__g_value(g, w.id);
+  int64_t rows = wv->meta.shape.ndim == 2 ? wv->meta.shape.dims[0] : -1;
+  for (int32_t i = 0; i < g->n_nodes && rows >= 0; i++) {
+    const sl__node *n = &g->nodes[i]->n;
+    if (n->kind != SL__NODE_OP || n->op->weight_update) continue;
+    for (int k = 0; k < n->n_in; k++)
+      if (n->in[k] == w.id && (strcmp(n->op->name, "embedding") || k != 0))
+        return sl__g_poison(g, false);
+  }
+  for (int32_t i = 0, n0 = g->n_nodes; i < n0 && rows >= 0; i++) {
+    const sl__node *n = &g->nodes[i]->n;
+    if (n->kind != SL__NODE_OP || strcmp(n->op->name, "embedding") ||
+        n->in[0] != w.id)
+      continue;
+    sl_tensor ids = sl__g_tensor(g, n->in[1]);
+    const sl__value *iv = sl__g_value(g, ids.id);
+    sl__attrs at = {0};
+    sl_shape os = iv->meta.shape;
+    os.dims[os.ndim++] = 1;
+    sl__attrs_set_ints(&at, "shape", os.ndim, os.dims);
+    sl__attrs_set_int(&at, "dtype", SL_DTYPE_F32);
+    sl__attrs_set_float(&at, "value", 1.0);
+    g->force_placement = n->placement;
+    sl_tensor ones = sl__g_source(g, "fill", &at, NULL, n->placement, NULL);
+    sl__attrs vat = {0};
+    sl__attrs_set_int(&vat, "vocab", rows);
+    sl_tensor in[2] = {ones, ids};
+    sl_tensor c = sl__g_op(g, "embedding_grad", 2, in, &vat, NULL);
+    if (c.id >= 0 && n->placement == wv->placement) {
+      /* Split over the rows where w is (B, S(1) elsewhere: a column split
+       * has all the rows), so that each device counts its own rows. */
+      sl__value *cv = sl__g_value(g, c.id);
+      cv->sbp.ndim = wv->sbp.ndim;
+      for (int m = 0; m < wv->sbp.ndim; m++)
+        cv->sbp.sbp[m] = wv->sbp.sbp[m].kind == SL_SBP_SPLIT &&
+                                 wv->sbp.sbp[m].axis == 0
+                             ? wv->sbp.sbp[m]
+                             : sl_sbp_broadcast();
+      cv->sbp_fixed = true;
+    }
+    sl_shape cs = {.ndim = 1, .dims = {rows}};
+    c = sl_reshape(c, &cs);
+    g->force_placement = wv->placement;
+    counts = counts.id < 0 ? c : sl_add(counts, c);
+  }
+  return counts;
+}
+
 static void update(sl_graph *g, sl_tensor w, const sl_nd_sbp *layout,
                    sl_tensor grad, const sl_optimizer *o) {
   sl__gnode *wn = g->nodes[sl__g_value(g, w.id)->producer];
@@ -164,11 +219,16 @@ static void update(sl_graph *g, sl_tensor w, const sl_nd_sbp *layout,
     sl__attrs_set_int(&at, "zero", o->zero_stage);
   sl_tensor outs[SL_OP_MAX_OUTPUTS];
   sl_tensor st[2];
+  sl_tensor counts = o->lazy_embeddings ? lookup_counts(g, w)
+                                        : sl__g_poison(g, false);
+  if (g->err) return;
+  g->force_placement = sl__g_value(g, w.id)->placement;
+  int lazy = counts.id >= 0;
   if (o->kind == SL_OPTIMIZER_SGD) {
     sl__attrs_set_float(&at, "momentum", o->momentum);
     st[0] = state_like(g, w, layout, "momentum", o->momentum == 0);
-    sl_tensor in[3] = {w, grad, st[0]};
-    if (sl__g_op(g, "sgd_update", 3, in, &at, outs).id < 0) return;
+    sl_tensor in[4] = {w, grad, st[0], counts};
+    if (sl__g_op(g, "sgd_update", 3 + lazy, in, &at, outs).id < 0) return;
   } else {
     sl__attrs_set_float(&at, "beta1", o->beta1);
     sl__attrs_set_float(&at, "beta2", o->beta2);
@@ -176,8 +236,8 @@ static void update(sl_graph *g, sl_tensor w, const sl_nd_sbp *layout,
     sl__attrs_set_int(&at, "decoupled", o->kind == SL_OPTIMIZER_ADAMW);
     st[0] = state_like(g, w, layout, "m", false);
     st[1] = state_like(g, w, layout, "v", false);
-    sl_tensor in[4] = {w, grad, st[0], st[1]};
-    if (sl__g_op(g, "adam_update", 4, in, &at, outs).id < 0) return;
+    sl_tensor in[5] = {w, grad, st[0], st[1], counts};
+    if (sl__g_op(g, "adam_update", 4 + lazy, in, &at, outs).id < 0) return;
   }
   int n_state = o->kind == SL_OPTIMIZER_SGD ? 1 : 2;
   /* Sharded, the outputs are fixed to the shard (inference then converts

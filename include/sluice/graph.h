@@ -418,21 +418,33 @@ typedef struct sl_optimizer {
    * its shard, all-gathered before its forward and its backward readers
    * and freed after them (at most two gathered at a time per device). */
   int zero_stage;
+  /* Lazy updates (TensorFlow's LazyAdam): a weight read only as the table
+   * of sl_embedding lookups changes, with its optimizer state, only at the
+   * rows the step looked up; its other rows' state does not decay. */
+  bool lazy_embeddings;
 } sl_optimizer;
 
 /* Optimizer descriptions with the usual defaults (Adam: 0.9, 0.999, 1e-8;
  * no weight decay, no clipping). */
 static inline sl_optimizer sl_optimizer_sgd(double lr, double momentum) {
-  sl_optimizer o = {SL_OPTIMIZER_SGD, lr, momentum, 0, 0, 0, 0, 0, 0};
+  sl_optimizer o = {.kind = SL_OPTIMIZER_SGD, .lr = lr, .momentum = momentum};
   return o;
 }
 static inline sl_optimizer sl_optimizer_adam(double lr) {
-  sl_optimizer o = {SL_OPTIMIZER_ADAM, lr, 0, 0.9, 0.999, 1e-8, 0, 0, 0};
+  sl_optimizer o = {.kind = SL_OPTIMIZER_ADAM,
+                    .lr = lr,
+                    .beta1 = 0.9,
+                    .beta2 = 0.999,
+                    .eps = 1e-8};
   return o;
 }
 static inline sl_optimizer sl_optimizer_adamw(double lr, double weight_decay) {
-  sl_optimizer o = {SL_OPTIMIZER_ADAMW, lr, 0, 0.9, 0.999, 1e-8,
-                    weight_decay,       0,  0};
+  sl_optimizer o = {.kind = SL_OPTIMIZER_ADAMW,
+                    .lr = lr,
+                    .beta1 = 0.9,
+                    .beta2 = 0.999,
+                    .eps = 1e-8,
+                    .weight_decay = weight_decay};
   return o;
 }
 

@@ -27,6 +27,12 @@
  *   The step is the training step the runtime passes (its piece id), so
  *   the bias correction follows the step count and a program restarted at
  *   step s continues with t = s + 1.
+ * Lazy updates (sl_optimizer.lazy_embeddings, for tables read only by
+ * embedding lookups): an optional last input rows [w's rows] f32 counts
+ * how often the step looked each row of w up; a row whose count is 0
+ * keeps its weight and state (their outputs copy the inputs), as
+ * TensorFlow's LazyAdam does. rows is split like the outputs' rows: S(0)
+ * where they are split over axis 0, else B.
  * Signatures: S(i) on every input and output, for each axis i of w (all-B
  * is implied). With attribute zero = 1 or 2 (sl_minimize's ZeRO updates,
  * docs/zero.md) also the sharded ones: for each axis i, w whole (B), every
@@ -57,6 +63,18 @@ static sl_status check_state(int n_in, const sl__meta *in, const char **names) {
   return SL_OK;
 }
 
+/* A lazy update's rows input: f32 [w's rows]. */
+static sl_status check_rows(const sl__meta *w, const sl__meta *rows) {
+  SL_CHECK(sl__dense_want_f32(rows, "rows"));
+  char sw[96], sr[96];
+  if (w->shape.ndim < 1 || rows->shape.ndim != 1 ||
+      rows->shape.dims[0] != w->shape.dims[0])
+    return sl__fail(SL_EINVAL, "rows %s for w %s: want one count per row of w",
+                    SL__DENSE_SHAPE_STR(sr, &rows->shape),
+                    SL__DENSE_SHAPE_STR(sw, &w->shape));
+  return SL_OK;
+}
+
 static sl_status want_range(const sl__attrs *at, const char *name, double dflt,
                             double lo, double hi, bool hi_open) {
   double v = sl__attr_float(at, name, dflt);
@@ -67,27 +85,65 @@ static sl_status want_range(const sl__attrs *at, const char *name, double dflt,
 }
 
 /* The same split on every input and output, per axis of w; with
- * attribute zero, also w whole and the rest split. */
-static int state_signatures(const sl__attrs *at, int n_in, int n_out,
-                            const sl__meta *in, sl__sbp_sig *sigs, int max) {
+ * attribute zero, also w whole and the rest split. A lazy update's rows
+ * (input n_state, when n_in is one more) follow the outputs' rows. */
+static int state_signatures(const sl__attrs *at, int n_in, int n_state,
+                            int n_out, const sl__meta *in, sl__sbp_sig *sigs,
+                            int max) {
   int n = 0;
   sl_sbp ins[SL_OP_MAX_INPUTS], outs[SL_OP_MAX_OUTPUTS];
-  for (int a = 0; a < in[0].shape.ndim; a++) {
-    for (int i = 0; i < n_in; i++)
-      ins[i] = S(a);
-    for (int i = 0; i < n_out; i++)
-      outs[i] = S(a);
-    n = sl__dense_sig_add(sigs, n, max, n_in, ins, n_out, outs);
-  }
-  for (int a = 0; a < in[0].shape.ndim && sl__attr_int(at, "zero", 0); a++) {
-    for (int i = 0; i < n_in; i++)
-      ins[i] = S(a);
-    for (int i = 0; i < n_out; i++)
-      outs[i] = S(a);
-    ins[0] = sl__dense_B();
-    n = sl__dense_sig_add(sigs, n, max, n_in, ins, n_out, outs);
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass == 1 && !sl__attr_int(at, "zero", 0)) break;
+    for (int a = 0; a < in[0].shape.ndim; a++) {
+      for (int i = 0; i < n_state; i++)
+        ins[i] = S(a);
+      for (int i = 0; i < n_out; i++)
+        outs[i] = S(a);
+      if (n_in > n_state) ins[n_state] = a == 0 ? S(0) : sl__dense_B();
+      if (pass == 1) ins[0] = sl__dense_B();
+      n = sl__dense_sig_add(sigs, n, max, n_in, ins, n_out, outs);
+    }
   }
   return n;
+}
+
+/* A lazy update's rows: calls run on the parts of elements [b, e) of the
+ * outputs (rows of `inner` elements) whose row count is not 0, and keep
+ * on the others; run on all of it without rows. */
+typedef void (*range_fn)(const void *arg, int64_t b, int64_t e);
+static void by_rows(const float *rows, int64_t inner, int64_t b, int64_t e,
+                    range_fn run, range_fn keep, const void *arg) {
+  if (!rows || inner <= 0) {
+    run(arg, b, e);
+    return;
+  }
+  while (b < e) {
+    int64_t r = b / inner, end = SL_MIN((r + 1) * inner, e);
+    bool touched = rows[r] != 0.0f;
+    /* Untouched or touched alike, whole runs of rows at a time. */
+    while (end < e && (rows[end / inner] != 0.0f) == touched)
+      end = SL_MIN(end + inner, e);
+    (touched ? run : keep)(arg, b, end);
+    b = end;
+  }
+}
+
+/* dst[b, e) = src[b, e) unless they are one buffer. */
+static void keep_copy(float *dst, const float *src, int64_t b, int64_t e) {
+  if (dst != src && e > b)
+    memmove(dst + b, src + b, (size_t)(e - b) * sizeof *dst);
+}
+
+/* The rows input of a lazy update with n_state state inputs, and the
+ * outputs' row length; NULL without one. */
+static const float *rows_of(const sl__kernel_ctx *k, int n_state,
+                            int64_t *inner) {
+  *inner = 0;
+  if (k->n_in <= n_state) return NULL;
+  int64_t rows = k->in_meta[n_state].shape.dims[0];
+  int64_t n = sl_shape_numel(&k->out_meta[0].shape);
+  *inner = rows > 0 ? n / rows : 0;
+  return k->in[n_state];
 }
 
 /* The block of w the outputs hold, contiguous: where it lies in w, or
@@ -116,7 +172,8 @@ static bool sgd_no_state(const sl__attrs *at, const sl__meta *m) {
 
 static sl_status sgd_infer(const sl__attrs *at, int n_in, const sl__meta *in,
                            sl__meta *out) {
-  SL_CHECK(sl__dense_want_inputs(n_in, 3));
+  if (n_in == 4) SL_CHECK(check_rows(&in[0], &in[3]));
+  else SL_CHECK(sl__dense_want_inputs(n_in, 3));
   bool no_state = sgd_no_state(at, &in[2]);
   SL_CHECK(check_state(no_state ? 2 : 3, in, sgd_names));
   SL_CHECK(want_range(at, "lr", 0.0, 0.0, INFINITY, true));
@@ -135,8 +192,8 @@ static sl_status sgd_infer(const sl__attrs *at, int n_in, const sl__meta *in,
 
 static int sgd_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
                           sl__sbp_sig *sigs, int max) {
-  if (n_in != 3) return 0;
-  int n = state_signatures(at, 3, 2, in, sigs, max);
+  if (n_in != 3 && n_in != 4) return 0;
+  int n = state_signatures(at, n_in, 3, 2, in, sigs, max);
   if (sgd_no_state(at, &in[2]))
     for (int i = 0; i < n; i++)
       sigs[i].in[2] = sigs[i].out[1] = sl__dense_B();
@@ -150,13 +207,19 @@ typedef struct sgd_run {
   int64_t n;
   sl__dense_sgd cf;
   bool copy_state; /* no momentum: the state passes through unchanged */
+  const float *rows; /* a lazy update's row counts, else NULL */
+  int64_t inner;     /* ... and the outputs' row length */
 } sgd_run;
 
-static void sgd_part(void *arg, int64_t b, int64_t e, int part) {
-  (void)part;
+/* Elements [b, i1) of a row a lazy update skips. */
+static void sgd_keep(const void *arg, int64_t b, int64_t i1) {
   const sgd_run *r = arg;
-  int64_t i1 = SL_MIN(e * CHUNK, r->n);
-  b *= CHUNK;
+  keep_copy(r->wn, r->w, b, i1);
+  if (r->cf.use_mom || r->copy_state) keep_copy(r->mn, r->m, b, i1);
+}
+
+static void sgd_range(const void *arg, int64_t b, int64_t i1) {
+  const sgd_run *r = arg;
   const sl__dense_rows *v = sl__dense_rows_get();
   if (r->copy_state) memmove(r->mn + b, r->m + b, (size_t)(i1 - b) * 4);
   /* Plain SGD: one pass over memory (a weight updated in place included). */
@@ -174,6 +237,13 @@ static void sgd_part(void *arg, int64_t b, int64_t e, int part) {
     memcpy(r->wn + i0, wl, (size_t)c * sizeof *wl);
     if (r->cf.use_mom) memcpy(r->mn + i0, ml, (size_t)c * sizeof *ml);
   }
+}
+
+static void sgd_part(void *arg, int64_t b, int64_t e, int part) {
+  (void)part;
+  const sgd_run *r = arg;
+  by_rows(r->rows, r->inner, b * CHUNK, SL_MIN(e * CHUNK, r->n), sgd_range,
+          sgd_keep, r);
 }
 
 static sl_status sgd_cpu(const sl__kernel_ctx *k) {
@@ -199,6 +269,7 @@ static sl_status sgd_cpu(const sl__kernel_ctx *k) {
   bool no_state = sl_shape_numel(&k->in_meta[2].shape) != n;
   if (no_state) r.m = r.g; /* never read: any valid memory */
   r.copy_state = !use_mom && !no_state && r.mn != r.m;
+  r.rows = rows_of(k, 3, &r.inner);
   sl__team_for(k->team, (n + CHUNK - 1) / CHUNK, SL__GRAIN_ELEMS / CHUNK,
                sgd_part, &r);
   return SL_OK;
@@ -207,7 +278,7 @@ static sl_status sgd_cpu(const sl__kernel_ctx *k) {
 const sl__op_def sl__op_sgd_update = {
     .name = "sgd_update",
     .min_in = 3,
-    .max_in = 3,
+    .max_in = 4,
     .n_out = 2,
     .infer = sgd_infer,
     .signatures = sgd_signatures,
@@ -221,7 +292,8 @@ static const char *adam_names[4] = {"w", "g", "m", "v"};
 
 static sl_status adam_infer(const sl__attrs *at, int n_in, const sl__meta *in,
                             sl__meta *out) {
-  SL_CHECK(sl__dense_want_inputs(n_in, 4));
+  if (n_in == 5) SL_CHECK(check_rows(&in[0], &in[4]));
+  else SL_CHECK(sl__dense_want_inputs(n_in, 4));
   SL_CHECK(check_state(4, in, adam_names));
   SL_CHECK(want_range(at, "lr", 1e-3, 0.0, INFINITY, true));
   SL_CHECK(want_range(at, "beta1", 0.9, 0.0, 1.0, true));
@@ -238,7 +310,9 @@ static sl_status adam_infer(const sl__attrs *at, int n_in, const sl__meta *in,
 
 static int adam_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
                            sl__sbp_sig *sigs, int max) {
-  return n_in == 4 ? state_signatures(at, 4, 3, in, sigs, max) : 0;
+  return n_in == 4 || n_in == 5 ? state_signatures(at, n_in, 4, 3, in, sigs,
+                                                   max)
+                                : 0;
 }
 
 /* One Adam call, cut over the device's team in whole chunks (as SGD). */
@@ -247,21 +321,36 @@ typedef struct adam_run {
   float *wn, *mn, *vn;
   int64_t n;
   sl__dense_adam cf;
+  const float *rows; /* a lazy update's row counts, else NULL */
+  int64_t inner;
 } adam_run;
 
-static void adam_part(void *arg, int64_t b, int64_t e, int part) {
-  (void)part;
+static void adam_keep(const void *arg, int64_t b, int64_t i1) {
+  const adam_run *r = arg;
+  keep_copy(r->wn, r->w, b, i1);
+  keep_copy(r->mn, r->m, b, i1);
+  keep_copy(r->vn, r->v, b, i1);
+}
+
+static void adam_range(const void *arg, int64_t b, int64_t i1) {
   const adam_run *r = arg;
   const sl__dense_rows *vt = sl__dense_rows_get();
   float wl[CHUNK], ml[CHUNK], vl[CHUNK];
-  for (int64_t i0 = b * CHUNK; i0 < SL_MIN(e * CHUNK, r->n); i0 += CHUNK) {
-    int64_t c = SL_MIN(CHUNK, r->n - i0);
+  for (int64_t i0 = b; i0 < i1; i0 += CHUNK) {
+    int64_t c = SL_MIN(CHUNK, i1 - i0);
     vt->adam_chunk(&r->cf, r->w + i0, r->g + i0, r->m + i0, r->v + i0, wl, ml,
                    vl, c);
     memcpy(r->wn + i0, wl, (size_t)c * sizeof *wl);
     memcpy(r->mn + i0, ml, (size_t)c * sizeof *ml);
     memcpy(r->vn + i0, vl, (size_t)c * sizeof *vl);
   }
+}
+
+static void adam_part(void *arg, int64_t b, int64_t e, int part) {
+  (void)part;
+  const adam_run *r = arg;
+  by_rows(r->rows, r->inner, b * CHUNK, SL_MIN(e * CHUNK, r->n), adam_range,
+          adam_keep, r);
 }
 
 static sl_status adam_cpu(const sl__kernel_ctx *k) {
@@ -296,6 +385,7 @@ static sl_status adam_cpu(const sl__kernel_ctx *k) {
                 .n = n,
                 .cf = {decay, l2, one_b1, fb2, one_b2, bc2_sqrt, eps, step_size,
                        has_decay, has_l2}};
+  r.rows = rows_of(k, 4, &r.inner);
   sl__team_for(k->team, (n + CHUNK - 1) / CHUNK, SL__GRAIN_ELEMS / CHUNK,
                adam_part, &r);
   return SL_OK;
@@ -304,7 +394,7 @@ static sl_status adam_cpu(const sl__kernel_ctx *k) {
 const sl__op_def sl__op_adam_update = {
     .name = "adam_update",
     .min_in = 4,
-    .max_in = 4,
+    .max_in = 5,
     .n_out = 3,
     .infer = adam_infer,
     .signatures = adam_signatures,

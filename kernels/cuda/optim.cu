@@ -8,7 +8,8 @@
 // order and no FMA contraction, so w_new, m_new and v_new are
 // bit-identical to the CPU's. An output may be its input's very buffer
 // (each thread reads its element before writing it). Contiguous 16-byte
-// aligned tensors are processed four floats at a time.
+// aligned tensors are processed four floats at a time. A lazy update's
+// rows input (cpu/optim.c) leaves the rows it counts 0 as they were.
 #include "cuda_util.cuh"
 
 namespace {
@@ -59,11 +60,34 @@ struct alignas(16) f4 {
   float v[4];
 };
 
+// A lazy update's row counts (cpu/optim.c): rows of `inner` elements
+// whose count is 0 keep their inputs.
+struct lazy_rows {
+  const float *rows; // NULL: every row updated
+  int64_t inner;
+};
+
+__device__ inline bool skipped(const lazy_rows &l, int64_t i) {
+  return l.rows && l.rows[i / l.inner] == 0.0f;
+}
+
+// The rows input of a lazy update with n_state state inputs.
+lazy_rows rows_of(const sl__kernel_ctx *k, int n_state) {
+  lazy_rows l = {NULL, 0};
+  if (k->n_in <= n_state) return l;
+  int64_t rows = k->in_meta[n_state].shape.dims[0];
+  if (rows <= 0) return l;
+  l.rows = (const float *)k->in[n_state];
+  l.inner = sl_shape_numel(&k->out_meta[0].shape) / rows;
+  if (l.inner <= 0) l.rows = NULL;
+  return l;
+}
+
 // VEC: n / 4 groups of four, then the tail one by one (pointers 16-byte
-// aligned). m may be g when there is no state (never read then: use_mom is
-// false).
+// aligned; never for a lazy update). m may be g when there is no state
+// (never read then: use_mom is false).
 template <bool VEC>
-__global__ void sgd_k(sgd_args c, const float *w, const float *g,
+__global__ void sgd_k(sgd_args c, lazy_rows l, const float *w, const float *g,
                       const float *m, float *wn, float *mn, int64_t n) {
   int64_t start = 0;
   if constexpr (VEC) {
@@ -82,6 +106,11 @@ __global__ void sgd_k(sgd_args c, const float *w, const float *g,
   }
   for (int64_t i = start + thread_index(); i < n; i += thread_count()) {
     float wo, mo;
+    if (skipped(l, i)) {
+      wn[i] = w[i];
+      if (c.use_mom) mn[i] = m[i];
+      continue;
+    }
     sgd_one(c, w[i], g[i], c.use_mom ? m[i] : 0.0f, &wo, &mo);
     wn[i] = wo;
     if (c.use_mom) mn[i] = mo;
@@ -110,10 +139,12 @@ sl_status sgd_run(const sl__kernel_ctx *k, sl__stream *s) {
     SL_CHECK(cuda_check(cudaMemcpyAsync(mn, m, (size_t)n * sizeof(float),
                                         cudaMemcpyDeviceToDevice, cs),
                         "sgd_update: cudaMemcpyAsync"));
-  if (aligned(16, w, g, m, wn, mn) && n >= 4)
-    sgd_k<true><<<blocks_for(n / 4), kThreads, 0, cs>>>(c, w, g, m, wn, mn, n);
+  lazy_rows l = rows_of(k, 3);
+  if (!l.rows && aligned(16, w, g, m, wn, mn) && n >= 4)
+    sgd_k<true>
+        <<<blocks_for(n / 4), kThreads, 0, cs>>>(c, l, w, g, m, wn, mn, n);
   else
-    sgd_k<false><<<blocks_for(n), kThreads, 0, cs>>>(c, w, g, m, wn, mn, n);
+    sgd_k<false><<<blocks_for(n), kThreads, 0, cs>>>(c, l, w, g, m, wn, mn, n);
   return launched("sgd_update");
 }
 
@@ -140,9 +171,9 @@ __device__ inline void adam_one(const adam_args &c, float w0, float gi,
 }
 
 template <bool VEC>
-__global__ void adam_k(adam_args c, const float *w, const float *g,
-                       const float *m, const float *v, float *wn, float *mn,
-                       float *vn, int64_t n) {
+__global__ void adam_k(adam_args c, lazy_rows l, const float *w,
+                       const float *g, const float *m, const float *v,
+                       float *wn, float *mn, float *vn, int64_t n) {
   int64_t start = 0;
   if constexpr (VEC) {
     int64_t nv = n / 4;
@@ -161,6 +192,12 @@ __global__ void adam_k(adam_args c, const float *w, const float *g,
   }
   for (int64_t i = start + thread_index(); i < n; i += thread_count()) {
     float wo, mo, vo;
+    if (skipped(l, i)) {
+      wn[i] = w[i];
+      mn[i] = m[i];
+      vn[i] = v[i];
+      continue;
+    }
     adam_one(c, w[i], g[i], m[i], v[i], &wo, &mo, &vo);
     wn[i] = wo;
     mn[i] = mo;
@@ -199,12 +236,13 @@ sl_status adam_run(const sl__kernel_ctx *k, sl__stream *s) {
   c.has_decay = decoupled && wd != 0.0;
   if (n == 0) return SL_OK;
   cudaStream_t cs = stream_of(s);
-  if (aligned(16, w, g, m, v, wn, mn, vn) && n >= 4)
-    adam_k<true>
-        <<<blocks_for(n / 4), kThreads, 0, cs>>>(c, w, g, m, v, wn, mn, vn, n);
+  lazy_rows l = rows_of(k, 4);
+  if (!l.rows && aligned(16, w, g, m, v, wn, mn, vn) && n >= 4)
+    adam_k<true><<<blocks_for(n / 4), kThreads, 0, cs>>>(c, l, w, g, m, v, wn,
+                                                          mn, vn, n);
   else
     adam_k<false>
-        <<<blocks_for(n), kThreads, 0, cs>>>(c, w, g, m, v, wn, mn, vn, n);
+        <<<blocks_for(n), kThreads, 0, cs>>>(c, l, w, g, m, v, wn, mn, vn, n);
   return launched("adam_update");
 }
 

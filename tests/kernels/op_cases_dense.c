@@ -227,6 +227,19 @@ static sl_status c_embedding_grad(sl_rng *r, sl__attrs *at, int *n_in,
 
 /* ---- optimizers -------------------------------------------------------- */
 
+/* Sometimes a lazy update's row counts (0, or a lookup count) for a w of
+ * at least one axis. */
+static sl_status lazy_rows(sl_rng *r, const sl_shape *w, sl_host_tensor **in,
+                           int *n_in) {
+  if (w->ndim < 1 || below(r, 2)) return SL_OK;
+  sl_shape rs = oph_shape(1, (int64_t[]){w->dims[0]});
+  in[*n_in] = oph_random(r, SL_DTYPE_F32, &rs, 0, 0);
+  for (int64_t i = 0; i < w->dims[0]; i++)
+    sl_host_tensor_set(in[*n_in], i, below(r, 3));
+  (*n_in)++;
+  return SL_OK;
+}
+
 static sl_status c_sgd(sl_rng *r, sl__attrs *at, int *n_in,
                        sl_host_tensor **in) {
   sl_shape s = rshape(r, 0, 4);
@@ -244,7 +257,7 @@ static sl_status c_sgd(sl_rng *r, sl__attrs *at, int *n_in,
     in[2] = oph_random(r, SL_DTYPE_F32, &(sl_shape){1, {0}}, 0, 0);
   }
   *n_in = 3;
-  return SL_OK;
+  return lazy_rows(r, &s, in, n_in);
 }
 
 static sl_status c_adam(sl_rng *r, sl__attrs *at, int *n_in,
@@ -257,7 +270,7 @@ static sl_status c_adam(sl_rng *r, sl__attrs *at, int *n_in,
     in[i] = oph_random(r, SL_DTYPE_F32, &s, -2, 2);
   in[3] = oph_random(r, SL_DTYPE_F32, &s, 0, 2);
   *n_in = 4;
-  return SL_OK;
+  return lazy_rows(r, &s, in, n_in);
 }
 
 static sl_status c_global_norm_scale(sl_rng *r, sl__attrs *at, int *n_in,

@@ -240,6 +240,64 @@ static void test_updates_in_place(void **state) {
   }
 }
 
+/* A lazy update (a rows input): rows counted 0 keep their weight and
+ * state bit for bit, the others are the dense update's, for SGD with
+ * momentum and weight decay (which would move every row) and AdamW, in
+ * place and not, on a [7, 5] weight with rows 1, 2, 4 and 6 untouched. */
+static void test_lazy_rows(void **state) {
+  sl_rng r = {g_seed + 3};
+  sl_shape s = dt_shape(2, (int64_t[]){7, 5}), rs = dt_shape(1, (int64_t[]){7});
+  const float counts[7] = {1, 0, 0, 3, 0, 2, 0};
+  const char *ops[2] = {"sgd_update", "adam_update"};
+  sgd_cfg sc = {0.1, 0.9, 0, 0.05, 0};
+  adam_cfg ac = {1e-2, 0.9, 0.999, 1e-8, 0.05, 1};
+  for (int o = 0; o < 2; o++)
+    for (int place = 0; place < 2; place++) {
+      sl__attrs at = o ? adam_attrs(&ac) : sgd_attrs(&sc);
+      int n_state = o ? 4 : 3, n_out = n_state - 1;
+      sl_host_tensor *in[5], *dense[3], *lazy[3];
+      for (int i = 0; i < n_state; i++)
+        in[i] = dt_rand(&r, &s, 0, 1);
+      in[n_state] = dt_new(SL_DTYPE_F32, &rs);
+      memcpy(dt_f(in[n_state]), counts, sizeof counts);
+      dt_run_ok(ops[o], &at, n_state, in, 1, dense);
+      if (place) { /* the outputs are the inputs' buffers */
+        sl_host_tensor *copy[3];
+        for (int i = 0; i < n_out; i++) {
+          int src = i == 0 ? 0 : i + 1;
+          copy[i] = dt_new(SL_DTYPE_F32, &s);
+          memcpy(dt_f(copy[i]), dt_f(in[src]), 35 * sizeof(float));
+        }
+        sl__kernel_ctx k;
+        sl_host_tensor *alias[3] = {in[0], in[2], o ? in[3] : NULL};
+        dt_ctx(&k, &at, n_state + 1, in, n_out, alias, 1);
+        assert_int_equal(sl__op_run_cpu(dt_op(ops[o]), &k), SL_OK);
+        for (int i = 0; i < n_out; i++) {
+          lazy[i] = dt_new(SL_DTYPE_F32, &s);
+          memcpy(dt_f(lazy[i]), dt_f(alias[i]), 35 * sizeof(float));
+          memcpy(dt_f(alias[i]), dt_f(copy[i]), 35 * sizeof(float));
+        }
+        dt_free(n_out, copy);
+      } else {
+        dt_run_ok(ops[o], &at, n_state + 1, in, 1, lazy);
+      }
+      for (int i = 0; i < n_out; i++) {
+        const float *before = dt_f(in[i == 0 ? 0 : i + 1]);
+        for (int row = 0; row < 7; row++) {
+          const float *want =
+              (counts[row] != 0 ? dt_f(dense[i]) : before) + row * 5;
+          if (memcmp(dt_f(lazy[i]) + row * 5, want, 5 * sizeof(float)))
+            fail_msg("%s (%s) output %d row %d: not the %s", ops[o],
+                     place ? "in place" : "apart", i, row,
+                     counts[row] != 0 ? "dense update" : "input");
+        }
+      }
+      dt_free(n_state + 1, in);
+      dt_free(n_out, dense);
+      dt_free(n_out, lazy);
+    }
+}
+
 static void test_optim_signatures(void **state) {
   sl_shape s = dt_shape(2, (int64_t[]){3, 5});
   sl__meta m[4];
@@ -282,7 +340,8 @@ static void test_optim_errors(void **state) {
   dt_expect_infer_error("sgd_update", &at, 3, in, "m: dtype f64, want f32");
   sl_host_tensor_destroy(in[2]);
   in[2] = dt_new(f, &s);
-  dt_expect_infer_error("sgd_update", &at, 4, in, "4 inputs, want 3");
+  dt_expect_infer_error("sgd_update", &at, 4, in,
+                        "rows [3,5] for w [3,5]: want one count per row of w");
   sgd_cfg bad[] = {{-0.1, 0, 0, 0, 0},
                    {0.1, -0.5, 0, 0, 0},
                    {0.1, 0, 0, -1, 0},
@@ -381,6 +440,7 @@ int main(void) {
       cmocka_unit_test(test_sgd_without_state),
       cmocka_unit_test(test_adam),
       cmocka_unit_test(test_updates_in_place),
+      cmocka_unit_test(test_lazy_rows),
       cmocka_unit_test(test_optim_signatures),
       cmocka_unit_test(test_optim_errors),
       cmocka_unit_test(test_global_norm_scale),

@@ -57,7 +57,7 @@ static void test_two_sessions_one_graph(void **state) {
                             sl_init_uniform(-1, 1, 5), NULL, "S(1)");
   sl_tensor y = sl_matmul(x, w, false, false);
   sl_minimize(sl_reduce_sum(sl_square(y), 0, NULL, false),
-              &(sl_optimizer){SL_OPTIMIZER_SGD, 0.01, 0, 0, 0, 0, 0, 0, 0});
+              &(sl_optimizer){.kind = SL_OPTIMIZER_SGD, .lr = 0.01});
   sl_fetch(y, "y");
   st_check_graph(g);
   assert_int_equal(sl__graph_compile(g), SL_OK); /* before the threads */
