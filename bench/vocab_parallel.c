@@ -11,7 +11,7 @@
  *                (sl_to_global(logits, NULL, "B")): what the loss cost
  *                before it was class-parallel, at the least
  *   class-split  w S(1), sl_cross_entropy on the split logits
- *                (graph/class_parallel.c, docs/class_parallel.md)
+ *                (graph/class_parallel.c, docs/vocab_parallel.md)
  *
  * Per row: the bytes every boxing node of the compiled plan sends in one
  * step (all ranks; and the most any one rank sends), the planned peak

@@ -185,7 +185,7 @@ sl_status ex_gpt_build(sl_graph *g, const ex_gpt_config *cfg) {
   sl_shape es = SL_SHAPE(c->vocab, c->hidden), ps = SL_SHAPE(c->seq, c->hidden);
   /* Tensor parallelism splits the LM head over the vocabulary: the logits
    * stay split, and the loss reduces only per-token values across devices
-   * (docs/class_parallel.md). A tied head is the embedding's table. */
+   * (docs/vocab_parallel.md). A tied head is the embedding's table. */
   sl_tensor wte = param(b, "wte", &es, normal(b, 0.02), c->tie ? 0 : -1);
   sl_tensor wpe = param(b, "wpe", &ps, normal(b, 0.01), -1);
   sl_tensor x = sl_name(sl_add(sl_embedding(wte, inputs), wpe), "embed");
