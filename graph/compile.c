@@ -9,7 +9,10 @@
  * given an SBP) keeps it: an op producing one only considers signatures giving
  * it. A source op (no inputs) given no SBP stays open until its first consumer
  * decides: it matches any SBP it can produce, and takes what that consumer
- * chose (B if it cannot, or if nothing consumes it).
+ * chose (B if it cannot, or if nothing consumes it). So does an op whose
+ * inputs are all B and that could as well produce a split of its output
+ * from them (deferrable): no device then builds a whole value only for its
+ * consumer to slice it.
  *
  * Boxing insertion: wherever a consumer needs (placement, nd-SBP) other
  * than its producer's, a BOXING node holding the planner's plan is put just
@@ -123,6 +126,48 @@ static const sl__value *read_view(const sl_graph *g, const sl__node *n,
   return tmp;
 }
 
+/* Whether the open value of op node src can take 1-D SBP s: a source's
+ * output any SBP it can produce; a deferred op's (all its inputs B) one
+ * of its signatures with every input B gives. */
+static bool open_accepts(const sl_graph *g, const sl__node *src, sl_sbp s) {
+  if (src->n_in == 0) return sl__g_source_accepts(src->op, &src->attrs, s);
+  if (s.kind == SL_SBP_BROADCAST) return true;
+  sl__sbp_sig cand[SL_OP_MAX_SIGNATURES + 1];
+  int nc = op_candidates(g, src, cand);
+  for (int k = 1; k < nc; k++) {
+    bool all_b = true;
+    for (int i = 0; i < src->n_in; i++)
+      all_b = all_b && cand[k].in[i].kind == SL_SBP_BROADCAST;
+    if (all_b && sl_sbp_equal(cand[k].out[0], s)) return true;
+  }
+  return false;
+}
+
+/* Whether op node n, whose inputs are all broadcast, could as well compute
+ * only a split of its single output (broadcast_to, one_hot, ...): it then
+ * waits, as a source does, for its first consumer to choose, so that no
+ * device builds the whole of a value that is then sliced (the gradient of
+ * a mean is a broadcast_to of a scalar, consumed split). */
+static bool deferrable(const infer_ctx *c, const sl__node *n) {
+  const sl_graph *g = c->g;
+  if (n->n_out != 1 || g->values[n->out[0]]->sbp_fixed) return false;
+  int M = sl_placement_mesh_ndim(n->placement);
+  for (int i = 0; i < n->n_in; i++) {
+    const sl__value *v = g->values[n->in[i]];
+    if (c->open[n->in[i]] || v->placement != n->placement || v->sbp.ndim != M)
+      return false;
+    for (int m = 0; m < M; m++)
+      if (v->sbp.sbp[m].kind != SL_SBP_BROADCAST) return false;
+  }
+  for (int m = 0; m < M; m++)
+    if (sl_placement_mesh_dim(n->placement, m) > 1) {
+      for (int a = 0; a < g->values[n->out[0]]->meta.shape.ndim; a++)
+        if (open_accepts(g, n, sl_sbp_split(a))) return true;
+      return false;
+    }
+  return false;
+}
+
 static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
   sl_graph *g = c->g;
   sl__node *n = &gn->n;
@@ -153,7 +198,7 @@ static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
         const sl__value *v = read_view(g, n, n->in[i], &views[i]);
         if (c->open[n->in[i]]) {
           const sl__node *src = &g->nodes[v->producer]->n;
-          if (sl__g_source_accepts(src->op, &src->attrs, sig->in[i])) score++;
+          if (open_accepts(g, src, sig->in[i])) score++;
           continue;
         }
         if (v->sbp.ndim == M && sl_sbp_equal(v->sbp.sbp[m], sig->in[i]))
@@ -216,7 +261,7 @@ static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
     sl_nd_sbp s = nd_all_b(sl_placement_mesh_ndim(v->placement));
     if (s.ndim == M)
       for (int m = 0; m < M; m++)
-        if (sl__g_source_accepts(src->op, &src->attrs, in_nd[i].sbp[m]))
+        if (open_accepts(g, src, in_nd[i].sbp[m]))
           s.sbp[m] = in_nd[i].sbp[m];
     v->sbp = s;
     src->out_sbp[v->index] = s;
@@ -250,6 +295,10 @@ static sl_status infer(sl_graph *g) {
           else
             c.open[n->out[j]] = true;
         }
+      } else if (deferrable(&c, n)) {
+        for (int k = 0; k < n->n_in; k++)
+          n->in_sbp[k] = g->values[n->in[k]]->sbp;
+        c.open[n->out[0]] = true;
       } else if (sl__g_class_split(g, n, c.open)) {
         /* Infer the expansion from its first op, now at index i. */
         st = sl__g_class_expand(g, i);

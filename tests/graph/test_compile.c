@@ -277,7 +277,8 @@ static void test_user_constraints(void **state) {
 /* A source given no SBP follows its first consumer; one nothing decides
  * is B. Moving between placements is a send_recv. */
 static void test_sources_and_placements(void **state) {
-  GT_REQUIRE_OPS("add", "random_uniform", "fill", "identity", "neg");
+  GT_REQUIRE_OPS("add", "random_uniform", "fill", "identity", "neg",
+                 "broadcast_to");
   sl_graph *g;
   GT_OK(sl_graph_create(&g));
   GT_OK(sl_graph_set_default_placement(g, "cpu:0-1"));
@@ -286,13 +287,23 @@ static void test_sources_and_placements(void **state) {
   sl_tensor noise =
       sl_data_random_uniform(g, &xs, SL_DTYPE_F32, 0, 1, 7, NULL, NULL);
   sl_tensor lone = sl_fill(g, &xs, SL_DTYPE_F32, 2.0, NULL, NULL);
-  sl_tensor y = sl_add(x, noise);
+  /* An op of broadcast inputs that can compute a split of its output
+   * follows its consumer too, where one splits it: the add's. */
+  sl_shape cs = SL_SHAPE(5, 1);
+  sl_tensor col = sl_input(g, "col", &cs, SL_DTYPE_F32, NULL, NULL);
+  sl_tensor spread = sl_broadcast_to(col, &xs);
+  sl_tensor kept = sl_broadcast_to(col, &xs);
+  sl_tensor y = sl_add(sl_add(x, noise), spread);
   sl_tensor moved = sl_to_global(y, "cpu:2-3", NULL);
   sl_tensor z = sl_neg(moved);
   GT_OK(sl_fetch(z, "z"));
   GT_OK(sl_fetch(lone, "lone"));
+  GT_OK(sl_fetch(kept, "kept"));
   GT_OK(sl__graph_compile(g));
   assert_consistent(g);
+  assert_sbp(g, spread, "S(1)");
+  assert_sbp(g, kept, "B");
+  assert_null(boxing_into(g, node_of(g, y), 1));
   assert_sbp(g, noise, "S(1)");
   assert_sbp(g, y, "S(1)");
   assert_sbp(g, lone, "B");
