@@ -68,6 +68,30 @@ static void reach(sl_graph *g, int32_t loss, int n, const sl_tensor *wrt,
   }
 }
 
+/* The gradient acc[v] of value v in the layout sl_gradient_sbp asked for:
+ * the op making it, when this pass made it (values from nv on, the count
+ * before the pass) for v alone, produces that layout; another gradient is
+ * converted. */
+static void constrain(sl_graph *g, sl_tensor *acc, int32_t nv, int32_t v) {
+  const sl__value *val = g->values[v];
+  sl_tensor *a = &acc[v];
+  if (val->grad_sbp.ndim == 0 || a->id < 0) return;
+  bool alone = a->id >= nv;
+  for (int32_t u = 0; u < nv && alone; u++)
+    alone = u == v || acc[u].id != a->id;
+  sl__value *grad = g->values[a->id];
+  const sl__node *p = &g->nodes[grad->producer]->n;
+  if (alone && !grad->sbp_fixed && p->kind == SL__NODE_OP &&
+      grad->placement == val->placement) {
+    grad->sbp = val->grad_sbp;
+    grad->sbp_fixed = true;
+    return;
+  }
+  sl_placement *saved = g->force_placement;
+  *a = sl_to_global_p(*a, val->placement, &val->grad_sbp);
+  g->force_placement = saved;
+}
+
 static sl_status backward(sl_graph *g, sl_tensor loss, int n,
                           const sl_tensor *wrt, sl_tensor *grads,
                           bool zeros_for_missing) {
@@ -98,6 +122,7 @@ static sl_status backward(sl_graph *g, sl_tensor loss, int n,
     sl_tensor dy[SL_OP_MAX_OUTPUTS], dx[SL_OP_MAX_INPUTS];
     bool any_dy = false, need[SL_OP_MAX_INPUTS], any_need = false;
     for (int j = 0; j < nd->n_out; j++) {
+      constrain(g, acc, nv, nd->out[j]);
       dy[j] = acc[nd->out[j]];
       any_dy = any_dy || dy[j].id >= 0;
     }
@@ -147,6 +172,8 @@ static sl_status backward(sl_graph *g, sl_tensor loss, int n,
     if (st != SL_OK) break;
   }
   for (int i = 0; i < n && !g->err; i++) {
+    g->force_placement = g->values[wrt[i].id]->placement;
+    constrain(g, acc, nv, wrt[i].id);
     grads[i] = acc[wrt[i].id];
     if (grads[i].id < 0 && zeros_for_missing) {
       g->force_placement = g->values[wrt[i].id]->placement;

@@ -380,6 +380,32 @@ sl_tensor sl_to_global(sl_tensor t, const char *placement, const char *sbp) {
   return sl_to_global_p(t, p, has ? &s : NULL);
 }
 
+sl_tensor sl_gradient_sbp(sl_tensor t, const char *sbp) {
+  sl_graph *g = t.graph;
+  if (!sl__g_usable(g, 1, &t, "gradient_sbp")) return sl__g_poison(g, false);
+  const char *name = sl_tensor_name(t);
+  if (g->minimized) {
+    sl__g_error(g, SL_ESTATE, "gradient layout", name, NULL,
+                "set after sl_minimize built the gradients");
+    return sl__g_poison(g, true);
+  }
+  sl__value *v = sl__g_value(g, t.id);
+  sl_nd_sbp s;
+  bool has;
+  if (!sbp_text(g, sbp, "gradient layout", name, &s, &has))
+    return sl__g_poison(g, true);
+  if (!has) {
+    sl__g_error(g, SL_EINVAL, "gradient layout", name, NULL, "no SBP given");
+    return sl__g_poison(g, true);
+  }
+  if (sl_nd_sbp_check(&s, v->placement, &v->meta.shape) != SL_OK) {
+    sl__g_error_last(g, SL_EINVAL, "gradient layout", name, NULL);
+    return sl__g_poison(g, true);
+  }
+  v->grad_sbp = s;
+  return t;
+}
+
 sl_status sl_fetch(sl_tensor t, const char *name) {
   sl_graph *g = t.graph;
   if (!g) return sl__fail(SL_EINVAL, "fetch: NULL graph");

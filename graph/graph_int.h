@@ -36,6 +36,9 @@ typedef struct sl__value {
   sl_nd_sbp sbp;
   bool sbp_fixed; /* the user constrained it (sl_to_global, inputs,
                      variables): inference must not change it */
+  /* sl_gradient_sbp: the layout autodiff gives its gradient (ndim 0:
+   * inference chooses). */
+  sl_nd_sbp grad_sbp;
 } sl__value;
 
 typedef struct sl__node {

@@ -300,6 +300,13 @@ SL_API sl_tensor sl_to_global(sl_tensor t, const char *placement,
 SL_API sl_tensor sl_to_global_p(sl_tensor t, const sl_placement *placement,
                                 const sl_nd_sbp *sbp);
 
+/* The gradient of t as autodiff builds it (sl_minimize) in nd-SBP `sbp` on
+ * t's placement: a backward layout inference would not choose, such as a
+ * gradient kept split where it would replicate it, or the reverse. The
+ * op that makes the gradient produces that layout where it can (else it
+ * is converted). Call before sl_minimize; returns t. */
+SL_API sl_tensor sl_gradient_sbp(sl_tensor t, const char *sbp);
+
 /* ---- ops -------------------------------------------------------------- */
 /* Each returns its output (poisoned on error). Axes may be negative
  * (counted from the end). Binary ops broadcast numpy-style. */
