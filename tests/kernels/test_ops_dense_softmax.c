@@ -552,6 +552,7 @@ static void test_one_hot(void **state) {
       for (int64_t c = 0; c < 9; c++)
         assert_true(dt_f(out[0])[p * 9 + c] ==
                     (c == (int64_t)sl_host_tensor_get(in[0], p) ? 1.0f : 0.0f));
+    dt_free(1, out);
     sl_host_tensor_set(in[0], 6, 9); /* [1,2] */
     dt_expect_einval(dt_run("one_hot", &at, 1, in, 0, out),
                      "label 9 at position [1,2] out of range [0, 9)");
