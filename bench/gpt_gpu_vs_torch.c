@@ -307,7 +307,7 @@ int main(int argc, char **argv) {
   c.heads = o.heads;
   c.layers = (int)o.layers;
   c.tie = !o.untied;
-  c.bf16 = !o.f32;
+  c.dtype = o.f32 ? SL_DTYPE_F32 : SL_DTYPE_BF16;
   c.layout = EX_LAYOUT_SINGLE;
   c.placement = o.placement;
   c.opt = sl_optimizer_adam(o.lr);

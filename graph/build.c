@@ -316,6 +316,18 @@ sl_status sl_graph_set_default_placement(sl_graph *g, const char *placement) {
   return SL_OK;
 }
 
+sl_status sl_graph_set_compute_dtype(sl_graph *g, sl_dtype dt) {
+  if (!g) return sl__fail(SL_EINVAL, "compute dtype: NULL graph");
+  if (g->frozen)
+    return sl__g_error(g, SL_ESTATE, "graph", "compute dtype", NULL,
+                       "the graph is compiled: it can no longer change");
+  if (dt != SL_DTYPE_F32 && dt != SL_DTYPE_BF16 && dt != SL_DTYPE_F16)
+    return sl__fail(SL_EINVAL, "compute dtype %s: want f32, bf16 or f16",
+                    (unsigned)dt < SL_DTYPE_COUNT ? sl_dtype_name(dt) : "?");
+  g->compute_dtype = dt;
+  return SL_OK;
+}
+
 /* ---- nodes and values -------------------------------------------------- */
 
 bool sl__g_axis(int *axis, int ndim) {

@@ -251,8 +251,20 @@ sl_tensor sl_matmul(sl_tensor a, sl_tensor b, bool trans_a, bool trans_b) {
   return sl__g_matmul(a, b, trans_a, trans_b, 1);
 }
 
+/* A matrix product's operand in the graph's compute dtype: an f32 one
+ * cast to it (sl_graph_set_compute_dtype). */
+static sl_tensor compute_operand(sl_tensor x) {
+  sl_graph *g = x.graph;
+  if (!g || x.id < 0 || g->compute_dtype == SL_DTYPE_F32 ||
+      sl__g_value(g, x.id)->meta.dtype != SL_DTYPE_F32)
+    return x;
+  return sl_cast(x, g->compute_dtype);
+}
+
 sl_tensor sl__g_matmul(sl_tensor a, sl_tensor b, bool trans_a, bool trans_b,
                        int contract) {
+  a = compute_operand(a);
+  b = compute_operand(b);
   sl__attrs at = {0};
   sl__attrs_set_int(&at, "trans_a", trans_a);
   sl__attrs_set_int(&at, "trans_b", trans_b);
@@ -267,6 +279,8 @@ sl_tensor sl_tensordot(sl_tensor a, sl_tensor b, int axes) {
 
 sl_tensor sl_batch_matmul(sl_tensor a, sl_tensor b, bool trans_a,
                           bool trans_b) {
+  a = compute_operand(a);
+  b = compute_operand(b);
   sl__attrs at = {0};
   sl__attrs_set_int(&at, "trans_a", trans_a);
   sl__attrs_set_int(&at, "trans_b", trans_b);

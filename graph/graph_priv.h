@@ -56,6 +56,8 @@ struct sl_graph {
   int n_places, cap_places;
   sl_placement *default_placement;
   sl_placement *force_placement; /* autodiff: place new ops here */
+  sl_dtype compute_dtype; /* matmuls' operands (sl_graph_set_compute_dtype);
+                             0 (f32): as given */
   sl__mark mark;
   char scope[512];
   int scope_depth;

@@ -248,6 +248,17 @@ sl_status ex_layout_parse(const char *text, ex_layout *out) {
                       text ? text : "(null)");
 }
 
+sl_status ex_dtype_parse(const char *text, sl_dtype *out) {
+  static const sl_dtype ok[] = {SL_DTYPE_F32, SL_DTYPE_BF16, SL_DTYPE_F16};
+  for (size_t i = 0; i < EX_ARRAY_LEN(ok); i++)
+    if (text && strcmp(text, sl_dtype_name(ok[i])) == 0) {
+      *out = ok[i];
+      return SL_OK;
+    }
+  return sl_set_error(SL_EINVAL, "unknown dtype '%s' (f32, bf16, f16)",
+                      text ? text : "(null)");
+}
+
 bool ex_layout_is_tensor_parallel(ex_layout l) {
   return l == EX_LAYOUT_TP || l == EX_LAYOUT_HYBRID;
 }

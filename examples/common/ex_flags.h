@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include <sluice/core.h>
+#include <sluice/tensor.h>
 
 /* What each kind accepts: the whole value, in decimal, no leading blanks
  * or trailing characters. A value out of range is an error naming the flag,
@@ -88,6 +89,11 @@ const char *ex_layout_name(ex_layout l);
 /* Parses a layout name. SL_EINVAL with "unknown layout 'x' (single, dp, tp,
  * hybrid)" as the last error. */
 sl_status ex_layout_parse(const char *text, ex_layout *out);
+
+/* Parses --dtype, the matmuls' compute dtype (sl_graph_set_compute_dtype):
+ * "f32", "bf16" or "f16". SL_EINVAL with "unknown dtype 'x' (f32, bf16,
+ * f16)" as the last error. */
+sl_status ex_dtype_parse(const char *text, sl_dtype *out);
 
 /* The placement text for a layout on `devices`: "cpu:N" (a bare count)
  * means devices 0..N-1; anything else is a placement text ("cpu:0-3",

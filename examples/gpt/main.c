@@ -41,7 +41,7 @@ int main(int argc, char **argv) {
           seed = (int64_t)c.seed;
   double lr = -1;
   const char *devices = "cpu:1", *layout = "single", *optimizer = "adam",
-             *trace = NULL, *engine = "auto", *data = NULL;
+             *trace = NULL, *engine = "auto", *data = NULL, *dtype = "f32";
   bool tie = false, bf16 = false, profile = false, memory = false,
        recompute = false, check = false, print_graph = false;
   int64_t threads = 0, zero = 0;
@@ -59,8 +59,11 @@ int main(int argc, char **argv) {
       {"heads", EX_FLAG_INT, &heads, "attention heads", 1},
       {"layers", EX_FLAG_INT, &layers, "transformer blocks", 1},
       {"tie", EX_FLAG_BOOL, &tie, "tie the head to the token embedding", 0},
-      {"bf16", EX_FLAG_BOOL, &bf16,
-       "bf16 matmul inputs (f32 products, outputs and the rest)", 0},
+      {"dtype", EX_FLAG_STRING, &dtype,
+       "f32 | bf16 | f16: the matmuls' inputs (mixed precision: f32 "
+       "products, outputs, weights and the rest)",
+       0},
+      {"bf16", EX_FLAG_BOOL, &bf16, "the same as --dtype bf16", 0},
       {"seed", EX_FLAG_INT64, &seed, "seed of the initializers and data", 0},
       {"lr", EX_FLAG_POSITIVE, &lr, "learning rate (adam 3e-3, sgd 0.1)", 0},
       {"optimizer", EX_FLAG_STRING, &optimizer, "adam | sgd", 0},
@@ -117,6 +120,9 @@ int main(int argc, char **argv) {
   char placement[512];
   static char stages[EX_MAX_STAGES][512];
   if (ex_layout_parse(layout, &c.layout) != SL_OK ||
+      (bf16 && strcmp(dtype, "f32") && strcmp(dtype, "bf16")
+           ? sl_set_error(SL_EINVAL, "--bf16 and --dtype %s disagree", dtype)
+           : ex_dtype_parse(bf16 ? "bf16" : dtype, &c.dtype)) != SL_OK ||
       ex_engine_parse(engine, &ro.engine) != SL_OK ||
       ex_layout_placement(c.layout, devices, placement, sizeof placement) !=
           SL_OK ||
@@ -189,7 +195,6 @@ int main(int argc, char **argv) {
   c.heads = heads;
   c.layers = (int)layers;
   c.tie = tie;
-  c.bf16 = bf16;
   c.seed = (uint64_t)seed;
   c.placement = placement;
 
@@ -221,9 +226,11 @@ int main(int argc, char **argv) {
     goto done;
   }
   printf("gpt: %lld blocks, hidden %lld, %lld heads, seq %lld, vocab %lld, "
-         "batch %lld%s, layout %s on %s, engine %s\n",
+         "batch %lld%s%s%s, layout %s on %s, engine %s\n",
          (long long)layers, (long long)hidden, (long long)heads, (long long)seq,
-         (long long)vocab, (long long)batch, tie ? ", tied head" : "", layout,
+         (long long)vocab, (long long)batch, tie ? ", tied head" : "",
+         c.dtype != SL_DTYPE_F32 ? ", matmuls in " : "",
+         c.dtype != SL_DTYPE_F32 ? sl_dtype_name(c.dtype) : "", layout,
          placement, ex_engine_name(ex_run_engine(run)));
   if (pp > 1 || micro > 1)
     printf("pipeline: %lld stage%s, %lld micro-batches of %lld, schedule %s\n",

@@ -31,11 +31,6 @@ typedef struct builder {
   uint64_t seed;
 } builder;
 
-/* A matmul operand, in bf16 when the config asks for bf16 matmuls. */
-static sl_tensor mm(const builder *b, sl_tensor t) {
-  return b->c->bf16 ? sl_cast(t, SL_DTYPE_BF16) : t;
-}
-
 /* Under tensor parallelism, the all-reduce that closes an attention or MLP
  * block: its partial sum to the activations' layout (inference alone would
  * pick a reduce-scatter and pay an all-gather at the next layer norm). */
@@ -94,18 +89,15 @@ static sl_tensor attention(builder *b, sl_tensor a, const char *name) {
     snprintf(wn, sizeof wn, "%s.w%s", name, parts[i]);
     snprintf(pn, sizeof pn, "%s.%s", name, parts[i]);
     sl_tensor w = param(b, wn, &wqs, normal(b, 0.02), 1);
-    qkv[i] =
-        sl_name(swap_heads(sl_matmul(mm(b, a), mm(b, w), false, false)), pn);
+    qkv[i] = sl_name(swap_heads(sl_matmul(a, w, false, false)), pn);
   }
-  sl_tensor att = sl_scaled_dot_product_attention(mm(b, qkv[0]), mm(b, qkv[1]),
-                                                  mm(b, qkv[2]), true);
+  sl_tensor att = sl_scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], true);
   char on[64], won[64];
   snprintf(on, sizeof on, "%s.o", name);
   snprintf(won, sizeof won, "%s.wo", name);
   sl_tensor wo =
       param(b, won, &wos, normal(b, 0.02 / sqrt(2.0 * c->layers)), 0);
-  return all_reduce(
-      b, sl_name(sl_tensordot(mm(b, swap_heads(att)), mm(b, wo), 2), on));
+  return all_reduce(b, sl_name(sl_tensordot(swap_heads(att), wo, 2), on));
 }
 
 /* fc2(gelu(fc1(m))): fc1 column-split, fc2 row-split (partial output). */
@@ -123,10 +115,8 @@ static sl_tensor mlp(builder *b, sl_tensor m, const char *name) {
   sl_tensor b1 = param(b, n1b, &b1s, sl_init_zeros(), 0);
   sl_tensor w2 = param(b, n2, &w2s, normal(b, 0.02 / sqrt(2.0 * c->layers)), 0);
   sl_tensor b2 = param(b, n2b, &b2s, sl_init_zeros(), -1);
-  sl_tensor h =
-      sl_gelu(sl_add(sl_matmul(mm(b, m), mm(b, w1), false, false), b1));
-  return sl_add(all_reduce(b, sl_matmul(mm(b, h), mm(b, w2), false, false)),
-                b2);
+  sl_tensor h = sl_gelu(sl_add(sl_matmul(m, w1, false, false), b1));
+  return sl_add(all_reduce(b, sl_matmul(h, w2, false, false)), b2);
 }
 
 sl_status ex_gpt_build(sl_graph *g, const ex_gpt_config *cfg) {
@@ -149,6 +139,7 @@ sl_status ex_gpt_build(sl_graph *g, const ex_gpt_config *cfg) {
                         "targets");
   sl_status st = sl_graph_set_default_placement(
       g, c->pp > 1 ? c->stage_placement[0] : c->placement);
+  if (st == SL_OK) st = sl_graph_set_compute_dtype(g, c->dtype);
   if (st != SL_OK) return st;
   builder bd = {g, c, c->seed * 1000};
   builder *b = &bd;
@@ -214,11 +205,11 @@ sl_status ex_gpt_build(sl_graph *g, const ex_gpt_config *cfg) {
   x = layer_norm(b, x, "lnf");
   sl_tensor logits;
   if (c->tie) {
-    logits = sl_matmul(mm(b, x), mm(b, wte), false, true);
+    logits = sl_matmul(x, wte, false, true);
   } else {
     sl_shape hs = SL_SHAPE(c->hidden, c->vocab);
     sl_tensor head = param(b, "head.w", &hs, normal(b, 0.02), 1);
-    logits = sl_matmul(mm(b, x), mm(b, head), false, false);
+    logits = sl_matmul(x, head, false, false);
   }
   logits = sl_name(logits, "logits");
   sl_tensor loss = sl_name(sl_cross_entropy(logits, targets), "xent");

@@ -43,10 +43,12 @@
 typedef struct ex_gpt_config {
   int64_t batch, seq, vocab, hidden, heads;
   int layers;
-  bool tie;  /* head = token embedding transposed */
-  bool bf16; /* every matmul (projections, attention, MLP, head) takes
-                bf16 inputs, f32 products and outputs; everything else
-                stays f32 */
+  bool tie; /* head = token embedding transposed */
+  /* Mixed precision (sl_graph_set_compute_dtype): SL_DTYPE_BF16 or F16
+   * makes every matmul (projections, attention, MLP, head, and the
+   * backward pass's) take 16-bit inputs, f32 products and outputs;
+   * everything else stays f32. SL_DTYPE_F32 (the default): off. */
+  sl_dtype dtype;
   uint64_t seed;
   const char *npy_inputs, *npy_targets; /* both or neither; NULL: the
                                            synthetic task */

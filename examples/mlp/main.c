@@ -38,7 +38,7 @@ int main(int argc, char **argv) {
           classes = c.classes, layers = c.layers, seed = (int64_t)c.seed;
   double lr = -1, momentum = 0;
   const char *devices = "cpu:1", *layout = "single", *optimizer = "sgd",
-             *data = NULL, *trace = NULL, *engine = "auto";
+             *data = NULL, *trace = NULL, *engine = "auto", *dtype = "f32";
   int64_t pp = 1, micro = 1;
   const char *schedule = NULL;
   bool profile = false, check = false, print_graph = false, memory = false,
@@ -59,6 +59,10 @@ int main(int argc, char **argv) {
       {"optimizer", EX_FLAG_STRING, &optimizer, "sgd | adam", 0},
       {"data", EX_FLAG_STRING, &data,
        "X.npy,LABELS.npy instead of synthetic data", 0},
+      {"dtype", EX_FLAG_STRING, &dtype,
+       "f32 | bf16 | f16: the matmuls' inputs (mixed precision: f32 "
+       "products, outputs, weights and the rest)",
+       0},
       {"zero", EX_FLAG_INT, &zero,
        "ZeRO stage: 1 shards the optimizer state and update over the "
        "data-parallel devices, 2 also frees each full gradient once "
@@ -108,6 +112,7 @@ int main(int argc, char **argv) {
   char placement[512];
   static char stages[EX_MAX_STAGES][512];
   if (ex_layout_parse(layout, &c.layout) != SL_OK ||
+      ex_dtype_parse(dtype, &c.dtype) != SL_OK ||
       ex_engine_parse(engine, &ro.engine) != SL_OK ||
       ex_layout_placement(c.layout, devices, placement, sizeof placement) !=
           SL_OK ||
@@ -190,9 +195,11 @@ int main(int argc, char **argv) {
     rc = 2;
     goto done;
   }
-  printf("mlp: %lld hidden layers of %lld, batch %lld, layout %s on %s, "
+  printf("mlp: %lld hidden layers of %lld, batch %lld%s%s, layout %s on %s, "
          "engine %s\n",
-         (long long)layers, (long long)hidden, (long long)batch, layout,
+         (long long)layers, (long long)hidden, (long long)batch,
+         c.dtype != SL_DTYPE_F32 ? ", matmuls in " : "",
+         c.dtype != SL_DTYPE_F32 ? sl_dtype_name(c.dtype) : "", layout,
          placement, ex_engine_name(ex_run_engine(run)));
   if (pp > 1 || micro > 1)
     printf("pipeline: %lld stage%s, %lld micro-batches of %lld, schedule %s\n",

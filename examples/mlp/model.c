@@ -77,6 +77,7 @@ sl_status ex_mlp_build(sl_graph *g, const ex_mlp_config *cfg) {
   EX_CHECK(ex_pipeline_setup(g, "mlp", mc.micro, mc.schedule, &mc.batch));
   sl_status st = sl_graph_set_default_placement(
       g, c->pp > 1 ? c->stage_placement[0] : c->placement);
+  if (st == SL_OK) st = sl_graph_set_compute_dtype(g, c->dtype);
   if (st != SL_OK) return st;
   char dsbp[32], lsbp[32];
   /* Activations: the batch axis is what data parallelism splits. */

@@ -47,6 +47,7 @@ typedef struct ex_mlp_config {
   const char *npy_x, *npy_labels; /* EX_MLP_DATA_NPY */
   sl_optimizer opt;
   bool recompute; /* each hidden layer a recompute region */
+  sl_dtype dtype; /* the matmuls' inputs (sl_graph_set_compute_dtype) */
   /* Pipelining (docs/pipeline.md): pp stages (1: none) on
    * stage_placement[0..pp) (ex_stage_placements), the matmuls balanced
    * over them; `micro` micro-batches of batch/micro rows per step (1:

@@ -83,6 +83,15 @@ SL_API sl_status sl_graph_set_default_placement(sl_graph *g,
 SL_API sl_status sl_graph_set_default_placement_p(sl_graph *g,
                                                   const sl_placement *p);
 
+/* Mixed precision: matrix products built from now on (sl_matmul,
+ * sl_tensordot, sl_batch_matmul, attention, and the backward pass's
+ * products, which sl_minimize builds) take their f32 operands cast to dt,
+ * SL_DTYPE_BF16 or SL_DTYPE_F16, and accumulate and output f32; weights,
+ * gradients, optimizer state and every other op stay f32 (docs/api.md,
+ * "Mixed precision"). SL_DTYPE_F32 (the default) turns it off. SL_EINVAL
+ * for another dtype, SL_ESTATE after compilation. */
+SL_API sl_status sl_graph_set_compute_dtype(sl_graph *g, sl_dtype dt);
+
 /* Name scopes: names created until the matching pop are prefixed with
  * "<scope>/" (nested scopes join with '/'). Push copies the string. */
 SL_API void sl_graph_push_scope(sl_graph *g, const char *scope);

@@ -1,8 +1,9 @@
 /* matmul and batch_matmul: shape inference, SBP signatures and the CPU
  * kernels. Every product is one sl__blas_sgemm call per matrix pair, reading
  * f32 shards where they lie (transposes are sgemm flags, never copies).
- * Inputs may also be bf16 (storage only): those shards are widened to f32
- * in the workspace first, and the products accumulate in f32.
+ * Inputs may also be bf16 or f16 (storage only: mixed precision, docs/
+ * api.md): those shards are widened to f32 in the workspace first, exactly,
+ * and the products accumulate in f32.
  *
  * matmul(a, b; trans_a, trans_b, contract = c, 1 when absent): the c
  *   contraction axes k... of a and of b, in the same order and extents,
@@ -35,19 +36,25 @@ typedef struct mm_dims {
   int a_m, a_k, b_k, b_n; /* axes of a and b holding m, k, k, n */
 } mm_dims;
 
-/* f32 or bf16 inputs (bf16 storage, f32 products and output). */
+/* A 16-bit float stored input (bf16 or f16). */
+static bool half(sl_dtype dt) {
+  return dt == SL_DTYPE_BF16 || dt == SL_DTYPE_F16;
+}
+
+/* f32, bf16 or f16 inputs (16-bit storage, f32 products and output). */
 static sl_status want_float_pair(const sl__meta *in) {
   const char *names[2] = {"a", "b"};
   for (int i = 0; i < 2; i++)
-    if (in[i].dtype != SL_DTYPE_F32 && in[i].dtype != SL_DTYPE_BF16)
-      return sl__fail(SL_EINVAL, "%s: dtype %s, want f32 or bf16", names[i],
-                      sl_dtype_name(in[i].dtype));
+    if (in[i].dtype != SL_DTYPE_F32 && !half(in[i].dtype))
+      return sl__fail(SL_EINVAL, "%s: dtype %s, want f32, bf16 or f16",
+                      names[i], sl_dtype_name(in[i].dtype));
   return SL_OK;
 }
 
-/* Workspace bytes: an f32 copy of each bf16 input shard, 64-byte aligned. */
+/* Workspace bytes: an f32 copy of each 16-bit input shard, 64-byte
+ * aligned. */
 static size_t widen_bytes(const sl__meta *m) {
-  if (m->dtype != SL_DTYPE_BF16) return 0;
+  if (!half(m->dtype)) return 0;
   return ((size_t)sl_shape_numel(&m->shape) * sizeof(float) + 63) & ~(size_t)63;
 }
 
@@ -55,24 +62,65 @@ static size_t mm_workspace(const sl__kernel_ctx *k) {
   return widen_bytes(&k->in_meta[0]) + widen_bytes(&k->in_meta[1]);
 }
 
-/* The f32 view of inputs a and b: the shards themselves, or bf16 shards
- * widened into the workspace (bf16 is the top half of an f32). */
+/* f16 widened to f32, exactly: with the CPU's conversion instruction
+ * (AVX-512F; F16C, which every AVX2 CPU has) where there is one. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+SL__ATTR_AVX512 static void f16_widen_avx512(float *f, const uint16_t *h,
+                                             int64_t n) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    _mm512_storeu_ps(
+        f + j, _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(h + j))));
+  for (; j < n; j++)
+    f[j] = sl_f16_to_f32(h[j]);
+}
+__attribute__((target("avx2,f16c"))) static void
+f16_widen_avx2(float *f, const uint16_t *h, int64_t n) {
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    _mm256_storeu_ps(f + j,
+                     _mm256_cvtph_ps(_mm_loadu_si128((const void *)(h + j))));
+  for (; j < n; j++)
+    f[j] = sl_f16_to_f32(h[j]);
+}
+#endif
+
+static void f16_widen(float *f, const uint16_t *h, int64_t n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  switch (sl__isa_get()) {
+  case SL__ISA_AVX512: f16_widen_avx512(f, h, n); return;
+  case SL__ISA_AVX2: f16_widen_avx2(f, h, n); return;
+  default: break;
+  }
+#endif
+  for (int64_t j = 0; j < n; j++)
+    f[j] = sl_f16_to_f32(h[j]);
+}
+
+/* The f32 view of inputs a and b: the shards themselves, or 16-bit shards
+ * widened into the workspace (bf16 is the top half of an f32; every f16
+ * is an f32 too). */
 static sl_status mm_operands(const sl__kernel_ctx *k, const float **ab) {
   char *ws = k->workspace;
   if (mm_workspace(k) > k->workspace_bytes || (mm_workspace(k) && !ws))
-    return sl__fail(SL_EINVAL, "matmul: no workspace for bf16 inputs (run it "
-                               "with sl__op_run_cpu)");
+    return sl__fail(SL_EINVAL, "matmul: no workspace for 16-bit inputs (run "
+                               "it with sl__op_run_cpu)");
   for (int i = 0; i < 2; i++) {
-    if (k->in_meta[i].dtype != SL_DTYPE_BF16) {
+    if (!half(k->in_meta[i].dtype)) {
       ab[i] = k->in[i];
       continue;
     }
     const uint16_t *h = k->in[i];
     float *f = (float *)ws;
     int64_t n = sl_shape_numel(&k->in_meta[i].shape);
-    for (int64_t j = 0; j < n; j++) {
-      uint32_t u = (uint32_t)h[j] << 16;
-      memcpy(&f[j], &u, sizeof u);
+    if (k->in_meta[i].dtype == SL_DTYPE_F16) {
+      f16_widen(f, h, n);
+    } else {
+      for (int64_t j = 0; j < n; j++) {
+        uint32_t u = (uint32_t)h[j] << 16;
+        memcpy(&f[j], &u, sizeof u);
+      }
     }
     ab[i] = f;
     ws += widen_bytes(&k->in_meta[i]);

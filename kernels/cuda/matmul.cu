@@ -3,12 +3,12 @@
 // Row-major C [m, n] = A [m, k] B [k, n] is column-major C^T = B^T A^T, so
 // every product is one cublasSgemm (batch_matmul: one strided-batched call)
 // with the operands swapped and the transposes passed as flags, reading the
-// shards where they lie. bf16 inputs (storage, as on the CPU): when both
-// are bf16 the product is one cublasGemmEx / cublasGemmStridedBatchedEx
-// with bf16 operands, f32 output and CUBLAS_COMPUTE_32F (f32 accumulation);
-// a bf16 operand next to an f32 one is widened to f32 in the workspace
-// (exact: bf16 is the top half of an f32) and goes through Sgemm. k = 0
-// gives zeros.
+// shards where they lie. bf16 and f16 inputs (storage, as on the CPU): when
+// both are of one 16-bit dtype the product is one cublasGemmEx /
+// cublasGemmStridedBatchedEx with 16-bit operands, f32 output and
+// CUBLAS_COMPUTE_32F (f32 accumulation); a 16-bit operand next to one of
+// another dtype is widened to f32 in the workspace (exactly) and goes
+// through Sgemm. k = 0 gives zeros.
 //
 // cuBLAS runs in its default math mode, so f32 products are full f32 (no
 // TF32 unless NVIDIA_TF32_OVERRIDE asks for it); the summation order is
@@ -19,6 +19,7 @@
 // thread keeps one per device (created on first use, destroyed when the
 // thread exits) and points it at the call's stream.
 #include <cublas_v2.h>
+#include <cuda_fp16.h>
 
 #include "cuda_util.cuh"
 
@@ -89,18 +90,22 @@ sl_status bmm_dims(bool ta, bool tb, const sl_shape *as, const sl_shape *bs,
   return SL_OK;
 }
 
-// ---- bf16 widening
+// ---- 16-bit widening
 // ------------------------------------------------------------
 
-__global__ void widen_k(float *o, const uint16_t *h, int64_t n) {
+bool half(sl_dtype dt) { return dt == SL_DTYPE_BF16 || dt == SL_DTYPE_F16; }
+
+__global__ void widen_k(float *o, const uint16_t *h, bool f16, int64_t n) {
   for (int64_t i = thread_index(); i < n; i += thread_count())
-    o[i] = __uint_as_float((uint32_t)h[i] << 16);
+    o[i] = f16 ? __half2float(__ushort_as_half(h[i]))
+               : __uint_as_float((uint32_t)h[i] << 16);
 }
 
-// Workspace: an f32 copy of a bf16 input whose partner is f32.
+// Workspace: an f32 copy of a 16-bit input whose partner has another
+// dtype (two of one 16-bit dtype go to cuBLAS as they are).
 bool needs_widen(const sl__kernel_ctx *k, int i) {
-  return k->in_meta[i].dtype == SL_DTYPE_BF16 &&
-         k->in_meta[1 - i].dtype != SL_DTYPE_BF16;
+  return half(k->in_meta[i].dtype) &&
+         k->in_meta[1 - i].dtype != k->in_meta[i].dtype;
 }
 
 size_t mm_ws(const sl__kernel_ctx *k) {
@@ -135,21 +140,24 @@ sl_status gemm(const sl__kernel_ctx *k, bool ta, bool tb, const mm_dims &d,
                     "cuda %s: m %lld, n %lld, k %lld: cuBLAS takes extents "
                     "below 2^31",
                     what, (long long)d.m, (long long)d.n, (long long)d.k);
-  // f32 views: the shards, or widened bf16 in the workspace.
+  // f32 views: the shards, or widened 16-bit ones in the workspace.
   const void *ab[2] = {k->in[0], k->in[1]};
-  bool both_bf16 = k->in_meta[0].dtype == SL_DTYPE_BF16 &&
-                   k->in_meta[1].dtype == SL_DTYPE_BF16;
+  bool both_half =
+      half(k->in_meta[0].dtype) && k->in_meta[0].dtype == k->in_meta[1].dtype;
+  cudaDataType_t ht =
+      k->in_meta[0].dtype == SL_DTYPE_F16 ? CUDA_R_16F : CUDA_R_16BF;
   char *ws = (char *)k->workspace;
   if (mm_ws(k) && (!ws || k->workspace_bytes < mm_ws(k)))
     return sl__fail(SL_EINVAL,
-                    "cuda %s: no workspace for a bf16 input (run "
+                    "cuda %s: no workspace for a 16-bit input (run "
                     "it with sl__op_run_cuda)",
                     what);
   for (int i = 0; i < 2; i++) {
     if (!needs_widen(k, i)) continue;
     int64_t n = sl_shape_numel(&k->in_meta[i].shape);
-    widen_k<<<blocks_for(n), kThreads, 0, cs>>>((float *)ws,
-                                                (const uint16_t *)k->in[i], n);
+    widen_k<<<blocks_for(n), kThreads, 0, cs>>>(
+        (float *)ws, (const uint16_t *)k->in[i],
+        k->in_meta[i].dtype == SL_DTYPE_F16, n);
     SL_CHECK(launched(what));
     ab[i] = ws;
     ws += ((size_t)n * sizeof(float) + 255) & ~(size_t)255;
@@ -166,20 +174,19 @@ sl_status gemm(const sl__kernel_ctx *k, bool ta, bool tb, const mm_dims &d,
   // cuBLAS counts batches in an int: more go in several calls.
   for (int64_t b0 = 0; b0 < d.batch; b0 += INT32_MAX) {
     int nb = (int)(d.batch - b0 < INT32_MAX ? d.batch - b0 : INT32_MAX);
-    size_t es = both_bf16 ? 2 : 4;
+    size_t es = both_half ? 2 : 4;
     const char *a = (const char *)ab[0] + (size_t)(b0 * sa) * es;
     const char *b = (const char *)ab[1] + (size_t)(b0 * sb) * es;
     float *cc = c + b0 * sc;
     cublasStatus_t st;
-    if (both_bf16)
-      st = nb == 1
-               ? cublasGemmEx(h, opb, opa, n, m, kk, &one, b, CUDA_R_16BF, ldb,
-                              a, CUDA_R_16BF, lda, &zero, cc, CUDA_R_32F, n,
-                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)
-               : cublasGemmStridedBatchedEx(
-                     h, opb, opa, n, m, kk, &one, b, CUDA_R_16BF, ldb, sb, a,
-                     CUDA_R_16BF, lda, sa, &zero, cc, CUDA_R_32F, n, sc, nb,
-                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (both_half)
+      st = nb == 1 ? cublasGemmEx(h, opb, opa, n, m, kk, &one, b, ht, ldb, a,
+                                  ht, lda, &zero, cc, CUDA_R_32F, n,
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)
+                   : cublasGemmStridedBatchedEx(
+                         h, opb, opa, n, m, kk, &one, b, ht, ldb, sb, a, ht,
+                         lda, sa, &zero, cc, CUDA_R_32F, n, sc, nb,
+                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     else
       st = nb == 1 ? cublasSgemm(h, opb, opa, n, m, kk, &one, (const float *)b,
                                  ldb, (const float *)a, lda, &zero, cc, n)

@@ -28,10 +28,11 @@ static sl_dtype index_dtype(sl_rng *r) {
   return below(r, 2) ? SL_DTYPE_I64 : SL_DTYPE_I32;
 }
 
-/* f32 mostly, bf16 storage sometimes (multiples of 1/8 in [-2, 2] are exact
- * in bf16). */
+/* f32 mostly, bf16 or f16 storage sometimes (multiples of 1/8 in [-2, 2]
+ * are exact in both). */
 static sl_dtype mm_dtype(sl_rng *r) {
-  return below(r, 4) ? SL_DTYPE_F32 : SL_DTYPE_BF16;
+  int k = below(r, 6);
+  return k < 4 ? SL_DTYPE_F32 : k == 4 ? SL_DTYPE_BF16 : SL_DTYPE_F16;
 }
 
 /* ---- matmul ------------------------------------------------------------ */

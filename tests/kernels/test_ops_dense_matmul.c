@@ -222,56 +222,62 @@ static void test_batch_matmul_values(void **state) {
               bmm_case(&r, ta, tb, nb, extents[i], extents[j], extents[q]);
 }
 
-/* bf16 inputs (either or both): the products of the widened values,
- * accumulated in f32. */
-static sl_host_tensor *to_bf16(const sl_host_tensor *t) {
-  sl_host_tensor *h = dt_new(SL_DTYPE_BF16, sl_host_tensor_shape(t));
+/* 16-bit inputs (bf16 or f16, either or both, or one of each): the
+ * products of the widened values, accumulated in f32. */
+static sl_host_tensor *to_half(const sl_host_tensor *t, sl_dtype dt) {
+  sl_host_tensor *h = dt_new(dt, sl_host_tensor_shape(t));
   uint16_t *p = sl_host_tensor_data(h);
   const float *f = sl_host_tensor_cdata(t);
   for (int64_t i = 0; i < dt_numel(h); i++)
-    p[i] = sl_f32_to_bf16(f[i]);
+    p[i] = dt == SL_DTYPE_F16 ? sl_f32_to_f16(f[i]) : sl_f32_to_bf16(f[i]);
   return h;
 }
 
-static void test_bf16_inputs(void **state) {
+static void test_half_inputs(void **state) {
   sl_rng r = {g_seed + 2};
   const char *ops[2] = {"matmul", "batch_matmul"};
+  /* a's and b's 16-bit dtype: bf16, f16, or bf16 with f16 */
+  const sl_dtype kinds[3][2] = {{SL_DTYPE_BF16, SL_DTYPE_BF16},
+                                {SL_DTYPE_F16, SL_DTYPE_F16},
+                                {SL_DTYPE_BF16, SL_DTYPE_F16}};
   for (int o = 0; o < 2; o++)
-    for (int mask = 1; mask < 4; mask++)
-      for (int f = 0; f < 4; f++) {
-        int ta = f >> 1, tb = f & 1;
-        int64_t m = 13, n = 7, k = 37, batch = o ? 3 : 1;
-        int64_t ad[3] = {batch, ta ? k : m, ta ? m : k},
-                bd[3] = {batch, tb ? n : k, tb ? k : n};
-        sl_shape as = o ? dt_shape(3, ad) : dt_shape(2, ad + 1);
-        sl_shape bs = o ? dt_shape(3, bd) : dt_shape(2, bd + 1);
-        sl_host_tensor *f32[2] = {dt_rand(&r, &as, -1, 1),
-                                  dt_rand(&r, &bs, -1, 1)};
-        sl_host_tensor *in[2], *wide[2];
-        for (int i = 0; i < 2; i++) {
-          in[i] = mask >> i & 1 ? to_bf16(f32[i]) : f32[i];
-          wide[i] = dt_new(SL_DTYPE_F32, sl_host_tensor_shape(f32[i]));
-          for (int64_t j = 0; j < dt_numel(wide[i]); j++)
-            dt_f(wide[i])[j] = (float)sl_host_tensor_get(in[i], j);
+    for (int kind = 0; kind < 3; kind++)
+      for (int mask = kind == 2 ? 3 : 1; mask < 4; mask++)
+        for (int f = 0; f < 4; f++) {
+          int ta = f >> 1, tb = f & 1;
+          int64_t m = 13, n = 7, k = 37, batch = o ? 3 : 1;
+          int64_t ad[3] = {batch, ta ? k : m, ta ? m : k},
+                  bd[3] = {batch, tb ? n : k, tb ? k : n};
+          sl_shape as = o ? dt_shape(3, ad) : dt_shape(2, ad + 1);
+          sl_shape bs = o ? dt_shape(3, bd) : dt_shape(2, bd + 1);
+          sl_host_tensor *f32[2] = {dt_rand(&r, &as, -1, 1),
+                                    dt_rand(&r, &bs, -1, 1)};
+          sl_host_tensor *in[2], *wide[2];
+          for (int i = 0; i < 2; i++) {
+            in[i] = mask >> i & 1 ? to_half(f32[i], kinds[kind][i]) : f32[i];
+            wide[i] = dt_new(SL_DTYPE_F32, sl_host_tensor_shape(f32[i]));
+            for (int64_t j = 0; j < dt_numel(wide[i]); j++)
+              dt_f(wide[i])[j] = (float)sl_host_tensor_get(in[i], j);
+          }
+          sl__attrs at = flags(ta, tb);
+          sl_host_tensor *out[1];
+          dt_run_ok(ops[o], &at, 2, in, 0, out);
+          assert_int_equal(sl_host_tensor_dtype(out[0]), SL_DTYPE_F32);
+          size_t cnt = (size_t)(batch * m * n);
+          double *want = malloc(cnt * sizeof *want),
+                 *bound = malloc(cnt * sizeof *bound);
+          ref_products(ta, tb, batch, m, n, k, dt_f(wide[0]), dt_f(wide[1]),
+                       k * n, want, bound);
+          check_bounded("16-bit inputs", dt_f(out[0]), want, bound,
+                        (int64_t)cnt);
+          free(want);
+          free(bound);
+          for (int i = 0; i < 2; i++)
+            if (in[i] != f32[i]) sl_host_tensor_destroy(in[i]);
+          dt_free(2, f32);
+          dt_free(2, wide);
+          dt_free(1, out);
         }
-        sl__attrs at = flags(ta, tb);
-        sl_host_tensor *out[1];
-        dt_run_ok(ops[o], &at, 2, in, 0, out);
-        assert_int_equal(sl_host_tensor_dtype(out[0]), SL_DTYPE_F32);
-        size_t cnt = (size_t)(batch * m * n);
-        double *want = malloc(cnt * sizeof *want),
-               *bound = malloc(cnt * sizeof *bound);
-        ref_products(ta, tb, batch, m, n, k, dt_f(wide[0]), dt_f(wide[1]),
-                     k * n, want, bound);
-        check_bounded("bf16 inputs", dt_f(out[0]), want, bound, (int64_t)cnt);
-        free(want);
-        free(bound);
-        for (int i = 0; i < 2; i++)
-          if (in[i] != f32[i]) sl_host_tensor_destroy(in[i]);
-        dt_free(2, f32);
-        dt_free(2, wide);
-        dt_free(1, out);
-      }
 }
 
 /* ---- signatures -------------------------------------------------------- */
@@ -372,7 +378,7 @@ static void test_errors(void **state) {
   expect_error("matmul", 0, 1, f, 2, (int64_t[]){4, 5}, f, 2, (int64_t[]){5, 3},
                "contraction extents differ (5 vs 3)");
   expect_error("matmul", 0, 0, SL_DTYPE_I32, 2, (int64_t[]){4, 5}, f, 2,
-               (int64_t[]){5, 3}, "a: dtype i32, want f32 or bf16");
+               (int64_t[]){5, 3}, "a: dtype i32, want f32, bf16 or f16");
   expect_error("matmul", 0, 0, f, 2, (int64_t[]){4, 5}, SL_DTYPE_F64, 2,
                (int64_t[]){5, 3}, "b: dtype f64, want f32");
   expect_error("matmul", 2, 0, f, 2, (int64_t[]){4, 5}, f, 2, (int64_t[]){5, 3},
@@ -410,7 +416,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matmul_values),
       cmocka_unit_test(test_batch_matmul_values),
-      cmocka_unit_test(test_bf16_inputs),
+      cmocka_unit_test(test_half_inputs),
       cmocka_unit_test(test_signatures),
       cmocka_unit_test(test_errors),
   };
