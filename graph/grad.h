@@ -54,6 +54,16 @@ sl_status sl__g_check_loss(sl_graph *g, sl_tensor loss, const char *what);
 sl_status sl__g_gradients(sl_tensor loss, int n, const sl_tensor *wrt,
                           sl_tensor *grads, bool zeros_for_missing);
 /* The graph's status as the rule's return value. */
+/* Dynamic loss scaling (loss_scale.c): _begin makes the scale variable
+ * (into *scale) and returns loss * scale, the loss to differentiate; _end
+ * divides the n gradients by it in place, updates the scale and returns
+ * keep, a scalar: 0 when a gradient overflowed (the updates then change
+ * nothing), else 1. Errors are the graph's. */
+sl_tensor sl__g_loss_scale_begin(sl_graph *g, sl_tensor loss,
+                                 const sl_optimizer *o, sl_tensor *scale);
+sl_tensor sl__g_loss_scale_end(sl_graph *g, int n, sl_tensor *grads,
+                               sl_tensor scale, const sl_optimizer *o);
+
 static inline sl_status sl__g_status(const sl_graph *g) {
   return g->err ? g->err : SL_OK;
 }

@@ -36,6 +36,12 @@ static sl_status check_opt(sl_graph *g, const char *name,
     return BAD("clip norm %g must be >= 0 (0: no clipping)", o->clip_norm);
   if (o->zero_stage < 0 || o->zero_stage > 3)
     return BAD("zero stage %d: want 0 (off), 1, 2 or 3", o->zero_stage);
+  if (!(o->loss_scale >= 0) || !isfinite(o->loss_scale))
+    return BAD("loss scale %g must be >= 0 (0: no loss scaling)",
+               o->loss_scale);
+  if (o->loss_scale_window < 0)
+    return BAD("loss scale window %d must be >= 0 (0: 2000 steps)",
+               o->loss_scale_window);
   if (o->kind == SL_OPTIMIZER_SGD && !(o->momentum >= 0 && o->momentum < 1))
     return BAD("momentum %g is outside [0, 1)", o->momentum);
   if (o->kind != SL_OPTIMIZER_SGD) {
@@ -207,8 +213,25 @@ static sl_tensor lookup_counts(sl_graph *g, sl_tensor w) {
   return counts;
 }
 
+/* The rows input of w's update, or a poisoned tensor for none: the
+ * lookup counts of a lazy update, times keep (loss scaling's scalar, 0 on
+ * an overflow) broadcast over w's rows. */
+static sl_tensor update_rows(sl_graph *g, sl_tensor w, sl_tensor keep,
+                             const sl_optimizer *o) {
+  sl_tensor counts =
+      o->lazy_embeddings ? lookup_counts(g, w) : sl__g_poison(g, false);
+  if (keep.id < 0 || g->err) return counts;
+  const sl__value *wv = sl__g_value(g, w.id);
+  g->force_placement = wv->placement;
+  sl_shape one = {.ndim = 1, .dims = {1}};
+  sl_shape rows = {.ndim = 1,
+                   .dims = {wv->meta.shape.ndim ? wv->meta.shape.dims[0] : 1}};
+  sl_tensor k = sl_broadcast_to(sl_reshape(keep, &one), &rows);
+  return counts.id < 0 ? k : sl_mul(counts, k);
+}
+
 static void update(sl_graph *g, sl_tensor w, const sl_nd_sbp *layout,
-                   sl_tensor grad, const sl_optimizer *o) {
+                   sl_tensor grad, sl_tensor keep, const sl_optimizer *o) {
   sl__gnode *wn = g->nodes[sl__g_value(g, w.id)->producer];
   g->force_placement = sl__g_value(g, w.id)->placement;
   sl__attrs at = {0};
@@ -219,8 +242,7 @@ static void update(sl_graph *g, sl_tensor w, const sl_nd_sbp *layout,
     sl__attrs_set_int(&at, "zero", o->zero_stage);
   sl_tensor outs[SL_OP_MAX_OUTPUTS];
   sl_tensor st[2];
-  sl_tensor counts = o->lazy_embeddings ? lookup_counts(g, w)
-                                        : sl__g_poison(g, false);
+  sl_tensor counts = update_rows(g, w, keep, o);
   if (g->err) return;
   g->force_placement = sl__g_value(g, w.id)->placement;
   int lazy = counts.id >= 0;
@@ -287,7 +309,12 @@ sl_status sl_minimize(sl_tensor loss, const sl_optimizer *opt) {
     sl__free(layout);
     return sl__g_error(g, SL_ENOMEM, "optimizer", lname, NULL, "out of memory");
   }
-  sl_status st = sl__g_gradients(loss, nvars, w, grads, false);
+  /* Loss scaling: the gradients of loss * scale, divided by it below. */
+  sl_tensor scale = sl__g_poison(g, false), keep = scale;
+  sl_tensor target =
+      opt->loss_scale > 0 ? sl__g_loss_scale_begin(g, loss, opt, &scale) : loss;
+  sl_status st =
+      g->err ? g->err : sl__g_gradients(target, nvars, w, grads, false);
   /* Keep only the variables the loss depends on. */
   int32_t k = 0;
   for (int32_t i = 0; i < nvars && st == SL_OK; i++)
@@ -319,9 +346,10 @@ sl_status sl_minimize(sl_tensor loss, const sl_optimizer *opt) {
         sl__attrs_set_int(&vn->n.attrs, "zero", 3);
       }
     }
+    if (scale.id >= 0) keep = sl__g_loss_scale_end(g, k, grads, scale, opt);
     if (opt->clip_norm > 0) clip(g, k, w, layout, grads, opt->clip_norm);
     for (int32_t i = 0; i < k && !g->err; i++)
-      update(g, w[i], &layout[i], grads[i], opt);
+      update(g, w[i], &layout[i], grads[i], keep, opt);
     sl_graph_pop_scope(g);
     g->mark = SL__MARK_FORWARD;
     g->force_placement = saved;

@@ -45,6 +45,7 @@ int main(int argc, char **argv) {
   bool tie = false, bf16 = false, profile = false, memory = false,
        recompute = false, check = false, print_graph = false;
   int64_t threads = 0, zero = 0;
+  double loss_scale = 0;
   ex_ckpt_flags ckf = {0};
   int64_t pp = 1, micro = 1;
   const char *schedule = NULL;
@@ -71,6 +72,8 @@ int main(int argc, char **argv) {
        "INPUTS.npy,TARGETS.npy (token ids [N, seq]) instead of synthetic "
        "data",
        0},
+      {"loss-scale", EX_FLAG_DOUBLE, &loss_scale,
+       "dynamic loss scaling from this scale (for --dtype f16; 0: off)", 0},
       {"zero", EX_FLAG_INT, &zero,
        "ZeRO stage: 1 shards the optimizer state and update over the "
        "data-parallel devices, 2 also frees each full gradient once "
@@ -145,6 +148,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   c.opt.zero_stage = (int)zero;
+  c.opt.loss_scale = loss_scale;
   c.recompute = recompute;
   if (hidden % heads != 0) {
     fprintf(stderr, "gpt: --hidden %lld is not a multiple of --heads %lld\n",

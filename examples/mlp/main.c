@@ -44,6 +44,7 @@ int main(int argc, char **argv) {
   bool profile = false, check = false, print_graph = false, memory = false,
        recompute = false;
   int64_t threads = 0, zero = 0;
+  double loss_scale = 0;
   ex_ckpt_flags ckf = {0};
   const ex_flag flags[] = {
       EX_PARALLEL_FLAGS(devices, layout, pp, micro, schedule),
@@ -63,6 +64,8 @@ int main(int argc, char **argv) {
        "f32 | bf16 | f16: the matmuls' inputs (mixed precision: f32 "
        "products, outputs, weights and the rest)",
        0},
+      {"loss-scale", EX_FLAG_DOUBLE, &loss_scale,
+       "dynamic loss scaling from this scale (for --dtype f16; 0: off)", 0},
       {"zero", EX_FLAG_INT, &zero,
        "ZeRO stage: 1 shards the optimizer state and update over the "
        "data-parallel devices, 2 also frees each full gradient once "
@@ -139,6 +142,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   c.opt.zero_stage = (int)zero;
+  c.opt.loss_scale = loss_scale;
   c.recompute = recompute;
   char xpath[1024] = "", ypath[1024] = "";
   if (data) {

@@ -438,6 +438,14 @@ typedef struct sl_optimizer {
    * of sl_embedding lookups changes, with its optimizer state, only at the
    * rows the step looked up; its other rows' state does not decay. */
   bool lazy_embeddings;
+  /* Dynamic loss scaling, for f16 mixed precision (PyTorch's GradScaler):
+   * > 0, the first scale. The backward pass starts from loss * scale, the
+   * gradients are divided by it; a step in which a gradient holds an inf
+   * or NaN changes no weight and no state and halves the scale; after
+   * loss_scale_window steps without (0: 2000) it doubles. The scale is
+   * the variable "loss_scale". 0: off. */
+  double loss_scale;
+  int loss_scale_window;
 } sl_optimizer;
 
 /* Optimizer descriptions with the usual defaults (Adam: 0.9, 0.999, 1e-8;

@@ -93,16 +93,10 @@ static bool cast_fast(const sl__kernel_ctx *k, sl_dtype from, sl_dtype to,
   case PAIR(SL_DTYPE_F32, SL_DTYPE_F64): LOOP(float, double, (double)a); break;
   case PAIR(SL_DTYPE_F64, SL_DTYPE_F32): LOOP(double, float, (float)a); break;
   case PAIR(SL_DTYPE_F32, SL_DTYPE_F16):
-    LOOP(float, uint16_t, sl_f32_to_f16(a));
-    break;
   case PAIR(SL_DTYPE_F16, SL_DTYPE_F32):
-    LOOP(uint16_t, float, sl_f16_to_f32(a));
-    break;
   case PAIR(SL_DTYPE_F32, SL_DTYPE_BF16):
-    LOOP(float, uint16_t, sl_f32_to_bf16(a));
-    break;
   case PAIR(SL_DTYPE_BF16, SL_DTYPE_F32):
-    LOOP(uint16_t, float, sl_bf16_to_f32(a));
+    sl__half_convert(k->team, from, to, k->out[0], k->in[0], n);
     break;
   case PAIR(SL_DTYPE_I32, SL_DTYPE_F32): LOOP(int32_t, float, (float)a); break;
   case PAIR(SL_DTYPE_I64, SL_DTYPE_F32): LOOP(int64_t, float, (float)a); break;

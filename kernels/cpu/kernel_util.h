@@ -321,6 +321,18 @@ const char *sl__isa_name(sl__isa isa);
     }                                                                          \
   }
 
+/* ---- 16-bit floats (half.c) ------------------------------------------------
+ * n elements converted as tensor/dtype_bits.h does, bit for bit, with the
+ * CPU's instructions where it has them. */
+void sl__f16_widen(float *o, const uint16_t *h, int64_t n);
+void sl__f16_narrow(uint16_t *o, const float *f, int64_t n);
+void sl__bf16_widen(float *o, const uint16_t *h, int64_t n);
+void sl__bf16_narrow(uint16_t *o, const float *f, int64_t n);
+/* f32 to f16 or bf16, or back (from, to: one of those pairs), cut over
+ * the device's team (NULL: the caller alone). */
+void sl__half_convert(sl__team *team, sl_dtype from, sl_dtype to, void *o,
+                      const void *x, int64_t n);
+
 /* ---- fast math ------------------------------------------------------------
  */
 

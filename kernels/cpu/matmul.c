@@ -62,42 +62,6 @@ static size_t mm_workspace(const sl__kernel_ctx *k) {
   return widen_bytes(&k->in_meta[0]) + widen_bytes(&k->in_meta[1]);
 }
 
-/* f16 widened to f32, exactly: with the CPU's conversion instruction
- * (AVX-512F; F16C, which every AVX2 CPU has) where there is one. */
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-SL__ATTR_AVX512 static void f16_widen_avx512(float *f, const uint16_t *h,
-                                             int64_t n) {
-  int64_t j = 0;
-  for (; j + 16 <= n; j += 16)
-    _mm512_storeu_ps(
-        f + j, _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(h + j))));
-  for (; j < n; j++)
-    f[j] = sl_f16_to_f32(h[j]);
-}
-__attribute__((target("avx2,f16c"))) static void
-f16_widen_avx2(float *f, const uint16_t *h, int64_t n) {
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8)
-    _mm256_storeu_ps(f + j,
-                     _mm256_cvtph_ps(_mm_loadu_si128((const void *)(h + j))));
-  for (; j < n; j++)
-    f[j] = sl_f16_to_f32(h[j]);
-}
-#endif
-
-static void f16_widen(float *f, const uint16_t *h, int64_t n) {
-#if defined(__x86_64__) && defined(__GNUC__)
-  switch (sl__isa_get()) {
-  case SL__ISA_AVX512: f16_widen_avx512(f, h, n); return;
-  case SL__ISA_AVX2: f16_widen_avx2(f, h, n); return;
-  default: break;
-  }
-#endif
-  for (int64_t j = 0; j < n; j++)
-    f[j] = sl_f16_to_f32(h[j]);
-}
-
 /* The f32 view of inputs a and b: the shards themselves, or 16-bit shards
  * widened into the workspace (bf16 is the top half of an f32; every f16
  * is an f32 too). */
@@ -114,14 +78,7 @@ static sl_status mm_operands(const sl__kernel_ctx *k, const float **ab) {
     const uint16_t *h = k->in[i];
     float *f = (float *)ws;
     int64_t n = sl_shape_numel(&k->in_meta[i].shape);
-    if (k->in_meta[i].dtype == SL_DTYPE_F16) {
-      f16_widen(f, h, n);
-    } else {
-      for (int64_t j = 0; j < n; j++) {
-        uint32_t u = (uint32_t)h[j] << 16;
-        memcpy(&f[j], &u, sizeof u);
-      }
-    }
+    sl__half_convert(k->team, k->in_meta[i].dtype, SL_DTYPE_F32, f, h, n);
     ab[i] = f;
     ws += widen_bytes(&k->in_meta[i]);
   }

@@ -41,6 +41,14 @@
  * to a layout whose block lies inside the device's block of w, which a
  * free choice on each mesh axis would not ensure.
  *
+ * loss_scale_update(scale, good, check; window) -> scale_new, good_new, keep
+ *   (scalars; dynamic loss scaling, as PyTorch's GradScaler.update with
+ *   growth 2, backoff 0.5 and growth_interval `window`): check is the sum
+ *   of every gradient times 0, so it is NaN when any gradient holds an inf
+ *   or NaN and 0 otherwise. Not finite: scale_new = scale / 2, good_new =
+ *   0, keep = 0 (the step's updates keep everything, through their rows
+ *   input). Finite: keep = 1, good_new = good + 1, and when that reaches
+ *   window the scale doubles and good_new is 0. All-B only.
  * global_norm_scale(s0, s1, ...; max_norm) -> scale (scalar)
  *   each input a scalar sum of squares of one gradient;
  *   scale = min(1, max_norm / (sqrt(s0 + s1 + ...) + 1e-6)).
@@ -63,12 +71,12 @@ static sl_status check_state(int n_in, const sl__meta *in, const char **names) {
   return SL_OK;
 }
 
-/* A lazy update's rows input: f32 [w's rows]. */
+/* A lazy update's rows input: f32 [w's rows] ([1] for a scalar w). */
 static sl_status check_rows(const sl__meta *w, const sl__meta *rows) {
   SL_CHECK(sl__dense_want_f32(rows, "rows"));
   char sw[96], sr[96];
-  if (w->shape.ndim < 1 || rows->shape.ndim != 1 ||
-      rows->shape.dims[0] != w->shape.dims[0])
+  int64_t want = w->shape.ndim ? w->shape.dims[0] : 1;
+  if (rows->shape.ndim != 1 || rows->shape.dims[0] != want)
     return sl__fail(SL_EINVAL, "rows %s for w %s: want one count per row of w",
                     SL__DENSE_SHAPE_STR(sr, &rows->shape),
                     SL__DENSE_SHAPE_STR(sw, &w->shape));
@@ -400,6 +408,54 @@ const sl__op_def sl__op_adam_update = {
     .signatures = adam_signatures,
     .cpu = adam_cpu,
     .weight_update = true,
+};
+
+/* ---- loss_scale_update --------------------------------------------------- */
+
+static sl_status lsu_infer(const sl__attrs *at, int n_in, const sl__meta *in,
+                           sl__meta *out) {
+  SL_CHECK(sl__dense_want_inputs(n_in, 3));
+  const char *names[3] = {"scale", "good", "check"};
+  for (int i = 0; i < 3; i++) {
+    char ss[96];
+    SL_CHECK(sl__dense_want_f32(&in[i], names[i]));
+    if (sl_shape_numel(&in[i].shape) != 1)
+      return sl__fail(SL_EINVAL, "%s %s: want a scalar", names[i],
+                      SL__DENSE_SHAPE_STR(ss, &in[i].shape));
+  }
+  if (sl__attr_int(at, "window", 0) < 1)
+    return sl__fail(SL_EINVAL, "window %lld: want at least 1 step",
+                    (long long)sl__attr_int(at, "window", 0));
+  for (int j = 0; j < 3; j++) {
+    memset(&out[j], 0, sizeof out[j]);
+    out[j].dtype = SL_DTYPE_F32; /* scalars */
+  }
+  return SL_OK;
+}
+
+static sl_status lsu_cpu(const sl__kernel_ctx *k) {
+  float scale = ((const float *)k->in[0])[0];
+  float good = ((const float *)k->in[1])[0];
+  float check = ((const float *)k->in[2])[0];
+  float window = (float)sl__attr_int(k->attrs, "window", 1);
+  bool finite = check - check == 0.0f; /* NaN and inf give NaN */
+  good = finite ? good + 1.0f : 0.0f;
+  if (!finite) scale *= 0.5f;
+  if (good >= window) scale *= 2.0f, good = 0.0f;
+  ((float *)k->out[0])[0] = scale;
+  ((float *)k->out[1])[0] = good;
+  ((float *)k->out[2])[0] = finite ? 1.0f : 0.0f;
+  return SL_OK;
+}
+
+const sl__op_def sl__op_loss_scale_update = {
+    .name = "loss_scale_update",
+    .min_in = 3,
+    .max_in = 3,
+    .n_out = 3,
+    .infer = lsu_infer,
+    .signatures = NULL,
+    .cpu = lsu_cpu,
 };
 
 /* ---- global_norm_scale --------------------------------------------------- */

@@ -277,8 +277,33 @@ sl_status gns_run(const sl__kernel_ctx *k, sl__stream *s) {
   return launched("global_norm_scale");
 }
 
+// ---- loss_scale_update
+// --------------------------------------------------------
+
+// One thread: optim.c's lsu_cpu.
+__global__ void lsu_k(const float *scale, const float *good, const float *check,
+                      float window, float *so, float *go, float *keep) {
+  float s = scale[0], g = good[0], c = check[0];
+  bool finite = c - c == 0.0f;
+  g = finite ? g + 1.0f : 0.0f;
+  if (!finite) s *= 0.5f;
+  if (g >= window) s *= 2.0f, g = 0.0f;
+  so[0] = s;
+  go[0] = g;
+  keep[0] = finite ? 1.0f : 0.0f;
+}
+
+sl_status lsu_run(const sl__kernel_ctx *k, sl__stream *s) {
+  lsu_k<<<1, 1, 0, stream_of(s)>>>(
+      (const float *)k->in[0], (const float *)k->in[1], (const float *)k->in[2],
+      (float)sl__attr_int(k->attrs, "window", 1), (float *)k->out[0],
+      (float *)k->out[1], (float *)k->out[2]);
+  return launched("loss_scale_update");
+}
+
 } // namespace
 
 extern "C" const sl__cuda_kernel sl__cuda_sgd_update = {sgd_run, NULL};
 extern "C" const sl__cuda_kernel sl__cuda_adam_update = {adam_run, NULL};
 extern "C" const sl__cuda_kernel sl__cuda_global_norm_scale = {gns_run, NULL};
+extern "C" const sl__cuda_kernel sl__cuda_loss_scale_update = {lsu_run, NULL};

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 #include <string.h>
 
 #include "op_harness.h"
@@ -284,6 +285,19 @@ static sl_status c_global_norm_scale(sl_rng *r, sl__attrs *at, int *n_in,
   return sl__attrs_set_float(at, "max_norm", 0.5 + below(r, 8));
 }
 
+/* A scale, a count of good steps and the check: 0, or NaN sometimes. */
+static sl_status c_loss_scale_update(sl_rng *r, sl__attrs *at, int *n_in,
+                                     sl_host_tensor **in) {
+  sl_shape s = oph_shape(0, NULL);
+  in[0] = oph_random(r, SL_DTYPE_F32, &s, 1, 8);
+  in[1] = oph_random(r, SL_DTYPE_F32, &s, 0, 0);
+  sl_host_tensor_set(in[1], 0, below(r, 3));
+  in[2] = oph_random(r, SL_DTYPE_F32, &s, 0, 0);
+  if (below(r, 2)) sl_host_tensor_set(in[2], 0, NAN);
+  *n_in = 3;
+  return sl__attrs_set_int(at, "window", 1 + below(r, 3));
+}
+
 #define EXACT                                                                  \
   { 0, 0 }
 
@@ -308,6 +322,7 @@ static const op_case cases[] = {
     {"sgd_update", c_sgd, EXACT, 8},
     {"adam_update", c_adam, EXACT, 8},
     {"global_norm_scale", c_global_norm_scale, EXACT, 8},
+    {"loss_scale_update", c_loss_scale_update, EXACT, 8},
 };
 
 const op_case *op_cases_dense(int *n) {

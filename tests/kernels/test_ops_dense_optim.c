@@ -298,6 +298,38 @@ static void test_lazy_rows(void **state) {
     }
 }
 
+/* loss_scale_update: with window 2, two finite steps double the scale, a
+ * non-finite one (NaN or inf in the check) halves it, zeroes the count
+ * and says not to keep the step. */
+static void test_loss_scale_update(void **state) {
+  sl__attrs at;
+  memset(&at, 0, sizeof at);
+  sl__attrs_set_int(&at, "window", 2);
+  sl_shape sc = dt_shape(0, NULL);
+  const float checks[6] = {0, 0, NAN, 0, INFINITY, 0};
+  const float want_scale[6] = {8, 16, 8, 8, 4, 4};
+  const float want_good[6] = {1, 0, 0, 1, 0, 1};
+  float scale = 8, good = 0;
+  for (int k = 0; k < 6; k++) {
+    sl_host_tensor *in[3] = {dt_new(SL_DTYPE_F32, &sc),
+                             dt_new(SL_DTYPE_F32, &sc),
+                             dt_new(SL_DTYPE_F32, &sc)};
+    dt_f(in[0])[0] = scale;
+    dt_f(in[1])[0] = good;
+    dt_f(in[2])[0] = checks[k];
+    sl_host_tensor *out[3];
+    dt_run_ok("loss_scale_update", &at, 3, in, k, out);
+    scale = dt_f(out[0])[0];
+    good = dt_f(out[1])[0];
+    assert_true(scale == want_scale[k]);
+    assert_true(good == want_good[k]);
+    bool finite = checks[k] - checks[k] == 0;
+    assert_true(dt_f(out[2])[0] == (finite ? 1.0f : 0.0f));
+    dt_free(3, in);
+    dt_free(3, out);
+  }
+}
+
 static void test_optim_signatures(void **state) {
   sl_shape s = dt_shape(2, (int64_t[]){3, 5});
   sl__meta m[4];
@@ -441,6 +473,7 @@ int main(void) {
       cmocka_unit_test(test_adam),
       cmocka_unit_test(test_updates_in_place),
       cmocka_unit_test(test_lazy_rows),
+      cmocka_unit_test(test_loss_scale_update),
       cmocka_unit_test(test_optim_signatures),
       cmocka_unit_test(test_optim_errors),
       cmocka_unit_test(test_global_norm_scale),

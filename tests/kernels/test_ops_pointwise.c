@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cpu/kernel_util.h"
+#include "dtype_bits.h"
 #include "op_harness.h"
 
 static uint64_t g_seed;
@@ -525,6 +526,56 @@ static void test_isa_instances_agree(void **state) {
          (int)top, sl__isa_name(top), checked);
 }
 
+/* half.c's rows on every instruction set the CPU runs, against
+ * dtype_bits.h bit for bit: every f16 (NaNs of every payload among them)
+ * widened, and f32 values narrowed to f16 and bf16 (ties, subnormals, the
+ * edges of the range, infinities, NaNs with low payloads), in blocks long
+ * enough for the vector paths with NaNs inside some blocks. */
+static void test_half_rows(void **state) {
+  enum { N = 65536 };
+  static uint16_t h[N], got16[N], want16[N];
+  static float f[N], got[N], want[N];
+  static const uint32_t edges[] = {
+      0x00000000, 0x80000000, 0x7f800000, 0xff800000, 0x7fc00000, 0x7f800001,
+      0xff800123, 0x477fefff, 0x477ff000, 0x477fffff, 0x47800000, 0x33000000,
+      0x33000001, 0x337fffff, 0x38800000, 0x387fe000, 0x387ff000, 0x3f801000,
+      0x3f803000, 0x3f808000, 0x3f818000, 0x00000001, 0x807fffff, 0x7f7fffff};
+  uint64_t seed = 12345;
+  for (int i = 0; i < N; i++) {
+    h[i] = (uint16_t)i;
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    uint32_t u = i < (int)SL_ARRAY_LEN(edges) ? edges[i]
+                 : i % 97 == 5 ? 0x7fc00000u | (uint32_t)(seed >> 60)
+                               : (uint32_t)(seed >> 32);
+    memcpy(&f[i], &u, sizeof u);
+  }
+  sl__isa top = sl__isa_force(-1);
+  for (int isa = SL__ISA_SSE; isa <= (int)top; isa++) {
+    assert_int_equal(sl__isa_force(isa), isa);
+    sl__f16_widen(got, h, N);
+    for (int i = 0; i < N; i++) {
+      float w = sl__f16_to_f32_bits(h[i]);
+      if (memcmp(&got[i], &w, 4))
+        fail_msg("isa %d: f16 0x%04x widened wrongly", isa, h[i]);
+    }
+    sl__f16_narrow(got16, f, N);
+    for (int i = 0; i < N; i++)
+      want16[i] = sl__f16_from_f32(f[i]);
+    for (int i = 0; i < N; i++)
+      if (got16[i] != want16[i])
+        fail_msg("isa %d: f32 %a to f16: 0x%04x, want 0x%04x", isa,
+                 (double)f[i], got16[i], want16[i]);
+    sl__bf16_narrow(got16, f, N);
+    sl__bf16_widen(want, got16, N);
+    for (int i = 0; i < N; i++) {
+      float w = sl__bf16_to_f32_bits(sl__bf16_from_f32(f[i]));
+      if (got16[i] != sl__bf16_from_f32(f[i]) || memcmp(&want[i], &w, 4))
+        fail_msg("isa %d: f32 %a to bf16 and back wrong", isa, (double)f[i]);
+    }
+  }
+  sl__isa_force(-1);
+}
+
 int main(void) {
   g_seed = oph_seed("ops pointwise");
   const struct CMUnitTest tests[] = {
@@ -540,6 +591,7 @@ int main(void) {
       cmocka_unit_test(test_binary_errors),
       cmocka_unit_test(test_activation_grads),
       cmocka_unit_test(test_isa_instances_agree),
+      cmocka_unit_test(test_half_rows),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,83 @@
+/* Dynamic loss scaling (sl_optimizer.loss_scale), for f16 mixed precision,
+ * as PyTorch's GradScaler does it:
+ *
+ * - the backward pass starts from loss * scale, so small f16 gradients do
+ *   not flush to zero;
+ * - every gradient is divided by the scale before clipping and the
+ *   update;
+ * - check = the sum over the gradients of reduce_sum(g * 0): 0, or NaN as
+ *   soon as one element is inf or NaN;
+ * - loss_scale_update(scale, good steps, check) gives the next scale and
+ *   count (halved and reset on overflow, doubled after `window` good
+ *   steps) and keep (0 on overflow, else 1), which every update takes as
+ *   its rows input: a step with an overflow changes no weight and no
+ *   optimizer state.
+ *
+ * The scale and the count are variables of the loss's placement, named
+ * "loss_scale" and "loss_scale.good_steps": optimizer state, saved and
+ * restored with the rest. */
+#include <string.h>
+
+#include "grad.h"
+
+/* A scalar f32 state variable `name` on placement p (broadcast),
+ * initialised to v. */
+static sl_tensor scalar_state(sl_graph *g, const char *name, double v,
+                              sl_placement *p) {
+  sl_shape s = {.ndim = 0};
+  sl_nd_sbp b = {.ndim = sl_placement_mesh_ndim(p)};
+  for (int m = 0; m < b.ndim; m++)
+    b.sbp[m] = sl_sbp_broadcast();
+  char saved[sizeof g->scope];
+  memcpy(saved, g->scope, sizeof saved);
+  g->scope[0] = '\0'; /* global names */
+  sl_tensor t =
+      sl_variable_p(g, name, &s, SL_DTYPE_F32, sl_init_constant(v), p, &b);
+  memcpy(g->scope, saved, sizeof saved);
+  if (t.id >= 0) {
+    sl__gnode *n = g->nodes[sl__g_value(g, t.id)->producer];
+    n->trainable = false;
+    n->n.optimizer = true;
+  }
+  return t;
+}
+
+sl_tensor sl__g_loss_scale_begin(sl_graph *g, sl_tensor loss,
+                                 const sl_optimizer *o, sl_tensor *scale) {
+  sl_placement *p = sl__g_value(g, loss.id)->placement;
+  sl__mark saved = g->mark;
+  g->mark = SL__MARK_OPTIMIZER;
+  *scale = scalar_state(g, "loss_scale", o->loss_scale, p);
+  g->mark = saved;
+  if (scale->id < 0) return *scale;
+  g->force_placement = p;
+  sl_tensor scaled = sl_mul(loss, *scale);
+  g->force_placement = NULL;
+  return scaled;
+}
+
+sl_tensor sl__g_loss_scale_end(sl_graph *g, int n, sl_tensor *grads,
+                               sl_tensor scale, const sl_optimizer *o) {
+  sl_placement *p = sl__g_value(g, scale.id)->placement;
+  sl_tensor good = scalar_state(g, "loss_scale.good_steps", 0, p);
+  sl_tensor check = sl__g_poison(g, false);
+  for (int i = 0; i < n && !g->err; i++) {
+    g->force_placement = sl__g_value(g, grads[i].id)->placement;
+    grads[i] = sl_div(grads[i], scale);
+    sl_tensor c = sl_reduce_sum(sl_mul_scalar(grads[i], 0.0), 0, NULL, false);
+    g->force_placement = p;
+    check = check.id < 0 ? c : sl_add(check, c);
+  }
+  if (g->err) return sl__g_poison(g, false);
+  sl__attrs at = {0};
+  sl__attrs_set_int(&at, "window",
+                    o->loss_scale_window > 0 ? o->loss_scale_window : 2000);
+  g->force_placement = p;
+  sl_tensor in[3] = {scale, good, check}, outs[SL_OP_MAX_OUTPUTS];
+  sl_tensor r = sl__g_op(g, "loss_scale_update", 3, in, &at, outs);
+  g->force_placement = NULL;
+  if (r.id < 0) return r;
+  g->nodes[sl__g_value(g, scale.id)->producer]->n.update = outs[0].id;
+  g->nodes[sl__g_value(g, good.id)->producer]->n.update = outs[1].id;
+  return outs[2];
+}
