@@ -18,6 +18,14 @@
 
 #include "graph_int.h"
 
+/* Asserts call returns SL_OK, printing sl_last_error() otherwise. */
+#define ST_OK(call)                                                            \
+  do {                                                                         \
+    sl_status st_ok_ = (call);                                                 \
+    if (st_ok_ != SL_OK)                                                       \
+      fail_msg("%s -> %s: %s", #call, sl_status_str(st_ok_), sl_last_error()); \
+  } while (0)
+
 static inline uint64_t st_seed(uint64_t dflt, const char *what) {
   const char *e = getenv("SLUICE_TEST_SEED");
   uint64_t s = e && e[0] ? strtoull(e, NULL, 0) : dflt;

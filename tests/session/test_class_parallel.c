@@ -5,32 +5,15 @@
  * class shards), on 3, and on a [2,2] mesh with the batch split too; what
  * crosses devices is per-row values only, never the [rows, classes]
  * logits or their gradient; a label out of range still fails the step. */
-#include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <cmocka.h>
-#include <stdio.h>
-#include <string.h>
-
 #include <sluice/boxing.h>
 #include <sluice/graph.h>
-#include <sluice/session.h>
 
-#include "graph_int.h"
+#include "session_helpers.h"
 
 #define ROWS 12
 #define DIM 10
 #define CLASSES 29
 #define STEPS 4
-
-#define OK(call)                                                               \
-  do {                                                                         \
-    sl_status ok_st_ = (call);                                                 \
-    if (ok_st_ != SL_OK)                                                       \
-      fail_msg("%s -> %s: %s", #call, sl_status_str(ok_st_), sl_last_error()); \
-  } while (0)
 
 typedef enum loss_kind {
   LOSS_CROSS_ENTROPY = 0, /* sl_cross_entropy */
@@ -54,7 +37,7 @@ static const layout splits[] = {
 
 static sl_graph *build(const layout *l, loss_kind kind) {
   sl_graph *g;
-  OK(sl_graph_create(&g));
+  ST_OK(sl_graph_create(&g));
   sl_shape xs = SL_SHAPE(ROWS, DIM), ls = SL_SHAPE(ROWS),
            ws = SL_SHAPE(DIM, CLASSES), rs = SL_SHAPE(ROWS, CLASSES);
   sl_tensor x = sl_input(g, "x", &xs, SL_DTYPE_F32, l->placement, l->x_sbp);
@@ -79,7 +62,7 @@ static sl_graph *build(const layout *l, loss_kind kind) {
     break;
   }
   }
-  OK(sl_minimize(loss, &(sl_optimizer){.kind = SL_OPTIMIZER_SGD, .lr = 0.5}));
+  ST_OK(sl_minimize(loss, &(sl_optimizer){.kind = SL_OPTIMIZER_SGD, .lr = 0.5}));
   sl_fetch(loss, "loss");
   if (sl_graph_status(g) != SL_OK) fail_msg("building: %s", sl_graph_error(g));
   return g;
@@ -98,10 +81,10 @@ static sl_status train(sl_graph *g, loss_kind kind, int bad_label,
     labels[i] = (i * 11 + 3) % CLASSES;
   if (bad_label) labels[5] = bad_label;
   sl_session *s;
-  OK(sl_session_create(g, NULL, &s));
-  OK(sl_session_feed(s, "x", x, sizeof x));
-  OK(sl_session_feed(s, "labels", labels, sizeof labels));
-  if (kind == LOSS_SOFTMAX) OK(sl_session_feed(s, "r", r, sizeof r));
+  ST_OK(sl_session_create(g, NULL, &s));
+  ST_OK(sl_session_feed(s, "x", x, sizeof x));
+  ST_OK(sl_session_feed(s, "labels", labels, sizeof labels));
+  if (kind == LOSS_SOFTMAX) ST_OK(sl_session_feed(s, "r", r, sizeof r));
   sl_status st = SL_OK;
   for (int k = 0; k < STEPS && st == SL_OK; k++) {
     st = sl_session_run(s, 1);
@@ -155,12 +138,12 @@ static void test_trains_as_one_device(void **state) {
   for (int kind = 0; kind < 3; kind++) {
     float base[STEPS], w0[DIM * CLASSES];
     sl_graph *g = build(&single, kind);
-    OK(train(g, kind, 0, base, w0));
+    ST_OK(train(g, kind, 0, base, w0));
     sl_graph_destroy(g);
     for (size_t l = 0; l < SL_ARRAY_LEN(splits); l++) {
       float got[STEPS], w[DIM * CLASSES];
       g = build(&splits[l], kind);
-      OK(train(g, kind, 0, got, w));
+      ST_OK(train(g, kind, 0, got, w));
       bool max_reduced;
       int64_t largest = largest_boxing(g, &max_reduced);
       double rl = max_rel(got, base, STEPS),

@@ -6,32 +6,15 @@
  * the dense gradient and reduce-scattering it would send 3/4 of the table;
  * the same on a [2,2] mesh with the table split on one axis. Lazy updates
  * (sl_optimizer.lazy_embeddings) change only the rows a step looks up. */
-#include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <cmocka.h>
-#include <stdio.h>
-#include <string.h>
-
 #include <sluice/boxing.h>
 #include <sluice/graph.h>
-#include <sluice/session.h>
 
-#include "graph_int.h"
+#include "session_helpers.h"
 
 #define VOCAB 1001
 #define DIM 16
 #define IDS 64
 #define STEPS 4
-
-#define OK(call)                                                               \
-  do {                                                                         \
-    sl_status ok_st_ = (call);                                                 \
-    if (ok_st_ != SL_OK)                                                       \
-      fail_msg("%s -> %s: %s", #call, sl_status_str(ok_st_), sl_last_error()); \
-  } while (0)
 
 typedef struct layout {
   const char *placement, *ids_sbp, *table_sbp;
@@ -46,7 +29,7 @@ static const layout splits[] = {
 
 static sl_graph *build(const layout *l) {
   sl_graph *g;
-  OK(sl_graph_create(&g));
+  ST_OK(sl_graph_create(&g));
   sl_shape is = SL_SHAPE(IDS), ts = SL_SHAPE(VOCAB, DIM),
            ys = SL_SHAPE(IDS, DIM);
   sl_tensor ids = sl_input(g, "ids", &is, SL_DTYPE_I32, l->placement,
@@ -56,7 +39,7 @@ static sl_graph *build(const layout *l) {
       sl_variable(g, "table", &ts, SL_DTYPE_F32, sl_init_normal(0, 1, 5),
                   l->placement, l->table_sbp);
   sl_tensor loss = sl_mse_loss(sl_embedding(table, ids), y);
-  OK(sl_minimize(loss, &(sl_optimizer){.kind = SL_OPTIMIZER_SGD, .lr = 2}));
+  ST_OK(sl_minimize(loss, &(sl_optimizer){.kind = SL_OPTIMIZER_SGD, .lr = 2}));
   sl_fetch(loss, "loss");
   if (sl_graph_status(g) != SL_OK) fail_msg("building: %s", sl_graph_error(g));
   return g;
@@ -71,14 +54,14 @@ static void train(sl_graph *g, float *losses, float *table) {
   for (int i = 0; i < IDS * DIM; i++)
     y[i] = (float)((i * 13 % 17) - 8) / 4.0f;
   sl_session *s;
-  OK(sl_session_create(g, NULL, &s));
-  OK(sl_session_feed(s, "ids", ids, sizeof ids));
-  OK(sl_session_feed(s, "y", y, sizeof y));
+  ST_OK(sl_session_create(g, NULL, &s));
+  ST_OK(sl_session_feed(s, "ids", ids, sizeof ids));
+  ST_OK(sl_session_feed(s, "y", y, sizeof y));
   for (int k = 0; k < STEPS; k++) {
-    OK(sl_session_run(s, 1));
-    OK(sl_session_fetch(s, "loss", &losses[k], sizeof losses[k]));
+    ST_OK(sl_session_run(s, 1));
+    ST_OK(sl_session_fetch(s, "loss", &losses[k], sizeof losses[k]));
   }
-  OK(sl_session_read_variable(s, "table", table,
+  ST_OK(sl_session_read_variable(s, "table", table,
                               sizeof(float) * VOCAB * DIM));
   sl_session_destroy(s);
 }
@@ -146,7 +129,7 @@ static void test_touched_rows_only(void **state) {
  * lazy_embeddings (or not). */
 static sl_graph *build_lazy(const layout *l, bool lazy, int zero) {
   sl_graph *g;
-  OK(sl_graph_create(&g));
+  ST_OK(sl_graph_create(&g));
   sl_shape is = SL_SHAPE(LIDS), ts = SL_SHAPE(LV, LD), ws = SL_SHAPE(LD, LD),
            ys = SL_SHAPE(LIDS, LD);
   sl_tensor ids =
@@ -162,7 +145,7 @@ static sl_graph *build_lazy(const layout *l, bool lazy, int zero) {
   sl_optimizer opt = sl_optimizer_adamw(0.05, 0.1);
   opt.lazy_embeddings = lazy;
   opt.zero_stage = zero;
-  OK(sl_minimize(loss, &opt));
+  ST_OK(sl_minimize(loss, &opt));
   sl_fetch(loss, "loss");
   if (sl_graph_status(g) != SL_OK) fail_msg("building: %s", sl_graph_error(g));
   return g;
@@ -175,16 +158,16 @@ static void train_lazy(sl_graph *g, float tables[4][LV * LD]) {
   for (int i = 0; i < LIDS * LD; i++)
     y[i] = (float)((i * 13 % 17) - 8) / 4.0f;
   sl_session *s;
-  OK(sl_session_create(g, NULL, &s));
-  OK(sl_session_feed(s, "y", y, sizeof y));
-  OK(sl_session_read_variable(s, "table", tables[0], sizeof tables[0]));
+  ST_OK(sl_session_create(g, NULL, &s));
+  ST_OK(sl_session_feed(s, "y", y, sizeof y));
+  ST_OK(sl_session_read_variable(s, "table", tables[0], sizeof tables[0]));
   for (int k = 0; k < 3; k++) {
     int32_t ids[LIDS];
     for (int i = 0; i < LIDS; i++)
       ids[i] = 8 * k + (i * 3) % LIDS;
-    OK(sl_session_feed(s, "ids", ids, sizeof ids));
-    OK(sl_session_run(s, 1));
-    OK(sl_session_read_variable(s, "table", tables[k + 1],
+    ST_OK(sl_session_feed(s, "ids", ids, sizeof ids));
+    ST_OK(sl_session_run(s, 1));
+    ST_OK(sl_session_read_variable(s, "table", tables[k + 1],
                                 sizeof tables[k + 1]));
   }
   sl_session_destroy(s);

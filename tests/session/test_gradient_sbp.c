@@ -5,19 +5,10 @@
  * (inference all-reduces it to B): the ops that make them produce those
  * layouts, and training gives the unconstrained losses and weights within
  * 1e-5. Bad requests are refused with the graph's error. */
-#include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <cmocka.h>
-#include <stdio.h>
-#include <string.h>
-
+#include <sluice/boxing.h>
 #include <sluice/graph.h>
-#include <sluice/session.h>
 
-#include "graph_int.h"
+#include "session_helpers.h"
 
 #define ROWS 16
 #define IN 6
@@ -25,16 +16,9 @@
 #define OUT 4
 #define STEPS 4
 
-#define OK(call)                                                               \
-  do {                                                                         \
-    sl_status ok_st_ = (call);                                                 \
-    if (ok_st_ != SL_OK)                                                       \
-      fail_msg("%s -> %s: %s", #call, sl_status_str(ok_st_), sl_last_error()); \
-  } while (0)
-
 static sl_graph *build(bool constrained) {
   sl_graph *g;
-  OK(sl_graph_create(&g));
+  ST_OK(sl_graph_create(&g));
   sl_shape xs = SL_SHAPE(ROWS, IN), ys = SL_SHAPE(ROWS, OUT),
            w1s = SL_SHAPE(IN, HID), w2s = SL_SHAPE(HID, OUT);
   sl_tensor x = sl_input(g, "x", &xs, SL_DTYPE_F32, "cpu:0-1", "S(0)");
@@ -49,7 +33,7 @@ static sl_graph *build(bool constrained) {
     sl_gradient_sbp(w1, "S(0)");
   }
   sl_tensor loss = sl_mse_loss(sl_matmul(h, w2, false, false), y);
-  OK(sl_minimize(loss, &(sl_optimizer){.kind = SL_OPTIMIZER_SGD, .lr = 0.2}));
+  ST_OK(sl_minimize(loss, &(sl_optimizer){.kind = SL_OPTIMIZER_SGD, .lr = 0.2}));
   sl_fetch(loss, "loss");
   if (sl_graph_status(g) != SL_OK) fail_msg("building: %s", sl_graph_error(g));
   return g;
@@ -62,14 +46,14 @@ static void train(sl_graph *g, float *losses, float *w1) {
   for (int i = 0; i < ROWS * OUT; i++)
     y[i] = (float)((i * 13 % 17) - 8) / 8.0f;
   sl_session *s;
-  OK(sl_session_create(g, NULL, &s));
-  OK(sl_session_feed(s, "x", x, sizeof x));
-  OK(sl_session_feed(s, "y", y, sizeof y));
+  ST_OK(sl_session_create(g, NULL, &s));
+  ST_OK(sl_session_feed(s, "x", x, sizeof x));
+  ST_OK(sl_session_feed(s, "y", y, sizeof y));
   for (int k = 0; k < STEPS; k++) {
-    OK(sl_session_run(s, 1));
-    OK(sl_session_fetch(s, "loss", &losses[k], sizeof losses[k]));
+    ST_OK(sl_session_run(s, 1));
+    ST_OK(sl_session_fetch(s, "loss", &losses[k], sizeof losses[k]));
   }
-  OK(sl_session_read_variable(s, "w1", w1, sizeof(float) * IN * HID));
+  ST_OK(sl_session_read_variable(s, "w1", w1, sizeof(float) * IN * HID));
   sl_session_destroy(s);
 }
 
@@ -129,7 +113,7 @@ static void test_refusals(void **state) {
   const char *want[] = {"axis 2", "X", "no SBP given"};
   for (int i = 0; i < 3; i++) {
     sl_graph *g;
-    OK(sl_graph_create(&g));
+    ST_OK(sl_graph_create(&g));
     sl_shape s = SL_SHAPE(4, 3);
     sl_tensor w = sl_variable(g, "w", &s, SL_DTYPE_F32, sl_init_zeros(),
                               "cpu:0-1", NULL);

@@ -6,17 +6,10 @@
  * good steps. Before the overflow the weights are those of the unscaled
  * run bit for bit: scaling by a power of two rounds nothing. On dp over 2
  * devices the same. Bad settings are refused. */
-#include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <cmocka.h>
-#include <stdio.h>
-#include <string.h>
-
+#include <sluice/boxing.h>
 #include <sluice/graph.h>
-#include <sluice/session.h>
+
+#include "session_helpers.h"
 
 #define ROWS 8
 #define IN 4
@@ -24,17 +17,10 @@
 #define STEPS 6
 #define BAD_STEP 2
 
-#define OK(call)                                                               \
-  do {                                                                         \
-    sl_status ok_st_ = (call);                                                 \
-    if (ok_st_ != SL_OK)                                                       \
-      fail_msg("%s -> %s: %s", #call, sl_status_str(ok_st_), sl_last_error()); \
-  } while (0)
-
 static sl_graph *build(const char *placement, const char *sbp, double scale) {
   sl_graph *g;
-  OK(sl_graph_create(&g));
-  OK(sl_graph_set_compute_dtype(g, SL_DTYPE_F16));
+  ST_OK(sl_graph_create(&g));
+  ST_OK(sl_graph_set_compute_dtype(g, SL_DTYPE_F16));
   sl_shape xs = SL_SHAPE(ROWS, IN), ys = SL_SHAPE(ROWS, OUT),
            ws = SL_SHAPE(IN, OUT);
   sl_tensor x = sl_input(g, "x", &xs, SL_DTYPE_F32, placement, sbp);
@@ -45,7 +31,7 @@ static sl_graph *build(const char *placement, const char *sbp, double scale) {
   sl_optimizer opt = sl_optimizer_sgd(0.1, 0.9);
   opt.loss_scale = scale;
   opt.loss_scale_window = 2;
-  OK(sl_minimize(loss, &opt));
+  ST_OK(sl_minimize(loss, &opt));
   sl_fetch(loss, "loss");
   if (sl_graph_status(g) != SL_OK) fail_msg("building: %s", sl_graph_error(g));
   return g;
@@ -67,19 +53,19 @@ static void train(sl_graph *g, int bad_step, bool scaled, trace *t) {
   for (int i = 0; i < ROWS * OUT; i++)
     y[i] = (float)((i * 13 % 17) - 8) / 8.0f;
   sl_session *s;
-  OK(sl_session_create(g, NULL, &s));
-  OK(sl_session_feed(s, "y", y, sizeof y));
+  ST_OK(sl_session_create(g, NULL, &s));
+  ST_OK(sl_session_feed(s, "y", y, sizeof y));
   for (int k = 0; k <= STEPS; k++) {
     if (k > 0) {
-      OK(sl_session_feed(s, "x", k - 1 == bad_step ? big : x, sizeof x));
-      OK(sl_session_run(s, 1));
+      ST_OK(sl_session_feed(s, "x", k - 1 == bad_step ? big : x, sizeof x));
+      ST_OK(sl_session_run(s, 1));
     }
-    OK(sl_session_read_variable(s, "w", t->w[k], sizeof t->w[k]));
-    OK(sl_session_read_variable(s, "w.momentum", t->m[k], sizeof t->m[k]));
+    ST_OK(sl_session_read_variable(s, "w", t->w[k], sizeof t->w[k]));
+    ST_OK(sl_session_read_variable(s, "w.momentum", t->m[k], sizeof t->m[k]));
     if (scaled) {
-      OK(sl_session_read_variable(s, "loss_scale", &t->scale[k],
+      ST_OK(sl_session_read_variable(s, "loss_scale", &t->scale[k],
                                   sizeof t->scale[k]));
-      OK(sl_session_read_variable(s, "loss_scale.good_steps", &t->good[k],
+      ST_OK(sl_session_read_variable(s, "loss_scale.good_steps", &t->good[k],
                                   sizeof t->good[k]));
     }
   }
@@ -131,7 +117,7 @@ static void test_refusals(void **state) {
   const double scales[2] = {-1, INFINITY};
   for (int i = 0; i < 3; i++) {
     sl_graph *g;
-    OK(sl_graph_create(&g));
+    ST_OK(sl_graph_create(&g));
     sl_shape s = SL_SHAPE(2);
     sl_tensor w =
         sl_variable(g, "w", &s, SL_DTYPE_F32, sl_init_zeros(), NULL, NULL);
