@@ -17,6 +17,32 @@ double bench_median(double *v, int n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+int bench_int_flags(int argc, char **argv, const char *prog,
+                    const bench_int_flag *flags, int n) {
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0) return 1;
+    const bench_int_flag *f = NULL;
+    for (int k = 0; k < n && !f; k++)
+      if (strncmp(argv[i], "--", 2) == 0 &&
+          strcmp(argv[i] + 2, flags[k].name) == 0)
+        f = &flags[k];
+    if (!f || i + 1 == argc) {
+      fprintf(stderr, "%s: unknown flag or missing value: %s\n", prog,
+              argv[i]);
+      return 2;
+    }
+    char *end;
+    long v = strtol(argv[++i], &end, 10);
+    if (*end || end == argv[i] || v < f->min || v > f->max) {
+      fprintf(stderr, "%s: --%s %s is out of range [%d, %d]\n", prog, f->name,
+              argv[i], f->min, f->max);
+      return 2;
+    }
+    *f->value = (int)v;
+  }
+  return 0;
+}
+
 bool bench_peer_start(const char *const *argv, bench_peer *p, char *why,
                       size_t n) {
   p->pid = -1;

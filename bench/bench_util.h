@@ -12,6 +12,20 @@
  * sorts v. */
 double bench_median(double *v, int n);
 
+/* An integer flag `--name N` with N in [min, max]. */
+typedef struct bench_int_flag {
+  const char *name; /* without the dashes */
+  int *value;
+  int min, max;
+} bench_int_flag;
+
+/* Parses argv into the n flags: 0 when all are good, 1 for --help (say
+ * the usage on stdout), 2 for an unknown flag, a missing value or one out
+ * of range, which is reported on stderr under prog's name (say the usage
+ * on stderr). */
+int bench_int_flags(int argc, char **argv, const char *prog,
+                    const bench_int_flag *flags, int n);
+
 typedef struct bench_peer {
   pid_t pid;
   FILE *out; /* the peer's standard output */

@@ -197,27 +197,12 @@ static int usage(FILE *f, int code) {
 
 int main(int argc, char **argv) {
   int devices = 4, steps = 10, rounds = 3, classes = 20000;
-  for (int i = 1; i < argc; i++) {
-    int *v = NULL;
-    if (strcmp(argv[i], "--help") == 0) return usage(stdout, 0);
-    if (strcmp(argv[i], "--devices") == 0) v = &devices;
-    if (strcmp(argv[i], "--steps") == 0) v = &steps;
-    if (strcmp(argv[i], "--rounds") == 0) v = &rounds;
-    if (strcmp(argv[i], "--classes") == 0) v = &classes;
-    if (!v || i + 1 == argc) {
-      fprintf(stderr,
-              "bench_vocab_parallel: unknown flag or missing value: %s\n",
-              argv[i]);
-      return usage(stderr, 2);
-    }
-    *v = atoi(argv[++i]);
-    if (*v < 1 || (v == &rounds && *v > MAX_ROUNDS) ||
-        (v == &devices && (*v < 2 || *v > 64))) {
-      fprintf(stderr, "bench_vocab_parallel: %s %s is out of range\n",
-              argv[i - 1], argv[i]);
-      return usage(stderr, 2);
-    }
-  }
+  const bench_int_flag flags[] = {{"devices", &devices, 2, 64},
+                                  {"steps", &steps, 1, 1 << 20},
+                                  {"rounds", &rounds, 1, MAX_ROUNDS},
+                                  {"classes", &classes, 1, 1 << 24}};
+  int rc = bench_int_flags(argc, argv, "bench_vocab_parallel", flags, 4);
+  if (rc) return usage(rc == 1 ? stdout : stderr, rc == 1 ? 0 : 2);
   row rows[ROWS] = {{.name = "one device"},
                     {.name = "gathered", .split = true, .gather = true},
                     {.name = "class-split", .split = true}};

@@ -159,12 +159,9 @@ static bool deferrable(const infer_ctx *c, const sl__node *n) {
     for (int m = 0; m < M; m++)
       if (v->sbp.sbp[m].kind != SL_SBP_BROADCAST) return false;
   }
-  for (int m = 0; m < M; m++)
-    if (sl_placement_mesh_dim(n->placement, m) > 1) {
-      for (int a = 0; a < g->values[n->out[0]]->meta.shape.ndim; a++)
-        if (open_accepts(g, n, sl_sbp_split(a))) return true;
-      return false;
-    }
+  if (sl_placement_size(n->placement) < 2) return false;
+  for (int a = 0; a < g->values[n->out[0]]->meta.shape.ndim; a++)
+    if (open_accepts(g, n, sl_sbp_split(a))) return true;
   return false;
 }
 
