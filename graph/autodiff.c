@@ -87,9 +87,7 @@ static void constrain(sl_graph *g, sl_tensor *acc, int32_t nv, int32_t v) {
     grad->sbp_fixed = true;
     return;
   }
-  sl_placement *saved = g->force_placement;
   *a = sl_to_global_p(*a, val->placement, &val->grad_sbp);
-  g->force_placement = saved;
 }
 
 static sl_status backward(sl_graph *g, sl_tensor loss, int n,
@@ -172,7 +170,6 @@ static sl_status backward(sl_graph *g, sl_tensor loss, int n,
     if (st != SL_OK) break;
   }
   for (int i = 0; i < n && !g->err; i++) {
-    g->force_placement = g->values[wrt[i].id]->placement;
     constrain(g, acc, nv, wrt[i].id);
     grads[i] = acc[wrt[i].id];
     if (grads[i].id < 0 && zeros_for_missing) {
