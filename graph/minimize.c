@@ -42,6 +42,11 @@ static sl_status check_opt(sl_graph *g, const char *name,
   if (o->loss_scale_window < 0)
     return BAD("loss scale window %d must be >= 0 (0: 2000 steps)",
                o->loss_scale_window);
+  if (o->reduce_dtype != SL_DTYPE_F32 && o->reduce_dtype != SL_DTYPE_BF16)
+    return BAD("reduce dtype %s: want f32 or bf16",
+               (unsigned)o->reduce_dtype < SL_DTYPE_COUNT
+                   ? sl_dtype_name(o->reduce_dtype)
+                   : "?");
   if (o->kind == SL_OPTIMIZER_SGD && !(o->momentum >= 0 && o->momentum < 1))
     return BAD("momentum %g is outside [0, 1)", o->momentum);
   if (o->kind != SL_OPTIMIZER_SGD) {
@@ -111,6 +116,24 @@ static sl_nd_sbp update_layout(const sl__value *w, int zero_stage) {
     sl_clear_error();
   }
   return s;
+}
+
+/* The gradient of w, in the layout of its update, reduced in bf16
+ * (sl_optimizer.reduce_dtype): rounded to bf16 part by part, converted to
+ * the update's layout there (the all-reduce or reduce-scatter then moves
+ * bf16), and widened back to f32. */
+static sl_tensor reduce_in_bf16(sl_graph *g, sl_tensor w, sl_tensor grad,
+                                const sl_nd_sbp *layout) {
+  g->force_placement = sl__g_value(g, grad.id)->placement;
+  sl__attrs at = {0};
+  sl__attrs_set_int(&at, "dtype", SL_DTYPE_BF16);
+  sl__attrs_set_int(&at, "partial_rounding", 1);
+  sl_tensor low = sl__g_op(g, "cast", 1, &grad, &at, NULL);
+  low = sl_to_global_p(low, sl__g_value(g, w.id)->placement, layout);
+  g->force_placement = sl__g_value(g, w.id)->placement;
+  sl_tensor r = sl_cast(low, SL_DTYPE_F32);
+  g->force_placement = NULL;
+  return r;
 }
 
 /* Scales every gradient by min(1, clip / global norm): the norm is
@@ -347,6 +370,8 @@ sl_status sl_minimize(sl_tensor loss, const sl_optimizer *opt) {
       }
     }
     if (scale.id >= 0) keep = sl__g_loss_scale_end(g, k, grads, scale, opt);
+    for (int32_t i = 0; i < k && opt->reduce_dtype == SL_DTYPE_BF16; i++)
+      grads[i] = reduce_in_bf16(g, w[i], grads[i], &layout[i]);
     if (opt->clip_norm > 0) clip(g, k, w, layout, grads, opt->clip_norm);
     for (int32_t i = 0; i < k && !g->err; i++)
       update(g, w[i], &layout[i], grads[i], keep, opt);

@@ -41,11 +41,13 @@ int main(int argc, char **argv) {
           seed = (int64_t)c.seed;
   double lr = -1;
   const char *devices = "cpu:1", *layout = "single", *optimizer = "adam",
-             *trace = NULL, *engine = "auto", *data = NULL, *dtype = "f32";
+             *trace = NULL, *engine = "auto", *data = NULL, *dtype = "f32",
+             *reduce_dtype = "f32";
   bool tie = false, bf16 = false, profile = false, memory = false,
        recompute = false, check = false, print_graph = false;
   int64_t threads = 0, zero = 0;
   double loss_scale = 0;
+  sl_dtype reduce_dt = SL_DTYPE_F32;
   ex_ckpt_flags ckf = {0};
   int64_t pp = 1, micro = 1;
   const char *schedule = NULL;
@@ -72,6 +74,8 @@ int main(int argc, char **argv) {
        "INPUTS.npy,TARGETS.npy (token ids [N, seq]) instead of synthetic "
        "data",
        0},
+      {"reduce-dtype", EX_FLAG_STRING, &reduce_dtype,
+       "f32 | bf16: the dtype gradients are reduced between devices in", 0},
       {"loss-scale", EX_FLAG_DOUBLE, &loss_scale,
        "dynamic loss scaling from this scale (for --dtype f16; 0: off)", 0},
       {"zero", EX_FLAG_INT, &zero,
@@ -126,6 +130,7 @@ int main(int argc, char **argv) {
       (bf16 && strcmp(dtype, "f32") && strcmp(dtype, "bf16")
            ? sl_set_error(SL_EINVAL, "--bf16 and --dtype %s disagree", dtype)
            : ex_dtype_parse(bf16 ? "bf16" : dtype, &c.dtype)) != SL_OK ||
+      ex_dtype_parse(reduce_dtype, &reduce_dt) != SL_OK ||
       ex_engine_parse(engine, &ro.engine) != SL_OK ||
       ex_layout_placement(c.layout, devices, placement, sizeof placement) !=
           SL_OK ||
@@ -149,6 +154,7 @@ int main(int argc, char **argv) {
   }
   c.opt.zero_stage = (int)zero;
   c.opt.loss_scale = loss_scale;
+  c.opt.reduce_dtype = reduce_dt;
   c.recompute = recompute;
   if (hidden % heads != 0) {
     fprintf(stderr, "gpt: --hidden %lld is not a multiple of --heads %lld\n",

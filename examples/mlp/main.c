@@ -38,13 +38,15 @@ int main(int argc, char **argv) {
           classes = c.classes, layers = c.layers, seed = (int64_t)c.seed;
   double lr = -1, momentum = 0;
   const char *devices = "cpu:1", *layout = "single", *optimizer = "sgd",
-             *data = NULL, *trace = NULL, *engine = "auto", *dtype = "f32";
+             *data = NULL, *trace = NULL, *engine = "auto", *dtype = "f32",
+             *reduce_dtype = "f32";
   int64_t pp = 1, micro = 1;
   const char *schedule = NULL;
   bool profile = false, check = false, print_graph = false, memory = false,
        recompute = false;
   int64_t threads = 0, zero = 0;
   double loss_scale = 0;
+  sl_dtype reduce_dt = SL_DTYPE_F32;
   ex_ckpt_flags ckf = {0};
   const ex_flag flags[] = {
       EX_PARALLEL_FLAGS(devices, layout, pp, micro, schedule),
@@ -64,6 +66,8 @@ int main(int argc, char **argv) {
        "f32 | bf16 | f16: the matmuls' inputs (mixed precision: f32 "
        "products, outputs, weights and the rest)",
        0},
+      {"reduce-dtype", EX_FLAG_STRING, &reduce_dtype,
+       "f32 | bf16: the dtype gradients are reduced between devices in", 0},
       {"loss-scale", EX_FLAG_DOUBLE, &loss_scale,
        "dynamic loss scaling from this scale (for --dtype f16; 0: off)", 0},
       {"zero", EX_FLAG_INT, &zero,
@@ -116,6 +120,7 @@ int main(int argc, char **argv) {
   static char stages[EX_MAX_STAGES][512];
   if (ex_layout_parse(layout, &c.layout) != SL_OK ||
       ex_dtype_parse(dtype, &c.dtype) != SL_OK ||
+      ex_dtype_parse(reduce_dtype, &reduce_dt) != SL_OK ||
       ex_engine_parse(engine, &ro.engine) != SL_OK ||
       ex_layout_placement(c.layout, devices, placement, sizeof placement) !=
           SL_OK ||
@@ -143,6 +148,7 @@ int main(int argc, char **argv) {
   }
   c.opt.zero_stage = (int)zero;
   c.opt.loss_scale = loss_scale;
+  c.opt.reduce_dtype = reduce_dt;
   c.recompute = recompute;
   char xpath[1024] = "", ypath[1024] = "";
   if (data) {

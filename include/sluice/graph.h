@@ -446,6 +446,11 @@ typedef struct sl_optimizer {
    * the variable "loss_scale". 0: off. */
   double loss_scale;
   int loss_scale_window;
+  /* SL_DTYPE_BF16: every gradient is rounded to bf16 before it is reduced
+   * between devices (all-reduced, or reduce-scattered under ZeRO), which
+   * halves the bytes, and widened back for clipping and the update (as
+   * DDP's bf16 compression hook). 0 (SL_DTYPE_F32): reduced as computed. */
+  sl_dtype reduce_dtype;
 } sl_optimizer;
 
 /* Optimizer descriptions with the usual defaults (Adam: 0.9, 0.999, 1e-8;

@@ -15,8 +15,10 @@
  * parts' sum differs from the source's only by the order of the float
  * additions. A narrowing cast (f32 -> bf16) would round every part
  * separately, an error of the target's precision per part, not a reordered
- * sum, so it has no P signature. Integer targets would saturate or
- * truncate each part, which is not the cast of the sum. */
+ * sum, so it has no P signature, unless attribute partial_rounding is 1:
+ * a gradient reduced in bf16 (sl_optimizer.reduce_dtype) accepts exactly
+ * that rounding. Integer targets would saturate or truncate each part,
+ * which is not the cast of the sum. */
 #include <math.h>
 #include <string.h>
 
@@ -50,7 +52,8 @@ static int cast_sigs(const sl__attrs *at, int n_in, const sl__meta *in,
   sl_dtype from = in[0].dtype;
   if (sl_dtype_is_float(from) && sl_dtype_is_float(to)) {
     bool exact = from == to || to == SL_DTYPE_F64 ||
-                 (to == SL_DTYPE_F32 && from != SL_DTYPE_F64);
+                 (to == SL_DTYPE_F32 && from != SL_DTYPE_F64) ||
+                 sl__attr_int(at, "partial_rounding", 0) == 1;
     static const sl_reduce_op ops[3] = {SL_REDUCE_SUM, SL_REDUCE_MAX,
                                         SL_REDUCE_MIN};
     for (int k = exact ? 0 : 1; k < 3; k++) {

@@ -287,6 +287,9 @@ static sl_status c_concat(sl_rng *r, sl__attrs *at, int *n_in,
 static sl_status c_cast(sl_rng *r, sl__attrs *at, int *n_in,
                         sl_host_tensor **in) {
   SL_CHECK(sl__attrs_set_int(at, "dtype", any_dtype(r)));
+  /* Rounding each partial part on its own: exact here (the parts are
+   * multiples of 1/8 within bf16's and f16's integers). */
+  if (below(r, 3) == 0) SL_CHECK(sl__attrs_set_int(at, "partial_rounding", 1));
   sl_shape s = rshape(r, 0, 4);
   /* Integers past the edges of i8/u8 so saturation shows; floats where
    * bf16 still holds the harness's partial parts exactly. */
