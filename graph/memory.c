@@ -896,6 +896,7 @@ sl_status sl__pplan_plan_memory(sl__pplan *p) {
   P.p = p;
   p->n_ctrl = p->n_mem = 0;
   int32_t cap_mem = 0, n = p->n_tasks, *ze = NULL, n_ze = 0, cap_ze = 0;
+  int32_t *se = NULL, n_se = 0; /* a schedule's edges, then ZeRO's too */
   sl_status st = SL_OK;
   for (int32_t i = 0; i < p->n_regsts; i++) {
     p->regsts[i].mem = -1;
@@ -929,11 +930,9 @@ sl_status sl__pplan_plan_memory(sl__pplan *p) {
   /* A pipeline schedule: each device's passes in its order, an order of
    * the plan's tasks that all of the below keeps. */
   if (sl__pplan_scheduled(p)) {
-    int32_t *e = NULL, ne = 0;
-    SL_CHECK_GOTO(sl__schedule_edges(p, P.order, &e, &ne), st, out);
+    SL_CHECK_GOTO(sl__schedule_edges(p, P.order, &se, &n_se), st, out);
     dag_free(&P.d);
-    st = dag_build(p, &P.d, e, ne);
-    sl__free(e);
+    st = dag_build(p, &P.d, se, n_se);
     if (st == SL_OK) st = topo_order(p, &P.d, P.order);
     if (st != SL_OK) goto out;
   }
@@ -942,15 +941,26 @@ sl_status sl__pplan_plan_memory(sl__pplan *p) {
    * every register on its own (mirrors and workspaces still counted), to tell
    * sharing's effect. */
   P.share = !sharing_off();
-  /* ZeRO's edges join the plan's, and the order is taken again. */
-  if (P.share && !sl__pplan_scheduled(p)) {
+  /* ZeRO's edges join the plan's (and a schedule's), and the order is
+   * taken again. A schedule fixes when each pass's gradients are made, so
+   * it gets ZeRO-3's gather edges only. */
+  if (P.share) {
     for (int32_t m = 0; m < p->n_mem && st == SL_OK; m++) {
-      st = zero_edges_of(&P, m, &ze, &n_ze, &cap_ze);
+      if (!sl__pplan_scheduled(p))
+        st = zero_edges_of(&P, m, &ze, &n_ze, &cap_ze);
       if (st == SL_OK) st = zero3_edges_of(&P, m, &ze, &n_ze, &cap_ze);
     }
     if (st == SL_OK && n_ze) {
+      int32_t *all =
+          sl__reallocarray(se, (size_t)(n_se + n_ze) * 2 + 1, sizeof *all);
+      if (!all) {
+        st = SL_ENOMEM;
+        goto out;
+      }
+      se = all;
+      memcpy(se + 2 * n_se, ze, (size_t)n_ze * 2 * sizeof *se);
       dag_free(&P.d);
-      st = dag_build(p, &P.d, ze, n_ze);
+      st = dag_build(p, &P.d, se, n_se + n_ze);
       if (st == SL_OK) st = topo_order(p, &P.d, P.order);
       if (st == SL_OK) st = device_orders(&P);
     }
@@ -969,6 +979,7 @@ sl_status sl__pplan_plan_memory(sl__pplan *p) {
   }
 out:
   sl__free(ze);
+  sl__free(se);
   dag_free(&P.d);
   for (int32_t m = 0; P.seq && m < p->n_mem; m++)
     sl__free(P.seq[m]);
