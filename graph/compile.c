@@ -143,21 +143,31 @@ static bool open_accepts(const sl_graph *g, const sl__node *src, sl_sbp s) {
   return false;
 }
 
-/* Whether op node n, whose inputs are all broadcast, could as well compute
- * only a split of its single output (broadcast_to, one_hot, ...): it then
- * waits, as a source does, for its first consumer to choose, so that no
- * device builds the whole of a value that is then sliced (the gradient of
- * a mean is a broadcast_to of a scalar, consumed split). */
+/* Whether op node n could compute only a split of its single output from
+ * broadcast inputs (broadcast_to, one_hot, ...), its inputs being
+ * broadcast, or partial (sum, max, min) and smaller than the output
+ * (broadcast_to of a partial [rows, 1]): it then takes its inputs whole (a
+ * partial one is all-reduced while small) and waits, as a source does, for
+ * its first
+ * consumer to choose its output's layout. No device builds the whole of a
+ * value that is then sliced (the gradient of a mean, a broadcast_to of a
+ * scalar, consumed split), and no partial sum is expanded to be reduced
+ * at the larger size (the gradient of a sum over split classes). */
 static bool deferrable(const infer_ctx *c, const sl__node *n) {
   const sl_graph *g = c->g;
   if (n->n_out != 1 || g->values[n->out[0]]->sbp_fixed) return false;
   int M = sl_placement_mesh_ndim(n->placement);
+  int64_t out = sl_shape_numel(&g->values[n->out[0]]->meta.shape);
   for (int i = 0; i < n->n_in; i++) {
     const sl__value *v = g->values[n->in[i]];
     if (c->open[n->in[i]] || v->placement != n->placement || v->sbp.ndim != M)
       return false;
-    for (int m = 0; m < M; m++)
-      if (v->sbp.sbp[m].kind != SL_SBP_BROADCAST) return false;
+    for (int m = 0; m < M; m++) {
+      sl_sbp s = v->sbp.sbp[m];
+      bool small_part =
+          s.kind == SL_SBP_PARTIAL && sl_shape_numel(&v->meta.shape) < out;
+      if (s.kind != SL_SBP_BROADCAST && !small_part) return false;
+    }
   }
   if (sl_placement_size(n->placement) < 2) return false;
   for (int a = 0; a < g->values[n->out[0]]->meta.shape.ndim; a++)
@@ -294,7 +304,7 @@ static sl_status infer(sl_graph *g) {
         }
       } else if (deferrable(&c, n)) {
         for (int k = 0; k < n->n_in; k++)
-          n->in_sbp[k] = g->values[n->in[k]]->sbp;
+          n->in_sbp[k] = nd_all_b(sl_placement_mesh_ndim(n->placement));
         c.open[n->out[0]] = true;
       } else if (sl__g_class_split(g, n, c.open)) {
         /* Infer the expansion from its first op, now at index i. */
