@@ -157,6 +157,27 @@ sl_tensor sl_variable_set_trainable(sl_tensor v, bool trainable) {
   return v;
 }
 
+sl_tensor sl_variable_set_zero_stage(sl_tensor v, int stage) {
+  sl_graph *g = v.graph;
+  if (!sl__g_usable(g, 1, &v, "variable")) return sl__g_poison(g, false);
+  sl__gnode *n = g->nodes[sl__g_value(g, v.id)->producer];
+  const char *why = n->n.kind != SL__NODE_VARIABLE
+                        ? "set_zero_stage: the tensor is not a variable"
+                    : g->minimized ? "set_zero_stage after sl_minimize"
+                    : stage < 0 || stage > 3
+                        ? "set_zero_stage: want a stage from 0 to 3"
+                        : NULL;
+  if (why) {
+    sl__g_error(g,
+                n->n.kind == SL__NODE_VARIABLE && g->minimized ? SL_ESTATE
+                                                               : SL_EINVAL,
+                "variable", n->n.name, NULL, "%s (got %d)", why, stage);
+    return sl__g_poison(g, false);
+  }
+  n->zero_stage = stage + 1;
+  return v;
+}
+
 sl_tensor sl_variable_load(sl_tensor v, const char *path, const char *tensor) {
   sl_graph *g = v.graph;
   if (!sl__g_usable(g, 1, &v, "variable")) return sl__g_poison(g, false);

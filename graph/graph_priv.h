@@ -39,6 +39,9 @@ typedef struct sl__gnode {
    * in (its layout before ZeRO). */
   bool zero3;
   sl_nd_sbp zero3_read;
+  /* SL__NODE_VARIABLE: 1 + the stage sl_variable_set_zero_stage gave it;
+   * 0: the optimizer's. */
+  int32_t zero_stage;
 } sl__gnode;
 
 #define SL__GNODE(node) ((sl__gnode *)(node))

@@ -253,6 +253,14 @@ static sl_tensor update_rows(sl_graph *g, sl_tensor w, sl_tensor keep,
   return counts.id < 0 ? k : sl_mul(counts, k);
 }
 
+/* w's ZeRO stage: its own (sl_variable_set_zero_stage) or the
+ * optimizer's. */
+static int zero_stage_of(const sl_graph *g, sl_tensor w,
+                         const sl_optimizer *o) {
+  const sl__gnode *n = g->nodes[sl__g_value(g, w.id)->producer];
+  return n->zero_stage ? n->zero_stage - 1 : o->zero_stage;
+}
+
 static void update(sl_graph *g, sl_tensor w, const sl_nd_sbp *layout,
                    sl_tensor grad, sl_tensor keep, const sl_optimizer *o) {
   sl__gnode *wn = g->nodes[sl__g_value(g, w.id)->producer];
@@ -262,7 +270,7 @@ static void update(sl_graph *g, sl_tensor w, const sl_nd_sbp *layout,
   sl__attrs_set_float(&at, "weight_decay", o->weight_decay);
   bool sharded = !sl_nd_sbp_equal(layout, &sl__g_value(g, w.id)->sbp);
   if (sharded || wn->zero3)
-    sl__attrs_set_int(&at, "zero", o->zero_stage);
+    sl__attrs_set_int(&at, "zero", zero_stage_of(g, w, o));
   sl_tensor outs[SL_OP_MAX_OUTPUTS];
   sl_tensor st[2];
   sl_tensor counts = update_rows(g, w, keep, o);
@@ -359,8 +367,9 @@ sl_status sl_minimize(sl_tensor loss, const sl_optimizer *opt) {
     sl_graph_push_scope(g, "optimizer");
     for (int32_t i = 0; i < k; i++) {
       sl__value *wv = sl__g_value(g, w[i].id);
-      layout[i] = update_layout(wv, opt->zero_stage);
-      if (opt->zero_stage == 3 && !sl_nd_sbp_equal(&layout[i], &wv->sbp)) {
+      int stage = zero_stage_of(g, w[i], opt);
+      layout[i] = update_layout(wv, stage);
+      if (stage == 3 && !sl_nd_sbp_equal(&layout[i], &wv->sbp)) {
         /* ZeRO-3: the weight lives as its shard between steps. */
         sl__gnode *vn = g->nodes[wv->producer];
         vn->zero3 = true;

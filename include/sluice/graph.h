@@ -255,6 +255,11 @@ SL_API sl_tensor sl_variable_p(sl_graph *g, const char *name,
  * error when v is not a variable. */
 SL_API sl_tensor sl_variable_set_trainable(sl_tensor v, bool trainable);
 
+/* The ZeRO stage (0 to 3, docs/zero.md) of variable v's update, in place
+ * of sl_optimizer.zero_stage for it. Returns v; an error when v is not a
+ * variable, for a stage out of range, or after sl_minimize. */
+SL_API sl_tensor sl_variable_set_zero_stage(sl_tensor v, int stage);
+
 /* Makes variable v start from tensor `tensor` (NULL: v's own name) of a
  * checkpoint directory or a plain safetensors file (docs/checkpoint.md)
  * instead of its initializer: when the session starts, each rank reads

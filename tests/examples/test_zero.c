@@ -269,6 +269,84 @@ static void test_stage3_pipelined(void **state) {
   }
 }
 
+/* A two-layer model, dp on cpu:0-1 with Adam: opt_zero for the optimizer,
+ * zero[0] and zero[1] for w1 and w2 (-1: the optimizer's). */
+static sl_graph *build_pair(int opt_zero, const int *zero) {
+  sl_graph *g;
+  INV_OK(sl_graph_create(&g));
+  sl_shape xs = SL_SHAPE(16, 8), ys = SL_SHAPE(16, 4), s1 = SL_SHAPE(8, 8),
+           s2 = SL_SHAPE(8, 4);
+  sl_tensor x =
+      sl_data_random_normal(g, &xs, SL_DTYPE_F32, 0, 1, 5, "cpu:0-1", "S(0)");
+  sl_tensor y =
+      sl_data_random_normal(g, &ys, SL_DTYPE_F32, 0, 1, 6, "cpu:0-1", "S(0)");
+  sl_tensor w[2] = {sl_variable(g, "w1", &s1, SL_DTYPE_F32,
+                                sl_init_normal(0, 0.5, 1), "cpu:0-1", NULL),
+                    sl_variable(g, "w2", &s2, SL_DTYPE_F32,
+                                sl_init_normal(0, 0.5, 2), "cpu:0-1", NULL)};
+  for (int i = 0; i < 2; i++)
+    if (zero[i] >= 0) sl_variable_set_zero_stage(w[i], zero[i]);
+  sl_tensor h = sl_tanh(sl_matmul(x, w[0], false, false));
+  sl_tensor loss = sl_mse_loss(sl_matmul(h, w[1], false, false), y);
+  sl_optimizer opt = sl_optimizer_adam(1e-2);
+  opt.zero_stage = opt_zero;
+  INV_OK(sl_minimize(loss, &opt));
+  sl_fetch(loss, "loss");
+  if (sl_graph_status(g) != SL_OK) fail_msg("%s", sl_graph_error(g));
+  return g;
+}
+
+/* The nd-SBP of variable `name` of a compiled graph. */
+static void var_sbp(const sl_graph *g, const char *name, char *buf, size_t n) {
+  const sl__node *v = sl__graph_node(g, sl__graph_find(g, name));
+  sl_nd_sbp_print(&sl__graph_value(g, v->out[0])->sbp, buf, n);
+}
+
+/* sl_variable_set_zero_stage: each weight takes its own stage, over or in
+ * place of the optimizer's, with the zero-0 losses bit for bit. */
+static void test_per_variable_stage(void **state) {
+  (void)state;
+  static const struct {
+    int opt_zero, zero[2];
+    const char *w1, *w1_m, *w2_m;
+  } cases[] = {{0, {-1, -1}, "B", "B", "B"},
+               {0, {3, 1}, "S(0)", "S(0)", "S(0)"},
+               {2, {-1, 0}, "B", "S(0)", "B"},
+               {3, {-1, 0}, "S(0)", "S(0)", "B"}};
+  float base[STEPS], got[STEPS];
+  for (size_t c = 0; c < SL_ARRAY_LEN(cases); c++) {
+    sl_graph *g = build_pair(cases[c].opt_zero, cases[c].zero);
+    inv_session_train(g, STEPS, c ? got : base, NULL);
+    char w1[32], w1m[32], w2m[32];
+    var_sbp(g, "w1", w1, sizeof w1);
+    var_sbp(g, "w1.m", w1m, sizeof w1m);
+    var_sbp(g, "w2.m", w2m, sizeof w2m);
+    print_message("optimizer zero %d, w1 %d, w2 %d: w1 %s, w1.m %s, w2.m %s\n",
+                  cases[c].opt_zero, cases[c].zero[0], cases[c].zero[1], w1,
+                  w1m, w2m);
+    assert_string_equal(w1, cases[c].w1);
+    assert_string_equal(w1m, cases[c].w1_m);
+    assert_string_equal(w2m, cases[c].w2_m);
+    if (c) assert_true(inv_identical(got, base, STEPS));
+    sl_graph_destroy(g);
+  }
+  /* Refused: a stage out of range, a tensor that is no variable, after
+   * sl_minimize. */
+  sl_graph *g;
+  INV_OK(sl_graph_create(&g));
+  sl_shape s = SL_SHAPE(2);
+  sl_tensor w =
+      sl_variable(g, "w", &s, SL_DTYPE_F32, sl_init_zeros(), NULL, NULL);
+  sl_variable_set_zero_stage(w, 4);
+  if (!strstr(sl_graph_error(g), "want a stage from 0 to 3 (got 4)"))
+    fail_msg("%s", sl_graph_error(g));
+  sl_graph_destroy(g);
+  g = build_pair(0, (int[]){-1, -1});
+  sl_variable_set_zero_stage((sl_tensor){g, 0}, 1);
+  if (sl_graph_status(g) == SL_OK) fail_msg("a non-variable was accepted");
+  sl_graph_destroy(g);
+}
+
 static void test_bad_stage(void **state) {
   (void)state;
   for (int zero = -1; zero <= 4; zero += 5) {
@@ -291,6 +369,7 @@ int main(void) {
       cmocka_unit_test(test_stage2_gradients),
       cmocka_unit_test(test_stage3),
       cmocka_unit_test(test_stage3_pipelined),
+      cmocka_unit_test(test_per_variable_stage),
       cmocka_unit_test(test_bad_stage),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
