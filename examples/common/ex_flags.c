@@ -259,6 +259,16 @@ sl_status ex_dtype_parse(const char *text, sl_dtype *out) {
                       text ? text : "(null)");
 }
 
+sl_status ex_train_flags_apply(const ex_train_flags *f, sl_dtype *dtype,
+                               sl_optimizer *opt) {
+  if (ex_dtype_parse(f->dtype, dtype) != SL_OK ||
+      ex_dtype_parse(f->reduce_dtype, &opt->reduce_dtype) != SL_OK)
+    return SL_EINVAL;
+  opt->loss_scale = f->loss_scale;
+  opt->zero_stage = (int)f->zero;
+  return SL_OK;
+}
+
 bool ex_layout_is_tensor_parallel(ex_layout l) {
   return l == EX_LAYOUT_TP || l == EX_LAYOUT_HYBRID;
 }

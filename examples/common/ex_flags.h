@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include <sluice/core.h>
+#include <sluice/graph.h>
 #include <sluice/tensor.h>
 
 /* What each kind accepts: the whole value, in decimal, no leading blanks
@@ -94,6 +95,38 @@ sl_status ex_layout_parse(const char *text, ex_layout *out);
  * "f32", "bf16" or "f16". SL_EINVAL with "unknown dtype 'x' (f32, bf16,
  * f16)" as the last error. */
 sl_status ex_dtype_parse(const char *text, sl_dtype *out);
+
+/* The memory and precision flags both examples take: --dtype,
+ * --reduce-dtype, --loss-scale and --zero, as entries of an ex_flag table
+ * over an ex_train_flags (initialise with EX_TRAIN_FLAGS_INIT). */
+typedef struct ex_train_flags {
+  const char *dtype, *reduce_dtype;
+  double loss_scale;
+  int64_t zero;
+} ex_train_flags;
+#define EX_TRAIN_FLAGS_INIT                                                    \
+  { "f32", "f32", 0, 0 }
+/* clang-format off */
+#define EX_TRAIN_FLAGS(f)                                                    \
+  {"dtype", EX_FLAG_STRING, &(f).dtype,                                      \
+   "f32 | bf16 | f16: the matmuls' inputs (mixed precision: f32 "            \
+   "products, outputs, weights and the rest)", 0},                           \
+  {"reduce-dtype", EX_FLAG_STRING, &(f).reduce_dtype,                        \
+   "f32 | bf16: the dtype gradients are reduced between devices in", 0},     \
+  {"loss-scale", EX_FLAG_DOUBLE, &(f).loss_scale,                            \
+   "dynamic loss scaling from this scale (for --dtype f16; 0: off)", 0},     \
+  {"zero", EX_FLAG_INT, &(f).zero,                                           \
+   "ZeRO stage: 1 shards the optimizer state and update over the "           \
+   "data-parallel devices, 2 also frees each full gradient once "            \
+   "reduce-scattered, 3 also keeps each weight sharded, gathered just "      \
+   "before use (docs/zero.md)", 0}
+/* clang-format on */
+
+/* The compute dtype (--dtype) into *dtype and the optimizer's fields
+ * (--reduce-dtype, --loss-scale, --zero) into *opt. SL_EINVAL with the
+ * reason as the last error for an unknown dtype. */
+sl_status ex_train_flags_apply(const ex_train_flags *f, sl_dtype *dtype,
+                               sl_optimizer *opt);
 
 /* The placement text for a layout on `devices`: "cpu:N" (a bare count)
  * means devices 0..N-1; anything else is a placement text ("cpu:0-3",

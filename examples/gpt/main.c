@@ -41,13 +41,11 @@ int main(int argc, char **argv) {
           seed = (int64_t)c.seed;
   double lr = -1;
   const char *devices = "cpu:1", *layout = "single", *optimizer = "adam",
-             *trace = NULL, *engine = "auto", *data = NULL, *dtype = "f32",
-             *reduce_dtype = "f32";
+             *trace = NULL, *engine = "auto", *data = NULL;
   bool tie = false, bf16 = false, profile = false, memory = false,
        recompute = false, check = false, print_graph = false;
-  int64_t threads = 0, zero = 0;
-  double loss_scale = 0;
-  sl_dtype reduce_dt = SL_DTYPE_F32;
+  int64_t threads = 0;
+  ex_train_flags tf = EX_TRAIN_FLAGS_INIT;
   ex_ckpt_flags ckf = {0};
   int64_t pp = 1, micro = 1;
   const char *schedule = NULL;
@@ -62,10 +60,6 @@ int main(int argc, char **argv) {
       {"heads", EX_FLAG_INT, &heads, "attention heads", 1},
       {"layers", EX_FLAG_INT, &layers, "transformer blocks", 1},
       {"tie", EX_FLAG_BOOL, &tie, "tie the head to the token embedding", 0},
-      {"dtype", EX_FLAG_STRING, &dtype,
-       "f32 | bf16 | f16: the matmuls' inputs (mixed precision: f32 "
-       "products, outputs, weights and the rest)",
-       0},
       {"bf16", EX_FLAG_BOOL, &bf16, "the same as --dtype bf16", 0},
       {"seed", EX_FLAG_INT64, &seed, "seed of the initializers and data", 0},
       {"lr", EX_FLAG_POSITIVE, &lr, "learning rate (adam 3e-3, sgd 0.1)", 0},
@@ -74,16 +68,7 @@ int main(int argc, char **argv) {
        "INPUTS.npy,TARGETS.npy (token ids [N, seq]) instead of synthetic "
        "data",
        0},
-      {"reduce-dtype", EX_FLAG_STRING, &reduce_dtype,
-       "f32 | bf16: the dtype gradients are reduced between devices in", 0},
-      {"loss-scale", EX_FLAG_DOUBLE, &loss_scale,
-       "dynamic loss scaling from this scale (for --dtype f16; 0: off)", 0},
-      {"zero", EX_FLAG_INT, &zero,
-       "ZeRO stage: 1 shards the optimizer state and update over the "
-       "data-parallel devices, 2 also frees each full gradient once "
-       "reduce-scattered, 3 also keeps each weight sharded, gathered "
-       "just before use (docs/zero.md)",
-       0},
+      EX_TRAIN_FLAGS(tf),
       {"threads", EX_FLAG_INT, &threads,
        "threads of each CPU device (0: the CPUs shared out between the "
        "devices)",
@@ -127,10 +112,9 @@ int main(int argc, char **argv) {
   char placement[512];
   static char stages[EX_MAX_STAGES][512];
   if (ex_layout_parse(layout, &c.layout) != SL_OK ||
-      (bf16 && strcmp(dtype, "f32") && strcmp(dtype, "bf16")
-           ? sl_set_error(SL_EINVAL, "--bf16 and --dtype %s disagree", dtype)
-           : ex_dtype_parse(bf16 ? "bf16" : dtype, &c.dtype)) != SL_OK ||
-      ex_dtype_parse(reduce_dtype, &reduce_dt) != SL_OK ||
+      (bf16 && strcmp(tf.dtype, "f32") && strcmp(tf.dtype, "bf16")
+           ? sl_set_error(SL_EINVAL, "--bf16 and --dtype %s disagree", tf.dtype)
+           : SL_OK) != SL_OK ||
       ex_engine_parse(engine, &ro.engine) != SL_OK ||
       ex_layout_placement(c.layout, devices, placement, sizeof placement) !=
           SL_OK ||
@@ -152,9 +136,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "gpt: unknown optimizer '%s' (adam, sgd)\n", optimizer);
     return 2;
   }
-  c.opt.zero_stage = (int)zero;
-  c.opt.loss_scale = loss_scale;
-  c.opt.reduce_dtype = reduce_dt;
+  if (bf16) tf.dtype = "bf16";
+  if (ex_train_flags_apply(&tf, &c.dtype, &c.opt) != SL_OK) {
+    fprintf(stderr, "gpt: %s\n", sl_last_error());
+    return 2;
+  }
   c.recompute = recompute;
   if (hidden % heads != 0) {
     fprintf(stderr, "gpt: --hidden %lld is not a multiple of --heads %lld\n",

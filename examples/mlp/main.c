@@ -38,15 +38,13 @@ int main(int argc, char **argv) {
           classes = c.classes, layers = c.layers, seed = (int64_t)c.seed;
   double lr = -1, momentum = 0;
   const char *devices = "cpu:1", *layout = "single", *optimizer = "sgd",
-             *data = NULL, *trace = NULL, *engine = "auto", *dtype = "f32",
-             *reduce_dtype = "f32";
+             *data = NULL, *trace = NULL, *engine = "auto";
   int64_t pp = 1, micro = 1;
   const char *schedule = NULL;
   bool profile = false, check = false, print_graph = false, memory = false,
        recompute = false;
-  int64_t threads = 0, zero = 0;
-  double loss_scale = 0;
-  sl_dtype reduce_dt = SL_DTYPE_F32;
+  int64_t threads = 0;
+  ex_train_flags tf = EX_TRAIN_FLAGS_INIT;
   ex_ckpt_flags ckf = {0};
   const ex_flag flags[] = {
       EX_PARALLEL_FLAGS(devices, layout, pp, micro, schedule),
@@ -62,20 +60,7 @@ int main(int argc, char **argv) {
       {"optimizer", EX_FLAG_STRING, &optimizer, "sgd | adam", 0},
       {"data", EX_FLAG_STRING, &data,
        "X.npy,LABELS.npy instead of synthetic data", 0},
-      {"dtype", EX_FLAG_STRING, &dtype,
-       "f32 | bf16 | f16: the matmuls' inputs (mixed precision: f32 "
-       "products, outputs, weights and the rest)",
-       0},
-      {"reduce-dtype", EX_FLAG_STRING, &reduce_dtype,
-       "f32 | bf16: the dtype gradients are reduced between devices in", 0},
-      {"loss-scale", EX_FLAG_DOUBLE, &loss_scale,
-       "dynamic loss scaling from this scale (for --dtype f16; 0: off)", 0},
-      {"zero", EX_FLAG_INT, &zero,
-       "ZeRO stage: 1 shards the optimizer state and update over the "
-       "data-parallel devices, 2 also frees each full gradient once "
-       "reduce-scattered, 3 also keeps each weight sharded, gathered "
-       "just before use (docs/zero.md)",
-       0},
+      EX_TRAIN_FLAGS(tf),
       {"threads", EX_FLAG_INT, &threads,
        "threads of each CPU device (0: the CPUs shared out between the "
        "devices)",
@@ -119,8 +104,6 @@ int main(int argc, char **argv) {
   char placement[512];
   static char stages[EX_MAX_STAGES][512];
   if (ex_layout_parse(layout, &c.layout) != SL_OK ||
-      ex_dtype_parse(dtype, &c.dtype) != SL_OK ||
-      ex_dtype_parse(reduce_dtype, &reduce_dt) != SL_OK ||
       ex_engine_parse(engine, &ro.engine) != SL_OK ||
       ex_layout_placement(c.layout, devices, placement, sizeof placement) !=
           SL_OK ||
@@ -146,9 +129,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "mlp: unknown optimizer '%s' (sgd, adam)\n", optimizer);
     return 2;
   }
-  c.opt.zero_stage = (int)zero;
-  c.opt.loss_scale = loss_scale;
-  c.opt.reduce_dtype = reduce_dt;
+  if (ex_train_flags_apply(&tf, &c.dtype, &c.opt) != SL_OK) {
+    fprintf(stderr, "mlp: %s\n", sl_last_error());
+    return 2;
+  }
   c.recompute = recompute;
   char xpath[1024] = "", ypath[1024] = "";
   if (data) {
