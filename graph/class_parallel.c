@@ -79,7 +79,7 @@ static bool split_over(const sl__value *v, int a) {
 }
 
 bool sl__g_class_split(const sl_graph *g, const sl__node *n,
-                       const bool *open) {
+                       const uint8_t *open) {
   cp_kind k = kind_of(n);
   if (k == CP_NONE) return false;
   int a = class_axis(g, n, k);

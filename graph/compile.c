@@ -9,10 +9,10 @@
  * given an SBP) keeps it: an op producing one only considers signatures giving
  * it. A source op (no inputs) given no SBP stays open until its first consumer
  * decides: it matches any SBP it can produce, and takes what that consumer
- * chose (B if it cannot, or if nothing consumes it). So does an op whose
- * inputs are all B and that could as well produce a split of its output
- * from them (deferrable): no device then builds a whole value only for its
- * consumer to slice it.
+ * chose (B if it cannot, or if nothing consumes it). So does, on the mesh
+ * axes where its inputs are B or small partial sums, an op that could as
+ * well produce a split of its output from whole inputs (deferrable): no
+ * device then builds a whole value only for its consumer to slice it.
  *
  * Boxing insertion: wherever a consumer needs (placement, nd-SBP) other
  * than its producer's, a BOXING node holding the planner's plan is put just
@@ -25,7 +25,10 @@
 
 typedef struct infer_ctx {
   sl_graph *g;
-  bool *open; /* per value: a source whose SBP is not decided yet */
+  /* Per value, the mesh axes whose SBP its first consumer decides (bit m:
+   * axis m): every axis of a source given none, the axes a deferred op's
+   * inputs leave free (deferrable); 0: decided. */
+  uint8_t *open;
 } infer_ctx;
 
 static sl_nd_sbp nd_all_b(int ndim) {
@@ -144,16 +147,19 @@ static bool open_accepts(const sl_graph *g, const sl__node *src, sl_sbp s) {
 }
 
 /* Whether op node n could compute only a split of its single output from
- * broadcast inputs (broadcast_to, one_hot, ...), its inputs being
- * broadcast, or partial (sum, max, min) and smaller than the output
- * (broadcast_to of a partial [rows, 1]): it then takes its inputs whole (a
- * partial one is all-reduced while small) and waits, as a source does, for
- * its first
- * consumer to choose its output's layout. No device builds the whole of a
- * value that is then sliced (the gradient of a mean, a broadcast_to of a
- * scalar, consumed split), and no partial sum is expanded to be reduced
- * at the larger size (the gradient of a sum over split classes). */
-static bool deferrable(const infer_ctx *c, const sl__node *n) {
+ * broadcast inputs (broadcast_to, one_hot, ...) on a mesh axis where its
+ * inputs are broadcast, or partial (sum, max, min) and smaller than the
+ * output (broadcast_to of a partial [rows, 1]). On such axes it takes its
+ * inputs whole (a partial one all-reduced while small) and lets its first
+ * consumer choose its output's layout, as a source does; on the others an
+ * input is split and a signature of the op fixes the output. No device
+ * then builds the whole of a value that is then sliced (the gradient of a
+ * mean, a broadcast_to of a scalar, consumed split), and no partial sum is
+ * expanded to be reduced at the larger size (the gradient of a sum over
+ * split classes). Fills n's in_sbp, the output's preset layout (B on the
+ * open axes) and *open_axes. */
+static bool deferrable(const infer_ctx *c, sl__node *n, sl_nd_sbp *out_sbp,
+                       uint8_t *open_axes) {
   const sl_graph *g = c->g;
   if (n->n_out != 1 || g->values[n->out[0]]->sbp_fixed) return false;
   int M = sl_placement_mesh_ndim(n->placement);
@@ -162,17 +168,56 @@ static bool deferrable(const infer_ctx *c, const sl__node *n) {
     const sl__value *v = g->values[n->in[i]];
     if (c->open[n->in[i]] || v->placement != n->placement || v->sbp.ndim != M)
       return false;
-    for (int m = 0; m < M; m++) {
+  }
+  sl__sbp_sig cand[SL_OP_MAX_SIGNATURES + 1];
+  int nc = op_candidates(g, n, cand);
+  sl_nd_sbp in[SL_OP_MAX_INPUTS];
+  *out_sbp = nd_all_b(M);
+  *open_axes = 0;
+  bool useful = false;
+  for (int m = 0; m < M; m++) {
+    bool free = true; /* every input B or a small partial on axis m */
+    for (int i = 0; i < n->n_in; i++) {
+      const sl__value *v = g->values[n->in[i]];
       sl_sbp s = v->sbp.sbp[m];
       bool small_part =
           s.kind == SL_SBP_PARTIAL && sl_shape_numel(&v->meta.shape) < out;
-      if (s.kind != SL_SBP_BROADCAST && !small_part) return false;
+      if (s.kind == SL_SBP_PARTIAL && !small_part) return false;
+      free = free && s.kind != SL_SBP_SPLIT;
+      in[i].ndim = M;
+      in[i].sbp[m] = s.kind == SL_SBP_SPLIT ? s : sl_sbp_broadcast();
     }
+    if (free) {
+      *open_axes |= (uint8_t)(1u << m);
+      useful = useful || sl_placement_mesh_dim(n->placement, m) > 1;
+      continue;
+    }
+    int k = 1; /* the signature taking the inputs as they are split */
+    for (; k < nc; k++) {
+      bool same = true;
+      for (int i = 0; i < n->n_in; i++)
+        same = same && sl_sbp_equal(cand[k].in[i], in[i].sbp[m]);
+      if (same) break;
+    }
+    if (k == nc) return false;
+    out_sbp->sbp[m] = cand[k].out[0];
   }
-  if (sl_placement_size(n->placement) < 2) return false;
-  for (int a = 0; a < g->values[n->out[0]]->meta.shape.ndim; a++)
-    if (open_accepts(g, n, sl_sbp_split(a))) return true;
-  return false;
+  if (!useful) return false;
+  bool splits = false;
+  for (int a = 0; a < g->values[n->out[0]]->meta.shape.ndim && !splits; a++)
+    splits = open_accepts(g, n, sl_sbp_split(a));
+  if (!splits) return false;
+  for (int i = 0; i < n->n_in; i++)
+    n->in_sbp[i] = in[i];
+  return true;
+}
+
+/* An open value's layout where nothing decides its open axes: B there;
+ * a deferred op's preset layout on its other axes. */
+static sl_nd_sbp open_default(const sl_graph *g, const sl__value *v) {
+  if (g->nodes[v->producer]->n.n_in == 0)
+    return nd_all_b(sl_placement_mesh_ndim(v->placement));
+  return v->sbp;
 }
 
 static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
@@ -203,7 +248,7 @@ static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
       bool mism[SL_OP_MAX_INPUTS] = {false};
       for (int i = 0; i < n->n_in; i++) {
         const sl__value *v = read_view(g, n, n->in[i], &views[i]);
-        if (c->open[n->in[i]]) {
+        if (c->open[n->in[i]] >> m & 1) {
           const sl__node *src = &g->nodes[v->producer]->n;
           if (open_accepts(g, src, sig->in[i])) score++;
           continue;
@@ -263,16 +308,18 @@ static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
     n->in_sbp[i] = in_nd[i];
     sl__value *v = g->values[n->in[i]];
     if (!c->open[n->in[i]]) continue;
-    /* The first consumer decides an open source's SBP. */
+    /* The first consumer decides an open value's SBP on its open axes (B
+     * where it cannot produce what the consumer takes). */
     sl__node *src = &g->nodes[v->producer]->n;
-    sl_nd_sbp s = nd_all_b(sl_placement_mesh_ndim(v->placement));
+    sl_nd_sbp s = open_default(g, v);
     if (s.ndim == M)
       for (int m = 0; m < M; m++)
-        if (open_accepts(g, src, in_nd[i].sbp[m]))
+        if ((c->open[n->in[i]] >> m & 1) &&
+            open_accepts(g, src, in_nd[i].sbp[m]))
           s.sbp[m] = in_nd[i].sbp[m];
     v->sbp = s;
     src->out_sbp[v->index] = s;
-    c->open[n->in[i]] = false;
+    c->open[n->in[i]] = 0;
   }
   for (int j = 0; j < n->n_out; j++) {
     sl__value *o = g->values[n->out[j]];
@@ -284,12 +331,14 @@ static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
 
 static sl_status infer(sl_graph *g) {
   int32_t nv = g->n_values; /* the values c.open has room for */
-  infer_ctx c = {g, sl__calloc((size_t)nv + 1, sizeof(bool))};
+  infer_ctx c = {g, sl__calloc((size_t)nv + 1, sizeof(uint8_t))};
   if (!c.open) return SL_ENOMEM;
   sl_status st = SL_OK;
   for (int32_t i = 0; i < g->n_nodes && st == SL_OK; i++) {
     sl__gnode *gn = g->nodes[i];
     sl__node *n = &gn->n;
+    sl_nd_sbp preset;
+    uint8_t open_axes;
     switch (n->kind) {
     case SL__NODE_INPUT:
     case SL__NODE_VARIABLE: n->out_sbp[0] = g->values[n->out[0]]->sbp; break;
@@ -300,22 +349,21 @@ static sl_status infer(sl_graph *g) {
           if (v->sbp_fixed)
             n->out_sbp[j] = v->sbp;
           else
-            c.open[n->out[j]] = true;
+            c.open[n->out[j]] = 0xff;
         }
-      } else if (deferrable(&c, n)) {
-        for (int k = 0; k < n->n_in; k++)
-          n->in_sbp[k] = nd_all_b(sl_placement_mesh_ndim(n->placement));
-        c.open[n->out[0]] = true;
+      } else if (deferrable(&c, n, &preset, &open_axes)) {
+        g->values[n->out[0]]->sbp = preset;
+        c.open[n->out[0]] = open_axes;
       } else if (sl__g_class_split(g, n, c.open)) {
         /* Infer the expansion from its first op, now at index i. */
         st = sl__g_class_expand(g, i);
-        bool *open = st == SL_OK ? sl__reallocarray(c.open,
-                                                    (size_t)g->n_values + 1,
-                                                    sizeof *open)
-                                 : NULL;
+        uint8_t *open = st == SL_OK
+                            ? sl__reallocarray(c.open, (size_t)g->n_values + 1,
+                                               sizeof *open)
+                            : NULL;
         if (open) {
           for (int32_t v = nv; v <= g->n_values; v++)
-            open[v] = false;
+            open[v] = 0;
           c.open = open;
           nv = g->n_values;
           i--;
@@ -330,9 +378,9 @@ static sl_status infer(sl_graph *g) {
     case SL__NODE_BOXING: {
       sl__value *v = g->values[n->in[0]];
       if (c.open[n->in[0]]) {
-        v->sbp = nd_all_b(sl_placement_mesh_ndim(v->placement));
+        v->sbp = open_default(g, v);
         g->nodes[v->producer]->n.out_sbp[v->index] = v->sbp;
-        c.open[n->in[0]] = false;
+        c.open[n->in[0]] = 0;
       }
       n->in_sbp[0] = v->sbp;
       break;
@@ -343,7 +391,7 @@ static sl_status infer(sl_graph *g) {
   for (int32_t v = 0; v < g->n_values && st == SL_OK; v++)
     if (c.open[v]) {
       sl__value *val = g->values[v];
-      val->sbp = nd_all_b(sl_placement_mesh_ndim(val->placement));
+      val->sbp = open_default(g, val);
       g->nodes[val->producer]->n.out_sbp[val->index] = val->sbp;
     }
   sl__free(c.open);

@@ -209,7 +209,8 @@ void sl__g_assign_phases(sl_graph *g);
 /* Whether op node n is softmax, log_softmax, sparse_cross_entropy or a
  * gradient of one, with an input of the class axis' shape split over that
  * axis (open: per value, a source whose SBP is not decided, never split). */
-bool sl__g_class_split(const sl_graph *g, const sl__node *n, const bool *open);
+bool sl__g_class_split(const sl_graph *g, const sl__node *n,
+                       const uint8_t *open);
 /* Expands such a node at index i into ops that keep the classes split: the
  * new ops take indices i.., the node itself (now their last op, with its
  * name and output) follows them. Errors are the graph's. */
