@@ -273,15 +273,15 @@ static void update(sl_graph *g, sl_tensor w, const sl_nd_sbp *layout,
     sl__attrs_set_int(&at, "zero", zero_stage_of(g, w, o));
   sl_tensor outs[SL_OP_MAX_OUTPUTS];
   sl_tensor st[2];
-  sl_tensor counts = update_rows(g, w, keep, o);
+  sl_tensor rows = update_rows(g, w, keep, o);
   if (g->err) return;
   g->force_placement = sl__g_value(g, w.id)->placement;
-  int lazy = counts.id >= 0;
+  int has_rows = rows.id >= 0;
   if (o->kind == SL_OPTIMIZER_SGD) {
     sl__attrs_set_float(&at, "momentum", o->momentum);
     st[0] = state_like(g, w, layout, "momentum", o->momentum == 0);
-    sl_tensor in[4] = {w, grad, st[0], counts};
-    if (sl__g_op(g, "sgd_update", 3 + lazy, in, &at, outs).id < 0) return;
+    sl_tensor in[4] = {w, grad, st[0], rows};
+    if (sl__g_op(g, "sgd_update", 3 + has_rows, in, &at, outs).id < 0) return;
   } else {
     sl__attrs_set_float(&at, "beta1", o->beta1);
     sl__attrs_set_float(&at, "beta2", o->beta2);
@@ -289,8 +289,9 @@ static void update(sl_graph *g, sl_tensor w, const sl_nd_sbp *layout,
     sl__attrs_set_int(&at, "decoupled", o->kind == SL_OPTIMIZER_ADAMW);
     st[0] = state_like(g, w, layout, "m", false);
     st[1] = state_like(g, w, layout, "v", false);
-    sl_tensor in[5] = {w, grad, st[0], st[1], counts};
-    if (sl__g_op(g, "adam_update", 4 + lazy, in, &at, outs).id < 0) return;
+    sl_tensor in[5] = {w, grad, st[0], st[1], rows};
+    if (sl__g_op(g, "adam_update", 4 + has_rows, in, &at, outs).id < 0)
+      return;
   }
   int n_state = o->kind == SL_OPTIMIZER_SGD ? 1 : 2;
   /* Sharded, the outputs are fixed to the shard (inference then converts
