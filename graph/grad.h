@@ -54,6 +54,12 @@ sl_status sl__g_check_loss(sl_graph *g, sl_tensor loss, const char *what);
 sl_status sl__g_gradients(sl_tensor loss, int n, const sl_tensor *wrt,
                           sl_tensor *grads, bool zeros_for_missing);
 /* The graph's status as the rule's return value. */
+/* Optimizer state (minimize.c): variable `name` outside any scope, not
+ * trainable, marked as the optimizer's. */
+sl_tensor sl__g_state_variable(sl_graph *g, const char *name,
+                               const sl_shape *shape, sl_dtype dt, sl_init init,
+                               const sl_placement *p, const sl_nd_sbp *sbp);
+
 /* Dynamic loss scaling (loss_scale.c): _begin makes the scale variable
  * (into *scale) and returns loss * scale, the loss to differentiate; _end
  * divides the n gradients by it in place, updates the scale and returns

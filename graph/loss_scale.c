@@ -16,8 +16,6 @@
  * The scale and the count are variables of the loss's placement, named
  * "loss_scale" and "loss_scale.good_steps": optimizer state, saved and
  * restored with the rest. */
-#include <string.h>
-
 #include "grad.h"
 
 /* A scalar f32 state variable `name` on placement p (broadcast),
@@ -28,18 +26,8 @@ static sl_tensor scalar_state(sl_graph *g, const char *name, double v,
   sl_nd_sbp b = {.ndim = sl_placement_mesh_ndim(p)};
   for (int m = 0; m < b.ndim; m++)
     b.sbp[m] = sl_sbp_broadcast();
-  char saved[sizeof g->scope];
-  memcpy(saved, g->scope, sizeof saved);
-  g->scope[0] = '\0'; /* global names */
-  sl_tensor t =
-      sl_variable_p(g, name, &s, SL_DTYPE_F32, sl_init_constant(v), p, &b);
-  memcpy(g->scope, saved, sizeof saved);
-  if (t.id >= 0) {
-    sl__gnode *n = g->nodes[sl__g_value(g, t.id)->producer];
-    n->trainable = false;
-    n->n.optimizer = true;
-  }
-  return t;
+  return sl__g_state_variable(g, name, &s, SL_DTYPE_F32, sl_init_constant(v), p,
+                              &b);
 }
 
 sl_tensor sl__g_loss_scale_begin(sl_graph *g, sl_tensor loss,

@@ -753,19 +753,13 @@ out:
  * parts once per member, to be reduced). */
 static sl_status lower_fetch(lower *L, int32_t ni, const sl__node *n) {
   const sl__value *v = sl__graph_value(L->g, n->in[0]);
-  int M = sl_placement_mesh_ndim(v->placement);
-  int coord[SL_MAX_MESH_AXES];
   if (!L->shard[n->in[0]])
     return sl__fail(SL_EINTERNAL,
                     "lowering: fetch '%s' of a value with no "
                     "registers",
                     n->name);
   for (int r = 0; r < sl_placement_size(v->placement); r++) {
-    sl_placement_rank_coord(v->placement, r, coord);
-    bool keep = true;
-    for (int m = 0; m < M; m++)
-      if (v->sbp.sbp[m].kind == SL_SBP_BROADCAST && coord[m] != 0) keep = false;
-    if (!keep) continue;
+    if (!sl__nd_sbp_fetch_rank(v->placement, &v->sbp, r)) continue;
     uint32_t mach, d;
     SL_CHECK(rank_where(v->placement, r, &mach, &d));
     /* A CUDA shard is copied to the host side and fetched there. */

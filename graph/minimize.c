@@ -59,6 +59,23 @@ static sl_status check_opt(sl_graph *g, const char *name,
 #undef BAD
 }
 
+sl_tensor sl__g_state_variable(sl_graph *g, const char *name,
+                               const sl_shape *shape, sl_dtype dt, sl_init init,
+                               const sl_placement *p, const sl_nd_sbp *sbp) {
+  /* State names are global, never under the caller's scope. */
+  char saved[sizeof g->scope];
+  memcpy(saved, g->scope, sizeof saved);
+  g->scope[0] = '\0';
+  sl_tensor s = sl_variable_p(g, name, shape, dt, init, p, sbp);
+  memcpy(g->scope, saved, sizeof saved);
+  if (s.id >= 0) {
+    sl__gnode *n = g->nodes[sl__g_value(g, s.id)->producer];
+    n->trainable = false;
+    n->n.optimizer = true;
+  }
+  return s;
+}
+
 /* A zero-initialised state variable "<weight>.<what>" shaped like w, in
  * the update's layout `sbp`; `empty` makes it a [0] tensor (broadcast),
  * for SGD without momentum, which keeps no state: a full-size buffer
@@ -68,24 +85,13 @@ static sl_tensor state_like(sl_graph *g, sl_tensor w, const sl_nd_sbp *sbp,
   const sl__value *v = sl__g_value(g, w.id);
   char name[300];
   snprintf(name, sizeof name, "%.250s.%s", sl_tensor_name(w), what);
-  /* State names are global, never under the caller's scope. */
-  char saved[sizeof g->scope];
-  memcpy(saved, g->scope, sizeof saved);
-  g->scope[0] = '\0';
   sl_shape none = {.ndim = 1, .dims = {0}};
   sl_nd_sbp bcast = {.ndim = v->sbp.ndim};
   for (int i = 0; i < bcast.ndim; i++)
     bcast.sbp[i] = sl_sbp_broadcast();
-  sl_tensor s =
-      sl_variable_p(g, name, empty ? &none : &v->meta.shape, v->meta.dtype,
-                    sl_init_zeros(), v->placement, empty ? &bcast : sbp);
-  memcpy(g->scope, saved, sizeof saved);
-  if (s.id >= 0) {
-    sl__gnode *n = g->nodes[sl__g_value(g, s.id)->producer];
-    n->trainable = false;
-    n->n.optimizer = true;
-  }
-  return s;
+  return sl__g_state_variable(g, name, empty ? &none : &v->meta.shape,
+                              v->meta.dtype, sl_init_zeros(), v->placement,
+                              empty ? &bcast : sbp);
 }
 
 /* The layout w's update runs in: w's own, or with ZeRO its shard: every

@@ -54,9 +54,10 @@ typedef struct fetch {
   void *logical; /* dst[0], or a copy of rank 0's shard without a plan */
   size_t bytes;
   bool of_variable; /* fetches a variable: taken after the update */
-  /* A partial value is reduced as the session reduces it (lower_fetch):
-   * the ranks at coordinate 0 of every broadcast mesh axis, in rank order,
-   * from the identity, whatever order the boxing planner's steps take. */
+  /* A partial value is reduced as the session reduces it
+   * (sl__nd_sbp_fetch_rank): the ranks at coordinate 0 of every broadcast mesh
+   * axis, in rank order, from the identity, whatever order the boxing planner's
+   * steps take. */
   bool partial;
   sl_reduce_op reduce;
 } fetch;
@@ -416,21 +417,15 @@ static sl_status check_replicas(sl__shard *x, const sl__node *n) {
 static void reduce_fetch(sl__shard *x, fetch *ft, int32_t v) {
   const sl__value *val = sl__graph_value(x->g, v);
   const shards *sh = &x->v[v];
-  int M = sl_placement_mesh_ndim(val->placement), nd = val->meta.shape.ndim;
+  int nd = val->meta.shape.ndim;
   sl__elem_fill_identity(val->meta.dtype, ft->reduce, ft->logical,
                          sl_shape_numel(&val->meta.shape));
   int64_t zero[SL_MAX_DIMS] = {0};
-  for (int r = 0; r < sh->n; r++) {
-    int coord[SL_MAX_MESH_AXES];
-    sl_placement_rank_coord(val->placement, r, coord);
-    bool keep = true;
-    for (int m = 0; m < M; m++)
-      keep = keep && (val->sbp.sbp[m].kind != SL_SBP_BROADCAST || !coord[m]);
-    if (keep)
+  for (int r = 0; r < sh->n; r++)
+    if (sl__nd_sbp_fetch_rank(val->placement, &val->sbp, r))
       sl__box_move(val->meta.dtype, nd, ft->logical, val->meta.shape.dims,
                    sh->slice[r].start, sh->buf[r], sh->slice[r].extent, zero,
                    sh->slice[r].extent, true, ft->reduce);
-  }
 }
 
 /* Takes the logical value of every fetch of a variable (of_variable) or of

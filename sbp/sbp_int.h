@@ -21,6 +21,12 @@ unsigned sl__nd_sbp_mask(const sl_nd_sbp *s, sl_sbp_kind kind);
 /* The reduce op of s's partial entries; false when it has none. */
 bool sl__nd_sbp_partial_op(const sl_nd_sbp *s, sl_reduce_op *op);
 
+/* Whether rank is one of those that assemble a value of layout s on p:
+ * coordinate 0 on every broadcast mesh axis. Together they hold every
+ * part once (a partial part once per member, to be reduced in rank
+ * order): the session's fetch and the reference executor's agree. */
+bool sl__nd_sbp_fetch_rank(const sl_placement *p, const sl_nd_sbp *s, int rank);
+
 /* The ranks whose mesh coordinates equal rank's on every axis not in
  * free_mask, enumerated row-major over the free axes (so the first one has
  * rank's coordinates with 0 on every free axis). out holds the product of

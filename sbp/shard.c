@@ -40,6 +40,15 @@ bool sl__nd_sbp_partial_op(const sl_nd_sbp *s, sl_reduce_op *op) {
   return false;
 }
 
+bool sl__nd_sbp_fetch_rank(const sl_placement *p, const sl_nd_sbp *s,
+                           int rank) {
+  int coord[SL_MAX_MESH_AXES];
+  sl_placement_rank_coord(p, rank, coord);
+  for (int m = 0; m < s->ndim; m++)
+    if (s->sbp[m].kind == SL_SBP_BROADCAST && coord[m] != 0) return false;
+  return true;
+}
+
 int sl__mesh_stride(const sl_placement *p, int axis) {
   int stride = 1;
   for (int k = sl_placement_mesh_ndim(p) - 1; k > axis; k--)
