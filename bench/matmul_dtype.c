@@ -1,19 +1,25 @@
 /* bench_matmul_dtype: mixed precision's matmul on the CPU (docs/api.md,
- * "Mixed precision"): the matmul op's kernel on one thread with f32, bf16
- * and f16 inputs (f32 products and output), GFLOP/s side by side in one
- * run, for square sizes and the three products of an MLP layer (batch
- * 256, 1024 -> 1024). 16-bit inputs are widened to f32 and multiplied by
- * the same sgemm: the linked OpenBLAS may have a bf16 gemm (sbgemm, when
- * built with BUILD_BFLOAT16), and the table says whether it does. A
- * shape's time is the best of at least 5 runs and 0.3 s.
+ * "Mixed precision"), one thread, GFLOP/s side by side in one run, for
+ * square sizes and the three products of an MLP layer (batch 256, 1024 ->
+ * 1024); f32 products and output throughout:
+ *   f32            the matmul op with f32 inputs (OpenBLAS sgemm);
+ *   bf16 widened   both operands widened to f32, then the same sgemm (what
+ *                  matmul does on CPUs without AVX512_BF16);
+ *   bf16 sluice    sluice's AVX512_BF16 gemm (kernels/cpu/bgemm_c.c);
+ *   bf16 OpenBLAS  OpenBLAS's cblas_sbgemm, where the loaded library has
+ *                  one (BUILD_BFLOAT16; point SLUICE_BLAS_LIBRARY at it);
+ *   f16            the matmul op with f16 inputs (widened).
+ * The line under the table says which bf16 gemm the matmul op runs. A
+ * cell's time is the best of at least 5 runs and 0.3 s.
  * Usage: bench_matmul_dtype (--help) */
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <sluice/graph.h>
 
+#include "cpu/blas.h"
+#include "cpu/kernel_util.h"
 #include "op.h"
 
 typedef struct shape {
@@ -30,7 +36,13 @@ static const shape shapes[] = {
     {"mlp dW 1024x1024x256 TN", 1024, 1024, 256, true, false},
 };
 
-static const sl_dtype dtypes[3] = {SL_DTYPE_F32, SL_DTYPE_BF16, SL_DTYPE_F16};
+typedef enum way {
+  F32_OP,
+  BF16_WIDENED,
+  BF16_SLUICE,
+  BF16_OPENBLAS,
+  F16_OP
+} way;
 
 /* Fills n elements of dtype dt with values in [-1, 1). */
 static void fill(void *p, sl_dtype dt, int64_t n, uint64_t seed) {
@@ -46,9 +58,72 @@ static void fill(void *p, sl_dtype dt, int64_t n, uint64_t seed) {
   }
 }
 
-/* GFLOP/s of the matmul kernel on shape s with inputs of dtype dt. */
-static double run(const shape *s, sl_dtype dt) {
-  const sl__op_def *op = sl__op_find("matmul");
+static void *alloc_or_die(size_t bytes) {
+  void *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+  if (!p) {
+    fprintf(stderr, "bench_matmul_dtype: out of memory\n");
+    exit(1);
+  }
+  return p;
+}
+
+static void check(sl_status st) {
+  if (st != SL_OK) {
+    fprintf(stderr, "bench_matmul_dtype: %s\n", sl_last_error());
+    exit(1);
+  }
+}
+
+/* One product of shape s the given way. */
+typedef struct run_ctx {
+  const shape *s;
+  way w;
+  sl__kernel_ctx *k; /* the op's, for F32_OP and F16_OP */
+  const void *a, *b;
+  float *c, *wa, *wb; /* wa, wb: widened operands */
+} run_ctx;
+
+static void once(const run_ctx *r) {
+  const shape *s = r->s;
+  int64_t lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
+  switch (r->w) {
+  case F32_OP:
+  case F16_OP: check(sl__op_run_cpu(sl__op_find("matmul"), r->k)); break;
+  case BF16_WIDENED:
+    sl__half_convert(NULL, SL_DTYPE_BF16, SL_DTYPE_F32, r->wa, r->a,
+                     s->m * s->k);
+    sl__half_convert(NULL, SL_DTYPE_BF16, SL_DTYPE_F32, r->wb, r->b,
+                     s->k * s->n);
+    check(sl__blas_sgemm(s->ta, s->tb, s->m, s->n, s->k, 1, r->wa, lda, r->wb,
+                         ldb, 0, r->c, s->n));
+    break;
+  case BF16_SLUICE:
+    check(sl__bgemm_c(s->ta, s->tb, s->m, s->n, s->k, 1, r->a, lda, r->b, ldb,
+                      0, r->c, s->n));
+    break;
+  case BF16_OPENBLAS:
+    check(sl__blas_bgemm(s->ta, s->tb, s->m, s->n, s->k, 1, r->a, lda, r->b,
+                         ldb, 0, r->c, s->n));
+    break;
+  }
+}
+
+/* GFLOP/s of shape s computed way w. */
+static double run(const shape *s, way w) {
+  sl_dtype dt = w == F32_OP   ? SL_DTYPE_F32
+                : w == F16_OP ? SL_DTYPE_F16
+                              : SL_DTYPE_BF16;
+  size_t es = sl_dtype_size(dt);
+  run_ctx r = {.s = s, .w = w};
+  void *a = alloc_or_die((size_t)(s->m * s->k) * es);
+  void *b = alloc_or_die((size_t)(s->k * s->n) * es);
+  r.a = a;
+  r.b = b;
+  r.c = alloc_or_die((size_t)(s->m * s->n) * sizeof(float));
+  r.wa = alloc_or_die((size_t)(s->m * s->k) * sizeof(float));
+  r.wb = alloc_or_die((size_t)(s->k * s->n) * sizeof(float));
+  fill(a, dt, s->m * s->k, 1);
+  fill(b, dt, s->k * s->n, 2);
   sl__kernel_ctx k;
   memset(&k, 0, sizeof k);
   sl__attrs at = {0};
@@ -62,63 +137,71 @@ static double run(const shape *s, sl_dtype dt) {
   k.in_meta[1].shape = s->tb ? SL_SHAPE(s->n, s->k) : SL_SHAPE(s->k, s->n);
   k.out_meta[0].dtype = SL_DTYPE_F32;
   k.out_meta[0].shape = SL_SHAPE(s->m, s->n);
-  size_t es = sl_dtype_size(dt);
-  void *a = aligned_alloc(64, ((size_t)(s->m * s->k) * es + 63) & ~63ul);
-  void *b = aligned_alloc(64, ((size_t)(s->k * s->n) * es + 63) & ~63ul);
-  float *c = aligned_alloc(64, ((size_t)(s->m * s->n) * 4 + 63) & ~63ul);
-  if (!a || !b || !c) {
-    fprintf(stderr, "bench_matmul_dtype: out of memory\n");
-    exit(1);
-  }
-  fill(a, dt, s->m * s->k, 1);
-  fill(b, dt, s->k * s->n, 2);
   k.in[0] = a;
   k.in[1] = b;
-  k.out[0] = c;
+  k.out[0] = r.c;
+  r.k = &k;
   double best = 1e30, total = 0;
-  for (int r = 0; r < 5 || total < 0.3; r++) {
+  for (int i = 0; i < 5 || total < 0.3; i++) {
     uint64_t t0 = sl__now_ns();
-    if (sl__op_run_cpu(op, &k) != SL_OK) {
-      fprintf(stderr, "bench_matmul_dtype: %s\n", sl_last_error());
-      exit(1);
-    }
+    once(&r);
     double t = (double)(sl__now_ns() - t0) / 1e9;
     total += t;
     if (t < best) best = t;
   }
-  free(a);
-  free(b);
-  free(c);
+  free(a), free(b), free(r.c), free(r.wa), free(r.wb);
   return 2.0 * (double)s->m * (double)s->n * (double)s->k / best / 1e9;
+}
+
+static void cell(double v, bool have) {
+  if (have)
+    printf(" %.1f |", v);
+  else
+    printf(" - |");
 }
 
 int main(int argc, char **argv) {
   if (argc > 1) {
     FILE *f = strcmp(argv[1], "--help") == 0 ? stdout : stderr;
-    fprintf(f, "usage: bench_matmul_dtype\nThe CPU matmul kernel on one "
-               "thread with f32, bf16 and f16 inputs (f32\nproducts and "
-               "output): GFLOP/s in one table (bench/README.md).\n");
+    fprintf(f, "usage: bench_matmul_dtype\nThe CPU matmul on one thread: f32, "
+               "bf16 widened for sgemm, sluice's bf16\ngemm, OpenBLAS's "
+               "cblas_sbgemm (when the loaded OpenBLAS has one; set\n"
+               "SLUICE_BLAS_LIBRARY to choose the library) and f16, GFLOP/s in "
+               "one table\n(bench/README.md).\n");
     return f == stdout ? 0 : 2;
   }
-  printf("matmul kernel, one thread, GFLOP/s (inputs f32, bf16, f16; f32 "
-         "products and output)\n");
-  printf("| shape | f32 | bf16 | bf16 / f32 | f16 | f16 / f32 |\n"
-         "|---|---|---|---|---|---|\n");
+  (void)sl__blas_load();
+  const char *chosen = sl__blas_bgemm_name();
+  bool sluice = sl__bgemm_c_usable();
+  bool openblas = chosen && strcmp(chosen, "openblas sbgemm") == 0;
+  printf("matmul, one thread, GFLOP/s (f32 products and output)\n");
+  printf("| shape | f32 | bf16 widened | bf16 sluice | bf16 OpenBLAS | "
+         "sluice / OpenBLAS | best bf16 / f32 | f16 |\n"
+         "|---|---|---|---|---|---|---|---|\n");
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-    double g[3];
-    for (int d = 0; d < 3; d++)
-      g[d] = run(&shapes[i], dtypes[d]);
-    printf("| %s | %.1f | %.1f | %.3f | %.1f | %.3f |\n", shapes[i].label, g[0],
-           g[1], g[1] / g[0], g[2], g[2] / g[0]);
+    const shape *s = &shapes[i];
+    double f32 = run(s, F32_OP), wid = run(s, BF16_WIDENED);
+    double own = sluice ? run(s, BF16_SLUICE) : 0;
+    double ob = openblas ? run(s, BF16_OPENBLAS) : 0;
+    double f16 = run(s, F16_OP);
+    double best = SL_MAX(wid, SL_MAX(own, ob));
+    printf("| %s | %.1f | %.1f |", s->label, f32, wid);
+    cell(own, sluice);
+    cell(ob, openblas);
+    if (sluice && openblas)
+      printf(" %.3f |", own / ob);
+    else
+      printf(" - |");
+    printf(" %.3f | %.1f |\n", best / f32, f16);
   }
-  /* Whether the OpenBLAS the kernel loaded has a bf16 gemm (asked after
-   * the runs: loading it first would take the choice of its kernels from
-   * sluice). */
-  void *ob = dlopen("libopenblas.so.0", RTLD_LAZY | RTLD_NOLOAD);
-  printf("\nOpenBLAS %s cblas_sbgemm: 16-bit inputs are widened to f32 and "
-         "multiplied by sgemm.\n",
-         !ob                         ? "(not loaded) has no"
-         : dlsym(ob, "cblas_sbgemm") ? "has"
-                                     : "has no");
+  printf("\nBLAS: %s\nbf16 matmul runs: %s\n", sl__blas_describe(),
+         chosen ? chosen
+                : "bf16 widened (no AVX512_BF16 on this CPU, or "
+                  "SLUICE_BGEMM=off)");
+  if (!openblas)
+    printf("OpenBLAS bf16 column empty: the loaded library %s.\n",
+           sl__blas_coretype() ? "exports no cblas_sbgemm, or runs a kernel "
+                                 "set without vdpbf16ps"
+                               : "is not OpenBLAS");
   return 0;
 }

@@ -29,6 +29,11 @@ typedef void (*cblas_sgemm_fn)(int order, int trans_a, int trans_b, int m,
                                int n, int k, float alpha, const float *a,
                                int lda, const float *b, int ldb, float beta,
                                float *c, int ldc);
+/* OpenBLAS's bf16 gemm (built with BUILD_BFLOAT16): bf16 bits in, f32 out. */
+typedef void (*cblas_sbgemm_fn)(int order, int trans_a, int trans_b, int m,
+                                int n, int k, float alpha, const uint16_t *a,
+                                int lda, const uint16_t *b, int ldb, float beta,
+                                float *c, int ldc);
 
 /* Tried in order when SLUICE_BLAS_LIBRARY is not set. The first is
  * whichever variant the system's alternatives point at; then Debian's
@@ -47,6 +52,7 @@ static const char *const default_libraries[] = {
 static struct {
   void *handle;
   cblas_sgemm_fn sgemm;
+  cblas_sbgemm_fn sbgemm; /* NULL when the library has none */
   void (*set_threads)(int);
   char *(*get_corename)(void);
   char *(*get_config)(void);
@@ -97,6 +103,7 @@ static bool resolve(void *handle, const char *libname) {
   g.handle = handle;
   g.sgemm = sgemm;
   g.set_threads = set_threads;
+  g.sbgemm = (cblas_sbgemm_fn)dlsym(handle, "cblas_sbgemm");
   /* Optional: only for reporting. */
   g.get_corename = (char *(*)(void))dlsym(handle, "openblas_get_corename");
   g.get_config = (char *(*)(void))dlsym(handle, "openblas_get_config");
@@ -181,6 +188,12 @@ static void finish_openblas(const char *how, const char *asked, bool ours) {
   g.name = "openblas";
 }
 
+/* The instruction sets behind sl__blas_coretype_choose's answer. */
+static const char *isa_name(const sl__cpu_features *f) {
+  if (f->avx512_bf16) return "AVX-512 F/BW/DQ/VL and BF16";
+  return f->avx512 ? "AVX-512 F/BW/DQ/VL" : "AVX2+FMA";
+}
+
 static void blas_init(void) {
   const char *const *names = default_libraries;
   size_t count = SL_ARRAY_LEN(default_libraries);
@@ -236,10 +249,9 @@ static void blas_init(void) {
       snprintf(how, sizeof how,
                "chosen by sluice from cpuid (%s) over the narrower "
                "OPENBLAS_CORETYPE=%s; SLUICE_BLAS_CORETYPE=auto-off keeps it",
-               f->avx512 ? "AVX-512 F/BW/DQ/VL" : "AVX2+FMA", user_core);
+               isa_name(f), user_core);
     else
-      snprintf(how, sizeof how, "chosen by sluice from cpuid: %s",
-               f->avx512 ? "AVX-512 F/BW/DQ/VL" : "AVX2+FMA");
+      snprintf(how, sizeof how, "chosen by sluice from cpuid: %s", isa_name(f));
   } else {
     asked = user_core;
     snprintf(how, sizeof how, "%s: no choice from cpuid",
@@ -392,13 +404,13 @@ sl_status sl__blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n,
                                 ldb, beta, c, ldc, INT64_MAX);
 }
 
-/* One member's columns or rows of a team sgemm. */
+/* One member's columns or rows of a team sgemm or bgemm. */
 typedef struct team_gemm {
-  bool ta, tb, by_rows;
+  bool ta, tb, by_rows, bf16; /* bf16: A and B are bf16 (bgemm) */
   int64_t m, n, k, lda, ldb, ldc;
   int64_t blocks; /* of TEAM_GEMM_BLOCK rows or columns */
   float alpha, beta;
-  const float *a, *b;
+  const void *a, *b;
   float *c;
   _Atomic sl_status st; /* the first failure */
 } team_gemm;
@@ -416,32 +428,43 @@ static void team_gemm_part(void *arg, int64_t begin, int64_t end, int part) {
   int64_t lo = begin * TEAM_GEMM_BLOCK;
   int64_t side = tg->by_rows ? tg->m : tg->n;
   int64_t hi = end == tg->blocks ? side : end * TEAM_GEMM_BLOCK;
-  const float *a = tg->a, *b = tg->b;
+  size_t es = tg->bf16 ? sizeof(uint16_t) : sizeof(float);
+  const char *a = tg->a, *b = tg->b;
   float *c = tg->c;
   int64_t m = tg->m, n = tg->n;
   if (tg->by_rows) {
-    a += tg->ta ? lo : lo * tg->lda;
+    a += (size_t)(tg->ta ? lo : lo * tg->lda) * es;
     c += lo * tg->ldc;
     m = hi - lo;
   } else {
-    b += tg->tb ? lo * tg->ldb : lo;
+    b += (size_t)(tg->tb ? lo * tg->ldb : lo) * es;
     c += lo;
     n = hi - lo;
   }
-  sl_status st = sl__blas_sgemm(tg->ta, tg->tb, m, n, tg->k, tg->alpha, a,
-                                tg->lda, b, tg->ldb, tg->beta, c, tg->ldc);
+  sl_status st =
+      tg->bf16
+          ? sl__blas_bgemm(tg->ta, tg->tb, m, n, tg->k, tg->alpha,
+                           (const uint16_t *)a, tg->lda, (const uint16_t *)b,
+                           tg->ldb, tg->beta, c, tg->ldc)
+          : sl__blas_sgemm(tg->ta, tg->tb, m, n, tg->k, tg->alpha,
+                           (const float *)a, tg->lda, (const float *)b, tg->ldb,
+                           tg->beta, c, tg->ldc);
   sl_status ok = SL_OK;
   if (st != SL_OK) atomic_compare_exchange_strong(&tg->st, &ok, st);
 }
 
-sl_status sl__blas_sgemm_team(sl__team *team, bool trans_a, bool trans_b,
-                              int64_t m, int64_t n, int64_t k, float alpha,
-                              const float *a, int64_t lda, const float *b,
-                              int64_t ldb, float beta, float *c, int64_t ldc) {
+/* A team product of either kind: cut when worth the threads. */
+static sl_status team_gemm_run(sl__team *team, bool bf16, bool trans_a,
+                               bool trans_b, int64_t m, int64_t n, int64_t k,
+                               float alpha, const void *a, int64_t lda,
+                               const void *b, int64_t ldb, float beta, float *c,
+                               int64_t ldc) {
   double fmas = (double)m * (double)n * (double)k;
   if (sl__team_size(team) == 1 || fmas < 2.0 * SL__BLAS_TEAM_MIN_FMAS)
-    return sl__blas_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
-                          beta, c, ldc);
+    return bf16 ? sl__blas_bgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b,
+                                 ldb, beta, c, ldc)
+                : sl__blas_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b,
+                                 ldb, beta, c, ldc);
   SL_CHECK(sl__sgemm_check(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc));
   /* Cutting m shares out A and has every member pack all of B; cutting n
    * the reverse: cut the longer side, so that the shared operand is the
@@ -451,6 +474,7 @@ sl_status sl__blas_sgemm_team(sl__team *team, bool trans_a, bool trans_b,
   team_gemm tg = {.ta = trans_a,
                   .tb = trans_b,
                   .by_rows = m >= n,
+                  .bf16 = bf16,
                   .m = m,
                   .n = n,
                   .k = k,
@@ -469,11 +493,94 @@ sl_status sl__blas_sgemm_team(sl__team *team, bool trans_a, bool trans_b,
   sl__team_for(team, blocks, grain, team_gemm_part, &tg);
   sl_status st = atomic_load(&tg.st);
   if (st != SL_OK)
-    return sl__fail(st,
-                    "sgemm on %d threads: the C sgemm of a part could "
-                    "not allocate its packing buffers",
-                    sl__team_size(team));
+    return sl__fail(st, "%s on %d threads: a part failed: %s",
+                    bf16 ? "bgemm" : "sgemm", sl__team_size(team),
+                    st == SL_ENOMEM ? "out of memory for packing buffers"
+                                    : sl_status_str(st));
   return SL_OK;
+}
+
+sl_status sl__blas_sgemm_team(sl__team *team, bool trans_a, bool trans_b,
+                              int64_t m, int64_t n, int64_t k, float alpha,
+                              const float *a, int64_t lda, const float *b,
+                              int64_t ldb, float beta, float *c, int64_t ldc) {
+  return team_gemm_run(team, false, trans_a, trans_b, m, n, k, alpha, a, lda, b,
+                       ldb, beta, c, ldc);
+}
+
+sl_status sl__blas_bgemm_team(sl__team *team, bool trans_a, bool trans_b,
+                              int64_t m, int64_t n, int64_t k, float alpha,
+                              const uint16_t *a, int64_t lda, const uint16_t *b,
+                              int64_t ldb, float beta, float *c, int64_t ldc) {
+  return team_gemm_run(team, true, trans_a, trans_b, m, n, k, alpha, a, lda, b,
+                       ldb, beta, c, ldc);
+}
+
+/* ---- bf16 gemm ---------------------------------------------------------- */
+
+/* OpenBLAS kernel sets whose sbgemm runs vdpbf16ps; any other set's is
+ * generic C, slower than widening for sgemm. */
+static bool coretype_has_bf16(const char *core) {
+  return strcasecmp(core, "Cooperlake") == 0 ||
+         strcasecmp(core, "SapphireRapids") == 0;
+}
+
+static const char *g_bgemm;   /* sl__blas_bgemm_name's answer */
+static bool g_bgemm_openblas; /* it is OpenBLAS's cblas_sbgemm */
+static pthread_once_t g_bgemm_once = PTHREAD_ONCE_INIT;
+
+/* sluice's own by default: as fast as OpenBLAS's (bench_matmul_dtype), and
+ * each element's sum is the same whatever m and n are, so a product cut
+ * over a team or split over devices gives the uncut product's bits;
+ * OpenBLAS's sbgemm takes another kernel for small products, whose k
+ * blocking differs. SLUICE_BGEMM=openblas asks for OpenBLAS's, off for
+ * widening. */
+static void bgemm_init(void) {
+  pthread_once(&g_once, blas_init);
+  const char *want = env_nonempty("SLUICE_BGEMM");
+  if (want && strcmp(want, "off") != 0 && strcmp(want, "sluice") != 0 &&
+      strcmp(want, "openblas") != 0) {
+    SL_WARN("SLUICE_BGEMM=%s: want sluice, openblas or off; using sluice's",
+            want);
+    want = NULL;
+  }
+  if (want && strcmp(want, "off") == 0) return;
+  if (!sl__bgemm_c_usable()) return;
+  if (want && strcmp(want, "openblas") == 0) {
+    g_bgemm_openblas = g.sbgemm && coretype_has_bf16(g.coretype);
+    if (!g_bgemm_openblas)
+      SL_WARN("SLUICE_BGEMM=openblas: %s; using sluice's bf16 gemm",
+              !g.sbgemm ? "the loaded BLAS exports no cblas_sbgemm"
+                        : "its kernel set has no vdpbf16ps sbgemm");
+  }
+  g_bgemm = g_bgemm_openblas ? "openblas sbgemm" : "sluice avx512bf16";
+}
+
+const char *sl__blas_bgemm_name(void) {
+  pthread_once(&g_bgemm_once, bgemm_init);
+  return g_bgemm;
+}
+
+sl_status sl__blas_bgemm(bool trans_a, bool trans_b, int64_t m, int64_t n,
+                         int64_t k, float alpha, const uint16_t *a, int64_t lda,
+                         const uint16_t *b, int64_t ldb, float beta, float *c,
+                         int64_t ldc) {
+  SL_CHECK(sl__sgemm_check(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc));
+  if (!sl__blas_bgemm_name())
+    return sl__fail(SL_EUNSUPPORTED, "bgemm: no bf16 gemm on this CPU (no "
+                                     "AVX512_BF16, or SLUICE_BGEMM=off)");
+  /* cblas takes int sizes; larger products take sluice's kernel, which
+   * this CPU can run whenever a bf16 gemm was chosen at all. */
+  bool fits = m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX &&
+              ldb <= INT_MAX && ldc <= INT_MAX;
+  if (g_bgemm_openblas && fits && m > 0 && n > 0 && k > 0 && alpha != 0.0f) {
+    g.sbgemm(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS,
+             trans_b ? CBLAS_TRANS : CBLAS_NO_TRANS, (int)m, (int)n, (int)k,
+             alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+    return SL_OK;
+  }
+  return sl__bgemm_c(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                     ldc);
 }
 
 const char *sl_build_blas(void) {

@@ -20,6 +20,7 @@ typedef struct sl__cpuid_regs {
   uint32_t vendor[3]; /* leaf 0 EBX, EDX, ECX: "GenuineIntel" in that order */
   uint32_t l1_ecx;    /* leaf 1 ECX */
   uint32_t l7_ebx;    /* leaf 7 subleaf 0 EBX */
+  uint32_t l7s1_eax;  /* leaf 7 subleaf 1 EAX */
   uint64_t xcr0;      /* XGETBV(0): the register state the OS saves */
 } sl__cpuid_regs;
 
@@ -37,6 +38,7 @@ typedef struct sl__cpu_features {
   bool fma;    /* FMA3, usable (needs AVX state) */
   bool avx2;   /* AVX2, usable */
   bool avx512; /* AVX-512 F, BW, DQ and VL with opmask/ZMM state enabled */
+  bool avx512_bf16; /* and AVX512_BF16 (vdpbf16ps: bf16 pair dot products) */
 } sl__cpu_features;
 
 /* Pure: decodes raw cpuid words into usable features. */
@@ -162,13 +164,49 @@ sl_status sl__sgemm_c_with(const sl__sgemm_kernel *kern, bool trans_a,
                            const float *b, int64_t ldb, float beta, float *c,
                            int64_t ldc);
 
-/* Checks sgemm arguments; SL_EINVAL with a message naming the bad one. */
+/* Checks gemm arguments (sgemm's and bgemm's: only NULL-ness of the
+ * matrices is read); SL_EINVAL with a message naming the bad one. */
 sl_status sl__sgemm_check(bool trans_a, bool trans_b, int64_t m, int64_t n,
-                          int64_t k, const float *a, int64_t lda,
-                          const float *b, int64_t ldb, const float *c,
-                          int64_t ldc);
+                          int64_t k, const void *a, int64_t lda, const void *b,
+                          int64_t ldb, const void *c, int64_t ldc);
 
 /* C = beta * C over m x n (C not read when beta == 0). */
 void sl__sgemm_scale_c(int64_t m, int64_t n, float beta, float *c, int64_t ldc);
+
+/* ---- bf16 gemm -------------------------------------------------------- */
+
+/* C = alpha * op(A) * op(B) + beta * C with A and B bf16 (their bits, as
+ * uint16_t), C f32, products summed in f32: sl__blas_sgemm's contract
+ * otherwise. Used by matmul for bf16 inputs only where this CPU has
+ * AVX512_BF16 (sl__blas_bgemm_name says which gemm runs); elsewhere bf16
+ * is widened to f32 for sgemm, which is faster than any bf16 gemm without
+ * the instruction. vdpbf16ps treats bf16 subnormal inputs and f32
+ * subnormal results as zero, so results may differ from the widened
+ * product in the last bits and below FLT_MIN. SL_EUNSUPPORTED without a
+ * bf16 gemm. */
+sl_status sl__blas_bgemm(bool trans_a, bool trans_b, int64_t m, int64_t n,
+                         int64_t k, float alpha, const uint16_t *a, int64_t lda,
+                         const uint16_t *b, int64_t ldb, float beta, float *c,
+                         int64_t ldc);
+
+/* The same cut over a team, as sl__blas_sgemm_team. */
+sl_status sl__blas_bgemm_team(sl__team *team, bool trans_a, bool trans_b,
+                              int64_t m, int64_t n, int64_t k, float alpha,
+                              const uint16_t *a, int64_t lda, const uint16_t *b,
+                              int64_t ldb, float beta, float *c, int64_t ldc);
+
+/* Which bf16 gemm sl__blas_bgemm runs: "sluice avx512bf16" (sl__bgemm_c),
+ * "openblas sbgemm" (SLUICE_BGEMM=openblas, and the loaded OpenBLAS
+ * exports cblas_sbgemm with a vdpbf16ps kernel set), or NULL where this
+ * CPU has no AVX512_BF16 or SLUICE_BGEMM=off. */
+const char *sl__blas_bgemm_name(void);
+
+/* sluice's own bf16 gemm (bgemm_c.c); SL_EUNSUPPORTED unless
+ * sl__bgemm_c_usable(). */
+bool sl__bgemm_c_usable(void);
+sl_status sl__bgemm_c(bool trans_a, bool trans_b, int64_t m, int64_t n,
+                      int64_t k, float alpha, const uint16_t *a, int64_t lda,
+                      const uint16_t *b, int64_t ldb, float beta, float *c,
+                      int64_t ldc);
 
 #endif

@@ -17,6 +17,7 @@ enum {
   L7_EBX_AVX512DQ = 1u << 17,
   L7_EBX_AVX512BW = 1u << 30,
   L7_EBX_AVX512VL = 1u << 31,
+  L7S1_EAX_AVX512_BF16 = 1u << 5,
 };
 #define XCR0_SSE_AVX 0x6ull /* XMM and upper-YMM state */
 #define XCR0_AVX512 0xe0ull /* opmask, ZMM_Hi256, Hi16_ZMM state */
@@ -49,6 +50,7 @@ void sl__cpu_features_decode(const sl__cpuid_regs *r, sl__cpu_features *out) {
   uint32_t need =
       L7_EBX_AVX512F | L7_EBX_AVX512DQ | L7_EBX_AVX512BW | L7_EBX_AVX512VL;
   out->avx512 = os_avx512 && out->avx2 && out->fma && (b & need) == need;
+  out->avx512_bf16 = out->avx512 && (r->l7s1_eax & L7S1_EAX_AVX512_BF16);
 }
 
 /* OpenBLAS 0.3.21 (Debian 12) does not know newer CPUs, e.g. AMD family 1Ah
@@ -58,8 +60,11 @@ void sl__cpu_features_decode(const sl__cpuid_regs *r, sl__cpu_features *out) {
  * DQ and VL, which every AVX-512 CPU since Skylake-SP has. Below that,
  * HASWELL (Intel) and ZEN (AMD: the same kernels, AMD cache parameters)
  * keep an unknown AVX2 CPU off the SSE fallbacks. Anything else: OpenBLAS
- * knows better than a feature list. */
+ * knows better than a feature list. With AVX512_BF16, COOPERLAKE: the same
+ * sgemm kernels as SKYLAKEX, and the only sets (with SAPPHIRERAPIDS, which
+ * 0.3.21 lacks) whose sbgemm runs vdpbf16ps rather than generic C. */
 const char *sl__blas_coretype_choose(const sl__cpu_features *f) {
+  if (f->avx512_bf16) return "COOPERLAKE";
   if (f->avx512) return "SKYLAKEX";
   if (f->avx2 && f->fma) {
     if (f->vendor == SL__CPU_VENDOR_INTEL) return "HASWELL";

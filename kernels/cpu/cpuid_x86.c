@@ -24,6 +24,11 @@ void sl__cpuid_read(sl__cpuid_regs *out) {
     out->l1_ecx = c;
     if (c & (1u << 27)) out->xcr0 = xgetbv0();
   }
-  if (out->max_leaf >= 7 && __get_cpuid_count(7, 0, &a, &b, &c, &d))
+  if (out->max_leaf >= 7 && __get_cpuid_count(7, 0, &a, &b, &c, &d)) {
     out->l7_ebx = b;
+    /* Leaf 7 EAX is the highest subleaf: subleaf 1 exists when it is >= 1. */
+    unsigned max_sub = a;
+    if (max_sub >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d))
+      out->l7s1_eax = a;
+  }
 }

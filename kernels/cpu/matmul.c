@@ -2,8 +2,9 @@
  * kernels. Every product is one sl__blas_sgemm call per matrix pair, reading
  * f32 shards where they lie (transposes are sgemm flags, never copies).
  * Inputs may also be bf16 or f16 (storage only: mixed precision, docs/
- * api.md): those shards are widened to f32 in the workspace first, exactly,
- * and the products accumulate in f32.
+ * api.md), products accumulating in f32: two bf16 shards go to the bf16
+ * gemm where the CPU has one (cpu/blas.h, AVX512_BF16); otherwise 16-bit
+ * shards are widened to f32 in the workspace first, exactly, for sgemm.
  *
  * matmul(a, b; trans_a, trans_b, contract = c, 1 when absent): the c
  *   contraction axes k... of a and of b, in the same order and extents,
@@ -51,6 +52,12 @@ static sl_status want_float_pair(const sl__meta *in) {
   return SL_OK;
 }
 
+/* Two bf16 inputs that the bf16 gemm multiplies as they are. */
+static bool bgemm_inputs(const sl__kernel_ctx *k) {
+  return k->in_meta[0].dtype == SL_DTYPE_BF16 &&
+         k->in_meta[1].dtype == SL_DTYPE_BF16 && sl__blas_bgemm_name();
+}
+
 /* Workspace bytes: an f32 copy of each 16-bit input shard, 64-byte
  * aligned. */
 static size_t widen_bytes(const sl__meta *m) {
@@ -59,6 +66,7 @@ static size_t widen_bytes(const sl__meta *m) {
 }
 
 static size_t mm_workspace(const sl__kernel_ctx *k) {
+  if (bgemm_inputs(k)) return 0;
   return widen_bytes(&k->in_meta[0]) + widen_bytes(&k->in_meta[1]);
 }
 
@@ -158,6 +166,9 @@ static sl_status matmul_cpu(const sl__kernel_ctx *k) {
     memset(c, 0, (size_t)(m * n) * sizeof *c);
     return SL_OK;
   }
+  if (bgemm_inputs(k))
+    return sl__blas_bgemm_team(k->team, ta, tb, m, n, kk, 1.0f, k->in[0],
+                               ta ? m : kk, k->in[1], tb ? kk : n, 0.0f, c, n);
   const float *ab[2];
   SL_CHECK(mm_operands(k, ab));
   return sl__blas_sgemm_team(k->team, ta, tb, m, n, kk, 1.0f, ab[0],
@@ -263,25 +274,36 @@ static int bmm_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
   return column_and_partial_sigs(&d, na, sigs, n, max);
 }
 
-/* Products [b, e) of a batch, on one member of the device's team. */
+/* Products [b, e) of a batch, on one member of the device's team: bf16
+ * operands for the bf16 gemm, else f32 ones. */
 typedef struct bmm_run {
-  bool ta, tb;
+  bool ta, tb, bf16;
   const mm_dims *d;
-  const float *a, *b;
+  const void *a, *b;
   float *c;
   _Atomic sl_status st; /* the first failure */
 } bmm_run;
 
+/* Product i of the batch, on the calling thread or cut over a team. */
+static sl_status bmm_one(sl__team *team, const bmm_run *r, int64_t i) {
+  const mm_dims *d = r->d;
+  int64_t sa = d->m * d->k, sb = d->k * d->n, sc = d->m * d->n;
+  int64_t lda = r->ta ? d->m : d->k, ldb = r->tb ? d->k : d->n;
+  if (r->bf16)
+    return sl__blas_bgemm_team(team, r->ta, r->tb, d->m, d->n, d->k, 1.0f,
+                               (const uint16_t *)r->a + i * sa, lda,
+                               (const uint16_t *)r->b + i * sb, ldb, 0.0f,
+                               r->c + i * sc, d->n);
+  return sl__blas_sgemm_team(
+      team, r->ta, r->tb, d->m, d->n, d->k, 1.0f, (const float *)r->a + i * sa,
+      lda, (const float *)r->b + i * sb, ldb, 0.0f, r->c + i * sc, d->n);
+}
+
 static void bmm_part(void *arg, int64_t b, int64_t e, int part) {
   (void)part;
   bmm_run *r = arg;
-  const mm_dims *d = r->d;
-  int64_t sa = d->m * d->k, sb = d->k * d->n, sc = d->m * d->n;
   for (int64_t i = b; i < e; i++) {
-    sl_status st =
-        sl__blas_sgemm(r->ta, r->tb, d->m, d->n, d->k, 1.0f, r->a + i * sa,
-                       r->ta ? d->m : d->k, r->b + i * sb, r->tb ? d->k : d->n,
-                       0.0f, r->c + i * sc, d->n);
+    sl_status st = bmm_one(NULL, r, i);
     sl_status ok = SL_OK;
     if (st != SL_OK) atomic_compare_exchange_strong(&r->st, &ok, st);
   }
@@ -293,31 +315,37 @@ static sl_status bmm_cpu(const sl__kernel_ctx *k) {
   mm_dims d = {0};
   SL_CHECK(bmm_dims(ta, tb, &k->in_meta[0].shape, &k->in_meta[1].shape, &d));
   float *c = k->out[0];
-  int64_t sa = d.m * d.k, sb = d.k * d.n, sc = d.m * d.n;
+  int64_t sc = d.m * d.n;
   if (d.batch == 0 || sc == 0) return SL_OK;
   if (d.k == 0) {
     memset(c, 0, (size_t)(d.batch * sc) * sizeof *c);
     return SL_OK;
   }
-  const float *ab[2];
-  SL_CHECK(mm_operands(k, ab));
-  const float *a = ab[0], *b = ab[1];
+  bmm_run r = {.ta = ta, .tb = tb, .d = &d, .c = c, .st = SL_OK};
+  if (bgemm_inputs(k)) {
+    r.bf16 = true;
+    r.a = k->in[0];
+    r.b = k->in[1];
+  } else {
+    const float *ab[2];
+    SL_CHECK(mm_operands(k, ab));
+    r.a = ab[0];
+    r.b = ab[1];
+  }
   /* Fewer products than threads: each is cut over the team. */
   if (d.batch < sl__team_size(k->team)) {
     for (int64_t i = 0; i < d.batch; i++)
-      SL_CHECK(sl__blas_sgemm_team(k->team, ta, tb, d.m, d.n, d.k, 1.0f,
-                                   a + i * sa, ta ? d.m : d.k, b + i * sb,
-                                   tb ? d.k : d.n, 0.0f, c + i * sc, d.n));
+      SL_CHECK(bmm_one(k->team, &r, i));
     return SL_OK;
   }
-  bmm_run r = {ta, tb, &d, a, b, c, SL_OK};
   double fmas = (double)d.m * (double)d.n * (double)d.k;
   sl__team_for(k->team, d.batch, (int64_t)(SL__BLAS_TEAM_MIN_FMAS / fmas) + 1,
                bmm_part, &r);
   sl_status st = atomic_load(&r.st);
   if (st != SL_OK)
-    return sl__fail(st, "batch_matmul: the C sgemm could not allocate its "
-                        "packing buffers");
+    return sl__fail(st, "batch_matmul: a product on a team thread failed: %s",
+                    st == SL_ENOMEM ? "out of memory for packing buffers"
+                                    : sl_status_str(st));
   return SL_OK;
 }
 

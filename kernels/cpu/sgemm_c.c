@@ -54,7 +54,7 @@ static bool extent_fits(int64_t rows, int64_t cols, int64_t ld) {
          last <= INT64_MAX / (int64_t)sizeof(float) - cols;
 }
 
-static sl_status check_matrix(const char *name, const float *p, int64_t rows,
+static sl_status check_matrix(const char *name, const void *p, int64_t rows,
                               int64_t cols, int64_t ld, bool used) {
   int64_t min_ld = cols > 1 ? cols : 1;
   if (ld < min_ld)
@@ -71,9 +71,8 @@ static sl_status check_matrix(const char *name, const float *p, int64_t rows,
 }
 
 sl_status sl__sgemm_check(bool trans_a, bool trans_b, int64_t m, int64_t n,
-                          int64_t k, const float *a, int64_t lda,
-                          const float *b, int64_t ldb, const float *c,
-                          int64_t ldc) {
+                          int64_t k, const void *a, int64_t lda, const void *b,
+                          int64_t ldb, const void *c, int64_t ldc) {
   if (m < 0 || n < 0 || k < 0)
     return sl__fail(SL_EINVAL, "sgemm: negative size m=%lld n=%lld k=%lld",
                     (long long)m, (long long)n, (long long)k);

@@ -26,6 +26,8 @@
 #define XCR0_AVX 0x7ull     /* x87, SSE, AVX */
 #define XCR0_AVX512 0xe7ull /* + opmask, ZMM_Hi256, Hi16_ZMM */
 
+#define AVX512_BF16 (1u << 5) /* leaf 7 subleaf 1 EAX */
+
 static sl__cpuid_regs cpu(const char *vendor, uint32_t max_leaf,
                           uint32_t l1_ecx, uint32_t l7_ebx, uint64_t xcr0) {
   sl__cpuid_regs r;
@@ -67,6 +69,22 @@ static void test_avx512_machines(void **state) {
   /* A vendor sluice does not name, with AVX-512: the features decide. */
   assert_choice(choose(cpu("HygonGenuine", 0x10, OSXSAVE | AVX | FMA,
                            AVX2 | AVX512_ALL, XCR0_AVX512), &f), "SKYLAKEX");
+  assert_false(f.avx512_bf16);
+}
+
+/* AVX512_BF16 (Cooper Lake, Sapphire Rapids, Zen 4 and 5): COOPERLAKE,
+ * whose sbgemm runs vdpbf16ps; it needs the rest of AVX-512 usable. */
+static void test_avx512_bf16(void **state) {
+  sl__cpu_features f;
+  sl__cpuid_regs r = cpu("AuthenticAMD", 0x10, OSXSAVE | AVX | FMA,
+                         AVX2 | AVX512_ALL, XCR0_AVX512);
+  r.l7s1_eax = AVX512_BF16;
+  assert_choice(choose(r, &f), "COOPERLAKE");
+  assert_true(f.avx512 && f.avx512_bf16);
+  /* ZMM state off: neither. */
+  r.xcr0 = XCR0_AVX;
+  assert_choice(choose(r, &f), "ZEN");
+  assert_false(f.avx512 || f.avx512_bf16);
 }
 
 static void test_avx512_not_usable(void **state) {
@@ -152,9 +170,15 @@ static void test_coretype_rank(void **state) {
   assert_int_equal(sl__blas_coretype_rank("Prescott"), 1);
   assert_int_equal(sl__blas_coretype_rank(NULL), 0);
   /* Every choice sluice makes ranks as what it is. */
-  sl__cpu_features f = {SL__CPU_VENDOR_AMD, true, true, true, true};
+  sl__cpu_features f = {.vendor = SL__CPU_VENDOR_AMD,
+                        .avx = true,
+                        .fma = true,
+                        .avx2 = true,
+                        .avx512 = true};
   assert_int_equal(sl__blas_coretype_rank(sl__blas_coretype_choose(&f)), 3);
-  f.avx512 = false;
+  f.avx512_bf16 = true;
+  assert_int_equal(sl__blas_coretype_rank(sl__blas_coretype_choose(&f)), 3);
+  f.avx512 = f.avx512_bf16 = false;
   assert_int_equal(sl__blas_coretype_rank(sl__blas_coretype_choose(&f)), 2);
   f.vendor = SL__CPU_VENDOR_INTEL;
   assert_int_equal(sl__blas_coretype_rank(sl__blas_coretype_choose(&f)), 2);
@@ -179,8 +203,9 @@ static void test_this_cpu(void **state) {
   sl__cpu_features_decode(&r, &f);
   const sl__cpu_features *g = sl__cpu_features_get();
   assert_memory_equal(&f, g, sizeof f);
-  print_message("this CPU: avx=%d fma=%d avx2=%d avx512=%d -> %s\n", f.avx,
-                f.fma, f.avx2, f.avx512,
+  print_message("this CPU: avx=%d fma=%d avx2=%d avx512=%d avx512_bf16=%d -> "
+                "%s\n",
+                f.avx, f.fma, f.avx2, f.avx512, f.avx512_bf16,
                 sl__blas_coretype_choose(&f) ? sl__blas_coretype_choose(&f)
                                              : "(OpenBLAS decides)");
   FILE *fp = fopen("/proc/cpuinfo", "r");
@@ -206,11 +231,13 @@ static void test_this_cpu(void **state) {
                                  has_flag(line, "avx512bw") &&
                                  has_flag(line, "avx512dq") &&
                                  has_flag(line, "avx512vl"));
+  assert_int_equal(f.avx512_bf16, f.avx512 && has_flag(line, "avx512_bf16"));
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_avx512_machines),
+      cmocka_unit_test(test_avx512_bf16),
       cmocka_unit_test(test_avx512_not_usable),
       cmocka_unit_test(test_avx2_and_older),
       cmocka_unit_test(test_os_and_leaf_limits),

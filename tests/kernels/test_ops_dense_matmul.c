@@ -4,6 +4,7 @@
  * every bad-input error. */
 #include <float.h>
 
+#include "cpu/blas.h"
 #include "test_ops_dense.h"
 
 static uint64_t g_seed;
@@ -280,6 +281,35 @@ static void test_half_inputs(void **state) {
         }
 }
 
+/* Two bf16 inputs go to the bf16 gemm as they are (no widened copies in
+ * the workspace) where this CPU has one; any other 16-bit pair is widened. */
+static void test_bf16_gemm_path(void **state) {
+  const char *ops[2] = {"matmul", "batch_matmul"};
+  const sl_dtype kinds[3][2] = {{SL_DTYPE_BF16, SL_DTYPE_BF16},
+                                {SL_DTYPE_BF16, SL_DTYPE_F32},
+                                {SL_DTYPE_F16, SL_DTYPE_F16}};
+  print_message("bf16 gemm: %s\n",
+                sl__blas_bgemm_name() ? sl__blas_bgemm_name() : "(none)");
+  for (int o = 0; o < 2; o++)
+    for (int kind = 0; kind < 3; kind++) {
+      const sl__op_def *op = sl__op_find(ops[o]);
+      sl__kernel_ctx k;
+      memset(&k, 0, sizeof k);
+      sl__attrs at = flags(0, 0);
+      k.attrs = &at;
+      k.n_in = 2;
+      k.n_out = 1;
+      for (int i = 0; i < 2; i++) {
+        k.in_meta[i].dtype = kinds[kind][i];
+        k.in_meta[i].shape = dt_shape(o ? 3 : 2, (int64_t[]){2, 64, 64} + !o);
+      }
+      size_t ws = op->workspace(&k);
+      bool direct = kind == 0 && sl__blas_bgemm_name();
+      size_t widened = (size_t)(o ? 2 : 1) * 64 * 64 * sizeof(float);
+      assert_int_equal(ws, direct ? 0 : kind == 1 ? widened : 2 * widened);
+    }
+}
+
 /* ---- signatures -------------------------------------------------------- */
 
 static void sig_text(const sl__sbp_sig *s, int n_in, int n_out, char *buf,
@@ -417,6 +447,7 @@ int main(void) {
       cmocka_unit_test(test_matmul_values),
       cmocka_unit_test(test_batch_matmul_values),
       cmocka_unit_test(test_half_inputs),
+      cmocka_unit_test(test_bf16_gemm_path),
       cmocka_unit_test(test_signatures),
       cmocka_unit_test(test_errors),
   };
