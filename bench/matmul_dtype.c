@@ -6,12 +6,14 @@
  *   bf16 widened   both operands widened to f32, then the same sgemm (what
  *                  matmul does on CPUs without AVX512_BF16);
  *   bf16 sluice    sluice's AVX512_BF16 gemm (kernels/cpu/bgemm_c.c);
- *   bf16 OpenBLAS  OpenBLAS's cblas_sbgemm, where the loaded library has
- *                  one (BUILD_BFLOAT16; point SLUICE_BLAS_LIBRARY at it);
+ *   bf16 OpenBLAS  OpenBLAS's cblas_sbgemm: Debian's OpenBLAS has none, so
+ *                  the bench builds Debian's source with BUILD_BFLOAT16
+ *                  (bench/peers/install.sh openblas-bf16, once, into the
+ *                  build folder) and every column runs on that library;
+ *                  --no-openblas keeps the system's and leaves it out;
  *   f16            the matmul op with f16 inputs (widened).
- * The line under the table says which bf16 gemm the matmul op runs. A
- * cell's time is the best of at least 5 runs and 0.3 s.
- * Usage: bench_matmul_dtype (--help) */
+ * A cell's time is the best of at least 5 runs and 0.3 s.
+ * Usage: bench_matmul_dtype [--no-openblas] (--help) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,16 +162,49 @@ static void cell(double v, bool have) {
     printf(" - |");
 }
 
+/* Builds (once) and selects OpenBLAS with cblas_sbgemm for this process:
+ * every BLAS call below goes to it, and sl__blas_bgemm to its sbgemm. */
+static void use_openblas_bf16(void) {
+  char cmd[1024], line[1024], lib[1024] = "";
+  snprintf(cmd, sizeof cmd, "sh %s/install.sh openblas-bf16 %s", BENCH_PEERS,
+           BENCH_OPENBLAS_BF16);
+  FILE *p = popen(cmd, "r");
+  while (p && fgets(line, sizeof line, p)) {
+    line[strcspn(line, "\n")] = '\0';
+    if (strncmp(line, "openblas-bf16 ", 14) == 0)
+      snprintf(lib, sizeof lib, "%s", line + 14);
+  }
+  if (!p || pclose(p) != 0 || !lib[0]) {
+    fprintf(stderr,
+            "bench_matmul_dtype: building OpenBLAS with bf16 failed (%s); "
+            "--no-openblas leaves it out\n",
+            cmd);
+    exit(1);
+  }
+  setenv("SLUICE_BLAS_LIBRARY", lib, 1);
+  setenv("SLUICE_BGEMM", "openblas", 1);
+}
+
 int main(int argc, char **argv) {
-  if (argc > 1) {
-    FILE *f = strcmp(argv[1], "--help") == 0 ? stdout : stderr;
-    fprintf(f, "usage: bench_matmul_dtype\nThe CPU matmul on one thread: f32, "
-               "bf16 widened for sgemm, sluice's bf16\ngemm, OpenBLAS's "
-               "cblas_sbgemm (when the loaded OpenBLAS has one; set\n"
-               "SLUICE_BLAS_LIBRARY to choose the library) and f16, GFLOP/s in "
-               "one table\n(bench/README.md).\n");
+  bool want_openblas = true;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--no-openblas") == 0) {
+      want_openblas = false;
+      continue;
+    }
+    FILE *f = strcmp(argv[i], "--help") == 0 ? stdout : stderr;
+    fprintf(f,
+            "usage: bench_matmul_dtype [--no-openblas]\nThe CPU matmul on "
+            "one thread, GFLOP/s in one table (bench/README.md): f32,\nbf16 "
+            "widened for sgemm, sluice's bf16 gemm, OpenBLAS's cblas_sbgemm "
+            "and f16.\nDebian's OpenBLAS has no sbgemm: the bench builds "
+            "Debian's source with\nBUILD_BFLOAT16 into the build folder once "
+            "(a few minutes) and runs every\ncolumn on it.\n"
+            "  --no-openblas  keep the system's OpenBLAS; no OpenBLAS bf16 "
+            "column\n");
     return f == stdout ? 0 : 2;
   }
+  if (want_openblas) use_openblas_bf16();
   (void)sl__blas_load();
   const char *chosen = sl__blas_bgemm_name();
   bool sluice = sl__bgemm_c_usable();
@@ -194,14 +229,16 @@ int main(int argc, char **argv) {
       printf(" - |");
     printf(" %.3f | %.1f |\n", best / f32, f16);
   }
-  printf("\nBLAS: %s\nbf16 matmul runs: %s\n", sl__blas_describe(),
-         chosen ? chosen
-                : "bf16 widened (no AVX512_BF16 on this CPU, or "
-                  "SLUICE_BGEMM=off)");
-  if (!openblas)
-    printf("OpenBLAS bf16 column empty: the loaded library %s.\n",
-           sl__blas_coretype() ? "exports no cblas_sbgemm, or runs a kernel "
-                                 "set without vdpbf16ps"
-                               : "is not OpenBLAS");
+  printf("\nBLAS: %s\n", sl__blas_describe());
+  if (!sluice)
+    printf("No AVX512_BF16 on this CPU: matmul widens bf16 for sgemm.\n");
+  else
+    printf(
+        "matmul's bf16 gemm by default: sluice's (SLUICE_BGEMM=openblas picks "
+        "OpenBLAS's where the library has one).\n");
+  if (want_openblas && !openblas)
+    printf("OpenBLAS bf16 column empty: %s.\n",
+           sluice ? "the library built has no vdpbf16ps sbgemm"
+                  : "no AVX512_BF16 on this CPU");
   return 0;
 }

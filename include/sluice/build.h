@@ -26,7 +26,7 @@ SL_API sl_status sl_build_cuda_module(const char **path);
  * OpenBLAS can be loaded). Loads it if that has not happened yet. */
 SL_API const char *sl_build_blas(void);
 /* One line on that BLAS: library, version, kernel set and why it was
- * chosen, threads per call. */
+ * chosen, threads per call, and which bf16 gemm matmul uses. */
 SL_API const char *sl_build_blas_detail(void);
 /* Versions of the CUDA runtime, the driver and NCCL as "X.Y" / "X.Y.Z";
  * NULL when not built in, the CUDA module cannot be loaded, or no driver

@@ -588,7 +588,16 @@ const char *sl_build_blas(void) {
   return sl__blas_name();
 }
 
+static char g_detail[sizeof g.describe + 96];
+static pthread_once_t g_detail_once = PTHREAD_ONCE_INIT;
+
+static void detail_init(void) {
+  const char *bgemm = sl__blas_bgemm_name();
+  snprintf(g_detail, sizeof g_detail, "%s; bf16 gemm: %s", sl__blas_describe(),
+           bgemm ? bgemm : "none, bf16 is widened for sgemm");
+}
+
 const char *sl_build_blas_detail(void) {
-  (void)sl__blas_load();
-  return sl__blas_describe();
+  pthread_once(&g_detail_once, detail_init);
+  return g_detail;
 }
