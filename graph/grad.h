@@ -64,11 +64,14 @@ sl_tensor sl__g_state_variable(sl_graph *g, const char *name,
  * (into *scale) and returns loss * scale, the loss to differentiate; _end
  * divides the n gradients by it in place, updates the scale and returns
  * keep, a scalar: 0 when a gradient overflowed (the updates then change
- * nothing), else 1. Errors are the graph's. */
+ * nothing), else 1; *skipped is the count of steps skipped before this
+ * one, which the updates leave out of their step count. Errors are the
+ * graph's. */
 sl_tensor sl__g_loss_scale_begin(sl_graph *g, sl_tensor loss,
                                  const sl_optimizer *o, sl_tensor *scale);
 sl_tensor sl__g_loss_scale_end(sl_graph *g, int n, sl_tensor *grads,
-                               sl_tensor scale, const sl_optimizer *o);
+                               sl_tensor scale, const sl_optimizer *o,
+                               sl_tensor *skipped);
 
 static inline sl_status sl__g_status(const sl_graph *g) {
   return g->err ? g->err : SL_OK;

@@ -267,8 +267,11 @@ static int zero_stage_of(const sl_graph *g, sl_tensor w,
   return n->zero_stage ? n->zero_stage - 1 : o->zero_stage;
 }
 
+/* w's update from grad; keep and skipped are loss scaling's (poisoned
+ * without it). */
 static void update(sl_graph *g, sl_tensor w, const sl_nd_sbp *layout,
-                   sl_tensor grad, sl_tensor keep, const sl_optimizer *o) {
+                   sl_tensor grad, sl_tensor keep, sl_tensor skipped,
+                   const sl_optimizer *o) {
   sl__gnode *wn = g->nodes[sl__g_value(g, w.id)->producer];
   g->force_placement = sl__g_value(g, w.id)->placement;
   sl__attrs at = {0};
@@ -282,12 +285,14 @@ static void update(sl_graph *g, sl_tensor w, const sl_nd_sbp *layout,
   sl_tensor rows = update_rows(g, w, keep, o);
   if (g->err) return;
   g->force_placement = sl__g_value(g, w.id)->placement;
-  int has_rows = rows.id >= 0;
+  /* Optional inputs: rows, then (with loss scaling, which makes rows)
+   * the skipped steps. */
+  int extra = rows.id < 0 ? 0 : skipped.id < 0 ? 1 : 2;
   if (o->kind == SL_OPTIMIZER_SGD) {
     sl__attrs_set_float(&at, "momentum", o->momentum);
     st[0] = state_like(g, w, layout, "momentum", o->momentum == 0);
-    sl_tensor in[4] = {w, grad, st[0], rows};
-    if (sl__g_op(g, "sgd_update", 3 + has_rows, in, &at, outs).id < 0) return;
+    sl_tensor in[5] = {w, grad, st[0], rows, skipped};
+    if (sl__g_op(g, "sgd_update", 3 + extra, in, &at, outs).id < 0) return;
   } else {
     sl__attrs_set_float(&at, "beta1", o->beta1);
     sl__attrs_set_float(&at, "beta2", o->beta2);
@@ -295,9 +300,8 @@ static void update(sl_graph *g, sl_tensor w, const sl_nd_sbp *layout,
     sl__attrs_set_int(&at, "decoupled", o->kind == SL_OPTIMIZER_ADAMW);
     st[0] = state_like(g, w, layout, "m", false);
     st[1] = state_like(g, w, layout, "v", false);
-    sl_tensor in[5] = {w, grad, st[0], st[1], rows};
-    if (sl__g_op(g, "adam_update", 4 + has_rows, in, &at, outs).id < 0)
-      return;
+    sl_tensor in[6] = {w, grad, st[0], st[1], rows, skipped};
+    if (sl__g_op(g, "adam_update", 4 + extra, in, &at, outs).id < 0) return;
   }
   int n_state = o->kind == SL_OPTIMIZER_SGD ? 1 : 2;
   /* Sharded, the outputs are fixed to the shard (inference then converts
@@ -348,7 +352,7 @@ sl_status sl_minimize(sl_tensor loss, const sl_optimizer *opt) {
     return sl__g_error(g, SL_ENOMEM, "optimizer", lname, NULL, "out of memory");
   }
   /* Loss scaling: the gradients of loss * scale, divided by it below. */
-  sl_tensor scale = sl__g_poison(g, false), keep = scale;
+  sl_tensor scale = sl__g_poison(g, false), keep = scale, skipped = scale;
   sl_tensor target =
       opt->loss_scale > 0 ? sl__g_loss_scale_begin(g, loss, opt, &scale) : loss;
   sl_status st =
@@ -385,12 +389,13 @@ sl_status sl_minimize(sl_tensor loss, const sl_optimizer *opt) {
         sl__attrs_set_int(&vn->n.attrs, "zero", 3);
       }
     }
-    if (scale.id >= 0) keep = sl__g_loss_scale_end(g, k, grads, scale, opt);
+    if (scale.id >= 0)
+      keep = sl__g_loss_scale_end(g, k, grads, scale, opt, &skipped);
     for (int32_t i = 0; i < k && opt->reduce_dtype == SL_DTYPE_BF16; i++)
       grads[i] = reduce_in_bf16(g, w[i], grads[i], &layout[i]);
     if (opt->clip_norm > 0) clip(g, k, w, layout, grads, opt->clip_norm);
     for (int32_t i = 0; i < k && !g->err; i++)
-      update(g, w[i], &layout[i], grads[i], keep, opt);
+      update(g, w[i], &layout[i], grads[i], keep, skipped, opt);
     sl_graph_pop_scope(g);
     g->mark = SL__MARK_FORWARD;
     g->force_placement = saved;

@@ -27,6 +27,11 @@
  *   The step is the training step the runtime passes (its piece id), so
  *   the bias correction follows the step count and a program restarted at
  *   step s continues with t = s + 1.
+ * Skipped steps (loss scaling): an optional input after rows, skipped, a
+ *   scalar f32, counts the steps before this one that loss scaling
+ *   skipped; both updates then count steps as step - skipped (Adam's t,
+ *   SGD's first step), as PyTorch does, whose GradScaler does not call a
+ *   skipped step's optimizer.step(). rows is present whenever skipped is.
  * Lazy updates (sl_optimizer.lazy_embeddings, for tables read only by
  * embedding lookups): an optional last input rows [w's rows] f32 counts
  * how often the step looked each row of w up; a row whose count is 0
@@ -41,14 +46,16 @@
  * to a layout whose block lies inside the device's block of w, which a
  * free choice on each mesh axis would not ensure.
  *
- * loss_scale_update(scale, good, check; window) -> scale_new, good_new, keep
+ * loss_scale_update(scale, good, check, skipped; window)
+ *     -> scale_new, good_new, keep, skipped_new
  *   (scalars; dynamic loss scaling, as PyTorch's GradScaler.update with
  *   growth 2, backoff 0.5 and growth_interval `window`): check is the sum
  *   of every gradient times 0, so it is NaN when any gradient holds an inf
  *   or NaN and 0 otherwise. Not finite: scale_new = scale / 2, good_new =
  *   0, keep = 0 (the step's updates keep everything, through their rows
- *   input). Finite: keep = 1, good_new = good + 1, and when that reaches
- *   window the scale doubles and good_new is 0. All-B only.
+ *   input), skipped_new = skipped + 1. Finite: keep = 1, skipped_new =
+ *   skipped (the updates' skipped input), good_new = good + 1, and when
+ *   that reaches window the scale doubles and good_new is 0. All-B only.
  * global_norm_scale(s0, s1, ...; max_norm) -> scale (scalar)
  *   each input a scalar sum of squares of one gradient;
  *   scale = min(1, max_norm / (sqrt(s0 + s1 + ...) + 1e-6)).
@@ -68,6 +75,32 @@ static sl_status check_state(int n_in, const sl__meta *in, const char **names) {
     SL_CHECK(sl__dense_want_f32(&in[i], names[i]));
     SL_CHECK(sl__dense_want_same_shape(&in[0], names[0], &in[i], names[i]));
   }
+  return SL_OK;
+}
+
+/* The skipped-steps input: an f32 scalar. */
+static sl_status check_skipped(const sl__meta *in) {
+  char ss[96];
+  SL_CHECK(sl__dense_want_f32(in, "skipped"));
+  if (sl_shape_numel(&in->shape) != 1)
+    return sl__fail(SL_EINVAL, "skipped %s: want a scalar",
+                    SL__DENSE_SHAPE_STR(ss, &in->shape));
+  return SL_OK;
+}
+
+/* The steps this update counts (step - skipped, when the input after rows,
+ * at n_state + 1, is there): SL_EINVAL unless 0 <= skipped <= step. */
+static sl_status counted_step(const sl__kernel_ctx *k, const char *op,
+                              int n_state, int64_t *out) {
+  double skipped =
+      k->n_in > n_state + 1 ? ((const float *)k->in[n_state + 1])[0] : 0.0;
+  if (!(skipped >= 0 && skipped <= (double)k->step &&
+        skipped == floor(skipped)))
+    return sl__fail(SL_EINVAL,
+                    "%s: skipped steps %g at step %lld: want a "
+                    "whole number in [0, step]",
+                    op, skipped, (long long)k->step);
+  *out = k->step - (int64_t)skipped;
   return SL_OK;
 }
 
@@ -94,7 +127,8 @@ static sl_status want_range(const sl__attrs *at, const char *name, double dflt,
 
 /* The same split on every input and output, per axis of w; with
  * attribute zero, also w whole and the rest split. A lazy update's rows
- * (input n_state, when n_in is one more) follow the outputs' rows. */
+ * (input n_state, when n_in is one more) follow the outputs' rows; the
+ * skipped-steps scalar after them is B. */
 static int state_signatures(const sl__attrs *at, int n_in, int n_state,
                             int n_out, const sl__meta *in, sl__sbp_sig *sigs,
                             int max) {
@@ -108,6 +142,7 @@ static int state_signatures(const sl__attrs *at, int n_in, int n_state,
       for (int i = 0; i < n_out; i++)
         outs[i] = S(a);
       if (n_in > n_state) ins[n_state] = a == 0 ? S(0) : sl__dense_B();
+      if (n_in > n_state + 1) ins[n_state + 1] = sl__dense_B();
       if (pass == 1) ins[0] = sl__dense_B();
       n = sl__dense_sig_add(sigs, n, max, n_in, ins, n_out, outs);
     }
@@ -180,8 +215,9 @@ static bool sgd_no_state(const sl__attrs *at, const sl__meta *m) {
 
 static sl_status sgd_infer(const sl__attrs *at, int n_in, const sl__meta *in,
                            sl__meta *out) {
-  if (n_in == 4) SL_CHECK(check_rows(&in[0], &in[3]));
-  else SL_CHECK(sl__dense_want_inputs(n_in, 3));
+  if (n_in >= 4) SL_CHECK(check_rows(&in[0], &in[3]));
+  if (n_in == 5) SL_CHECK(check_skipped(&in[4]));
+  if (n_in < 4) SL_CHECK(sl__dense_want_inputs(n_in, 3));
   bool no_state = sgd_no_state(at, &in[2]);
   SL_CHECK(check_state(no_state ? 2 : 3, in, sgd_names));
   SL_CHECK(want_range(at, "lr", 0.0, 0.0, INFINITY, true));
@@ -200,7 +236,7 @@ static sl_status sgd_infer(const sl__attrs *at, int n_in, const sl__meta *in,
 
 static int sgd_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
                           sl__sbp_sig *sigs, int max) {
-  if (n_in != 3 && n_in != 4) return 0;
+  if (n_in < 3 || n_in > 5) return 0;
   int n = state_signatures(at, n_in, 3, 2, in, sigs, max);
   if (sgd_no_state(at, &in[2]))
     for (int i = 0; i < n; i++)
@@ -265,13 +301,15 @@ static sl_status sgd_cpu(const sl__kernel_ctx *k) {
   float mom = (float)sl__attr_float(k->attrs, "momentum", 0.0);
   float wd = (float)sl__attr_float(k->attrs, "weight_decay", 0.0);
   bool use_mom = mom != 0.0f;
+  int64_t counted = 0;
+  SL_CHECK(counted_step(k, "sgd_update", 3, &counted));
   r.cf = (sl__dense_sgd){
       .lr = (float)sl__attr_float(k->attrs, "lr", 0.0),
       .mom = mom,
       .damp1 = (float)(1.0 - sl__attr_float(k->attrs, "dampening", 0.0)),
       .wd = wd,
       .has_wd = wd != 0.0f,
-      .first = use_mom && k->step == 0,
+      .first = use_mom && counted == 0,
       .nesterov = sl__attr_int(k->attrs, "nesterov", 0) != 0,
       .use_mom = use_mom};
   bool no_state = sl_shape_numel(&k->in_meta[2].shape) != n;
@@ -286,7 +324,7 @@ static sl_status sgd_cpu(const sl__kernel_ctx *k) {
 const sl__op_def sl__op_sgd_update = {
     .name = "sgd_update",
     .min_in = 3,
-    .max_in = 4,
+    .max_in = 5,
     .n_out = 2,
     .infer = sgd_infer,
     .signatures = sgd_signatures,
@@ -300,8 +338,9 @@ static const char *adam_names[4] = {"w", "g", "m", "v"};
 
 static sl_status adam_infer(const sl__attrs *at, int n_in, const sl__meta *in,
                             sl__meta *out) {
-  if (n_in == 5) SL_CHECK(check_rows(&in[0], &in[4]));
-  else SL_CHECK(sl__dense_want_inputs(n_in, 4));
+  if (n_in >= 5) SL_CHECK(check_rows(&in[0], &in[4]));
+  if (n_in == 6) SL_CHECK(check_skipped(&in[5]));
+  if (n_in < 5) SL_CHECK(sl__dense_want_inputs(n_in, 4));
   SL_CHECK(check_state(4, in, adam_names));
   SL_CHECK(want_range(at, "lr", 1e-3, 0.0, INFINITY, true));
   SL_CHECK(want_range(at, "beta1", 0.9, 0.0, 1.0, true));
@@ -318,9 +357,9 @@ static sl_status adam_infer(const sl__attrs *at, int n_in, const sl__meta *in,
 
 static int adam_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
                            sl__sbp_sig *sigs, int max) {
-  return n_in == 4 || n_in == 5 ? state_signatures(at, n_in, 4, 3, in, sigs,
-                                                   max)
-                                : 0;
+  return n_in >= 4 && n_in <= 6
+             ? state_signatures(at, n_in, 4, 3, in, sigs, max)
+             : 0;
 }
 
 /* One Adam call, cut over the device's team in whole chunks (as SGD). */
@@ -374,9 +413,11 @@ static sl_status adam_cpu(const sl__kernel_ctx *k) {
   if (k->step < 0)
     return sl__fail(SL_EINVAL, "adam_update: step %lld is negative",
                     (long long)k->step);
+  int64_t counted = 0;
+  SL_CHECK(counted_step(k, "adam_update", 4, &counted));
   /* The scalars as PyTorch forms them: Python floats (double), each applied
    * to float tensors as a float. */
-  double t = (double)k->step + 1.0;
+  double t = (double)counted + 1.0;
   float step_size = (float)(lr / (1.0 - pow(b1, t)));
   float bc2_sqrt = (float)sqrt(1.0 - pow(b2, t));
   float one_b1 = (float)(1.0 - b1), fb2 = (float)b2, one_b2 = (float)(1.0 - b2);
@@ -402,7 +443,7 @@ static sl_status adam_cpu(const sl__kernel_ctx *k) {
 const sl__op_def sl__op_adam_update = {
     .name = "adam_update",
     .min_in = 4,
-    .max_in = 5,
+    .max_in = 6,
     .n_out = 3,
     .infer = adam_infer,
     .signatures = adam_signatures,
@@ -414,9 +455,9 @@ const sl__op_def sl__op_adam_update = {
 
 static sl_status lsu_infer(const sl__attrs *at, int n_in, const sl__meta *in,
                            sl__meta *out) {
-  SL_CHECK(sl__dense_want_inputs(n_in, 3));
-  const char *names[3] = {"scale", "good", "check"};
-  for (int i = 0; i < 3; i++) {
+  SL_CHECK(sl__dense_want_inputs(n_in, 4));
+  const char *names[4] = {"scale", "good", "check", "skipped"};
+  for (int i = 0; i < 4; i++) {
     char ss[96];
     SL_CHECK(sl__dense_want_f32(&in[i], names[i]));
     if (sl_shape_numel(&in[i].shape) != 1)
@@ -426,7 +467,7 @@ static sl_status lsu_infer(const sl__attrs *at, int n_in, const sl__meta *in,
   if (sl__attr_int(at, "window", 0) < 1)
     return sl__fail(SL_EINVAL, "window %lld: want at least 1 step",
                     (long long)sl__attr_int(at, "window", 0));
-  for (int j = 0; j < 3; j++) {
+  for (int j = 0; j < 4; j++) {
     memset(&out[j], 0, sizeof out[j]);
     out[j].dtype = SL_DTYPE_F32; /* scalars */
   }
@@ -437,6 +478,7 @@ static sl_status lsu_cpu(const sl__kernel_ctx *k) {
   float scale = ((const float *)k->in[0])[0];
   float good = ((const float *)k->in[1])[0];
   float check = ((const float *)k->in[2])[0];
+  float skipped = ((const float *)k->in[3])[0];
   float window = (float)sl__attr_int(k->attrs, "window", 1);
   bool finite = check - check == 0.0f; /* NaN and inf give NaN */
   good = finite ? good + 1.0f : 0.0f;
@@ -445,14 +487,15 @@ static sl_status lsu_cpu(const sl__kernel_ctx *k) {
   ((float *)k->out[0])[0] = scale;
   ((float *)k->out[1])[0] = good;
   ((float *)k->out[2])[0] = finite ? 1.0f : 0.0f;
+  ((float *)k->out[3])[0] = finite ? skipped : skipped + 1.0f;
   return SL_OK;
 }
 
 const sl__op_def sl__op_loss_scale_update = {
     .name = "loss_scale_update",
-    .min_in = 3,
-    .max_in = 3,
-    .n_out = 3,
+    .min_in = 4,
+    .max_in = 4,
+    .n_out = 4,
     .infer = lsu_infer,
     .signatures = NULL,
     .cpu = lsu_cpu,

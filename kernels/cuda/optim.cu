@@ -41,6 +41,7 @@ sl_status shard_of_w(const sl__kernel_ctx *k, sl__stream *s,
 struct sgd_args {
   float lr, mom, damp1, wd;
   bool has_wd, first, nesterov, use_mom;
+  int64_t step; // with skipped steps, first is step - skipped == 0
 };
 
 // dense_rows_impl.h's sgd_chunk, one element.
@@ -61,10 +62,12 @@ struct alignas(16) f4 {
 };
 
 // A lazy update's row counts (cpu/optim.c): rows of `inner` elements
-// whose count is 0 keep their inputs.
+// whose count is 0 keep their inputs. skipped: loss scaling's count of
+// skipped steps (the input after rows), read on the device, or NULL.
 struct lazy_rows {
   const float *rows; // NULL: every row updated
   int64_t inner;
+  const float *skipped;
 };
 
 __device__ inline bool skipped(const lazy_rows &l, int64_t i) {
@@ -73,7 +76,8 @@ __device__ inline bool skipped(const lazy_rows &l, int64_t i) {
 
 // The rows input of a lazy update with n_state state inputs.
 lazy_rows rows_of(const sl__kernel_ctx *k, int n_state) {
-  lazy_rows l = {NULL, 0};
+  lazy_rows l = {NULL, 0, NULL};
+  if (k->n_in > n_state + 1) l.skipped = (const float *)k->in[n_state + 1];
   if (k->n_in <= n_state) return l;
   int64_t rows = k->in_meta[n_state].shape.dims[0];
   if (rows <= 0) return l;
@@ -83,12 +87,19 @@ lazy_rows rows_of(const sl__kernel_ctx *k, int n_state) {
   return l;
 }
 
+// The first step as optim.c's sgd_cpu counts it (skipped steps left out).
+__device__ inline sgd_args sgd_counted(sgd_args c, const lazy_rows &l) {
+  if (l.skipped) c.first = c.use_mom && c.step - (int64_t)l.skipped[0] == 0;
+  return c;
+}
+
 // VEC: n / 4 groups of four, then the tail one by one (pointers 16-byte
 // aligned; never for a lazy update). m may be g when there is no state
 // (never read then: use_mom is false).
 template <bool VEC>
-__global__ void sgd_k(sgd_args c, lazy_rows l, const float *w, const float *g,
+__global__ void sgd_k(sgd_args c0, lazy_rows l, const float *w, const float *g,
                       const float *m, float *wn, float *mn, int64_t n) {
+  const sgd_args c = sgd_counted(c0, l);
   int64_t start = 0;
   if constexpr (VEC) {
     int64_t nv = n / 4;
@@ -131,6 +142,7 @@ sl_status sgd_run(const sl__kernel_ctx *k, sl__stream *s) {
   c.has_wd = c.wd != 0.0f;
   c.use_mom = c.mom != 0.0f;
   c.first = c.use_mom && k->step == 0;
+  c.step = k->step;
   bool no_state = sl_shape_numel(&k->in_meta[2].shape) != n;
   if (no_state) m = g; // never read
   cudaStream_t cs = stream_of(s);
@@ -154,7 +166,21 @@ sl_status sgd_run(const sl__kernel_ctx *k, sl__stream *s) {
 struct adam_args {
   float decay, l2, one_b1, b2, one_b2, bc2_sqrt, eps, step_size;
   bool has_decay, has_l2;
+  double lr, beta1, beta2; // to form the step's scalars on the device
+  int64_t step;
 };
+
+// The step's scalars as adam_run (and optim.c's adam_cpu) forms them.
+__host__ __device__ inline void adam_at(adam_args *c, double t) {
+  c->step_size = (float)(c->lr / (1.0 - pow(c->beta1, t)));
+  c->bc2_sqrt = (float)sqrt(1.0 - pow(c->beta2, t));
+}
+
+// With skipped steps (read on the device), t leaves them out.
+__device__ inline adam_args adam_counted(adam_args c, const lazy_rows &l) {
+  if (l.skipped) adam_at(&c, (double)(c.step - (int64_t)l.skipped[0]) + 1.0);
+  return c;
+}
 
 // dense_rows_impl.h's adam_chunk, one element.
 __device__ inline void adam_one(const adam_args &c, float w0, float gi,
@@ -171,9 +197,10 @@ __device__ inline void adam_one(const adam_args &c, float w0, float gi,
 }
 
 template <bool VEC>
-__global__ void adam_k(adam_args c, lazy_rows l, const float *w,
+__global__ void adam_k(adam_args c0, lazy_rows l, const float *w,
                        const float *g, const float *m, const float *v,
                        float *wn, float *mn, float *vn, int64_t n) {
+  const adam_args c = adam_counted(c0, l);
   int64_t start = 0;
   if constexpr (VEC) {
     int64_t nv = n / 4;
@@ -222,10 +249,12 @@ sl_status adam_run(const sl__kernel_ctx *k, sl__stream *s) {
     return sl__fail(SL_EINVAL, "adam_update: step %lld is negative",
                     (long long)k->step);
   // The scalars exactly as optim.c's adam_cpu forms them.
-  double t = (double)k->step + 1.0;
   adam_args c;
-  c.step_size = (float)(lr / (1.0 - pow(b1, t)));
-  c.bc2_sqrt = (float)sqrt(1.0 - pow(b2, t));
+  c.lr = lr;
+  c.beta1 = b1;
+  c.beta2 = b2;
+  c.step = k->step;
+  adam_at(&c, (double)k->step + 1.0);
   c.one_b1 = (float)(1.0 - b1);
   c.b2 = (float)b2;
   c.one_b2 = (float)(1.0 - b2);
@@ -282,8 +311,9 @@ sl_status gns_run(const sl__kernel_ctx *k, sl__stream *s) {
 
 // One thread: optim.c's lsu_cpu.
 __global__ void lsu_k(const float *scale, const float *good, const float *check,
-                      float window, float *so, float *go, float *keep) {
-  float s = scale[0], g = good[0], c = check[0];
+                      const float *skipped, float window, float *so, float *go,
+                      float *keep, float *skipped_out) {
+  float s = scale[0], g = good[0], c = check[0], sk = skipped[0];
   bool finite = c - c == 0.0f;
   g = finite ? g + 1.0f : 0.0f;
   if (!finite) s *= 0.5f;
@@ -291,13 +321,15 @@ __global__ void lsu_k(const float *scale, const float *good, const float *check,
   so[0] = s;
   go[0] = g;
   keep[0] = finite ? 1.0f : 0.0f;
+  skipped_out[0] = finite ? sk : sk + 1.0f;
 }
 
 sl_status lsu_run(const sl__kernel_ctx *k, sl__stream *s) {
   lsu_k<<<1, 1, 0, stream_of(s)>>>(
       (const float *)k->in[0], (const float *)k->in[1], (const float *)k->in[2],
-      (float)sl__attr_int(k->attrs, "window", 1), (float *)k->out[0],
-      (float *)k->out[1], (float *)k->out[2]);
+      (const float *)k->in[3], (float)sl__attr_int(k->attrs, "window", 1),
+      (float *)k->out[0], (float *)k->out[1], (float *)k->out[2],
+      (float *)k->out[3]);
   return launched("loss_scale_update");
 }
 

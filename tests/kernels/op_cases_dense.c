@@ -230,7 +230,9 @@ static sl_status c_embedding_grad(sl_rng *r, sl__attrs *at, int *n_in,
 /* ---- optimizers -------------------------------------------------------- */
 
 /* Sometimes a lazy update's row counts (0, or a lookup count) for a w of
- * at least one axis. */
+ * at least one axis, and then sometimes loss scaling's skipped steps
+ * after them (0: a case does not know its step; test_ops_dense_optim
+ * checks the counting). */
 static sl_status lazy_rows(sl_rng *r, const sl_shape *w, sl_host_tensor **in,
                            int *n_in) {
   if (w->ndim < 1 || below(r, 2)) return SL_OK;
@@ -239,6 +241,8 @@ static sl_status lazy_rows(sl_rng *r, const sl_shape *w, sl_host_tensor **in,
   for (int64_t i = 0; i < w->dims[0]; i++)
     sl_host_tensor_set(in[*n_in], i, below(r, 3));
   (*n_in)++;
+  if (below(r, 2))
+    in[(*n_in)++] = oph_random(r, SL_DTYPE_F32, &(sl_shape){0, {0}}, 0, 0);
   return SL_OK;
 }
 
@@ -285,7 +289,8 @@ static sl_status c_global_norm_scale(sl_rng *r, sl__attrs *at, int *n_in,
   return sl__attrs_set_float(at, "max_norm", 0.5 + below(r, 8));
 }
 
-/* A scale, a count of good steps and the check: 0, or NaN sometimes. */
+/* A scale, a count of good steps, the check (0, or NaN sometimes) and a
+ * count of skipped steps. */
 static sl_status c_loss_scale_update(sl_rng *r, sl__attrs *at, int *n_in,
                                      sl_host_tensor **in) {
   sl_shape s = oph_shape(0, NULL);
@@ -294,7 +299,9 @@ static sl_status c_loss_scale_update(sl_rng *r, sl__attrs *at, int *n_in,
   sl_host_tensor_set(in[1], 0, below(r, 3));
   in[2] = oph_random(r, SL_DTYPE_F32, &s, 0, 0);
   if (below(r, 2)) sl_host_tensor_set(in[2], 0, NAN);
-  *n_in = 3;
+  in[3] = oph_random(r, SL_DTYPE_F32, &s, 0, 0);
+  sl_host_tensor_set(in[3], 0, below(r, 3));
+  *n_in = 4;
   return sl__attrs_set_int(at, "window", 1 + below(r, 3));
 }
 

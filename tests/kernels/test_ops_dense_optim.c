@@ -299,8 +299,8 @@ static void test_lazy_rows(void **state) {
 }
 
 /* loss_scale_update: with window 2, two finite steps double the scale, a
- * non-finite one (NaN or inf in the check) halves it, zeroes the count
- * and says not to keep the step. */
+ * non-finite one (NaN or inf in the check) halves it, zeroes the count,
+ * says not to keep the step and counts it skipped. */
 static void test_loss_scale_update(void **state) {
   sl__attrs at;
   memset(&at, 0, sizeof at);
@@ -309,25 +309,72 @@ static void test_loss_scale_update(void **state) {
   const float checks[6] = {0, 0, NAN, 0, INFINITY, 0};
   const float want_scale[6] = {8, 16, 8, 8, 4, 4};
   const float want_good[6] = {1, 0, 0, 1, 0, 1};
-  float scale = 8, good = 0;
+  const float want_skipped[6] = {0, 0, 1, 1, 2, 2};
+  float scale = 8, good = 0, skipped = 0;
   for (int k = 0; k < 6; k++) {
-    sl_host_tensor *in[3] = {dt_new(SL_DTYPE_F32, &sc),
-                             dt_new(SL_DTYPE_F32, &sc),
-                             dt_new(SL_DTYPE_F32, &sc)};
+    sl_host_tensor *in[4];
+    for (int i = 0; i < 4; i++)
+      in[i] = dt_new(SL_DTYPE_F32, &sc);
     dt_f(in[0])[0] = scale;
     dt_f(in[1])[0] = good;
     dt_f(in[2])[0] = checks[k];
-    sl_host_tensor *out[3];
-    dt_run_ok("loss_scale_update", &at, 3, in, k, out);
+    dt_f(in[3])[0] = skipped;
+    sl_host_tensor *out[4];
+    dt_run_ok("loss_scale_update", &at, 4, in, k, out);
     scale = dt_f(out[0])[0];
     good = dt_f(out[1])[0];
+    skipped = dt_f(out[3])[0];
     assert_true(scale == want_scale[k]);
     assert_true(good == want_good[k]);
+    assert_true(skipped == want_skipped[k]);
     bool finite = checks[k] - checks[k] == 0;
     assert_true(dt_f(out[2])[0] == (finite ? 1.0f : 0.0f));
-    dt_free(3, in);
-    dt_free(3, out);
+    dt_free(4, in);
+    dt_free(4, out);
   }
+}
+
+/* Skipped steps: an update at step s with `skipped` = j gives the bits of
+ * the update at step s - j without it (Adam's bias correction; SGD's
+ * first step, which takes the gradient as the momentum buffer, with a
+ * dampening that would tell it apart); j past s or fractional is an
+ * error. */
+static void test_skipped_steps(void **state) {
+  sl_rng r = {g_seed + 5};
+  sl_shape s = dt_shape(2, (int64_t[]){4, 3}), rs = dt_shape(1, (int64_t[]){4});
+  sl_shape sc = dt_shape(0, NULL);
+  const char *ops[2] = {"sgd_update", "adam_update"};
+  sgd_cfg sg = {0.1, 0.9, 0.5, 0.01, 0};
+  adam_cfg ac = {1e-2, 0.9, 0.999, 1e-8, 0.05, 1};
+  const int64_t cases[][2] = {{3, 3}, {5, 2}, {7, 0}, {1, 1}};
+  for (int o = 0; o < 2; o++)
+    for (size_t c = 0; c < SL_ARRAY_LEN(cases); c++) {
+      sl__attrs at = o ? adam_attrs(&ac) : sgd_attrs(&sg);
+      int n_state = o ? 4 : 3, n_out = n_state - 1;
+      int64_t step = cases[c][0], skipped = cases[c][1];
+      sl_host_tensor *in[6], *plain[3], *counted[3];
+      for (int i = 0; i < n_state; i++)
+        in[i] = dt_rand(&r, &s, 0, 1);
+      in[n_state] = dt_new(SL_DTYPE_F32, &rs);
+      for (int i = 0; i < 4; i++)
+        dt_f(in[n_state])[i] = 1.0f;
+      in[n_state + 1] = dt_new(SL_DTYPE_F32, &sc);
+      dt_f(in[n_state + 1])[0] = (float)skipped;
+      dt_run_ok(ops[o], &at, n_state + 1, in, step - skipped, plain);
+      dt_run_ok(ops[o], &at, n_state + 2, in, step, counted);
+      for (int i = 0; i < n_out; i++)
+        assert_memory_equal(dt_f(plain[i]), dt_f(counted[i]),
+                            12 * sizeof(float));
+      dt_free(n_out, plain);
+      dt_free(n_out, counted);
+      const float bad[2] = {(float)step + 1.0f, 0.5f};
+      for (int b = 0; b < 2; b++) {
+        dt_f(in[n_state + 1])[0] = bad[b];
+        dt_expect_einval(dt_run(ops[o], &at, n_state + 2, in, step, plain),
+                         "skipped steps");
+      }
+      dt_free(n_state + 2, in);
+    }
 }
 
 static void test_optim_signatures(void **state) {
@@ -474,6 +521,7 @@ int main(void) {
       cmocka_unit_test(test_updates_in_place),
       cmocka_unit_test(test_lazy_rows),
       cmocka_unit_test(test_loss_scale_update),
+      cmocka_unit_test(test_skipped_steps),
       cmocka_unit_test(test_optim_signatures),
       cmocka_unit_test(test_optim_errors),
       cmocka_unit_test(test_global_norm_scale),
