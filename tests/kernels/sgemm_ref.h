@@ -58,4 +58,37 @@ static inline void ref_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
     }
 }
 
+/* C for a product: values as ref_matrix's with padding `pad`, and NaN
+ * inside when beta == 0 (BLAS does not read C then, so the NaN must
+ * vanish). */
+static inline float *ref_output(sl_rng *rng, int64_t m, int64_t n, int64_t ldc,
+                                float beta, float pad) {
+  float *c = ref_matrix(rng, m, n, ldc, pad);
+  if (beta == 0.0f)
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++)
+        c[i * ldc + j] = NAN;
+  return c;
+}
+
+/* Whether C (m x n, row stride ldc) is right: every element within its
+ * bound of want, and its padding (columns n .. ldc) still `pad`. When not,
+ * the first bad element's place is in *bad_i, *bad_j. */
+static inline bool ref_check_c(const float *c, int64_t m, int64_t n,
+                               int64_t ldc, const double *want,
+                               const double *bound, float pad, int64_t *bad_i,
+                               int64_t *bad_j) {
+  size_t extent = ref_extent(m, n, ldc);
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < ldc && (size_t)(i * ldc + j) < extent; j++) {
+      float got = c[i * ldc + j];
+      if (j < n ? fabs(got - want[i * n + j]) <= bound[i * n + j] : got == pad)
+        continue;
+      *bad_i = i;
+      *bad_j = j;
+      return false;
+    }
+  return true;
+}
+
 #endif

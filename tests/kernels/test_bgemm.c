@@ -62,11 +62,7 @@ static void check_case(bgemm_fn fn, const char *name, sl_rng *rng, bool ta,
   float *af, *bf;
   uint16_t *a = bf16_matrix(rng, ar, ac, lda, &af);
   uint16_t *b = bf16_matrix(rng, br, bc, ldb, &bf);
-  float *c = ref_matrix(rng, m, n, ldc, SENTINEL);
-  if (beta == 0.0f) /* BLAS: C is not read, so NaN there must vanish */
-    for (int64_t i = 0; i < m; i++)
-      for (int64_t j = 0; j < n; j++)
-        c[i * ldc + j] = NAN;
+  float *c = ref_output(rng, m, n, ldc, beta, SENTINEL);
   size_t mn = (size_t)(m * n) + 1;
   double *want = malloc(mn * sizeof *want), *bound = malloc(mn * sizeof *bound);
   ref_sgemm(ta, tb, m, n, k, alpha, af, lda, bf, ldb, beta, c, ldc, want,
@@ -76,21 +72,15 @@ static void check_case(bgemm_fn fn, const char *name, sl_rng *rng, bool ta,
     print_error("%s: %s\n", name, sl_last_error());
     fail();
   }
-  size_t extent = ref_extent(m, n, ldc);
-  for (int64_t i = 0; i < m; i++)
-    for (int64_t j = 0; j < ldc && (size_t)(i * ldc + j) < extent; j++) {
-      float got = c[i * ldc + j];
-      bool ok = j < n ? fabs(got - want[i * n + j]) <= bound[i * n + j]
-                      : got == SENTINEL;
-      if (!ok) {
-        print_error("%s ta=%d tb=%d m=%lld n=%lld k=%lld alpha=%g beta=%g "
-                    "pad=%lld: C[%lld][%lld] = %.9g, want %.9g\n",
-                    name, ta, tb, (long long)m, (long long)n, (long long)k,
-                    alpha, beta, (long long)pad, (long long)i, (long long)j,
-                    got, j < n ? want[i * n + j] : SENTINEL);
-        fail();
-      }
-    }
+  int64_t i, j;
+  if (!ref_check_c(c, m, n, ldc, want, bound, SENTINEL, &i, &j)) {
+    print_error("%s ta=%d tb=%d m=%lld n=%lld k=%lld alpha=%g beta=%g "
+                "pad=%lld: C[%lld][%lld] = %.9g, want %.9g\n",
+                name, ta, tb, (long long)m, (long long)n, (long long)k, alpha,
+                beta, (long long)pad, (long long)i, (long long)j,
+                c[i * ldc + j], j < n ? want[i * n + j] : SENTINEL);
+    fail();
+  }
   free(a), free(b), free(af), free(bf), free(c), free(want), free(bound);
 }
 

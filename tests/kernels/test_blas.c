@@ -67,11 +67,7 @@ static void check_case(const backend *be, sl_rng *rng, bool ta, bool tb,
           ldc = SL_MAX(n, 1) + pad;
   float *a = ref_matrix(rng, ar, ac, lda, NAN);
   float *b = ref_matrix(rng, br, bc, ldb, NAN);
-  float *c = ref_matrix(rng, m, n, ldc, SENTINEL);
-  if (beta == 0.0f) /* BLAS: C is not read, so NaN there must vanish */
-    for (int64_t i = 0; i < m; i++)
-      for (int64_t j = 0; j < n; j++)
-        c[i * ldc + j] = NAN;
+  float *c = ref_output(rng, m, n, ldc, beta, SENTINEL);
   size_t mn = (size_t)(m * n) + 1;
   double *want = malloc(mn * sizeof *want), *bound = malloc(mn * sizeof *bound);
   ref_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, want, bound);
@@ -81,22 +77,16 @@ static void check_case(const backend *be, sl_rng *rng, bool ta, bool tb,
     print_error("%s: %s\n", backend_name(be), sl_last_error());
     fail();
   }
-  for (int64_t i = 0; i < m; i++)
-    for (int64_t j = 0; j < ldc && i * ldc + j < (int64_t)ref_extent(m, n, ldc);
-         j++) {
-      float got = c[i * ldc + j];
-      bool ok = j < n ? fabs(got - want[i * n + j]) <= bound[i * n + j]
-                      : got == SENTINEL;
-      if (!ok) {
-        print_error("%s ta=%d tb=%d m=%lld n=%lld k=%lld alpha=%g beta=%g "
-                    "pad=%lld: C[%lld][%lld] = %.9g, want %.9g (seed %llu)\n",
-                    backend_name(be), ta, tb, (long long)m, (long long)n,
-                    (long long)k, alpha, beta, (long long)pad, (long long)i,
-                    (long long)j, got, j < n ? want[i * n + j] : SENTINEL,
-                    (unsigned long long)g_seed);
-        fail();
-      }
-    }
+  int64_t i, j;
+  if (!ref_check_c(c, m, n, ldc, want, bound, SENTINEL, &i, &j)) {
+    print_error("%s ta=%d tb=%d m=%lld n=%lld k=%lld alpha=%g beta=%g "
+                "pad=%lld: C[%lld][%lld] = %.9g, want %.9g (seed %llu)\n",
+                backend_name(be), ta, tb, (long long)m, (long long)n,
+                (long long)k, alpha, beta, (long long)pad, (long long)i,
+                (long long)j, c[i * ldc + j],
+                j < n ? want[i * n + j] : SENTINEL, (unsigned long long)g_seed);
+    fail();
+  }
   free(a);
   free(b);
   free(c);
