@@ -2,7 +2,8 @@
  * kernels cut their work over a device's threads so that every output is
  * computed as on one thread, so mlp (SGD with momentum) and gpt (Adam;
  * softmax, layer norm, batched matmuls) give the same losses bit for bit
- * on 1, 2 and 3 threads per device, single and data parallel. Shapes are
+ * on 1, 2 and 3 threads per device, single and data parallel; so does gpt
+ * with bf16 matmuls (the bf16 gemm where the CPU has one). Shapes are
  * large enough that every kind of kernel is cut (matmuls over 2M
  * multiply-adds, elementwise ops over 16K elements). The session reports
  * the threads it gave each device; a bad count is refused. Its threads
@@ -35,8 +36,8 @@ static sl_status build_mlp(sl_graph *g, ex_layout layout,
   return ex_mlp_build(g, &c);
 }
 
-static sl_status build_gpt(sl_graph *g, ex_layout layout,
-                           const char *placement) {
+static sl_status build_gpt_in(sl_graph *g, ex_layout layout,
+                              const char *placement, sl_dtype dtype) {
   ex_gpt_config c = ex_gpt_defaults();
   c.batch = 4;
   c.seq = 64;
@@ -44,10 +45,21 @@ static sl_status build_gpt(sl_graph *g, ex_layout layout,
   c.hidden = 128;
   c.heads = 4;
   c.layers = 1;
+  c.dtype = dtype;
   c.opt = sl_optimizer_adam(1e-3);
   c.layout = layout;
   c.placement = placement;
   return ex_gpt_build(g, &c);
+}
+
+static sl_status build_gpt(sl_graph *g, ex_layout layout,
+                           const char *placement) {
+  return build_gpt_in(g, layout, placement, SL_DTYPE_F32);
+}
+
+static sl_status build_gpt_bf16(sl_graph *g, ex_layout layout,
+                                const char *placement) {
+  return build_gpt_in(g, layout, placement, SL_DTYPE_BF16);
 }
 
 /* Trains STEPS steps with `threads` per CPU device; returns the threads
@@ -100,6 +112,11 @@ static void test_mlp_threads(void **state) {
 static void test_gpt_threads(void **state) {
   (void)state;
   check_model("gpt", build_gpt);
+}
+
+static void test_gpt_bf16_threads(void **state) {
+  (void)state;
+  check_model("gpt bf16", build_gpt_bf16);
 }
 
 static void test_bad_threads(void **state) {
@@ -167,6 +184,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mlp_threads),
       cmocka_unit_test(test_gpt_threads),
+      cmocka_unit_test(test_gpt_bf16_threads),
       cmocka_unit_test(test_bad_threads),
       cmocka_unit_test(test_spin),
   };
