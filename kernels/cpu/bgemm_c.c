@@ -22,34 +22,59 @@ bool sl__bgemm_c_usable(void) { return sl__cpu_features_get()->avx512_bf16; }
 #include <immintrin.h>
 
 /* out[r * ldo + j] += alpha * sum over kp pairs q of the dot products of
- * words ap[q * MR + r] and bp[q * NR + j], r < MR, j < NR. */
-__attribute__((target("avx512f,avx512bf16"))) static void
-micro(int64_t kp, const uint32_t *restrict ap, const uint32_t *restrict bp,
-      float alpha, float *restrict out, int64_t ldo) {
-  __m512 acc[MR][2];
-  for (int r = 0; r < MR; r++)
-    acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-  for (int64_t q = 0; q < kp; q++) {
-    __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + q * NR);
-    __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + q * NR + 16);
-    for (int r = 0; r < MR; r++) {
-      __m512bh a = (__m512bh)_mm512_set1_epi32((int)ap[q * MR + r]);
-      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], a, b0);
-      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a, b1);
-    }
+ * words ap[q * MR + r] and bp[q * NR + j], for r < ROWS (the panel's rows
+ * that exist: MR but at its bottom edge) and j < NR; with `store`, out is
+ * not read but set to that (the first block of k when beta is 0: C is then
+ * written once, not zeroed, read and written). One function per ROWS, so
+ * that an edge panel costs its rows, not MR. */
+#define SL__BGEMM_MICRO(ROWS)                                                  \
+  __attribute__((target("avx512f,avx512bf16"))) static void micro_##ROWS(      \
+      int64_t kp, const uint32_t *restrict ap, const uint32_t *restrict bp,    \
+      float alpha, bool store, float *restrict out, int64_t ldo) {             \
+    __m512 acc[ROWS][2];                                                       \
+    for (int r = 0; r < (ROWS); r++)                                           \
+      acc[r][0] = acc[r][1] = _mm512_setzero_ps();                             \
+    for (int64_t q = 0; q < kp; q++) {                                         \
+      __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + q * NR);                 \
+      __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + q * NR + 16);            \
+      for (int r = 0; r < (ROWS); r++) {                                       \
+        __m512bh a = (__m512bh)_mm512_set1_epi32((int)ap[q * MR + r]);         \
+        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], a, b0);                        \
+        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a, b1);                        \
+      }                                                                        \
+    }                                                                          \
+    __m512 va = _mm512_set1_ps(alpha);                                         \
+    for (int r = 0; r < (ROWS); r++)                                           \
+      for (int v = 0; v < 2; v++) {                                            \
+        float *o = out + r * ldo + v * 16;                                     \
+        _mm512_storeu_ps(                                                      \
+            o, store ? _mm512_mul_ps(acc[r][v], va)                            \
+                     : _mm512_fmadd_ps(acc[r][v], va, _mm512_loadu_ps(o)));    \
+      }                                                                        \
   }
-  __m512 va = _mm512_set1_ps(alpha);
-  for (int r = 0; r < MR; r++)
-    for (int v = 0; v < 2; v++) {
-      float *o = out + r * ldo + v * 16;
-      _mm512_storeu_ps(o, _mm512_fmadd_ps(acc[r][v], va, _mm512_loadu_ps(o)));
-    }
-}
+SL__BGEMM_MICRO(1)
+SL__BGEMM_MICRO(2)
+SL__BGEMM_MICRO(3)
+SL__BGEMM_MICRO(4)
+SL__BGEMM_MICRO(5)
+SL__BGEMM_MICRO(6)
+SL__BGEMM_MICRO(7)
+SL__BGEMM_MICRO(8)
+SL__BGEMM_MICRO(9)
+SL__BGEMM_MICRO(10)
+SL__BGEMM_MICRO(11)
+SL__BGEMM_MICRO(12)
+
+typedef void (*micro_fn)(int64_t, const uint32_t *, const uint32_t *, float,
+                         bool, float *, int64_t);
+/* micro_by_rows[r]: the kernel for r rows (1 .. MR). */
+static const micro_fn micro_by_rows[MR + 1] = {
+    NULL,    micro_1, micro_2, micro_3,  micro_4,  micro_5, micro_6,
+    micro_7, micro_8, micro_9, micro_10, micro_11, micro_12};
 #else
-static void micro(int64_t kp, const uint32_t *ap, const uint32_t *bp,
-                  float alpha, float *out, int64_t ldo) {
-  SL_ASSERT(!"bgemm: no AVX512_BF16 on this architecture");
-}
+typedef void (*micro_fn)(int64_t, const uint32_t *, const uint32_t *, float,
+                         bool, float *, int64_t);
+static const micro_fn micro_by_rows[MR + 1];
 #endif
 
 /* Packing. A panel of width W (MR rows of op(A), or NR columns of op(B))
@@ -188,8 +213,12 @@ sl_status sl__bgemm_c(bool trans_a, bool trans_b, int64_t m, int64_t n,
     return sl__fail(SL_EUNSUPPORTED,
                     "bgemm: this CPU has no AVX512_BF16 (vdpbf16ps)");
   if (m == 0 || n == 0) return SL_OK;
-  sl__sgemm_scale_c(m, n, beta, c, ldc);
-  if (k == 0 || alpha == 0.0f) return SL_OK;
+  if (k == 0 || alpha == 0.0f) {
+    sl__sgemm_scale_c(m, n, beta, c, ldc);
+    return SL_OK;
+  }
+  /* beta 0: the first block of k stores into C (BLAS: C is not read). */
+  if (beta != 0.0f) sl__sgemm_scale_c(m, n, beta, c, ldc);
 
   const int64_t mc_max = SL_MIN((m + MR - 1) / MR * MR, (int64_t)MC);
   const int64_t nc_max = SL_MIN((n + NR - 1) / NR * NR, (int64_t)NC);
@@ -218,18 +247,20 @@ sl_status sl__bgemm_c(bool trans_a, bool trans_b, int64_t m, int64_t n,
             float *cp = c + (ic + ir) * ldc + jc + jr;
             const uint32_t *at = ap + ir * kp;
             const uint32_t *bt = bp + jr * kp;
-            if (rows == MR && cols == NR) {
-              micro(kp, at, bt, alpha, cp, ldc);
+            micro_fn micro = micro_by_rows[rows];
+            bool store = pc == 0 && beta == 0.0f;
+            if (cols == NR) {
+              micro(kp, at, bt, alpha, store, cp, ldc);
               continue;
             }
-            /* Edge tile: the kernel writes a whole tile, so into a scratch
-             * one; only the part inside C is added (C past its edge may be
-             * another tensor). */
-            memset(tile, 0, sizeof tile);
-            micro(kp, at, bt, alpha, tile, NR);
+            /* Right edge: the kernel writes NR columns, so into a scratch
+             * tile; only the part inside C goes there (C past its edge may
+             * be another tensor). */
+            micro(kp, at, bt, alpha, true, tile, NR);
             for (int64_t r = 0; r < rows; r++)
               for (int64_t j = 0; j < cols; j++)
-                cp[r * ldc + j] += tile[r * NR + j];
+                cp[r * ldc + j] = store ? tile[r * NR + j]
+                                        : cp[r * ldc + j] + tile[r * NR + j];
           }
         }
       }
