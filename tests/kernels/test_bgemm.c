@@ -135,7 +135,8 @@ static void test_sluice_kernel(void **state) {
 }
 
 /* What matmul calls: sluice's unless SLUICE_BGEMM says otherwise (ctest
- * runs this file once per setting); OpenBLAS's only where the loaded
+ * runs this file once per setting, and with a value it does not know,
+ * which warns and keeps sluice's); OpenBLAS's only where the loaded
  * library exports cblas_sbgemm with a kernel set that runs vdpbf16ps. */
 static void test_dispatch(void **state) {
   const char *want = getenv("SLUICE_BGEMM");
