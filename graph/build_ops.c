@@ -57,6 +57,9 @@ sl_tensor sl_cast(sl_tensor x, sl_dtype dt) {
   if (rank_of(x, "cast") < 0) return sl__g_poison(x.graph, false);
   if (sl_dtype_size(dt) == 0)
     return sl__g_fail_op(x.graph, "cast", "invalid dtype %d", (int)dt);
+  /* To its own dtype: x itself, not a copy (the gradient of a cast to a
+   * product's dtype comes back in the dtype it already has). */
+  if (sl__g_value(x.graph, x.id)->meta.dtype == dt) return x;
   sl__attrs at = {0};
   sl__attrs_set_int(&at, "dtype", dt);
   return op1("cast", x, &at);
@@ -252,13 +255,20 @@ sl_tensor sl_matmul(sl_tensor a, sl_tensor b, bool trans_a, bool trans_b) {
 }
 
 /* A matrix product's operand in the graph's compute dtype: an f32 one
- * cast to it (sl_graph_set_compute_dtype). */
+ * cast to it (sl_graph_set_compute_dtype), once per value: the products
+ * reading one activation (q, k and v of a layer norm's output) or one
+ * output gradient (both gradients of a product) share its cast. */
 static sl_tensor compute_operand(sl_tensor x) {
   sl_graph *g = x.graph;
   if (!g || x.id < 0 || g->compute_dtype == SL_DTYPE_F32 ||
       sl__g_value(g, x.id)->meta.dtype != SL_DTYPE_F32)
     return x;
-  return sl_cast(x, g->compute_dtype);
+  int32_t memo = sl__g_value(g, x.id)->compute_cast - 1;
+  if (memo >= 0 && sl__g_value(g, memo)->meta.dtype == g->compute_dtype)
+    return sl__g_tensor(g, memo);
+  sl_tensor c = sl_cast(x, g->compute_dtype);
+  if (c.id >= 0) sl__g_value(g, x.id)->compute_cast = c.id + 1;
+  return c;
 }
 
 sl_tensor sl__g_matmul(sl_tensor a, sl_tensor b, bool trans_a, bool trans_b,

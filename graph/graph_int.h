@@ -39,6 +39,9 @@ typedef struct sl__value {
   /* sl_gradient_sbp: the layout autodiff gives its gradient (ndim 0:
    * inference chooses). */
   sl_nd_sbp grad_sbp;
+  /* Its cast to the compute dtype for matrix products, made once and
+   * shared by every product reading it (value id + 1; 0: none yet). */
+  int32_t compute_cast;
 } sl__value;
 
 typedef struct sl__node {

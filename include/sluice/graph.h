@@ -345,7 +345,7 @@ SL_API sl_tensor sl_sqrt(sl_tensor x);
 SL_API sl_tensor sl_exp(sl_tensor x);
 SL_API sl_tensor sl_log(sl_tensor x);
 
-/* x converted to dtype dt. */
+/* x converted to dtype dt; x itself when it already has dtype dt. */
 SL_API sl_tensor sl_cast(sl_tensor x, sl_dtype dt);
 
 /* Reductions over naxes axes (naxes 0: every axis), keeping them as extent

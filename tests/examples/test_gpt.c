@@ -74,8 +74,21 @@ static void test_compute_dtype(void **state) {
     INV_OK(ex_gpt_build(g, &c));
     INV_OK(sl__graph_compile(g));
     int matmuls = 0, forward = 0, narrow = 0;
+    int32_t nv = sl__graph_value_count(g);
+    int *casts = calloc((size_t)nv, sizeof *casts);
+    assert_non_null(casts);
     for (int32_t i = 0; i < sl__graph_node_count(g); i++) {
       const sl__node *nd = sl__graph_node(g, i);
+      /* Each value is cast to the compute dtype once, whatever reads it,
+       * and nothing is cast to the dtype it has. */
+      if (nd->kind == SL__NODE_OP && strcmp(nd->op->name, "cast") == 0) {
+        sl_dtype from = sl__graph_value(g, nd->in[0])->meta.dtype,
+                 to = sl__graph_value(g, nd->out[0])->meta.dtype;
+        assert_int_not_equal(from, to);
+        if (to == dts[d] && ++casts[nd->in[0]] > 1)
+          fail_msg("%s: value %d cast to %s twice", sl_dtype_name(dts[d]),
+                   nd->in[0], sl_dtype_name(to));
+      }
       if (nd->kind != SL__NODE_OP || (strcmp(nd->op->name, "matmul") &&
                                       strcmp(nd->op->name, "batch_matmul")))
         continue;
@@ -88,6 +101,7 @@ static void test_compute_dtype(void **state) {
     /* per block q, k, v, o, two in the attention, fc1, fc2; the head */
     assert_int_equal(forward, 8 * c.layers + 1);
     assert_int_equal(narrow, d ? 2 * matmuls : 0);
+    free(casts);
     sl_graph_destroy(g);
     inv_train(build_gpt, &c, EX_LAYOUT_SINGLE, 1, EX_ENGINE_SESSION, INV_STEPS,
               losses[d], NULL);
