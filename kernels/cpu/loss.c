@@ -13,7 +13,8 @@
  *
  * Each row is read twice (max, then exp and sum) and, for the gradient,
  * the exps are written into dlogits and scaled in place, so exp runs once
- * per element. */
+ * per element. Rows are cut over the device's team (core_team.h): each is
+ * computed whole by one thread, so the bits do not depend on the team. */
 #include <math.h>
 
 #include "cpu/dense_util.h"
@@ -103,22 +104,52 @@ static sl_status check_labels(const sl__kernel_ctx *k, int in, int64_t rows,
   return SL_OK;
 }
 
+/* One cross-entropy call's rows, for the team's parts. */
+typedef struct ce_run {
+  const float *x, *dloss; /* dloss: the gradient's only */
+  const void *lab;
+  sl_dtype dt;
+  int64_t classes;
+  float *out; /* loss [rows], or dlogits [rows, classes] */
+} ce_run;
+
+static void ce_part(void *arg, int64_t b, int64_t e, int part) {
+  (void)part;
+  const ce_run *c = arg;
+  const sl__dense_rows *v = sl__dense_rows_get();
+  for (int64_t r = b; r < e; r++) {
+    const float *xr = c->x + r * c->classes;
+    float m = v->row_max(xr, c->classes);
+    float lse = logf(v->row_expsum(xr, c->classes, m, NULL));
+    c->out[r] = lse - (xr[sl__dense_index(c->lab, c->dt, r)] - m);
+  }
+}
+
+static void ce_grad_part(void *arg, int64_t b, int64_t e, int part) {
+  (void)part;
+  const ce_run *c = arg;
+  const sl__dense_rows *v = sl__dense_rows_get();
+  for (int64_t r = b; r < e; r++) {
+    const float *xr = c->x + r * c->classes;
+    float *o = c->out + r * c->classes;
+    float m = v->row_max(xr, c->classes);
+    float g = c->dloss[r], scale = g / v->row_expsum(xr, c->classes, m, o);
+    v->row_affine(o, o, c->classes, 0.0f, scale, 0.0f);
+    o[sl__dense_index(c->lab, c->dt, r)] -= g;
+  }
+}
+
 static sl_status ce_cpu(const sl__kernel_ctx *k) {
   int64_t classes;
   int64_t rows = sl__dense_rows_of(&k->in_meta[0].shape, &classes);
   if (rows == 0) return SL_OK;
   SL_CHECK(check_labels(k, 1, rows, classes));
-  const float *x = k->in[0];
-  const void *lab = k->in[1];
-  sl_dtype dt = k->in_meta[1].dtype;
-  float *loss = k->out[0];
-  const sl__dense_rows *v = sl__dense_rows_get();
-  for (int64_t r = 0; r < rows; r++) {
-    const float *xr = x + r * classes;
-    float m = v->row_max(xr, classes);
-    float lse = logf(v->row_expsum(xr, classes, m, NULL));
-    loss[r] = lse - (xr[sl__dense_index(lab, dt, r)] - m);
-  }
+  ce_run c = {.x = k->in[0],
+              .lab = k->in[1],
+              .dt = k->in_meta[1].dtype,
+              .classes = classes,
+              .out = k->out[0]};
+  sl__team_for(k->team, rows, SL__GRAIN_ELEMS / (classes + 1) + 1, ce_part, &c);
   return SL_OK;
 }
 
@@ -127,19 +158,14 @@ static sl_status ce_grad_cpu(const sl__kernel_ctx *k) {
   int64_t rows = sl__dense_rows_of(&k->in_meta[1].shape, &classes);
   if (rows == 0) return SL_OK;
   SL_CHECK(check_labels(k, 2, rows, classes));
-  const float *dloss = k->in[0], *x = k->in[1];
-  const void *lab = k->in[2];
-  sl_dtype dt = k->in_meta[2].dtype;
-  float *dx = k->out[0];
-  const sl__dense_rows *v = sl__dense_rows_get();
-  for (int64_t r = 0; r < rows; r++) {
-    const float *xr = x + r * classes;
-    float *o = dx + r * classes;
-    float m = v->row_max(xr, classes);
-    float g = dloss[r], scale = g / v->row_expsum(xr, classes, m, o);
-    v->row_affine(o, o, classes, 0.0f, scale, 0.0f);
-    o[sl__dense_index(lab, dt, r)] -= g;
-  }
+  ce_run c = {.x = k->in[1],
+              .dloss = k->in[0],
+              .lab = k->in[2],
+              .dt = k->in_meta[2].dtype,
+              .classes = classes,
+              .out = k->out[0]};
+  sl__team_for(k->team, rows, SL__GRAIN_ELEMS / (classes + 1) + 1, ce_grad_part,
+               &c);
   return SL_OK;
 }
 
