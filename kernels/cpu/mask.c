@@ -52,13 +52,13 @@ static int mask_sigs(const sl__attrs *at, int n_in, const sl__meta *in,
 
 /* Per row (one global query position q): keys [k0, k0 + n) of the shard;
  * those with key > q are masked, i.e. the row keeps its first
- * clamp(q - k0 + 1, 0, n) elements. */
+ * clamp(q - k0 + 1, 0, n) elements. Rows [b, e). */
 #define MASK_ROWS(T)                                                           \
   do {                                                                         \
     const T *x = k->in[0];                                                     \
     T *o = k->out[0];                                                          \
     T f = (T)fill;                                                             \
-    for (int64_t r = 0; r < rows; r++) {                                       \
+    for (int64_t r = b; r < e; r++) {                                          \
       int64_t pos[SL_MAX_DIMS];                                                \
       sl__slice_row_global(&k->in_slice[0], &k->in_global[0], r, pos);         \
       int64_t keep = pos[nd - 2] - pos[nd - 1] + 1;                            \
@@ -71,16 +71,34 @@ static int mask_sigs(const sl__attrs *at, int n_in, const sl__meta *in,
     }                                                                          \
   } while (0)
 
-static sl_status mask_cpu(const sl__kernel_ctx *k) {
-  const sl_shape *s = &k->in_meta[0].shape;
-  int nd = s->ndim;
-  if (sl_shape_numel(s) == 0) return SL_OK;
-  int64_t rows = sl__shape_rows(s), n = sl__shape_len(s);
-  double fill = fill_value(k->attrs);
+/* One call's rows, cut over the device's team (each row is one thread's,
+ * so the result does not depend on the team). */
+typedef struct mask_run {
+  const sl__kernel_ctx *k;
+  int nd;
+  int64_t n;
+  double fill;
+} mask_run;
+
+static void mask_part(void *arg, int64_t b, int64_t e, int part) {
+  (void)part;
+  const mask_run *m = arg;
+  const sl__kernel_ctx *k = m->k;
+  int nd = m->nd;
+  int64_t n = m->n;
+  double fill = m->fill;
   if (k->in_meta[0].dtype == SL_DTYPE_F32)
     MASK_ROWS(float);
   else
     MASK_ROWS(double);
+}
+
+static sl_status mask_cpu(const sl__kernel_ctx *k) {
+  const sl_shape *s = &k->in_meta[0].shape;
+  if (sl_shape_numel(s) == 0) return SL_OK;
+  int64_t rows = sl__shape_rows(s);
+  mask_run m = {k, s->ndim, sl__shape_len(s), fill_value(k->attrs)};
+  sl__team_for(k->team, rows, SL__GRAIN_ELEMS / (m.n + 1) + 1, mask_part, &m);
   return SL_OK;
 }
 

@@ -189,16 +189,45 @@ static int transpose_sigs(const sl__attrs *at, int n_in, const sl__meta *in,
   return l.n;
 }
 
+/* A transpose's copy, its output's first axis cut over the device's team:
+ * part [b, e) of that axis is a strided copy of its own. */
+typedef struct transpose_run {
+  size_t es;
+  const sl_shape *out;
+  const int64_t *ss; /* the input's strides, in the output's axis order */
+  int64_t out_row;   /* output elements per index of axis 0 */
+  char *dst;
+  const char *src;
+} transpose_run;
+
+static void transpose_part(void *arg, int64_t b, int64_t e, int part) {
+  (void)part;
+  const transpose_run *r = arg;
+  int64_t dims[SL_MAX_DIMS];
+  memcpy(dims, r->out->dims, sizeof dims);
+  dims[0] = e - b;
+  sl__copy_strided(r->es, r->out->ndim, dims,
+                   r->dst + (size_t)(b * r->out_row) * r->es,
+                   r->src + (size_t)(b * r->ss[0]) * r->es, r->ss);
+}
+
 static sl_status transpose_cpu(const sl__kernel_ctx *k) {
-  const sl_shape *x = &k->in_meta[0].shape;
+  const sl_shape *x = &k->in_meta[0].shape, *y = &k->out_meta[0].shape;
   int perm[SL_MAX_DIMS];
   SL_CHECK(transpose_perm(k->attrs, x->ndim, perm));
   int64_t xs[SL_MAX_DIMS], ss[SL_MAX_DIMS];
   sl_shape_strides(x, xs);
   for (int j = 0; j < x->ndim; j++)
     ss[j] = xs[perm[j]];
-  sl__copy_strided(sl_dtype_size(k->in_meta[0].dtype), x->ndim,
-                   k->out_meta[0].shape.dims, k->out[0], k->in[0], ss);
+  size_t es = sl_dtype_size(k->in_meta[0].dtype);
+  int64_t numel = sl_shape_numel(y);
+  if (x->ndim == 0 || numel == 0) {
+    sl__copy_strided(es, x->ndim, y->dims, k->out[0], k->in[0], ss);
+    return SL_OK;
+  }
+  transpose_run r = {es, y, ss, numel / y->dims[0], k->out[0], k->in[0]};
+  sl__team_for(k->team, y->dims[0], SL__GRAIN_ELEMS / r.out_row + 1,
+               transpose_part, &r);
   return SL_OK;
 }
 
