@@ -15,7 +15,10 @@
  *
  * A row is read once from memory: its reductions and its writes run over
  * the row while it sits in L1. dgamma/dbeta are accumulated in double (the
- * workspace) over the shard's rows, in row order. */
+ * workspace) over the shard's rows, in row order. On a device's team
+ * (core_team.h) the backward runs in two passes: the rows' two sums cut by
+ * rows, then dx, dgamma and dbeta cut by columns, each column's sums still
+ * in row order, so the bits do not depend on the team. */
 #include <math.h>
 
 #include "cpu/dense_util.h"
@@ -160,35 +163,79 @@ static int lng_signatures(const sl__attrs *at, int n_in, const sl__meta *in,
                            3, (sl_sbp[]){P(), P(), P()});
 }
 
+/* Workspace: dgamma and dbeta in double ([D] each), then each row's two
+ * scaled sums a and b (f32 [rows] each). */
 static size_t lng_workspace(const sl__kernel_ctx *k) {
   const sl_shape *s = &k->in_meta[2].shape;
-  return (size_t)(s->ndim ? s->dims[0] : 0) * 2 * sizeof(double);
+  int64_t d;
+  int64_t rows = sl__dense_rows_of(&k->in_meta[1].shape, &d);
+  return (size_t)(s->ndim ? s->dims[0] : 0) * 2 * sizeof(double) +
+         (size_t)rows * 2 * sizeof(float);
+}
+
+/* One layer_norm_grad call, for the team's parts. */
+typedef struct lng_run {
+  const float *dy, *x, *gamma, *mean, *rstd;
+  float *dx, *a, *b; /* a, b: per row, from the first pass */
+  double *dg, *db;
+  int64_t rows, d;
+} lng_run;
+
+/* Rows [lo, hi): a = mean over the row of gamma dy, b = of gamma dy xhat. */
+static void lng_sums_part(void *arg, int64_t lo, int64_t hi, int part) {
+  (void)part;
+  const lng_run *r = arg;
+  const sl__dense_rows *v = sl__dense_rows_get();
+  float inv_d = 1.0f / (float)r->d;
+  for (int64_t i = lo; i < hi; i++) {
+    float sg, sgx;
+    v->row_ln_grad_sums(r->gamma, r->dy + i * r->d, r->x + i * r->d, r->mean[i],
+                        r->rstd[i], r->d, &sg, &sgx);
+    r->a[i] = sg * inv_d;
+    r->b[i] = sgx * inv_d;
+  }
+}
+
+/* Columns [lo, hi) of every row, in row order: dx, and dgamma and dbeta's
+ * sums of those columns. */
+static void lng_cols_part(void *arg, int64_t lo, int64_t hi, int part) {
+  (void)part;
+  const lng_run *r = arg;
+  const sl__dense_rows *v = sl__dense_rows_get();
+  for (int64_t i = 0; i < r->rows; i++) {
+    int64_t at = i * r->d + lo;
+    v->ln_grad_row(r->dy + at, r->x + at, r->gamma + lo, r->mean[i], r->rstd[i],
+                   r->a[i], r->b[i], r->dx + at, r->dg + lo, r->db + lo,
+                   hi - lo);
+  }
 }
 
 static sl_status lng_cpu(const sl__kernel_ctx *k) {
   int64_t d;
   int64_t rows = sl__dense_rows_of(&k->in_meta[1].shape, &d);
-  const float *dy = k->in[0], *x = k->in[1], *gamma = k->in[2],
-              *mean = k->in[3], *rstd = k->in[4];
-  float *dx = k->out[0], *dgamma = k->out[1], *dbeta = k->out[2];
+  float *dgamma = k->out[1], *dbeta = k->out[2];
   if (d == 0) return SL_OK;
   if (!k->workspace || k->workspace_bytes < lng_workspace(k))
     return sl__fail(SL_EINVAL, "layer_norm_grad: no workspace (run it with "
                                "sl__op_run_cpu)");
   double *dg = k->workspace, *db = dg + d;
+  float *a = (float *)(db + d);
+  lng_run r = {.dy = k->in[0],
+               .x = k->in[1],
+               .gamma = k->in[2],
+               .mean = k->in[3],
+               .rstd = k->in[4],
+               .dx = k->out[0],
+               .a = a,
+               .b = a + rows,
+               .dg = dg,
+               .db = db,
+               .rows = rows,
+               .d = d};
   for (int64_t j = 0; j < d; j++)
     dg[j] = db[j] = 0.0;
-  float inv_d = 1.0f / (float)d;
-  const sl__dense_rows *v = sl__dense_rows_get();
-  for (int64_t r = 0; r < rows; r++) {
-    const float *dyr = dy + r * d, *xr = x + r * d;
-    float *o = dx + r * d;
-    float mu = mean[r], rs = rstd[r];
-    float sg, sgx;
-    v->row_ln_grad_sums(gamma, dyr, xr, mu, rs, d, &sg, &sgx);
-    float a = sg * inv_d, b = sgx * inv_d;
-    v->ln_grad_row(dyr, xr, gamma, mu, rs, a, b, o, dg, db, d);
-  }
+  sl__team_for(k->team, rows, SL__GRAIN_ELEMS / d + 1, lng_sums_part, &r);
+  sl__team_for(k->team, d, SL__GRAIN_ELEMS / (rows + 1) + 1, lng_cols_part, &r);
   for (int64_t j = 0; j < d; j++) {
     dgamma[j] = (float)dg[j];
     dbeta[j] = (float)db[j];
