@@ -20,7 +20,10 @@
  *
  * Every full-size tensor stays split over the classes; what crosses
  * devices is [rows] wide. The fused kernel's max-shifted formula is kept,
- * so the results differ from it only in the order of the sums.
+ * so the results differ from it only in the order of the sums. The
+ * cross-entropy's gradient reuses its forward's m and s (reduced once per
+ * step, [rows] kept from the forward to the backward pass) when it reads
+ * the same logits; e is computed again.
  *
  * Autodiff has run by then (each gradient op is expanded on its own), so
  * the new ops need no gradients. The expanded node itself becomes the last
@@ -118,11 +121,25 @@ static void build(sl_graph *g, const sl__node *n, cp_kind k, int a,
   sl_tensor in1 = n->n_in > 1 ? sl__g_tensor(g, n->in[1]) : in0;
   sl_tensor x = k == CP_CE_GRAD ? in1 : in0;
   sl_tensor m = x, z = x, e = x, s = x; /* set where the kind uses them */
-  if (k == CP_SOFTMAX || k == CP_LOG_SOFTMAX || k == CP_CE || k == CP_CE_GRAD) {
+  sl__value *xv = g->values[x.id];
+  if (k == CP_CE_GRAD && xv->class_max && xv->class_sum) {
+    /* The forward's row statistics: s is [rows], wanted as [rows, 1]. */
+    sl_shape keep = xv->meta.shape;
+    keep.dims[a] = 1;
+    m = sl__g_tensor(g, xv->class_max - 1);
+    z = sl_sub(x, m);
+    e = sl_exp(z);
+    s = sl_reshape(sl__g_tensor(g, xv->class_sum - 1), &keep);
+  } else if (k == CP_SOFTMAX || k == CP_LOG_SOFTMAX || k == CP_CE ||
+             k == CP_CE_GRAD) {
     m = sl_reduce_max(x, 1, &a, true);
     z = sl_sub(x, m);
     e = sl_exp(z);
     s = sl_reduce_sum(e, 1, &a, k != CP_CE);
+    if (k == CP_CE && m.id >= 0 && s.id >= 0) {
+      g->values[x.id]->class_max = m.id + 1;
+      g->values[x.id]->class_sum = s.id + 1;
+    }
   }
   switch (k) {
   case CP_SOFTMAX:

@@ -42,6 +42,10 @@ typedef struct sl__value {
   /* Its cast to the compute dtype for matrix products, made once and
    * shared by every product reading it (value id + 1; 0: none yet). */
   int32_t compute_cast;
+  /* A class-parallel cross-entropy over it (class_parallel.c): its rows'
+   * max and sum of exp (value ids + 1; 0: none), which the gradient's
+   * expansion reuses rather than reducing them again. */
+  int32_t class_max, class_sum;
 } sl__value;
 
 typedef struct sl__node {
