@@ -1,7 +1,7 @@
 /* bench_matmul_dtype: mixed precision's matmul on the CPU (docs/api.md,
  * "Mixed precision"), one thread, GFLOP/s side by side in one run, for
- * square sizes and the three products of an MLP layer (batch 256, 1024 ->
- * 1024); f32 products and output throughout:
+ * gemm_shapes.h's products (bench_sgemm's); f32 products and output
+ * throughout:
  *   f32            the matmul op with f32 inputs (OpenBLAS sgemm);
  *   bf16 widened   both operands widened to f32, then the same sgemm (what
  *                  matmul does on CPUs without AVX512_BF16);
@@ -22,21 +22,8 @@
 
 #include "cpu/blas.h"
 #include "cpu/kernel_util.h"
+#include "gemm_shapes.h"
 #include "op.h"
-
-typedef struct shape {
-  const char *label;
-  int64_t m, n, k;
-  bool ta, tb;
-} shape;
-
-static const shape shapes[] = {
-    {"512^3", 512, 512, 512, false, false},
-    {"1024^3", 1024, 1024, 1024, false, false},
-    {"mlp fwd 256x1024x1024 NT", 256, 1024, 1024, false, true},
-    {"mlp dx  256x1024x1024 NN", 256, 1024, 1024, false, false},
-    {"mlp dW 1024x1024x256 TN", 1024, 1024, 256, true, false},
-};
 
 typedef enum way {
   F32_OP,
@@ -216,7 +203,7 @@ int main(int argc, char **argv) {
   printf("| shape | f32 | bf16 widened | bf16 sluice | bf16 OpenBLAS | "
          "sluice / OpenBLAS | best bf16 / f32 | f16 |\n"
          "|---|---|---|---|---|---|---|---|\n");
-  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+  for (int i = 0; i < NSHAPES; i++) {
     const shape *s = &shapes[i];
     double f32 = run(s, F32_OP), wid = run(s, BF16_WIDENED);
     double own = sluice ? run(s, BF16_SLUICE) : 0;
