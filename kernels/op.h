@@ -226,7 +226,8 @@ const sl__op_def *sl__op_find(const char *name);
 int sl__op_count(void);
 const sl__op_def *sl__op_at(int i);
 
-/* Runs the op's kernel with its workspace allocated. */
+/* Runs the op's kernel with its workspace: the calling thread's, reused
+ * from call to call (one kernel at a time per thread). */
 sl_status sl__op_run_cpu(const sl__op_def *op, sl__kernel_ctx *k);
 
 /* The op's CUDA kernel, from the CUDA module (tensor/cuda_module.h), which
