@@ -153,6 +153,7 @@ typedef struct rt_actor {
 
 typedef struct trace_event {
   uint32_t actor; /* index within the stream */
+  bool deferred;  /* the act deferred: t1 is its completion */
   int64_t piece;
   uint64_t t0, t1;
 } trace_event;
@@ -318,7 +319,7 @@ bool sl__job_local_quiescent(const sl_job *job, uint64_t *progress);
 
 /* trace.c */
 void sl__trace_record(stream *s, rt_actor *a, int64_t piece, uint64_t t0,
-                      uint64_t t1);
+                      uint64_t t1, bool deferred);
 sl_status sl__trace_write(sl_job *job);
 
 /* check.c: kind arity and default-act requirements of one actor. */

@@ -275,7 +275,7 @@ static void fire(stream *s, rt_actor *a) {
     a->trace_t0 = t0;
     return;
   }
-  if (s->trace_on) sl__trace_record(s, a, a->a.piece, t0, sl__now_ns());
+  if (s->trace_on) sl__trace_record(s, a, a->a.piece, t0, sl__now_ns(), false);
   finish(s, a);
 }
 
@@ -416,7 +416,7 @@ void sl__actor_on_complete(stream *s, rt_actor *a) {
     return;
   }
   if (s->trace_on)
-    sl__trace_record(s, a, a->a.piece, a->trace_t0, sl__now_ns());
+    sl__trace_record(s, a, a->a.piece, a->trace_t0, sl__now_ns(), true);
   finish(s, a);
   try_fire(s, a);
 }

@@ -667,12 +667,6 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
                              : (op == SL_BOXING_SLICE || op == SL_BOXING_ZERO)
                                  ? SL__TASK_LOCAL
                                  : SL__TASK_COLL;
-        /* On GPUs every NCCL call of a device goes on its one collective
-         * stream: NCCL kernels of two streams may wait on each other. */
-        sl_stream_kind stream =
-            kind == SL__TASK_COLL || (gpu && kind == SL__TASK_XCHG)
-                ? SL_STREAM_COLLECTIVE
-                : SL_STREAM_COPY;
         uint32_t mach, devu;
         int side = has_out ? ts : fs;
         SL_CHECK_GOTO(rank_where(sl__boxing_side_placement(bp, side),
@@ -681,10 +675,25 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
                       st, out);
         (void)node;
         (void)dev;
+        bool cpu = sl__dev_host_side(devu) == devu;
         /* A CUDA shard's last step ends on the host side too: a copy
          * moves it onto the device after the loop. */
-        bool final = last && (gpu || sl__dev_host_side(devu) == devu);
+        bool final = last && (gpu || cpu);
         if (!gpu) devu = sl__dev_host_side(devu);
+        /* On GPUs every NCCL call of a device goes on its one collective
+         * stream: NCCL kernels of two streams may wait on each other. A
+         * CPU device's in-process collective goes on its compute stream:
+         * arriving costs that thread microseconds (the engine's workers do
+         * a large round's work, the last arriver a small one's), where a
+         * stream of its own would hand each collective to another thread
+         * and back, and keep one more thread per device spinning for
+         * cores the compute threads use. */
+        sl_stream_kind stream =
+            kind == SL__TASK_COLL && cpu && engine == SL__ENGINE_INPROC
+                ? SL_STREAM_COMPUTE
+            : kind == SL__TASK_COLL || (gpu && kind == SL__TASK_XCHG)
+                ? SL_STREAM_COLLECTIVE
+                : SL_STREAM_COPY;
         sl__task *t = new_task(L, kind, adup(L, "%s.s%d@p%d", n->name, s, q),
                                ni, q, mach, devu, stream, 2, 1);
         if (!t) {

@@ -425,6 +425,11 @@ void sl__pmem_name(const sl__pplan *p, int32_t i, char *buf, size_t n);
  * the largest workspace. */
 int64_t sl__pmem_allocated(const sl__pmem *m);
 
+/* Whether task t is in its device's one order of compute tasks (memory.c,
+ * point 1): the compute stream's kernels, not its feeds, fetches, ticks
+ * or collective members (whose firing only deposits their buffers). */
+bool sl__task_in_device_order(const sl__task *t);
+
 /* The per-device memory table (`sluice plan --memory`); node >= 0: only
  * that machine's devices. SL_EIO, SL_EINVAL for a machine the plan does
  * not have. */

@@ -230,7 +230,8 @@ static sl_status report_cycle(const sl__pplan *p, const dag *d,
        * (members on different devices or streams). */
       const sl__task *ta = &p->tasks[a], *tb = &p->tasks[b];
       by_order[i] = !data_edge(p, b, a, false) && ta->machine == tb->machine &&
-                    ta->device == tb->device && ta->stream == tb->stream;
+                    ta->device == tb->device && sl__task_in_device_order(ta) &&
+                    sl__task_in_device_order(tb);
     }
     st = sl__schedule_deadlock(p, walk + first, by_order, k);
   }
@@ -287,9 +288,10 @@ static int32_t mem_index(sl__pplan *p, uint32_t machine, uint32_t device,
   return p->n_mem++;
 }
 
-static bool in_order(const sl__task *t) {
+bool sl__task_in_device_order(const sl__task *t) {
   return t->stream == SL_STREAM_COMPUTE && t->kind != SL__TASK_FEED &&
-         t->kind != SL__TASK_FETCH && t->kind != SL__TASK_TICK;
+         t->kind != SL__TASK_FETCH && t->kind != SL__TASK_TICK &&
+         t->kind != SL__TASK_COLL;
 }
 
 /* The largest workspace any op task of device m asks for. */
@@ -873,7 +875,7 @@ static sl_status device_orders(planner *P) {
     int32_t t = P->order[k];
     const sl__task *task = &p->tasks[t];
     P->pos[t] = P->dev_of[t] = -1;
-    if (!in_order(task)) continue;
+    if (!sl__task_in_device_order(task)) continue;
     for (int32_t m = 0; m < p->n_mem; m++)
       if (p->mem[m].machine == task->machine &&
           p->mem[m].device == task->device) {

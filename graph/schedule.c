@@ -111,11 +111,6 @@ static void order_passes(sl__schedule s, dev_sched *dv, int32_t p, int32_t v,
   }
 }
 
-static bool in_order(const sl__task *t) {
-  return t->stream == SL_STREAM_COMPUTE && t->kind != SL__TASK_FEED &&
-         t->kind != SL__TASK_FETCH && t->kind != SL__TASK_TICK;
-}
-
 static const sl__pnode *node_of(const sl__pplan *p, const sl__task *t) {
   return t->node >= 0 && t->node < p->n_nodes ? &p->nodes[t->node] : NULL;
 }
@@ -272,7 +267,7 @@ sl_status sl__schedule_edges(const sl__pplan *p, const int32_t *order,
   /* Devices and the stages each holds. */
   for (int32_t t = 0; t < n; t++) {
     const sl__task *task = &p->tasks[t];
-    if (!in_order(task) || !per_micro(p, task)) continue;
+    if (!sl__task_in_device_order(task) || !per_micro(p, task)) continue;
     dev_sched *dv = dev_find(devs, nd, task);
     if (!dv) {
       dv = &devs[nd++];
@@ -313,7 +308,8 @@ sl_status sl__schedule_edges(const sl__pplan *p, const int32_t *order,
       if (r->initial) continue; /* last step's version */
       after[t] = per_micro(p, &p->tasks[r->producer]) || after[r->producer];
     }
-    dev_sched *dv = in_order(task) ? dev_find(devs, nd, task) : NULL;
+    dev_sched *dv =
+        sl__task_in_device_order(task) ? dev_find(devs, nd, task) : NULL;
     if (!dv) continue; /* a device without passes keeps the plan's order */
     int64_t key = after[t] ? INT64_MAX : -1;
     if (per_micro(p, task)) {

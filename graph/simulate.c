@@ -298,12 +298,17 @@ typedef struct lane {
   double free_at, busy;
 } lane;
 
+/* A collective member's firing only deposits its buffers, whichever
+ * stream its actor is on (a CPU device's compute stream): the round's
+ * work is the engine's, modelled as the device's collective lane. */
 static int32_t lane_of(lane *l, int32_t *nl, const sl__task *t) {
+  uint32_t stream =
+      t->kind == SL__TASK_COLL ? (uint32_t)SL_STREAM_COLLECTIVE : t->stream;
   for (int32_t i = 0; i < *nl; i++)
     if (l[i].machine == t->machine && l[i].device == t->device &&
-        l[i].stream == t->stream)
+        l[i].stream == stream)
       return i;
-  l[*nl] = (lane){t->machine, t->device, t->stream, 0, 0};
+  l[*nl] = (lane){t->machine, t->device, stream, 0, 0};
   return (*nl)++;
 }
 
@@ -401,8 +406,7 @@ static sl_status report_to(const sl__pplan *p, const sl_sim_config *c,
                                  ? &p->nodes[task->node]
                                  : NULL;
         if (task->machine == pm->machine && task->device == pm->device &&
-            task->stream == SL_STREAM_COMPUTE && n && n->micro >= 0 &&
-            task->kind != SL__TASK_FEED && task->kind != SL__TASK_FETCH)
+            sl__task_in_device_order(task) && n && n->micro >= 0)
           order[k++] = t;
       }
       if (!k) continue;

@@ -89,9 +89,11 @@ static void task_done(sl__coll *x) {
     finish_round(x);
 }
 
-/* Runs a round whose members are all present, on the last arriver's thread.
- * `self` is that member. */
-static void run_round(sl__coll *x, int self) {
+/* Starts a round whose members are all present, on the last arriver's
+ * thread: a direct round runs there; a parallel one is handed to the
+ * members' workers, the last arriver's own part too, since that thread is
+ * usually a device's compute thread with kernels to get back to. */
+static void run_round(sl__coll *x) {
   sl__comm *c = x->comm;
   if (x->algo == SL__COLL_DIRECT) {
     for (int k = 0; k < x->n; k++)
@@ -104,7 +106,6 @@ static void run_round(sl__coll *x, int self) {
   int work = 0;
   for (int k = 0; k < x->n; k++)
     work += sl__coll_task_has_work(x, k);
-  bool own = sl__coll_task_has_work(x, self);
   if (work == 0) {
     finish_round(x);
     return;
@@ -113,13 +114,9 @@ static void run_round(sl__coll *x, int self) {
    * while tasks are still being queued. */
   atomic_store(&x->remaining, work + 1);
   for (int k = 0; k < x->n; k++) {
-    if (k == self || !sl__coll_task_has_work(x, k)) continue;
+    if (!sl__coll_task_has_work(x, k)) continue;
     atomic_fetch_add(&c->posted, 1);
     post(&c->workers[x->workers[k]], &x->tasks[k]);
-  }
-  if (own) {
-    sl__coll_run_task(x, self);
-    task_done(x);
   }
   task_done(x);
 }
@@ -162,7 +159,7 @@ sl_status sl__coll_arrive(sl__coll *x, int member, const void *in,
   bool last = ++x->arrived == x->n;
   x->state = last ? COLL_RUNNING : COLL_GATHERING;
   pthread_mutex_unlock(&x->lock);
-  if (last) run_round(x, member);
+  if (last) run_round(x);
   return SL_OK;
 }
 

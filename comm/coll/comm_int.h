@@ -13,7 +13,8 @@
  *     thread at once ("direct"), large ones are cut into one task per member
  *     (each member reduces or assembles its own chunk, the reduce-scatter /
  *     all-gather decomposition a ring performs), queued to the members'
- *     workers, the last arriver running its own task inline;
+ *     workers, so the arriving thread (a device's compute thread) goes
+ *     back to its kernels at once;
  *   - when the last task is done, every member's callback is called.
  *
  * So ranks may reach different collectives in any order: a collective whose

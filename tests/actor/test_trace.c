@@ -120,6 +120,66 @@ static void test_trace_device_names(void **state) {
   sl_actor_graph_destroy(p);
 }
 
+/* Defers its firing and completes it at once: the completion is a
+ * message its stream handles after the act returns. */
+static sl_status act_defer(sl_act *a) {
+  sl_completion_done(sl_act_defer(a), SL_OK);
+  return SL_OK;
+}
+
+/* A deferred firing goes on a row of its own under its stream's, named
+ * "<stream> (deferred)", and the stream's own row keeps the rest. */
+static void test_trace_deferred_row(void **state) {
+  char path[] = "/tmp/sluice_trace_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
+  sl_actor_id s = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 4);
+  sl_actor_id k =
+      add_actor(p, "async", SL_ACTOR_KERNEL, 0, 0, 0, act_defer, NULL, 0);
+  connect_to(p, add_out(p, s, 2, 8), k);
+  connect_to(p, add_out(p, k, 2, 8),
+             add_actor(p, "sink", SL_ACTOR_SINK, 0, 1, 0, NULL, NULL, 0));
+  sl_job_config cfg = SL_JOB_CONFIG(.trace_path = path);
+  assert_int_equal(run_plan(p, &cfg, NULL), SL_OK);
+  char *t = slurp(path);
+  assert_non_null(t);
+  assert_true(json_balanced(t));
+  /* dev0/compute, its deferred row, dev0/copy */
+  assert_int_equal(count(t, "\"thread_name\""), 3);
+  const char *row = strstr(t, "\"name\":\"dev0/compute (deferred)\"");
+  assert_non_null(row);
+  /* the row's tid: read back from its metadata line */
+  const char *line = row;
+  while (line > t && line[-1] != '\n')
+    line--;
+  const char *tid = strstr(line, "\"tid\":");
+  assert_true(tid && tid < row);
+  char want[64];
+  snprintf(want, sizeof want, "\"tid\":%d,", atoi(tid + 6));
+  /* every firing of "async" is on that row, and only those */
+  int on_row = 0, async = 0;
+  for (const char *e = t; (e = strstr(e, "\n{\"name\":\"")); e++) {
+    const char *end = strchr(e + 1, '\n');
+    size_t n = end ? (size_t)(end - e) : strlen(e);
+    char buf[512];
+    snprintf(buf, sizeof buf, "%.*s", (int)n, e);
+    if (!strstr(buf, "\"ph\":\"X\"")) continue;
+    bool is_async = strstr(buf, "\"name\":\"async\"") != NULL;
+    bool there = strstr(buf, want) != NULL;
+    assert_true(is_async == there);
+    async += is_async;
+    on_row += there;
+  }
+  assert_int_equal(async, 4);
+  assert_int_equal(on_row, 4);
+  free(t);
+  unlink(path);
+  sl_actor_graph_destroy(p);
+}
+
 static void test_trace_env(void **state) {
   char path[] = "/tmp/sluice_trace_XXXXXX";
   int fd = mkstemp(path);
@@ -192,6 +252,7 @@ int main(void) {
       cmocka_unit_test(test_trace_config_path),
       cmocka_unit_test(test_trace_env),
       cmocka_unit_test(test_trace_device_names),
+      cmocka_unit_test(test_trace_deferred_row),
       cmocka_unit_test(test_trace_nodes_and_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

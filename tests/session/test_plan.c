@@ -79,7 +79,10 @@ static void test_dp_structure(void **state) {
     }
     if (t->kind == SL__TASK_COLL) {
       colls++;
-      assert_int_equal(t->stream, SL_STREAM_COLLECTIVE);
+      /* in-process on CPUs: on the compute stream, outside its order */
+      assert_int_equal(t->stream, SL_STREAM_COMPUTE);
+      assert_int_equal(t->engine, SL__ENGINE_INPROC);
+      assert_false(sl__task_in_device_order(t));
       assert_true(t->member == 0 || t->member == 1);
       assert_int_equal(t->group, 0);
     }
@@ -213,7 +216,7 @@ static void test_protobuf_round_trip(void **state) {
     if (fmt == 0) {
       assert_non_null(strstr(t1, "machine 0"));
       assert_non_null(strstr(t1, "device cpu:3"));
-      assert_non_null(strstr(t1, "stream collective"));
+      assert_non_null(strstr(t1, "stream compute"));
       assert_non_null(strstr(t1, "[boxing all_reduce(sum) group"));
       assert_non_null(strstr(t1, "driver (machine 1)"));
       assert_non_null(strstr(t1, "(1 initial)"));
@@ -680,7 +683,7 @@ static void test_cli(void **state) {
   assert_int_equal(r.status, 0);
   assert_non_null(strstr(r.out, "machine 0"));
   assert_non_null(strstr(r.out, "device cpu:2"));
-  assert_non_null(strstr(r.out, "stream collective"));
+  assert_non_null(strstr(r.out, "stream compute"));
   cli_result_free(&r);
   const char *dot[] = {"sluice", "plan", pb, "--dot", "-o", out, NULL};
   assert_int_equal(cli_run(SLUICE_CLI_PATH, dot, &r), 0);

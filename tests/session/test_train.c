@@ -90,9 +90,10 @@ static void test_steps_and_no_run_ahead(void **state) {
   assert_memory_equal(w_a, w_b, sizeof w_a);
 }
 
-/* With a trace, the dp MLP's gradient all-reduces (collective stream,
- * spanning from the deposit to the round's end) overlap the backward
- * matmuls of earlier layers on the compute streams of the same device. */
+/* With a trace, the dp MLP's gradient all-reduces (deferred firings of
+ * the compute stream, spanning from the deposit to the round's end, on
+ * that stream's "(deferred)" row) overlap the backward matmuls of earlier
+ * layers on the compute stream of the same device. */
 static void test_trace_shows_overlap(void **state) {
   char path[] = "/tmp/sluice_session_trace_XXXXXX.json";
   int fd = mkstemps(path, 5);
@@ -133,11 +134,12 @@ static void test_trace_shows_overlap(void **state) {
     const char *t = strstr(line, "\"tid\":");
     if (!t) continue;
     int tid = atoi(t + 6);
-    /* streams are named "cpu:<device>/<kind>" */
+    /* rows are named "cpu:<device>/<kind>", deferred firings
+     * "cpu:<device>/<kind> (deferred)" */
     const char *th = strstr(line, "\"args\":{\"name\":\"cpu:");
     if (strstr(line, "thread_name") && th && tid >= 0 && tid < 64) {
       dev_of[tid] = atoi(th + 21);
-      compute[tid] = strstr(th, "/compute") != NULL;
+      compute[tid] = strstr(th, "/compute\"") != NULL;
       continue;
     }
     const char *nm = strstr(line, "{\"name\":\"");
@@ -155,7 +157,7 @@ static void test_trace_shows_overlap(void **state) {
   unlink(path);
   assert_true(n > 0);
   /* Compute firings of the same device that start while one of its
-   * gradient all-reduces (boxing on a collective stream) is in flight. */
+   * gradient all-reduces (deferred boxing firings) is in flight. */
   int overlaps = 0, collectives = 0;
   for (int i = 0; i < n; i++) {
     const ev *c = &evs[i];
