@@ -185,6 +185,7 @@ typedef struct stream {
   uint32_t lhead, llen, lmask;
   uint64_t handled;       /* messages handled */
   uint64_t waiting_since; /* start of a wait slept through; 0: none */
+  bool spin_missed;       /* this wait spun its whole window in vain */
   uint32_t long_waits;    /* of recent waits, the share that were long */
   /* stats, read after join */
   uint64_t firings, msgs_local, msgs_cross, msgs_remote, discarded;
@@ -241,6 +242,11 @@ struct sl_job {
   atomic_long async_pending;
   int64_t hang_timeout_ms;
   sl__thread watchdog;
+  /* The watchdog's own condition (under lock), signalled only to make it
+   * exit: cond is broadcast whenever the deferred firings in flight drop
+   * to none, dozens of times a step, and the watchdog woken each time
+   * would take a core from the compute threads. */
+  pthread_cond_t watchdog_cond;
   bool watchdog_exit; /* under lock */
   char *hang_report;
   bool hang_here; /* this job's watchdog declared the hang */

@@ -42,7 +42,7 @@ static void *watchdog_main(void *arg) {
   uint64_t quiet_since = 0, last_local = 0, last_peers = 0;
   pthread_mutex_lock(&job->lock);
   while (!job->watchdog_exit) {
-    sl__cond_wait_ns(&job->cond, &job->lock, interval);
+    sl__cond_wait_ns(&job->watchdog_cond, &job->lock, interval);
     if (job->watchdog_exit) break;
     if (atomic_load(&job->done) || atomic_load(&job->stop)) continue;
     pthread_mutex_unlock(&job->lock);
@@ -77,7 +77,7 @@ sl_status sl__watchdog_start(sl_job *job) {
 void sl__watchdog_stop(sl_job *job) {
   pthread_mutex_lock(&job->lock);
   job->watchdog_exit = true;
-  pthread_cond_broadcast(&job->cond);
+  pthread_cond_broadcast(&job->watchdog_cond);
   pthread_mutex_unlock(&job->lock);
   sl__thread_join(&job->watchdog);
 }

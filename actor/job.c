@@ -541,6 +541,10 @@ sl_status sl_job_create(sl_actor_graph *plan, const sl_job_config *cfg,
   atomic_init(&job->async_pending, 0);
   pthread_mutex_init(&job->lock, NULL);
   sl_status st = sl__cond_init(&job->cond);
+  if (st == SL_OK) {
+    st = sl__cond_init(&job->watchdog_cond);
+    if (st != SL_OK) pthread_cond_destroy(&job->cond);
+  }
   if (st != SL_OK) {
     pthread_mutex_destroy(&job->lock);
     sl__free(job);
@@ -714,6 +718,7 @@ void sl_job_destroy(sl_job *job) {
   sl__free(job->trace_path);
   sl__arena_destroy(job->arena);
   pthread_cond_destroy(&job->cond);
+  pthread_cond_destroy(&job->watchdog_cond);
   pthread_mutex_destroy(&job->lock);
   sl__free(job);
 }

@@ -111,7 +111,11 @@ static void thread_exit(stream *s) {
  * recent waits were short, and never longer than s->spin_ns (20 us unless
  * the job says otherwise). A wait the spin catches is short without
  * reading the clock (a read costs half a message between threads); one
- * slept through is timed from its start. */
+ * the spin missed is long: spinning through it was wasted (a copy stream
+ * whose fetch comes once a step would otherwise spin most of every step
+ * for the cores the compute threads need). One slept through without a
+ * spin is timed from its start, long only past twice the window: the
+ * time includes the wake-up. */
 #define WAITS_ALL 1024 /* long_waits is a fraction of this */
 
 /* The share of long waits moves 1/8 of the way towards this wait's. */
@@ -142,6 +146,7 @@ static size_t spin_poll(stream *s, sl_msg *batch) {
     }
   }
   s->spins_missed++;
+  s->spin_missed = true;
   /* The wait began before the spin; under load the spin's yields can take
    * up most of it, so timing from the sleep would call a long wait short. */
   if (!s->waiting_since) s->waiting_since = t0;
@@ -167,12 +172,11 @@ void *sl__stream_main(void *arg) {
     bool waited = n == 0;
     if (waited) n = spin_poll(s, batch);
     if (n) {
-      /* A slept wait includes the wake-up: long only past twice the
-       * window. */
       if (s->waiting_since) {
-        wait_ended(s,
-                   sl__now_ns() - s->waiting_since > 2 * (uint64_t)s->spin_ns);
+        wait_ended(s, s->spin_missed || sl__now_ns() - s->waiting_since >
+                                            2 * (uint64_t)s->spin_ns);
         s->waiting_since = 0;
+        s->spin_missed = false;
       } else if (waited) {
         wait_ended(s, false);
       }

@@ -585,6 +585,45 @@ static void test_spin_backs_off(void **state) {
   }
 }
 
+/* A source that takes 1.5 ms per piece. */
+static sl_status act_source_1500us(sl_act *a) {
+  sl__sleep_ns(1500000);
+  *(int64_t *)a->out[0]->data = a->piece;
+  return SL_OK;
+}
+
+/* With a spin window of 1 ms, the sink's waits of about 1.5 ms outlast
+ * every spin but not twice the window. A wait the spin missed counts as
+ * long, so after 6 misses spinning turns off; a wait then slept through
+ * without a spin counts as short (its time includes a wake-up, so it is
+ * long only past twice the window) and turns it on again: after the
+ * first 6, at most every other wait spins in vain, where all 40 did when
+ * a missed spin's wait was timed like a slept one. */
+static void test_spin_backs_off_when_spins_miss(void **state) {
+  (void)state;
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
+  sl_actor_id src = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0,
+                              act_source_1500us, NULL, 40);
+  sink_state ss = {0};
+  sl_actor_id sink =
+      add_actor(p, "sink", SL_ACTOR_SINK, 0, 1, 0, act_sink, &ss, 0);
+  connect_to(p, add_out(p, src, 2, sizeof(int64_t)), sink);
+  sl_job_config cfg = SL_JOB_CONFIG(.spin_us = 1000);
+  sl_job *job;
+  assert_int_equal(run_plan(p, &cfg, &job), SL_OK);
+  assert_int_equal(ss.next, 40);
+  sl_job_stats s;
+  assert_int_equal(sl_job_get_stats(job, &s), SL_OK);
+  print_message("spin 1 ms: %llu caught, %llu missed, %llu sleeps\n",
+                (unsigned long long)s.spins_caught,
+                (unsigned long long)s.spins_missed,
+                (unsigned long long)s.sleeps);
+  assert_true(s.spins_missed <= 6 + 40 / 2 + 2 + 2 * s.spins_caught);
+  sl_job_destroy(job);
+  sl_actor_graph_destroy(p);
+}
+
 /* With a spin window ten times the source's 2 ms, the sink's waits are
  * short: its spins catch the pieces (a late one may be slept through
  * under load) and it rarely sleeps; with spinning off it never spins. */
@@ -628,6 +667,7 @@ int main(void) {
       cmocka_unit_test(test_register_metadata_and_memory),
       cmocka_unit_test(test_spin_backs_off),
       cmocka_unit_test(test_spin_window),
+      cmocka_unit_test(test_spin_backs_off_when_spins_miss),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
