@@ -56,6 +56,21 @@ static inline void sl__cpu_relax(void) {
 /* Number of CPUs this process may run on (at least 1). */
 int sl__cpu_count(void);
 
+/* The calling thread's scratch buffers, one per use, kept between calls and
+ * grown to the largest asked for, so that a step's kernels do not map and
+ * unmap fresh pages (and fault them in) every call; freed when the thread
+ * exits. A use must not call anything that takes the same slot while it
+ * holds its buffer. */
+typedef enum sl__scratch_slot {
+  SL__SCRATCH_OP_WORKSPACE = 0, /* sl__op_run_cpu: a kernel's workspace */
+  SL__SCRATCH_GEMM_PART = 1,    /* a team member's part of a product */
+  SL__SCRATCH_SLOTS = 2
+} sl__scratch_slot;
+
+/* At least `bytes`, 64-byte aligned, its contents undefined; NULL when out
+ * of memory. */
+void *sl__thread_scratch(sl__scratch_slot slot, size_t bytes);
+
 /* ---- multi-producer single-consumer queues ----------------------------- */
 
 typedef enum sl__queue_kind {

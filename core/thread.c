@@ -67,3 +67,46 @@ int sl__cpu_count(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (int)n : 1;
 }
+
+/* ---- per-thread scratch ------------------------------------------------ */
+
+typedef struct scratch {
+  void *buf[SL__SCRATCH_SLOTS];
+  size_t bytes[SL__SCRATCH_SLOTS];
+} scratch;
+
+static pthread_key_t g_scratch_key;
+static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void *p) {
+  scratch *s = p;
+  for (int i = 0; i < SL__SCRATCH_SLOTS; i++)
+    sl__free(s->buf[i]);
+  sl__free(s);
+}
+
+static void scratch_key_init(void) {
+  if (pthread_key_create(&g_scratch_key, scratch_free) != 0)
+    SL_ASSERT(!"pthread_key_create");
+}
+
+void *sl__thread_scratch(sl__scratch_slot slot, size_t bytes) {
+  SL_ASSERT(slot >= 0 && slot < SL__SCRATCH_SLOTS);
+  pthread_once(&g_scratch_once, scratch_key_init);
+  scratch *s = pthread_getspecific(g_scratch_key);
+  if (!s) {
+    s = sl__calloc(1, sizeof *s);
+    if (!s || pthread_setspecific(g_scratch_key, s) != 0) {
+      sl__free(s);
+      return NULL;
+    }
+  }
+  if (s->bytes[slot] < bytes) {
+    void *buf = sl__malloc(bytes + 64);
+    if (!buf) return NULL;
+    sl__free(s->buf[slot]);
+    s->buf[slot] = buf;
+    s->bytes[slot] = bytes;
+  }
+  return (void *)(((uintptr_t)s->buf[slot] + 63) & ~(uintptr_t)63);
+}

@@ -1,8 +1,8 @@
 /* The op registry: every op definition, found by name. Each op family lists
  * its definitions in an X-macro file (ops_*.def) next to its kernels. */
-#include <pthread.h>
 #include <string.h>
 
+#include "core_thread.h"
 #include "op.h"
 
 #define SL_OP(name) extern const sl__op_def sl__op_##name;
@@ -62,56 +62,14 @@ bool sl__sig_even_holds(const sl__sbp_sig *s, int n_in, const sl__meta *in,
   return true;
 }
 
-/* The calling thread's workspace: kept between kernels and grown to the
- * largest asked for, so that a step's kernels do not map and unmap fresh
- * pages (and fault them in) every call; freed when the thread exits. A
- * kernel never runs another through sl__op_run_cpu, so one buffer per
- * thread suffices. */
-typedef struct workspace {
-  void *buf;
-  size_t bytes;
-} workspace;
-
-static pthread_key_t g_ws_key;
-static pthread_once_t g_ws_once = PTHREAD_ONCE_INIT;
-
-static void ws_free(void *p) {
-  workspace *w = p;
-  sl__free(w->buf);
-  sl__free(w);
-}
-
-static void ws_key_init(void) {
-  if (pthread_key_create(&g_ws_key, ws_free) != 0) SL_ASSERT(!"pthread_key");
-}
-
-/* At least `bytes`, 64-byte aligned; NULL when out of memory. */
-static void *ws_get(size_t bytes) {
-  pthread_once(&g_ws_once, ws_key_init);
-  workspace *w = pthread_getspecific(g_ws_key);
-  if (!w) {
-    w = sl__calloc(1, sizeof *w);
-    if (!w || pthread_setspecific(g_ws_key, w) != 0) {
-      sl__free(w);
-      return NULL;
-    }
-  }
-  if (w->bytes < bytes) {
-    void *buf = sl__malloc(bytes + 64);
-    if (!buf) return NULL;
-    sl__free(w->buf);
-    w->buf = buf;
-    w->bytes = bytes;
-  }
-  return (void *)(((uintptr_t)w->buf + 63) & ~(uintptr_t)63);
-}
-
 sl_status sl__op_run_cpu(const sl__op_def *op, sl__kernel_ctx *k) {
   if (!op->cpu)
     return sl__fail(SL_EUNSUPPORTED, "op %s has no CPU kernel", op->name);
   size_t ws = op->workspace ? op->workspace(k) : 0;
   if (ws) {
-    k->workspace = ws_get(ws);
+    /* A kernel never runs another through sl__op_run_cpu, so one buffer
+     * per thread suffices. */
+    k->workspace = sl__thread_scratch(SL__SCRATCH_OP_WORKSPACE, ws);
     if (!k->workspace)
       return sl__fail(SL_ENOMEM,
                       "op %s: out of memory for a %zu-byte "

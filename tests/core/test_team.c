@@ -168,11 +168,44 @@ static void test_team_pinned(void **state) {
   assert_false(sl__pin_self(-1));
 }
 
+/* Each thread's scratch buffers: 64-byte aligned, one per slot, kept (the
+ * same address) while no larger one is asked for, grown keeping nothing,
+ * and a thread's never another's. */
+static void *other_thread_scratch(void *arg) {
+  return sl__thread_scratch(SL__SCRATCH_GEMM_PART, *(size_t *)arg);
+}
+
+static void test_thread_scratch(void **state) {
+  (void)state;
+  char *a = sl__thread_scratch(SL__SCRATCH_OP_WORKSPACE, 100);
+  char *b = sl__thread_scratch(SL__SCRATCH_GEMM_PART, 100);
+  assert_non_null(a);
+  assert_non_null(b);
+  assert_true((uintptr_t)a % 64 == 0 && (uintptr_t)b % 64 == 0);
+  assert_true(a + 100 <= b || b + 100 <= a); /* slots do not overlap */
+  memset(a, 1, 100);
+  memset(b, 2, 100);
+  assert_ptr_equal(sl__thread_scratch(SL__SCRATCH_OP_WORKSPACE, 64), a);
+  assert_int_equal(a[99], 1);
+  char *big = sl__thread_scratch(SL__SCRATCH_OP_WORKSPACE, 1 << 20);
+  assert_non_null(big);
+  memset(big, 3, 1 << 20);
+  assert_ptr_equal(sl__thread_scratch(SL__SCRATCH_GEMM_PART, 100), b);
+  assert_int_equal(b[0], 2);
+  size_t bytes = 100;
+  pthread_t t;
+  void *theirs = NULL;
+  assert_int_equal(pthread_create(&t, NULL, other_thread_scratch, &bytes), 0);
+  assert_int_equal(pthread_join(t, &theirs), 0);
+  assert_non_null(theirs);
+  assert_ptr_not_equal(theirs, b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_team_loops),  cmocka_unit_test(test_team_parts),
       cmocka_unit_test(test_team_shares), cmocka_unit_test(test_team_refuses),
-      cmocka_unit_test(test_team_pinned),
+      cmocka_unit_test(test_team_pinned), cmocka_unit_test(test_thread_scratch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -221,8 +221,9 @@ static void test_chunked(void **state) {
 }
 
 /* Cut over a team, a product gives the bits of the uncut one, for both
- * cuts (rows when m >= n, columns otherwise), all transposes, strides wider
- * than the rows, beta != 0, and sizes not a multiple of the block. */
+ * cuts (rows when m >= n, columns otherwise: through each member's buffer),
+ * all transposes, strides wider than the rows (the columns past n kept),
+ * beta 0 and not, and sizes not a multiple of the block. */
 static void test_team_bits(void **state) {
   (void)state;
   static const int64_t shapes[][3] = {
@@ -233,8 +234,9 @@ static void test_team_bits(void **state) {
     sl__team *team;
     assert_int_equal(sl__team_create(size, NULL, "gemm", &team), SL_OK);
     for (size_t i = 0; i < SL_ARRAY_LEN(shapes); i++)
-      for (int t = 0; t < 4; t++) {
+      for (int t = 0; t < 8; t++) {
         bool ta = t & 1, tb = t & 2;
+        float beta = t & 4 ? 0.0f : 2.0f;
         int64_t m = shapes[i][0], n = shapes[i][1], k = shapes[i][2];
         int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
         size_t na = (size_t)((ta ? k : m) * lda),
@@ -249,10 +251,10 @@ static void test_team_bits(void **state) {
         for (size_t j = 0; j < nc; j++)
           c1[j] = c2[j] = (float)j;
         assert_int_equal(sl__blas_sgemm(ta, tb, m, n, k, 0.5f, a, lda, b, ldb,
-                                        2.0f, c1, ldc),
+                                        beta, c1, ldc),
                          SL_OK);
         assert_int_equal(sl__blas_sgemm_team(team, ta, tb, m, n, k, 0.5f, a,
-                                             lda, b, ldb, 2.0f, c2, ldc),
+                                             lda, b, ldb, beta, c2, ldc),
                          SL_OK);
         assert_memory_equal(c1, c2, nc * 4);
         free(a), free(b), free(c1), free(c2);
