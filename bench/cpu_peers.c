@@ -77,15 +77,19 @@ typedef struct model {
   const char *name, *what;
   bool gpt;
   int64_t batch, seq, hidden, heads, layers, vocab;
+  /* timed steps per row and round unless --steps says: a fraction of a
+   * second of the one-thread row, so a millisecond step is not timed over
+   * a few dozen milliseconds of a noisy machine */
+  int64_t steps;
 } model;
 
 static const model models[] = {
     {"mlp", "4 hidden layers of 1024, batch 256, SGD", false, 256, 0, 1024, 0,
-     4, 0},
+     4, 0, 20},
     {"gpt", "examples' defaults: batch 8, seq 32, hidden 64, 2 layers, Adam",
-     true, 8, 32, 64, 4, 2, 64},
+     true, 8, 32, 64, 4, 2, 64, 300},
     {"gpt-256", "batch 8, seq 128, hidden 256, 4 layers, Adam", true, 8, 128,
-     256, 4, 4, 64},
+     256, 4, 4, 64, 20},
 };
 
 typedef struct opts {
@@ -94,6 +98,10 @@ typedef struct opts {
   bool no_jax, no_torch;
   char venv_python[1024];
 } opts;
+
+static int64_t steps_of(const model *m, const opts *o) {
+  return o->steps > 0 ? o->steps : m->steps;
+}
 
 /* ---- sluice, in this process --------------------------------------------- */
 
@@ -158,9 +166,12 @@ static double run_sluice(const model *m, const row *r, const opts *o) {
   if (st == SL_OK) st = build(g, m, r, placement, sizeof placement);
   if (st == SL_OK) st = ex_run_create(g, &ro, &run);
   if (st == SL_OK && !m->gpt) st = feed_batch(run, m);
-  if (st == SL_OK) st = ex_train(run, 3, m->batch, "loss", NULL, NULL, NULL);
+  int64_t steps = steps_of(m, o);
   if (st == SL_OK)
-    st = ex_train(run, o->steps + 1, m->batch, "loss", NULL, NULL, &res);
+    st = ex_train(run, SL_MAX(3, steps / 10), m->batch, "loss", NULL, NULL,
+                  NULL);
+  if (st == SL_OK)
+    st = ex_train(run, steps + 1, m->batch, "loss", NULL, NULL, &res);
   if (st != SL_OK) {
     fprintf(stderr, "bench_cpu_peers: sluice %s %s on %d x %d: %s\n", m->name,
             r->layout, r->devices, r->threads,
@@ -198,7 +209,7 @@ static double run_peer(const char *const *argv, char *why, size_t n) {
 static double run_row_peer(const model *m, const row *r, const opts *o,
                            char *why, size_t n) {
   char a[10][32];
-  snprintf(a[0], sizeof a[0], "%lld", (long long)o->steps);
+  snprintf(a[0], sizeof a[0], "%lld", (long long)steps_of(m, o));
   snprintf(a[1], sizeof a[1], "%d", r->devices);
   snprintf(a[2], sizeof a[2], "%d", r->threads);
   snprintf(a[3], sizeof a[3], "%lld", (long long)m->batch);
@@ -369,7 +380,8 @@ static void bench_model(const model *m, const opts *o, int cores) {
     if (rows[i].sys == SYS_SLUICE && ms < best) best = ms;
   }
   printf("\n%s (%s), %d cores, median of %lld rounds of %lld steps\n\n",
-         m->name, m->what, cores, (long long)o->rounds, (long long)o->steps);
+         m->name, m->what, cores, (long long)o->rounds,
+         (long long)steps_of(m, o));
   printf("| system, layout, devices x threads | ms/step | vs JAX best | of "
          "ideal |\n|---|---|---|---|\n");
   for (int i = 0; i < n; i++) {
@@ -395,7 +407,7 @@ static void bench_model(const model *m, const opts *o, int cores) {
 }
 
 int main(int argc, char **argv) {
-  opts o = {.model = "all", .steps = 20, .rounds = 3};
+  opts o = {.model = "all", .steps = 0, .rounds = 3};
   o.python =
       getenv("SLUICE_PYTHON") ? getenv("SLUICE_PYTHON") : "/usr/bin/python3";
   static const char usage[] =
@@ -406,7 +418,10 @@ int main(int argc, char **argv) {
       "table per\nmodel.\n";
   const ex_flag flags[] = {
       {"model", EX_FLAG_STRING, &o.model, "mlp | gpt | gpt-256 | all", 0},
-      {"steps", EX_FLAG_INT, &o.steps, "timed steps per row and round", 2},
+      {"steps", EX_FLAG_INT, &o.steps,
+       "timed steps per row and round (0: each model's own: mlp 20, gpt 300, "
+       "gpt-256 20)",
+       0},
       {"rounds", EX_FLAG_INT, &o.rounds, "rounds (a row's time: the median)",
        1},
       {"no-jax", EX_FLAG_BOOL, &o.no_jax, "leave JAX out", 0},
@@ -464,8 +479,13 @@ int main(int argc, char **argv) {
   int cores = sl__cpu_count();
   printf("bench_cpu_peers: %d cores; sluice BLAS %s\n", cores,
          sl__blas_describe());
+  /* How far apart the cores sit, before and after: a virtual machine's
+   * can move, and the parallel rows pay for every crossing. */
+  printf("cores' round trip: %.0f ns\n", bench_core_round_trip_ns());
   for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
     if (strcmp(o.model, "all") == 0 || strcmp(o.model, models[i].name) == 0)
       bench_model(&models[i], &o, cores);
+  printf("\ncores' round trip at the end: %.0f ns\n",
+         bench_core_round_trip_ns());
   return 0;
 }

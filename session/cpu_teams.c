@@ -4,13 +4,12 @@
  * over them. By default the process's CPUs are shared out evenly between
  * those devices, so `cpu:0` alone uses the whole machine and `cpu:0-3` on
  * four cores gives each device one. Pinned (cpu_pin), device d's threads
- * each get a CPU of their own, d's after d - 1's. By default a device of
- * several threads is pinned when the teams fit in the CPUs: left to the
- * scheduler, a team's members can land on one core (a woken thread is
- * often placed on its waker's), and every kernel cut over them then takes
- * as long as on one thread. Devices of one thread float: pinned, their
- * compute threads could not move away from the stream threads that run
- * collectives (dp on two devices measured 4% slower pinned).
+ * each get a CPU of their own, d's after d - 1's. By default they are
+ * pinned when the teams fit in the CPUs: left to the scheduler, threads
+ * that wake each other can land on one core (a woken thread is often
+ * placed on its waker's): a team's members, and so every kernel cut over
+ * them takes as long as on one thread, or two one-thread devices in
+ * tensor parallel, whose step then takes as long as on one device.
  *
  * The job's threads spin for up to 1 ms before sleeping when the teams
  * fit in the CPUs, 20 us otherwise. With a core per busy thread a spin
@@ -74,8 +73,8 @@ sl_status sl__session_cpu_config_check(const sl_session_config *c) {
   if (pin < -1 || pin > 1)
     return sl__fail(SL_EINVAL,
                     "session: cpu_pin %d: want 1 (pin), -1 (do not) or 0 "
-                    "(the default: SLUICE_CPU_PIN, else pin devices of several "
-                    "threads that fit in the CPUs)",
+                    "(the default: SLUICE_CPU_PIN, else pin when the "
+                    "devices' threads fit in the CPUs)",
                     pin);
   if (c->spin_us < -1 || c->spin_us > SPIN_US_MAX)
     return sl__fail(SL_EINVAL,
@@ -100,7 +99,7 @@ sl_status sl__session_open_cpu_teams(sl_session *s) {
   bool fit = (int64_t)threads * n <= n_cpus;
   s->spin_us = spin ? spin : n && fit ? SPIN_US_FIT : SPIN_US_SHORT;
   if (n == 0) return SL_OK;
-  if (!pin) pin = threads > 1 && fit ? 1 : -1;
+  if (!pin) pin = fit ? 1 : -1;
   s->cpu_teams = sl__calloc((size_t)n, sizeof *s->cpu_teams);
   if (!s->cpu_teams) return SL_ENOMEM;
   s->cpu_threads = threads;

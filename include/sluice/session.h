@@ -60,8 +60,7 @@ typedef struct sl_session_config {
   /* Pin each thread of the CPU devices to a CPU of its own (device 0's
    * threads on the first CPUs this process may use, then device 1's, ...,
    * round robin past the last): 1 yes, -1 no, 0: SLUICE_CPU_PIN, else yes
-   * for devices of several threads when all the threads fit in the CPUs
-   * this process may use. */
+   * when all the threads fit in the CPUs this process may use. */
   int cpu_pin;
   /* How long a thread of the job spins waiting for its next message
    * before it sleeps, in microseconds. 0: SLUICE_SPIN_US, else 1000 when

@@ -180,6 +180,43 @@ static void test_spin(void **state) {
   sl_graph_destroy(g);
 }
 
+/* Whether the session pins its CPU devices' threads: cfg, else
+ * SLUICE_CPU_PIN, else when all the devices' threads fit in the CPUs,
+ * devices of one thread included. */
+static bool pinned(const char *placement, int threads, int pin) {
+  sl_graph *g;
+  INV_OK(sl_graph_create(&g));
+  INV_OK(build_mlp(g, EX_LAYOUT_DP, placement));
+  sl_session_config cfg =
+      SL_SESSION_CONFIG(.cpu_threads = threads, .cpu_pin = pin);
+  sl_session *s;
+  INV_OK(sl_session_create(g, &cfg, &s));
+  sl_session_stats st;
+  INV_OK(sl_session_get_stats(s, &st));
+  sl_session_destroy(s);
+  sl_graph_destroy(g);
+  return st.cpu_pinned;
+}
+
+static void test_pin(void **state) {
+  (void)state;
+  cpu_set_t set;
+  assert_int_equal(sched_getaffinity(0, sizeof set, &set), 0);
+  int cpus = CPU_COUNT(&set);
+  assert_true(pinned("cpu:0", 1, 0));
+  assert_true(pinned("cpu:0", 0, 0));
+  assert_false(pinned("cpu:0", 1, -1));
+  if (cpus >= 2) assert_true(pinned("cpu:0-1", 1, 0));
+  if (cpus < 256) { /* cpus + 1 threads must be a valid count */
+    assert_false(pinned("cpu:0", cpus + 1, 0));
+    assert_true(pinned("cpu:0", cpus + 1, 1));
+  }
+  setenv("SLUICE_CPU_PIN", "-1", 1);
+  assert_false(pinned("cpu:0", 1, 0));
+  assert_true(pinned("cpu:0", 1, 1));
+  unsetenv("SLUICE_CPU_PIN");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mlp_threads),
@@ -187,6 +224,7 @@ int main(void) {
       cmocka_unit_test(test_gpt_bf16_threads),
       cmocka_unit_test(test_bad_threads),
       cmocka_unit_test(test_spin),
+      cmocka_unit_test(test_pin),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
