@@ -186,14 +186,15 @@ void sl__iter_init_strided(sl__iter *it, const sl_shape *out, int n_in,
   iter_merge(it);
 }
 
-void sl__iter_row(const sl__iter *it, int64_t r, int64_t *off) {
+void sl__iter_seek(const sl__iter *it, int64_t r, sl__iter_pos *p) {
   for (int k = 0; k < it->nops; k++)
-    off[k] = 0;
-  for (int d = it->ndim - 2; d >= 0 && r > 0; d--) {
+    p->off[k] = 0;
+  for (int d = it->ndim - 2; d >= 0; d--) {
     int64_t i = r % it->dims[d];
     r /= it->dims[d];
+    p->idx[d] = i;
     for (int k = 0; k < it->nops; k++)
-      off[k] += i * it->strides[k][d];
+      p->off[k] += i * it->strides[k][d];
   }
 }
 

@@ -127,11 +127,11 @@ void sl__sig_commit(sl__sig_list *l) {
   do {                                                                         \
     T *o = dst;                                                                \
     const T *x = src;                                                          \
-    for (int64_t r = 0; r < it.rows; r++) {                                    \
-      int64_t off[2];                                                          \
-      sl__iter_row(&it, r, off);                                               \
-      T *op = o + off[0];                                                      \
-      const T *xp = x + off[1];                                                \
+    sl__iter_pos p;                                                            \
+    sl__iter_seek(&it, 0, &p);                                                 \
+    for (int64_t r = 0; r < it.rows; r++, sl__iter_next(&it, &p)) {            \
+      T *op = o + p.off[0];                                                    \
+      const T *xp = x + p.off[1];                                              \
       for (int64_t j = 0; j < n; j++)                                          \
         op[j] = xp[j * s];                                                     \
     }                                                                          \
@@ -198,12 +198,11 @@ void sl__copy_strided(size_t es, int ndim, const int64_t *dims, void *dst,
   if (it.empty) return;
   int64_t n = it.len, s = it.strides[1][it.ndim - 1];
   if (s == 1) {
-    for (int64_t r = 0; r < it.rows; r++) {
-      int64_t off[2];
-      sl__iter_row(&it, r, off);
-      memcpy((char *)dst + (size_t)off[0] * es,
-             (const char *)src + (size_t)off[1] * es, (size_t)n * es);
-    }
+    sl__iter_pos p;
+    sl__iter_seek(&it, 0, &p);
+    for (int64_t r = 0; r < it.rows; r++, sl__iter_next(&it, &p))
+      memcpy((char *)dst + (size_t)p.off[0] * es,
+             (const char *)src + (size_t)p.off[1] * es, (size_t)n * es);
     return;
   }
   if (copy_tiled(es, &it, dst, src)) return;
@@ -212,14 +211,14 @@ void sl__copy_strided(size_t es, int ndim, const int64_t *dims, void *dst,
   case 2: COPY_ROWS(uint16_t); break;
   case 4: COPY_ROWS(uint32_t); break;
   case 8: COPY_ROWS(uint64_t); break;
-  default:
-    for (int64_t r = 0; r < it.rows; r++) {
-      int64_t off[2];
-      sl__iter_row(&it, r, off);
+  default: {
+    sl__iter_pos p;
+    sl__iter_seek(&it, 0, &p);
+    for (int64_t r = 0; r < it.rows; r++, sl__iter_next(&it, &p))
       for (int64_t j = 0; j < n; j++)
-        memcpy((char *)dst + (size_t)(off[0] + j) * es,
-               (const char *)src + (size_t)(off[1] + j * s) * es, es);
-    }
+        memcpy((char *)dst + (size_t)(p.off[0] + j) * es,
+               (const char *)src + (size_t)(p.off[1] + j * s) * es, es);
+  }
   }
 }
 

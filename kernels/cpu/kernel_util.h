@@ -146,8 +146,30 @@ void sl__iter_init(sl__iter *it, const sl_shape *out, int n_in,
  * transposes and strided views. */
 void sl__iter_init_strided(sl__iter *it, const sl_shape *out, int n_in,
                            const int64_t *const *in_strides);
-/* Element offsets of row r (0 <= r < rows) for each operand. */
-void sl__iter_row(const sl__iter *it, int64_t r, int64_t *off);
+/* A row's position: its index along each dim but the last, and each
+ * operand's element offset. Rows are visited by stepping it (sl__iter_next)
+ * rather than by dividing a row number per dim, which for rows of a few
+ * elements (a transpose of heads of 16) cost more than the copy itself. */
+typedef struct sl__iter_pos {
+  int64_t idx[SL_MAX_DIMS];
+  int64_t off[SL__ITER_MAX_OPS];
+} sl__iter_pos;
+
+/* p at row r (0 <= r < rows). */
+void sl__iter_seek(const sl__iter *it, int64_t r, sl__iter_pos *p);
+/* p at the next row (past the last: back at row 0). */
+static inline void sl__iter_next(const sl__iter *it, sl__iter_pos *p) {
+  for (int d = it->ndim - 2; d >= 0; d--) {
+    if (++p->idx[d] < it->dims[d]) {
+      for (int k = 0; k < it->nops; k++)
+        p->off[k] += it->strides[k][d];
+      return;
+    }
+    p->idx[d] = 0;
+    for (int k = 0; k < it->nops; k++)
+      p->off[k] -= it->strides[k][d] * (it->dims[d] - 1);
+  }
+}
 
 /* ---- data movement --------------------------------------------------------
  */

@@ -220,13 +220,13 @@ static void binary_part(void *arg, int64_t b, int64_t e, int part) {
   const binary_run *r = arg;
   const sl__iter *it = r->it;
   int64_t sa = it->strides[1][it->ndim - 1], sb = it->strides[2][it->ndim - 1];
-  for (int64_t i = b; i < e;) {
-    int64_t row = i / it->len, j = i % it->len;
-    int64_t n = SL_MIN(it->len - j, e - i), off[3];
-    sl__iter_row(it, row, off);
-    r->fn(r->o + (size_t)(off[0] + j) * r->es,
-          r->a + (size_t)(off[1] + j * sa) * r->es,
-          r->b + (size_t)(off[2] + j * sb) * r->es, n, sa, sb);
+  sl__iter_pos p;
+  sl__iter_seek(it, b / it->len, &p);
+  for (int64_t i = b; i < e; sl__iter_next(it, &p)) {
+    int64_t j = i % it->len, n = SL_MIN(it->len - j, e - i);
+    r->fn(r->o + (size_t)(p.off[0] + j) * r->es,
+          r->a + (size_t)(p.off[1] + j * sa) * r->es,
+          r->b + (size_t)(p.off[2] + j * sb) * r->es, n, sa, sb);
     i += n;
   }
 }

@@ -300,9 +300,10 @@ static sl_status reduce_run(const sl__kernel_ctx *k, unsigned mask,
   sl__iter_init_strided(&it, x, 1, strides);
   if (it.empty) return SL_OK;
   bool inner_reduced = it.strides[1][it.ndim - 1] == 0;
-  for (int64_t r = 0; r < it.rows; r++) {
-    int64_t off[2];
-    sl__iter_row(&it, r, off);
+  sl__iter_pos p;
+  sl__iter_seek(&it, 0, &p);
+  for (int64_t r = 0; r < it.rows; r++, sl__iter_next(&it, &p)) {
+    const int64_t *off = p.off;
     switch (dt) {
 #define CASE(DT, T, SUMF, MAXF)                                                \
   case DT:                                                                     \

@@ -279,11 +279,11 @@ static int bto_sigs(const sl__attrs *at, int n_in, const sl__meta *in,
 
 #define FILL_ROWS(T)                                                           \
   do {                                                                         \
-    for (int64_t r = 0; r < it.rows; r++) {                                    \
-      int64_t off[2];                                                          \
-      sl__iter_row(&it, r, off);                                               \
-      T *o = (T *)k->out[0] + off[0];                                          \
-      const T *x = (const T *)k->in[0] + off[1];                               \
+    sl__iter_pos p;                                                            \
+    sl__iter_seek(&it, 0, &p);                                                 \
+    for (int64_t r = 0; r < it.rows; r++, sl__iter_next(&it, &p)) {            \
+      T *o = (T *)k->out[0] + p.off[0];                                        \
+      const T *x = (const T *)k->in[0] + p.off[1];                             \
       if (s == 0) {                                                            \
         T v = x[0];                                                            \
         for (int64_t j = 0; j < it.len; j++)                                   \

@@ -211,6 +211,10 @@ static sl_slice whole_slice(const sl_shape *s) {
   return sl;
 }
 
+static sl__team *g_team; /* oph_set_team */
+
+void oph_set_team(sl__team *team) { g_team = team; }
+
 sl_status oph_run_single(const sl__op_def *op, const sl__attrs *at, int n_in,
                          sl_host_tensor *const *in, int64_t step,
                          sl_host_tensor **out) {
@@ -224,6 +228,7 @@ sl_status oph_run_single(const sl__op_def *op, const sl__attrs *at, int n_in,
   k.n_in = n_in;
   k.n_out = op->n_out;
   k.step = step;
+  k.team = g_team;
   for (int i = 0; i < n_in; i++) {
     k.in[i] = sl_host_tensor_cdata(in[i]);
     k.in_meta[i] = in_meta[i];

@@ -68,6 +68,10 @@ sl_status oph_run_single(const sl__op_def *op, const sl__attrs *at, int n_in,
                          sl_host_tensor *const *in, int64_t step,
                          sl_host_tensor **out);
 
+/* The thread team oph_run_single gives kernels from now on (NULL: none,
+ * the default); the caller keeps it. */
+void oph_set_team(sl__team *team);
+
 /* oph_run_single on the op of that name; fails the test (cmocka) when no
  * op has the name or the run fails, printing the error. */
 void oph_run(const char *name, const sl__attrs *at, int n_in,

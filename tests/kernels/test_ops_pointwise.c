@@ -298,8 +298,12 @@ static double b_mul(double a, double b) { return a * b; }
 static double b_div(double a, double b) { return a / b; }
 static double b_max(double a, double b) { return a > b ? a : b; }
 
+/* Every case on one thread and on a team of 3, whose parts of the larger
+ * outputs begin and end inside rows. */
 static void test_broadcasting(void **state) {
   sl_rng r = {g_seed + 3};
+  sl__team *team;
+  assert_int_equal(sl__team_create(3, NULL, "ops", &team), SL_OK);
   struct {
     sl_shape a, b, out;
   } cases[] = {
@@ -315,41 +319,47 @@ static void test_broadcasting(void **state) {
       {SHAPE(1), SHAPE(0), SHAPE(0)},
       {SCALAR, SCALAR, SCALAR},
       {SHAPE(6, 1000), SHAPE(1000), SHAPE(6, 1000)}, /* vector rows */
+      {SHAPE(5, 10007), SHAPE(10007), SHAPE(5, 10007)},
+      {SHAPE(7, 3, 2503), SHAPE(3, 1), SHAPE(7, 3, 2503)},
   };
   const char *ops[] = {"add", "sub", "mul", "div", "maximum"};
   bin_ref refs[] = {b_add, b_sub, b_mul, b_div, b_max};
   const sl_dtype dts[] = {SL_DTYPE_F32, SL_DTYPE_F64, SL_DTYPE_I32,
                           SL_DTYPE_I64};
-  for (size_t c = 0; c < SL_ARRAY_LEN(cases); c++)
-    for (size_t o = 0; o < SL_ARRAY_LEN(ops); o++)
-      for (size_t d = 0; d < SL_ARRAY_LEN(dts); d++) {
-        if (o == 3 && !sl_dtype_is_float(dts[d])) continue;
-        for (int swap = 0; swap < 2; swap++) {
-          const sl_shape *sa = swap ? &cases[c].b : &cases[c].a;
-          const sl_shape *sb = swap ? &cases[c].a : &cases[c].b;
-          sl_host_tensor *a = oph_random(&r, dts[d], sa, -8, 8);
-          sl_host_tensor *b = oph_random(&r, dts[d], sb, 0.5, 8);
-          sl_host_tensor *y = run2(ops[o], NULL, a, b);
-          assert_true(sl_shape_equal(sl_host_tensor_shape(y), &cases[c].out));
-          int64_t n = sl_shape_numel(&cases[c].out);
-          for (int64_t i = 0; i < n; i++) {
-            double av =
-                sl_host_tensor_get(a, bcast_index(&cases[c].out, sa, i));
-            double bv =
-                sl_host_tensor_get(b, bcast_index(&cases[c].out, sb, i));
-            double want = refs[o](av, bv);
-            if (dts[d] == SL_DTYPE_F32) want = (float)want;
-            if (sl_host_tensor_get(y, i) != want)
-              fail_msg("%s case %zu swap %d %s: element %lld: got %.9g, want "
-                       "%.9g",
-                       ops[o], c, swap, sl_dtype_name(dts[d]), (long long)i,
-                       sl_host_tensor_get(y, i), want);
+  for (int t = 0; t < 2; t++)
+    for (size_t c = 0; c < SL_ARRAY_LEN(cases); c++)
+      for (size_t o = 0; o < SL_ARRAY_LEN(ops); o++)
+        for (size_t d = 0; d < SL_ARRAY_LEN(dts); d++) {
+          if (o == 3 && !sl_dtype_is_float(dts[d])) continue;
+          oph_set_team(t ? team : NULL);
+          for (int swap = 0; swap < 2; swap++) {
+            const sl_shape *sa = swap ? &cases[c].b : &cases[c].a;
+            const sl_shape *sb = swap ? &cases[c].a : &cases[c].b;
+            sl_host_tensor *a = oph_random(&r, dts[d], sa, -8, 8);
+            sl_host_tensor *b = oph_random(&r, dts[d], sb, 0.5, 8);
+            sl_host_tensor *y = run2(ops[o], NULL, a, b);
+            assert_true(sl_shape_equal(sl_host_tensor_shape(y), &cases[c].out));
+            int64_t n = sl_shape_numel(&cases[c].out);
+            for (int64_t i = 0; i < n; i++) {
+              double av =
+                  sl_host_tensor_get(a, bcast_index(&cases[c].out, sa, i));
+              double bv =
+                  sl_host_tensor_get(b, bcast_index(&cases[c].out, sb, i));
+              double want = refs[o](av, bv);
+              if (dts[d] == SL_DTYPE_F32) want = (float)want;
+              if (sl_host_tensor_get(y, i) != want)
+                fail_msg("%s case %zu swap %d %s team %d: element %lld: got "
+                         "%.9g, want %.9g",
+                         ops[o], c, swap, sl_dtype_name(dts[d]), t ? 3 : 1,
+                         (long long)i, sl_host_tensor_get(y, i), want);
+            }
+            sl_host_tensor_destroy(a);
+            sl_host_tensor_destroy(b);
+            sl_host_tensor_destroy(y);
           }
-          sl_host_tensor_destroy(a);
-          sl_host_tensor_destroy(b);
-          sl_host_tensor_destroy(y);
         }
-      }
+  oph_set_team(NULL);
+  sl__team_destroy(team);
 }
 
 static void test_maximum_nan(void **state) {

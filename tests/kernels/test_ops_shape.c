@@ -145,6 +145,18 @@ static void test_transpose(void **state) {
         }
   sl_shape big = SHAPE(67, 131);
   check_transpose(&r, &big, (int64_t[]){1, 0}, SL_DTYPE_F32);
+  /* Attention's head swaps, their rows of 16 contiguous, on one thread and
+   * cut over a team of 3. */
+  sl__team *team;
+  assert_int_equal(sl__team_create(3, NULL, "ops", &team), SL_OK);
+  sl_shape heads = SHAPE(8, 37, 4, 16);
+  for (int t = 0; t < 2; t++) {
+    oph_set_team(t ? team : NULL);
+    check_transpose(&r, &heads, (int64_t[]){0, 2, 1, 3}, SL_DTYPE_F32);
+    check_transpose(&r, &heads, (int64_t[]){0, 2, 3, 1}, SL_DTYPE_F32);
+  }
+  oph_set_team(NULL);
+  sl__team_destroy(team);
   sl_shape e = SHAPE(3, 0, 2);
   check_transpose(&r, &e, (int64_t[]){2, 0, 1}, SL_DTYPE_F32);
   sl_shape sc = oph_shape(0, NULL);
