@@ -548,6 +548,40 @@ static sl_status act_slow_source(sl_act *a) {
   return SL_OK;
 }
 
+/* A source that takes 1.5 ms per piece. */
+static sl_status act_source_1500us(sl_act *a) {
+  sl__sleep_ns(1500000);
+  *(int64_t *)a->out[0]->data = a->piece;
+  return SL_OK;
+}
+
+/* Runs 40 pieces from `source` (device 0) to a sink on device 1, under
+ * cfg; the sink's stream's spin counts. */
+static sl_job_stats spin_run(sl_act_fn source, const sl_job_config *cfg,
+                             const char *label) {
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
+  sl_actor_id src =
+      add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, source, NULL, 40);
+  sink_state ss = {0};
+  sl_actor_id sink =
+      add_actor(p, "sink", SL_ACTOR_SINK, 0, 1, 0, act_sink, &ss, 0);
+  connect_to(p, add_out(p, src, 2, sizeof(int64_t)), sink);
+  sl_job *job;
+  assert_int_equal(run_plan(p, cfg, &job), SL_OK);
+  assert_int_equal(ss.next, 40);
+  assert_int_equal(ss.errors, 0);
+  sl_job_stats s;
+  assert_int_equal(sl_job_get_stats(job, &s), SL_OK);
+  print_message("%s: %llu caught, %llu missed, %llu sleeps\n", label,
+                (unsigned long long)s.spins_caught,
+                (unsigned long long)s.spins_missed,
+                (unsigned long long)s.sleeps);
+  sl_job_destroy(job);
+  sl_actor_graph_destroy(p);
+  return s;
+}
+
 /* The sink on its own thread waits about 2 ms for every piece, a hundred
  * times the spin window. Spinning starts on (no waits seen) and turns off
  * once more than half of the recent waits were long (a moving share, 1/8
@@ -556,40 +590,11 @@ static sl_status act_slow_source(sl_act *a) {
  * pieces waiting). Without the back-off each of the 40 waits would be a
  * spin that ran out. docs/actor.md, "Threads and queues". */
 static void test_spin_backs_off(void **state) {
-  for (int spin_off = 0; spin_off < 2; spin_off++) {
-    sl_actor_graph *p;
-    assert_int_equal(sl_actor_graph_create(&p), SL_OK);
-    sl_actor_id src = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0,
-                                act_slow_source, NULL, 40);
-    sink_state ss = {0};
-    sl_actor_id sink =
-        add_actor(p, "sink", SL_ACTOR_SINK, 0, 1, 0, act_sink, &ss, 0);
-    connect_to(p, add_out(p, src, 2, sizeof(int64_t)), sink);
-    sl_job_config cfg = SL_JOB_CONFIG(.spin = spin_off ? -1 : 0);
-    sl_job *job;
-    assert_int_equal(run_plan(p, &cfg, &job), SL_OK);
-    assert_int_equal(ss.next, 40);
-    assert_int_equal(ss.errors, 0);
-    sl_job_stats s;
-    assert_int_equal(sl_job_get_stats(job, &s), SL_OK);
-    print_message("spin %s: %llu caught, %llu missed, %llu sleeps\n",
-                  spin_off ? "off" : "on", (unsigned long long)s.spins_caught,
-                  (unsigned long long)s.spins_missed,
-                  (unsigned long long)s.sleeps);
-    if (spin_off)
-      assert_int_equal(s.spins_caught + s.spins_missed, 0);
-    else
-      assert_true(s.spins_missed <= 8 + 2 * s.spins_caught);
-    sl_job_destroy(job);
-    sl_actor_graph_destroy(p);
-  }
-}
-
-/* A source that takes 1.5 ms per piece. */
-static sl_status act_source_1500us(sl_act *a) {
-  sl__sleep_ns(1500000);
-  *(int64_t *)a->out[0]->data = a->piece;
-  return SL_OK;
+  sl_job_config on = SL_JOB_CONFIG(.spin = 0), off = SL_JOB_CONFIG(.spin = -1);
+  sl_job_stats s = spin_run(act_slow_source, &on, "spin on");
+  assert_true(s.spins_missed <= 8 + 2 * s.spins_caught);
+  s = spin_run(act_slow_source, &off, "spin off");
+  assert_int_equal(s.spins_caught + s.spins_missed, 0);
 }
 
 /* With a spin window of 1 ms, the sink's waits of about 1.5 ms outlast
@@ -601,56 +606,20 @@ static sl_status act_source_1500us(sl_act *a) {
  * a missed spin's wait was timed like a slept one. */
 static void test_spin_backs_off_when_spins_miss(void **state) {
   (void)state;
-  sl_actor_graph *p;
-  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
-  sl_actor_id src = add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0,
-                              act_source_1500us, NULL, 40);
-  sink_state ss = {0};
-  sl_actor_id sink =
-      add_actor(p, "sink", SL_ACTOR_SINK, 0, 1, 0, act_sink, &ss, 0);
-  connect_to(p, add_out(p, src, 2, sizeof(int64_t)), sink);
   sl_job_config cfg = SL_JOB_CONFIG(.spin_us = 1000);
-  sl_job *job;
-  assert_int_equal(run_plan(p, &cfg, &job), SL_OK);
-  assert_int_equal(ss.next, 40);
-  sl_job_stats s;
-  assert_int_equal(sl_job_get_stats(job, &s), SL_OK);
-  print_message("spin 1 ms: %llu caught, %llu missed, %llu sleeps\n",
-                (unsigned long long)s.spins_caught,
-                (unsigned long long)s.spins_missed,
-                (unsigned long long)s.sleeps);
+  sl_job_stats s = spin_run(act_source_1500us, &cfg, "spin 1 ms");
   assert_true(s.spins_missed <= 6 + 40 / 2 + 2 + 2 * s.spins_caught);
-  sl_job_destroy(job);
-  sl_actor_graph_destroy(p);
 }
 
 /* With a spin window ten times the source's 2 ms, the sink's waits are
  * short: its spins catch the pieces (a late one may be slept through
- * under load) and it rarely sleeps; with spinning off it never spins. */
+ * under load) and it rarely sleeps. */
 static void test_spin_window(void **state) {
   (void)state;
-  sl_actor_graph *p;
-  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
-  sl_actor_id src =
-      add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, act_slow_source, NULL, 40);
-  sink_state ss = {0};
-  sl_actor_id sink =
-      add_actor(p, "sink", SL_ACTOR_SINK, 0, 1, 0, act_sink, &ss, 0);
-  connect_to(p, add_out(p, src, 2, sizeof(int64_t)), sink);
   sl_job_config cfg = SL_JOB_CONFIG(.spin_us = 20000);
-  sl_job *job;
-  assert_int_equal(run_plan(p, &cfg, &job), SL_OK);
-  assert_int_equal(ss.next, 40);
-  sl_job_stats s;
-  assert_int_equal(sl_job_get_stats(job, &s), SL_OK);
-  print_message("spin 20 ms: %llu caught, %llu missed, %llu sleeps\n",
-                (unsigned long long)s.spins_caught,
-                (unsigned long long)s.spins_missed,
-                (unsigned long long)s.sleeps);
+  sl_job_stats s = spin_run(act_slow_source, &cfg, "spin 20 ms");
   assert_true(s.spins_caught > s.spins_missed);
   assert_true(s.spins_caught >= 20);
-  sl_job_destroy(job);
-  sl_actor_graph_destroy(p);
 }
 
 int main(void) {

@@ -145,17 +145,22 @@ static void test_bad_threads(void **state) {
   sl_graph_destroy(g);
 }
 
-/* The spin the session gives its job's threads: cfg, else SLUICE_SPIN_US,
- * else 1000 us when the device's threads fit in the CPUs, else 20. */
-static int32_t spin_of(sl_graph *g, int threads, int spin_us) {
-  sl_session_config cfg =
-      SL_SESSION_CONFIG(.cpu_threads = threads, .spin_us = spin_us);
+/* The stats of a session of g made with cfg. */
+static sl_session_stats stats_of(sl_graph *g, sl_session_config cfg) {
   sl_session *s;
   INV_OK(sl_session_create(g, &cfg, &s));
   sl_session_stats st;
   INV_OK(sl_session_get_stats(s, &st));
   sl_session_destroy(s);
-  return st.spin_us;
+  return st;
+}
+
+/* The spin the session gives its job's threads: cfg, else SLUICE_SPIN_US,
+ * else 1000 us when the device's threads fit in the CPUs, else 20. */
+static int32_t spin_of(sl_graph *g, int threads, int spin_us) {
+  return stats_of(g,
+                  SL_SESSION_CONFIG(.cpu_threads = threads, .spin_us = spin_us))
+      .spin_us;
 }
 
 static void test_spin(void **state) {
@@ -183,19 +188,9 @@ static void test_spin(void **state) {
 /* Whether the session pins its CPU devices' threads: cfg, else
  * SLUICE_CPU_PIN, else when all the devices' threads fit in the CPUs,
  * devices of one thread included. */
-static bool pinned(const char *placement, int threads, int pin) {
-  sl_graph *g;
-  INV_OK(sl_graph_create(&g));
-  INV_OK(build_mlp(g, EX_LAYOUT_DP, placement));
-  sl_session_config cfg =
-      SL_SESSION_CONFIG(.cpu_threads = threads, .cpu_pin = pin);
-  sl_session *s;
-  INV_OK(sl_session_create(g, &cfg, &s));
-  sl_session_stats st;
-  INV_OK(sl_session_get_stats(s, &st));
-  sl_session_destroy(s);
-  sl_graph_destroy(g);
-  return st.cpu_pinned;
+static bool pinned(sl_graph *g, int threads, int pin) {
+  return stats_of(g, SL_SESSION_CONFIG(.cpu_threads = threads, .cpu_pin = pin))
+      .cpu_pinned;
 }
 
 static void test_pin(void **state) {
@@ -203,18 +198,25 @@ static void test_pin(void **state) {
   cpu_set_t set;
   assert_int_equal(sched_getaffinity(0, sizeof set, &set), 0);
   int cpus = CPU_COUNT(&set);
-  assert_true(pinned("cpu:0", 1, 0));
-  assert_true(pinned("cpu:0", 0, 0));
-  assert_false(pinned("cpu:0", 1, -1));
-  if (cpus >= 2) assert_true(pinned("cpu:0-1", 1, 0));
+  sl_graph *one, *two;
+  INV_OK(sl_graph_create(&one));
+  INV_OK(build_mlp(one, EX_LAYOUT_SINGLE, "cpu:0"));
+  INV_OK(sl_graph_create(&two));
+  INV_OK(build_mlp(two, EX_LAYOUT_DP, "cpu:0-1"));
+  assert_true(pinned(one, 1, 0));
+  assert_true(pinned(one, 0, 0));
+  assert_false(pinned(one, 1, -1));
+  if (cpus >= 2) assert_true(pinned(two, 1, 0));
   if (cpus < 256) { /* cpus + 1 threads must be a valid count */
-    assert_false(pinned("cpu:0", cpus + 1, 0));
-    assert_true(pinned("cpu:0", cpus + 1, 1));
+    assert_false(pinned(one, cpus + 1, 0));
+    assert_true(pinned(one, cpus + 1, 1));
   }
   setenv("SLUICE_CPU_PIN", "-1", 1);
-  assert_false(pinned("cpu:0", 1, 0));
-  assert_true(pinned("cpu:0", 1, 1));
+  assert_false(pinned(one, 1, 0));
+  assert_true(pinned(one, 1, 1));
   unsetenv("SLUICE_CPU_PIN");
+  sl_graph_destroy(one);
+  sl_graph_destroy(two);
 }
 
 int main(void) {
