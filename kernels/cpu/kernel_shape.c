@@ -190,8 +190,8 @@ void sl__iter_seek(const sl__iter *it, int64_t r, sl__iter_pos *p) {
   for (int k = 0; k < it->nops; k++)
     p->off[k] = 0;
   for (int d = it->ndim - 2; d >= 0; d--) {
-    int64_t i = r % it->dims[d];
-    r /= it->dims[d];
+    int64_t e = it->dims[d], i = e ? r % e : 0; /* e == 0: an empty view */
+    r = e ? r / e : 0;
     p->idx[d] = i;
     for (int k = 0; k < it->nops; k++)
       p->off[k] += i * it->strides[k][d];
