@@ -136,12 +136,15 @@ double bench_core_round_trip_ns(void) {
     if (CPU_ISSET(c, &mine)) cpus[n++] = c;
   if (n < 2) return NAN;
   double runs[5];
+  pin_to(cpus[0]);
   for (int r = 0; r < 5; r++) {
     ping p = {.cpu = cpus[1]};
     atomic_init(&p.flag, 0);
     pthread_t t;
-    if (pthread_create(&t, NULL, pong, &p) != 0) return NAN;
-    pin_to(cpus[0]);
+    if (pthread_create(&t, NULL, pong, &p) != 0) {
+      sched_setaffinity(0, sizeof mine, &mine);
+      return NAN;
+    }
     double t0 = now_s();
     for (int i = 0; i < ROUND_TRIPS; i++) {
       atomic_store(&p.flag, 2 * i + 1);
