@@ -13,12 +13,13 @@
  *   Signatures: (S(i), S(i), B, S(i), S(i) -> S(i), P, P) for each leading
  *   axis i; (P, B, B, B, B -> P, P, P) (everything is linear in dy).
  *
- * A row is read once from memory: its reductions and its writes run over
- * the row while it sits in L1. dgamma/dbeta are accumulated in double (the
- * workspace) over the shard's rows, in row order. On a device's team
- * (core_team.h) the backward runs in two passes: the rows' two sums cut by
- * rows, then dx, dgamma and dbeta cut by columns, each column's sums still
- * in row order, so the bits do not depend on the team. */
+ * On one thread a row is read once from memory: its reductions and its
+ * writes run over the row while it sits in L1. dgamma/dbeta are
+ * accumulated in double (the workspace) over the shard's rows, in row
+ * order. Cut over a device's team (core_team.h) the backward runs in two
+ * passes: the rows' two sums cut by rows, then dx, dgamma and dbeta cut by
+ * columns, each column's sums still in row order, so the bits do not
+ * depend on the team. */
 #include <math.h>
 
 #include "cpu/dense_util.h"
@@ -196,18 +197,22 @@ static void lng_sums_part(void *arg, int64_t lo, int64_t hi, int part) {
   }
 }
 
+/* Columns [lo, hi) of row i: dx, and their terms of dgamma and dbeta. */
+static void lng_row_cols(const lng_run *r, const sl__dense_rows *v, int64_t i,
+                         int64_t lo, int64_t hi) {
+  int64_t at = i * r->d + lo;
+  v->ln_grad_row(r->dy + at, r->x + at, r->gamma + lo, r->mean[i], r->rstd[i],
+                 r->a[i], r->b[i], r->dx + at, r->dg + lo, r->db + lo, hi - lo);
+}
+
 /* Columns [lo, hi) of every row, in row order: dx, and dgamma and dbeta's
  * sums of those columns. */
 static void lng_cols_part(void *arg, int64_t lo, int64_t hi, int part) {
   (void)part;
   const lng_run *r = arg;
   const sl__dense_rows *v = sl__dense_rows_get();
-  for (int64_t i = 0; i < r->rows; i++) {
-    int64_t at = i * r->d + lo;
-    v->ln_grad_row(r->dy + at, r->x + at, r->gamma + lo, r->mean[i], r->rstd[i],
-                   r->a[i], r->b[i], r->dx + at, r->dg + lo, r->db + lo,
-                   hi - lo);
-  }
+  for (int64_t i = 0; i < r->rows; i++)
+    lng_row_cols(r, v, i, lo, hi);
 }
 
 static sl_status lng_cpu(const sl__kernel_ctx *k) {
@@ -234,8 +239,21 @@ static sl_status lng_cpu(const sl__kernel_ctx *k) {
                .d = d};
   for (int64_t j = 0; j < d; j++)
     dg[j] = db[j] = 0.0;
-  sl__team_for(k->team, rows, SL__GRAIN_ELEMS / d + 1, lng_sums_part, &r);
-  sl__team_for(k->team, d, SL__GRAIN_ELEMS / (rows + 1) + 1, lng_cols_part, &r);
+  int64_t row_grain = SL__GRAIN_ELEMS / d + 1,
+          col_grain = SL__GRAIN_ELEMS / (rows + 1) + 1;
+  if (sl__team_parts(k->team, rows, row_grain) == 1 &&
+      sl__team_parts(k->team, d, col_grain) == 1) {
+    /* One thread: each row's sums and its writes in one pass, while the
+     * row sits in L1 (the same operations, so the same bits). */
+    const sl__dense_rows *v = sl__dense_rows_get();
+    for (int64_t i = 0; i < rows; i++) {
+      lng_sums_part(&r, i, i + 1, 0);
+      lng_row_cols(&r, v, i, 0, d);
+    }
+  } else {
+    sl__team_for(k->team, rows, row_grain, lng_sums_part, &r);
+    sl__team_for(k->team, d, col_grain, lng_cols_part, &r);
+  }
   for (int64_t j = 0; j < d; j++) {
     dgamma[j] = (float)dg[j];
     dbeta[j] = (float)db[j];
