@@ -457,8 +457,9 @@ static void team_gemm_part(void *arg, int64_t begin, int64_t end, int part) {
     b += (size_t)(tg->tb ? lo * tg->ldb : lo) * es;
     c += lo;
     n = hi - lo;
-    own = sl__thread_scratch(SL__SCRATCH_GEMM_PART,
-                             (size_t)m * (size_t)n * sizeof(float));
+    if (n < tg->n) /* a part of the columns, not all of them */
+      own = sl__thread_scratch(SL__SCRATCH_GEMM_PART,
+                               (size_t)m * (size_t)n * sizeof(float));
     if (own) {
       if (tg->beta != 0.0f) copy_rows(own, n, c, tg->ldc, m, n);
       ldc = n;
