@@ -2,11 +2,6 @@
 #include "bench_util.h"
 
 #include <errno.h>
-#include <math.h>
-#include <pthread.h>
-#include <sched.h>
-#include <stdatomic.h>
-#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -93,67 +88,4 @@ int bench_peer_wait(bench_peer *p) {
   if (p->pid > 0 && waitpid(p->pid, &status, 0) < 0) return -1;
   p->pid = -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-/* ---- the cores' round trip ---------------------------------------------- */
-
-typedef struct ping {
-  _Alignas(64) atomic_int flag;
-  int cpu;
-} ping;
-
-enum { ROUND_TRIPS = 100000 };
-
-static void pin_to(int cpu) {
-  cpu_set_t s;
-  CPU_ZERO(&s);
-  CPU_SET(cpu, &s);
-  pthread_setaffinity_np(pthread_self(), sizeof s, &s);
-}
-
-static void *pong(void *arg) {
-  ping *p = arg;
-  pin_to(p->cpu);
-  for (int i = 0; i < ROUND_TRIPS; i++) {
-    while (atomic_load(&p->flag) != 2 * i + 1) {
-    }
-    atomic_store(&p->flag, 2 * i + 2);
-  }
-  return NULL;
-}
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-double bench_core_round_trip_ns(void) {
-  cpu_set_t mine;
-  if (sched_getaffinity(0, sizeof mine, &mine) != 0) return NAN;
-  int cpus[2], n = 0;
-  for (int c = 0; c < CPU_SETSIZE && n < 2; c++)
-    if (CPU_ISSET(c, &mine)) cpus[n++] = c;
-  if (n < 2) return NAN;
-  double runs[5];
-  pin_to(cpus[0]);
-  for (int r = 0; r < 5; r++) {
-    ping p = {.cpu = cpus[1]};
-    atomic_init(&p.flag, 0);
-    pthread_t t;
-    if (pthread_create(&t, NULL, pong, &p) != 0) {
-      sched_setaffinity(0, sizeof mine, &mine);
-      return NAN;
-    }
-    double t0 = now_s();
-    for (int i = 0; i < ROUND_TRIPS; i++) {
-      atomic_store(&p.flag, 2 * i + 1);
-      while (atomic_load(&p.flag) != 2 * i + 2) {
-      }
-    }
-    runs[r] = (now_s() - t0) / ROUND_TRIPS * 1e9;
-    pthread_join(t, NULL);
-  }
-  sched_setaffinity(0, sizeof mine, &mine);
-  return bench_median(runs, 5);
 }

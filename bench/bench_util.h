@@ -1,5 +1,5 @@
-/* Helpers the benchmarks share: medians, running a peer (a PyTorch
- * script) with its standard output piped back, and the cores' round trip. */
+/* Helpers the benchmarks share: medians, and running a peer (a PyTorch
+ * script) with its standard output piped back. */
 #ifndef SLUICE_BENCH_UTIL_H
 #define SLUICE_BENCH_UTIL_H
 
@@ -39,14 +39,5 @@ bool bench_peer_start(const char *const *argv, bench_peer *p, char *why,
 /* Closes p->out and waits for the peer: its exit status, -1 when it did not
  * exit normally. */
 int bench_peer_wait(bench_peer *p);
-
-/* The round trip of a cache line between two threads pinned to the first
- * two CPUs this process may use, in ns (median of 5 runs of 100000 round
- * trips); NAN with fewer than two CPUs. On a virtual machine it tells how
- * far apart the vCPUs sit now: on the 2-vCPU development machine it was
- * about 100 ns at times and 400 at others, and everything that crosses
- * between the cores (collectives, messages, shared rows) costs more with
- * it. */
-double bench_core_round_trip_ns(void);
 
 #endif

@@ -42,6 +42,9 @@
  * Usage: bench_cpu_peers [--model mlp|gpt|gpt-256|all] [--steps N]
  *        [--rounds R] [--no-jax] [--no-torch] [--python PATH] (--help) */
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +55,7 @@
 
 #include "common/ex_flags.h"
 #include "common/ex_run.h"
+#include "core_team.h"
 #include "core_thread.h"
 #include "cpu/blas.h"
 #include "gpt/model.h"
@@ -101,6 +105,60 @@ typedef struct opts {
 
 static int64_t steps_of(const model *m, const opts *o) {
   return o->steps > 0 ? o->steps : m->steps;
+}
+
+/* ---- the cores' round trip ------------------------------------------------
+ */
+
+/* The round trip of a cache line between threads pinned to the first two
+ * CPUs this process may use, in ns (median of 5 runs of 100000); NAN with
+ * fewer than two. On a virtual machine it tells how far apart the vCPUs
+ * sit now: on the 2-vCPU development machine about 100 ns at times and
+ * 400 at others, and every crossing of the parallel rows (collectives,
+ * messages, shared rows) costs more with it. */
+typedef struct ping {
+  _Alignas(64) atomic_int flag;
+  int cpu;
+} ping;
+
+enum { ROUND_TRIPS = 100000 };
+
+static void *pong(void *arg) {
+  ping *p = arg;
+  sl__pin_self(p->cpu);
+  for (int i = 0; i < ROUND_TRIPS; i++) {
+    while (atomic_load(&p->flag) != 2 * i + 1) {
+    }
+    atomic_store(&p->flag, 2 * i + 2);
+  }
+  return NULL;
+}
+
+static double core_round_trip_ns(void) {
+  int cpus[2];
+  cpu_set_t mine;
+  if (sl__cpu_list(cpus, 2) < 2 ||
+      pthread_getaffinity_np(pthread_self(), sizeof mine, &mine) != 0)
+    return NAN;
+  double runs[5];
+  int n = 0;
+  sl__pin_self(cpus[0]);
+  for (; n < 5; n++) {
+    ping p = {.cpu = cpus[1]};
+    atomic_init(&p.flag, 0);
+    pthread_t t;
+    if (pthread_create(&t, NULL, pong, &p) != 0) break;
+    uint64_t t0 = sl__now_ns();
+    for (int i = 0; i < ROUND_TRIPS; i++) {
+      atomic_store(&p.flag, 2 * i + 1);
+      while (atomic_load(&p.flag) != 2 * i + 2) {
+      }
+    }
+    runs[n] = (double)(sl__now_ns() - t0) / ROUND_TRIPS;
+    pthread_join(t, NULL);
+  }
+  pthread_setaffinity_np(pthread_self(), sizeof mine, &mine);
+  return n == 5 ? bench_median(runs, n) : NAN;
 }
 
 /* ---- sluice, in this process --------------------------------------------- */
@@ -481,11 +539,10 @@ int main(int argc, char **argv) {
          sl__blas_describe());
   /* How far apart the cores sit, before and after: a virtual machine's
    * can move, and the parallel rows pay for every crossing. */
-  printf("cores' round trip: %.0f ns\n", bench_core_round_trip_ns());
+  printf("cores' round trip: %.0f ns\n", core_round_trip_ns());
   for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
     if (strcmp(o.model, "all") == 0 || strcmp(o.model, models[i].name) == 0)
       bench_model(&models[i], &o, cores);
-  printf("\ncores' round trip at the end: %.0f ns\n",
-         bench_core_round_trip_ns());
+  printf("\ncores' round trip at the end: %.0f ns\n", core_round_trip_ns());
   return 0;
 }
