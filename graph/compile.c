@@ -1,4 +1,5 @@
-/* Compilation: SBP inference in topological order, then boxing insertion.
+/* Compilation: SBP inference in topological order, its refinement, then
+ * boxing insertion.
  *
  * Inference: each op takes, per mesh axis of its placement, the 1-D
  * signature (the op's list, with all-B first) that matches the most
@@ -13,6 +14,9 @@
  * axes where its inputs are B or small partial sums, an op that could as
  * well produce a split of its output from whole inputs (deferrable): no
  * device then builds a whole value only for its consumer to slice it.
+ *
+ * Refinement: each op again, now that every reader's choice is known, may
+ * take a signature whose boxings are predicted cheaper (see below).
  *
  * Boxing insertion: wherever a consumer needs (placement, nd-SBP) other
  * than its producer's, a BOXING node holding the planner's plan is put just
@@ -40,9 +44,17 @@ static sl_nd_sbp nd_all_b(int ndim) {
   return s;
 }
 
-/* Predicted µs of boxing value v to (p, want); HUGE_VAL when no plan. */
+/* What a boxing moves between devices: its steps that do (not a local
+ * slice or zeroing), and the bytes of the value they move, summed. */
+typedef struct exchange_count {
+  int steps;
+  int64_t bytes;
+} exchange_count;
+
+/* Predicted µs of boxing value v to (p, want); HUGE_VAL when no plan.
+ * Adds what it exchanges to *ex (NULL: not wanted). */
 static double boxing_cost(const sl__value *v, const sl_placement *p,
-                          const sl_nd_sbp *want) {
+                          const sl_nd_sbp *want, exchange_count *ex) {
   if (v->placement == p && sl_nd_sbp_equal(&v->sbp, want)) return 0;
   if (sl_nd_sbp_check(want, p, &v->meta.shape) != SL_OK) return HUGE_VAL;
   sl_boxing_route *plan = NULL;
@@ -50,6 +62,14 @@ static double boxing_cost(const sl__value *v, const sl_placement *p,
                              &v->sbp, p, want, NULL, &plan) != SL_OK)
     return HUGE_VAL;
   double t = sl_boxing_route_predicted_us(plan);
+  int64_t bytes =
+      sl_shape_numel(&v->meta.shape) * (int64_t)sl_dtype_size(v->meta.dtype);
+  for (int s = 0; ex && s < sl_boxing_route_step_count(plan); s++) {
+    sl_boxing_op op = sl_boxing_step_op(plan, s);
+    if (op == SL_BOXING_SLICE || op == SL_BOXING_ZERO) continue;
+    ex->steps++;
+    ex->bytes += bytes;
+  }
   sl_boxing_route_destroy(plan);
   return t;
 }
@@ -268,7 +288,7 @@ static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
           for (int k = 0; k < m; k++)
             want.sbp[k] = in_nd[i].sbp[k];
           want.sbp[m] = sig->in[i];
-          cost += boxing_cost(v, n->placement, &want);
+          cost += boxing_cost(v, n->placement, &want, NULL);
         }
       }
       /* A partial output must be reduced eventually (unless a consumer
@@ -283,7 +303,7 @@ static sl_status infer_op(infer_ctx *c, sl__gnode *gn) {
         tmp.sbp = nd_all_b(M);
         tmp.sbp.sbp[m] = sig->out[j];
         sl_nd_sbp b = nd_all_b(M);
-        cost += boxing_cost(&tmp, n->placement, &b);
+        cost += boxing_cost(&tmp, n->placement, &b, NULL);
       }
       if (score > best_score || cost < best_cost) {
         best = s;
@@ -398,6 +418,236 @@ static sl_status infer(sl_graph *g) {
   return st;
 }
 
+static bool needs_boxing(const sl__value *v, const sl_placement *p,
+                         const sl_nd_sbp *want) {
+  return v->placement != p || !sl_nd_sbp_equal(&v->sbp, want);
+}
+
+/* ---- refinement ---------------------------------------------------------- */
+
+/* Inference decides each op once, in order, seeing only its producers. It
+ * can take a partial input as it stands and gather another input where a
+ * later reader of the same partial value makes it whole anyway: tensor
+ * parallelism's attention projection had its weight gradient gather every
+ * head and reduce-scatter a partial product, while the partial output
+ * gradient it read was all-reduced for the input gradient regardless.
+ * Refinement revisits each op with every decision known: on the last mesh
+ * axis it takes the signature whose boxings are predicted cheapest (of its
+ * inputs, where no other reader needs the same boxing; of its outputs, to
+ * what their readers take), when strictly cheaper than its own; the
+ * predicted total falls at each change, so the sweeps end. The planner
+ * predicts boxing, not compute or memory, and tiny boxings by their
+ * latency alone; so a change must also move no more data in no more
+ * exchanges, and never give every device the whole op's work where the
+ * op was divided, nor add partial values (whole-sized on every device). */
+
+typedef struct value_reader {
+  int32_t node;
+  int slot; /* input slot; -1: a variable reading its update */
+} value_reader;
+
+typedef struct refine_ctx {
+  sl_graph *g;
+  int32_t *first; /* value v's readers: rd[first[v] .. first[v + 1]) */
+  value_reader *rd;
+} refine_ctx;
+
+/* Where and how reader r takes its value. */
+static void reader_wants(const sl_graph *g, value_reader r,
+                         const sl_placement **p, sl_nd_sbp *want) {
+  const sl__node *n = &g->nodes[r.node]->n;
+  if (r.slot < 0) {
+    const sl__value *var = g->values[n->out[0]];
+    *p = var->placement;
+    *want = var->sbp;
+  } else {
+    *p = n->placement;
+    *want = n->in_sbp[r.slot];
+  }
+}
+
+static sl_status readers_index(refine_ctx *c) {
+  sl_graph *g = c->g;
+  int32_t nv = g->n_values;
+  c->first = sl__calloc((size_t)nv + 2, sizeof *c->first);
+  if (!c->first) return SL_ENOMEM;
+  for (int pass = 0; pass < 2; pass++) {
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+      const sl__node *n = &g->nodes[i]->n;
+      for (int k = -1; k < n->n_in; k++) {
+        int32_t v =
+            k < 0 ? (n->kind == SL__NODE_VARIABLE ? n->update : -1) : n->in[k];
+        if (v < 0) continue;
+        if (pass == 0)
+          c->first[v + 2]++;
+        else
+          c->rd[c->first[v + 1]++] = (value_reader){i, k};
+      }
+    }
+    if (pass == 0) {
+      for (int32_t v = 0; v < nv; v++)
+        c->first[v + 2] += c->first[v + 1];
+      c->rd = sl__calloc((size_t)c->first[nv + 1] + 1, sizeof *c->rd);
+      if (!c->rd) return SL_ENOMEM;
+    }
+  }
+  return SL_OK;
+}
+
+/* Whether op node n may be refined: its outputs go only to ops and
+ * variables (a fetch or a user's boxing took the layout it had), and no
+ * input is a ZeRO-3 weight (read in another layout than its own). */
+static bool refinable(const refine_ctx *c, const sl__node *n) {
+  const sl_graph *g = c->g;
+  if (n->kind != SL__NODE_OP || n->n_in == 0) return false;
+  int M = sl_placement_mesh_ndim(n->placement);
+  if (sl_placement_mesh_dim(n->placement, M - 1) < 2) return false;
+  for (int i = 0; i < n->n_in; i++)
+    if (g->nodes[g->values[n->in[i]]->producer]->zero3) return false;
+  for (int j = 0; j < n->n_out; j++)
+    for (int32_t e = c->first[n->out[j]]; e < c->first[n->out[j] + 1]; e++) {
+      sl__node_kind k = g->nodes[c->rd[e].node]->n.kind;
+      if (k != SL__NODE_OP && k != SL__NODE_VARIABLE) return false;
+    }
+  return true;
+}
+
+/* Predicted µs of the boxings op node `self` causes taking its inputs as
+ * in_nd and giving its outputs as out_nd; *ex: what they exchange. */
+static double local_cost(const refine_ctx *c, int32_t self,
+                         const sl_nd_sbp *in_nd, const sl_nd_sbp *out_nd,
+                         exchange_count *ex) {
+  *ex = (exchange_count){0, 0};
+  const sl_graph *g = c->g;
+  const sl__node *n = &g->nodes[self]->n;
+  double cost = 0;
+  for (int i = 0; i < n->n_in; i++) {
+    int32_t v = n->in[i];
+    const sl__value *val = g->values[v];
+    if (!needs_boxing(val, n->placement, &in_nd[i])) continue;
+    bool shared = false;
+    for (int k = 0; k < i && !shared; k++)
+      shared = n->in[k] == v && sl_nd_sbp_equal(&in_nd[k], &in_nd[i]);
+    for (int32_t e = c->first[v]; e < c->first[v + 1] && !shared; e++) {
+      if (c->rd[e].node == self) continue;
+      const sl_placement *p;
+      sl_nd_sbp want;
+      reader_wants(g, c->rd[e], &p, &want);
+      shared = p == n->placement && sl_nd_sbp_equal(&want, &in_nd[i]);
+    }
+    if (!shared) cost += boxing_cost(val, n->placement, &in_nd[i], ex);
+  }
+  for (int j = 0; j < n->n_out; j++) {
+    int32_t o = n->out[j];
+    sl__value as = *g->values[o];
+    as.sbp = out_nd[j];
+    for (int32_t e = c->first[o]; e < c->first[o + 1]; e++) {
+      const sl_placement *p;
+      sl_nd_sbp want;
+      reader_wants(g, c->rd[e], &p, &want);
+      bool seen = false; /* readers taking it alike share one boxing */
+      for (int32_t f = c->first[o]; f < e && !seen; f++) {
+        const sl_placement *q;
+        sl_nd_sbp w;
+        reader_wants(g, c->rd[f], &q, &w);
+        seen = q == p && sl_nd_sbp_equal(&w, &want);
+      }
+      if (!seen) cost += boxing_cost(&as, p, &want, ex);
+    }
+  }
+  return cost;
+}
+
+/* How a signature lays an op out: whether every device does all of its
+ * work (every input and output B), and how many of its inputs and outputs
+ * are partial (each a whole-sized buffer on every device, to be reduced). */
+static bool sig_whole(const sl__sbp_sig *s, const sl__node *n) {
+  for (int i = 0; i < n->n_in; i++)
+    if (s->in[i].kind != SL_SBP_BROADCAST) return false;
+  for (int j = 0; j < n->n_out; j++)
+    if (s->out[j].kind != SL_SBP_BROADCAST) return false;
+  return true;
+}
+
+static int sig_partials(const sl__sbp_sig *s, const sl__node *n) {
+  int k = 0;
+  for (int i = 0; i < n->n_in; i++)
+    k += s->in[i].kind == SL_SBP_PARTIAL;
+  for (int j = 0; j < n->n_out; j++)
+    k += s->out[j].kind == SL_SBP_PARTIAL;
+  return k;
+}
+
+/* Revisits op node i (refinable); true if it took another signature. */
+static bool refine_op(refine_ctx *c, int32_t i) {
+  sl_graph *g = c->g;
+  sl__node *n = &g->nodes[i]->n;
+  int m = sl_placement_mesh_ndim(n->placement) - 1;
+  static _Thread_local sl__sbp_sig cand[SL_OP_MAX_SIGNATURES + 1];
+  int nc = op_candidates(g, n, cand);
+  sl__sbp_sig cur;
+  memset(&cur, 0, sizeof cur);
+  for (int k = 0; k < n->n_in; k++)
+    cur.in[k] = n->in_sbp[k].sbp[m];
+  for (int j = 0; j < n->n_out; j++)
+    cur.out[j] = n->out_sbp[j].sbp[m];
+  bool whole = sig_whole(&cur, n);
+  int partials = sig_partials(&cur, n);
+  exchange_count ex_cur, ex;
+  double best_cost = local_cost(c, i, n->in_sbp, n->out_sbp, &ex_cur);
+  int best = -1;
+  sl_nd_sbp in_nd[SL_OP_MAX_INPUTS], out_nd[SL_OP_MAX_OUTPUTS];
+  for (int s = 0; s < nc && best_cost > 0; s++) {
+    const sl__sbp_sig *sig = &cand[s];
+    if ((!whole && sig_whole(sig, n)) || sig_partials(sig, n) > partials)
+      continue;
+    bool ok = true;
+    for (int j = 0; j < n->n_out && ok; j++) {
+      out_nd[j] = n->out_sbp[j];
+      out_nd[j].sbp[m] = sig->out[j];
+      const sl__value *o = g->values[n->out[j]];
+      ok = !o->sbp_fixed || sl_sbp_equal(o->sbp.sbp[m], sig->out[j]);
+    }
+    for (int k = 0; k < n->n_in; k++) {
+      in_nd[k] = n->in_sbp[k];
+      in_nd[k].sbp[m] = sig->in[k];
+    }
+    if (!ok || !sig_even_holds(g, n, sig, in_nd, out_nd, m)) continue;
+    double cost = local_cost(c, i, in_nd, out_nd, &ex);
+    /* No more exchanges (each a wait on the other devices), of no more
+     * data, and strictly cheaper, by more than rounding. */
+    if (ex.steps <= ex_cur.steps && ex.bytes <= ex_cur.bytes &&
+        cost < best_cost - 1e-6 * (1 + best_cost)) {
+      best = s;
+      best_cost = cost;
+    }
+  }
+  if (best < 0) return false;
+  for (int k = 0; k < n->n_in; k++)
+    n->in_sbp[k].sbp[m] = cand[best].in[k];
+  for (int j = 0; j < n->n_out; j++) {
+    n->out_sbp[j].sbp[m] = cand[best].out[j];
+    sl__value *o = g->values[n->out[j]];
+    if (!o->sbp_fixed) o->sbp = n->out_sbp[j];
+  }
+  return true;
+}
+
+static sl_status refine(sl_graph *g) {
+  refine_ctx c = {g, NULL, NULL};
+  sl_status st = readers_index(&c);
+  /* Each change lowers the predicted total; a few sweeps settle it. */
+  for (int sweep = 0; st == SL_OK && sweep < 4; sweep++) {
+    bool changed = false;
+    for (int32_t i = 0; i < g->n_nodes; i++)
+      if (refinable(&c, &g->nodes[i]->n)) changed = refine_op(&c, i) || changed;
+    if (!changed) break;
+  }
+  sl__free(c.first);
+  sl__free(c.rd);
+  return st;
+}
+
 /* ---- boxing insertion -------------------------------------------------- */
 
 typedef struct box_key {
@@ -495,11 +745,6 @@ static int32_t boxed(box_ctx *b, int32_t v, sl_placement *p,
   return out;
 }
 
-static bool needs_boxing(const sl__value *v, const sl_placement *p,
-                         const sl_nd_sbp *want) {
-  return v->placement != p || !sl_nd_sbp_equal(&v->sbp, want);
-}
-
 static sl_status insert_boxing(sl_graph *g) {
   int32_t n0 = g->n_nodes;
   /* At most one boxing per (node input) plus one per variable. */
@@ -577,6 +822,7 @@ sl_status sl__graph_compile(sl_graph *g) {
   sl__g_assign_phases(g);
   SL_CHECK_GOTO(check_updates(g), st, fail);
   SL_CHECK_GOTO(infer(g), st, fail);
+  SL_CHECK_GOTO(refine(g), st, fail);
   SL_CHECK_GOTO(insert_boxing(g), st, fail);
   g->frozen = true;
   return SL_OK;

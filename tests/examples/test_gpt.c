@@ -199,6 +199,60 @@ static void test_collectives(void **state) {
   }
 }
 
+/* Whether value v comes out of a boxing that moves data. */
+static bool boxed(const sl_graph *g, int32_t v) {
+  const sl__node *p = sl__graph_node(g, sl__graph_value(g, v)->producer);
+  if (p->kind != SL__NODE_BOXING) return false;
+  const int64_t *sent = sl_boxing_route_bytes_sent(p->boxing);
+  for (int r = 0; r < sl_boxing_route_rank_count(p->boxing); r++)
+    if (sent[r] > 0) return true;
+  return false;
+}
+
+/* Tensor parallelism's backward: the attention projection's weight
+ * gradient reads its heads' activations as they are split and the output
+ * gradient that the input gradient all-reduces anyway, so it comes out
+ * split like the weight: no activation is gathered for it and no partial
+ * gradient reduce-scattered (graph/compile.c, refinement). */
+static void test_tp_backward(void **state) {
+  for (int devices = 2; devices <= 4; devices++) {
+    ex_gpt_config c = ex_gpt_defaults(); /* the sizes where it mattered */
+    char dev[16], placement[64];
+    snprintf(dev, sizeof dev, "cpu:%d", devices);
+    INV_OK(ex_layout_placement(EX_LAYOUT_TP, dev, placement, sizeof placement));
+    c.layout = EX_LAYOUT_TP;
+    c.placement = placement;
+    sl_graph *g;
+    INV_OK(sl_graph_create(&g));
+    INV_OK(ex_gpt_build(g, &c));
+    INV_OK(sl__graph_compile(g));
+    for (int l = 0; l < c.layers; l++) {
+      char name[32];
+      snprintf(name, sizeof name, "h%d.attn.wo", l);
+      const sl__node *w = sl__graph_find_kind(g, name, SL__NODE_VARIABLE);
+      assert_non_null(w);
+      const sl__node *up =
+          sl__graph_node(g, sl__graph_value(g, w->update)->producer);
+      int32_t grad = up->in[1];
+      const sl__node *mm =
+          sl__graph_node(g, sl__graph_value(g, grad)->producer);
+      bool moved = boxed(g, grad) || mm->kind != SL__NODE_OP ||
+                   boxed(g, mm->in[0]) + boxed(g, mm->in[1]) != 1;
+      printf("gpt tp on %d: %s's gradient from %s(%s%s, %s%s)\n", devices, name,
+             mm->name, boxed(g, mm->in[0]) ? "boxed " : "",
+             sl__graph_node(g, sl__graph_value(g, mm->in[0])->producer)->name,
+             boxed(g, mm->in[1]) ? "boxed " : "",
+             sl__graph_node(g, sl__graph_value(g, mm->in[1])->producer)->name);
+      if (moved)
+        fail_msg("tp on %d: %s's gradient is boxed, or its product reads "
+                 "other than one boxed input (the all-reduced output "
+                 "gradient)",
+                 devices, name);
+    }
+    sl_graph_destroy(g);
+  }
+}
+
 /* The matrix on cuda devices (inv.h). */
 static void test_cuda_fake(void **state) {
   ex_gpt_config c = small();
@@ -218,6 +272,7 @@ int main(void) {
       cmocka_unit_test(test_compute_dtype),
       cmocka_unit_test(test_reduce_dtype),
       cmocka_unit_test(test_collectives),
+      cmocka_unit_test(test_tp_backward),
       cmocka_unit_test(test_cuda_fake),
       cmocka_unit_test(test_cuda_gpu),
   };
