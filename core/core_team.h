@@ -14,6 +14,7 @@
 #ifndef SLUICE_CORE_TEAM_H
 #define SLUICE_CORE_TEAM_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "core_int.h"
@@ -49,8 +50,10 @@ int sl__team_parts(const sl__team *t, int64_t count, int64_t grain);
 void sl__team_for(sl__team *t, int64_t count, int64_t grain, sl__team_fn fn,
                   void *arg);
 
-/* Pins the calling thread to one CPU (best effort: false when the system
- * refuses, e.g. a CPU outside the process's affinity). */
+/* Pins a thread (sl__pin_self: the calling one) to one CPU (best effort:
+ * false when the system refuses, e.g. a CPU outside the process's
+ * affinity). */
+bool sl__pin_thread(pthread_t thread, int cpu);
 bool sl__pin_self(int cpu);
 
 /* The CPUs this process may run on, in increasing order, at most max of

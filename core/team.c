@@ -64,13 +64,15 @@ static void take_parts(sl__team *t) {
   }
 }
 
-bool sl__pin_self(int cpu) {
+bool sl__pin_thread(pthread_t thread, int cpu) {
   if (cpu < 0 || cpu >= CPU_SETSIZE) return false;
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(cpu, &set);
-  return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
+  return pthread_setaffinity_np(thread, sizeof set, &set) == 0;
 }
+
+bool sl__pin_self(int cpu) { return sl__pin_thread(pthread_self(), cpu); }
 
 int sl__cpu_list(int *cpus, int max) {
   cpu_set_t set;

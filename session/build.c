@@ -625,7 +625,10 @@ sl_status sl__session_build(sl_session *s) {
   }
   s->n_devices = s->n_workers;
   sl_status st = SL_OK;
-  sl__comm_config cc = {SL_MAX(s->n_workers, 1), s->cfg.comm_direct_max_bytes};
+  /* Each worker beside its device's compute thread, where that is pinned. */
+  int *worker_cpu = sl__calloc((size_t)s->n_workers + 1, sizeof *worker_cpu);
+  sl__comm_config cc = {SL_MAX(s->n_workers, 1), s->cfg.comm_direct_max_bytes,
+                        worker_cpu};
   /* The engine of each spec, once one of its members is here. */
   const sl__coll_engine **by_coll =
       sl__calloc((size_t)pp->n_colls + 1, sizeof *by_coll);
@@ -634,8 +637,16 @@ sl_status sl__session_build(sl_session *s) {
     st = SL_ENOMEM;
     goto out;
   }
+  if (!worker_cpu) {
+    st = SL_ENOMEM;
+    goto out;
+  }
   SL_CHECK_GOTO(sl__session_open_devices(s), st, out);
   SL_CHECK_GOTO(sl__session_open_cpu_teams(s), st, out);
+  worker_cpu[0] = -1; /* the one worker of a session with none */
+  for (uint32_t d = 0; d <= max_dev; d++)
+    if (dev_worker[d] >= 0)
+      worker_cpu[dev_worker[d]] = sl__session_cpu_of(s, d);
   SL_CHECK_GOTO(sl__comm_create(&cc, &s->comm), st, out);
   SL_CHECK_GOTO(sl_actor_graph_create(&s->plan), st, out);
   SL_CHECK_GOTO(add_actors(s), st, out);
@@ -722,6 +733,7 @@ sl_status sl__session_build(sl_session *s) {
 out:
   sl__free(by_coll);
   sl__free(dev_worker);
+  sl__free(worker_cpu);
   return st;
 }
 

@@ -111,6 +111,7 @@ sl_status sl__session_open_cpu_teams(sl_session *s) {
     char name[24];
     snprintf(name, sizeof name, "cpu%d", idx[i]);
     s->cpu_teams[i].index = idx[i];
+    s->cpu_teams[i].cpu = pin == 1 ? mine[0] : -1;
     s->n_cpu_teams = i + 1;
     SL_CHECK(sl__team_create(threads, pin == 1 ? mine : NULL, name,
                              &s->cpu_teams[i].team));
@@ -118,12 +119,22 @@ sl_status sl__session_open_cpu_teams(sl_session *s) {
   return SL_OK;
 }
 
-sl__team *sl__session_cpu_team(const sl_session *s, uint32_t device) {
-  if (sl__dev_class_of(device) != SL__DEV_CLASS_CPU) return NULL;
+static int team_of(const sl_session *s, uint32_t device) {
+  if (sl__dev_class_of(device) != SL__DEV_CLASS_CPU) return -1;
   int index = sl__dev_index(device);
   for (int32_t i = 0; i < s->n_cpu_teams; i++)
-    if (s->cpu_teams[i].index == index) return s->cpu_teams[i].team;
-  return NULL;
+    if (s->cpu_teams[i].index == index) return i;
+  return -1;
+}
+
+sl__team *sl__session_cpu_team(const sl_session *s, uint32_t device) {
+  int i = team_of(s, device);
+  return i < 0 ? NULL : s->cpu_teams[i].team;
+}
+
+int sl__session_cpu_of(const sl_session *s, uint32_t device) {
+  int i = team_of(s, device);
+  return i < 0 ? -1 : s->cpu_teams[i].cpu;
 }
 
 void sl__session_job_spin(const sl_session *s, sl_job_config *jc) {

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "coll_int.h"
+#include "core_team.h"
 
 #define DEFAULT_DIRECT_MAX (64 * 1024)
 #define MAX_WORKERS 4096
@@ -251,6 +252,7 @@ sl_status sl__comm_create(const sl__comm_config *cfg, sl__comm **out) {
   for (; started < c->n_workers; started++) {
     worker *w = &c->workers[started];
     w->comm = c;
+
     pthread_mutex_init(&w->lock, NULL);
     st = sl__cond_init(&w->cond);
     if (st != SL_OK) {
@@ -265,6 +267,9 @@ sl_status sl__comm_create(const sl__comm_config *cfg, sl__comm **out) {
       pthread_mutex_destroy(&w->lock);
       break;
     }
+    int cpu = cfg->worker_cpu ? cfg->worker_cpu[started] : -1;
+    if (cpu >= 0 && !sl__pin_thread(w->thread.handle, cpu))
+      SL_DEBUG("communicator: could not pin worker %d to CPU %d", started, cpu);
   }
   if (st != SL_OK) {
     c->n_workers = started;

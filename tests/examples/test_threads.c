@@ -8,12 +8,15 @@
  * multiply-adds, elementwise ops over 16K elements). The session reports
  * the threads it gave each device; a bad count is refused. Its threads
  * spin long only when the devices' threads fit in the CPUs. */
+#include <dirent.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <sluice/session.h>
 
+#include "core_team.h"
 #include "gpt/model.h"
 #include "inv.h"
 #include "mlp/model.h"
@@ -193,6 +196,69 @@ static bool pinned(sl_graph *g, int threads, int pin) {
       .cpu_pinned;
 }
 
+/* The CPUs thread `name` of this process may run on, as
+ * /proc/self/task/TID/status lists them ("0-1"), into buf; false when no
+ * thread has that name. */
+static bool thread_cpus(const char *name, char *buf, size_t size) {
+  DIR *d = opendir("/proc/self/task");
+  assert_non_null(d);
+  bool found = false;
+  for (struct dirent *e; !found && (e = readdir(d));) {
+    if (e->d_name[0] == '.') continue;
+    char path[300], comm[64] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = '\0';
+    fclose(f);
+    if (strcmp(comm, name) != 0) continue;
+    snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+    f = fopen(path, "r");
+    assert_non_null(f);
+    char line[512];
+    while (fgets(line, sizeof line, f))
+      if (sscanf(line, "Cpus_allowed_list: %63s", buf) == 1) found = true;
+    fclose(f);
+  }
+  closedir(d);
+  (void)size;
+  return found;
+}
+
+/* A pinned device's communicator worker (which does its part of large
+ * collective rounds) runs beside the device's compute thread: device 0's
+ * on the first CPU, device 1's on the second; unpinned devices leave it
+ * free. */
+static void test_pin_workers(void **state) {
+  (void)state;
+  int cpus[2], n = sl__cpu_list(cpus, 2);
+  if (n < 2) {
+    printf("skipped: one CPU\n");
+    return;
+  }
+  sl_graph *g;
+  INV_OK(sl_graph_create(&g));
+  INV_OK(build_mlp(g, EX_LAYOUT_DP, "cpu:0-1"));
+  for (int pin = 1; pin >= -1; pin -= 2) {
+    sl_session_config cfg = SL_SESSION_CONFIG(.cpu_threads = 1, .cpu_pin = pin);
+    sl_session *s;
+    INV_OK(sl_session_create(g, &cfg, &s));
+    for (int w = 0; w < 2; w++) {
+      char name[16], got[64] = "", want[16];
+      snprintf(name, sizeof name, "sl-comm%d", w);
+      snprintf(want, sizeof want, "%d", cpus[w]);
+      assert_true(thread_cpus(name, got, sizeof got));
+      printf("pin %d: %s on CPUs %s\n", pin, name, got);
+      if (pin == 1)
+        assert_string_equal(got, want);
+      else
+        assert_string_not_equal(got, want);
+    }
+    sl_session_destroy(s);
+  }
+  sl_graph_destroy(g);
+}
+
 static void test_pin(void **state) {
   (void)state;
   cpu_set_t set;
@@ -227,6 +293,7 @@ int main(void) {
       cmocka_unit_test(test_bad_threads),
       cmocka_unit_test(test_spin),
       cmocka_unit_test(test_pin),
+      cmocka_unit_test(test_pin_workers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,7 +10,7 @@
 static int g_workers; /* of the communicator mk_comm made last */
 
 static sl__comm *mk_comm(int workers, int64_t direct_max) {
-  sl__comm_config cfg = {workers, direct_max};
+  sl__comm_config cfg = {workers, direct_max, NULL};
   g_workers = workers;
   sl__comm *c = NULL;
   if (sl__comm_create(&cfg, &c) != SL_OK) fail_msg("comm: %s", sl_last_error());
@@ -303,7 +303,7 @@ static void test_bad_arguments(void **state) {
   waiter_wait(&w, 3);
   assert_int_equal(w.failed, 0);
   waiter_fini(&w);
-  sl__comm_config bad = {0, 0};
+  sl__comm_config bad = {0, 0, NULL};
   sl__comm *c2 = NULL;
   assert_int_equal(sl__comm_create(&bad, &c2), SL_EINVAL);
   assert_null(c2);

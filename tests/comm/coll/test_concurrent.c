@@ -129,7 +129,7 @@ static void *rank_main(void *arg) {
 static void run_one(uint64_t seed, int case_no) {
   sl_rng rng = {seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(case_no + 1))};
   int n_workers = 1 + (int)sl__rng_below(&rng, 4);
-  sl__comm_config cfg = {n_workers, (int64_t)sl__rng_below(&rng, 512)};
+  sl__comm_config cfg = {n_workers, (int64_t)sl__rng_below(&rng, 512), NULL};
   sl__comm *comm = NULL;
   assert_int_equal(sl__comm_create(&cfg, &comm), SL_OK);
   int n_colls = 2 + (int)sl__rng_below(&rng, MAX_COLLS - 1);
@@ -221,7 +221,7 @@ static void test_random_orders(void **state) {
 /* The classic deadlock: rank 0 joins A then B, rank 1 joins B then A, and
  * neither waits for completion before joining the next. */
 static void test_crossed_order(void **state) {
-  sl__comm_config cfg = {2, -1}; /* always parallel */
+  sl__comm_config cfg = {2, -1, NULL}; /* always parallel */
   sl__comm *comm = NULL;
   assert_int_equal(sl__comm_create(&cfg, &comm), SL_OK);
   int workers[2] = {0, 1};

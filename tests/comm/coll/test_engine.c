@@ -14,7 +14,7 @@ static sl__coll_engine g_engine;
 /* An in-process all-reduce of n f32 elements over 3 members. */
 static int setup(void **state) {
   (void)state;
-  sl__comm_config cfg = {3, 0};
+  sl__comm_config cfg = {3, 0, NULL};
   if (sl__comm_create(&cfg, &g_comm) != SL_OK) return -1;
   int workers[3] = {0, 1, 2};
   sl__coll_desc d;

@@ -19,7 +19,7 @@
  * node[k] of nn endpoints, three rounds, and compares every output. */
 static void check(const sl__coll_desc *d, const uint32_t *node, uint32_t nn) {
   int n = d->n;
-  sl__comm_config cc = {2, 0};
+  sl__comm_config cc = {2, 0, NULL};
   sl__comm *ref_comm, *comm[3];
   sl__coll *ref, *geo[3];
   sl__span *span[3] = {0};
@@ -229,7 +229,7 @@ typedef struct solo {
 
 static void solo_up(solo *o, const sl__coll_desc *d, const uint32_t *node,
                     uint64_t id) {
-  sl__comm_config cc = {2, 0};
+  sl__comm_config cc = {2, 0, NULL};
   sl__coll *geo;
   dp_mesh(o->ep, 2, NULL);
   for (int j = 0; j < 2; j++)
