@@ -185,7 +185,7 @@ static sl_status act_fetch(sl_act *a) {
   if (in->bytes) memcpy(f->stage[b][rt->io_slot], in->data, in->bytes);
   pthread_mutex_lock(&s->lock);
   f->staged[b][rt->io_slot] = in->piece;
-  pthread_cond_broadcast(&s->cond);
+  if (s->fetch_waiters) pthread_cond_broadcast(&s->cond);
   pthread_mutex_unlock(&s->lock);
   sl__step_done(rt);
   return SL_OK;

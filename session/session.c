@@ -381,8 +381,11 @@ sl_status sl_session_fetch(sl_session *s, const char *name, void *data,
   pthread_mutex_lock(&s->lock);
   for (int r = 0; r < f->n_ranks; r++) {
     while (f->staged[b][r] < want && atomic_load(&s->failed) == SL_OK &&
-           !s->waited)
+           !s->waited) {
+      s->fetch_waiters++;
       pthread_cond_wait(&s->cond, &s->lock);
+      s->fetch_waiters--;
+    }
     if (f->staged[b][r] != want) ok = false;
   }
   pthread_mutex_unlock(&s->lock);

@@ -283,6 +283,11 @@ struct sl_session {
   void ***held;
   int64_t held_version;
   bool started, finished, waited;
+  /* Programs waiting in sl_session_fetch for a staged piece (under lock):
+   * a fetch actor wakes them only if there are some, so that staging a
+   * value does not also wake a program waiting for its step (a wake-up
+   * costs the waking thread microseconds on a virtual machine). */
+  int fetch_waiters;
   sl_status final;
   char errmsg[1400];
   sl_session_stats stats;

@@ -48,7 +48,7 @@ static void test_dp_structure(void **state) {
   sl__pplan *p = st_lower(g);
   assert_int_equal(p->machines, 1);
   assert_int_equal(p->driver, 1);
-  int ticks = 0, colls = 0;
+  int ticks = 0, colls = 0, fetches = 0;
   for (int32_t i = 0; i < p->n_tasks; i++) {
     const sl__task *t = &p->tasks[i];
     if (t->kind == SL__TASK_TICK) {
@@ -90,8 +90,16 @@ static void test_dp_structure(void **state) {
       assert_int_equal(p->regsts[t->out[0]].count, 2);
       assert_true(t->tick_slot == 0);
     }
+    /* feeds and fetches of CPU devices: on the compute stream, outside
+     * its order */
+    if (t->kind == SL__TASK_FEED || t->kind == SL__TASK_FETCH) {
+      assert_int_equal(t->stream, SL_STREAM_COMPUTE);
+      assert_false(sl__task_in_device_order(t));
+    }
+    fetches += t->kind == SL__TASK_FETCH;
   }
   assert_int_equal(ticks, 2);
+  assert_true(fetches >= 1);
   assert_true(colls >= 4); /* at least the two weight gradients, 2 ranks */
   /* one task per rank for every op node; x's shard is 8 rows */
   int32_t xi = node_named(g, "x");
