@@ -646,7 +646,7 @@ sl_status sl__session_build(sl_session *s) {
   worker_cpu[0] = -1; /* the one worker of a session with none */
   for (uint32_t d = 0; d <= max_dev; d++)
     if (dev_worker[d] >= 0)
-      worker_cpu[dev_worker[d]] = sl__session_cpu_of(s, d);
+      worker_cpu[dev_worker[d]] = sl__session_worker_cpu(s, d);
   SL_CHECK_GOTO(sl__comm_create(&cc, &s->comm), st, out);
   SL_CHECK_GOTO(sl_actor_graph_create(&s->plan), st, out);
   SL_CHECK_GOTO(add_actors(s), st, out);

@@ -97,6 +97,7 @@ sl_status sl__session_open_cpu_teams(sl_session *s) {
   int n_cpus = sl__cpu_list(cpus, MAX_CPUS);
   if (!threads) threads = SL_MAX(1, n_cpus / SL_MAX(n, 1));
   bool fit = (int64_t)threads * n <= n_cpus;
+  bool spare = (int64_t)threads * n < n_cpus;
   s->spin_us = spin ? spin : n && fit ? SPIN_US_FIT : SPIN_US_SHORT;
   if (n == 0) return SL_OK;
   if (!pin) pin = fit ? 1 : -1;
@@ -111,7 +112,10 @@ sl_status sl__session_open_cpu_teams(sl_session *s) {
     char name[24];
     snprintf(name, sizeof name, "cpu%d", idx[i]);
     s->cpu_teams[i].index = idx[i];
-    s->cpu_teams[i].cpu = pin == 1 ? mine[0] : -1;
+    /* The device's collective worker goes beside its compute thread when
+     * the teams take every CPU; with CPUs to spare the scheduler can run
+     * it on an idle one. */
+    s->cpu_teams[i].cpu = pin == 1 && !spare ? mine[0] : -1;
     s->n_cpu_teams = i + 1;
     SL_CHECK(sl__team_create(threads, pin == 1 ? mine : NULL, name,
                              &s->cpu_teams[i].team));
@@ -132,7 +136,7 @@ sl__team *sl__session_cpu_team(const sl_session *s, uint32_t device) {
   return i < 0 ? NULL : s->cpu_teams[i].team;
 }
 
-int sl__session_cpu_of(const sl_session *s, uint32_t device) {
+int sl__session_worker_cpu(const sl_session *s, uint32_t device) {
   int i = team_of(s, device);
   return i < 0 ? -1 : s->cpu_teams[i].cpu;
 }

@@ -232,7 +232,8 @@ struct sl_session {
   struct {
     int index;
     sl__team *team;
-    int cpu; /* its compute thread's CPU when pinned, else -1 */
+    int cpu; /* its collective worker's CPU (its compute thread's, where
+                the teams are pinned and take every CPU), else -1 */
   } * cpu_teams;
   int32_t n_cpu_teams;
   int cpu_threads; /* per CPU device */
@@ -336,9 +337,9 @@ void sl__session_job_spin(const sl_session *s, sl_job_config *jc);
 void sl__session_close_cpu_teams(sl_session *s);
 /* The team of a CPU device; NULL for other devices. */
 sl__team *sl__session_cpu_team(const sl_session *s, uint32_t device);
-/* The CPU the compute thread of `device` is pinned to, or -1 (not a CPU
- * device of this node's, or not pinned). */
-int sl__session_cpu_of(const sl_session *s, uint32_t device);
+/* The CPU to pin the collective worker of `device` to, or -1 (not a CPU
+ * device of this node's, or none: see cpu_teams.c). */
+int sl__session_worker_cpu(const sl_session *s, uint32_t device);
 
 /* devices.c */
 /* Tests: how CUDA devices open and run ops, process-wide; NULL restores

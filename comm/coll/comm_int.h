@@ -103,11 +103,12 @@ typedef struct sl__comm_config {
   /* Collectives whose largest member buffer has at most this many bytes
    * run direct. 0: SLUICE_COMM_DIRECT_MAX or 65536; negative: never. */
   int64_t direct_max_bytes;
-  /* NULL, or per worker the CPU it is pinned to (-1: not pinned): the
-   * session pins a CPU device's worker beside its compute thread, so
-   * that the parts of a large round run on the cores of their devices,
-   * not wherever the scheduler puts them (often all on the core of the
-   * thread that posted them). */
+  /* NULL, or per worker the CPU it is pinned to (-1: not pinned): where
+   * the CPU devices' threads take every core, the session pins a device's
+   * worker beside its compute thread, so that the parts of a large round
+   * run on the cores of their devices, not where the scheduler puts them
+   * (all on the core of the thread that posted them, lacking an idle
+   * one). */
   const int *worker_cpu;
 } sl__comm_config;
 
