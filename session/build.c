@@ -625,7 +625,7 @@ sl_status sl__session_build(sl_session *s) {
   }
   s->n_devices = s->n_workers;
   sl_status st = SL_OK;
-  /* Each worker beside its device's compute thread, where that is pinned. */
+  /* Where to pin each worker (cpu_teams.c): filled once the teams open. */
   int *worker_cpu = sl__calloc((size_t)s->n_workers + 1, sizeof *worker_cpu);
   sl__comm_config cc = {SL_MAX(s->n_workers, 1), s->cfg.comm_direct_max_bytes,
                         worker_cpu};
@@ -633,17 +633,13 @@ sl_status sl__session_build(sl_session *s) {
   const sl__coll_engine **by_coll =
       sl__calloc((size_t)pp->n_colls + 1, sizeof *by_coll);
   s->engines = sl__calloc((size_t)pp->n_colls + 1, sizeof *s->engines);
-  if (!by_coll || !s->engines) {
-    st = SL_ENOMEM;
-    goto out;
-  }
-  if (!worker_cpu) {
+  if (!by_coll || !s->engines || !worker_cpu) {
     st = SL_ENOMEM;
     goto out;
   }
   SL_CHECK_GOTO(sl__session_open_devices(s), st, out);
   SL_CHECK_GOTO(sl__session_open_cpu_teams(s), st, out);
-  worker_cpu[0] = -1; /* the one worker of a session with none */
+  worker_cpu[0] = -1; /* the one worker of a session without devices */
   for (uint32_t d = 0; d <= max_dev; d++)
     if (dev_worker[d] >= 0)
       worker_cpu[dev_worker[d]] = sl__session_worker_cpu(s, d);

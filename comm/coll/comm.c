@@ -252,7 +252,6 @@ sl_status sl__comm_create(const sl__comm_config *cfg, sl__comm **out) {
   for (; started < c->n_workers; started++) {
     worker *w = &c->workers[started];
     w->comm = c;
-
     pthread_mutex_init(&w->lock, NULL);
     st = sl__cond_init(&w->cond);
     if (st != SL_OK) {

@@ -213,10 +213,15 @@ static bool boxed(const sl_graph *g, int32_t v) {
  * gradient reads its heads' activations as they are split and the output
  * gradient that the input gradient all-reduces anyway, so it comes out
  * split like the weight: no activation is gathered for it and no partial
- * gradient reduce-scattered (graph/compile.c, refinement). */
+ * gradient reduce-scattered (graph/compile.c, refinement); it trains as on
+ * one device. */
 static void test_tp_backward(void **state) {
+  ex_gpt_config def = ex_gpt_defaults(); /* the sizes where it mattered */
+  float base[INV_STEPS];
+  inv_train(build_gpt, &def, EX_LAYOUT_SINGLE, 1, EX_ENGINE_SESSION, INV_STEPS,
+            base, NULL);
   for (int devices = 2; devices <= 4; devices++) {
-    ex_gpt_config c = ex_gpt_defaults(); /* the sizes where it mattered */
+    ex_gpt_config c = def;
     char dev[16], placement[64];
     snprintf(dev, sizeof dev, "cpu:%d", devices);
     INV_OK(ex_layout_placement(EX_LAYOUT_TP, dev, placement, sizeof placement));
@@ -250,6 +255,12 @@ static void test_tp_backward(void **state) {
                  devices, name);
     }
     sl_graph_destroy(g);
+    float got[INV_STEPS];
+    inv_train(build_gpt, &def, EX_LAYOUT_TP, devices, EX_ENGINE_SESSION,
+              INV_STEPS, got, NULL);
+    double rel = inv_max_rel(got, base, INV_STEPS);
+    printf("gpt tp on %d: losses within %.1e of one device's\n", devices, rel);
+    assert_true(rel <= INV_RTOL);
   }
 }
 
