@@ -4,7 +4,8 @@
  * Sharing is justified by happens-before in the plan, never by timing:
  *
  * 1. Each device's compute tasks (its compute stream's kernels, not the
- *    collective members that share a CPU device's compute stream) get one
+ *    feeds, fetches and collective members that share a CPU device's
+ *    compute stream) get one
  *    order, a restriction of one topological order of the whole plan,
  *    made binding by control edges
  *    t1 -> t2 -> ... -> tn (0-byte registers of count 1, skipped where a

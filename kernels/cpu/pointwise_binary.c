@@ -222,8 +222,9 @@ static void binary_part(void *arg, int64_t b, int64_t e, int part) {
   int64_t sa = it->strides[1][it->ndim - 1], sb = it->strides[2][it->ndim - 1];
   sl__iter_pos p;
   sl__iter_seek(it, b / it->len, &p);
-  for (int64_t i = b; i < e; sl__iter_next(it, &p)) {
-    int64_t j = i % it->len, n = SL_MIN(it->len - j, e - i);
+  /* The part may begin inside a row (at j); every later row from 0. */
+  for (int64_t i = b, j = b % it->len; i < e; j = 0, sl__iter_next(it, &p)) {
+    int64_t n = SL_MIN(it->len - j, e - i);
     r->fn(r->o + (size_t)(p.off[0] + j) * r->es,
           r->a + (size_t)(p.off[1] + j * sa) * r->es,
           r->b + (size_t)(p.off[2] + j * sb) * r->es, n, sa, sb);
