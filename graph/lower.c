@@ -187,6 +187,10 @@ typedef struct lower {
   int32_t **shard; /* per value: register of each placement rank */
   int32_t *var_of; /* per value: the variable node it is the direct
                       update of, else -1 */
+  /* Per value: computed from updated variables alone, by tasks without
+   * the tick. A variable has one version more than the steps (its first),
+   * so such a value's tasks fire once more than the step's others. */
+  bool *ungated;
   tick_ref *ticks; /* one per (machine, device) */
   int32_t n_ticks, cap_ticks;
 } lower;
@@ -547,6 +551,15 @@ static sl_status lower_op(lower *L, int32_t ni, const sl__node *n) {
                       "op consumes (compile should have boxed it)",
                       n->name, k);
   }
+  /* A source and a variable's update read the tick (below); any other op
+   * is as gated as its inputs. */
+  bool ungated = n->n_in > 0;
+  for (int k = 0; k < n->n_in; k++)
+    ungated &= L->ungated[n->in[k]];
+  for (int j = 0; j < n->n_out; j++)
+    ungated &= L->var_of[n->out[j]] < 0;
+  for (int j = 0; j < n->n_out; j++)
+    L->ungated[n->out[j]] = ungated;
   for (int r = 0; r < nr; r++) {
     uint32_t m, d;
     SL_CHECK(rank_where(n->placement, r, &m, &d));
@@ -604,6 +617,29 @@ static sl__engine boxing_engine(const sl_boxing_route *bp, bool gpu, int n,
   return SL__ENGINE_INPROC;
 }
 
+/* After a boxing's tasks (from `first` on): a value with one version more
+ * than the steps (ungated) may be boxed to a member that reads nothing but
+ * the tick (a broadcast from the devices holding a weight to others), and
+ * then that member runs once per step while the members reading the value
+ * would run once more, into a collective whose other members never come
+ * (sl_session_finish would wait for it forever). So when any task of the
+ * boxing reads the tick, every task reading the value does too. */
+static sl_status gate_boxing(lower *L, const sl__node *n, int32_t first) {
+  bool ungated = L->ungated[n->in[0]], ticked = false;
+  int32_t end = L->p->n_tasks;
+  for (int32_t i = first; i < end; i++)
+    ticked |= L->p->tasks[i].tick_slot >= 0;
+  L->ungated[n->out[0]] = ungated && !ticked;
+  if (!ungated || !ticked) return SL_OK;
+  const int32_t *shard = L->shard[n->in[0]];
+  int ns = sl_placement_size(sl__graph_value(L->g, n->in[0])->placement);
+  for (int32_t i = first; i < end; i++)
+    for (int32_t k = 0; k < L->p->tasks[i].n_in; k++)
+      for (int r = 0; r < ns; r++)
+        if (L->p->tasks[i].in[k] == shard[r]) SL_CHECK(add_tick(L, i));
+  return SL_OK;
+}
+
 static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
   const sl_boxing_route *bp = n->boxing;
   const sl__value *vin = sl__graph_value(L->g, n->in[0]);
@@ -622,8 +658,10 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
   if (S == 0) { /* a relabel: the same registers */
     for (int t = 0; t < nt; t++)
       sh[t] = cur[sl__boxing_plan_rank(bp, 1, t)];
+    L->ungated[n->out[0]] = L->ungated[n->in[0]];
     return SL_OK;
   }
+  int32_t first = L->p->n_tasks;
   sl_status st = SL_OK;
   bool gpu = boxing_on_gpu(bp);
   for (int q = 0; q < R && !gpu; q++)
@@ -753,6 +791,7 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
   }
   for (int t = 0; t < nt; t++)
     if (L->var_of[n->out[0]] < 0) sh[t] = cur[sl__boxing_plan_rank(bp, 1, t)];
+  st = gate_boxing(L, n, first);
 out:
   return st;
 }
@@ -833,9 +872,10 @@ sl_status sl__lower(const sl_graph *g, sl__pplan **out) {
   int32_t nv = sl__graph_value_count(g), nn = sl__graph_node_count(g);
   L.shard = sl__calloc((size_t)nv + 1, sizeof *L.shard);
   L.var_of = sl__calloc((size_t)nv + 1, sizeof *L.var_of);
+  L.ungated = sl__calloc((size_t)nv + 1, sizeof *L.ungated);
   bool *needs_copy = sl__calloc((size_t)nn + 1, sizeof *needs_copy);
   sl_status st = SL_OK;
-  if (!L.shard || !L.var_of || !needs_copy) {
+  if (!L.shard || !L.var_of || !L.ungated || !needs_copy) {
     st = SL_ENOMEM;
     goto out;
   }
@@ -848,6 +888,7 @@ sl_status sl__lower(const sl_graph *g, sl__pplan **out) {
     case SL__NODE_INPUT: st = lower_input(&L, i, n); break;
     case SL__NODE_VARIABLE:
       if (n->update < 0) st = lower_input(&L, i, n);
+      L.ungated[n->out[0]] = n->update >= 0;
       break;
     case SL__NODE_OP: st = lower_op(&L, i, n); break;
     case SL__NODE_BOXING: st = lower_boxing(&L, i, n); break;
@@ -872,6 +913,7 @@ sl_status sl__lower(const sl_graph *g, sl__pplan **out) {
 out:
   sl__free(L.shard);
   sl__free(L.var_of);
+  sl__free(L.ungated);
   sl__free(L.ticks);
   sl__free(needs_copy);
   if (st != SL_OK) {

@@ -180,11 +180,43 @@ static void test_trace_shows_overlap(void **state) {
   assert_true(overlaps > 0);
 }
 
+/* Weights kept on one device of the devices that read them: a product data
+ * parallel on cpu:0-1 reads w1 from cpu:0 and w2 from cpu:1 (broadcast to
+ * both), and their gradients are summed onto their device. Each weight's
+ * broadcast has a sending member, which reads the weight, and a receiving
+ * one, which reads only the step's tick; the weight has one version more
+ * than the steps (its first), so both members must be gated by the tick,
+ * or the sender sends the last version to a receiver that never comes and
+ * sl_session_finish waits forever. Trains as the interpreter does, then
+ * finishes with nothing left over. */
+static void test_weights_on_one_device(void **state) {
+  uint64_t seed = st_seed(23, "weights on one device");
+  for (int steps = 1; steps <= 4; steps += 3) {
+    sl_graph *g = st_graph("cpu:0-1");
+    sl_shape xs = SL_SHAPE(8, 6), ys = SL_SHAPE(8, 3);
+    sl_shape w1s = SL_SHAPE(6, 5), w2s = SL_SHAPE(5, 3);
+    sl_tensor x = sl_input(g, "x", &xs, SL_DTYPE_F32, NULL, "S(0)");
+    sl_tensor y = sl_input(g, "y", &ys, SL_DTYPE_F32, NULL, "S(0)");
+    sl_tensor w1 = sl_variable(g, "w1", &w1s, SL_DTYPE_F32,
+                               sl_init_normal(0, 0.5, 3), "cpu:0", "B");
+    sl_tensor w2 = sl_variable(g, "w2", &w2s, SL_DTYPE_F32,
+                               sl_init_normal(0, 0.5, 4), "cpu:1", "B");
+    sl_tensor h = sl_relu(sl_matmul(x, w1, false, false));
+    sl_tensor loss = sl_mse_loss(sl_matmul(h, w2, false, false), y);
+    sl_optimizer opt = SGD;
+    assert_int_equal(sl_minimize(loss, &opt), SL_OK);
+    assert_int_equal(sl_fetch(loss, "loss"), SL_OK);
+    st_run_vs_interp(g, steps, 1e-5, seed, 7, NULL);
+    sl_graph_destroy(g);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mlp_layouts),
       cmocka_unit_test(test_steps_and_no_run_ahead),
       cmocka_unit_test(test_trace_shows_overlap),
+      cmocka_unit_test(test_weights_on_one_device),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
