@@ -117,6 +117,10 @@ typedef struct out_slot {
 
 struct sl_completion {
   struct rt_actor *actor;
+  atomic_bool waiting; /* counted in the job's async_waiting */
+  /* What sl_completion_waiting said last, kept past the completion for
+   * the hang report (an abort completes a waiting collective member). */
+  atomic_bool said_waiting;
   sl_status st;
   char *detail; /* heap, set by a failing sl_completion_done */
 };
@@ -240,6 +244,7 @@ struct sl_job {
   atomic_int stop_sent; /* sl_job_stop was called */
   int threads_live;     /* under lock */
   atomic_long async_pending;
+  atomic_long async_waiting; /* of them, waiting for other firings */
   int64_t hang_timeout_ms;
   sl__thread watchdog;
   /* The watchdog's own condition (under lock), signalled only to make it

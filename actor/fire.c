@@ -443,14 +443,26 @@ sl_completion *sl_act_defer(sl_act *x) {
   if (!a->deferred) {
     a->deferred = true;
     a->completion.st = SL_OK;
+    atomic_store(&a->completion.said_waiting, false);
     atomic_fetch_add(&a->st->job->async_pending, 1);
   }
   return &a->completion;
 }
 
+static void count_waiting(sl_completion *c, bool waiting) {
+  if (atomic_exchange(&c->waiting, waiting) != waiting)
+    atomic_fetch_add(&c->actor->st->job->async_waiting, waiting ? 1 : -1);
+}
+
+void sl_completion_waiting(sl_completion *c, bool waiting) {
+  atomic_store(&c->said_waiting, waiting);
+  count_waiting(c, waiting);
+}
+
 void sl_completion_done(sl_completion *c, sl_status st) {
   rt_actor *a = c->actor;
   sl_job *job = a->st->job;
+  count_waiting(c, false);
   c->st = st;
   if (st != SL_OK) {
     sl__free(c->detail);

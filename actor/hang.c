@@ -1,5 +1,6 @@
 /* Hang diagnosis: a watchdog that declares a hang only when, for the whole
- * timeout, no stream thread was awake, no deferred firing was executing, no
+ * timeout, no stream thread was awake, no deferred firing was executing
+ * (one waiting for other firings, sl_completion_waiting, is not), no
  * message was queued (or, across nodes, in transit) and no message was
  * handled; and the report of who waits on what, built once the threads are
  * joined and the state is frozen. */
@@ -13,7 +14,10 @@ bool sl__job_local_quiescent(const sl_job *job, uint64_t *progress) {
   if (progress) *progress = 0;
   if (!atomic_load(&job->started)) return false;
   bool done = atomic_load(&job->done);
-  if (!done && atomic_load(&job->async_pending) > 0) return false;
+  /* A deferred firing counts as activity unless it waits for others. */
+  if (!done &&
+      atomic_load(&job->async_pending) > atomic_load(&job->async_waiting))
+    return false;
   uint64_t sum = 0;
   for (uint32_t i = 0; i < job->n_streams; i++) {
     const stream *s = &job->streams[i];
@@ -162,7 +166,9 @@ static void describe_actor(sbuf *b, const sl_job *job, const rt_actor *a) {
             kind_str(a->kind), job->node, dev, a->st->stream);
   const char *sep = "";
   if (a->busy) {
-    sb_printf(b, "executing a deferred firing\n");
+    sb_printf(b, atomic_load(&a->completion.said_waiting)
+                     ? "deferred, waiting for other firings\n"
+                     : "executing a deferred firing\n");
     return;
   }
   if (a->stopped) {

@@ -368,6 +368,8 @@ static sl_status build_actors(sl_job *job) {
                     .out = a->out_view,
                     .internal_ = a};
     a->completion.actor = a;
+    atomic_init(&a->completion.waiting, false);
+    atomic_init(&a->completion.said_waiting, false);
     s->live++;
   }
   return SL_OK;
@@ -539,6 +541,7 @@ sl_status sl_job_create(sl_actor_graph *plan, const sl_job_config *cfg,
   atomic_init(&job->done, 0);
   atomic_init(&job->stop_sent, 0);
   atomic_init(&job->async_pending, 0);
+  atomic_init(&job->async_waiting, 0);
   pthread_mutex_init(&job->lock, NULL);
   sl_status st = sl__cond_init(&job->cond);
   if (st == SL_OK) {

@@ -259,6 +259,14 @@ static void deferred_done(void *arg, sl_status st) {
  * once its stream has passed the round. The stream thread never waits for
  * peers. A member of a send_recv or copy step may have no input or no
  * output. */
+/* The in-process engine's hook (sl__coll_desc.waiting): a member that
+ * arrived before its peers waits for them, which the hang detector must
+ * not take for work (a member whose peers never come is a hang). */
+void sl__coll_member_waiting(void *arg, bool waiting) {
+  task_rt *rt = arg;
+  sl_completion_waiting(rt->pending, waiting);
+}
+
 static sl_status act_coll(sl_act *a) {
   task_rt *rt = a->ctx;
   const sl_register *in = data_in(a, rt);

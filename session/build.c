@@ -223,6 +223,8 @@ static sl_status host_coll(sl_session *s, const sl__pcoll *pc,
       st = sl__fail(SL_EINTERNAL, "boxing '%s' is no collective (%s)", pc->name,
                     sl__pcoll_op_name(pc->op));
   }
+  /* A span's collective is arrived at by the span, not by the tasks. */
+  if (pc->engine == SL__ENGINE_INPROC) d.waiting = sl__coll_member_waiting;
   if (st == SL_OK) st = sl__coll_create(s->comm, &d, out);
   if (st == SL_OK) {
     *mnode = nodes;

@@ -51,6 +51,7 @@ struct sl__coll {
   int64_t block[SL_MAX_DIMS];
   int in_axis, out_axis, root;
   sl__coll_algo algo;
+  void (*waiting)(void *arg, bool waiting); /* the desc's */
   int *workers;
   coll_member *m;
   coll_task *tasks;

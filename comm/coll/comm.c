@@ -159,6 +159,9 @@ sl_status sl__coll_arrive(sl__coll *x, int member, const void *in,
   m->arg = arg;
   bool last = ++x->arrived == x->n;
   x->state = last ? COLL_RUNNING : COLL_GATHERING;
+  if (x->waiting && !last) x->waiting(arg, true);
+  for (int k = 0; x->waiting && last && k < x->n; k++)
+    if (k != member) x->waiting(x->m[k].arg, false);
   pthread_mutex_unlock(&x->lock);
   if (last) run_round(x);
   return SL_OK;
@@ -375,6 +378,7 @@ sl_status sl__coll_create(sl__comm *c, const sl__coll_desc *d, sl__coll **out) {
   }
   SL_CHECK_GOTO(sl__coll_geometry(x, d), st, fail);
   x->algo = d->algo;
+  x->waiting = d->waiting;
   if (x->algo == SL__COLL_AUTO) {
     size_t big = 0;
     for (int k = 0; k < x->n; k++)

@@ -96,6 +96,11 @@ typedef struct sl__coll_desc {
   const sl__coll_piece *pieces;
   bool piece_reduce; /* pieces are reduced into their target with reduce */
   sl__coll_algo algo;
+  /* Optional, with a member's done-arg, under the collective's lock: the
+   * member arrived before the others and waits for them (true), or the
+   * round it waited for begins (false). Not called for a member the round
+   * never began for (an abort completes it). */
+  void (*waiting)(void *arg, bool waiting);
 } sl__coll_desc;
 
 typedef struct sl__comm_config {

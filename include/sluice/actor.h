@@ -125,6 +125,15 @@ SL_API sl_completion *sl_act_defer(sl_act *a);
  * aborts as if the act had returned st. */
 SL_API void sl_completion_done(sl_completion *c, sl_status st);
 
+/* Tells the hang detector what a deferred firing is doing: waiting (true)
+ * for other firings of this job — a collective member that arrived before
+ * its peers — or working again (false). A waiting firing is not activity:
+ * when no stream can fire, no message is in flight and every deferred
+ * firing waits, nothing can complete it, and the job ends with SL_EHANG
+ * and its report. Firings start working; sl_completion_done ends the
+ * wait. Any thread, while the firing is deferred. */
+SL_API void sl_completion_waiting(sl_completion *c, bool waiting);
+
 /* ---- actor graphs -------------------------------------------------------- */
 
 typedef enum sl_actor_kind {
@@ -490,6 +499,7 @@ SL_API sl_status sl_job_payload_target(sl_job *job, const sl_msg *msg,
 SL_API void sl_job_abort_msg(sl_job *job, sl_status st, const char *msg);
 
 /* For transports: true when no actor of this job can fire, none executes
+ * (a deferred firing waiting for others, sl_completion_waiting, does not)
  * and no message is queued (or the job finished); *progress (may be NULL)
  * grows with every message the job handled. False before start. */
 SL_API bool sl_job_quiescent(const sl_job *job, uint64_t *progress);

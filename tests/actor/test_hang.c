@@ -1,6 +1,11 @@
 /* Hang diagnosis: a real hang is reported with who waits on what; slow
- * kernels, slow deferred work and slow remote nodes are not hangs. */
+ * kernels, slow deferred work and slow remote nodes are not hangs; a
+ * deferred firing that waits for another firing (a collective's member,
+ * sl_completion_waiting) is a hang when that firing never comes, and not
+ * while it is on its way. */
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 
 #include "actor_helpers.h"
 
@@ -218,6 +223,99 @@ static void test_no_quiescent_no_hang_across_nodes(void **state) {
   sl_actor_graph_destroy(p);
 }
 
+/* ---- collective members waiting for their peers ---------------------------
+ */
+
+/* Two members of one collective per piece of src, as an in-process engine
+ * runs them: `early` arrives, defers and waits for its peer; `late` (on
+ * another device) arrives second, begins the round (early no longer
+ * waits), does the work (slowly: 3x the hang timeout) and completes
+ * early. */
+static _Atomic(sl_completion *) g_early;
+
+static sl_status act_early(sl_act *a) {
+  sl_completion *c = sl_act_defer(a);
+  sl_completion_waiting(c, true);
+  atomic_store(&g_early, c);
+  return SL_OK;
+}
+
+static sl_status act_late(sl_act *a) {
+  sl_completion *c;
+  while (!(c = atomic_exchange(&g_early, NULL)))
+    sched_yield();
+  sl_completion_waiting(c, false);
+  sl__sleep_ns(300 * 1000000ull);
+  sl_completion_done(c, SL_OK);
+  return SL_OK;
+}
+
+/* src -> early -> sink, and src -> late -> sink when with_late. */
+static sl_actor_graph *members_plan(bool with_late) {
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
+  sl_actor_id src =
+      add_actor(p, "src", SL_ACTOR_SOURCE, 0, 0, 0, NULL, NULL, 2);
+  int32_t s_out = add_out(p, src, 2, 8);
+  sl_actor_id early =
+      add_actor(p, "early", SL_ACTOR_KERNEL, 0, 1, 0, act_early, NULL, 0);
+  connect_to(p, s_out, early);
+  connect_to(p, add_out(p, early, 1, 8),
+             add_actor(p, "sink", SL_ACTOR_SINK, 0, 0, 1, NULL, NULL, 0));
+  if (with_late) {
+    sl_actor_id late =
+        add_actor(p, "late", SL_ACTOR_KERNEL, 0, 2, 0, act_late, NULL, 0);
+    connect_to(p, s_out, late);
+    connect_to(p, add_out(p, late, 1, 8),
+               add_actor(p, "sink2", SL_ACTOR_SINK, 0, 0, 1, NULL, NULL, 0));
+  }
+  assert_int_equal(sl_actor_graph_check(p), SL_OK);
+  return p;
+}
+
+/* What an engine's abort does for a member still waiting: completes it. */
+static void *complete_after_abort(void *arg) {
+  sl_job *job = arg;
+  while (sl_job_failure_origin(job) < 0)
+    sl__sleep_ns(1000000);
+  sl_completion *c;
+  while (!(c = atomic_exchange(&g_early, NULL)))
+    sl__sleep_ns(1000000);
+  sl_completion_done(c, SL_EABORTED);
+  return NULL;
+}
+
+/* The peer never comes: early waits with every stream asleep. Without
+ * sl_completion_waiting this deferred firing would count as work and the
+ * job would wait for it forever. */
+static void test_member_without_peer_is_a_hang(void **state) {
+  sl_actor_graph *p = members_plan(false);
+  sl_job_config cfg = SL_JOB_CONFIG(.hang_timeout_ms = 200);
+  sl_job *job;
+  assert_int_equal(sl_job_create(p, &cfg, &job), SL_OK);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, complete_after_abort, job), 0);
+  sl_logging_set_level(SL_LOGGING_OFF);
+  assert_int_equal(sl_job_run(job), SL_EHANG);
+  pthread_join(t, NULL);
+  const char *r = sl_job_hang_report(job);
+  printf("%s", r);
+  expect_in(r, "'early' (kernel, node 0, device 1, stream 0): deferred, "
+               "waiting for other firings");
+  sl_job_destroy(job);
+  sl_actor_graph_destroy(p);
+  sl_logging_set_level(SL_LOGGING_WARN);
+}
+
+/* The peer is slow: while it works, early's wait is no hang. */
+static void test_member_with_slow_peer_is_not_a_hang(void **state) {
+  sl_actor_graph *p = members_plan(true);
+  sl_job_config cfg = SL_JOB_CONFIG(.hang_timeout_ms = 100);
+  sl_status st = run_plan(p, &cfg, NULL);
+  if (st != SL_OK) fail_msg("%s", sl_last_error());
+  sl_actor_graph_destroy(p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_hang_report),
@@ -226,6 +324,8 @@ int main(void) {
       cmocka_unit_test(test_slow_deferred_work_is_not_a_hang),
       cmocka_unit_test(test_slow_remote_node_is_not_a_hang),
       cmocka_unit_test(test_no_quiescent_no_hang_across_nodes),
+      cmocka_unit_test(test_member_without_peer_is_a_hang),
+      cmocka_unit_test(test_member_with_slow_peer_is_not_a_hang),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
