@@ -253,12 +253,6 @@ static void deferred_done(void *arg, sl_status st) {
   sl_completion_done(c, st);
 }
 
-/* Collective and exchange members deposit their buffers at their engine
- * (comm/coll/engine.h) and defer: the round runs when every member is
- * there, on whichever thread completes it; on a GPU the member completes
- * once its stream has passed the round. The stream thread never waits for
- * peers. A member of a send_recv or copy step may have no input or no
- * output. */
 /* The in-process engine's hook (sl__coll_desc.waiting): a member that
  * arrived before its peers waits for them, which the hang detector must
  * not take for work (a member whose peers never come is a hang). */
@@ -267,6 +261,12 @@ void sl__coll_member_waiting(void *arg, bool waiting) {
   sl_completion_waiting(rt->pending, waiting);
 }
 
+/* Collective and exchange members deposit their buffers at their engine
+ * (comm/coll/engine.h) and defer: the round runs when every member is
+ * there, on whichever thread completes it; on a GPU the member completes
+ * once its stream has passed the round. The stream thread never waits for
+ * peers. A member of a send_recv or copy step may have no input or no
+ * output. */
 static sl_status act_coll(sl_act *a) {
   task_rt *rt = a->ctx;
   const sl_register *in = data_in(a, rt);

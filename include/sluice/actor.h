@@ -130,8 +130,9 @@ SL_API void sl_completion_done(sl_completion *c, sl_status st);
  * its peers — or working again (false). A waiting firing is not activity:
  * when no stream can fire, no message is in flight and every deferred
  * firing waits, nothing can complete it, and the job ends with SL_EHANG
- * and its report. Firings start working; sl_completion_done ends the
- * wait. Any thread, while the firing is deferred. */
+ * and its report. A deferred firing starts out working;
+ * sl_completion_done ends a wait. Any thread, while the firing is
+ * deferred. */
 SL_API void sl_completion_waiting(sl_completion *c, bool waiting);
 
 /* ---- actor graphs -------------------------------------------------------- */

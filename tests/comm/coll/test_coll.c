@@ -2,8 +2,11 @@
  * reduce kind, groups of 1 to 8 members, uneven and empty parts, both
  * algorithms, members arriving in random order; exchanges and group steps
  * built from boxing routes checked against the reference executor; sizes,
- * bad arguments, abort, and the choice of algorithm by size. */
+ * bad arguments, abort, the waiting hook, and the choice of algorithm by
+ * size. */
 #include "comm_helpers.h"
+
+#include <stdatomic.h>
 
 #include <sluice/boxing.h>
 
@@ -632,6 +635,76 @@ static void check_plan_with_colls(sl__comm *comm, const char *shape,
   sl_placement_destroy(pd);
 }
 
+/* The waiting hook: members that arrive before the last are told they
+ * wait, and told the wait is over when the last one arrives (the hook gets
+ * the member's done-arg); an abort completes a waiting member without
+ * ending its wait through the hook (its completion does that). */
+static int g_waits[3], g_wait_calls;
+static void record_waiting(void *arg, bool waiting) {
+  g_waits[*(int *)arg] += waiting ? 1 : -1;
+  g_wait_calls++;
+}
+static atomic_int g_member_done[3]; /* worker threads complete members */
+static void member_done(void *arg, sl_status st) {
+  atomic_fetch_add(&g_member_done[*(int *)arg], 1);
+  (void)st;
+}
+
+static void test_waiting_hook(void **state) {
+  for (int parallel = 0; parallel < 2; parallel++) {
+    sl__comm *comm = mk_comm(2, parallel ? -1 : 1 << 20);
+    int workers[3] = {0, 1, 0}, ids[3] = {0, 1, 2};
+    sl__coll_desc d = {0};
+    d.name = "watched";
+    d.op = SL__COLL_ALL_REDUCE;
+    d.dtype = SL_DTYPE_F32;
+    d.n = 3;
+    d.workers = workers;
+    d.block.ndim = 1;
+    d.block.dims[0] = 6;
+    d.waiting = record_waiting;
+    sl__coll *x;
+    assert_int_equal(sl__coll_create(comm, &d, &x), SL_OK);
+    float in[3][6] = {{1}, {2}, {3}}, out[3][6];
+    memset(g_waits, 0, sizeof g_waits);
+    for (int k = 0; k < 3; k++)
+      atomic_store(&g_member_done[k], 0);
+    g_wait_calls = 0;
+    assert_int_equal(
+        sl__coll_arrive(x, 2, in[2], 24, out[2], 24, member_done, &ids[2]),
+        SL_OK);
+    assert_int_equal(
+        sl__coll_arrive(x, 0, in[0], 24, out[0], 24, member_done, &ids[0]),
+        SL_OK);
+    assert_int_equal(g_waits[2], 1);
+    assert_int_equal(g_waits[0], 1);
+    assert_int_equal(g_wait_calls, 2);
+    assert_int_equal(
+        sl__coll_arrive(x, 1, in[1], 24, out[1], 24, member_done, &ids[1]),
+        SL_OK);
+    /* The last arriver never waited; the other two waited and stopped. */
+    assert_int_equal(g_wait_calls, 4);
+    for (int k = 0; k < 3; k++)
+      assert_int_equal(g_waits[k], 0);
+    for (int spin = 0; spin < 10000 && atomic_load(&g_member_done[0]) +
+                                               atomic_load(&g_member_done[1]) +
+                                               atomic_load(&g_member_done[2]) <
+                                           3;
+         spin++)
+      sl__sleep_ns(100000);
+    assert_true(out[0][0] == 6.0f && out[1][0] == 6.0f && out[2][0] == 6.0f);
+    /* Abort with one member waiting: completed, the hook not called. */
+    assert_int_equal(
+        sl__coll_arrive(x, 1, in[1], 24, out[1], 24, member_done, &ids[1]),
+        SL_OK);
+    assert_int_equal(g_waits[1], 1);
+    sl__comm_abort(comm, SL_ECOMM);
+    assert_int_equal(atomic_load(&g_member_done[1]), 2);
+    assert_int_equal(g_wait_calls, 5);
+    sl__comm_destroy(comm);
+  }
+}
+
 static void test_against_executor(void **state) {
   sl_rng rng = {test_seed(2024, "executor")};
   sl__comm *comm = mk_comm(3, 0);
@@ -671,6 +744,7 @@ int main(void) {
       cmocka_unit_test(test_sizes),
       cmocka_unit_test(test_bad_arguments),
       cmocka_unit_test(test_abort),
+      cmocka_unit_test(test_waiting_hook),
       cmocka_unit_test(test_against_executor),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
