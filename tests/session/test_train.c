@@ -187,8 +187,9 @@ static void test_trace_shows_overlap(void **state) {
  * one, which reads only the step's tick; the weight has one version more
  * than the steps (its first), so both members must be gated by the tick,
  * or the sender sends the last version to a receiver that never comes and
- * sl_session_finish waits forever. Trains as the interpreter does, then
- * finishes with nothing left over. */
+ * sl_session_finish waits forever. Trains as the interpreter does (the
+ * loss and both weights after every step), then finishes with nothing
+ * left over. */
 static void test_weights_on_one_device(void **state) {
   uint64_t seed = st_seed(23, "weights on one device");
   for (int steps = 1; steps <= 4; steps += 3) {
@@ -203,6 +204,8 @@ static void test_weights_on_one_device(void **state) {
                                sl_init_normal(0, 0.5, 4), "cpu:1", "B");
     sl_tensor h = sl_relu(sl_matmul(x, w1, false, false));
     sl_tensor loss = sl_mse_loss(sl_matmul(h, w2, false, false), y);
+    assert_int_equal(sl_fetch(w1, "w1_out"), SL_OK);
+    assert_int_equal(sl_fetch(w2, "w2_out"), SL_OK);
     sl_optimizer opt = SGD;
     assert_int_equal(sl_minimize(loss, &opt), SL_OK);
     assert_int_equal(sl_fetch(loss, "loss"), SL_OK);
