@@ -51,11 +51,16 @@ typedef struct exchange_count {
   int64_t bytes;
 } exchange_count;
 
+static bool needs_boxing(const sl__value *v, const sl_placement *p,
+                         const sl_nd_sbp *want) {
+  return v->placement != p || !sl_nd_sbp_equal(&v->sbp, want);
+}
+
 /* Predicted µs of boxing value v to (p, want); HUGE_VAL when no plan.
  * Adds what it exchanges to *ex (NULL: not wanted). */
 static double boxing_cost(const sl__value *v, const sl_placement *p,
                           const sl_nd_sbp *want, exchange_count *ex) {
-  if (v->placement == p && sl_nd_sbp_equal(&v->sbp, want)) return 0;
+  if (!needs_boxing(v, p, want)) return 0;
   if (sl_nd_sbp_check(want, p, &v->meta.shape) != SL_OK) return HUGE_VAL;
   sl_boxing_route *plan = NULL;
   if (sl_boxing_route_create(&v->meta.shape, v->meta.dtype, v->placement,
@@ -416,11 +421,6 @@ static sl_status infer(sl_graph *g) {
     }
   sl__free(c.open);
   return st;
-}
-
-static bool needs_boxing(const sl__value *v, const sl_placement *p,
-                         const sl_nd_sbp *want) {
-  return v->placement != p || !sl_nd_sbp_equal(&v->sbp, want);
 }
 
 /* ---- refinement ---------------------------------------------------------- */

@@ -284,4 +284,21 @@ static inline void case_data_free(case_data *cd) {
   }
 }
 
+/* A collective of n members over a 1-d block of len elements (workers:
+ * n entries), every other field zero. */
+static inline sl__coll_desc coll_desc_1d(const char *name, sl__coll_op op,
+                                         sl_dtype dt, int n, const int *workers,
+                                         int64_t len) {
+  sl__coll_desc d;
+  memset(&d, 0, sizeof d);
+  d.name = name;
+  d.op = op;
+  d.dtype = dt;
+  d.n = n;
+  d.workers = workers;
+  d.block.ndim = 1;
+  d.block.dims[0] = len;
+  return d;
+}
+
 #endif

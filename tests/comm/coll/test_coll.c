@@ -211,15 +211,9 @@ static void test_all_reduce_in_place(void **state) {
 static void test_sizes(void **state) {
   sl__comm *comm = mk_comm(1, 0);
   int workers[4] = {0, 0, 0, 0};
-  sl__coll_desc d = {0};
-  d.name = "sizes";
-  d.dtype = SL_DTYPE_F32;
-  d.n = 4;
-  d.workers = workers;
-  d.block.ndim = 1;
-  d.block.dims[0] = 10;
+  sl__coll_desc d =
+      coll_desc_1d("sizes", SL__COLL_ALL_GATHER, SL_DTYPE_F32, 4, workers, 10);
   sl__coll *x;
-  d.op = SL__COLL_ALL_GATHER;
   assert_int_equal(sl__coll_create(comm, &d, &x), SL_OK);
   size_t want_in[4] = {12, 12, 8, 8};
   for (int k = 0; k < 4; k++) {
@@ -251,14 +245,8 @@ static void test_sizes(void **state) {
 static void test_bad_arguments(void **state) {
   sl__comm *comm = mk_comm(2, 0);
   int workers[3] = {0, 1, 0};
-  sl__coll_desc d = {0};
-  d.name = "grads";
-  d.op = SL__COLL_ALL_GATHER;
-  d.dtype = SL_DTYPE_F32;
-  d.n = 3;
-  d.workers = workers;
-  d.block.ndim = 1;
-  d.block.dims[0] = 6;
+  sl__coll_desc d =
+      coll_desc_1d("grads", SL__COLL_ALL_GATHER, SL_DTYPE_F32, 3, workers, 6);
   d.in_axis = 1; /* outside the block */
   sl__coll *x = NULL;
   assert_int_equal(sl__coll_create(comm, &d, &x), SL_EINVAL);
@@ -319,14 +307,8 @@ static void test_bad_arguments(void **state) {
 static void test_abort(void **state) {
   sl__comm *comm = mk_comm(2, 0);
   int workers[3] = {0, 1, 0};
-  sl__coll_desc d = {0};
-  d.name = "wgrad";
-  d.op = SL__COLL_ALL_REDUCE;
-  d.dtype = SL_DTYPE_F64;
-  d.n = 3;
-  d.workers = workers;
-  d.block.ndim = 1;
-  d.block.dims[0] = 4;
+  sl__coll_desc d =
+      coll_desc_1d("wgrad", SL__COLL_ALL_REDUCE, SL_DTYPE_F64, 3, workers, 4);
   sl__coll *x, *y;
   assert_int_equal(sl__coll_create(comm, &d, &x), SL_OK);
   assert_int_equal(sl__coll_create(comm, &d, &y), SL_OK);
@@ -654,14 +636,8 @@ static void test_waiting_hook(void **state) {
   for (int parallel = 0; parallel < 2; parallel++) {
     sl__comm *comm = mk_comm(2, parallel ? -1 : 1 << 20);
     int workers[3] = {0, 1, 0}, ids[3] = {0, 1, 2};
-    sl__coll_desc d = {0};
-    d.name = "watched";
-    d.op = SL__COLL_ALL_REDUCE;
-    d.dtype = SL_DTYPE_F32;
-    d.n = 3;
-    d.workers = workers;
-    d.block.ndim = 1;
-    d.block.dims[0] = 6;
+    sl__coll_desc d = coll_desc_1d("watched", SL__COLL_ALL_REDUCE, SL_DTYPE_F32,
+                                   3, workers, 6);
     d.waiting = record_waiting;
     sl__coll *x;
     assert_int_equal(sl__coll_create(comm, &d, &x), SL_OK);

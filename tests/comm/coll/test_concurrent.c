@@ -225,14 +225,8 @@ static void test_crossed_order(void **state) {
   sl__comm *comm = NULL;
   assert_int_equal(sl__comm_create(&cfg, &comm), SL_OK);
   int workers[2] = {0, 1};
-  sl__coll_desc d = {0};
-  d.name = "A";
-  d.op = SL__COLL_ALL_REDUCE;
-  d.dtype = SL_DTYPE_I32;
-  d.n = 2;
-  d.workers = workers;
-  d.block.ndim = 1;
-  d.block.dims[0] = 1000;
+  sl__coll_desc d =
+      coll_desc_1d("A", SL__COLL_ALL_REDUCE, SL_DTYPE_I32, 2, workers, 1000);
   sl__coll *a, *b;
   assert_int_equal(sl__coll_create(comm, &d, &a), SL_OK);
   d.name = "B";
