@@ -164,12 +164,21 @@ static sl_status act_op(sl_act *a) {
 /* This rank's shard of the fed logical tensor. */
 static sl_status act_feed(sl_act *a) {
   task_rt *rt = a->ctx;
-  const feed_rt *f = &rt->s->feeds[rt->io];
+  sl_session *s = rt->s;
+  feed_rt *f = &s->feeds[rt->io];
   if (a->out[0]->bytes) {
     int64_t zero[SL_MAX_DIMS] = {0};
     sl__box_move(rt->dtype, rt->ndim, a->out[0]->data, rt->out_dims, zero,
                  f->data, f->meta.shape.dims, rt->slice.start, rt->out_dims,
                  false, SL_REDUCE_SUM);
+  }
+  /* Counted before looking for a waiting program, which counts itself
+   * before looking at the reads (sl_session_feed): one sees the other. */
+  atomic_fetch_add(&f->reads, 1);
+  if (atomic_load(&s->feed_waiters)) {
+    pthread_mutex_lock(&s->lock);
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->lock);
   }
   sl__step_done(rt);
   return SL_OK;

@@ -371,6 +371,7 @@ static sl_status setup_io(sl_session *s) {
       for (int32_t k = 0; k < s->n_feeds; k++)
         if (s->feeds[k].node == pp->nodes[task->node].feed) rt->io = k;
       feed_rt *f = &s->feeds[rt->io];
+      f->n_readers++;
       f->meta.shape = task->args[0].global; /* every micro-batch's rows */
       rt->dtype = f->meta.dtype;
       rt->ndim = f->meta.shape.ndim;

@@ -242,27 +242,6 @@ static fetch_rt *fetch_named(const sl_session *s, const char *name) {
   return NULL;
 }
 
-sl_status sl_session_feed(sl_session *s, const char *name, const void *data,
-                          size_t bytes) {
-  if (!s || !name) return sl__fail(SL_EINVAL, "feed: NULL argument");
-  feed_rt *f = (feed_rt *)feed_named(s, name);
-  if (!f)
-    return sl__fail(SL_ENOTFOUND, "feed: the graph has no input '%s'", name);
-  if (bytes != f->bytes) {
-    char shape[128];
-    sl_shape_print(&f->meta.shape, shape, sizeof shape);
-    return sl__fail(
-        SL_EINVAL, "feed of input '%s': %zu bytes, the input needs %zu (%s %s)",
-        name, bytes, f->bytes, sl_dtype_name(f->meta.dtype), shape);
-  }
-  if (bytes && !data)
-    return sl__fail(SL_EINVAL, "feed of input '%s': NULL data", name);
-  SL_CHECK(refuse_after_failure(s, "feed"));
-  if (bytes) memcpy(f->data, data, bytes);
-  f->fed = true;
-  return SL_OK;
-}
-
 /* After the job failed: joins it and returns its status and message. */
 static sl_status failure(sl_session *s) {
   if (!s->waited) {
@@ -295,18 +274,21 @@ static sl_status run_failed(sl_session *s) {
   return sl__fail(st, "%s", s->errmsg);
 }
 
-sl_status sl_session_run(sl_session *s, int64_t steps) {
-  if (!s) return sl__fail(SL_EINVAL, "run: NULL session");
-  if (steps < 1)
-    return sl__fail(SL_EINVAL, "run: %lld steps", (long long)steps);
-  SL_CHECK(refuse_after_failure(s, "run"));
-  for (int32_t i = 0; i < s->n_feeds; i++)
-    if (!s->feeds[i].fed)
-      return sl__fail(SL_ESTATE, "run: input '%s' was never fed",
-                      s->feeds[i].name);
-  SL_CHECK(sl__session_apply_writes(s));
-  /* The job counts its own steps (state.c restarts it at step base). */
-  int64_t target = s->steps - s->base + steps;
+/* Whether steps the program started are not known to be complete: a
+ * session that counts none (nothing fed or fetched over daemons, an empty
+ * plan) never knows, and never waits. */
+static bool steps_owed(sl_session *s) {
+  if (s->n_counted == 0) return false;
+  pthread_mutex_lock(&s->lock);
+  bool owed = s->completed < s->steps - s->base;
+  pthread_mutex_unlock(&s->lock);
+  return owed;
+}
+
+/* Releases the job's steps through `target` as the step window lets, and
+ * with `done` also waits until they are complete. False when the job
+ * failed. */
+static bool advance(sl_session *s, int64_t target, bool done) {
   atomic_store(&s->waiting, true);
   pthread_mutex_lock(&s->lock);
   for (;;) {
@@ -332,13 +314,93 @@ sl_status sl_session_run(sl_session *s, int64_t steps) {
       pthread_mutex_lock(&s->lock);
       continue;
     }
+    if (!done && rel == target) break;
     pthread_cond_wait(&s->cond, &s->lock);
   }
   pthread_mutex_unlock(&s->lock);
   atomic_store(&s->waiting, false);
-  if (atomic_load(&s->failed) != SL_OK) return run_failed(s);
-  s->steps = s->base + target;
+  return atomic_load(&s->failed) == SL_OK;
+}
+
+sl_status sl__session_settle(sl_session *s) {
+  if (!steps_owed(s)) return SL_OK;
+  if (!advance(s, s->steps - s->base, true)) return run_failed(s);
   return SL_OK;
+}
+
+/* Waits until the steps started have read input f: each reads the value
+ * fed before it was started, at its start (feed tasks read only the
+ * tick). False when the job failed first. */
+static bool feed_read(sl_session *s, feed_rt *f) {
+  int64_t want = (int64_t)f->n_readers * (s->steps - s->base);
+  if (atomic_load(&f->reads) >= want) return true;
+  atomic_store(&s->waiting, true);
+  pthread_mutex_lock(&s->lock);
+  atomic_fetch_add(&s->feed_waiters, 1);
+  while (atomic_load(&f->reads) < want && atomic_load(&s->failed) == SL_OK)
+    pthread_cond_wait(&s->cond, &s->lock);
+  atomic_fetch_sub(&s->feed_waiters, 1);
+  pthread_mutex_unlock(&s->lock);
+  atomic_store(&s->waiting, false);
+  return atomic_load(&s->failed) == SL_OK;
+}
+
+sl_status sl_session_feed(sl_session *s, const char *name, const void *data,
+                          size_t bytes) {
+  if (!s || !name) return sl__fail(SL_EINVAL, "feed: NULL argument");
+  feed_rt *f = (feed_rt *)feed_named(s, name);
+  if (!f)
+    return sl__fail(SL_ENOTFOUND, "feed: the graph has no input '%s'", name);
+  if (bytes != f->bytes) {
+    char shape[128];
+    sl_shape_print(&f->meta.shape, shape, sizeof shape);
+    return sl__fail(
+        SL_EINVAL, "feed of input '%s': %zu bytes, the input needs %zu (%s %s)",
+        name, bytes, f->bytes, sl_dtype_name(f->meta.dtype), shape);
+  }
+  if (bytes && !data)
+    return sl__fail(SL_EINVAL, "feed of input '%s': NULL data", name);
+  if (atomic_load(&s->failed) != SL_OK && steps_owed(s)) return run_failed(s);
+  SL_CHECK(refuse_after_failure(s, "feed"));
+  if (!feed_read(s, f)) return run_failed(s);
+  if (bytes) memcpy(f->data, data, bytes);
+  f->fed = true;
+  return SL_OK;
+}
+
+static sl_status start_steps(sl_session *s, int64_t steps, const char *what) {
+  if (!s) return sl__fail(SL_EINVAL, "%s: NULL session", what);
+  if (steps < 1)
+    return sl__fail(SL_EINVAL, "%s: %lld steps", what, (long long)steps);
+  /* A step started earlier failed: say so now, rolled back. */
+  if (atomic_load(&s->failed) != SL_OK && steps_owed(s)) return run_failed(s);
+  SL_CHECK(refuse_after_failure(s, what));
+  for (int32_t i = 0; i < s->n_feeds; i++)
+    if (!s->feeds[i].fed)
+      return sl__fail(SL_ESTATE, "%s: input '%s' was never fed", what,
+                      s->feeds[i].name);
+  SL_CHECK(sl__session_apply_writes(s));
+  /* The job counts its own steps (state.c restarts it at step base). */
+  int64_t target = s->steps - s->base + steps;
+  s->steps += steps;
+  if (!advance(s, target, false)) return run_failed(s);
+  return SL_OK;
+}
+
+sl_status sl_session_start(sl_session *s, int64_t steps) {
+  return start_steps(s, steps, "start");
+}
+
+sl_status sl_session_wait(sl_session *s) {
+  if (!s) return sl__fail(SL_EINVAL, "wait: NULL session");
+  if (atomic_load(&s->failed) != SL_OK && !steps_owed(s))
+    return refuse_after_failure(s, "wait");
+  return sl__session_settle(s);
+}
+
+sl_status sl_session_run(sl_session *s, int64_t steps) {
+  SL_CHECK(start_steps(s, steps, "run"));
+  return sl__session_settle(s);
 }
 
 int64_t sl_session_steps(const sl_session *s) { return s ? s->steps : 0; }
@@ -354,8 +416,11 @@ sl_status sl_session_fetch_info(const sl_session *s, const char *name,
   return SL_OK;
 }
 
-sl_status sl_session_fetch(sl_session *s, const char *name, void *data,
-                           size_t bytes) {
+/* The value of `step` (counted as sl_session_steps counts) is staged by
+ * the fetch actors of job piece step - base, two pieces deep: only the
+ * last two steps started can still be fetched. */
+static sl_status fetch_step(sl_session *s, const char *name, int64_t step,
+                            void *data, size_t bytes) {
   if (!s || !name) return sl__fail(SL_EINVAL, "fetch: NULL argument");
   fetch_rt *f = fetch_named(s, name);
   if (!f)
@@ -365,16 +430,33 @@ sl_status sl_session_fetch(sl_session *s, const char *name, void *data,
                     bytes, f->bytes);
   if (bytes && !data) return sl__fail(SL_EINVAL, "fetch '%s': NULL data", name);
   if (atomic_load(&s->failed) != SL_OK) {
+    if (steps_owed(s)) return run_failed(s);
     failure(s);
     return sl__fail(SL_ESTATE, "fetch '%s' after the session failed: %s", name,
                     s->errmsg);
   }
-  int64_t done = s->steps - s->base; /* steps of the current job */
-  if (done == 0)
+  int64_t started = s->steps - s->base; /* steps of the current job */
+  if (started == 0)
     return sl__fail(SL_ESTATE, "fetch '%s': no step has run%s", name,
                     s->base ? " since the session restarted" : "");
-  /* A variable's pieces are its versions: after n steps, version n. */
-  int64_t want = f->of_variable ? done : done - 1;
+  if (step >= s->steps)
+    return sl__fail(SL_EINVAL,
+                    "fetch '%s': step %lld was not started (%lld steps were)",
+                    name, (long long)step, (long long)s->steps);
+  int64_t piece = step - s->base;
+  if (piece < started - 2)
+    return sl__fail(SL_EINVAL,
+                    "fetch '%s': step %lld's value is gone: only the last two "
+                    "steps started (%lld, %lld) can be fetched",
+                    name, (long long)step, (long long)(s->steps - 2),
+                    (long long)(s->steps - 1));
+  if (piece < 0)
+    return sl__fail(SL_EINVAL,
+                    "fetch '%s': step %lld ran before the session restarted "
+                    "at step %lld",
+                    name, (long long)step, (long long)s->base);
+  /* A variable's pieces are its versions: after step k, version k + 1. */
+  int64_t want = f->of_variable ? piece + 1 : piece;
   int b = (int)(want & 1);
   bool ok = true;
   atomic_store(&s->waiting, true);
@@ -391,13 +473,14 @@ sl_status sl_session_fetch(sl_session *s, const char *name, void *data,
   pthread_mutex_unlock(&s->lock);
   atomic_store(&s->waiting, false);
   if (atomic_load(&s->failed) != SL_OK) {
+    if (steps_owed(s)) return run_failed(s);
     failure(s);
     return sl__fail(SL_ESTATE, "fetch '%s' after the session failed: %s", name,
                     s->errmsg);
   }
   if (!ok)
     return sl__fail(SL_EINTERNAL, "fetch '%s': step %lld's value never arrived",
-                    name, (long long)want);
+                    name, (long long)step);
   /* Every element of the logical value is held by exactly one fetch rank,
    * or, for partial values, by every member of its partial group: reduce
    * those in rank order from the identity. */
@@ -412,6 +495,16 @@ sl_status sl_session_fetch(sl_session *s, const char *name, void *data,
                  f->reduce);
   }
   return SL_OK;
+}
+
+sl_status sl_session_fetch(sl_session *s, const char *name, void *data,
+                           size_t bytes) {
+  return fetch_step(s, name, s ? s->steps - 1 : 0, data, bytes);
+}
+
+sl_status sl_session_fetch_step(sl_session *s, const char *name, int64_t step,
+                                void *data, size_t bytes) {
+  return fetch_step(s, name, step, data, bytes);
 }
 
 /* ---- finish, stats, destroy ---------------------------------------------- */
@@ -468,6 +561,7 @@ sl_status sl_session_finish(sl_session *s) {
   if (!s->started)
     return sl__fail(SL_ESTATE, "finish: the session never started");
   if (!s->waited && s->job) {
+    if (steps_owed(s)) advance(s, s->steps - s->base, true); /* started */
     atomic_store(&s->waiting, true);
     if (atomic_load(&s->failed) == SL_OK) {
       if (s->remote)

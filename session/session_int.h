@@ -105,6 +105,10 @@ typedef struct feed_rt {
   size_t bytes;
   void *data; /* the whole tensor, 64-byte aligned */
   bool fed;
+  /* Its feed tasks, and their firings so far in this job: a new value may
+   * replace `data` once every step started has read it. */
+  int32_t n_readers;
+  atomic_int_least64_t reads;
 } feed_rt;
 
 /* A fetch: shards staged by fetch actors, two pieces deep. */
@@ -289,6 +293,9 @@ struct sl_session {
    * value does not also wake a program waiting for its step (a wake-up
    * costs the waking thread microseconds on a virtual machine). */
   int fetch_waiters;
+  /* Programs waiting in sl_session_feed for the started steps to read an
+   * input (feed actors wake them only if there are some). */
+  atomic_int feed_waiters;
   sl_status final;
   char errmsg[1400];
   sl_session_stats stats;
@@ -369,6 +376,10 @@ sl_status sl__dev_download(sess_dev *d, void *dst, const void *src,
 
 /* session.c: creates and starts the job of s->plan (built). */
 sl_status sl__session_start_job(sl_session *s);
+/* Waits until every step the program started is complete: SL_OK, or the
+ * failure of one of them as sl_session_run reports it (rolled back where
+ * possible). */
+sl_status sl__session_settle(sl_session *s);
 
 /* state.c */
 /* Whether plan node `node` is a variable, and its value. */
@@ -381,8 +392,9 @@ static inline const sl__ptensor *sl__session_var_value(const sl_session *s,
   return &s->pp->nodes[node].value;
 }
 /* SL_ESTATE without a job, after a failure or finish; `what` starts the
- * message. */
-sl_status sl__session_check_usable(const sl_session *s, const char *what);
+ * message. Waits for the steps started first (sl__session_settle): the
+ * calls that need it read or change the state between steps. */
+sl_status sl__session_check_usable(sl_session *s, const char *what);
 /* Rank `rank`'s shard of variable `node` as version `version` of the
  * current job (idle between steps) holds it, into buf. */
 sl_status sl__session_job_shard(const sl_session *s, int32_t node, int rank,

@@ -261,10 +261,12 @@ static sl_status job_value(const sl_session *s, int32_t node, int64_t version,
   return st;
 }
 
-sl_status sl__session_check_usable(const sl_session *s, const char *what) {
+sl_status sl__session_check_usable(sl_session *s, const char *what) {
   if (!s->job)
     return sl__fail(SL_ESTATE, "%s: the session runs nothing (an empty plan)",
                     what);
+  sl_status st = sl__session_settle(s);
+  if (st != SL_OK) return sl__fail_context(st, "%s: ", what);
   if (atomic_load(&s->failed) != SL_OK || s->finished)
     return sl__fail(SL_ESTATE, "%s: the session %s", what,
                     s->finished ? "was finished" : "failed");

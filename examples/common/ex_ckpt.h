@@ -75,8 +75,8 @@ sl_status ex_ckpt_begin(ex_ckpt *ck, const ex_ckpt_flags *f, ex_run *run,
                         ex_torch_map_fn map, const void *map_ctx, FILE *out,
                         int64_t *first_step);
 
-/* An ex_train_hook (ctx: the ex_ckpt): saves after every --save-every
- * steps, printing "saved step N to DIR". */
+/* An ex_train_hook (ctx: the ex_ckpt) for hook_every = --save-every: saves
+ * to --save, printing "saved step N to DIR". */
 sl_status ex_ckpt_hook(void *ctx, int64_t steps_done);
 
 /* At the end of the run: saves to --save unless its last step was saved

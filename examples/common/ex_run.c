@@ -271,36 +271,59 @@ double ex_run_profile_ms(const ex_run *r, const char *op, int steps) {
 
 sl_status ex_train(ex_run *r, int64_t steps, int64_t batch, const char *loss,
                    FILE *out, float *losses, ex_train_result *res) {
-  return ex_train_range(r, 0, steps, batch, loss, out, losses, res, NULL, NULL);
+  return ex_train_range(r, 0, steps, batch, loss, out, losses, res, NULL, NULL,
+                        0);
 }
 
 sl_status ex_train_range(ex_run *r, int64_t first, int64_t last, int64_t batch,
                          const char *loss, FILE *out, float *losses,
-                         ex_train_result *res, ex_train_hook hook, void *ctx) {
+                         ex_train_result *res, ex_train_hook hook, void *ctx,
+                         int64_t hook_every) {
   int64_t steps = last > first ? last - first : 0;
   uint64_t t_start = 0, hook_ns = 0;
+  /* The session engine runs one step ahead (sl_session_start): step i + 1
+   * is under way while the program reads step i's loss, so the devices do
+   * not wait for the program between steps — except before a hook, which
+   * wants the session between two steps, and under --profile, which
+   * times each step. */
+  bool ahead = r->session && !r->opts.profile;
+  int64_t started = 0;
   for (int64_t i = 0; i < steps; i++) {
     int64_t s = first + i;
     if (i == 1 || steps == 1) {
       t_start = now_ns();
       hook_ns = 0;
     }
-    sl_status st = ex_run_step(r);
+    bool hook_now = hook && hook_every > 0 && (s + 1) % hook_every == 0;
+    sl_status st = SL_OK;
+    if (!ahead) {
+      st = ex_run_step(r);
+    } else {
+      int64_t n = started > i ? 0 : 1; /* step i, unless started before */
+      if (i + 1 < steps && !hook_now) n++;
+      if (n) st = sl_session_start(r->session, n);
+      started += n;
+      r->step += n;
+    }
     if (st != SL_OK)
       return sl_add_error_context(st, "step %lld: ", (long long)s);
     float l = 0;
-    EX_CHECK(ex_run_fetch(r, loss, &l, sizeof l));
+    st = ahead ? sl_session_fetch_step(r->session, loss, s, &l, sizeof l)
+               : ex_run_fetch(r, loss, &l, sizeof l);
+    if (st != SL_OK)
+      return sl_add_error_context(st, "step %lld: ", (long long)s);
     if (losses) losses[i] = l;
     if (out) {
       fprintf(out, "step %lld loss %.6f\n", (long long)s, (double)l);
       fflush(out);
     }
-    if (hook) {
+    if (hook_now) {
       uint64_t h0 = now_ns();
       EX_CHECK(hook(ctx, s + 1));
       hook_ns += now_ns() - h0;
     }
   }
+  if (ahead && steps) EX_CHECK(sl_session_wait(r->session));
   uint64_t t_end = now_ns();
   if (res) {
     memset(res, 0, sizeof *res);

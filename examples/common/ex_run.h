@@ -103,18 +103,20 @@ typedef struct ex_train_result {
 sl_status ex_train(ex_run *r, int64_t steps, int64_t batch, const char *loss,
                    FILE *out, float *losses, ex_train_result *res);
 
-/* Called after each step with the number of steps done (the step's index
- * + 1); an error stops the loop and is returned. Its time is left out of
- * the throughput. */
+/* Called with the number of steps done (a step's index + 1) after every
+ * `hook_every` steps, between two steps (the next one not started); an
+ * error stops the loop and is returned. Its time is left out of the
+ * throughput. */
 typedef sl_status (*ex_train_hook)(void *ctx, int64_t steps_done);
 
 /* ex_train for a run that has done `first` steps already (a resumed one):
  * runs steps first..last-1, printing them under their own numbers; losses
  * gets last - first values. Nothing to run (first >= last) is SL_OK with
- * a zeroed result. hook may be NULL. */
+ * a zeroed result. hook may be NULL; hook_every 0: never called. */
 sl_status ex_train_range(ex_run *r, int64_t first, int64_t last, int64_t batch,
                          const char *loss, FILE *out, float *losses,
-                         ex_train_result *res, ex_train_hook hook, void *ctx);
+                         ex_train_result *res, ex_train_hook hook, void *ctx,
+                         int64_t hook_every);
 
 /* Prints the final line: "throughput: S samples/s, M ms/step (...)". */
 void ex_train_print(FILE *out, const ex_train_result *res, const ex_run *r,

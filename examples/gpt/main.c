@@ -256,7 +256,7 @@ int main(int argc, char **argv) {
            (long long)first, (long long)steps);
   ex_train_result res;
   if (ex_train_range(run, first, steps, batch, "loss", stdout, NULL, &res,
-                     ex_ckpt_hook, &ck) != SL_OK ||
+                     ex_ckpt_hook, &ck, ck.flags.save_every) != SL_OK ||
       ex_ckpt_end(&ck) != SL_OK) {
     fprintf(stderr, "gpt: %s\n", sl_last_error());
     goto done;

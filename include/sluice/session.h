@@ -95,7 +95,9 @@ SL_API sl_status sl_session_create(sl_graph *g, const sl_session_config *cfg,
 
 /* Gives input `name` its logical (global) value: a row-major buffer of
  * exactly the input's shape and dtype, copied. It is used by every step
- * run after this call until fed again. SL_ENOTFOUND (no such input),
+ * run or started after this call until fed again (steps already started
+ * keep the value before: the feed waits until they have read it, at their
+ * start). SL_ENOTFOUND (no such input),
  * SL_EINVAL naming the input and both sizes for a wrong size, SL_ESTATE
  * after a failure. */
 SL_API sl_status sl_session_feed(sl_session *s, const char *name,
@@ -113,6 +115,22 @@ SL_API sl_status sl_session_feed(sl_session *s, const char *name,
  * from then on. */
 SL_API sl_status sl_session_run(sl_session *s, int64_t steps);
 
+/* Asynchronous dispatch: starts `steps` steps (>= 1) and returns without
+ * waiting for them, so the program can feed the next input or read an
+ * earlier step's fetches while they run. Started steps are counted by
+ * sl_session_steps; a step's failure is returned by the next call that
+ * waits for it (sl_session_wait, a fetch of it, a feed, or another start)
+ * as sl_session_run returns it, rolled back with every step after it.
+ * Calls that read or change state between steps (save, restore, load,
+ * read or write a variable, finish) first wait for the started steps. At
+ * most 60 steps are released to the job at a time: beyond that start
+ * waits for the oldest to complete. SL_ESTATE as for sl_session_run. */
+SL_API sl_status sl_session_start(sl_session *s, int64_t steps);
+
+/* Waits until every started step is complete: SL_OK, or a failure as
+ * sl_session_run returns it. */
+SL_API sl_status sl_session_wait(sl_session *s);
+
 /* Copies fetch `name`'s logical value into data (bytes must equal its
  * size): the value of the last step run — for a fetched variable, its
  * value after that step's update. Shards are assembled from the devices
@@ -121,12 +139,21 @@ SL_API sl_status sl_session_run(sl_session *s, int64_t steps);
 SL_API sl_status sl_session_fetch(sl_session *s, const char *name, void *data,
                                   size_t bytes);
 
+/* Fetch `name`'s value of step `step` (counted as sl_session_steps counts:
+ * after step k has run, sl_session_steps returns k + 1), waiting until it
+ * is complete. Only the last two steps started can be fetched: SL_EINVAL
+ * for an older step (its value was overwritten) or one not started, and
+ * otherwise as sl_session_fetch. With sl_session_start this overlaps the
+ * program and the job: start step k + 1, then read step k. */
+SL_API sl_status sl_session_fetch_step(sl_session *s, const char *name,
+                                       int64_t step, void *data, size_t bytes);
+
 /* The shape and dtype of fetch `name`. SL_ENOTFOUND. Either out may be
  * NULL. */
 SL_API sl_status sl_session_fetch_info(const sl_session *s, const char *name,
                                        sl_shape *shape, sl_dtype *dtype);
 
-/* Steps run so far. */
+/* Steps run so far, those started (sl_session_start) included. */
 SL_API int64_t sl_session_steps(const sl_session *s);
 
 typedef struct sl_session_stats {
