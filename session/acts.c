@@ -184,16 +184,16 @@ static sl_status act_feed(sl_act *a) {
   return SL_OK;
 }
 
-/* Stages this rank's shard for the program, two pieces deep. */
+/* Stages this rank's shard for the program, f->depth pieces deep. */
 static sl_status act_fetch(sl_act *a) {
   task_rt *rt = a->ctx;
   sl_session *s = rt->s;
   fetch_rt *f = &s->fetches[rt->io];
   const sl_register *in = a->in[rt->slot_of[0]];
-  int b = (int)(in->piece & 1);
-  if (in->bytes) memcpy(f->stage[b][rt->io_slot], in->data, in->bytes);
+  int at = sl__fetch_at(f, in->piece, rt->io_slot);
+  if (in->bytes) memcpy(f->stage[at], in->data, in->bytes);
   pthread_mutex_lock(&s->lock);
-  f->staged[b][rt->io_slot] = in->piece;
+  f->staged[at] = in->piece;
   if (s->fetch_waiters) pthread_cond_broadcast(&s->cond);
   pthread_mutex_unlock(&s->lock);
   sl__step_done(rt);

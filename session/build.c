@@ -347,12 +347,12 @@ static sl_status setup_io(sl_session *s) {
       f->ranks = sl__calloc((size_t)nr, sizeof *f->ranks);
       f->slices = sl__calloc((size_t)nr, sizeof *f->slices);
       f->shard_bytes = sl__calloc((size_t)nr, sizeof *f->shard_bytes);
-      for (int b = 0; b < 2; b++) {
-        f->stage[b] = sl__calloc((size_t)nr, sizeof *f->stage[b]);
-        f->staged[b] = sl__calloc((size_t)nr, sizeof *f->staged[b]);
-      }
-      if (!f->ranks || !f->slices || !f->shard_bytes || !f->stage[0] ||
-          !f->stage[1] || !f->staged[0] || !f->staged[1]) {
+      f->depth = s->cfg.fetch_depth > 0 ? s->cfg.fetch_depth : 2;
+      f->slots = nr;
+      f->stage = sl__calloc((size_t)(f->depth * nr), sizeof *f->stage);
+      f->staged = sl__calloc((size_t)(f->depth * nr), sizeof *f->staged);
+      if (!f->ranks || !f->slices || !f->shard_bytes || !f->stage ||
+          !f->staged) {
         sl__free(here);
         return SL_ENOMEM;
       }
@@ -387,10 +387,11 @@ static sl_status setup_io(sl_session *s) {
     size_t sb =
         (size_t)sl_slice_numel(&rt->slice) * sl_dtype_size(f->meta.dtype);
     f->shard_bytes[rt->io_slot] = sb;
-    for (int b = 0; b < 2; b++) {
-      f->stage[b][rt->io_slot] = sl__malloc(sb + 64);
-      f->staged[b][rt->io_slot] = -1;
-      if (!f->stage[b][rt->io_slot]) return SL_ENOMEM;
+    for (int b = 0; b < f->depth; b++) {
+      int at = b * f->slots + rt->io_slot;
+      f->stage[at] = sl__malloc(sb + 64);
+      f->staged[at] = -1;
+      if (!f->stage[at]) return SL_ENOMEM;
     }
   }
   /* Each feed's buffer: the fed tensor its tasks cut from. */
@@ -763,12 +764,10 @@ void sl__session_free_build(sl_session *s) {
   sl__free(s->feeds);
   for (int32_t i = 0; s->fetches && i < s->n_fetches; i++) {
     fetch_rt *f = &s->fetches[i];
-    for (int b = 0; b < 2; b++) {
-      for (int r = 0; f->stage[b] && r < f->n_ranks; r++)
-        sl__free(f->stage[b][r]);
-      sl__free(f->stage[b]);
-      sl__free(f->staged[b]);
-    }
+    for (int k = 0; f->stage && k < f->depth * f->slots; k++)
+      sl__free(f->stage[k]);
+    sl__free(f->stage);
+    sl__free(f->staged);
     sl__free(f->ranks);
     sl__free(f->slices);
     sl__free(f->shard_bytes);

@@ -82,6 +82,11 @@ sl_status sl__session_cpu_config_check(const sl_session_config *c) {
                     "spin) or 0 (the default: SLUICE_SPIN_US, else %d when the "
                     "CPU devices' threads fit in the CPUs, else %d)",
                     c->spin_us, SPIN_US_MAX, SPIN_US_FIT, SPIN_US_SHORT);
+  if (c->fetch_depth < 0)
+    return sl__fail(SL_EINVAL,
+                    "session: fetch_depth %d: want the number of steps each "
+                    "fetch keeps (>= 1), or 0 for the default (2)",
+                    (int)c->fetch_depth);
   return SL_OK;
 }
 

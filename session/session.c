@@ -417,8 +417,8 @@ sl_status sl_session_fetch_info(const sl_session *s, const char *name,
 }
 
 /* The value of `step` (counted as sl_session_steps counts) is staged by
- * the fetch actors of job piece step - base, two pieces deep: only the
- * last two steps started can still be fetched. */
+ * the fetch actors of job piece step - base, f->depth pieces deep: only
+ * the last f->depth steps started can still be fetched. */
 static sl_status fetch_step(sl_session *s, const char *name, int64_t step,
                             void *data, size_t bytes) {
   if (!s || !name) return sl__fail(SL_EINVAL, "fetch: NULL argument");
@@ -444,11 +444,13 @@ static sl_status fetch_step(sl_session *s, const char *name, int64_t step,
                     "fetch '%s': step %lld was not started (%lld steps were)",
                     name, (long long)step, (long long)s->steps);
   int64_t piece = step - s->base;
-  if (piece < started - 2)
+  if (piece < started - f->depth)
     return sl__fail(SL_EINVAL,
-                    "fetch '%s': step %lld's value is gone: only the last two "
-                    "steps started (%lld, %lld) can be fetched",
-                    name, (long long)step, (long long)(s->steps - 2),
+                    "fetch '%s': step %lld's value is gone: only the last %d "
+                    "steps started (%lld to %lld) can be fetched "
+                    "(sl_session_config.fetch_depth)",
+                    name, (long long)step, f->depth,
+                    (long long)(s->steps - f->depth),
                     (long long)(s->steps - 1));
   if (piece < 0)
     return sl__fail(SL_EINVAL,
@@ -457,18 +459,18 @@ static sl_status fetch_step(sl_session *s, const char *name, int64_t step,
                     name, (long long)step, (long long)s->base);
   /* A variable's pieces are its versions: after step k, version k + 1. */
   int64_t want = f->of_variable ? piece + 1 : piece;
-  int b = (int)(want & 1);
   bool ok = true;
   atomic_store(&s->waiting, true);
   pthread_mutex_lock(&s->lock);
   for (int r = 0; r < f->n_ranks; r++) {
-    while (f->staged[b][r] < want && atomic_load(&s->failed) == SL_OK &&
+    int at = sl__fetch_at(f, want, r);
+    while (f->staged[at] < want && atomic_load(&s->failed) == SL_OK &&
            !s->waited) {
       s->fetch_waiters++;
       pthread_cond_wait(&s->cond, &s->lock);
       s->fetch_waiters--;
     }
-    if (f->staged[b][r] != want) ok = false;
+    if (f->staged[at] != want) ok = false;
   }
   pthread_mutex_unlock(&s->lock);
   atomic_store(&s->waiting, false);
@@ -491,8 +493,8 @@ static sl_status fetch_step(sl_session *s, const char *name, int64_t step,
   for (int r = 0; r < f->n_ranks; r++) {
     const sl_slice *sl = &f->slices[r];
     sl__box_move(f->meta.dtype, nd, data, f->meta.shape.dims, sl->start,
-                 f->stage[b][r], sl->extent, zero, sl->extent, f->partial,
-                 f->reduce);
+                 f->stage[sl__fetch_at(f, want, r)], sl->extent, zero,
+                 sl->extent, f->partial, f->reduce);
   }
   return SL_OK;
 }

@@ -111,7 +111,7 @@ typedef struct feed_rt {
   atomic_int_least64_t reads;
 } feed_rt;
 
-/* A fetch: shards staged by fetch actors, two pieces deep. */
+/* A fetch: shards staged by fetch actors, `depth` pieces deep. */
 typedef struct fetch_rt {
   const char *name;
   int32_t node;
@@ -125,9 +125,14 @@ typedef struct fetch_rt {
   int32_t *ranks;   /* their placement ranks */
   sl_slice *slices; /* their boxes */
   size_t *shard_bytes;
-  void **stage[2];    /* [piece % 2][rank slot] */
-  int64_t *staged[2]; /* piece held, -1 none (under s->lock) */
+  int depth, slots; /* pieces kept; rank slots allocated */
+  void **stage;     /* [(piece % depth) * slots + rank slot] */
+  int64_t *staged;  /* the piece each holds, -1 none (under s->lock) */
 } fetch_rt;
+
+static inline int sl__fetch_at(const fetch_rt *f, int64_t piece, int slot) {
+  return (int)(piece % f->depth) * f->slots + slot;
+}
 
 /* An npy_read node's file as this session opened it (a plan read from
  * bytes names it by path), and the node's attributes naming its id. */

@@ -139,7 +139,8 @@ sl_status ex_run_create(sl_graph *g, const ex_run_opts *opts, ex_run **out) {
   if (r->engine == EX_ENGINE_SESSION) {
     sl_session_config cfg =
         SL_SESSION_CONFIG(.trace_path = r->opts.trace_path,
-                          .cpu_threads = r->opts.cpu_threads);
+                          .cpu_threads = r->opts.cpu_threads,
+                          .fetch_depth = 2 * EX_CHUNK);
     st = sl_session_create(g, &cfg, &r->session);
   } else {
     sl_reference_config cfg =
@@ -275,41 +276,61 @@ sl_status ex_train(ex_run *r, int64_t steps, int64_t batch, const char *loss,
                         0);
 }
 
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* The index of the first step at or after step index i (of a loop from
+ * step `first`) after which the hook runs; steps when none. */
+static int64_t next_hook(int64_t first, int64_t i, int64_t steps,
+                         ex_train_hook hook, int64_t every) {
+  if (!hook || every <= 0) return steps;
+  return i + (every - (first + i + 1) % every) % every;
+}
+
 sl_status ex_train_range(ex_run *r, int64_t first, int64_t last, int64_t batch,
                          const char *loss, FILE *out, float *losses,
                          ex_train_result *res, ex_train_hook hook, void *ctx,
                          int64_t hook_every) {
   int64_t steps = last > first ? last - first : 0;
   uint64_t t_start = 0, hook_ns = 0;
-  /* The session engine runs one step ahead (sl_session_start): step i + 1
-   * is under way while the program reads step i's loss, so the devices do
-   * not wait for the program between steps — except before a hook, which
-   * wants the session between two steps, and under --profile, which
-   * times each step. */
+  /* The session engine runs ahead (sl_session_start): it keeps up to two
+   * chunks of steps started and waits for a chunk's last step before
+   * reading the chunk's losses, so the program wakes once a chunk and the
+   * devices always have the next steps queued. Waking the program every
+   * step costs the devices more than the program's work: on a machine
+   * whose cores the devices' threads take, it runs on one of them.
+   * Never past a step the hook runs after (it wants the session between
+   * steps), and step 0 alone (the throughput's clock starts after it);
+   * --profile times each step, one at a time. */
   bool ahead = r->session && !r->opts.profile;
-  int64_t started = 0;
+  int64_t started = 0, done = 0; /* loop indices started, known complete */
   for (int64_t i = 0; i < steps; i++) {
     int64_t s = first + i;
     if (i == 1 || steps == 1) {
       t_start = now_ns();
       hook_ns = 0;
     }
-    bool hook_now = hook && hook_every > 0 && (s + 1) % hook_every == 0;
     sl_status st = SL_OK;
+    float l = 0;
     if (!ahead) {
       st = ex_run_step(r);
+      if (st == SL_OK) st = ex_run_fetch(r, loss, &l, sizeof l);
     } else {
-      int64_t n = started > i ? 0 : 1; /* step i, unless started before */
-      if (i + 1 < steps && !hook_now) n++;
-      if (n) st = sl_session_start(r->session, n);
-      started += n;
-      r->step += n;
+      if (i >= done) {
+        int64_t upto = i == 0 ? 1 : min64(steps, i + 2 * EX_CHUNK);
+        upto = min64(upto, next_hook(first, i, steps, hook, hook_every) + 1);
+        if (upto > started) {
+          st = sl_session_start(r->session, upto - started);
+          r->step += upto - started;
+          started = upto;
+        }
+        done = min64(i + EX_CHUNK, started); /* wait for done - 1 */
+        if (st == SL_OK)
+          st = sl_session_fetch_step(r->session, loss, first + done - 1, &l,
+                                     sizeof l);
+      }
+      if (st == SL_OK)
+        st = sl_session_fetch_step(r->session, loss, s, &l, sizeof l);
     }
-    if (st != SL_OK)
-      return sl_add_error_context(st, "step %lld: ", (long long)s);
-    float l = 0;
-    st = ahead ? sl_session_fetch_step(r->session, loss, s, &l, sizeof l)
-               : ex_run_fetch(r, loss, &l, sizeof l);
     if (st != SL_OK)
       return sl_add_error_context(st, "step %lld: ", (long long)s);
     if (losses) losses[i] = l;
@@ -317,13 +338,12 @@ sl_status ex_train_range(ex_run *r, int64_t first, int64_t last, int64_t batch,
       fprintf(out, "step %lld loss %.6f\n", (long long)s, (double)l);
       fflush(out);
     }
-    if (hook_now) {
+    if (next_hook(first, i, steps, hook, hook_every) == i) {
       uint64_t h0 = now_ns();
       EX_CHECK(hook(ctx, s + 1));
       hook_ns += now_ns() - h0;
     }
   }
-  if (ahead && steps) EX_CHECK(sl_session_wait(r->session));
   uint64_t t_end = now_ns();
   if (res) {
     memset(res, 0, sizeof *res);

@@ -96,6 +96,10 @@ typedef struct ex_train_result {
   int timed_steps; /* steps after the first (warm-up), or all if 1 */
 } ex_train_result;
 
+/* Steps the training loop of the session engine keeps started ahead of
+ * the loss it prints: up to two chunks (ex_train_range). */
+enum { EX_CHUNK = 8 };
+
 /* Runs `steps` steps, fetching the scalar f32 fetch `loss` after each; when
  * out is non-NULL prints "step N loss X" lines to it. losses (may be NULL)
  * gets steps values. Throughput counts `batch` samples per step and leaves

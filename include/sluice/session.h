@@ -75,6 +75,10 @@ typedef struct sl_session_config {
   /* The cluster's token (read while the session is created). NULL:
    * SLUICE_TOKEN. */
   const char *token;
+  /* How many steps' values each fetch keeps: sl_session_fetch_step reads
+   * any of the last fetch_depth steps started (each kept value costs the
+   * fetch's bytes). 0: 2. */
+  int32_t fetch_depth;
 } sl_session_config;
 
 /* The defaults (every field zero) with the size set. */
@@ -141,10 +145,11 @@ SL_API sl_status sl_session_fetch(sl_session *s, const char *name, void *data,
 
 /* Fetch `name`'s value of step `step` (counted as sl_session_steps counts:
  * after step k has run, sl_session_steps returns k + 1), waiting until it
- * is complete. Only the last two steps started can be fetched: SL_EINVAL
- * for an older step (its value was overwritten) or one not started, and
- * otherwise as sl_session_fetch. With sl_session_start this overlaps the
- * program and the job: start step k + 1, then read step k. */
+ * is complete. Only the last fetch_depth steps started can be fetched
+ * (sl_session_config; 2 by default): SL_EINVAL for an older step (its
+ * value was overwritten) or one not started, and otherwise as
+ * sl_session_fetch. With sl_session_start this overlaps the program and
+ * the job: start steps k + 1.., then read step k. */
 SL_API sl_status sl_session_fetch_step(sl_session *s, const char *name,
                                        int64_t step, void *data, size_t bytes);
 

@@ -113,8 +113,9 @@ static void test_one_step_ahead(void **state) {
   }
 }
 
-/* Only the last two steps started can be fetched; a step not started is
- * refused; sl_session_fetch reads the last step started, waiting for it. */
+/* Only the last two steps started can be fetched (the default depth); a
+ * step not started is refused; sl_session_fetch reads the last step
+ * started, waiting for it. */
 static void test_fetch_step_range(void **state) {
   (void)state;
   float want[3], want_w2[HID * CLASSES];
@@ -132,7 +133,7 @@ static void test_fetch_step_range(void **state) {
   assert_non_null(strstr(sl_last_error(), "step 3 was not started"));
   assert_int_equal(sl_session_fetch_step(s, "loss", 0, &l, sizeof l),
                    SL_EINVAL);
-  assert_non_null(strstr(sl_last_error(), "only the last two steps"));
+  assert_non_null(strstr(sl_last_error(), "only the last 2 steps"));
   ST_OK(sl_session_fetch_step(s, "loss", 1, &l, sizeof l));
   float last, again;
   ST_OK(sl_session_fetch(s, "loss", &last, sizeof last));
@@ -147,6 +148,45 @@ static void test_fetch_step_range(void **state) {
   ST_OK(sl_session_start(s, 1));
   ST_OK(sl_session_fetch_step(s, "loss", 0, &l, sizeof l));
   assert_memory_equal(&l, &want[0], sizeof l);
+  sl_session_destroy(s);
+  sl_graph_destroy(g);
+}
+
+/* With fetch_depth 16, a program that starts 20 steps at once reads the
+ * losses of the last 16, those of one step at a time; a negative depth
+ * is refused. */
+static void test_fetch_depth(void **state) {
+  (void)state;
+  enum { N = 20, DEPTH = 16 };
+  float want[N], want_w2[HID * CLASSES];
+  sl_graph *g = classifier("tp");
+  sl_session *s = open_session(g);
+  feed_batch(s, 0, false);
+  for (int i = 0; i < N; i++) {
+    ST_OK(sl_session_run(s, 1));
+    ST_OK(sl_session_fetch(s, "loss", &want[i], sizeof want[i]));
+  }
+  ST_OK(sl_session_read_variable(s, "w2", want_w2, sizeof want_w2));
+  sl_session_destroy(s);
+
+  sl_session_config bad = SL_SESSION_CONFIG(.fetch_depth = -1);
+  assert_int_equal(sl_session_create(g, &bad, &s), SL_EINVAL);
+  assert_non_null(strstr(sl_last_error(), "fetch_depth -1"));
+
+  sl_session_config cfg = SL_SESSION_CONFIG(.fetch_depth = DEPTH);
+  ST_OK(sl_session_create(g, &cfg, &s));
+  feed_batch(s, 0, false);
+  ST_OK(sl_session_start(s, N));
+  float l, w2[HID * CLASSES];
+  assert_int_equal(
+      sl_session_fetch_step(s, "loss", N - DEPTH - 1, &l, sizeof l), SL_EINVAL);
+  assert_non_null(strstr(sl_last_error(), "only the last 16 steps"));
+  for (int i = N - DEPTH; i < N; i++) {
+    ST_OK(sl_session_fetch_step(s, "loss", i, &l, sizeof l));
+    assert_memory_equal(&l, &want[i], sizeof l);
+  }
+  ST_OK(sl_session_fetch_step(s, "w2_out", N - 1, w2, sizeof w2));
+  assert_memory_equal(w2, want_w2, sizeof w2);
   sl_session_destroy(s);
   sl_graph_destroy(g);
 }
@@ -254,6 +294,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_one_step_ahead),
       cmocka_unit_test(test_fetch_step_range),
+      cmocka_unit_test(test_fetch_depth),
       cmocka_unit_test(test_failure_in_a_started_step),
       cmocka_unit_test(test_many_steps_then_state),
   };
