@@ -444,6 +444,11 @@ static sl_status fetch_step(sl_session *s, const char *name, int64_t step,
                     "fetch '%s': step %lld was not started (%lld steps were)",
                     name, (long long)step, (long long)s->steps);
   int64_t piece = step - s->base;
+  if (piece < 0)
+    return sl__fail(SL_EINVAL,
+                    "fetch '%s': step %lld ran before the session restarted "
+                    "at step %lld",
+                    name, (long long)step, (long long)s->base);
   if (piece < started - f->depth)
     return sl__fail(SL_EINVAL,
                     "fetch '%s': step %lld's value is gone: only the last %d "
@@ -452,11 +457,6 @@ static sl_status fetch_step(sl_session *s, const char *name, int64_t step,
                     name, (long long)step, f->depth,
                     (long long)(s->steps - f->depth),
                     (long long)(s->steps - 1));
-  if (piece < 0)
-    return sl__fail(SL_EINVAL,
-                    "fetch '%s': step %lld ran before the session restarted "
-                    "at step %lld",
-                    name, (long long)step, (long long)s->base);
   /* A variable's pieces are its versions: after step k, version k + 1. */
   int64_t want = f->of_variable ? piece + 1 : piece;
   bool ok = true;

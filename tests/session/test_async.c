@@ -60,12 +60,14 @@ static sl_session *open_session(sl_graph *g) {
   return s;
 }
 
-/* The reference: one step at a time, batch i fed before step i. */
-static void run_sync(const char *layout, int steps, float *loss, float *w2) {
+/* The reference: one step at a time, batch i fed before step i (with
+ * fixed, batch 0 before step 0 only). */
+static void run_sync(const char *layout, int steps, bool fixed, float *loss,
+                     float *w2) {
   sl_graph *g = classifier(layout);
   sl_session *s = open_session(g);
   for (int i = 0; i < steps; i++) {
-    feed_batch(s, i, false);
+    if (!fixed || i == 0) feed_batch(s, i, false);
     ST_OK(sl_session_run(s, 1));
     ST_OK(sl_session_fetch(s, "loss", &loss[i], sizeof loss[i]));
   }
@@ -84,7 +86,7 @@ static void test_one_step_ahead(void **state) {
   (void)state;
   for (int l = 0; l < 3; l++) {
     float want[STEPS], want_w2[HID * CLASSES];
-    run_sync(layouts[l], STEPS, want, want_w2);
+    run_sync(layouts[l], STEPS, false, want, want_w2);
     sl_graph *g = classifier(layouts[l]);
     sl_session *s = open_session(g);
     feed_batch(s, 0, false);
@@ -119,7 +121,7 @@ static void test_one_step_ahead(void **state) {
 static void test_fetch_step_range(void **state) {
   (void)state;
   float want[3], want_w2[HID * CLASSES];
-  run_sync("dp", 1, want, want_w2);
+  run_sync("dp", 1, false, want, want_w2);
   sl_graph *g = classifier("dp");
   sl_session *s = open_session(g);
   float l;
@@ -159,16 +161,9 @@ static void test_fetch_depth(void **state) {
   (void)state;
   enum { N = 20, DEPTH = 16 };
   float want[N], want_w2[HID * CLASSES];
+  run_sync("tp", N, true, want, want_w2);
   sl_graph *g = classifier("tp");
-  sl_session *s = open_session(g);
-  feed_batch(s, 0, false);
-  for (int i = 0; i < N; i++) {
-    ST_OK(sl_session_run(s, 1));
-    ST_OK(sl_session_fetch(s, "loss", &want[i], sizeof want[i]));
-  }
-  ST_OK(sl_session_read_variable(s, "w2", want_w2, sizeof want_w2));
-  sl_session_destroy(s);
-
+  sl_session *s = NULL;
   sl_session_config bad = SL_SESSION_CONFIG(.fetch_depth = -1);
   assert_int_equal(sl_session_create(g, &bad, &s), SL_EINVAL);
   assert_non_null(strstr(sl_last_error(), "fetch_depth -1"));
@@ -199,7 +194,7 @@ static void test_failure_in_a_started_step(void **state) {
   (void)state;
   for (int l = 0; l < 3; l++) {
     float want[6], want_w2[HID * CLASSES];
-    run_sync(layouts[l], 6, want, want_w2);
+    run_sync(layouts[l], 6, false, want, want_w2);
     for (int by_fetch = 0; by_fetch < 2; by_fetch++) {
       sl_graph *g = classifier(layouts[l]);
       sl_session *s = open_session(g);
@@ -223,12 +218,19 @@ static void test_failure_in_a_started_step(void **state) {
       assert_non_null(strstr(msg, "step 2 was rolled back"));
       assert_int_equal(sl_session_steps(s), 2);
       float l1;
+      /* The rolled-back job restarted at step 2: earlier values are gone. */
+      assert_int_equal(sl_session_fetch_step(s, "loss", 1, &l1, sizeof l1),
+                       SL_ESTATE);
+      assert_non_null(strstr(sl_last_error(), "since the session restarted"));
       for (int i = 2; i < 6; i++) {
         feed_batch(s, i, false);
         ST_OK(sl_session_start(s, 1));
         ST_OK(sl_session_fetch_step(s, "loss", i, &l1, sizeof l1));
         assert_memory_equal(&l1, &want[i], sizeof l1);
       }
+      assert_int_equal(sl_session_fetch_step(s, "loss", 1, &l1, sizeof l1),
+                       SL_EINVAL);
+      assert_non_null(strstr(sl_last_error(), "restarted at step 2"));
       float w2[HID * CLASSES];
       ST_OK(sl_session_read_variable(s, "w2", w2, sizeof w2));
       assert_memory_equal(w2, want_w2, sizeof w2);
@@ -245,19 +247,9 @@ static void test_many_steps_then_state(void **state) {
   enum { N = 150 };
   static float want[N];
   float want_w2[HID * CLASSES];
+  run_sync("dp", N, true, want, want_w2);
   sl_graph *g = classifier("dp");
   sl_session *s = open_session(g);
-  feed_batch(s, 0, false);
-  for (int i = 0; i < N; i++) {
-    ST_OK(sl_session_run(s, 1));
-    ST_OK(sl_session_fetch(s, "loss", &want[i], sizeof want[i]));
-  }
-  ST_OK(sl_session_read_variable(s, "w2", want_w2, sizeof want_w2));
-  sl_session_destroy(s);
-  sl_graph_destroy(g);
-
-  g = classifier("dp");
-  s = open_session(g);
   feed_batch(s, 0, false);
   ST_OK(sl_session_start(s, N));
   float w2[HID * CLASSES];
