@@ -303,6 +303,7 @@ sl_status ex_train_range(ex_run *r, int64_t first, int64_t last, int64_t batch,
    * --profile times each step, one at a time. */
   bool ahead = r->session && !r->opts.profile;
   int64_t started = 0, done = 0; /* loop indices started, known complete */
+  int64_t base = ahead ? sl_session_steps(r->session) : 0; /* step of i = 0 */
   for (int64_t i = 0; i < steps; i++) {
     int64_t s = first + i;
     if (i == 1 || steps == 1) {
@@ -325,11 +326,11 @@ sl_status ex_train_range(ex_run *r, int64_t first, int64_t last, int64_t batch,
         }
         done = min64(i + EX_CHUNK, started); /* wait for done - 1 */
         if (st == SL_OK)
-          st = sl_session_fetch_step(r->session, loss, first + done - 1, &l,
+          st = sl_session_fetch_step(r->session, loss, base + done - 1, &l,
                                      sizeof l);
       }
       if (st == SL_OK)
-        st = sl_session_fetch_step(r->session, loss, s, &l, sizeof l);
+        st = sl_session_fetch_step(r->session, loss, base + i, &l, sizeof l);
     }
     if (st != SL_OK)
       return sl_add_error_context(st, "step %lld: ", (long long)s);

@@ -77,6 +77,54 @@ static void test_fetch_semantics(void **state) {
   }
 }
 
+/* The hook sees the session between steps: nothing started past the
+ * step it is called after. */
+static sl_status hook_between_steps(void *ctx, int64_t steps_done) {
+  ex_run *r = ctx;
+  int64_t at = sl_session_steps(ex_run_session(r));
+  if (at != steps_done)
+    return sl_set_error(SL_EINTERNAL, "hook after step %lld: %lld started",
+                        (long long)steps_done - 1, (long long)at);
+  printf("hook after %lld steps\n", (long long)steps_done);
+  return SL_OK;
+}
+
+/* The training loop (ex_train_range) of the session engine runs steps
+ * ahead of the losses it reads: twice on one run (3 steps then 40, as the
+ * benchmarks warm up: the second loop's step 0 is the session's step 3),
+ * then 20 more from step 43 with a hook every 5 steps, it gives the
+ * losses of one step at a time (--profile) bit for bit, and the
+ * interpreter's. */
+static void train_loop(ex_engine e, bool profile, float *losses) {
+  sl_graph *g = rig("cpu:0-1", "S(0)");
+  ex_run_opts o = {.engine = e, .profile = profile};
+  ex_run *r;
+  INV_OK(ex_run_create(g, &o, &r));
+  float t[N];
+  for (int i = 0; i < N; i++)
+    t[i] = 0.25f * (float)i - 0.5f;
+  INV_OK(ex_run_feed(r, "t", t, sizeof t));
+  INV_OK(ex_train(r, 3, 1, "loss", NULL, losses, NULL));
+  ex_train_result res;
+  INV_OK(ex_train(r, 40, 1, "loss", NULL, losses + 3, &res));
+  assert_int_equal(res.timed_steps, 39);
+  bool session = e == EX_ENGINE_SESSION;
+  INV_OK(ex_train_range(r, 43, 63, 1, "loss", NULL, losses + 43, NULL,
+                        session ? hook_between_steps : NULL, r, 5));
+  ex_run_destroy(r);
+  sl_graph_destroy(g);
+}
+
+static void test_training_loop(void **state) {
+  (void)state;
+  float ref[63], sync[63], ahead[63];
+  train_loop(EX_ENGINE_INTERP, false, ref);
+  train_loop(EX_ENGINE_SESSION, true, sync);
+  train_loop(EX_ENGINE_SESSION, false, ahead);
+  assert_memory_equal(ahead, sync, sizeof ahead);
+  assert_true(inv_max_rel(ahead, ref, 63) <= 1e-6);
+}
+
 /* --trace writes a Chrome trace: every op of every rank, named rows. */
 static void test_trace(void **state) {
   char path[] = "/tmp/sluice_trace_XXXXXX";
@@ -113,6 +161,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fetch_semantics),
       cmocka_unit_test(test_trace),
+      cmocka_unit_test(test_training_loop),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
