@@ -95,7 +95,8 @@ void sl__step_done(task_rt *rt) {
     s->completed++;
   }
   held_back h = take_held(s, false);
-  pthread_cond_broadcast(&s->cond);
+  if (s->completed >= s->wake_completed || s->held_abort.piece >= 0)
+    pthread_cond_broadcast(&s->cond);
   pthread_mutex_unlock(&s->lock);
   release(s, h);
 }
@@ -194,7 +195,8 @@ static sl_status act_fetch(sl_act *a) {
   if (in->bytes) memcpy(f->stage[at], in->data, in->bytes);
   pthread_mutex_lock(&s->lock);
   f->staged[at] = in->piece;
-  if (s->fetch_waiters) pthread_cond_broadcast(&s->cond);
+  if (s->fetch_waiters && in->piece >= s->fetch_want)
+    pthread_cond_broadcast(&s->cond);
   pthread_mutex_unlock(&s->lock);
   sl__step_done(rt);
   return SL_OK;

@@ -315,7 +315,11 @@ static bool advance(sl_session *s, int64_t target, bool done) {
       continue;
     }
     if (!done && rel == target) break;
+    /* Woken when the window has room for more steps, or they are done. */
+    s->wake_completed =
+        rel < target ? atomic_load(&s->released) - SL__STEP_WINDOW + 1 : target;
     pthread_cond_wait(&s->cond, &s->lock);
+    s->wake_completed = 0;
   }
   pthread_mutex_unlock(&s->lock);
   atomic_store(&s->waiting, false);
@@ -337,8 +341,10 @@ static bool feed_read(sl_session *s, feed_rt *f) {
   atomic_store(&s->waiting, true);
   pthread_mutex_lock(&s->lock);
   atomic_fetch_add(&s->feed_waiters, 1);
+  s->wake_completed = INT64_MAX; /* the feed actors wake it */
   while (atomic_load(&f->reads) < want && atomic_load(&s->failed) == SL_OK)
     pthread_cond_wait(&s->cond, &s->lock);
+  s->wake_completed = 0;
   atomic_fetch_sub(&s->feed_waiters, 1);
   pthread_mutex_unlock(&s->lock);
   atomic_store(&s->waiting, false);
@@ -467,7 +473,10 @@ static sl_status fetch_step(sl_session *s, const char *name, int64_t step,
     while (f->staged[at] < want && atomic_load(&s->failed) == SL_OK &&
            !s->waited) {
       s->fetch_waiters++;
+      s->fetch_want = want;
+      s->wake_completed = INT64_MAX; /* the fetch actors wake it */
       pthread_cond_wait(&s->cond, &s->lock);
+      s->wake_completed = 0;
       s->fetch_waiters--;
     }
     if (f->staged[at] != want) ok = false;

@@ -298,6 +298,14 @@ struct sl_session {
    * value does not also wake a program waiting for its step (a wake-up
    * costs the waking thread microseconds on a virtual machine). */
   int fetch_waiters;
+  /* What the waiting program waits for (under lock): a step's end wakes
+   * it only once `completed` reaches wake_completed, and a fetch actor
+   * only once it stages piece fetch_want or later, so that steps run
+   * ahead (sl_session_start) do not wake a program waiting for a later
+   * one: the wake-up costs the waking device microseconds, and the woken
+   * program takes a core from the devices while they run. 0: every step
+   * wakes the waiters (a daemon's request threads). */
+  int64_t wake_completed, fetch_want;
   /* Programs waiting in sl_session_feed for the started steps to read an
    * input (feed actors wake them only if there are some). */
   atomic_int feed_waiters;
