@@ -725,9 +725,12 @@ static sl_status lower_boxing(lower *L, int32_t ni, const sl__node *n) {
          * a large round's work, the last arriver a small one's), where a
          * stream of its own would hand each collective to another thread
          * and back, and keep one more thread per device spinning for
-         * cores the compute threads use. */
+         * cores the compute threads use. A CPU device's local step (a
+         * slice, a zero) goes there too: a memcpy costs that thread less
+         * than waking a copy stream's, which sleeps between steps. */
         sl_stream_kind stream =
-            kind == SL__TASK_COLL && cpu && engine == SL__ENGINE_INPROC
+            (kind == SL__TASK_COLL && cpu && engine == SL__ENGINE_INPROC) ||
+                    (kind == SL__TASK_LOCAL && cpu)
                 ? SL_STREAM_COMPUTE
             : kind == SL__TASK_COLL || (gpu && kind == SL__TASK_XCHG)
                 ? SL_STREAM_COLLECTIVE
