@@ -29,16 +29,24 @@ static sl_graph *rig(const char *placement, const char *sbp) {
   return g;
 }
 
-static void run3(const char *placement, const char *sbp, ex_engine e, float *w,
-                 float *w2, float *loss) {
-  sl_graph *g = rig(placement, sbp);
-  ex_run_opts o = {.engine = e, .check_replicas = e == EX_ENGINE_SHARDED};
+/* The rig on `placement` under opts o, its target fed. */
+static ex_run *open_rig(const char *placement, const char *sbp,
+                        const ex_run_opts *o, sl_graph **g) {
+  *g = rig(placement, sbp);
   ex_run *r;
-  INV_OK(ex_run_create(g, &o, &r));
+  INV_OK(ex_run_create(*g, o, &r));
   float t[N];
   for (int i = 0; i < N; i++)
     t[i] = 0.25f * (float)i - 0.5f;
   INV_OK(ex_run_feed(r, "t", t, sizeof t));
+  return r;
+}
+
+static void run3(const char *placement, const char *sbp, ex_engine e, float *w,
+                 float *w2, float *loss) {
+  sl_graph *g;
+  ex_run_opts o = {.engine = e, .check_replicas = e == EX_ENGINE_SHARDED};
+  ex_run *r = open_rig(placement, sbp, &o, &g);
   for (int s = 0; s < 3; s++) {
     INV_OK(ex_run_step(r));
     INV_OK(ex_run_fetch(r, "w_out", w + s * N, N * sizeof *w));
@@ -96,14 +104,9 @@ static sl_status hook_between_steps(void *ctx, int64_t steps_done) {
  * losses of one step at a time (--profile) bit for bit, and the
  * interpreter's. */
 static void train_loop(ex_engine e, bool profile, float *losses) {
-  sl_graph *g = rig("cpu:0-1", "S(0)");
+  sl_graph *g;
   ex_run_opts o = {.engine = e, .profile = profile};
-  ex_run *r;
-  INV_OK(ex_run_create(g, &o, &r));
-  float t[N];
-  for (int i = 0; i < N; i++)
-    t[i] = 0.25f * (float)i - 0.5f;
-  INV_OK(ex_run_feed(r, "t", t, sizeof t));
+  ex_run *r = open_rig("cpu:0-1", "S(0)", &o, &g);
   INV_OK(ex_train(r, 3, 1, "loss", NULL, losses, NULL));
   ex_train_result res;
   INV_OK(ex_train(r, 40, 1, "loss", NULL, losses + 3, &res));
