@@ -234,6 +234,7 @@ static double run_sluice(const model *m, const row *r, const opts *o) {
     fprintf(stderr, "bench_cpu_peers: sluice %s %s on %d x %d: %s\n", m->name,
             r->layout, r->devices, r->threads,
             sl_graph_status(g) ? sl_graph_error(g) : sl_last_error());
+    ex_run_destroy(run); /* its threads joined before the process exits */
     exit(1);
   }
   ex_run_destroy(run);
