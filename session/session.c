@@ -326,6 +326,12 @@ static bool advance(sl_session *s, int64_t target, bool done) {
   return atomic_load(&s->failed) == SL_OK;
 }
 
+/* Whether a step the program started failed and was not yet reported:
+ * the next call that waits reports it (run_failed), rolled back. */
+static bool failed_unreported(sl_session *s) {
+  return atomic_load(&s->failed) != SL_OK && steps_owed(s);
+}
+
 sl_status sl__session_settle(sl_session *s) {
   if (!steps_owed(s)) return SL_OK;
   if (!advance(s, s->steps - s->base, true)) return run_failed(s);
@@ -366,7 +372,7 @@ sl_status sl_session_feed(sl_session *s, const char *name, const void *data,
   }
   if (bytes && !data)
     return sl__fail(SL_EINVAL, "feed of input '%s': NULL data", name);
-  if (atomic_load(&s->failed) != SL_OK && steps_owed(s)) return run_failed(s);
+  if (failed_unreported(s)) return run_failed(s);
   SL_CHECK(refuse_after_failure(s, "feed"));
   if (!feed_read(s, f)) return run_failed(s);
   if (bytes) memcpy(f->data, data, bytes);
@@ -379,7 +385,7 @@ static sl_status start_steps(sl_session *s, int64_t steps, const char *what) {
   if (steps < 1)
     return sl__fail(SL_EINVAL, "%s: %lld steps", what, (long long)steps);
   /* A step started earlier failed: say so now, rolled back. */
-  if (atomic_load(&s->failed) != SL_OK && steps_owed(s)) return run_failed(s);
+  if (failed_unreported(s)) return run_failed(s);
   SL_CHECK(refuse_after_failure(s, what));
   for (int32_t i = 0; i < s->n_feeds; i++)
     if (!s->feeds[i].fed)
@@ -422,11 +428,20 @@ sl_status sl_session_fetch_info(const sl_session *s, const char *name,
   return SL_OK;
 }
 
+/* A fetch after the job failed: the failure of a step started and not yet
+ * reported, else SL_ESTATE with the failure. */
+static sl_status fetch_failed(sl_session *s, const char *name) {
+  if (steps_owed(s)) return run_failed(s);
+  failure(s);
+  return sl__fail(SL_ESTATE, "fetch '%s' after the session failed: %s", name,
+                  s->errmsg);
+}
+
 /* The value of `step` (counted as sl_session_steps counts) is staged by
  * the fetch actors of job piece step - base, f->depth pieces deep: only
  * the last f->depth steps started can still be fetched. */
-static sl_status fetch_step(sl_session *s, const char *name, int64_t step,
-                            void *data, size_t bytes) {
+sl_status sl_session_fetch_step(sl_session *s, const char *name, int64_t step,
+                                void *data, size_t bytes) {
   if (!s || !name) return sl__fail(SL_EINVAL, "fetch: NULL argument");
   fetch_rt *f = fetch_named(s, name);
   if (!f)
@@ -435,12 +450,7 @@ static sl_status fetch_step(sl_session *s, const char *name, int64_t step,
     return sl__fail(SL_EINVAL, "fetch '%s': %zu bytes, the value has %zu", name,
                     bytes, f->bytes);
   if (bytes && !data) return sl__fail(SL_EINVAL, "fetch '%s': NULL data", name);
-  if (atomic_load(&s->failed) != SL_OK) {
-    if (steps_owed(s)) return run_failed(s);
-    failure(s);
-    return sl__fail(SL_ESTATE, "fetch '%s' after the session failed: %s", name,
-                    s->errmsg);
-  }
+  if (atomic_load(&s->failed) != SL_OK) return fetch_failed(s, name);
   int64_t started = s->steps - s->base; /* steps of the current job */
   if (started == 0)
     return sl__fail(SL_ESTATE, "fetch '%s': no step has run%s", name,
@@ -483,12 +493,7 @@ static sl_status fetch_step(sl_session *s, const char *name, int64_t step,
   }
   pthread_mutex_unlock(&s->lock);
   atomic_store(&s->waiting, false);
-  if (atomic_load(&s->failed) != SL_OK) {
-    if (steps_owed(s)) return run_failed(s);
-    failure(s);
-    return sl__fail(SL_ESTATE, "fetch '%s' after the session failed: %s", name,
-                    s->errmsg);
-  }
+  if (atomic_load(&s->failed) != SL_OK) return fetch_failed(s, name);
   if (!ok)
     return sl__fail(SL_EINTERNAL, "fetch '%s': step %lld's value never arrived",
                     name, (long long)step);
@@ -510,12 +515,7 @@ static sl_status fetch_step(sl_session *s, const char *name, int64_t step,
 
 sl_status sl_session_fetch(sl_session *s, const char *name, void *data,
                            size_t bytes) {
-  return fetch_step(s, name, s ? s->steps - 1 : 0, data, bytes);
-}
-
-sl_status sl_session_fetch_step(sl_session *s, const char *name, int64_t step,
-                                void *data, size_t bytes) {
-  return fetch_step(s, name, step, data, bytes);
+  return sl_session_fetch_step(s, name, s ? s->steps - 1 : 0, data, bytes);
 }
 
 /* ---- finish, stats, destroy ---------------------------------------------- */
