@@ -102,6 +102,20 @@ void sl__elem_reduce_into(sl_dtype dt, sl_reduce_op op, void *dst,
   }
 }
 
+/* Element k is read from both inputs before it is written to either
+ * output, so an output may be its own input. The pragma tells the
+ * vectoriser so; it would otherwise test the pointers for overlap and,
+ * finding them equal in place, run the scalar loop. */
+void sl__elem_sum2_f32(float *o0, float *o1, const float *a, const float *b,
+                       int64_t n) {
+#pragma GCC ivdep
+  for (int64_t k = 0; k < n; k++) {
+    float s = a[k] + b[k];
+    o0[k] = s;
+    o1[k] = s;
+  }
+}
+
 void sl__box_move(sl_dtype dt, int ndim, void *dst, const int64_t *dst_dims,
                   const int64_t *dst_off, const void *src,
                   const int64_t *src_dims, const int64_t *src_off,

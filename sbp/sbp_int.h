@@ -224,6 +224,12 @@ void sl__elem_reduce(sl_dtype dt, sl_reduce_op op, void *dst, const void *src,
 void sl__elem_reduce_into(sl_dtype dt, sl_reduce_op op, void *dst,
                           const void *a, const void *b, int64_t n);
 
+/* o0[k] = o1[k] = a[k] + b[k] for n floats, in one pass: the two-member
+ * f32 all-reduce. o0 may be a and o1 may be b (in place); otherwise none
+ * overlap. */
+void sl__elem_sum2_f32(float *o0, float *o1, const float *a, const float *b,
+                       int64_t n);
+
 /* Moves the box `ext` at src_off of a row-major src of shape src_dims into
  * dst of shape dst_dims at dst_off: a plain copy when reduce is false,
  * dst = op(dst, src) otherwise. All arrays have ndim entries. */

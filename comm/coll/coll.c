@@ -200,6 +200,14 @@ static const unsigned char *cin(const sl__coll *x, int k) {
 
 static void task_all_reduce(sl__coll *x, int k) {
   const coll_member *m = &x->m[k];
+  /* The common case in one pass, no tile. */
+  if (x->n == 2 && x->dtype == SL_DTYPE_F32 && x->reduce == SL_REDUCE_SUM) {
+    int64_t s = m->part_start;
+    sl__elem_sum2_f32((float *)x->m[0].out + s, (float *)x->m[1].out + s,
+                      (const float *)x->m[0].in + s,
+                      (const float *)x->m[1].in + s, m->part_extent);
+    return;
+  }
   alignas(64) unsigned char tile[TILE_BYTES];
   int64_t per = (int64_t)(TILE_BYTES / x->es);
   for (int64_t e = 0; e < m->part_extent; e += per) {

@@ -418,26 +418,35 @@ static inline SL__HD float sl__sigmoidf(float x) {
 }
 
 /* GPT-2's gelu, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), and its
- * derivative (d/dx of the same), for float (through sl__tanhf) and double
- * (libm's tanh; CUDA's on a GPU, whose last bit may differ). */
+ * derivative (d/dx of the same). For float it is computed as x s with
+ * s = sigmoid(2u) = 1 / (1 + e^-2u), u the tanh's argument, since
+ * 0.5 (1 + tanh u) = sigmoid(2u): one sl__expf and one division, no tanh
+ * (its small-argument branch and sign handling cost as much again), and
+ * no cancellation in 1 + tanh u for negative x. Double uses libm's tanh
+ * (CUDA's on a GPU, whose last bit may differ). */
 #define SL__GELU_C 0.7978845608028654 /* sqrt(2 / pi) */
 #define SL__GELU_K 0.044715
 
 static inline SL__HD float sl__geluf(float x) {
-  return 0.5f * x *
-         (1.f +
-          sl__tanhf((float)SL__GELU_C * (x + (float)SL__GELU_K * x * x * x)));
+  float u2 = (float)(2 * SL__GELU_C) * x * (1.f + (float)SL__GELU_K * x * x);
+  return x / (1.f + sl__expf(-u2));
 }
 
 static inline SL__HD double sl__gelu(double x) {
   return 0.5 * x * (1.0 + tanh(SL__GELU_C * (x + SL__GELU_K * x * x * x)));
 }
 
+/* d/dx x s(2u) = s + 2 x s (1 - s) u', the same as the tanh form's
+ * 0.5 (1 + t) + 0.5 x (1 - t^2) u' with t = 2s - 1. */
 static inline SL__HD float sl__gelu_gradf(float x) {
   float x2 = x * x;
-  float t = sl__tanhf((float)SL__GELU_C * x * (1.f + (float)SL__GELU_K * x2));
+  float u2 = (float)(2 * SL__GELU_C) * x * (1.f + (float)SL__GELU_K * x2);
+  /* e s is 1 - s without the cancellation near s = 1. Where -2u > 80 the
+   * gradient is below 1e-30: 0, rather than e = inf making e s NaN. */
+  float e = sl__expf(-u2), s = 1.f / (1.f + e);
   float du = (float)SL__GELU_C * (1.f + 3.f * (float)SL__GELU_K * x2);
-  return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * du;
+  float g = s + 2.f * x * s * (e * s) * du;
+  return -u2 > 80.f ? 0.f : g;
 }
 
 static inline SL__HD double sl__gelu_grad(double x) {
