@@ -33,8 +33,9 @@
  *   tp      gpt: the bound of one rank of Megatron tensor parallelism,
  *           measured by the peer (memory_torch.py gpt --tp n: the rank's
  *           share of the heads and of fc1/fc2, the rest whole, as
- *           examples/gpt --layout tp splits it), whose peak is PyTorch's
- *           column of the row; mlp: bound / n, the ideal split
+ *           examples/gpt --layout tp splits it; sluice runs Megatron's plan
+ *           too, --megatron), whose peak is PyTorch's column of the row;
+ *           mlp: bound / n, the ideal split
  *
  * Targets: sluice / bound <= 1.15, and sluice / PyTorch's peak <= 1.0 where
  * the peer ran the row's layout; a "!" marks a ratio over its target.
@@ -220,7 +221,7 @@ static void sluice_measure(const opts *o, const model *m, const char *layout,
   const char *bin = m->kind == MODEL_MLP ? o->mlp : o->gpt;
   char dev[32];
   snprintf(dev, sizeof dev, "cpu:%d", devices);
-  const char *argv[MAX_ARGS + 8];
+  const char *argv[MAX_ARGS + 10]; /* 8 fixed, the flags, --megatron, NULL */
   int k = 0;
   argv[k++] = bin;
   argv[k++] = "--memory";
@@ -232,6 +233,9 @@ static void sluice_measure(const opts *o, const model *m, const char *layout,
   argv[k++] = layout;
   for (int i = 0; m->flags[i]; i++)
     argv[k++] = m->flags[i];
+  /* The peer's tp rank is Megatron's: sluice's plan the same. */
+  if (m->kind != MODEL_MLP && strcmp(layout, "tp") == 0)
+    argv[k++] = "--megatron";
   argv[k] = NULL;
   join_command(argv, r->command, sizeof r->command);
   char why[256];

@@ -30,9 +30,9 @@ static const char usage[] =
     "Trains a decoder-only transformer (pre-LN blocks of causal attention\n"
     "and a GELU MLP) on synthetic token sequences or .npy files of token\n"
     "ids, under a layout of CPU devices: single, dp (data parallel), tp\n"
-    "(Megatron tensor parallel) or hybrid (data x tensor parallel on a\n"
-    "[N/2, 2] mesh), optionally in pipeline stages (--pp) over\n"
-    "micro-batches (--micro).";
+    "(weights split as Megatron's tensor parallelism) or hybrid (data x\n"
+    "tensor parallel on a [N/2, 2] mesh), optionally in pipeline stages\n"
+    "(--pp) over micro-batches (--micro).";
 
 int main(int argc, char **argv) {
   ex_gpt_config c = ex_gpt_defaults();
@@ -43,7 +43,7 @@ int main(int argc, char **argv) {
   const char *devices = "cpu:1", *layout = "single", *optimizer = "adam",
              *trace = NULL, *engine = "auto", *data = NULL;
   bool tie = false, bf16 = false, profile = false, memory = false,
-       recompute = false, check = false, print_graph = false;
+       recompute = false, check = false, print_graph = false, megatron = false;
   int64_t threads = 0;
   ex_train_flags tf = EX_TRAIN_FLAGS_INIT;
   ex_ckpt_flags ckf = {0};
@@ -60,6 +60,11 @@ int main(int argc, char **argv) {
       {"heads", EX_FLAG_INT, &heads, "attention heads", 1},
       {"layers", EX_FLAG_INT, &layers, "transformer blocks", 1},
       {"tie", EX_FLAG_BOOL, &tie, "tie the head to the token embedding", 0},
+      {"megatron", EX_FLAG_BOOL, &megatron,
+       "tp, hybrid: activations replicated between blocks, each attention "
+       "and MLP ending in one all-reduce (Megatron's plan; default: the "
+       "compiler's choice, docs/examples.md)",
+       0},
       {"bf16", EX_FLAG_BOOL, &bf16, "the same as --dtype bf16", 0},
       {"seed", EX_FLAG_INT64, &seed, "seed of the initializers and data", 0},
       {"lr", EX_FLAG_POSITIVE, &lr, "learning rate (adam 3e-3, sgd 0.1)", 0},
@@ -191,6 +196,7 @@ int main(int argc, char **argv) {
   c.heads = heads;
   c.layers = (int)layers;
   c.tie = tie;
+  c.megatron = megatron;
   c.seed = (uint64_t)seed;
   c.placement = placement;
 

@@ -31,11 +31,15 @@ typedef struct builder {
   uint64_t seed;
 } builder;
 
-/* Under tensor parallelism, the all-reduce that closes an attention or MLP
- * block: its partial sum to the activations' layout (inference alone would
- * pick a reduce-scatter and pay an all-gather at the next layer norm). */
+/* With `megatron`, the all-reduce that closes an attention or MLP block
+ * under tensor parallelism: its output to the activations' replicated
+ * layout. Without, the output is left to the compiler, which at the
+ * example's sizes splits the batch and gathers each weight's shard before
+ * use instead: forcing the replicated layout there costs an all-gather and
+ * a slice back per block. */
 static sl_tensor all_reduce(builder *b, sl_tensor partial) {
-  if (!ex_layout_is_tensor_parallel(b->c->layout)) return partial;
+  if (!b->c->megatron || !ex_layout_is_tensor_parallel(b->c->layout))
+    return partial;
   char sbp[32];
   ex_layout_sbp(b->c->layout, 0, -1, sbp, sizeof sbp);
   return sl_to_global(partial, NULL, sbp);

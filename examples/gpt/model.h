@@ -12,11 +12,13 @@
  *   W [H,D,hd] -> [1,H,D,hd] -> broadcast [B,H,D,hd];  q = x_b · W_b
  *   o = sum over heads of att [B,H,S,hd] · Wo_b [B,H,hd,D].
  *
- * Layouts (ex_flags.h): dp splits the batch; tp is Megatron's: Q, K, V and
- * fc1 column-split (by heads / by fc1 outputs), the output projection and
- * fc2 row-split, so each attention and each MLP ends in one all-reduce of a
- * partial sum; embeddings, layer norms and the head stay replicated. hybrid
- * does both on a [N/2, 2] mesh.
+ * Layouts (ex_flags.h): dp splits the batch; tp splits the weights as
+ * Megatron does: Q, K, V and fc1 column-split (by heads / by fc1 outputs),
+ * the output projection and fc2 row-split; embeddings and layer norms stay
+ * replicated. With `megatron` each attention and each MLP then ends in one
+ * all-reduce of a partial sum; without, the compiler chooses (at small
+ * sizes it splits the batch and gathers each weight's shard). hybrid does
+ * both on a [N/2, 2] mesh.
  *
  * Data: synthetic token sequences that can be learnt: t[b, 0..S] uniform in
  * [0, vocab) (a counter-based source, identical under any layout), the
@@ -54,6 +56,11 @@ typedef struct ex_gpt_config {
                                            synthetic task */
   ex_layout layout;
   const char *placement; /* from ex_layout_placement */
+  /* tp and hybrid: keep the activations replicated between blocks, so that
+   * each attention and each MLP ends in one all-reduce of its partial sum
+   * (Megatron's plan). Off: the compiler chooses, by its costs, how the
+   * split weights are used (docs/examples.md). */
+  bool megatron;
   sl_optimizer opt;
   bool recompute; /* each block a recompute region */
   /* Pipelining (docs/pipeline.md): pp stages (1: none) on

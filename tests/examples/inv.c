@@ -73,11 +73,10 @@ void inv_count_boxing(const sl_graph *g, int op, int *forward, int *all) {
   inv_count_boxing_min(g, op, 0, forward, all);
 }
 
-void inv_count_boxing_min(const sl_graph *g, int op, int64_t min_numel,
-                          int *forward, int *all) {
-  *forward = *all = 0;
-  /* A boxing node serves the pass of its consumers (compile marks it after
-   * its producer): forward when no consumer is backward or an update. */
+/* Which nodes feed the backward pass or an update: a boxing node serves
+ * the pass of its consumers (compile marks it after its producer), forward
+ * when no consumer is backward or an update. Freed by the caller. */
+static bool *feeds_backward(const sl_graph *g) {
   int32_t nn = sl__graph_node_count(g);
   bool *feeds_bw = calloc((size_t)nn + 1, sizeof *feeds_bw);
   assert_non_null(feeds_bw);
@@ -87,17 +86,29 @@ void inv_count_boxing_min(const sl_graph *g, int op, int64_t min_numel,
     for (int k = 0; k < nd->n_in; k++)
       feeds_bw[sl__graph_value(g, nd->in[k])->producer] = true;
   }
-  for (int32_t i = 0; i < nn; i++) {
+  return feeds_bw;
+}
+
+/* Bytes node nd's route sends between devices, all ranks together. */
+static int64_t route_sent(const sl__node *nd) {
+  const int64_t *sent = sl_boxing_route_bytes_sent(nd->boxing);
+  int64_t total = 0;
+  for (int r = 0; r < sl_boxing_route_rank_count(nd->boxing); r++)
+    total += sent[r];
+  return total;
+}
+
+void inv_count_boxing_min(const sl_graph *g, int op, int64_t min_numel,
+                          int *forward, int *all) {
+  *forward = *all = 0;
+  bool *feeds_bw = feeds_backward(g);
+  for (int32_t i = 0; i < sl__graph_node_count(g); i++) {
     const sl__node *nd = sl__graph_node(g, i);
     if (nd->kind != SL__NODE_BOXING ||
         sl_shape_numel(&sl__graph_value(g, nd->out[0])->meta.shape) <
-            min_numel)
+            min_numel ||
+        route_sent(nd) == 0)
       continue;
-    const int64_t *sent = sl_boxing_route_bytes_sent(nd->boxing);
-    bool moves = false;
-    for (int r = 0; r < sl_boxing_route_rank_count(nd->boxing); r++)
-      moves = moves || sent[r] > 0;
-    if (!moves) continue;
     if (op >= 0) {
       bool only = sl_boxing_route_step_count(nd->boxing) > 0;
       for (int s = 0; s < sl_boxing_route_step_count(nd->boxing); s++)
@@ -106,6 +117,19 @@ void inv_count_boxing_min(const sl_graph *g, int op, int64_t min_numel,
     }
     (*all)++;
     if (!nd->backward && !nd->optimizer && !feeds_bw[i]) (*forward)++;
+  }
+  free(feeds_bw);
+}
+
+void inv_bytes_sent(const sl_graph *g, int64_t *forward, int64_t *all) {
+  *forward = *all = 0;
+  bool *feeds_bw = feeds_backward(g);
+  for (int32_t i = 0; i < sl__graph_node_count(g); i++) {
+    const sl__node *nd = sl__graph_node(g, i);
+    if (nd->kind != SL__NODE_BOXING) continue;
+    int64_t sent = route_sent(nd);
+    *all += sent;
+    if (!nd->backward && !nd->optimizer && !feeds_bw[i]) *forward += sent;
   }
   free(feeds_bw);
 }

@@ -83,6 +83,9 @@ void inv_count_boxing(const sl_graph *g, int op, int *forward, int *all);
 /* The same for boxing nodes of values of at least min_numel elements. */
 void inv_count_boxing_min(const sl_graph *g, int op, int64_t min_numel,
                           int *forward, int *all);
+/* Bytes the boxing nodes' routes send between devices in a step, all
+ * ranks together: those serving the forward pass, and all. */
+void inv_bytes_sent(const sl_graph *g, int64_t *forward, int64_t *all);
 
 /* Runs the whole matrix for a model: the interpreter reference, the
  * sharded single-device run (bit-identical to it), then every case on the

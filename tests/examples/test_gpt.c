@@ -163,6 +163,7 @@ static void test_collectives(void **state) {
   };
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
     ex_gpt_config c = small();
+    c.megatron = true;
     char dev[16], placement[64];
     snprintf(dev, sizeof dev, "cpu:%d", want[i].devices);
     INV_OK(ex_layout_placement(want[i].l, dev, placement, sizeof placement));
@@ -209,6 +210,53 @@ static bool boxed(const sl_graph *g, int32_t v) {
   return false;
 }
 
+static void compile_gpt(const ex_gpt_config *c, ex_layout l, int devices,
+                        sl_graph **out) {
+  ex_gpt_config k = *c;
+  char dev[16], placement[64];
+  snprintf(dev, sizeof dev, "cpu:%d", devices);
+  INV_OK(ex_layout_placement(l, dev, placement, sizeof placement));
+  k.layout = l;
+  k.placement = placement;
+  INV_OK(sl_graph_create(out));
+  INV_OK(ex_gpt_build(*out, &k));
+  INV_OK(sl__graph_compile(*out));
+}
+
+/* Without --megatron the compiler picks how tensor parallelism's split
+ * weights are used: at the benchmarks' sizes (the defaults, gpt-256) and
+ * the tests' it splits the batch and gathers each weight's shard before
+ * use, moving less in the forward pass than Megatron's plan, whose
+ * activations cross devices at every block. */
+static void test_compiler_choice(void **state) {
+  ex_gpt_config wide = ex_gpt_defaults();
+  wide.layers = 4;
+  wide.hidden = 256;
+  wide.seq = 128;
+  const ex_gpt_config cfgs[] = {ex_gpt_defaults(), wide, small()};
+  for (int i = 0; i < 3; i++)
+    for (int l = 0; l < 2; l++) {
+      ex_layout lay = l ? EX_LAYOUT_HYBRID : EX_LAYOUT_TP;
+      int devices = l ? 4 : 2;
+      int64_t fw[2], all[2];
+      for (int m = 0; m < 2; m++) {
+        ex_gpt_config c = cfgs[i];
+        c.megatron = m;
+        sl_graph *g;
+        compile_gpt(&c, lay, devices, &g);
+        inv_bytes_sent(g, &fw[m], &all[m]);
+        sl_graph_destroy(g);
+      }
+      printf("gpt hidden %lld, %d blocks, %s on %d: bytes sent forward / in "
+             "all %lld / %lld, with --megatron %lld / %lld\n",
+             (long long)cfgs[i].hidden, cfgs[i].layers, ex_layout_name(lay),
+             devices, (long long)fw[0], (long long)all[0], (long long)fw[1],
+             (long long)all[1]);
+      assert_true(fw[0] > 0);
+      assert_true(fw[0] < fw[1]);
+    }
+}
+
 /* Tensor parallelism's backward: the attention projection's weight
  * gradient reads its heads' activations as they are split and the output
  * gradient that the input gradient all-reduces anyway, so it comes out
@@ -217,6 +265,7 @@ static bool boxed(const sl_graph *g, int32_t v) {
  * one device. */
 static void test_tp_backward(void **state) {
   ex_gpt_config def = ex_gpt_defaults(); /* the sizes where it mattered */
+  def.megatron = true;
   float base[INV_STEPS];
   inv_train(build_gpt, &def, EX_LAYOUT_SINGLE, 1, EX_ENGINE_SESSION, INV_STEPS,
             base, NULL);
@@ -283,6 +332,7 @@ int main(void) {
       cmocka_unit_test(test_compute_dtype),
       cmocka_unit_test(test_reduce_dtype),
       cmocka_unit_test(test_collectives),
+      cmocka_unit_test(test_compiler_choice),
       cmocka_unit_test(test_tp_backward),
       cmocka_unit_test(test_cuda_fake),
       cmocka_unit_test(test_cuda_gpu),
