@@ -149,6 +149,20 @@ static void test_reduce_dtype(void **state) {
   }
 }
 
+/* Builds c laid out by l on cpu:devices and compiles it into *out. */
+static void compile_gpt(const ex_gpt_config *c, ex_layout l, int devices,
+                        sl_graph **out) {
+  ex_gpt_config k = *c;
+  char dev[16], placement[64];
+  snprintf(dev, sizeof dev, "cpu:%d", devices);
+  INV_OK(ex_layout_placement(l, dev, placement, sizeof placement));
+  k.layout = l;
+  k.placement = placement;
+  INV_OK(sl_graph_create(out));
+  INV_OK(ex_gpt_build(*out, &k));
+  INV_OK(sl__graph_compile(*out));
+}
+
 /* Megatron: per block one all-reduce closes the attention and one the MLP,
  * and the loss over the vocabulary-split head reduces per-token values
  * only: nothing else of more than one element per token moves forward.
@@ -164,15 +178,8 @@ static void test_collectives(void **state) {
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
     ex_gpt_config c = small();
     c.megatron = true;
-    char dev[16], placement[64];
-    snprintf(dev, sizeof dev, "cpu:%d", want[i].devices);
-    INV_OK(ex_layout_placement(want[i].l, dev, placement, sizeof placement));
-    c.layout = want[i].l;
-    c.placement = placement;
     sl_graph *g;
-    INV_OK(sl_graph_create(&g));
-    INV_OK(ex_gpt_build(g, &c));
-    INV_OK(sl__graph_compile(g));
+    compile_gpt(&c, want[i].l, want[i].devices, &g);
     int64_t tokens = c.batch * c.seq;
     int fwd, all, big, all_big, big_ar, all_big_ar;
     inv_count_boxing(g, -1, &fwd, &all);
@@ -208,19 +215,6 @@ static bool boxed(const sl_graph *g, int32_t v) {
   for (int r = 0; r < sl_boxing_route_rank_count(p->boxing); r++)
     if (sent[r] > 0) return true;
   return false;
-}
-
-static void compile_gpt(const ex_gpt_config *c, ex_layout l, int devices,
-                        sl_graph **out) {
-  ex_gpt_config k = *c;
-  char dev[16], placement[64];
-  snprintf(dev, sizeof dev, "cpu:%d", devices);
-  INV_OK(ex_layout_placement(l, dev, placement, sizeof placement));
-  k.layout = l;
-  k.placement = placement;
-  INV_OK(sl_graph_create(out));
-  INV_OK(ex_gpt_build(*out, &k));
-  INV_OK(sl__graph_compile(*out));
 }
 
 /* Without --megatron the compiler picks how tensor parallelism's split
@@ -271,15 +265,8 @@ static void test_tp_backward(void **state) {
             base, NULL);
   for (int devices = 2; devices <= 4; devices++) {
     ex_gpt_config c = def;
-    char dev[16], placement[64];
-    snprintf(dev, sizeof dev, "cpu:%d", devices);
-    INV_OK(ex_layout_placement(EX_LAYOUT_TP, dev, placement, sizeof placement));
-    c.layout = EX_LAYOUT_TP;
-    c.placement = placement;
     sl_graph *g;
-    INV_OK(sl_graph_create(&g));
-    INV_OK(ex_gpt_build(g, &c));
-    INV_OK(sl__graph_compile(g));
+    compile_gpt(&c, EX_LAYOUT_TP, devices, &g);
     for (int l = 0; l < c.layers; l++) {
       char name[32];
       snprintf(name, sizeof name, "h%d.attn.wo", l);
