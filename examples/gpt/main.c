@@ -124,7 +124,13 @@ int main(int argc, char **argv) {
       ex_layout_placement(c.layout, devices, placement, sizeof placement) !=
           SL_OK ||
       ex_stage_placements(c.layout, devices, (int)pp, stages) != SL_OK ||
-      ex_pipeline_check((int)micro, batch, schedule) != SL_OK) {
+      ex_pipeline_check((int)micro, batch, schedule) != SL_OK ||
+      (megatron && !ex_layout_is_tensor_parallel(c.layout)
+           ? sl_set_error(SL_EINVAL,
+                          "--megatron is for the tp and hybrid layouts, "
+                          "not %s",
+                          layout)
+           : SL_OK) != SL_OK) {
     fprintf(stderr, "gpt: %s\n", sl_last_error());
     return 2;
   }

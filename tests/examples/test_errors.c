@@ -57,6 +57,8 @@ static void test_flags(void **state) {
              "--data wants X.npy,LABELS.npy");
   expect_cmd(EX_GPT_BIN, "--hidden 10 --heads 4", 2,
              "--hidden 10 is not a multiple of --heads 4");
+  expect_cmd(EX_GPT_BIN, "--layout dp --devices cpu:2 --megatron", 2,
+             "gpt: --megatron is for the tp and hybrid layouts, not dp");
   expect_cmd(EX_MLP_BIN, "--devices cpu:3 --pp 2", 2,
              "2 pipeline stages do not divide the 3 devices of 'cpu:3'");
   expect_cmd(EX_MLP_BIN, "--micro 3", 2,
