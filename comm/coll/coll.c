@@ -221,24 +221,48 @@ static void task_all_reduce(sl__coll *x, int k) {
   }
 }
 
-static void task_reduce_scatter(sl__coll *x, int k) {
+/* Member j's chunk of member k's reduce-scatter part into k's output,
+ * reduced into it or copied. */
+static void rs_move(sl__coll *x, int k, int j, bool reduce) {
   const coll_member *m = &x->m[k];
   int64_t zero[SL_MAX_DIMS] = {0}, off[SL_MAX_DIMS] = {0};
   off[x->out_axis] = m->part_start;
+  sl__box_move(x->dtype, x->ndim, m->out, m->out_dims, zero, x->m[j].in,
+               x->block, off, m->out_dims, reduce, x->reduce);
+}
+
+static void task_reduce_scatter(sl__coll *x, int k) {
+  if (x->m[k].early) { /* two members: k's own chunk is in place */
+    rs_move(x, k, 1 - k, true);
+    return;
+  }
   for (int j = 0; j < x->n; j++)
-    sl__box_move(x->dtype, x->ndim, m->out, m->out_dims, zero, x->m[j].in,
-                 x->block, off, m->out_dims, j > 0, x->reduce);
+    rs_move(x, k, j, j > 0);
+}
+
+/* Member j's block into member k's all-gather output. */
+static void ag_move(sl__coll *x, int k, int j) {
+  const coll_member *s = &x->m[j];
+  int64_t zero[SL_MAX_DIMS] = {0}, off[SL_MAX_DIMS] = {0};
+  off[x->in_axis] = s->part_start;
+  sl__box_move(x->dtype, x->ndim, x->m[k].out, x->m[k].out_dims, off, s->in,
+               s->in_dims, zero, s->in_dims, false, SL_REDUCE_SUM);
 }
 
 static void task_all_gather(sl__coll *x, int k) {
-  const coll_member *m = &x->m[k];
-  int64_t zero[SL_MAX_DIMS] = {0};
-  for (int j = 0; j < x->n; j++) {
-    const coll_member *s = &x->m[j];
-    int64_t off[SL_MAX_DIMS] = {0};
-    off[x->in_axis] = s->part_start;
-    sl__box_move(x->dtype, x->ndim, m->out, m->out_dims, off, s->in, s->in_dims,
-                 zero, s->in_dims, false, SL_REDUCE_SUM);
+  for (int j = 0; j < x->n; j++)
+    if (j != k || !x->m[k].early) ag_move(x, k, j);
+}
+
+void sl__coll_early_part(sl__coll *x, int k) {
+  coll_member *m = &x->m[k];
+  if (x->op == SL__COLL_ALL_GATHER && m->out_bytes) {
+    ag_move(x, k, k);
+    m->early = true;
+  } else if (x->op == SL__COLL_REDUCE_SCATTER && x->n == 2 &&
+             x->reduce == SL_REDUCE_SUM && m->out_bytes) {
+    rs_move(x, k, k, false);
+    m->early = true;
   }
 }
 

@@ -22,6 +22,7 @@ typedef struct coll_member {
   sl__coll_done_fn done;
   void *arg;
   bool present;
+  bool early; /* its share's own part done as it arrived (early_part) */
   /* geometry, fixed at creation */
   size_t in_bytes, out_bytes;
   int64_t in_dims[SL_MAX_DIMS], out_dims[SL_MAX_DIMS];
@@ -76,6 +77,12 @@ sl_status sl__coll_geometry(sl__coll *x, const sl__coll_desc *d);
 /* Member k's share of the current round. Touches only what that share
  * owns, so shares run in parallel. */
 void sl__coll_run_task(sl__coll *x, int k);
+/* The part of member k's share that reads only its own buffers, done as k
+ * arrives in a direct round (comm.c): an all-gather's own block into its
+ * output and, with two members summing, a reduce-scatter's own chunk
+ * (the round adds the other's: a + b is b + a). Sets m->early, which the
+ * task then skips and the round's reset clears. */
+void sl__coll_early_part(sl__coll *x, int k);
 /* Whether member k's share has anything to do (parallel rounds skip empty
  * ones). */
 bool sl__coll_task_has_work(const sl__coll *x, int k);

@@ -53,6 +53,7 @@ static int take_members(sl__coll *x, pending_done *out) {
     if (!m->present) continue;
     out[k++] = (pending_done){m->done, m->arg};
     m->present = false;
+    m->early = false;
     m->in = NULL;
     m->out = NULL;
   }
@@ -157,6 +158,11 @@ sl_status sl__coll_arrive(sl__coll *x, int member, const void *in,
   m->out = out;
   m->done = done;
   m->arg = arg;
+  /* A direct round runs every share on its last arriver: the part of this
+   * member's share that needs only its own buffers is done now, on its own
+   * thread (under the lock: a small copy, and the round cannot start
+   * before it is done). */
+  if (x->algo == SL__COLL_DIRECT) sl__coll_early_part(x, member);
   bool last = ++x->arrived == x->n;
   x->state = last ? COLL_RUNNING : COLL_GATHERING;
   if (x->waiting && !last) x->waiting(arg, true);
