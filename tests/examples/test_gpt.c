@@ -264,10 +264,9 @@ static void test_tp_backward(void **state) {
   inv_train(build_gpt, &def, EX_LAYOUT_SINGLE, 1, EX_ENGINE_SESSION, INV_STEPS,
             base, NULL);
   for (int devices = 2; devices <= 4; devices++) {
-    ex_gpt_config c = def;
     sl_graph *g;
-    compile_gpt(&c, EX_LAYOUT_TP, devices, &g);
-    for (int l = 0; l < c.layers; l++) {
+    compile_gpt(&def, EX_LAYOUT_TP, devices, &g);
+    for (int l = 0; l < def.layers; l++) {
       char name[32];
       snprintf(name, sizeof name, "h%d.attn.wo", l);
       const sl__node *w = sl__graph_find_kind(g, name, SL__NODE_VARIABLE);
