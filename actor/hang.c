@@ -33,7 +33,12 @@ bool sl__job_local_quiescent(const sl_job *job, uint64_t *progress) {
 static bool quiescent(sl_job *job, uint64_t *local, uint64_t *peers) {
   *peers = 0;
   if (!sl__job_local_quiescent(job, local)) return false;
-  if (!job->has_remote) return true;
+  /* Other nodes matter when registers cross to them, and, in a job with a
+   * transport, when a deferred firing waits: a collective member may wait
+   * for members on other nodes while no edge crosses. */
+  bool others = job->has_remote ||
+                (job->cfg.transport.vt && atomic_load(&job->async_waiting) > 0);
+  if (!others) return true;
   /* Without the transport's view it cannot tell a hang from a slow peer. */
   return sl__transport_quiescent(job, peers);
 }

@@ -266,8 +266,12 @@ static sl_status make_span(sl_session *s, const sl__task *t,
                     "boxing '%s' has members on nodes %u and %u: "
                     "collectives between nodes need daemons",
                     pc->name, mnode[0], other);
-  sl__span_desc d = {c, mnode, s->self_node, s->nc,
-                     span_id(s->job_id, t->node, t->step, t->group)};
+  sl__span_desc d = {c,
+                     mnode,
+                     s->self_node,
+                     s->nc,
+                     span_id(s->job_id, t->node, t->step, t->group),
+                     sl__coll_member_waiting};
   return sl__span_create(&d, out);
 }
 

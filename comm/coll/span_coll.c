@@ -38,6 +38,7 @@ struct sl__span {
   int n; /* geo's members (geo may be freed before the span) */
   sl__net_coll *nc;
   uint64_t id;
+  void (*tell_waiting)(void *arg, bool on); /* the desc's waiting */
   uint32_t *node_of; /* per member: index into nodes */
   uint32_t *nodes, nn, self;
   sl__net_group group;
@@ -227,6 +228,7 @@ sl_status sl__span_create(const sl__span_desc *d, sl__span **out) {
   x->n = g->n;
   x->nc = d->nc;
   x->id = d->id;
+  x->tell_waiting = d->waiting;
   x->aborted = SL_OK;
   sl_status st = SL_OK;
   x->node_of = sl__calloc((size_t)g->n, sizeof *x->node_of);
@@ -361,6 +363,14 @@ static void complete_round(sl__span *x) {
 
 static void net_done(void *arg, sl_status st) {
   sl__span *x = arg;
+  /* The round is local work again until its members are done (a failed
+   * one just completes them: what they said stays for the hang report). */
+  if (st == SL_OK && x->tell_waiting) {
+    pthread_mutex_lock(&x->lock);
+    for (int i = 0; i < x->n_local; i++)
+      if (x->present[i]) x->tell_waiting(x->wait[i].arg, false);
+    pthread_mutex_unlock(&x->lock);
+  }
   if (st == SL_OK) complete_round(x);
   finish(x, st);
 }
@@ -441,6 +451,10 @@ sl_status sl__span_arrive(sl__span *x, int member, const void *in,
   g->m[member].out = out;
   x->wait[slot] = (waiting){done, arg};
   x->present[slot] = true;
+  /* Waiting from now on, the last arriver too: once the local part is
+   * done the round waits for the other nodes. Before the round can start,
+   * so before done can be called. */
+  if (x->tell_waiting) x->tell_waiting(arg, true);
   bool last = ++x->arrived == x->n_local;
   uint64_t seq = 0;
   if (last) {

@@ -36,6 +36,11 @@ typedef struct sl__span_desc {
   uint32_t self;               /* this node; it has at least one member */
   sl__net_coll *nc;            /* this node's collectives between nodes */
   uint64_t id;                 /* the same on every node, unique per group */
+  /* Optional: told (with the member's done arg) when a local member
+   * starts and stops waiting for the others — from its arrival until what
+   * the other nodes send is in — so the hang detector does not take a
+   * member whose peers never come for work (docs/actor.md). */
+  void (*waiting)(void *arg, bool on);
 } sl__span_desc;
 
 /* SL_EINVAL (no local member, a bad node), SL_ENOMEM. */

@@ -925,8 +925,8 @@ static void payload_bytes(dp_conn *c, const uint8_t *p, uint64_t n,
   c->got += n;
 }
 
-/* A collective chunk is complete: handed to the hook, counted for the
- * credit only (it is not a job message). */
+/* A collective chunk is complete: handed to the hook, then counted for the
+ * credit and, as a job message is, out of transit for the hang check. */
 static void coll_deliver(dp_conn *c) {
   sl__dp_endpoint *ep = c->ep;
   c->rx_frames++;
@@ -935,6 +935,7 @@ static void coll_deliver(dp_conn *c) {
   if (ep->coll.received)
     ep->coll.received(ep->coll_ctx, c->peer->node, &c->cur, c->target);
   c->target = NULL;
+  sl__dp_count_received(ep, 1);
 }
 
 static void payload_end(dp_conn *c) {

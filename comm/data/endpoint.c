@@ -58,12 +58,18 @@ void sl__dp_out_free(sl__dp_endpoint *ep, dp_out *o, sl_status st) {
   sl__free(o);
 }
 
-/* Frees q's frames; returns how many were job messages. */
+/* Whether the hang check counts o in transit from when it is queued
+ * (job_sent) until the peer has handled it. */
+static bool counted_in_transit(const dp_out *o) {
+  return o->f.kind == SL__DP_MSG || o->f.kind == SL__DP_COLL;
+}
+
+/* Frees q's frames; returns how many were counted in transit. */
 static size_t free_fifo(sl__dp_endpoint *ep, dp_fifo *q) {
   dp_out *o;
   size_t msgs = 0;
   while ((o = dp_fifo_pop(q))) {
-    msgs += o->f.kind == SL__DP_MSG;
+    msgs += counted_in_transit(o);
     sl__dp_out_free(ep, o, SL_ECOMM);
   }
   return msgs;
@@ -96,7 +102,7 @@ void sl__dp_peer_fail(sl__dp_endpoint *ep, dp_peer *p, sl_status st,
   dp_fifo inbox = p->inbox;
   p->inbox = (dp_fifo){0};
   for (dp_out *o = inbox.head; o; o = o->next)
-    dropped += o->f.kind == SL__DP_MSG;
+    dropped += counted_in_transit(o);
   p->failed = true;
   p->fail_st = st;
   snprintf(p->fail_msg, sizeof p->fail_msg, "%s", msg);

@@ -32,7 +32,8 @@ static void check(const sl__coll_desc *d, const uint32_t *node, uint32_t nn) {
     assert_int_equal(sl__net_coll_create(ep[j], NULL, &nc[j]), SL_OK);
     assert_int_equal(sl__comm_create(&cc, &comm[j]), SL_OK);
     assert_int_equal(sl__coll_create(comm[j], d, &geo[j]), SL_OK);
-    sl__span_desc sd = {geo[j], node, j, nc[j], 0x5eed0000u + (uint64_t)n};
+    sl__span_desc sd = {geo[j], node, j, nc[j], 0x5eed0000u + (uint64_t)n,
+                        NULL};
     assert_int_equal(sl__span_create(&sd, &span[j]), SL_OK);
   }
   size_t es = sl_dtype_size(d->dtype);
@@ -236,7 +237,7 @@ static void solo_up(solo *o, const sl__coll_desc *d, const uint32_t *node,
     assert_int_equal(sl__net_coll_create(o->ep[j], NULL, &o->nc[j]), SL_OK);
   assert_int_equal(sl__comm_create(&cc, &o->comm), SL_OK);
   assert_int_equal(sl__coll_create(o->comm, d, &geo), SL_OK);
-  sl__span_desc sd = {geo, node, 0, o->nc[0], id};
+  sl__span_desc sd = {geo, node, 0, o->nc[0], id, NULL};
   assert_int_equal(sl__span_create(&sd, &o->span), SL_OK);
 }
 

@@ -5,10 +5,14 @@
  * register, credit windows bound what is in flight, a kernel error on one
  * node aborts the others with the actor's name, a lost peer or a bad frame
  * fails the job naming the node, and the hang detector works across
- * nodes through the probes. */
+ * nodes through the probes — for a collective whose members live on
+ * several nodes too. */
 #include <stdatomic.h>
 
 #include "dp_helpers.h"
+#include "dp_int.h"
+#include "net_coll.h"
+#include "span_coll.h"
 
 enum { BYTES = 1000 };
 
@@ -756,6 +760,213 @@ static void test_slow_remote_is_not_a_hang(void **state) {
   sl_actor_graph_destroy(p);
 }
 
+/* ---- a collective across nodes and the hang detector
+ * ---------------------------- */
+
+enum { AR_COUNT = 256 };
+
+/* One member of a two-member all-reduce (member k on node k): the firing
+ * defers, arrives at its node's span and completes with the round, as a
+ * session's collective actor does (session/acts.c). */
+typedef struct member {
+  sl__span *span;
+  int k;
+  int64_t slow_piece; /* sleeps before arriving for this piece (-1: none) */
+} member;
+
+static float member_value(int k, int64_t piece, size_t i) {
+  return (float)((k ? 10 : 1) * (piece + 1) + (int64_t)(i % 7));
+}
+
+static void member_done(void *arg, sl_status st) {
+  sl_completion_done(arg, st);
+}
+
+static void member_waiting(void *arg, bool on) {
+  sl_completion_waiting(arg, on);
+}
+
+static sl_status act_member(sl_act *a) {
+  member *m = a->ctx;
+  if (a->piece == m->slow_piece)
+    sl__sleep_ns(1500 * 1000000ull); /* 7x the timeout */
+  float *in = a->out[0]->data;
+  for (size_t i = 0; i < AR_COUNT; i++)
+    in[i] = member_value(m->k, a->piece, i);
+  sl_completion *c = sl_act_defer(a);
+  /* in place: the output register is both (the span reduces into it) */
+  sl_status st = sl__span_arrive(m->span, m->k, in, AR_COUNT * sizeof(float),
+                                 in, AR_COUNT * sizeof(float), member_done, c);
+  if (st != SL_OK) sl_completion_done(c, st);
+  return SL_OK;
+}
+
+/* Every element is the sum of both members' values. */
+static sl_status act_sink_sum(sl_act *a) {
+  seen *s = a->ctx;
+  const float *d = a->in[0]->data;
+  for (size_t i = 0; i < AR_COUNT; i++)
+    if (d[i] != member_value(0, a->in[0]->piece, i) +
+                    member_value(1, a->in[0]->piece, i)) {
+      s->bad++;
+      break;
+    }
+  s->n++;
+  return SL_OK;
+}
+
+typedef struct span_nodes {
+  sl__net_coll *nc[2];
+  sl__comm *comm[2];
+  sl__span *span[2];
+  member m[2];
+} span_nodes;
+
+/* Node k's span of one all-reduce of AR_COUNT floats over members 0 (node
+ * 0) and 1 (node 1), telling the completions when members wait. */
+static void span_nodes_up(span_nodes *o, cluster *c) {
+  static const int workers[2] = {0, 1};
+  static const uint32_t node_of[2] = {0, 1};
+  sl__coll_desc d;
+  memset(&d, 0, sizeof d);
+  d.name = "grad";
+  d.op = SL__COLL_ALL_REDUCE;
+  d.dtype = SL_DTYPE_F32;
+  d.reduce = SL_REDUCE_SUM;
+  d.n = 2;
+  d.workers = workers;
+  d.block.ndim = 1;
+  d.block.dims[0] = AR_COUNT;
+  sl__comm_config cc = {2, 0, NULL};
+  for (uint32_t k = 0; k < 2; k++) {
+    sl__coll *geo;
+    assert_int_equal(sl__net_coll_create(c->eps[k], NULL, &o->nc[k]), SL_OK);
+    assert_int_equal(sl__comm_create(&cc, &o->comm[k]), SL_OK);
+    assert_int_equal(sl__coll_create(o->comm[k], &d, &geo), SL_OK);
+    sl__span_desc sd = {geo, node_of, k, o->nc[k], 0xa11ull, member_waiting};
+    assert_int_equal(sl__span_create(&sd, &o->span[k]), SL_OK);
+    o->m[k] = (member){o->span[k], (int)k, -1};
+  }
+}
+
+/* After cluster_down (no frame can arrive any more). */
+static void span_nodes_down(span_nodes *o) {
+  for (int k = 0; k < 2; k++) {
+    sl__span_destroy(o->span[k]);
+    sl__net_coll_destroy(o->nc[k]);
+    sl__comm_destroy(o->comm[k]);
+  }
+}
+
+/* src (node k, `pieces[k]` pieces) -> the member -> a sink checking sums. */
+static sl_actor_graph *all_reduce_graph(span_nodes *o, const int64_t *pieces,
+                                        seen *sinks) {
+  sl_actor_graph *p;
+  assert_int_equal(sl_actor_graph_create(&p), SL_OK);
+  static const char *names[2][3] = {{"src0", "grad0", "sink0"},
+                                    {"src1", "grad1", "sink1"}};
+  for (uint32_t k = 0; k < 2; k++) {
+    sl_actor_id src = add_actor(p, names[k][0], SL_ACTOR_SOURCE, k, 0, 0, NULL,
+                                NULL, pieces[k]);
+    sl_actor_id m = add_actor(p, names[k][1], SL_ACTOR_KERNEL, k, 0, 0,
+                              act_member, &o->m[k], 0);
+    connect_to(p, add_out(p, src, 1, 8), m);
+    connect_to(p, add_out(p, m, 2, AR_COUNT * sizeof(float)),
+               add_actor(p, names[k][2], SL_ACTOR_SINK, k, 0, 1, act_sink_sum,
+                         &sinks[k], 0));
+  }
+  return p;
+}
+
+/* What a session does when its job fails (sl__session_abort_collectives):
+ * the rounds between nodes end, completing the members that wait. */
+typedef struct abort_watch {
+  sl_job *job;
+  sl__net_coll *nc;
+} abort_watch;
+
+static void *abort_rounds_on_failure(void *arg) {
+  abort_watch *w = arg;
+  uint64_t end = sl__now_ns() + (uint64_t)SOON_MS * 1000000ull;
+  while (sl_job_failure_origin(w->job) < 0 && sl__now_ns() < end)
+    sl__sleep_ns(1000000);
+  sl__net_coll_abort(w->nc, SL_EABORTED, "the job failed");
+  return NULL;
+}
+
+/* Node 1 runs one piece, node 0 two: node 0's member of the second round
+ * waits for a peer that never comes. It is a hang, reported on node 0
+ * with the member waiting, not a firing executing forever. */
+static void test_collective_hang_across_nodes(void **state) {
+  (void)state;
+  cluster c;
+  cluster_up(&c, 2, NULL);
+  span_nodes o;
+  span_nodes_up(&o, &c);
+  seen sinks[2] = {{0}};
+  sl_actor_graph *p = all_reduce_graph(&o, (const int64_t[]){2, 1}, sinks);
+  sl_logging_set_level(SL_LOGGING_OFF); /* the report is logged too */
+  cluster_load(&c, p, 300);
+  abort_watch w = {c.jobs[0], o.nc[0]};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, abort_rounds_on_failure, &w), 0);
+  for (uint32_t i = 0; i < c.n; i++)
+    assert_int_equal(sl_job_start(c.jobs[i]), SL_OK);
+  cluster_wait(&c);
+  pthread_join(t, NULL);
+  sl_logging_set_level(SL_LOGGING_WARN);
+  printf("node 0: %s\n", c.msg[0]);
+  assert_int_equal(c.st[0], SL_EHANG);
+  assert_int_equal(c.st[1], SL_OK);
+  assert_int_equal(sinks[0].n, 1); /* the first round went through */
+  assert_int_equal(sinks[1].n, 1);
+  assert_int_equal(sinks[0].bad + sinks[1].bad, 0);
+  const char *r0 = sl_job_hang_report(c.jobs[0]);
+  printf("%s", r0);
+  expect_in(r0, "'grad0' (kernel, node 0, device 0, stream 0)");
+  expect_in(r0, "deferred, waiting for other firings");
+  cluster_down(&c);
+  span_nodes_down(&o);
+  sl_actor_graph_destroy(p);
+}
+
+/* A member whose peer on the other node is slow to arrive (a long kernel
+ * there) waits, and that is not a hang. */
+static void test_slow_collective_peer_is_not_a_hang(void **state) {
+  (void)state;
+  cluster c;
+  cluster_up(&c, 2, NULL);
+  span_nodes o;
+  span_nodes_up(&o, &c);
+  o.m[1].slow_piece = 1;
+  seen sinks[2] = {{0}};
+  sl_actor_graph *p = all_reduce_graph(&o, (const int64_t[]){3, 3}, sinks);
+  cluster_run(&c, p, 200);
+  expect_ok(&c);
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(sinks[k].n, 3);
+    assert_int_equal(sinks[k].bad, 0);
+  }
+  /* No register crosses between the nodes, yet the hang check counted
+   * frames in transit: the collective's, one each way per round at least,
+   * every one of them handled. */
+  uint64_t sent = 0, received = 0;
+  for (int k = 0; k < 2; k++) {
+    bool q;
+    uint64_t progress, s, r;
+    sl__dp_local_state(c.eps[k], &q, &progress, &s, &r);
+    sent += s;
+    received += r;
+  }
+  printf("frames counted in transit: %llu sent, %llu received\n",
+         (unsigned long long)sent, (unsigned long long)received);
+  assert_true(sent >= 6);
+  assert_int_equal(sent, received);
+  cluster_down(&c);
+  span_nodes_down(&o);
+  sl_actor_graph_destroy(p);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -771,6 +982,8 @@ int main(void) {
       cmocka_unit_test(test_bad_frame_fails_job),
       cmocka_unit_test(test_hang_across_nodes),
       cmocka_unit_test(test_slow_remote_is_not_a_hang),
+      cmocka_unit_test(test_collective_hang_across_nodes),
+      cmocka_unit_test(test_slow_collective_peer_is_not_a_hang),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
