@@ -264,9 +264,10 @@ static void deferred_done(void *arg, sl_status st) {
   sl_completion_done(c, st);
 }
 
-/* The in-process engine's hook (sl__coll_desc.waiting): a member that
- * arrived before its peers waits for them, which the hang detector must
- * not take for work (a member whose peers never come is a hang). */
+/* The in-process and nodes engines' hook (sl__coll_desc.waiting,
+ * sl__span_desc.waiting): a member that arrived before its peers waits for
+ * them, which the hang detector must not take for work (a member whose
+ * peers never come is a hang). */
 void sl__coll_member_waiting(void *arg, bool waiting) {
   task_rt *rt = arg;
   sl_completion_waiting(rt->pending, waiting);

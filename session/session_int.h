@@ -342,7 +342,8 @@ sl_act_fn sl__act_for(sl__task_kind kind, bool on_cuda);
 /* A remote session's tick source: fires for released steps, defers the
  * firing of the next one until the program releases it. */
 sl_status sl__act_tick(sl_act *a);
-/* The in-process collectives' waiting hook (acts.c); arg is a task_rt. */
+/* The collectives' waiting hook, in-process and between nodes (acts.c);
+ * arg is a task_rt. */
 void sl__coll_member_waiting(void *arg, bool waiting);
 /* Counts task rt's firing for its step (every actor calls it once per
  * firing, when its work is done). */

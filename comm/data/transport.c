@@ -234,13 +234,13 @@ static sl_status send_coll(sl__dp_endpoint *ep, uint32_t node,
     sl__free(o);
     return refused;
   }
+  /* In transit for the hang check until the peer has handled it, as a
+   * job message is: a collective whose frames are still moving is not
+   * hung, however long its members wait. Counted before it is written. */
+  ep->job_sent++;
   int done = written && p->tx_idle && len <= DP_INLINE_MAX
                  ? write_inline(ep, p, o)
                  : INLINE_NONE;
-  /* In transit for the hang check until the peer has handled it, as a
-   * job message is: a collective whose frames are still moving is not
-   * hung, however long its members wait. */
-  ep->job_sent++;
   if (done == INLINE_ALL) {
     pthread_mutex_unlock(&ep->lock);
     sl__free(o);
